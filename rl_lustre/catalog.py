@@ -1,0 +1,113 @@
+"""Facts about Google Cloud and NeMo-RL that validation and defaults rely on.
+
+Kept in one place so that a new machine type, Lustre tier or image is a one-line change.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+
+@attrs.frozen
+class MachineType:
+    """A GPU machine type: its accelerator and what a Ray worker may ask of it."""
+
+    name: str
+    accelerator: str
+    gpus: int
+    vcpus: int
+    memory_gib: int
+    # What one Ray worker pod requests, leaving room for kubelet and daemonsets.
+    worker_cpu: str
+    worker_memory: str
+
+
+# Sources: cloud.google.com/compute/docs/gpus and the reference workflow's pod requests.
+GPU_MACHINE_TYPES: dict[str, MachineType] = {
+    m.name: m
+    for m in [
+        MachineType("a4-highgpu-8g", "nvidia-b200", 8, 224, 3968, "100", "1000Gi"),
+        MachineType("a3-ultragpu-8g", "nvidia-h200-141gb", 8, 224, 2952, "100", "1000Gi"),
+        MachineType("a3-megagpu-8g", "nvidia-h100-mega-80gb", 8, 208, 1872, "100", "1000Gi"),
+        MachineType("a3-highgpu-8g", "nvidia-h100-80gb", 8, 208, 1872, "100", "1000Gi"),
+        MachineType("a3-highgpu-4g", "nvidia-h100-80gb", 4, 104, 936, "48", "480Gi"),
+        MachineType("a3-highgpu-2g", "nvidia-h100-80gb", 2, 52, 468, "24", "240Gi"),
+        MachineType("a3-highgpu-1g", "nvidia-h100-80gb", 1, 26, 234, "12", "120Gi"),
+        MachineType("a2-ultragpu-8g", "nvidia-a100-80gb", 8, 96, 1360, "80", "1000Gi"),
+        MachineType("a2-ultragpu-4g", "nvidia-a100-80gb", 4, 48, 680, "40", "500Gi"),
+        MachineType("a2-ultragpu-2g", "nvidia-a100-80gb", 2, 24, 340, "20", "250Gi"),
+        MachineType("a2-ultragpu-1g", "nvidia-a100-80gb", 1, 12, 170, "10", "120Gi"),
+        MachineType("a2-highgpu-8g", "nvidia-tesla-a100", 8, 96, 680, "80", "500Gi"),
+        MachineType("a2-highgpu-4g", "nvidia-tesla-a100", 4, 48, 340, "40", "250Gi"),
+        MachineType("a2-highgpu-2g", "nvidia-tesla-a100", 2, 24, 170, "20", "120Gi"),
+        MachineType("a2-highgpu-1g", "nvidia-tesla-a100", 1, 12, 85, "10", "60Gi"),
+        MachineType("g2-standard-96", "nvidia-l4", 8, 96, 384, "80", "300Gi"),
+        MachineType("g2-standard-48", "nvidia-l4", 4, 48, 192, "40", "150Gi"),
+        MachineType("g2-standard-24", "nvidia-l4", 2, 24, 96, "20", "72Gi"),
+        MachineType("g2-standard-8", "nvidia-l4", 1, 8, 32, "6", "24Gi"),
+    ]
+}
+
+
+@attrs.frozen
+class LustreTier:
+    """A Managed Lustre performance tier (``per_unit_storage_throughput``)."""
+
+    mbps_per_tib: int
+    min_gib: int
+    step_gib: int
+
+    def throughput_mbps(self, capacity_gib: int) -> float:
+        """Aggregate throughput in MB/s of an instance of ``capacity_gib``."""
+        return self.mbps_per_tib * capacity_gib / 1024
+
+
+LUSTRE_TIERS: dict[int, LustreTier] = {
+    t.mbps_per_tib: t
+    for t in [
+        LustreTier(1000, 9_000, 9_000),
+        LustreTier(500, 18_000, 18_000),
+        LustreTier(250, 36_000, 36_000),
+        LustreTier(125, 72_000, 72_000),
+    ]
+}
+# Larger steps apply above ~1.5 PiB; there the server has the last word, so we check only
+# the minimum and the step.
+
+# Images whose Ray version we know. The RayCluster's rayVersion must equal the image's Ray,
+# otherwise KubeRay and the Ray inside disagree (a flaw of the reference workflow).
+IMAGE_RAY_VERSIONS: dict[str, str] = {
+    "nvcr.io/nvidia/nemo-rl:v0.4.0": "2.46.0",
+}
+_RAY_IMAGE = re.compile(r"^(?:docker\.io/)?rayproject/ray(?:-ml)?:(\d+\.\d+\.\d+)(?:[-.].*)?$")
+_NEMO_RL_IMAGE = re.compile(r"(?:^|/)nemo-rl:v?(\d+\.\d+\.\d+)")
+
+
+def ray_version_for_image(image: str) -> str | None:
+    """The Ray version baked into ``image``, or ``None`` when we do not know it."""
+    if image in IMAGE_RAY_VERSIONS:
+        return IMAGE_RAY_VERSIONS[image]
+    m = _RAY_IMAGE.match(image)
+    return m.group(1) if m else None
+
+
+def nemo_rl_version_for_image(image: str) -> str | None:
+    """The NeMo-RL version an image tag names (``nemo-rl:v0.4.0`` → ``0.4.0``)."""
+    m = _NEMO_RL_IMAGE.search(image)
+    return m.group(1) if m else None
+
+
+# The default on-demand CPU machine for the Ray head (16 vCPU, 128 GiB): it holds the
+# NeMo-RL driver, which must survive a Spot preemption of the GPU nodes.
+HEAD_MACHINE_TYPE = "n2-highmem-16"
+
+MANAGED_BY = "rl-lustre"
+LABEL_MANAGED_BY = "managed-by"
+LABEL_DEPLOYMENT = "rl-lustre-deployment"
+
+
+def ownership_labels(deployment: str) -> dict[str, str]:
+    """The labels every resource we create carries (GCP and Kubernetes alike)."""
+    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_DEPLOYMENT: deployment}

@@ -1,0 +1,355 @@
+"""``Cluster``: a GKE (or local) deployment that runs NeMo-RL jobs on KubeRay."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+from . import _validate as v
+from .catalog import (
+    GPU_MACHINE_TYPES,
+    HEAD_MACHINE_TYPE,
+    nemo_rl_version_for_image,
+    ray_version_for_image,
+)
+from .volume import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE, LustreVolume
+
+if TYPE_CHECKING:
+    from .plan import Plan
+
+CLUSTER_NAME_RULE = (
+    "must be 1-40 lowercase letters, digits or hyphens, start with a letter and not end with "
+    "a hyphen (GKE cluster name rule)"
+)
+_SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run",
+                "/sbin", "/sys", "/usr", "/var", "/opt/nemo-rl", "/tmp")
+DEFAULT_SECRETS = ("HF_TOKEN", "WANDB_API_KEY")
+
+
+def _default_local_root() -> Path:
+    import os
+
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "rl_lustre"
+
+
+@attrs.define
+class _ClusterState:
+    """Live state of a deployment (backend handle); not part of the spec's identity."""
+
+    backend: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class Cluster:
+    """A GKE cluster with a Spot GPU pool, Managed Lustre and a KubeRay RayCluster.
+
+    Defaults reproduce the reference workflow: 8 Spot ``a4-highgpu-8g`` nodes with
+    8 ``nvidia-b200`` each, image ``nvcr.io/nvidia/nemo-rl:v0.4.0``, Lustre at ``/lustre``.
+    Unlike it, the Ray head runs on a small on-demand CPU pool so that a Spot
+    preemption cannot kill the job driver.
+
+    Example:
+        >>> from rl_lustre import Cluster
+        >>> c = Cluster(name="ray-a4-gpu-spot", project="my-project",
+        ...             region="us-east1", zone="us-east1-b")
+        >>> c.num_nodes, c.gpus_per_node, c.accelerator_type, c.volume.name
+        (8, 8, 'nvidia-b200', 'ray-a4-gpu-spot-lustre')
+
+    Args:
+        name: the deployment name; also the GKE cluster and RayCluster name.
+        project: the Google Cloud project id.
+        region: the region (``us-east1``).
+        zone: the zone of the node pools and the Lustre instance (``us-east1-b``).
+        volume: the Lustre volume; by default ``<name>-lustre`` at the smallest 500 MB/s/TiB size.
+        machine_type: GPU node machine type.
+        accelerator_type: GPU type; derived from ``machine_type`` when omitted.
+        gpus_per_node: GPUs per node; derived from ``machine_type`` when omitted.
+        num_nodes: GPU nodes, one Ray worker each.
+        spot: use Spot VMs for the GPU pool.
+        reservation: a reservation name to consume (not with ``spot``).
+        head_machine_type: on-demand CPU machine type for the Ray head.
+        head_on_gpu_pool: put the head on the GPU pool, as the reference workflow does
+            (a Spot preemption then kills the driver).
+        image: the container image of head and workers.
+        ray_version: the Ray inside ``image``; derived for known images.
+        mount_path: where Lustre is mounted in the pods.
+        namespace: the Kubernetes namespace.
+        network: an existing VPC network to use as-is; by default ``<name>-net`` is created.
+        authorized_networks: CIDR blocks allowed to reach the control plane.
+        public_control_plane: must be True to allow ``0.0.0.0/0``.
+        secrets: names of environment variables copied into a Kubernetes Secret and
+            exposed to the pods (never to the job's runtime env).
+        labels: extra labels for every resource.
+        keep: leave everything running at the end of a ``with`` block.
+    """
+
+    name: str = attrs.field(validator=v.matches(r"[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?", CLUSTER_NAME_RULE))
+    project: str | None = attrs.field(default=None, validator=v.matches(PROJECT_PATTERN, PROJECT_RULE, optional=True))
+    region: str | None = attrs.field(
+        default=None,
+        validator=v.matches(r"[a-z]+-[a-z]+[0-9]+", "must be a region like 'us-east1'", optional=True),
+    )
+    zone: str | None = attrs.field(default=None, validator=v.matches(ZONE_PATTERN, ZONE_RULE, optional=True))
+    volume: LustreVolume | None = attrs.field(default=None)
+    machine_type: str = attrs.field(
+        default="a4-highgpu-8g",
+        validator=v.matches(r"[a-z][a-z0-9]*-[a-z0-9-]+|local", "must be a Compute Engine machine type like 'a4-highgpu-8g'"),
+    )
+    accelerator_type: str | None = attrs.field(
+        default=None,
+        validator=v.matches(r"nvidia-[a-z0-9-]+", "must be a GKE accelerator like 'nvidia-b200'", optional=True),
+    )
+    gpus_per_node: int | None = attrs.field(default=None, validator=v.integer(min=0, max=16, optional=True))
+    num_nodes: int = attrs.field(default=8, validator=v.integer(min=1, max=1000))
+    spot: bool = attrs.field(default=True, validator=v.boolean)
+    reservation: str | None = attrs.field(
+        default=None,
+        validator=v.matches(
+            r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?:/reservationBlocks/[a-z0-9-]+)?",
+            "must be a reservation name (optionally '<name>/reservationBlocks/<block>')",
+            optional=True,
+        ),
+    )
+    head_machine_type: str = attrs.field(
+        default=HEAD_MACHINE_TYPE,
+        validator=v.matches(r"[a-z][a-z0-9]*-[a-z0-9-]+", "must be a Compute Engine machine type like 'n2-highmem-16'"),
+    )
+    head_on_gpu_pool: bool = attrs.field(default=False, validator=v.boolean)
+    image: str = attrs.field(
+        default="nvcr.io/nvidia/nemo-rl:v0.4.0",
+        validator=v.matches(r"[a-z0-9][a-z0-9._/:@-]*[A-Za-z0-9._-]", "must be a container image reference without spaces"),
+    )
+    ray_version: str | None = attrs.field(
+        default=None, validator=v.matches(r"\d+\.\d+\.\d+", "must be a Ray version like '2.46.0'", optional=True)
+    )
+    mount_path: str = attrs.field(default="/lustre")
+    namespace: str = attrs.field(
+        default="default",
+        validator=v.matches(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", "must be a DNS-1123 label (Kubernetes namespace rule)"),
+    )
+    network: str | None = attrs.field(
+        default=None,
+        validator=v.matches(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?", "must be a VPC network name", optional=True),
+    )
+    authorized_networks: tuple[str, ...] = attrs.field(default=(), converter=v.to_tuple, validator=v.cidr)
+    public_control_plane: bool = attrs.field(default=False, validator=v.boolean)
+    secrets: tuple[str, ...] = attrs.field(default=DEFAULT_SECRETS, converter=v.to_tuple, validator=v.env_name)
+    labels: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=v.gcp_labels)
+    keep: bool = attrs.field(default=False, validator=v.boolean)
+    backend: Literal["gke", "local"] = attrs.field(default="gke", validator=v.one_of(["gke", "local"]))
+    nemo_rl_path: str | None = attrs.field(default=None)
+    _live: _ClusterState = attrs.field(factory=_ClusterState, init=False, repr=False, eq=False, hash=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.backend == "gke":
+            self._check_gke()
+        else:
+            self._check_local()
+        if len(set(self.secrets)) != len(self.secrets):
+            v.fail(self, "secrets", self.secrets, "names must be unique")
+
+    def _check_gke(self) -> None:
+        for field in ("project", "region", "zone"):
+            if getattr(self, field) is None:
+                v.fail(self, field, None, "is required for a GKE cluster (use Cluster.local() for this machine)")
+        assert self.zone is not None and self.region is not None
+        if self.zone.rsplit("-", 1)[0] != self.region:
+            v.fail(self, "zone", self.zone, f"must be a zone of region {self.region!r} (like '{self.region}-b')")
+        self._check_mount_path(gke=True)
+
+        known = GPU_MACHINE_TYPES.get(self.machine_type)
+        if known is None:
+            for field in ("accelerator_type", "gpus_per_node"):
+                if getattr(self, field) is None:
+                    v.fail(self, field, None,
+                           f"must be given for machine type {self.machine_type!r}, which rl_lustre does not know "
+                           f"(known: {', '.join(sorted(GPU_MACHINE_TYPES))})")
+        else:
+            if self.accelerator_type is None:
+                object.__setattr__(self, "accelerator_type", known.accelerator)
+            elif self.accelerator_type != known.accelerator:
+                v.fail(self, "accelerator_type", self.accelerator_type,
+                       f"{self.machine_type} carries {known.accelerator!r}")
+            if self.gpus_per_node is None:
+                object.__setattr__(self, "gpus_per_node", known.gpus)
+            elif self.gpus_per_node != known.gpus:
+                v.fail(self, "gpus_per_node", self.gpus_per_node,
+                       f"{self.machine_type} has exactly {known.gpus} GPU(s) per node")
+        if self.gpus_per_node == 0:
+            v.fail(self, "gpus_per_node", 0, "a GPU node pool needs at least 1 GPU per node")
+        if self.spot and self.reservation is not None:
+            v.fail(self, "reservation", self.reservation,
+                   "Spot VMs cannot consume a reservation; pass spot=False to use one")
+        if self.head_machine_type in GPU_MACHINE_TYPES:
+            v.fail(self, "head_machine_type", self.head_machine_type,
+                   "the head pool is a CPU pool; use head_on_gpu_pool=True to put the head on GPU nodes")
+        for block in self.authorized_networks:
+            if block in ("0.0.0.0/0", "::/0") and not self.public_control_plane:
+                v.fail(self, "authorized_networks", block,
+                       "opens the control plane to the whole internet; pass public_control_plane=True if you mean it")
+        self._check_image()
+
+        vol = self.volume
+        if vol is not None and not isinstance(vol, LustreVolume):
+            v.fail(self, "volume", vol, "must be a LustreVolume")
+        if vol is None or "name" in vol._filled:
+            # The default volume follows the cluster (also through attrs.evolve).
+            vol = LustreVolume(name=f"{self.name}-lustre")
+            object.__setattr__(vol, "_filled", frozenset({"name"}))
+        else:
+            vol = vol._unfilled()
+        for field in ("project", "zone"):
+            theirs = getattr(vol, field)
+            if theirs is not None and theirs != getattr(self, field):
+                v.fail(self, "volume", f"{vol.name} ({field}={theirs})",
+                       f"the volume must be in the cluster's {field} {getattr(self, field)!r}")
+        net = self.network_name
+        if vol.network is not None and vol.network != net:
+            v.fail(self, "volume", f"{vol.name} (network={vol.network})", f"the volume must be on the cluster's network {net!r}")
+        object.__setattr__(self, "volume", vol._with_defaults(project=self.project, zone=self.zone, network=net))
+
+    def _check_local(self) -> None:
+        if self.volume is not None:
+            v.fail(self, "volume", self.volume, "a local cluster uses a directory, not a LustreVolume")
+        self._check_mount_path(gke=False)
+        if self.gpus_per_node is None:
+            object.__setattr__(self, "gpus_per_node", 1)
+        if self.nemo_rl_path is not None and not Path(self.nemo_rl_path).is_absolute():
+            v.fail(self, "nemo_rl_path", self.nemo_rl_path, "must be an absolute path to a NeMo-RL checkout")
+
+    def _check_mount_path(self, *, gke: bool) -> None:
+        p = self.mount_path
+        if not isinstance(p, str) or not p.startswith("/"):
+            v.fail(self, "mount_path", p, "must be an absolute path")
+        if posixpath.normpath(p) != p or p == "/":
+            v.fail(self, "mount_path", p, "must be a normalised path other than '/' (no trailing '/', '..' or '//')")
+        if any(c.isspace() for c in p) or ":" in p:
+            v.fail(self, "mount_path", p, "must not contain whitespace or ':'")
+        if gke and any(p == d or p.startswith(d + "/") for d in _SYSTEM_DIRS):
+            v.fail(self, "mount_path", p, f"must not be inside a system directory ({', '.join(_SYSTEM_DIRS)})")
+
+    def _check_image(self) -> None:
+        known = ray_version_for_image(self.image)
+        if self.ray_version is None:
+            if known is None:
+                v.fail(self, "ray_version", None,
+                       f"must be given: rl_lustre does not know which Ray image {self.image!r} contains, and "
+                       "KubeRay's rayVersion must match it")
+            object.__setattr__(self, "ray_version", known)
+        elif known is not None and known != self.ray_version:
+            v.fail(self, "ray_version", self.ray_version,
+                   f"image {self.image!r} contains Ray {known}; rayVersion must match the image")
+
+    @classmethod
+    def local(
+        cls,
+        name: str = "local",
+        *,
+        volume_dir: str | Path | None = None,
+        nemo_rl_path: str | Path | None = None,
+        num_nodes: int = 1,
+        gpus_per_node: int = 1,
+        secrets: tuple[str, ...] = DEFAULT_SECRETS,
+        keep: bool = False,
+        **kwargs: Any,
+    ) -> Cluster:
+        """A deployment on this machine: a real local Ray head and a directory as the volume.
+
+        Jobs run the real NeMo-RL entrypoint when ``nemo_rl_path`` points at a NeMo-RL
+        checkout, otherwise the rehearsal driver (``python -m rl_lustre.rehearsal``),
+        which rehearses orchestration and checkpoint storage but does not train.
+
+        Example:
+            >>> from rl_lustre import Cluster
+            >>> c = Cluster.local("demo", volume_dir="/tmp/rl-demo-volume")
+            >>> c.backend, c.mount_path
+            ('local', '/tmp/rl-demo-volume')
+
+        Args:
+            name: the deployment name.
+            volume_dir: the directory that plays the volume; by default
+                ``$XDG_DATA_HOME/rl_lustre/<name>/volume``.
+            nemo_rl_path: a NeMo-RL checkout to run real jobs with.
+            num_nodes: nodes the jobs are told they have (``cluster.num_nodes``).
+            gpus_per_node: GPUs per node the jobs are told they have.
+            secrets: environment variables handed to jobs through the head's environment.
+            keep: leave the head running at the end of a ``with`` block.
+        """
+        if volume_dir is None:
+            volume_dir = _default_local_root() / name / "volume"
+        mount = str(volume_dir)
+        if not mount.startswith("~"):
+            mount = str(Path(mount).absolute())
+        else:
+            mount = str(Path(mount).expanduser().absolute())
+        return cls(
+            name=name,
+            backend="local",
+            mount_path=posixpath.normpath(mount),
+            num_nodes=num_nodes,
+            gpus_per_node=gpus_per_node,
+            machine_type="local",
+            accelerator_type=None,
+            spot=False,
+            nemo_rl_path=None if nemo_rl_path is None else str(nemo_rl_path),
+            secrets=secrets,
+            keep=keep,
+            **kwargs,
+        )
+
+    @property
+    def network_name(self) -> str:
+        """The VPC network: the user's, or ``<name>-net`` which we create."""
+        return self.network if self.network is not None else f"{self.name}-net"
+
+    @property
+    def total_gpus(self) -> int:
+        assert self.gpus_per_node is not None
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def nemo_rl_version(self) -> str | None:
+        """The NeMo-RL version the image carries, when its tag says so."""
+        return nemo_rl_version_for_image(self.image)
+
+    @property
+    def head_service(self) -> str:
+        """The Kubernetes service KubeRay creates for the head (``<name>-head-svc``)."""
+        return f"{self.name}-head-svc"
+
+    def plan(self) -> Plan:
+        """Every resource :meth:`up` would create, with its settings and dependencies.
+
+        Makes no remote call.
+
+        Example:
+            >>> from rl_lustre import Cluster
+            >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
+            ...                zone="us-east1-b").plan()
+            >>> [r.key for r in plan.resources][:3]
+            ['network', 'subnet', 'psa-range']
+        """
+        from .plan import build_plan
+
+        return build_plan(self)
+
+    def manifests(self) -> list[dict[str, Any]]:
+        """The Kubernetes objects this deployment applies, as plain dicts.
+
+        PersistentVolume, PersistentVolumeClaim, Secret (values redacted) and the
+        ``ray.io/v1`` RayCluster. Before the volume exists its IP is a placeholder.
+
+        Example:
+            >>> from rl_lustre import Cluster
+            >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+            >>> [m["kind"] for m in c.manifests()]
+            ['PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'RayCluster']
+        """
+        from .kube.manifests import build_manifests
+
+        return build_manifests(self)
