@@ -1,0 +1,54 @@
+"""Names of the resources a deployment creates, derived from the ``Cluster`` in one place.
+
+The plan, the provisioning graph and the Kubernetes manifests all use these, so a
+resource is always found again under the name it was created with.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
+
+def network_name(cluster: Cluster) -> str:
+    return cluster.network_name
+
+
+def subnet_name(cluster: Cluster) -> str:
+    return f"{cluster.name}-subnet"
+
+
+def psa_range_name(cluster: Cluster) -> str:
+    return f"{cluster.name}-psa"
+
+
+def firewall_name(cluster: Cluster) -> str:
+    return f"{cluster.name}-allow-lustre"
+
+
+def cpu_pool_name(cluster: Cluster) -> str:
+    """The on-demand CPU pool that hosts the Ray head."""
+    return "ray-head-pool"
+
+
+def gpu_pool_name(cluster: Cluster) -> str:
+    """The (Spot) GPU pool that hosts the Ray workers."""
+    return "gpu-pool"
+
+
+def pv_name(cluster: Cluster) -> str:
+    return f"{cluster.name}-lustre-pv"
+
+
+def pvc_name(cluster: Cluster) -> str:
+    return "lustre-pvc"
+
+
+def secret_name(cluster: Cluster) -> str:
+    return f"{cluster.name}-job-secrets"
+
+
+def raycluster_name(cluster: Cluster) -> str:
+    return cluster.name

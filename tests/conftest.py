@@ -1,0 +1,17 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SHARED_REF = Path(__file__).resolve().parents[2] / "shared" / "ref"
+
+
+@pytest.fixture(scope="session")
+def shared_ref() -> Path:
+    """``../shared/ref`` (upstream reference data); skips when absent, as in a user's clone."""
+    if not SHARED_REF.is_dir():
+        pytest.skip(f"reference data not available: {SHARED_REF} is absent (it exists only in the developers' workspace)")
+    return SHARED_REF
