@@ -143,6 +143,8 @@ class Cluster:
     keep: bool = attrs.field(default=False, validator=v.boolean)
     backend: Literal["gke", "local"] = attrs.field(default="gke", validator=v.one_of(["gke", "local"]))
     nemo_rl_path: str | None = attrs.field(default=None)
+    rehearsal_scale: float = attrs.field(default=1e-5, validator=v.number(gt=0, le=1))
+    rehearsal_step_seconds: float = attrs.field(default=0.5, validator=v.number(gt=-1e-9, le=3600))
     _live: _ClusterState = attrs.field(factory=_ClusterState, init=False, repr=False, eq=False, hash=False)
 
     def __attrs_post_init__(self) -> None:
@@ -256,6 +258,8 @@ class Cluster:
         gpus_per_node: int = 1,
         secrets: tuple[str, ...] = DEFAULT_SECRETS,
         keep: bool = False,
+        rehearsal_scale: float = 1e-5,
+        rehearsal_step_seconds: float = 0.5,
         **kwargs: Any,
     ) -> Cluster:
         """A deployment on this machine: a real local Ray head and a directory as the volume.
@@ -279,6 +283,8 @@ class Cluster:
             gpus_per_node: GPUs per node the jobs are told they have.
             secrets: environment variables handed to jobs through the head's environment.
             keep: leave the head running at the end of a ``with`` block.
+            rehearsal_scale: rehearsal checkpoints are this fraction of the real size.
+            rehearsal_step_seconds: how long a rehearsed training step takes.
         """
         if volume_dir is None:
             volume_dir = _default_local_root() / name / "volume"
@@ -299,6 +305,8 @@ class Cluster:
             nemo_rl_path=None if nemo_rl_path is None else str(nemo_rl_path),
             secrets=secrets,
             keep=keep,
+            rehearsal_scale=rehearsal_scale,
+            rehearsal_step_seconds=rehearsal_step_seconds,
             **kwargs,
         )
 
