@@ -49,14 +49,16 @@ def integer(
     return check
 
 
-def number(*, gt: float | None = None, le: float | None = None) -> Validator:
-    """The value is a real number, ``> gt`` and ``<= le``."""
+def number(*, gt: float | None = None, ge: float | None = None, le: float | None = None) -> Validator:
+    """The value is a real number, ``> gt`` (or ``>= ge``) and ``<= le``."""
 
     def check(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
             fail(inst, attr.name, value, "must be a number")
         if gt is not None and value <= gt:
             fail(inst, attr.name, value, f"must be greater than {gt:g}")
+        if ge is not None and value < ge:
+            fail(inst, attr.name, value, f"must be at least {ge:g}")
         if le is not None and value > le:
             fail(inst, attr.name, value, f"must be at most {le:g}")
 

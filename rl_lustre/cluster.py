@@ -144,7 +144,7 @@ class Cluster:
     backend: Literal["gke", "local"] = attrs.field(default="gke", validator=v.one_of(["gke", "local"]))
     nemo_rl_path: str | None = attrs.field(default=None)
     rehearsal_scale: float = attrs.field(default=1e-5, validator=v.number(gt=0, le=1))
-    rehearsal_step_seconds: float = attrs.field(default=0.5, validator=v.number(gt=-1e-9, le=3600))
+    rehearsal_step_seconds: float = attrs.field(default=0.5, validator=v.number(ge=0, le=3600))
     _live: _ClusterState = attrs.field(factory=_ClusterState, init=False, repr=False, eq=False, hash=False)
 
     def __attrs_post_init__(self) -> None:
