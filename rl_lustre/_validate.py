@@ -155,3 +155,6 @@ class FrozenDict(dict):  # type: ignore[type-arg]
 
     def __repr__(self) -> str:
         return repr(dict(self))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (dict(self),))

@@ -1,0 +1,207 @@
+"""Specs: defaults equal the reference workflow, evolve works, and bad input is named."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import attrs
+import pytest
+
+import rl_lustre
+from rl_lustre import Cluster, GRPOJob, LustreVolume
+from rl_lustre.errors import ConfigError, RLLustreError
+
+GKE = {"name": "ray-a4-gpu-spot", "project": "my-project", "region": "us-east1", "zone": "us-east1-b"}
+
+
+def test_cluster_defaults_are_the_reference_workflow() -> None:
+    c = Cluster(**GKE)
+    assert (c.machine_type, c.accelerator_type, c.gpus_per_node, c.num_nodes, c.spot) == (
+        "a4-highgpu-8g",
+        "nvidia-b200",
+        8,
+        8,
+        True,
+    )
+    assert c.image == "nvcr.io/nvidia/nemo-rl:v0.4.0"
+    assert c.mount_path == "/lustre"
+    # The image's Ray, not the reference workflow's mismatched 2.54.0.
+    assert c.ray_version == "2.46.0"
+    assert c.nemo_rl_version == "0.4.0"
+    assert c.total_gpus == 64
+    # The head is not on Spot unless asked.
+    assert c.head_on_gpu_pool is False
+
+
+def test_default_volume_follows_the_cluster() -> None:
+    c = Cluster(**GKE)
+    assert c.volume is not None
+    assert (c.volume.name, c.volume.project, c.volume.zone, c.volume.network) == (
+        "ray-a4-gpu-spot-lustre",
+        "my-project",
+        "us-east1-b",
+        "ray-a4-gpu-spot-net",
+    )
+    moved = attrs.evolve(c, name="other", zone="us-east1-c")
+    assert moved.volume is not None
+    assert (moved.volume.name, moved.volume.zone, moved.volume.network) == (
+        "other-lustre",
+        "us-east1-c",
+        "other-net",
+    )
+
+
+def test_user_volume_keeps_its_settings_when_the_cluster_moves() -> None:
+    vol = LustreVolume(name="shared-ckpt", throughput_mbps_per_tib=1000, capacity_gib=18_000)
+    c = Cluster(**GKE, volume=vol)
+    moved = attrs.evolve(c, zone="us-east1-d")
+    assert moved.volume is not None
+    assert (moved.volume.name, moved.volume.capacity_gib, moved.volume.zone) == (
+        "shared-ckpt",
+        18_000,
+        "us-east1-d",
+    )
+
+
+def test_specs_are_frozen_hashable_and_picklable() -> None:
+    c = Cluster(**GKE, labels={"team": "rl"})
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        c.num_nodes = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        c.labels["team"] = "x"  # type: ignore[index]
+    assert hash(c) == hash(attrs.evolve(c))
+    assert pickle.loads(pickle.dumps(c)) == c
+    job = GRPOJob(name="a", overrides={"grpo.val_period": 5})
+    assert {job, attrs.evolve(job)} == {job}
+
+
+def test_sweep_with_evolve() -> None:
+    base = GRPOJob(name="base")
+    sweep = [attrs.evolve(base, name=f"gens-{g}", num_generations_per_prompt=g) for g in (4, 8, 16)]
+    assert [j.num_generations_per_prompt for j in sweep] == [4, 8, 16]
+    assert len({j.name for j in sweep}) == 3
+    with pytest.raises(ConfigError, match="num_generations_per_prompt"):
+        attrs.evolve(base, num_generations_per_prompt=0)
+
+
+def test_volume_capacity_defaults_to_tier_minimum() -> None:
+    for tier, minimum in [(1000, 9_000), (500, 18_000), (250, 36_000), (125, 72_000)]:
+        vol = LustreVolume(name="v", throughput_mbps_per_tib=tier)
+        assert vol.capacity_gib == minimum
+        assert vol.throughput_mbps == pytest.approx(tier * minimum / 1024)
+
+
+def test_mount_point_is_not_ready_before_create() -> None:
+    with pytest.raises(rl_lustre.errors.NotReadyError, match="create"):
+        _ = LustreVolume(name="v").mount_point
+
+
+def test_local_cluster() -> None:
+    c = Cluster.local("demo", volume_dir="/tmp/rl-demo")
+    assert (c.backend, c.mount_path, c.num_nodes, c.volume) == ("local", "/tmp/rl-demo", 1, None)
+
+
+# Each entry: (constructor, kwargs, field named in the error, a fragment of the rule).
+V = LustreVolume
+INVALID: list[tuple[Any, dict[str, Any], str, str]] = [
+    (Cluster, {**GKE, "name": "Ray"}, "name", "lowercase"),
+    (Cluster, {**GKE, "name": "1ray"}, "name", "start with a letter"),
+    (Cluster, {**GKE, "name": "ray-"}, "name", "not end with"),
+    (Cluster, {**GKE, "name": "r" * 41}, "name", "1-40"),
+    (Cluster, {**GKE, "name": "ray_a4"}, "name", "hyphens"),
+    (Cluster, {**GKE, "project": "My-Project"}, "project", "project ID"),
+    (Cluster, {**GKE, "project": "abc"}, "project", "6-30"),
+    (Cluster, {**GKE, "project": None}, "project", "required"),
+    (Cluster, {**GKE, "region": "useast1"}, "region", "region like"),
+    (Cluster, {**GKE, "zone": "us-east1"}, "zone", "zone like"),
+    (Cluster, {**GKE, "zone": "us-west1-b"}, "zone", "zone of region 'us-east1'"),
+    (Cluster, {**GKE, "num_nodes": 0}, "num_nodes", "at least 1"),
+    (Cluster, {**GKE, "num_nodes": 2.5}, "num_nodes", "whole number"),
+    (Cluster, {**GKE, "num_nodes": True}, "num_nodes", "whole number"),
+    (Cluster, {**GKE, "gpus_per_node": 4}, "gpus_per_node", "exactly 8"),
+    (Cluster, {**GKE, "machine_type": "a3-highgpu-8g", "gpus_per_node": 2}, "gpus_per_node", "exactly 8"),
+    (Cluster, {**GKE, "accelerator_type": "nvidia-h100-80gb"}, "accelerator_type", "carries 'nvidia-b200'"),
+    (Cluster, {**GKE, "machine_type": "z9-custom-8g"}, "accelerator_type", "does not know"),
+    (Cluster, {**GKE, "machine_type": "A4 highgpu"}, "machine_type", "machine type"),
+    (Cluster, {**GKE, "reservation": "my-res"}, "reservation", "Spot VMs cannot consume"),
+    (Cluster, {**GKE, "spot": False, "reservation": "My_Res"}, "reservation", "reservation name"),
+    (Cluster, {**GKE, "spot": "yes"}, "spot", "True or False"),
+    (Cluster, {**GKE, "head_machine_type": "a4-highgpu-8g"}, "head_machine_type", "CPU pool"),
+    (Cluster, {**GKE, "mount_path": "lustre"}, "mount_path", "absolute"),
+    (Cluster, {**GKE, "mount_path": "/"}, "mount_path", "other than '/'"),
+    (Cluster, {**GKE, "mount_path": "/lustre/"}, "mount_path", "normalised"),
+    (Cluster, {**GKE, "mount_path": "/data/../etc"}, "mount_path", "normalised"),
+    (Cluster, {**GKE, "mount_path": "/dev/shm"}, "mount_path", "system directory"),
+    (Cluster, {**GKE, "mount_path": "/my lustre"}, "mount_path", "whitespace"),
+    (Cluster, {**GKE, "image": "my image:latest"}, "image", "without spaces"),
+    (Cluster, {**GKE, "image": "registry.example.com/custom:1"}, "ray_version", "must be given"),
+    (Cluster, {**GKE, "ray_version": "2.54.0"}, "ray_version", "contains Ray 2.46.0"),
+    (Cluster, {**GKE, "ray_version": "latest", "image": "x/y:1"}, "ray_version", "Ray version like"),
+    (Cluster, {**GKE, "namespace": "Team_A"}, "namespace", "DNS-1123"),
+    (Cluster, {**GKE, "authorized_networks": ["10.0.0.1/8"]}, "authorized_networks", "host bits"),
+    (Cluster, {**GKE, "authorized_networks": ["not-a-cidr"]}, "authorized_networks", "CIDR"),
+    (Cluster, {**GKE, "authorized_networks": ["0.0.0.0/0"]}, "authorized_networks", "whole internet"),
+    (Cluster, {**GKE, "secrets": ["HF-TOKEN"]}, "secrets", "environment variable names"),
+    (Cluster, {**GKE, "secrets": ["HF_TOKEN", "HF_TOKEN"]}, "secrets", "unique"),
+    (Cluster, {**GKE, "labels": {"Team": "rl"}}, "labels['Team']", "label keys"),
+    (Cluster, {**GKE, "labels": {"team": "R&D"}}, "labels['team']", "label values"),
+    (Cluster, {**GKE, "network": "My_Net"}, "network", "VPC network name"),
+    (Cluster, {**GKE, "volume": "my-lustre"}, "volume", "must be a LustreVolume"),
+    (Cluster, {**GKE, "volume": V(name="v", zone="us-east1-c")}, "volume", "cluster's zone"),
+    (Cluster, {**GKE, "volume": V(name="v", project="other-proj")}, "volume", "cluster's project"),
+    (Cluster, {**GKE, "volume": V(name="v", network="elsewhere")}, "volume", "cluster's network"),
+    (V, {"name": "Lustre1"}, "name", "lowercase"),
+    (V, {"name": "l" * 64}, "name", "1-63"),
+    (V, {"name": "v", "filesystem": "lustrefs9"}, "filesystem", "1-8"),
+    (V, {"name": "v", "filesystem": "9lustre"}, "filesystem", "starting with a letter"),
+    (V, {"name": "v", "filesystem": "lu-fs"}, "filesystem", "letters or digits"),
+    (V, {"name": "v", "throughput_mbps_per_tib": 200}, "throughput_mbps_per_tib", "one of 125, 250, 500, 1000"),
+    (V, {"name": "v", "throughput_mbps_per_tib": 500, "capacity_gib": 9_000}, "capacity_gib", "at least 18,000"),
+    (V, {"name": "v", "throughput_mbps_per_tib": 1000, "capacity_gib": 10_000}, "capacity_gib", "steps of 9,000"),
+    (V, {"name": "v", "capacity_gib": -1}, "capacity_gib", "at least 1"),
+    (V, {"name": "v", "zone": "us-east1"}, "zone", "zone like"),
+    (GRPOJob, {"name": "Run 1"}, "name", "lowercase"),
+    (GRPOJob, {"name": "-run"}, "name", "starting and ending"),
+    (GRPOJob, {"name": "r", "max_num_steps": 0}, "max_num_steps", "at least 1"),
+    (GRPOJob, {"name": "r", "train_global_batch_size": "256"}, "train_global_batch_size", "whole number"),
+    (GRPOJob, {"name": "r", "keep_top_k": 0}, "keep_top_k", "at least 1"),
+    (GRPOJob, {"name": "r", "save_period": -2}, "save_period", "at least 1"),
+    (GRPOJob, {"name": "r", "checkpoint_root": "/abs/path"}, "checkpoint_root", "relative path"),
+    (GRPOJob, {"name": "r", "checkpoint_root": "ckpt/../../etc"}, "checkpoint_root", "no '..'"),
+    (GRPOJob, {"name": "r", "model": "Qwen/Qwen 72B"}, "model", "without spaces"),
+    (GRPOJob, {"name": "r", "nemo_rl_version": "v0.4"}, "nemo_rl_version", "version like"),
+    (GRPOJob, {"name": "r", "nemo_rl_dir": "opt/nemo-rl"}, "nemo_rl_dir", "absolute path"),
+]
+
+
+@pytest.mark.parametrize(
+    ("factory", "kwargs", "field", "rule"),
+    INVALID,
+    ids=[f"{i:02d}-{f.__name__}.{fld}" for i, (f, _, fld, _) in enumerate(INVALID)],
+)
+def test_invalid_configuration_is_named(factory: Any, kwargs: dict[str, Any], field: str, rule: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        factory(**kwargs)
+    err = info.value
+    assert isinstance(err, ValueError)
+    assert isinstance(err, RLLustreError)
+    assert err.field == field
+    assert err.owner == factory.__name__
+    assert rule in err.rule
+    # The message names the field, the value and the rule.
+    text = str(err)
+    assert f"{factory.__name__}.{field}=" in text
+    assert repr(err.value) in text
+    assert err.rule in text
+
+
+def test_catalogue_is_broad() -> None:
+    distinct = {(f.__name__, fld, rule) for f, _, fld, rule in INVALID}
+    assert len(distinct) >= 30
+
+
+def test_config_error_pickles() -> None:
+    err = ConfigError("Cluster", "zone", "x", "must be a zone")
+    again = pickle.loads(pickle.dumps(err))
+    assert (again.owner, again.field, again.value, again.rule) == ("Cluster", "zone", "x", "must be a zone")
