@@ -1,0 +1,60 @@
+"""Developer sessions. ``nox -l`` lists them; ``nox -s tests`` is what CI runs.
+
+- tests:     the default test run (unit, doctests, local Ray head, protocol fakes).
+- lint:      ruff check and ruff format --check.
+- typecheck: mypy on the package.
+- docs:      mkdocs build --strict (broken links and missing pages fail).
+- bench:     benchmarks under benchmarks/, reported as ratios against a baseline.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["tests", "lint", "typecheck", "docs"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+
+
+def _install(session: nox.Session, *groups: str) -> None:
+    args = ["-e", "."]
+    for group in groups:
+        args += ["--group", group]
+    session.install(*args)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (pass extra pytest arguments after --)."""
+    _install(session, "test")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff check and format check."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "rl_lustre", "tests", "examples", "benchmarks", "noxfile.py")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy on the package."""
+    _install(session, "typecheck")
+    session.run("mypy", "rl_lustre")
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the docs in strict mode."""
+    _install(session, "docs")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Run the benchmarks; each prints its ratio against a baseline measured in the same run."""
+    _install(session, "test")
+    session.run("python", "-m", "benchmarks", *session.posargs)
