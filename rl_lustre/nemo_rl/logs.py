@@ -1,0 +1,325 @@
+"""Parse what NeMo-RL's GRPO loop prints: per-step results, timings, and checkpoint saves.
+
+The format is that of ``grpo_train`` in ``nemo_rl/algorithms/grpo.py`` (v0.4.0 era; the
+rehearsal driver prints the same lines). One step looks like this, in order::
+
+    ========================= Step 3/20 =========================
+    ▶ Preparing batch...
+    ...
+    Saving checkpoint for step 3...            (only on save steps, inside the step)
+    Removing checkpoint /ckpt/step_1 due to being outside top-2
+
+    📊 Training Results:
+      • Loss: 0.0123
+      • Generation KL Error: 0.0010
+      • Avg Reward: 0.3125
+      • Mean Generation Length: 201.2197
+
+    ⏱️  Timing:
+      • Total step time: 35.70s
+      • policy_training: 10.97s (30.7%)
+      • checkpointing: 6.49s (18.2%)
+
+    🔍 Performance Metrics:
+      • Mean Total Tokens per Sample: 204.01
+      • Throughputs (per GPU):
+        - E2E (Samples/sec/gpu): 3.59
+
+Lines from Ray workers (``(DTensorPolicyWorker pid=123, ip=...) ...``) may be
+interleaved anywhere and are ignored. A step is complete when the next step header,
+the end-of-training line, or the end of the text arrives.
+
+Use :class:`LogParser` to follow a live log line by line, or :func:`parse_log` for a
+whole text.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Literal
+
+import attrs
+
+__all__ = ["CheckpointSave", "LogParser", "ParsedLog", "StepRecord", "parse_log"]
+
+_STEP = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
+_SAVE = re.compile(r"Saving checkpoint for step (\d+)\.\.\.")
+_END = re.compile(r"(?:Max number of steps|Timeout) has been reached, stopping training early")
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
+# "  • Loss: 0.0123", "  • policy_training: 10.97s (30.7%)", "    - E2E (Tokens/sec/gpu): 1073.59"
+_ITEM = re.compile(rf"\s*[•-]\s*(?P<label>[^:]+?):\s*(?P<value>{_NUMBER})(?P<rest>.*)")
+# Ray prefixes every line a worker prints with "(ActorName pid=123, ip=10.0.0.1)".
+_RAY_WORKER = re.compile(r"\((?:\S+ )?pid=\d+")
+
+_Block = Literal["results", "timing", "performance", "validation", "other"]
+_HEADERS: list[tuple[re.Pattern[str], _Block]] = [
+    (re.compile(r".*Validation Timing:"), "other"),
+    (re.compile(r".*Validation Results:"), "validation"),
+    (re.compile(r".*Training Results:"), "results"),
+    (re.compile(r".*Timing:"), "timing"),
+    (re.compile(r".*Performance Metrics:"), "performance"),
+]
+
+
+def _key(label: str) -> str:
+    """``"Avg Reward"`` → ``"avg_reward"``; NeMo-RL's timer names pass through unchanged."""
+    return re.sub(r"[^a-z0-9/]+", "_", label.strip().lower()).strip("_")
+
+
+@attrs.frozen
+class StepRecord:
+    """What NeMo-RL printed for one training step.
+
+    Attributes:
+        step: the step number as printed (1-based).
+        total: the number of steps the run will take, as printed in the header.
+        metrics: the "Training Results" block, snake_cased (``loss``, ``avg_reward``,
+            ``mean_generation_length``, ``generation_kl_error``, ...).
+        timings: the "Timing" block in seconds, by NeMo-RL's timer name
+            (``total_step_time``, ``policy_training``, ``generation``, ``checkpointing``, ...).
+        performance: the "Performance Metrics" block, by the label as printed
+            (``"E2E (Tokens/sec/gpu)"``, ...).
+        validation: the "Validation Results" block, when validation ran in this step
+            (``accuracy``, ``average_response_length``, ``samples_processed``).
+        started_at: when the step header was read (seconds since the epoch), if known.
+    """
+
+    step: int
+    total: int
+    metrics: Mapping[str, float] = attrs.field(factory=dict)
+    timings: Mapping[str, float] = attrs.field(factory=dict)
+    performance: Mapping[str, float] = attrs.field(factory=dict)
+    validation: Mapping[str, float] = attrs.field(factory=dict)
+    started_at: float | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        """The step's total time as NeMo-RL measured it (``total_step_time``)."""
+        return self.timings.get("total_step_time")
+
+
+@attrs.frozen
+class CheckpointSave:
+    """One ``Saving checkpoint for step N...`` and how long it took.
+
+    Attributes:
+        step: the step saved.
+        started_at: when the "Saving checkpoint" line was read, if known.
+        ended_at: when the next line of the driver was read, if known.
+        timed_seconds: the ``checkpointing`` time of that step's Timing block, if printed.
+    """
+
+    step: int
+    started_at: float | None = None
+    ended_at: float | None = None
+    timed_seconds: float | None = None
+
+    @property
+    def wall_seconds(self) -> float | None:
+        """From the "Saving checkpoint" line to the next driver line, when both were timed."""
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return max(0.0, self.ended_at - self.started_at)
+
+    @property
+    def seconds(self) -> float | None:
+        """The save's duration: NeMo-RL's own ``checkpointing`` timer when printed
+        (exact, and immune to log delivery delays), else the wall-clock estimate."""
+        return self.timed_seconds if self.timed_seconds is not None else self.wall_seconds
+
+
+@attrs.frozen
+class ParsedLog:
+    """Everything :func:`parse_log` found.
+
+    Attributes:
+        steps: completed steps, in the order printed.
+        saves: checkpoint saves, in the order printed.
+        finished: the log says training reached its end (max steps or timeout).
+    """
+
+    steps: list[StepRecord]
+    saves: list[CheckpointSave]
+    finished: bool
+
+
+class LogParser:
+    """Incremental parser of NeMo-RL's GRPO stdout.
+
+    Feed it lines as they arrive; :meth:`feed` returns the records each line
+    completes. A :class:`CheckpointSave` is returned together with the
+    :class:`StepRecord` of its step, so that it carries NeMo-RL's own timing.
+
+    Args:
+        clock: where a line's arrival time comes from when :meth:`feed` is not
+            given one; None records no times.
+
+    Example:
+        >>> p = LogParser()
+        >>> p.feed("========================= Step 1/2 =========================", at=100.0)
+        []
+        >>> p.current_step, p.total_steps
+        (1, 2)
+        >>> p.feed("Saving checkpoint for step 1...", at=101.0)
+        []
+        >>> for line in ["", "📊 Training Results:", "  • Loss: 0.0123", "⏱️  Timing:",
+        ...              "  • Total step time: 4.00s", "  • checkpointing: 2.40s (60.0%)"]:
+        ...     _ = p.feed(line, at=103.5)
+        >>> step, save = p.feed("========================= Step 2/2 =========================")
+        >>> step.metrics["loss"], step.timings["checkpointing"]
+        (0.0123, 2.4)
+        >>> save.step, save.wall_seconds, save.seconds
+        (1, 2.5, 2.4)
+    """
+
+    def __init__(self, clock: Callable[[], float] | None = time.time) -> None:
+        self._clock = clock
+        self.steps: list[StepRecord] = []
+        self.saves: list[CheckpointSave] = []
+        self.finished = False
+        self.rehearsal = False
+        self._step: int | None = None
+        self._total: int | None = None
+        self._started_at: float | None = None
+        self._block: _Block | None = None
+        self._values: dict[_Block, dict[str, float]] = {}
+        self._pending_saves: list[CheckpointSave] = []
+        self._open_save: CheckpointSave | None = None
+
+    @property
+    def current_step(self) -> int | None:
+        """The step whose header was read last (it may still be running)."""
+        return self._step
+
+    @property
+    def total_steps(self) -> int | None:
+        """The run's number of steps, from the last step header."""
+        return self._total
+
+    @property
+    def completed_steps(self) -> int:
+        """The highest step known to be complete, 0 before any."""
+        return self.steps[-1].step if self.steps else 0
+
+    def feed(self, line: str, at: float | None = None) -> list[StepRecord | CheckpointSave]:
+        """Read one line (with or without its newline); return what it completes.
+
+        Args:
+            line: one line of the driver's stdout.
+            at: when the line was read (seconds since the epoch); by default the
+                parser's clock.
+        """
+        now = at if at is not None or self._clock is None else self._clock()
+        line = line.rstrip("\r\n")
+        text = line.strip()
+        if _RAY_WORKER.match(text):
+            return []
+        if text.startswith("rl_lustre rehearsal:"):
+            self.rehearsal = True
+        done: list[StepRecord | CheckpointSave] = []
+        if self._open_save is not None and text:
+            self._pending_saves.append(attrs.evolve(self._open_save, ended_at=now))
+            self._open_save = None
+
+        m = _STEP.fullmatch(text)
+        if m:
+            done += self._complete()
+            self._step, self._total = int(m.group(1)), int(m.group(2))
+            self._started_at = now
+            return done
+        m = _SAVE.fullmatch(text)
+        if m:
+            self._open_save = CheckpointSave(step=int(m.group(1)), started_at=now)
+            self._block = None
+            return done
+        if _END.fullmatch(text):
+            self.finished = True
+            return done + self._complete()
+        for pattern, block in _HEADERS:
+            if pattern.fullmatch(text):
+                self._block = block
+                return done
+        if self._block is None or not text:
+            return done
+        item = _ITEM.fullmatch(line)
+        if item is None:
+            if not line.startswith((" ", "\t")):
+                # An unindented line that is not an item ends the block.
+                self._block = None
+            return done
+        label, value = item.group("label").strip(), float(item.group("value"))
+        if self._block == "performance":
+            self._values.setdefault(self._block, {})[label] = value
+        elif self._block != "other":
+            self._values.setdefault(self._block, {})[_key(label)] = value
+        return done
+
+    def close(self) -> list[StepRecord | CheckpointSave]:
+        """Complete whatever is pending at the end of the stream and return it.
+
+        A step that printed its results is returned; a save that never finished
+        (the process was stopped during it) is returned without an end time.
+        """
+        if self._open_save is not None:
+            self._pending_saves.append(self._open_save)
+            self._open_save = None
+        return self._complete()
+
+    def _complete(self) -> list[StepRecord | CheckpointSave]:
+        out: list[StepRecord | CheckpointSave] = []
+        values, self._values, self._block = self._values, {}, None
+        timings = values.get("timing", {})
+        if self._step is not None and self._total is not None and (values.get("results") or timings):
+            record = StepRecord(
+                step=self._step,
+                total=self._total,
+                metrics=values.get("results", {}),
+                timings=timings,
+                performance=values.get("performance", {}),
+                validation=values.get("validation", {}),
+                started_at=self._started_at,
+            )
+            self.steps.append(record)
+            out.append(record)
+        for save in self._pending_saves:
+            if save.step == self._step and "checkpointing" in timings:
+                save = attrs.evolve(save, timed_seconds=timings["checkpointing"])
+            self.saves.append(save)
+            out.append(save)
+        self._pending_saves = []
+        return out
+
+
+def parse_log(text: str | Iterable[str]) -> ParsedLog:
+    """Parse a whole NeMo-RL (or rehearsal) log.
+
+    Without timestamps, a save's duration comes from the step's Timing block
+    (``checkpointing``) when it was printed.
+
+    Args:
+        text: the log as one string, or an iterable of lines.
+
+    Example:
+        >>> log = '''
+        ... ========================= Step 1/1 =========================
+        ... Saving checkpoint for step 1...
+        ...
+        ... 📊 Training Results:
+        ...   • Avg Reward: 0.5000
+        ...
+        ... ⏱️  Timing:
+        ...   • Total step time: 3.00s
+        ...   • checkpointing: 1.25s (41.7%)
+        ... Max number of steps has been reached, stopping training early
+        ... '''
+        >>> parsed = parse_log(log)
+        >>> [(s.step, s.metrics["avg_reward"]) for s in parsed.steps], parsed.saves[0].seconds
+        ([(1, 0.5)], 1.25)
+    """
+    parser = LogParser(clock=None)
+    for line in text.splitlines() if isinstance(text, str) else text:
+        parser.feed(line)
+    parser.close()
+    return ParsedLog(steps=parser.steps, saves=parser.saves, finished=parser.finished)
