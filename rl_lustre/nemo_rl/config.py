@@ -1,0 +1,398 @@
+"""NeMo-RL config resolution, offline and exactly as NeMo-RL does it.
+
+NeMo-RL v0.4.0 (``nemo_rl/utils/config.py`` and ``examples/run_grpo_math.py``):
+
+1. ``load_config``: load the YAML, pop its ``defaults:`` (a file name or a list of
+   them, relative to the YAML's directory), load those recursively and merge them in
+   order with ``OmegaConf.merge``, then merge the file itself on top.
+2. ``parse_hydra_overrides``: struct mode on, Hydra's ``OverridesParser``, then
+   Hydra's ``ConfigLoaderImpl._apply_overrides_to_config``.
+3. ``OmegaConf.to_container(resolve=True)`` with the ``mul`` resolver registered.
+
+We call the same Hydra and OmegaConf functions, so keys, types and error cases match.
+NeMo-RL wraps every failure in ``OverridesError``; we raise
+:class:`~rl_lustre.errors.PreflightError` listing each bad override, with its key,
+its value and the rule it breaks (and, for an unknown key, the nearest known keys).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, PreflightError
+from .overrides import SWEEP_RULE, syntax_rule
+from .versions import DEFAULT_VERSION, RECIPE_VERSION, nemo_rl_version
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+log = logging.getLogger("rl_lustre.nemo_rl")
+
+RECIPES_DIR = Path(__file__).parent / "recipes"
+
+
+def available_recipes(version: str = RECIPE_VERSION) -> tuple[str, ...]:
+    """Names of the recipes shipped for ``version`` (only ``0.4.0`` ships any).
+
+    Example:
+        >>> "grpo_math_70B_megatron" in available_recipes()
+        True
+    """
+    d = RECIPES_DIR / f"v{version}"
+    return tuple(sorted(p.stem for p in d.glob("*.yaml"))) if d.is_dir() else ()
+
+
+def recipe_name(recipe: str | os.PathLike[str]) -> str:
+    """``"grpo_math_1B.yaml"`` or ``"/x/grpo_math_1B.yaml"`` → ``"grpo_math_1B"``."""
+    name = Path(recipe).name
+    for ext in (".yaml", ".yml"):
+        if name.endswith(ext):
+            return name[: -len(ext)]
+    return name
+
+
+def is_recipe_path(recipe: str | os.PathLike[str]) -> bool:
+    """Whether ``recipe`` names a YAML file on disk rather than a shipped recipe."""
+    s = os.fspath(recipe)
+    return os.sep in s or "/" in s or (s.endswith((".yaml", ".yml")) and Path(s).is_file())
+
+
+def recipe_path(recipe: str | os.PathLike[str]) -> Path:
+    """The YAML file of a shipped recipe (by name) or a recipe file on disk.
+
+    Example:
+        >>> recipe_path("grpo_math_1B").name
+        'grpo_math_1B.yaml'
+
+    Raises:
+        ConfigError: no such recipe or file.
+    """
+    if is_recipe_path(recipe):
+        p = Path(recipe).expanduser()
+        if not p.is_file():
+            raise ConfigError("GRPOJob", "recipe", os.fspath(recipe), "no such recipe file")
+        return p
+    name = recipe_name(recipe)
+    p = RECIPES_DIR / f"v{RECIPE_VERSION}" / f"{name}.yaml"
+    if not p.is_file():
+        raise ConfigError(
+            "GRPOJob", "recipe", os.fspath(recipe),
+            f"is not a recipe rl_lustre knows (known: {', '.join(available_recipes())}); "
+            "pass the path of a NeMo-RL YAML file instead",
+        )
+    return p
+
+
+def _load_chain(path: Path, seen: tuple[Path, ...] = ()) -> DictConfig:
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    path = path.resolve()
+    if path in seen:
+        chain = " -> ".join(p.name for p in (*seen, path))
+        raise ConfigError("recipe", "defaults", str(path), f"the defaults chain loops: {chain}")
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as exc:
+        raise ConfigError("recipe", "file", str(path), f"is not readable YAML: {exc}") from exc
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError("recipe", "file", str(path), "must be a YAML mapping, not a list")
+    if "defaults" not in cfg:
+        return cfg
+    defaults = cfg.pop("defaults")
+    parents = [str(d) for d in defaults] if isinstance(defaults, ListConfig) else [str(defaults)]
+    base = OmegaConf.create({})
+    for parent in parents:
+        ppath = Path(parent) if parent.startswith("/") else path.parent / parent
+        if not ppath.is_file():
+            raise ConfigError("recipe", "defaults", parent, f"{path.name} inherits from a file that does not exist")
+        base = OmegaConf.merge(base, _load_chain(ppath, (*seen, path)))
+    merged = OmegaConf.merge(base, cfg)
+    assert isinstance(merged, DictConfig)
+    return merged
+
+
+@functools.lru_cache(maxsize=32)
+def _shipped(name: str, version: str) -> tuple[DictConfig, tuple[str, ...]]:
+    """A shipped recipe for ``version`` and the notes that go with it (cached; copy before use)."""
+    from omegaconf import OmegaConf
+
+    cfg = _load_chain(recipe_path(name))
+    info = nemo_rl_version(version)
+    if info.has_recipes:
+        return cfg, ()
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(raw, dict)
+    moved = []
+    for r in info.renames:
+        value = _pop_path(raw, r.old)
+        if value is not _MISSING:
+            _set_path(raw, r.new, value)
+            moved.append(f"{r.old} -> {r.new}")
+    note = (
+        f"rl_lustre ships NeMo-RL recipes for {RECIPE_VERSION} only; checking {name!r} for NeMo-RL "
+        f"{version} against the {RECIPE_VERSION} keys"
+        + (f" with the known renames ({', '.join(moved)})" if moved else "")
+        + ". Keys added or removed in between are not known."
+    )
+    log.warning("%s", note)
+    return OmegaConf.create(raw), (note,)
+
+
+def load_recipe_with_notes(
+    recipe: str | os.PathLike[str], version: str = DEFAULT_VERSION
+) -> tuple[DictConfig, list[str]]:
+    """:func:`load_recipe`, plus warnings about how well the recipe matches ``version``."""
+    if is_recipe_path(recipe):
+        return _load_chain(recipe_path(recipe)), []
+    cfg, notes = _shipped(recipe_name(recipe), version)
+    return copy.deepcopy(cfg), list(notes)
+
+
+def load_recipe(recipe: str | os.PathLike[str], version: str = DEFAULT_VERSION) -> DictConfig:
+    """A NeMo-RL recipe with its ``defaults:`` chain merged, not yet resolved.
+
+    ``recipe`` is a shipped recipe's name (``grpo_math_70B_megatron``) or the path of a
+    YAML file (whose ``defaults:`` are read relative to it). For a ``version`` other
+    than 0.4.0, the 0.4.0 recipe is returned with the known key renames applied, and a
+    warning is logged.
+
+    Example:
+        >>> cfg = load_recipe("grpo_math_70B_megatron")
+        >>> cfg.policy.megatron_cfg.tensor_model_parallel_size, cfg.policy.model_name
+        (4, 'meta-llama/Llama-3.3-70B-Instruct')
+
+    Raises:
+        ConfigError: unknown recipe, unreadable YAML, or a broken ``defaults:`` chain.
+    """
+    return load_recipe_with_notes(recipe, version)[0]
+
+
+def register_resolvers() -> None:
+    """Register the OmegaConf resolvers NeMo-RL v0.4.0's GRPO example registers (``mul``)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("mul"):
+        OmegaConf.register_new_resolver("mul", lambda a, b: a * b)
+
+
+def config_keys(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
+    """Every dotted path in ``cfg``: leaves and the mappings above them."""
+    from omegaconf import DictConfig, OmegaConf
+
+    raw = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
+    out: list[str] = []
+
+    def walk(node: Mapping[str, Any], prefix: str) -> None:
+        for k, v in node.items():
+            path = f"{prefix}{k}"
+            out.append(path)
+            if isinstance(v, Mapping):
+                walk(v, path + ".")
+
+    assert isinstance(raw, Mapping)
+    walk(raw, "")
+    return out
+
+
+def nearest_keys(key: str, known: Sequence[str], n: int = 3) -> list[str]:
+    """The known keys closest to ``key`` (by spelling, then by last component)."""
+    close = difflib.get_close_matches(key, known, n=n, cutoff=0.6)
+    if len(close) < n:
+        last = key.rsplit(".", 1)[-1]
+        tails = {k.rsplit(".", 1)[-1]: k for k in reversed(known)}
+        for t in difflib.get_close_matches(last, list(tails), n=n, cutoff=0.75):
+            if tails[t] not in close:
+                close.append(tails[t])
+    return close[:n]
+
+
+def missing_key_rule(key: str, known: Sequence[str]) -> str:
+    near = nearest_keys(key, known)
+    hint = f"nearest known keys: {', '.join(near)}" if near else "no similar key exists"
+    return (
+        f"the recipe has no key {key!r} ({hint}); to add a new key write '+{key}=value' "
+        "(in GRPOJob.overrides: {'+" + key + "': value})"
+    )
+
+
+def apply_overrides(
+    cfg: DictConfig,
+    overrides: Sequence[str],
+    *,
+    owner: str,
+    values: Sequence[Any] | None = None,
+    version: str = DEFAULT_VERSION,
+) -> list[ConfigError]:
+    """Apply Hydra overrides in place as NeMo-RL does; return a problem per bad override.
+
+    A bad override is skipped and the rest still apply, so every problem is reported
+    at once. ``values`` (parallel to ``overrides``) are what errors show as the value;
+    by default, the text after ``=``.
+    """
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from omegaconf import OmegaConf
+
+    from .overrides import _hydra_parse
+
+    info = nemo_rl_version(version)
+    OmegaConf.set_struct(cfg, True)
+    problems: list[ConfigError] = []
+    for i, text in enumerate(overrides):
+        key = text.lstrip("+~").split("=", 1)[0]
+        shown = values[i] if values is not None else text.split("=", 1)[1] if "=" in text else None
+
+        def problem(rule: str, *, field: str = key, value: Any = shown) -> None:
+            problems.append(ConfigError(owner, field, value, rule))
+
+        try:
+            parsed = _hydra_parse(text)
+        except Exception as exc:
+            problem(syntax_rule(exc))
+            continue
+        key = parsed.key_or_group
+        if parsed.is_sweep_override():
+            problem(SWEEP_RULE, field=key)
+            continue
+        rename = info.renamed_from(key)
+        if rename is not None and OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
+            problem(f"NeMo-RL {info.version} renamed {rename.old!r} to {rename.new!r} "
+                    f"(since {rename.since}); write {info.key(key)!r}", field=key)
+            continue
+        try:
+            ConfigLoaderImpl._apply_overrides_to_config(overrides=[parsed], cfg=cfg)
+        except Exception as exc:
+            msg = str(exc)
+            if msg.startswith("Could not override"):
+                known = config_keys(cfg)
+                missing = key
+                if key in known and isinstance(parsed.value(), Mapping):
+                    # The mapping exists; struct mode refused a sub-key it lacks.
+                    subs = [f"{key}.{k}" for k in flatten(parsed.value())]
+                    missing = next((k for k in subs if k not in known), key)
+                problem(missing_key_rule(missing, known), field=key)
+            elif msg.startswith("Could not append to config"):
+                problem(f"'+' adds a key, but {key!r} already exists; drop the '+' to change it "
+                        "(or write '++' to add or change it)", field=key)
+            elif msg.startswith("Could not delete"):
+                problem(f"'~' deletes a key, but the recipe has no {key!r}", field=key)
+            else:
+                cause = exc.__cause__ or exc
+                detail = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+                problem(f"Hydra/OmegaConf cannot apply this override: {detail}", field=key)
+    return problems
+
+
+def resolve(cfg: DictConfig, *, owner: str) -> dict[str, Any]:
+    """``OmegaConf.to_container(cfg, resolve=True)``, errors translated."""
+    from omegaconf import OmegaConf
+
+    register_resolvers()
+    try:
+        out = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as exc:
+        key = getattr(exc, "full_key", None) or "config"
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PreflightError([ConfigError(owner, key, None, f"cannot be resolved: {detail}")]) from exc
+    assert isinstance(out, dict)
+    return out
+
+
+def resolve_config(
+    recipe_or_cfg: str | os.PathLike[str] | DictConfig | Mapping[str, Any],
+    overrides: Sequence[str] = (),
+    version: str = DEFAULT_VERSION,
+) -> dict[str, Any]:
+    """The config NeMo-RL would run: recipe + Hydra overrides, interpolations resolved.
+
+    Example:
+        >>> cfg = resolve_config("grpo_math_70B_megatron",
+        ...                      ["policy.max_total_sequence_length=8192", "grpo.max_num_steps=20"])
+        >>> cfg["policy"]["generation"]["vllm_cfg"]["max_model_len"], cfg["grpo"]["max_num_steps"]
+        (8192, 20)
+
+    Args:
+        recipe_or_cfg: a recipe name, a YAML path, a ``DictConfig`` (left unchanged) or
+            a plain mapping.
+        overrides: Hydra override strings (``key=v``, ``+key=v``, ``++key=v``, ``~key``).
+        version: the NeMo-RL version (key renames; recipes ship for 0.4.0).
+
+    Returns:
+        A nested plain dict.
+
+    Raises:
+        PreflightError: (a ``ConfigError``) listing every override NeMo-RL would reject
+            (unknown key, bad syntax, sweep, '+' on an existing key, ...), or an
+            interpolation that does not resolve.
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(recipe_or_cfg, (str, os.PathLike)):
+        cfg = load_recipe(recipe_or_cfg, version)
+        owner = recipe_name(recipe_or_cfg)
+    elif isinstance(recipe_or_cfg, DictConfig):
+        cfg = copy.deepcopy(recipe_or_cfg)
+        owner = "config"
+    elif isinstance(recipe_or_cfg, Mapping):
+        cfg = OmegaConf.create(dict(recipe_or_cfg))
+        owner = "config"
+    else:
+        raise ConfigError("resolve_config", "recipe_or_cfg", recipe_or_cfg,
+                          "must be a recipe name, a YAML path, a DictConfig or a mapping")
+    if isinstance(overrides, str):
+        raise ConfigError(owner, "overrides", overrides, "must be a sequence of override strings, not one string")
+    problems = apply_overrides(cfg, list(overrides), owner=owner, version=version)
+    if problems:
+        raise PreflightError(problems)
+    return resolve(cfg, owner=owner)
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted keys → leaf values; empty mappings and all lists are leaves.
+
+    Example:
+        >>> flatten({"a": {"b": 1, "c": {}}, "d": [1, 2]})
+        {'a.b': 1, 'a.c': {}, 'd': [1, 2]}
+    """
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, path + "."))
+        else:
+            out[path] = v
+    return out
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING: Any = _Missing()
+
+
+def _pop_path(d: dict[str, Any], path: str) -> Any:
+    *parents, last = path.split(".")
+    node: Any = d
+    for p in parents:
+        node = node.get(p) if isinstance(node, dict) else None
+        if node is None:
+            return _MISSING
+    return node.pop(last, _MISSING) if isinstance(node, dict) else _MISSING
+
+
+def _set_path(d: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    node = d
+    for p in parents:
+        if not isinstance(node.get(p), dict):
+            node[p] = {}
+        node = node[p]
+    node[last] = value
