@@ -32,6 +32,7 @@ __all__ = [
     "CSI_DRIVER",
     "PENDING_ANNOTATION",
     "PLACEHOLDER_IP",
+    "RAY_AUTH_TOKEN",
     "REDACTED",
     "SecretValue",
     "build_manifests",
@@ -240,7 +241,7 @@ def _secret(
 ) -> dict[str, Any]:
     data: dict[str, str]
     if secret_values is None:
-        data = {name: REDACTED for name in cluster.secrets} if redact else {}
+        data = dict.fromkeys(cluster.secrets, REDACTED) if redact else {}
     else:
         unknown = sorted(set(secret_values) - set(cluster.secrets))
         if unknown:
