@@ -1,1 +1,318 @@
-"""Placeholder replaced by the sizing helper."""
+"""Sizing a Managed Lustre instance for a model's checkpoints.
+
+The reference workflow guesses the capacity and tier. :func:`size_lustre` derives them
+from what the volume must hold and how fast a checkpoint must land:
+
+- **Bytes per parameter.** A full Megatron checkpoint, which NeMo-RL's Megatron backend
+  writes so that a run can resume, holds the bf16 weights (2 B per parameter), the fp32
+  master weights (4 B) and Adam's two fp32 moments (4 B + 4 B): 14 B per parameter.
+  :data:`CHECKPOINT_BYTES_PER_PARAM` rounds that up to 16 to cover what scales with the
+  model but is not a parameter (per-tensor metadata and padding of the sharded format,
+  gradient-scaler, scheduler and RNG state): guessing low makes a save fail part-way,
+  guessing high only costs capacity.
+- **Capacity.** ``checkpoints_kept`` finished checkpoints plus two in flight (NeMo-RL
+  writes ``tmp_step_N`` before it deletes the oldest ``step_N``, and a resumed run may
+  find a stale ``tmp_step_*``), times ``headroom`` (1.25 keeps the file system at most
+  80 % full, past which Lustre slows down), plus ``extra_gib`` (the Hugging Face cache,
+  datasets, logs).
+- **Throughput.** One checkpoint must be written within ``target_write_seconds`` at
+  the instance's aggregate throughput (tier MB/s per TiB × TiB; 1 MB = 10⁶ bytes).
+
+Among the capacities that satisfy both on each tier, the smallest capacity wins; on
+equal capacity the lower tier wins, since it costs less per GiB.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+import attrs
+
+from .catalog import LUSTRE_TIERS
+from .errors import ConfigError
+from .volume import LustreVolume
+
+__all__ = [
+    "CHECKPOINT_BYTES_PER_PARAM",
+    "DEFAULT_HEADROOM",
+    "IN_FLIGHT_CHECKPOINTS",
+    "LustreSizing",
+    "checkpoint_bytes",
+    "parse_param_count",
+    "size_lustre",
+]
+
+CHECKPOINT_BYTES_PER_PARAM = 16
+"""Bytes per parameter of a full Megatron checkpoint: bf16 weights (2) + fp32 master
+weights (4) + Adam m and v (8) = 14, rounded up to 16 for non-parameter state."""
+
+IN_FLIGHT_CHECKPOINTS = 2
+"""Checkpoints that may exist beyond ``keep_top_k``: the one being written and a stale
+``tmp_step_*`` left by an interrupted save."""
+
+DEFAULT_HEADROOM = 1.25
+"""Capacity over what checkpoints need, so the file system stays at most 80 % full."""
+
+_GIB = 1024**3
+_MB = 10**6
+_SCALE = {"m": 10**6, "b": 10**9, "t": 10**12}
+# A size token such as "72B", "1.5b", "560M" or "8x7B", standing alone between separators,
+# so that "Qwen2.5" (a version) and "A3B" (active parameters of an MoE) do not match.
+_SIZE = re.compile(r"(?<![A-Za-z0-9.])(?:(\d+)x)?(\d+(?:\.\d+)?)([mbt])(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+def parse_param_count(model: str) -> int | None:
+    """The parameter count a model name states, or None when it states none.
+
+    The last path component is searched for size tokens (``72B``, ``1.5b``, ``560M``);
+    when there are several, the largest wins. A mixture-of-experts name ``E x S B``
+    counts ``E × S`` (``8x7B`` → 56 B): an upper bound, since experts share their
+    attention layers (Mixtral 8x7B has 46.7 B), and an overestimate is the safe side
+    for sizing. Names that state only active parameters (``-A3B``) or experts
+    (``-16E``) are not multiplied out; pass the real count to :func:`size_lustre`.
+
+    Example:
+        >>> parse_param_count("Qwen/Qwen2.5-72B-Instruct")
+        72000000000
+        >>> parse_param_count("meta-llama/Llama-3.1-8B"), parse_param_count("Qwen2.5-0.5B")
+        (8000000000, 500000000)
+        >>> parse_param_count("mistralai/Mixtral-8x7B-v0.1")
+        56000000000
+        >>> parse_param_count("gpt2") is None
+        True
+    """
+    if not isinstance(model, str):
+        return None
+    leaf = model.rstrip("/").rsplit("/", 1)[-1]
+    counts = [
+        int(Decimal(int(experts or 1)) * Decimal(size) * _SCALE[unit.lower()])
+        for experts, size, unit in _SIZE.findall(leaf)
+    ]
+    counts = [c for c in counts if c > 0]
+    return max(counts) if counts else None
+
+
+def checkpoint_bytes(params: float, bytes_per_param: float = CHECKPOINT_BYTES_PER_PARAM) -> int:
+    """Bytes of one full training checkpoint of a model with ``params`` parameters.
+
+    Example:
+        >>> checkpoint_bytes(72e9)
+        1152000000000
+
+    Raises:
+        ConfigError: ``params`` or ``bytes_per_param`` is not a positive number.
+    """
+    _positive("checkpoint_bytes", "params", params)
+    _positive("checkpoint_bytes", "bytes_per_param", bytes_per_param)
+    return math.ceil(Fraction(params) * Fraction(bytes_per_param))
+
+
+def _positive(owner: str, field: str, value: Any) -> None:
+    if (not isinstance(value, (int, float)) or isinstance(value, bool)
+            or not math.isfinite(value) or value <= 0):
+        raise ConfigError(owner, field, value, "must be a finite number greater than 0")
+
+
+@attrs.frozen(kw_only=True)
+class LustreSizing:
+    """The smallest valid Managed Lustre instance for a model's checkpoints.
+
+    Example:
+        >>> from rl_lustre.sizing import size_lustre
+        >>> s = size_lustre("Qwen/Qwen2.5-72B-Instruct")
+        >>> s.capacity_gib, s.throughput_mbps_per_tib
+        (9000, 1000)
+        >>> s.volume("rl-demo-lustre").capacity_gib
+        9000
+
+    Attributes:
+        model: the model name sized for, if one was given.
+        params: the parameter count used.
+        bytes_per_param: bytes per parameter assumed for a checkpoint.
+        checkpoint_bytes: bytes of one checkpoint.
+        checkpoints_kept: finished checkpoints kept (``keep_top_k``).
+        headroom: capacity factor over what the checkpoints need.
+        extra_gib: room added for other data (model cache, datasets, logs).
+        target_write_seconds: the longest acceptable time to write one checkpoint.
+        required_gib: the capacity the checkpoints, headroom and extra need.
+        required_mbps: the aggregate throughput the write target needs.
+        capacity_gib: the chosen capacity.
+        throughput_mbps_per_tib: the chosen tier.
+        aggregate_mbps: the chosen instance's aggregate throughput in MB/s.
+        estimated_write_seconds: one checkpoint at that throughput.
+        options: the smallest valid capacity on every tier, as ``(tier, capacity_gib)``.
+    """
+
+    model: str | None
+    params: int
+    bytes_per_param: float
+    checkpoint_bytes: int
+    checkpoints_kept: int
+    headroom: float
+    extra_gib: float
+    target_write_seconds: float
+    required_gib: float
+    required_mbps: float
+    capacity_gib: int
+    throughput_mbps_per_tib: int
+    aggregate_mbps: float
+    estimated_write_seconds: float
+    options: tuple[tuple[int, int], ...]
+
+    def volume(self, name: str, **kwargs: Any) -> LustreVolume:
+        """A :class:`~rl_lustre.volume.LustreVolume` of the chosen capacity and tier.
+
+        Example:
+            >>> from rl_lustre.sizing import size_lustre
+            >>> size_lustre(params=8e9).volume("rl-8b", filesystem="ckpt").filesystem
+            'ckpt'
+
+        Args:
+            name: the instance id.
+            **kwargs: any other ``LustreVolume`` field except the two chosen here.
+
+        Raises:
+            ConfigError: ``kwargs`` sets the capacity or tier, or a field is invalid.
+        """
+        for field in ("capacity_gib", "throughput_mbps_per_tib"):
+            if field in kwargs:
+                raise ConfigError("LustreSizing.volume", field, kwargs[field],
+                                  "is chosen by the sizing; evolve the returned volume to override it")
+        return LustreVolume(name=name, capacity_gib=self.capacity_gib,
+                            throughput_mbps_per_tib=self.throughput_mbps_per_tib, **kwargs)
+
+    def __str__(self) -> str:
+        what = self.model if self.model is not None else "a model"
+        kept = self.checkpoints_kept
+        extra = f" + {self.extra_gib:,g} GiB extra" if self.extra_gib else ""
+        others = ", ".join(f"{tier} → {cap:,} GiB" for tier, cap in self.options)
+        return "\n".join([
+            f"Lustre sizing for {what} ({self.params / 1e9:,.3g} B parameters)",
+            f"  checkpoint   {_bytes(self.checkpoint_bytes)} "
+            f"({self.bytes_per_param:g} B/param: bf16 weights, fp32 master weights, Adam m and v)",
+            f"  capacity     {kept} kept + {IN_FLIGHT_CHECKPOINTS} in flight, × {self.headroom:g} headroom"
+            f"{extra} = {self.required_gib:,.0f} GiB needed",
+            f"  throughput   one checkpoint in {self.target_write_seconds:g} s needs "
+            f"{self.required_mbps:,.0f} MB/s",
+            f"  chosen       {self.capacity_gib:,} GiB ({self.capacity_gib / 1024:,.1f} TiB) at "
+            f"{self.throughput_mbps_per_tib} MB/s/TiB = {self.aggregate_mbps:,.0f} MB/s; "
+            f"a checkpoint writes in ≈ {self.estimated_write_seconds:,.0f} s",
+            f"  per tier     {others} (MB/s/TiB → smallest valid capacity; smallest wins, "
+            "ties go to the lower tier)",
+        ])
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n >= scale:
+            return f"{n / scale:,.3g} {unit}"
+    return f"{n:,.0f} B"
+
+
+def _smallest_capacity(tier: int, need_gib: Fraction, need_mbps: Fraction) -> int:
+    spec = LUSTRE_TIERS[tier]
+    # Each step adds tier × step / 1024 MB/s of aggregate throughput.
+    steps = max(
+        math.ceil(Fraction(spec.min_gib, spec.step_gib)),
+        math.ceil(need_gib / spec.step_gib),
+        math.ceil(need_mbps * 1024 / (tier * spec.step_gib)),
+    )
+    return steps * spec.step_gib
+
+
+def size_lustre(
+    model: str | None = None,
+    *,
+    params: float | None = None,
+    checkpoints_kept: int = 2,
+    target_write_seconds: float = 300.0,
+    bytes_per_param: float = CHECKPOINT_BYTES_PER_PARAM,
+    headroom: float = DEFAULT_HEADROOM,
+    extra_gib: float = 0,
+) -> LustreSizing:
+    """The smallest valid Managed Lustre capacity and tier for a model's checkpoints.
+
+    The volume must hold ``checkpoints_kept + 2`` checkpoints (two in flight) times
+    ``headroom``, plus ``extra_gib``; one checkpoint must be written within
+    ``target_write_seconds`` at the tier's aggregate throughput. On each tier the
+    smallest valid capacity (at least its minimum, a multiple of its step) meeting both
+    is found; the smallest of those wins, and on a tie the lower tier (cheaper per
+    GiB). A checkpoint is ``bytes_per_param`` bytes per parameter, 16 by default: a
+    full Megatron checkpoint holds bf16 weights (2 B), fp32 master weights (4 B) and
+    Adam's m and v (8 B), 14 B, rounded up for non-parameter state (see the module
+    documentation). Above about 1.5 PiB the service uses larger steps and has the last
+    word.
+
+    Example:
+        >>> from rl_lustre.sizing import size_lustre
+        >>> s = size_lustre("Qwen/Qwen2.5-72B-Instruct", checkpoints_kept=2, target_write_seconds=300)
+        >>> s.capacity_gib, s.throughput_mbps_per_tib, round(s.estimated_write_seconds)
+        (9000, 1000, 131)
+
+    Args:
+        model: a model name stating its size (``"Qwen/Qwen2.5-72B-Instruct"``,
+            ``"Llama-3.1-8B"``, ``"Mixtral-8x7B"``); see :func:`parse_param_count`.
+        params: the parameter count; overrides what ``model`` states.
+        checkpoints_kept: finished checkpoints kept (NeMo-RL's ``keep_top_k``).
+        target_write_seconds: the longest acceptable time to write one checkpoint.
+        bytes_per_param: bytes per parameter of one checkpoint.
+        headroom: capacity factor over the checkpoints, at least 1.
+        extra_gib: GiB for everything else on the volume (``HF_HOME``, datasets, logs).
+
+    Raises:
+        ConfigError: neither ``model`` (with a size in its name) nor ``params`` is
+            given, or a number is out of range; the error names the argument.
+    """
+    owner = "size_lustre"
+    if model is not None and not isinstance(model, str):
+        raise ConfigError(owner, "model", model, "must be a model name such as 'Qwen/Qwen2.5-72B-Instruct'")
+    if params is None:
+        if model is None:
+            raise ConfigError(owner, "params", None, "give a model name stating its size, or params=")
+        parsed = parse_param_count(model)
+        if parsed is None:
+            raise ConfigError(owner, "model", model,
+                              "states no parameter count (like '72B' or '1.5B'); pass params= as well")
+        count = parsed
+    else:
+        _positive(owner, "params", params)
+        count = math.ceil(params)
+    if not isinstance(checkpoints_kept, int) or isinstance(checkpoints_kept, bool) or checkpoints_kept < 1:
+        raise ConfigError(owner, "checkpoints_kept", checkpoints_kept, "must be a whole number of at least 1")
+    _positive(owner, "target_write_seconds", target_write_seconds)
+    _positive(owner, "bytes_per_param", bytes_per_param)
+    _positive(owner, "headroom", headroom)
+    if headroom < 1:
+        raise ConfigError(owner, "headroom", headroom, "must be at least 1 (1.25 keeps the volume 80 % full)")
+    if (not isinstance(extra_gib, (int, float)) or isinstance(extra_gib, bool)
+            or not math.isfinite(extra_gib) or extra_gib < 0):
+        raise ConfigError(owner, "extra_gib", extra_gib, "must be a finite number of at least 0")
+
+    ckpt = checkpoint_bytes(count, bytes_per_param)
+    need_gib = (Fraction(checkpoints_kept + IN_FLIGHT_CHECKPOINTS) * ckpt * Fraction(headroom) / _GIB
+                + Fraction(extra_gib))
+    need_mbps = Fraction(ckpt) / Fraction(target_write_seconds) / _MB
+    options = tuple((tier, _smallest_capacity(tier, need_gib, need_mbps)) for tier in sorted(LUSTRE_TIERS))
+    tier, capacity = min(options, key=lambda o: (o[1], o[0]))
+    aggregate = LUSTRE_TIERS[tier].throughput_mbps(capacity)
+    return LustreSizing(
+        model=model,
+        params=count,
+        bytes_per_param=bytes_per_param,
+        checkpoint_bytes=ckpt,
+        checkpoints_kept=checkpoints_kept,
+        headroom=headroom,
+        extra_gib=extra_gib,
+        target_write_seconds=target_write_seconds,
+        required_gib=float(need_gib),
+        required_mbps=float(need_mbps),
+        capacity_gib=capacity,
+        throughput_mbps_per_tib=tier,
+        aggregate_mbps=aggregate,
+        estimated_write_seconds=ckpt / (aggregate * _MB),
+        options=tuple(sorted(options, key=lambda o: -o[0])),
+    )
