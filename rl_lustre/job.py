@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import math
+import posixpath
+import re
+import shlex
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from . import _validate as v
+from .errors import ConfigError
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -18,6 +25,66 @@ JOB_NAME_RULE = (
 )
 _REL_PATH_RULE = "must be a relative path inside the volume (no leading '/', no '..')"
 _REL_PATH = r"(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_.@+-][A-Za-z0-9_.@+/-]*"
+_OVERRIDE_KEY = re.compile(r"(?:\+\+?)?[A-Za-z_][\w-]*(?:\.[A-Za-z0-9_][\w-]*)*")
+_SECRET_WORDS = frozenset({"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
+_SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "APIKEY", "CREDENTIALS")
+# NeMo-RL re-reads the job's runtime env only with this set (it starts its own actors).
+_RESERVED_ENV = {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
+
+log = logging.getLogger("rl_lustre.job")
+
+
+def looks_secret(name: str) -> bool:
+    """Whether an environment variable name looks like it holds a secret.
+
+    Whole words count (``HF_TOKEN``, ``WANDB_API_KEY``, ``DB_PASSWORD``), so that
+    ``TOKENIZERS_PARALLELISM`` or ``MONKEY_PATCH`` do not.
+
+    Example:
+        >>> looks_secret("HF_TOKEN"), looks_secret("wandb_api_key"), looks_secret("TOKENIZERS_PARALLELISM")
+        (True, True, False)
+    """
+    words = [w for w in re.split(r"[^A-Z0-9]+", name.upper()) if w]
+    return any(w in _SECRET_WORDS or w.endswith(_SECRET_SUFFIXES) for w in words)
+
+
+def _check_env(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, Mapping):
+        v.fail(inst, attr.name, value, "must be a mapping of environment variable name to value")
+    v.env_name(inst, attr, value)
+    for name, val in value.items():
+        if looks_secret(name):
+            v.fail(inst, attr.name, name,
+                   "looks like a secret, and the job's environment is stored in plain text in Ray's job "
+                   f"records and dashboard; list {name!r} in Cluster.secrets instead (it then reaches "
+                   "the pods through a Kubernetes Secret)")
+        if name in _RESERVED_ENV:
+            v.fail(inst, attr.name, name, f"is set by rl_lustre ({name}={_RESERVED_ENV[name]}, which NeMo-RL needs)")
+        if not isinstance(val, str):
+            v.fail(inst, f"{attr.name}[{name!r}]", val, "environment values must be strings")
+
+
+def _override_value_ok(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_override_value_ok(x) for x in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _override_value_ok(x) for k, x in value.items())
+    return False
+
+
+def _check_overrides(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, Mapping):
+        v.fail(inst, "overrides", value, "must be a mapping of NeMo-RL key to value")
+    for key, val in value.items():
+        if not isinstance(key, str) or not _OVERRIDE_KEY.fullmatch(key):
+            v.fail(inst, "overrides", key,
+                   "keys are dotted NeMo-RL config keys like 'grpo.val_period'; prefix '+' to add a key "
+                   "the recipe lacks ('++' adds or replaces)")
+        if not _override_value_ok(val):
+            v.fail(inst, f"overrides[{key!r}]", val,
+                   "values must be None, bool, int, float, str, or lists and string-keyed dicts of those")
 
 
 @attrs.frozen(kw_only=True)
@@ -26,7 +93,7 @@ class GRPOJob:
 
     Defaults reproduce the reference workflow's job: the v0.4.0 recipe
     ``grpo_math_70B_megatron`` on ``Qwen/Qwen2.5-72B-Instruct`` with DeepScaler,
-    20 steps of 32 prompts × 8 generations, global batch 256, a checkpoint every
+    20 steps of 32 prompts x 8 generations, global batch 256, a checkpoint every
     2 steps keeping 2. Vary it with ``attrs.evolve``::
 
         sweep = [attrs.evolve(base, name=f"lr-{i}", overrides={"policy.megatron_cfg.optimizer.lr": lr})
@@ -93,7 +160,9 @@ class GRPOJob:
     checkpointing: bool = attrs.field(default=True, validator=v.boolean)
     save_period: int = attrs.field(default=2, validator=v.integer(min=1))
     keep_top_k: int | None = attrs.field(default=2, validator=v.integer(min=1, optional=True))
-    metric_name: str | None = attrs.field(default=None)
+    metric_name: str | None = attrs.field(
+        default=None, validator=v.matches(r".+", "must be a metric like 'val:accuracy' or None", optional=True)
+    )
     checkpoint_root: str = attrs.field(default="checkpoints", validator=v.matches(_REL_PATH, _REL_PATH_RULE))
     log_root: str = attrs.field(default="logs", validator=v.matches(_REL_PATH, _REL_PATH_RULE))
     hf_home: str = attrs.field(default="huggingface_cache", validator=v.matches(_REL_PATH, _REL_PATH_RULE))
@@ -101,10 +170,235 @@ class GRPOJob:
     wandb_project: str | None = attrs.field(
         default=None, validator=v.matches(r"[A-Za-z0-9_.-]{1,128}", "must be a W&B project name", optional=True)
     )
-    overrides: Mapping[str, Any] = attrs.field(factory=dict, converter=v.to_frozen_mapping)
-    env: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping)
-    working_dir: str | None = attrs.field(default=None)
-    excludes: tuple[str, ...] = attrs.field(default=(), converter=v.to_tuple)
+    # Passed as ``overrides=``; stored under another name because ``overrides(cluster)`` is
+    # the method that returns every override the job sends.
+    extra_overrides: Mapping[str, Any] = attrs.field(
+        alias="overrides", factory=dict, converter=v.to_frozen_mapping, validator=_check_overrides
+    )
+    env: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=_check_env)
+    working_dir: str | None = attrs.field(
+        default=None, validator=v.matches(r".+", "must be a local directory path", optional=True)
+    )
+    excludes: tuple[str, ...] = attrs.field(
+        default=(), converter=v.to_tuple,
+        validator=attrs.validators.deep_iterable(
+            v.matches(r".+", "must be a non-empty .rayignore-style pattern"), attrs.validators.instance_of(tuple)
+        ),
+    )
     nemo_rl_dir: str = attrs.field(
         default="/opt/nemo-rl", validator=v.matches(r"/[^\s'\"]*", "must be an absolute path without spaces")
     )
+
+    @property
+    def recipe_name(self) -> str:
+        """The recipe without a ``.yaml`` suffix."""
+        from .nemo_rl.config import recipe_name
+
+        return recipe_name(self.recipe)
+
+    def checkpoint_dir(self, cluster: Cluster) -> str:
+        """``<mount>/<checkpoint_root>/<name>``: where NeMo-RL saves and resumes this run.
+
+        Example:
+            >>> from rl_lustre import Cluster, GRPOJob
+            >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+            >>> GRPOJob(name="run-1").checkpoint_dir(c)
+            '/lustre/checkpoints/run-1'
+        """
+        return posixpath.join(cluster.mount_path, self.checkpoint_root, self.name)
+
+    def log_dir(self, cluster: Cluster) -> str:
+        """``<mount>/<log_root>/<name>``; NeMo-RL adds an ``exp_NNN`` folder per start."""
+        return posixpath.join(cluster.mount_path, self.log_root, self.name)
+
+    def hf_home_path(self, cluster: Cluster) -> str:
+        """``HF_HOME`` on the volume, shared by every node."""
+        return posixpath.join(cluster.mount_path, self.hf_home)
+
+    def nemo_rl_version_for(self, cluster: Cluster) -> str:
+        """The NeMo-RL version this job runs on ``cluster``: the job's, the image's, or 0.4.0."""
+        from .nemo_rl.versions import version_for
+
+        return version_for(self, cluster)
+
+    def _uses_megatron(self, version: str) -> bool:
+        from .nemo_rl.config import load_recipe
+
+        try:
+            cfg = load_recipe(self.recipe, version)
+        except ConfigError:
+            # A recipe we do not ship (it may exist in the image): go by its name.
+            return "megatron" in self.recipe_name
+        return bool(cfg.get("policy", {}).get("megatron_cfg", {}).get("enabled", False))
+
+    def overrides(self, cluster: Cluster) -> dict[str, Any]:
+        """Every NeMo-RL override this job passes, in order: dotted key → typed value.
+
+        The order is the reference command's, then ``logger.log_dir`` (on the volume),
+        ``logger.wandb.project`` when set, then the job's own ``overrides``. A key of
+        those that we also set replaces our value in place; a key written ``+key`` is
+        added to the recipe (the ``+`` stays in the key).
+
+        Example:
+            >>> from rl_lustre import Cluster, GRPOJob
+            >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+            >>> o = GRPOJob(name="run-1", overrides={"grpo.max_num_steps": 5}).overrides(c)
+            >>> o["policy.megatron_cfg.converter_type"], o["grpo.max_num_steps"], o["cluster.num_nodes"]
+            ('Qwen2ForCausalLM', 5, 8)
+        """
+        from .nemo_rl.models import converter_for
+        from .nemo_rl.versions import nemo_rl_version
+
+        version = nemo_rl_version(self.nemo_rl_version_for(cluster))
+        out: dict[str, Any] = {"policy.model_name": self.model}
+        if self._uses_megatron(version.version):
+            converter = self.converter_type or converter_for(self.model)
+            if converter is not None:
+                out["policy.megatron_cfg.converter_type"] = converter
+        out.update({
+            "logger.wandb_enabled": self.wandb,
+            "cluster.num_nodes": cluster.num_nodes,
+            "cluster.gpus_per_node": cluster.gpus_per_node,
+            "logger.wandb.name": self.name,
+            "grpo.max_num_steps": self.max_num_steps,
+            "grpo.num_generations_per_prompt": self.num_generations_per_prompt,
+            "grpo.num_prompts_per_step": self.num_prompts_per_step,
+            "policy.train_global_batch_size": self.train_global_batch_size,
+            "checkpointing.enabled": self.checkpointing,
+            "checkpointing.save_period": self.save_period,
+            "checkpointing.keep_top_k": self.keep_top_k,
+            "checkpointing.metric_name": self.metric_name,
+            "checkpointing.checkpoint_dir": self.checkpoint_dir(cluster),
+            version.key("data.dataset_name"): self.dataset,
+            "logger.log_dir": self.log_dir(cluster),
+        })
+        if self.wandb_project is not None:
+            out["logger.wandb.project"] = self.wandb_project
+        result: dict[str, Any] = {}
+        users = dict(self.extra_overrides)
+        bare_users = {k.lstrip("+"): k for k in users}
+        for key, value in out.items():
+            if key in bare_users:
+                user_key = bare_users.pop(key)
+                result[user_key] = users.pop(user_key)
+            else:
+                result[key] = value
+        result.update(users)
+        return result
+
+    def override_args(self, cluster: Cluster) -> list[str]:
+        """:meth:`overrides` as Hydra override strings (not yet shell-quoted).
+
+        Example:
+            >>> from rl_lustre import Cluster, GRPOJob
+            >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+            >>> GRPOJob(name="run-1").override_args(c)[:2]
+            ['policy.model_name=Qwen/Qwen2.5-72B-Instruct', 'policy.megatron_cfg.converter_type=Qwen2ForCausalLM']
+
+        Raises:
+            ConfigError: a value cannot be written so that Hydra reads it back unchanged, or
+                an override sets a secret-looking environment variable.
+        """
+        from .nemo_rl.overrides import render_override
+        from .nemo_rl.preflight import secret_names
+
+        args = []
+        for key, value in self.overrides(cluster).items():
+            secret = secret_names(key, value)
+            if secret:
+                raise ConfigError("GRPOJob", f"overrides[{key!r}]", "<redacted>",
+                                  f"{secret[0]!r} looks like a secret, which must not appear in the job's "
+                                  "command line; list it in Cluster.secrets instead")
+            try:
+                args.append(render_override(key, value))
+            except ConfigError as exc:
+                raise ConfigError("GRPOJob", f"overrides[{key!r}]", value, exc.rule) from exc
+        return args
+
+    def entrypoint(self, cluster: Cluster) -> str:
+        """The exact shell command the Ray job runs.
+
+        On GKE (and locally with ``nemo_rl_path``) NeMo-RL's own GRPO example; locally
+        without NeMo-RL, the rehearsal driver with the same config and overrides.
+
+        Example:
+            >>> from rl_lustre import Cluster, GRPOJob
+            >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+            >>> GRPOJob(name="run-1").entrypoint(c)[:112]
+            'cd /opt/nemo-rl && uv run python examples/run_grpo_math.py --config examples/configs/grpo_math_70B_megatron.yaml'
+        """
+        args = " ".join(shlex.quote(a) for a in self.override_args(cluster))
+        config = f"examples/configs/{self.recipe_name}.yaml"
+        if cluster.backend == "local" and cluster.nemo_rl_path is None:
+            return (
+                f"{shlex.quote(sys.executable)} -m rl_lustre.rehearsal"
+                f" --checkpoint-scale {_num(cluster.rehearsal_scale)}"
+                f" --step-seconds {_num(cluster.rehearsal_step_seconds)}"
+                f" --config {shlex.quote(self.recipe_name)} {args}"
+            )
+        root = cluster.nemo_rl_path if cluster.backend == "local" else self.nemo_rl_dir
+        assert root is not None
+        return f"cd {shlex.quote(root)} && uv run python examples/run_grpo_math.py --config {config} {args}"
+
+    def runtime_env(self, cluster: Cluster) -> dict[str, Any]:
+        """The Ray runtime env of the job: ``env_vars`` and, when set, ``working_dir``/``excludes``.
+
+        Holds ``RAY_OVERRIDE_JOB_RUNTIME_ENV=1`` (NeMo-RL needs it under ``ray job submit``),
+        ``HF_HOME`` on the volume and :attr:`env`. Never a secret: those reach the pods
+        through the cluster's Kubernetes Secret (:attr:`Cluster.secrets`).
+
+        Example:
+            >>> from rl_lustre import Cluster, GRPOJob
+            >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+            >>> GRPOJob(name="run-1").runtime_env(c)
+            {'env_vars': {'RAY_OVERRIDE_JOB_RUNTIME_ENV': '1', 'HF_HOME': '/lustre/huggingface_cache'}}
+
+        Raises:
+            ConfigError: an :attr:`env` name is one of ``cluster.secrets``.
+        """
+        for name in self.env:
+            if name in cluster.secrets:
+                raise ConfigError("GRPOJob", "env", name,
+                                  "is one of the cluster's secrets; it reaches the job through the "
+                                  "Kubernetes Secret, never through the job's environment")
+        env = {**_RESERVED_ENV, "HF_HOME": self.hf_home_path(cluster), **self.env}
+        out: dict[str, Any] = {"env_vars": env}
+        if self.working_dir is not None:
+            out["working_dir"] = self.working_dir
+        if self.excludes:
+            out["excludes"] = list(self.excludes)
+        return out
+
+    def preflight(self, cluster: Cluster) -> list[str]:
+        """Check offline that NeMo-RL will accept this job and that it fits ``cluster``.
+
+        Resolves the recipe with the job's overrides exactly as NeMo-RL does, then
+        checks batch arithmetic, parallelism against the GPUs, the checkpoint metric,
+        the dataset name and whether the checkpoints fit the volume. See
+        :func:`rl_lustre.nemo_rl.preflight.check_job`.
+
+        Example:
+            >>> from rl_lustre import Cluster, GRPOJob
+            >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+            >>> GRPOJob(name="run-1").preflight(c)
+            []
+
+        Returns:
+            Warnings: things that may be fine but deserve a look.
+
+        Raises:
+            PreflightError: every problem found, each naming the key, value and rule.
+        """
+        from .nemo_rl.preflight import check_job
+
+        warnings = check_job(self, cluster)
+        for w in warnings:
+            log.warning("preflight %s: %s", self.name, w)
+        return warnings
+
+
+def _num(x: float) -> str:
+    """A number for a command line, exactly (``1e-05``, ``0.5``, ``2``)."""
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and math.isfinite(x)):
+        return str(int(x))
+    return repr(float(x))

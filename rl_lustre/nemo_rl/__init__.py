@@ -8,7 +8,7 @@ on first use, so importing this package stays cheap.
     >>> cfg["grpo.max_num_steps"], cfg["policy.megatron_cfg.tensor_model_parallel_size"]
     (20, 4)
     >>> render_override("logger.wandb.name", "grpo 70b, run 1")
-    "logger.wandb.name='grpo 70b, run 1'"
+    'logger.wandb.name="grpo 70b, run 1"'
 """
 
 from __future__ import annotations

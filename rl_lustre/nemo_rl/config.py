@@ -107,7 +107,7 @@ def _load_chain(path: Path, seen: tuple[Path, ...] = ()) -> DictConfig:
         return cfg
     defaults = cfg.pop("defaults")
     parents = [str(d) for d in defaults] if isinstance(defaults, ListConfig) else [str(defaults)]
-    base = OmegaConf.create({})
+    base: Any = OmegaConf.create({})
     for parent in parents:
         ppath = Path(parent) if parent.startswith("/") else path.parent / parent
         if not ppath.is_file():
@@ -127,7 +127,7 @@ def _shipped(name: str, version: str) -> tuple[DictConfig, tuple[str, ...]]:
     info = nemo_rl_version(version)
     if info.has_recipes:
         return cfg, ()
-    raw = OmegaConf.to_container(cfg, resolve=False)
+    raw: Any = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(raw, dict)
     moved = []
     for r in info.renames:
@@ -186,7 +186,7 @@ def config_keys(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
     """Every dotted path in ``cfg``: leaves and the mappings above them."""
     from omegaconf import DictConfig, OmegaConf
 
-    raw = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
+    raw: Any = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     out: list[str] = []
 
     def walk(node: Mapping[str, Any], prefix: str) -> None:
@@ -262,8 +262,8 @@ def apply_overrides(
             continue
         rename = info.renamed_from(key)
         if rename is not None and OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
-            problem(f"NeMo-RL {info.version} renamed {rename.old!r} to {rename.new!r} "
-                    f"(since {rename.since}); write {info.key(key)!r}", field=key)
+            problem(f"NeMo-RL renamed {rename.old!r} to {rename.new!r} in {rename.since} and this "
+                    f"job runs NeMo-RL {info.version}; write {info.key(key)!r}", field=key)
             continue
         try:
             ConfigLoaderImpl._apply_overrides_to_config(overrides=[parsed], cfg=cfg)
@@ -295,7 +295,7 @@ def resolve(cfg: DictConfig, *, owner: str) -> dict[str, Any]:
 
     register_resolvers()
     try:
-        out = OmegaConf.to_container(cfg, resolve=True)
+        out: Any = OmegaConf.to_container(cfg, resolve=True)
     except Exception as exc:
         key = getattr(exc, "full_key", None) or "config"
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -137,7 +137,7 @@ def render_override(key: str, value: Any, *, add: bool = False) -> str:
         >>> render_override("checkpointing.metric_name", None)
         'checkpointing.metric_name=null'
         >>> render_override("logger.wandb.name", "true")
-        "logger.wandb.name='true'"
+        'logger.wandb.name="true"'
         >>> render_override("logger.mlflow.tracking_uri", "http://mlflow:5000", add=True)
         '+logger.mlflow.tracking_uri=http://mlflow:5000'
 
@@ -173,7 +173,7 @@ def render_value(value: Any) -> str:
 
     Example:
         >>> render_value([1, "a b", {"x": None}])
-        "[1,'a b',{x:null}]"
+        '[1,"a b",{x:null}]'
     """
     return render_override("k", value).split("=", 1)[1]
 
@@ -193,7 +193,7 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return list(a) == list(b) and all(same_value(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
     if type(a) is not type(b):
         return False
     if isinstance(a, float) and math.isnan(a):
@@ -239,7 +239,8 @@ def _render_element(value: Any, where: str, context: str) -> str:
 def _render_str(s: str, context: str) -> str:
     """The most readable spelling of ``s`` that Hydra reads back as ``s`` inside ``context``."""
     candidates = [s] if _PLAIN.fullmatch(s) else []
-    quotes = ['"', "'"] if "'" in s and '"' not in s else ["'", '"']
+    # Double quotes first: the shell quoting that follows then stays a plain '...'.
+    quotes = ["'", '"'] if '"' in s else ['"', "'"]
     candidates += [_quote(s, q) for q in quotes]
     for cand in candidates:
         try:

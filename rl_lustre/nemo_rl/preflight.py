@@ -1,0 +1,370 @@
+"""Offline checks that NeMo-RL will accept a job and that the job fits its cluster.
+
+Nothing here needs NeMo-RL installed or makes a remote call. The job's overrides are
+applied to its recipe exactly as NeMo-RL applies them (see :mod:`.config`), and the
+resolved config is then checked against what NeMo-RL v0.4.0 asserts at start-up or
+fails on later: batch arithmetic, parallelism, checkpoint metric, dataset, and space
+for checkpoints on the volume.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, PreflightError
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+    from ..job import GRPOJob
+
+OWNER = "GRPOJob"
+
+# Datasets examples/run_grpo_math.py can train on in v0.4.0 (nemo_rl/data/datasets/
+# response_datasets: load_response_dataset); "ResponseDataset" reads your own files.
+MATH_DATASETS = ("OpenMathInstruct-2", "DeepScaler", "DAPOMath17K")
+# Names that loader also knows, meant for SFT or vision-language runs rather than math GRPO.
+OTHER_DATASETS = ("open_assistant", "squad", "openmathinstruct2", "tulu3", "clevr_cogent",
+                  "openai_format", "clevr-cogent", "refcoco", "geometry3k")
+
+_MISSING: Any = object()
+
+
+class _Findings:
+    def __init__(self) -> None:
+        self.problems: list[ConfigError] = []
+        self.warnings: list[str] = []
+
+    def problem(self, key: str, value: Any, rule: str) -> None:
+        self.problems.append(ConfigError(OWNER, key, value, rule))
+
+
+def check_job(job: GRPOJob, cluster: Cluster) -> list[str]:
+    """Every check :meth:`GRPOJob.preflight` runs; returns warnings, raises on problems.
+
+    Example:
+        >>> from rl_lustre import Cluster, GRPOJob
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> check_job(GRPOJob(name="run-1", recipe="grpo_math_8B_megatron",
+        ...                   model="meta-llama/Llama-3.1-8B-Instruct"), c)
+        []
+
+    Raises:
+        PreflightError: listing every problem, each a ``ConfigError`` whose ``field`` is
+            the NeMo-RL key, with the value and the rule it breaks.
+    """
+    from .config import (
+        apply_overrides,
+        available_recipes,
+        flatten,
+        load_recipe_with_notes,
+        resolve,
+    )
+    from .overrides import render_override
+    from .versions import nemo_rl_version, version_for
+
+    found = _Findings()
+    version = nemo_rl_version(version_for(job, cluster))
+    overrides = job.overrides(cluster)
+
+    texts: list[str] = []
+    values: list[Any] = []
+    for key, value in overrides.items():
+        try:
+            texts.append(render_override(key, value))
+            values.append(_shown(key, value))
+        except ConfigError as exc:
+            found.problem(key.lstrip("+"), _shown(key, value), exc.rule)
+
+    flat: dict[str, Any] | None
+    try:
+        cfg, notes = load_recipe_with_notes(job.recipe, version.version)
+    except ConfigError:
+        found.warnings.append(
+            f"recipe {job.recipe!r} is not one rl_lustre ships ({', '.join(available_recipes())}); "
+            f"NeMo-RL will look for examples/configs/{job.recipe_name}.yaml, and only the values "
+            "this job sets are checked"
+        )
+        flat = {key.lstrip("+"): value for key, value in overrides.items()}
+    else:
+        found.warnings.extend(notes)
+        found.problems.extend(apply_overrides(cfg, texts, owner=OWNER, values=values, version=version.version))
+        try:
+            flat = flatten(resolve(cfg, owner=OWNER))
+        except PreflightError as exc:
+            found.problems.extend(exc.problems)
+            flat = None
+
+    _check_secrets(job, cluster, overrides, found)
+    _check_versions(cluster, version, found)
+    if flat is not None:
+        _check_converter(job, flat, found)
+        _check_batches(flat, found)
+        _check_parallelism(flat, cluster, found)
+        _check_metric(flat, found)
+        _check_dataset(flat, version.key("data.dataset_name"), version.has_recipes, found)
+        _check_storage(flat, cluster, found)
+    if found.problems:
+        raise PreflightError(found.problems)
+    return found.warnings
+
+
+def _get(flat: Mapping[str, Any], key: str, default: Any = _MISSING) -> Any:
+    return flat.get(key, default)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _check_secrets(job: GRPOJob, cluster: Cluster, overrides: Mapping[str, Any], found: _Findings) -> None:
+    if job.wandb and "WANDB_API_KEY" not in cluster.secrets:
+        found.problem("logger.wandb_enabled", True,
+                      "W&B logging needs WANDB_API_KEY among Cluster.secrets (it reaches the pods "
+                      "through the Kubernetes Secret)")
+    for key, value in overrides.items():
+        for name in secret_names(key, value):
+            found.problem(key.lstrip("+"), _shown(key, value),
+                          f"{name!r} looks like a secret, and overrides are stored in plain text "
+                          "in the job's command line; list it in Cluster.secrets instead")
+
+
+def secret_names(key: str, value: Any) -> list[str]:
+    """Secret-looking environment variable names an override sets (``...env_vars.HF_TOKEN``)."""
+    from ..job import looks_secret
+
+    parts = key.lstrip("+").split(".")
+    if "env_vars" not in parts:
+        return []
+    names = parts[parts.index("env_vars") + 1:]
+    if isinstance(value, Mapping):
+        names += [str(k) for k in value]
+    return [n for n in names if looks_secret(n)]
+
+
+def _shown(key: str, value: Any) -> Any:
+    """The value as errors may show it: never the value of a secret."""
+    return "<redacted>" if secret_names(key, value) else value
+
+
+def _check_versions(cluster: Cluster, version: Any, found: _Findings) -> None:
+    pinned = version.ray_version
+    if pinned is None:
+        return
+    if cluster.backend == "gke":
+        ours = cluster.ray_version
+    elif cluster.nemo_rl_path is not None:
+        from importlib import metadata
+
+        try:
+            ours = metadata.version("ray")
+        except metadata.PackageNotFoundError:
+            return
+    else:
+        return
+    if ours != pinned:
+        found.warnings.append(
+            f"NeMo-RL {version.version} pins Ray {pinned} (and Python {version.python_version}), but "
+            f"the cluster runs Ray {ours}; Ray clients and workers of different versions may not talk"
+        )
+
+
+def _check_converter(job: GRPOJob, flat: Mapping[str, Any], found: _Findings) -> None:
+    from .models import converter_for
+
+    megatron = _get(flat, "policy.megatron_cfg.enabled") is True
+    if megatron and job.converter_type is None and converter_for(job.model) is None:
+        found.warnings.append(
+            f"cannot tell the model family of {job.model!r}; the recipe's "
+            f"policy.megatron_cfg.converter_type={_get(flat, 'policy.megatron_cfg.converter_type')!r} "
+            "is kept (set GRPOJob.converter_type if that is wrong)"
+        )
+    if not megatron and job.converter_type is not None:
+        found.warnings.append(
+            f"converter_type={job.converter_type!r} is ignored: recipe {job.recipe_name!r} "
+            "does not train with Megatron"
+        )
+
+
+def _check_batches(flat: Mapping[str, Any], found: _Findings) -> None:
+    prompts = _int(_get(flat, "grpo.num_prompts_per_step"))
+    gens = _int(_get(flat, "grpo.num_generations_per_prompt"))
+    gbs = _int(_get(flat, "policy.train_global_batch_size"))
+    if prompts is None or gens is None or gbs is None:
+        return
+    samples = prompts * gens
+    if gbs <= 0 or samples % gbs:
+        found.problem(
+            "policy.train_global_batch_size", gbs,
+            f"grpo.num_prompts_per_step ({prompts}) * grpo.num_generations_per_prompt ({gens}) = "
+            f"{samples} samples per step must be a whole multiple of the global batch size "
+            "(NeMo-RL trains each step on whole global batches)",
+        )
+
+
+def _check_parallelism(flat: Mapping[str, Any], cluster: Cluster, found: _Findings) -> None:
+    nodes = _int(_get(flat, "cluster.num_nodes"))
+    gpn = _int(_get(flat, "cluster.gpus_per_node"))
+    if nodes is None or gpn is None or nodes <= 0 or gpn <= 0:
+        return
+    total = nodes * gpn
+    assert cluster.gpus_per_node is not None
+    if total > cluster.total_gpus:
+        key, value = (("cluster.num_nodes", nodes) if nodes > cluster.num_nodes
+                      else ("cluster.gpus_per_node", gpn))
+        found.problem(key, value,
+                      f"the job asks for {nodes} nodes * {gpn} GPUs = {total} GPUs, but the cluster "
+                      f"has {cluster.num_nodes} * {cluster.gpus_per_node} = {cluster.total_gpus}")
+
+    train, gen = total, total
+    if _get(flat, "policy.generation.colocated.enabled", True) is False:
+        gen_nodes = _int(_get(flat, "policy.generation.colocated.resources.num_nodes", None)) or 0
+        gen_gpn = _int(_get(flat, "policy.generation.colocated.resources.gpus_per_node", None)) or 0
+        gen = gen_gpn if nodes == 1 else gen_nodes * gpn
+        train = total - gen
+        if gen <= 0 or train <= 0:
+            found.problem("policy.generation.colocated.resources", {"num_nodes": gen_nodes, "gpus_per_node": gen_gpn},
+                          f"non-colocated generation must leave GPUs to both generation and training "
+                          f"(the job has {total}: {gen} for generation, {train} for training)")
+            return
+
+    if _get(flat, "policy.megatron_cfg.enabled") is True:
+        prefix = "policy.megatron_cfg."
+        tp_key, pp_key, cp_key = (prefix + "tensor_model_parallel_size", prefix + "pipeline_model_parallel_size",
+                                  prefix + "context_parallel_size")
+    elif _get(flat, "policy.dtensor_cfg.enabled") is True:
+        prefix = "policy.dtensor_cfg."
+        tp_key, pp_key, cp_key = prefix + "tensor_parallel_size", "", prefix + "context_parallel_size"
+    else:
+        return
+    tp = _int(_get(flat, tp_key, 1)) or 1
+    pp = _int(_get(flat, pp_key, 1)) or 1
+    cp = _int(_get(flat, cp_key, 1)) or 1
+    model_parallel = tp * pp * cp
+    if train % model_parallel:
+        found.problem(tp_key, tp,
+                      f"tensor ({tp}) * pipeline ({pp}) * context ({cp}) parallel = {model_parallel} "
+                      f"must divide the {train} training GPUs ({nodes} nodes * {gpn} GPUs per node)")
+    else:
+        dp = train // model_parallel
+        mbs = _int(_get(flat, "policy.train_micro_batch_size", 1)) or 1
+        gbs = _int(_get(flat, "policy.train_global_batch_size"))
+        if gbs is not None and gbs % (dp * mbs):
+            found.problem("policy.train_global_batch_size", gbs,
+                          f"must be a multiple of data-parallel size * micro batch = {dp} * {mbs} = "
+                          f"{dp * mbs} (data-parallel size = {train} training GPUs / "
+                          f"(tensor {tp} * pipeline {pp} * context {cp}))")
+
+    if _get(flat, "policy.generation.backend") == "vllm":
+        vkey = "policy.generation.vllm_cfg."
+        vtp = _int(_get(flat, vkey + "tensor_parallel_size", 1)) or 1
+        vpp = _int(_get(flat, vkey + "pipeline_parallel_size", 1)) or 1
+        if vtp > gpn:
+            found.problem(vkey + "tensor_parallel_size", vtp,
+                          f"must be at most the {gpn} GPUs per node (a vLLM tensor-parallel group "
+                          "stays on one node)")
+        elif gen % (vtp * vpp):
+            found.problem(vkey + "tensor_parallel_size", vtp,
+                          f"vLLM tensor ({vtp}) * pipeline ({vpp}) parallel must divide the {gen} "
+                          "generation GPUs")
+
+
+def _check_metric(flat: Mapping[str, Any], found: _Findings) -> None:
+    metric = _get(flat, "checkpointing.metric_name")
+    if metric is _MISSING or metric is None:
+        return
+    if not isinstance(metric, str) or not metric.startswith(("val:", "train:")) or metric in ("val:", "train:"):
+        found.problem("checkpointing.metric_name", metric,
+                      "must be None (keep the newest checkpoints) or 'val:<metric>' / 'train:<metric>', "
+                      "like 'val:accuracy' (NeMo-RL 0.4.0 ranks checkpoints by a validation or "
+                      "training metric)")
+    elif metric.startswith("val:") and not _get(flat, "grpo.val_period", 0):
+        found.warnings.append(
+            f"checkpointing.metric_name={metric!r} ranks by a validation metric, but grpo.val_period "
+            "is 0, so no validation runs"
+        )
+
+
+def _check_dataset(flat: Mapping[str, Any], key: str, exact: bool, found: _Findings) -> None:
+    name = _get(flat, key)
+    if name is _MISSING or name in MATH_DATASETS:
+        return
+    if name == "ResponseDataset":
+        if exact and _get(flat, "data.train_data_path") is _MISSING:
+            found.problem(key, name,
+                          "ResponseDataset reads your own data and needs '+data.train_data_path=<jsonl "
+                          "file or HF dataset>' (and optionally +data.val_data_path)")
+        return
+    if name in OTHER_DATASETS:
+        found.warnings.append(
+            f"{key}={name!r} is not a math dataset; examples/run_grpo_math.py scores answers with "
+            f"the math environment (math datasets: {', '.join(MATH_DATASETS)})"
+        )
+        return
+    lowered = {d.lower(): d for d in (*MATH_DATASETS, "ResponseDataset")}
+    near = [lowered[m] for m in difflib.get_close_matches(str(name).lower(), list(lowered), n=2, cutoff=0.6)]
+    found.warnings.append(
+        f"{key}={name!r} is not a dataset NeMo-RL 0.4.0's GRPO math example knows "
+        f"({', '.join(MATH_DATASETS)}, or ResponseDataset for your own files)"
+        + (f"; did you mean {' or '.join(map(repr, near))}?" if near else "")
+        + " NeMo-RL stops with 'Unsupported dataset_name' unless your image adds it."
+    )
+
+
+def _check_storage(flat: Mapping[str, Any], cluster: Cluster, found: _Findings) -> None:
+    from ..sizing import (
+        CHECKPOINT_BYTES_PER_PARAM,
+        IN_FLIGHT_CHECKPOINTS,
+        checkpoint_bytes,
+        parse_param_count,
+    )
+
+    if _get(flat, "checkpointing.enabled") is not True:
+        return
+    model = _get(flat, "policy.model_name")
+    params = parse_param_count(model) if isinstance(model, str) else None
+    if params is None:
+        found.warnings.append(
+            f"cannot tell the parameter count of {model!r} from its name; the check that its "
+            "checkpoints fit the volume was skipped"
+        )
+        return
+    steps = _int(_get(flat, "grpo.max_num_steps")) or 1
+    period = _int(_get(flat, "checkpointing.save_period")) or 1
+    keep = _int(_get(flat, "checkpointing.keep_top_k", None))
+    saves = max(1, math.ceil(steps / period))
+    kept = saves if keep is None else min(keep, saves)
+    # Beyond the kept ones: the save being written (tmp_step_N) and a stale one left by
+    # an interrupted save; never more than the run writes in total.
+    count = min(kept + IN_FLIGHT_CHECKPOINTS, saves)
+    one = checkpoint_bytes(params, CHECKPOINT_BYTES_PER_PARAM)
+    scale = 1.0
+    if cluster.backend == "gke":
+        assert cluster.volume is not None
+        assert cluster.volume.capacity_gib is not None
+        space = cluster.volume.capacity_gib * 1024**3
+        where = f"the Lustre volume ({cluster.volume.capacity_gib:,} GiB)"
+    else:
+        existing = next((p for p in (Path(cluster.mount_path), *Path(cluster.mount_path).parents) if p.exists()), None)
+        if existing is None or not os.access(existing, os.R_OK):
+            return
+        space = shutil.disk_usage(existing).free
+        where = f"the free space under {cluster.mount_path} ({space / 1024**3:,.1f} GiB)"
+        if cluster.nemo_rl_path is None:
+            scale = cluster.rehearsal_scale
+    need = count * one * scale
+    desc = (f"{count} checkpoints (keep_top_k={keep} + {IN_FLIGHT_CHECKPOINTS} in flight, at most the "
+            f"{saves} this run saves) * {one / 1024**3:,.0f} GiB ({params / 1e9:g}B parameters * "
+            f"{CHECKPOINT_BYTES_PER_PARAM} B: bf16 weights, fp32 master weights and Adam moments)"
+            + (f" * rehearsal scale {scale:g}" if scale != 1.0 else ""))
+    if need > space:
+        found.problem("checkpointing.keep_top_k", keep,
+                      f"{desc} = {need / 1024**3:,.1f} GiB do not fit {where}; keep fewer checkpoints, "
+                      "save less often, or size the volume with rl_lustre.sizing.size_lustre")
+    elif need > 0.8 * space:
+        found.warnings.append(f"{desc} = {need / 1024**3:,.1f} GiB fill more than 80% of {where}")
