@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -90,6 +90,14 @@ def _thaw(value: Any) -> Any:
     return value
 
 
+def _str_tuple(keys: Iterable[str]) -> tuple[str, ...]:
+    return tuple(keys)
+
+
+def _resource_tuple(resources: Iterable[PlannedResource]) -> tuple[PlannedResource, ...]:
+    return tuple(resources)
+
+
 @attrs.frozen(kw_only=True)
 class PlannedResource:
     """One node of the plan: a resource ``up()`` creates, or one it uses as it is.
@@ -121,7 +129,7 @@ class PlannedResource:
     kind: str
     name: str
     settings: Mapping[str, Any] = attrs.field(factory=dict)
-    depends_on: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    depends_on: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     action: Action = "create"
     labels: Mapping[str, str] = attrs.field(factory=dict, converter=FrozenDict)
 
@@ -198,7 +206,7 @@ class Plan:
 
     cluster_name: str
     backend: str
-    resources: tuple[PlannedResource, ...] = attrs.field(converter=tuple)
+    resources: tuple[PlannedResource, ...] = attrs.field(converter=_resource_tuple)
     project: str | None = None
     region: str | None = None
     zone: str | None = None
@@ -456,9 +464,9 @@ def _headline(plan: Plan) -> list[str]:
     if "gpu-pool" in plan:
         pool = plan.get("gpu-pool").settings
         facts.append(f"{t['gpus']} GPUs ({pool['node_count']} {pool['provisioning']} {pool['machine_type']} "
-                     f"× {pool['accelerator']['count']} {pool['accelerator']['type']})")
+                     f"x {pool['accelerator']['count']} {pool['accelerator']['type']})")
     elif "gpus" in t:
-        facts.append(f"jobs told {t['gpu_nodes']} node(s) × {t['gpus'] // max(t['gpu_nodes'], 1)} GPU(s)")
+        facts.append(f"jobs told {t['gpu_nodes']} node(s) x {t['gpus'] // max(t['gpu_nodes'], 1)} GPU(s)")
     if "lustre" in plan:
         facts.append(f"Lustre {t['lustre_capacity_gib'] / 1024:,.1f} TiB at "
                      f"{t['lustre_throughput_mbps'] / 1000:,.1f} GB/s")
@@ -476,7 +484,7 @@ def _render(plan: Plan) -> str:
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     lines.append("")
     for i, row in enumerate(rows):
-        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         if i:
             settings = [f"{k}: {_fmt(v)}" for k, v in plan.resources[i - 1].settings.items()]
             for packed in _pack(settings, 94):
@@ -542,8 +550,10 @@ def _local_plan(cluster: Cluster) -> Plan:
 
 
 def _gke_plan(cluster: Cluster) -> Plan:
-    assert cluster.volume is not None and cluster.project is not None
-    assert cluster.region is not None and cluster.zone is not None
+    assert cluster.volume is not None
+    assert cluster.project is not None
+    assert cluster.region is not None
+    assert cluster.zone is not None
     project, region, zone = cluster.project, cluster.region, cluster.zone
     ours = {**ownership_labels(cluster.name), **cluster.labels}
     own_network = cluster.network is None
@@ -555,7 +565,7 @@ def _gke_plan(cluster: Cluster) -> Plan:
     vol = cluster.volume
     volume_handle = f"{project}/{zone}/{vol.name}"
     assert vol.capacity_gib is not None
-    created = {"action": "create", "labels": ours}
+    created: dict[str, Any] = {"action": "create", "labels": ours}
     if own_network:
         net_fields: dict[str, Any] = created
         net_settings: dict[str, Any] = {"auto_create_subnetworks": False, "routing_mode": "REGIONAL"}

@@ -16,7 +16,7 @@ from what the volume must hold and how fast a checkpoint must land:
   80 % full, past which Lustre slows down), plus ``extra_gib`` (the Hugging Face cache,
   datasets, logs).
 - **Throughput.** One checkpoint must be written within ``target_write_seconds`` at
-  the instance's aggregate throughput (tier MB/s per TiB × TiB; 1 MB = 10⁶ bytes).
+  the instance's aggregate throughput (tier MB/s per TiB x TiB; 1 MB = 10⁶ bytes).
 
 Among the capacities that satisfy both on each tier, the smallest capacity wins; on
 equal capacity the lower tier wins, since it costs less per GiB.
@@ -70,7 +70,7 @@ def parse_param_count(model: str) -> int | None:
 
     The last path component is searched for size tokens (``72B``, ``1.5b``, ``560M``);
     when there are several, the largest wins. A mixture-of-experts name ``E x S B``
-    counts ``E × S`` (``8x7B`` → 56 B): an upper bound, since experts share their
+    counts ``E x S`` (``8x7B`` → 56 B): an upper bound, since experts share their
     attention layers (Mixtral 8x7B has 46.7 B), and an overestimate is the safe side
     for sizing. Names that state only active parameters (``-A3B``) or experts
     (``-16E``) are not multiplied out; pass the real count to :func:`size_lustre`.
@@ -194,7 +194,7 @@ class LustreSizing:
             f"Lustre sizing for {what} ({self.params / 1e9:,.3g} B parameters)",
             f"  checkpoint   {_bytes(self.checkpoint_bytes)} "
             f"({self.bytes_per_param:g} B/param: bf16 weights, fp32 master weights, Adam m and v)",
-            f"  capacity     {kept} kept + {IN_FLIGHT_CHECKPOINTS} in flight, × {self.headroom:g} headroom"
+            f"  capacity     {kept} kept + {IN_FLIGHT_CHECKPOINTS} in flight, x {self.headroom:g} headroom"
             f"{extra} = {self.required_gib:,.0f} GiB needed",
             f"  throughput   one checkpoint in {self.target_write_seconds:g} s needs "
             f"{self.required_mbps:,.0f} MB/s",
@@ -215,7 +215,7 @@ def _bytes(n: float) -> str:
 
 def _smallest_capacity(tier: int, need_gib: Fraction, need_mbps: Fraction) -> int:
     spec = LUSTRE_TIERS[tier]
-    # Each step adds tier × step / 1024 MB/s of aggregate throughput.
+    # Each step adds tier x step / 1024 MB/s of aggregate throughput.
     steps = max(
         math.ceil(Fraction(spec.min_gib, spec.step_gib)),
         math.ceil(need_gib / spec.step_gib),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import subprocess
@@ -172,7 +173,7 @@ def test_critical_path_with_issue_4_proportions(plan: Plan) -> None:
     }
     total, path = plan.critical_path(durations)
     # network → subnet → psa-range → psa-peering → lustre → pv → pvc → raycluster:
-    # 4 × 0.5 + 20 + 3 × 0.1; the GKE branch is 1 + 8 + 6 + 0.1.
+    # 4 x 0.5 + 20 + 3 x 0.1; the GKE branch is 1 + 8 + 6 + 0.1.
     assert total == pytest.approx(22.3)
     assert path == ["network", "subnet", "psa-range", "psa-peering", "lustre", "pv", "pvc", "raycluster"]
     assert total < sum(durations.values())
@@ -182,7 +183,7 @@ def test_critical_path_with_issue_4_proportions(plan: Plan) -> None:
     assert path[:4] == ["network", "subnet", "gke-cluster", "cpu-pool"]
     total, path = plan.critical_path({})
     assert total == 0.0
-    assert all(a in plan.get(b).depends_on for a, b in zip(path, path[1:]))
+    assert all(a in plan.get(b).depends_on for a, b in itertools.pairwise(path))
 
 
 @pytest.mark.parametrize(
@@ -225,7 +226,8 @@ def test_str_is_a_readable_summary(plan: Plan) -> None:
     for fact in ("my-project", "us-east1", "us-east1-b"):
         assert fact in header[0]
     vol = Cluster(**REFERENCE).volume
-    assert vol is not None and vol.capacity_gib is not None
+    assert vol is not None
+    assert vol.capacity_gib is not None
     tib = vol.capacity_gib / 1024
     gbps = vol.throughput_mbps_per_tib * tib / 1000
     assert f"{8 * 8} GPUs" in header[1]
@@ -233,7 +235,8 @@ def test_str_is_a_readable_summary(plan: Plan) -> None:
     assert f"{gbps:.1f} GB/s" in header[1]
     for r in plan:
         row = next(line for line in text.splitlines() if f" {r.key} " in line and r.kind in line)
-        assert r.action in row and r.name in row
+        assert r.action in row
+        assert r.name in row
         for dep in r.depends_on:
             assert dep in row
     assert "nvidia.com/gpu" in text
@@ -268,7 +271,8 @@ def test_key_settings_of_the_reference_deployment(plan: Plan) -> None:
     assert gke.settings["node_locations"] == ("us-east1-b",)
     man = gke.settings["master_authorized_networks"]
     # Empty by default, and the plan says what that means instead of opening up.
-    assert man["enabled"] is True and list(man["cidr_blocks"]) == []
+    assert man["enabled"] is True
+    assert list(man["cidr_blocks"]) == []
     assert "no client" in man["public_access"]
     assert "0.0.0.0/0" not in json.dumps(plan.to_dict())
 
@@ -283,7 +287,8 @@ def test_key_settings_of_the_reference_deployment(plan: Plan) -> None:
 
     lustre = plan.get("lustre")
     vol = Cluster(**REFERENCE).volume
-    assert vol is not None and vol.capacity_gib is not None
+    assert vol is not None
+    assert vol.capacity_gib is not None
     assert lustre.name == vol.name
     assert lustre.settings["capacity_gib"] == vol.capacity_gib
     assert lustre.settings["per_unit_storage_throughput"] == vol.throughput_mbps_per_tib
@@ -340,7 +345,8 @@ def test_reservation_and_head_on_gpu_pool() -> None:
     assert gpu["reservation_affinity"]["consume_reservation_type"] == "SPECIFIC_RESERVATION"
     assert list(gpu["reservation_affinity"]["values"]) == ["a4-res"]
     assert p.get("raycluster").settings["head"]["node_pool"] == p.get("gpu-pool").name
-    assert "Ray head" in gpu["hosts"] and "Ray head" not in p.get("cpu-pool").settings["hosts"]
+    assert "Ray head" in gpu["hosts"]
+    assert "Ray head" not in p.get("cpu-pool").settings["hosts"]
     assert p.totals()["gpus"] == 16
 
 
