@@ -1,0 +1,721 @@
+"""The rehearsal driver: NeMo-RL's GRPO command line, step lines and checkpoint layout, without training.
+
+It stands in for ``examples/run_grpo_math.py`` where NeMo-RL is not installed, so that
+everything around a run (submission, log following, progress, checkpoint storage,
+keep_top_k, resume after a stop) can be rehearsed on a laptop. No model is loaded or
+trained; the metrics it prints are synthetic and it says so first and last.
+
+What it reproduces, and where that comes from
+----------------------------------------------
+
+The NeMo-RL v0.4.0 tag (commit c751f81) is not among the stored sources we could read.
+The facts below come from the closest stored versions of ``NVIDIA-NeMo/RL``: a v0.4.0-era
+``nemo_rl/algorithms/grpo.py`` (GRPO loop with dynamic sampling, reward shaping and
+scaling, ``TimeoutChecker``, ``print_performance_metrics`` and the Penguin rollouts
+of autumn 2025 -- the same config keys as the v0.4.0 recipes in ``ref/nemo-rl``),
+``nemo_rl/utils/checkpoint.py`` from the same period (metric_name ``None`` support,
+``keep_top_k`` as ``NotRequired``), ``nemo_rl/utils/logger.py`` and the NeMo-RL sample
+output quoted in public guides. Later versions (2026 ``main``) are noted where they differ.
+
+``examples/run_grpo_math.py``
+    ``--config`` (a YAML path; default ``examples/configs/grpo_math_1B.yaml``) plus Hydra
+    overrides taken from ``parse_known_args``; prints ``Loaded configuration from: …``,
+    ``Overrides: […]``, ``Applied CLI overrides``, then replaces ``logger.log_dir`` by
+    ``get_next_experiment_dir(log_dir)`` and prints ``📊 Using log directory: …`` and,
+    when checkpointing is enabled, ``📊 Using checkpoint directory: …``.
+
+``nemo_rl/utils/logger.py`` ``get_next_experiment_dir(base_log_dir)``
+    globs ``base_log_dir/exp_*``, takes the highest number found by ``exp_(\\d+)`` plus
+    one (1 when none) and creates ``base_log_dir/exp_{n:03d}``: every start, including a
+    resume, logs into a new ``exp_NNN``.
+
+``nemo_rl/algorithms/grpo.py`` ``grpo_train``
+    per epoch ``\\n`` + ``'=' * 25`` + `` Epoch e/E `` + ``'=' * 25``; per step
+    ``\\n========================= Step k/N =========================`` (25 ``=`` on each
+    side; ``k`` is ``current_step + 1`` within the epoch, ``N`` is
+    ``min(len(dataloader), max_num_steps)``), then progress lines ``▶ Preparing batch...``,
+    ``▶ Generating responses for batch of size B...``, ``▶ Processing rewards...,``,
+    ``▶ Computing advantages...``, ``▶ Preparing for logprob inference...``,
+    ``▶ Computing logprobs...``, ``▶ Preparing for training...``, ``▶ Training policy...``.
+    Validation every ``grpo.val_period`` steps prints ``▶ Starting validation at step k...``,
+    ``\\n📊 Validation Results:`` with ``    • Accuracy: %.4f``,
+    ``    • Average response length: %.1f tokens``, ``    • Samples processed: n`` and
+    ``\\n  ⏱️  Validation Timing:`` / ``    • Total validation time: %.2fs``.
+    A step saves when ``checkpointing.enabled`` and (``is_last_step`` or
+    ``(total_steps + 1) % save_period == 0``, or the ``checkpoint_must_save_by`` timeout);
+    ``is_last_step`` is ``total_steps + 1 >= max_num_steps`` or the last batch of the last
+    epoch -- so the final step is always saved (max_num_steps 5, save_period 2 saves
+    steps 2, 4 and 5). The save happens inside the step, before the results are printed,
+    under the ``checkpointing`` timer: ``Saving checkpoint for step k...``, then
+    ``init_tmp_checkpoint``, ``policy.save_checkpoint(weights_path=…/policy/weights,
+    optimizer_path=…/policy/optimizer, tokenizer_path=…/policy/tokenizer)``,
+    ``torch.save(dataloader.state_dict(), …/train_dataloader.pt)`` and
+    ``finalize_checkpoint``. The training_info saved is ``grpo_save_state``:
+    ``consumed_samples``, ``current_step``, ``current_epoch``, ``total_steps``,
+    ``total_valid_tokens``, ``val_reward`` (validation accuracy, only when validation ran
+    in that step) and, when ``checkpointing.metric_name`` is set, that full name
+    (``"val:accuracy"``, ``"train:loss"``; the prefix is asserted) with its value -- or no
+    such key, with a warning, when that step has no such metrics. Then::
+
+        \\n📊 Training Results:
+          • Loss: %.4f
+          • Generation KL Error: %.4f
+          • Avg Reward: %.4f                (Avg Filtered / Avg Total Reward with dynamic sampling)
+          • Mean Generation Length: %.4f
+        \\n⏱️  Timing:
+          • Total step time: %.2fs
+          • <timer>: %.2fs (%.1f%%)         every other timer, longest first
+
+    with timers ``policy_training``, ``checkpointing``, ``generation``,
+    ``policy_and_reference_logprobs``, ``prepare_for_generation/total``,
+    ``logprob_inference_prep``, ``training_prep``, ``data_processing``,
+    ``reward_calculation``, followed by ``print_performance_metrics``
+    (``\\n🔍 Performance Metrics:``, ``  • Mean Total Tokens per Sample: %.2f``,
+    ``  • Throughputs (per GPU):`` / ``    - E2E (Samples/sec/gpu): %.2f`` …). The loop
+    ends with ``Max number of steps has been reached, stopping training early``.
+    On start, ``setup`` resumes from ``checkpointer.get_latest_checkpoint_path()``
+    whether or not checkpointing is enabled, loading ``training_info.json`` as the save
+    state and ``train_dataloader.pt``; GRPO prints no resume message of its own (the
+    step header then starts at the saved step + 1), so the rehearsal prints one,
+    prefixed ``rl_lustre rehearsal:``.
+
+``nemo_rl/utils/checkpoint.py`` ``CheckpointManager``
+    ``init_tmp_checkpoint(step, training_info, run_config)`` creates
+    ``checkpoint_dir/tmp_step_{step}`` (``mkdir(parents=True, exist_ok=True)``), writes
+    ``training_info.json`` (``json.dump``, no indent) and ``config.yaml``
+    (``yaml.safe_dump`` of the resolved config, with ``logger.log_dir`` already pointing at
+    the new ``exp_NNN``). ``finalize_checkpoint`` renames ``tmp_step_N`` to ``step_N``
+    (an existing ``step_N`` is first renamed ``old_step_N`` and deleted afterwards), then
+    ``remove_old_checkpoints(exclude_latest=True)``: with ``keep_top_k`` None nothing is
+    removed; with ``metric_name`` None the newest ``keep_top_k`` steps are kept; with a
+    metric, the order is by ``(training_info[metric], step)`` (descending when
+    ``higher_is_better``, else metric ascending and newer first), and a checkpoint lacking
+    the metric (a ``KeyError``) makes it warn ``Metric … not found in checkpoint history.
+    Keeping most recent k checkpoints.`` and fall back to newest-k for the rest of the
+    run (2026 ``main`` ranks such checkpoints last instead); the newest step is never
+    deleted, so up to ``keep_top_k + 1`` remain; each deletion prints
+    ``Removing checkpoint <path> due to being outside top-<k>``.
+    ``get_latest_checkpoint_path`` is the highest ``step_N`` by number.
+    Stale ``tmp_step_*`` are not cleared at start in that version: ``init_tmp_checkpoint``
+    reuses the directory when the same step is saved again (2026 ``main`` deletes a stale
+    ``tmp_step_N`` first and prints ``Removed stale tmp_step_N in …s``). The rehearsal
+    clears every stale ``tmp_step_*`` at start, so that an interrupted save never mixes
+    with a new one, and says so.
+
+On-disk layout under ``step_N`` (what ``policy.save_checkpoint`` writes)
+    DTensor policy (``policy.dtensor_cfg.enabled``): ``policy/weights/`` and
+    ``policy/optimizer/`` as torch distributed checkpoints (one ``__<rank>_0.distcp`` per
+    rank plus ``.metadata``), ``policy/tokenizer/`` (Hugging Face tokenizer files).
+    Megatron policy (``policy.megatron_cfg.enabled``): ``policy/weights/iter_0000000/``
+    (``__<rank>_0.distcp`` shards, ``common.pt``, ``metadata.json``) holding the optimizer
+    state too -- ``policy/optimizer`` is then only a flag and not written --, and
+    ``policy/tokenizer/``. Both: ``train_dataloader.pt``, ``training_info.json``,
+    ``config.yaml``.
+
+What the rehearsal writes
+    The same names, with filler bytes. The weight and optimizer files together hold
+    ``--checkpoint-scale`` × the real checkpoint size, ``parse_param_count(policy.model_name)``
+    × :data:`rl_lustre.sizing.CHECKPOINT_BYTES_PER_PARAM` (a quarter as fp32 weights, the
+    rest optimizer state), in at most 128 shards per directory (one per GPU the config
+    names). Every file is fsynced before ``tmp_step_N`` is renamed; a stop during a save
+    leaves at most a ``tmp_step_N`` that the next start clears. Metrics are synthetic and
+    a function of ``grpo.seed`` and the step only, so a resumed run prints what an
+    uninterrupted one would have; timings are the rehearsal's own (``--step-seconds``
+    spread over the phases, and the real time of each checkpoint write).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from ..errors import ConfigError
+
+__all__ = ["PREFIX", "main", "next_experiment_dir"]
+
+PREFIX = "rl_lustre rehearsal:"
+DEFAULT_RECIPE = "examples/configs/grpo_math_1B.yaml"
+DEFAULT_SCALE = 1e-5
+DEFAULT_STEP_SECONDS = 0.5
+MAX_SHARDS = 128
+_BLOCK = 1 << 20
+_FILLER_HEADER = b"rl_lustre rehearsal filler: not model weights\n"
+# Shares of --step-seconds per NeMo-RL timer (the rest is loop overhead).
+_PHASES: list[tuple[str, str, float]] = [
+    ("data_processing", "▶ Preparing batch...", 0.01),
+    ("prepare_for_generation/total", "▶ Generating responses for batch of size {batch}...", 0.07),
+    ("generation", "", 0.35),
+    ("reward_calculation", "▶ Processing rewards...,", 0.01),
+    ("logprob_inference_prep", "▶ Computing advantages...\n▶ Preparing for logprob inference...", 0.03),
+    ("policy_and_reference_logprobs", "▶ Computing logprobs...", 0.10),
+    ("training_prep", "▶ Preparing for training...", 0.03),
+    ("policy_training", "▶ Training policy...", 0.30),
+]
+
+
+class _Stopped(Exception):
+    """SIGTERM arrived (Ray's job stop sends it before SIGKILL)."""
+
+
+class RehearsalError(Exception):
+    """The run cannot go on, with NeMo-RL's reason; the driver exits 1."""
+
+
+def _say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def next_experiment_dir(base_log_dir: str | os.PathLike[str]) -> Path:
+    """Create and return ``base_log_dir/exp_NNN``, one past the highest that exists.
+
+    Mirrors NeMo-RL's ``get_next_experiment_dir``: every start logs into a new folder.
+
+    Example:
+        >>> import tempfile
+        >>> base = tempfile.mkdtemp()
+        >>> next_experiment_dir(base).name, next_experiment_dir(base).name
+        ('exp_001', 'exp_002')
+    """
+    base = Path(base_log_dir)
+    numbers = [int(m.group(1)) for p in base.glob("exp_*") if (m := re.search(r"exp_(\d+)", p.name))]
+    path = base / f"exp_{max(numbers, default=0) + 1:03d}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _step_dirs(checkpoint_dir: Path, prefix: str) -> dict[int, Path]:
+    pattern = re.compile(rf"{prefix}(\d+)")
+    found = {}
+    if checkpoint_dir.is_dir():
+        for p in checkpoint_dir.iterdir():
+            m = pattern.fullmatch(p.name)
+            if m and p.is_dir():
+                found[int(m.group(1))] = p
+    return found
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _get(cfg: dict[str, Any], dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise RehearsalError(f"the resolved config has no {dotted!r}, which GRPO needs")
+        node = node[part]
+    return node
+
+
+class Rehearsal:
+    """One start of the driver: resume, step, save, exit."""
+
+    def __init__(self, cfg: dict[str, Any], *, scale: float, step_seconds: float,
+                 param_count: int, sleep: Callable[[float], None] = time.sleep) -> None:
+        from ..sizing import checkpoint_bytes
+
+        self.cfg = cfg
+        self.scale = scale
+        self.step_seconds = step_seconds
+        self.sleep = sleep
+        self.param_count = param_count
+        self.real_bytes = checkpoint_bytes(param_count)
+        self.grpo = _get(cfg, "grpo")
+        self.ckpt = _get(cfg, "checkpointing")
+        self.max_steps = int(_get(cfg, "grpo.max_num_steps"))
+        self.max_epochs = int(self.grpo.get("max_num_epochs", 1))
+        self.seed = int(self.grpo.get("seed", 42))
+        self.num_nodes = int(_get(cfg, "cluster.num_nodes"))
+        self.gpus_per_node = int(_get(cfg, "cluster.gpus_per_node"))
+        self.checkpoint_dir = Path(str(self.ckpt.get("checkpoint_dir", "results/grpo")))
+        self.keep_top_k: int | None = self.ckpt.get("keep_top_k")
+        self.metric_name: str | None = self.ckpt.get("metric_name")
+        self.higher_is_better = bool(self.ckpt.get("higher_is_better", True))
+        self.save_period = int(self.ckpt.get("save_period", 1))
+        self.megatron = bool((cfg["policy"].get("megatron_cfg") or {}).get("enabled"))
+        self.state: dict[str, Any] = {
+            "consumed_samples": 0, "current_step": 0, "current_epoch": 0, "total_steps": 0,
+            "total_valid_tokens": 0, "val_reward": -99999999.0,
+        }
+        self.metrics_log: TextIO | None = None
+        self.step = 0
+        self._check_metric_name()
+
+    def _check_metric_name(self) -> None:
+        name = self.metric_name
+        if name is None:
+            return
+        if not name.startswith(("train:", "val:")):
+            raise RehearsalError(
+                f"metric_name={name} must start with 'val:' or 'train:', followed by the "
+                'corresponding name in the "val" or "train" metrics dictionary.'
+            )
+        prefix, metric = name.split(":", 1)
+        known = _train_metrics(random.Random(0), 0, 1) if prefix == "train" else _val_metrics(0, 1)
+        if metric not in known:
+            raise RehearsalError(
+                f"Metric {metric} not found in {prefix} metrics (checkpointing.metric_name={name}; "
+                f"known {prefix} metrics: {', '.join(sorted(known))})"
+            )
+
+    # -- start-up ---------------------------------------------------------------------
+
+    def setup(self) -> None:
+        log_dir = next_experiment_dir(str(_get(self.cfg, "logger.log_dir")))
+        self.cfg["logger"]["log_dir"] = str(log_dir)
+        _say(f"📊 Using log directory: {log_dir}")
+        if self.ckpt.get("enabled"):
+            _say(f"📊 Using checkpoint directory: {self.checkpoint_dir}")
+        self.metrics_log = open(log_dir / "rehearsal_metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        _say("\n▶ Setting up compute cluster...")
+        _say(f"  ✓ Ray cluster for policy initialized with {self.num_nodes} nodes")
+        _say(f"{PREFIX} cluster.num_nodes={self.num_nodes} × cluster.gpus_per_node={self.gpus_per_node} "
+             f"({self.num_nodes * self.gpus_per_node} GPUs) are shown, not used: nothing runs on a GPU.")
+        _say("\n▶ Setting up model and training...")
+        model = self.cfg["policy"].get("model_name")
+        _say(f"{PREFIX} {model} ({self.param_count / 1e9:.3g}B parameters) is not loaded; each checkpoint "
+             f"is {self.scale:g} × its real size of {self.real_bytes / 1e9:.3g} GB "
+             f"= {self.real_bytes * self.scale / 1e6:.3g} MB of filler.")
+        self.resume()
+        _say("\n" + "=" * 60)
+        _say(" " * 18 + "SETUP COMPLETE")
+        _say("=" * 60 + "\n")
+
+    def resume(self) -> None:
+        root = self.checkpoint_dir
+        for step, old in sorted(_step_dirs(root, "old_step_").items()):
+            # A crash between NeMo-RL's two renames leaves old_step_N without step_N.
+            target = root / f"step_{step}"
+            if target.exists():
+                shutil.rmtree(old)
+                _say(f"{PREFIX} removed {old.name}, left over from replacing {target.name}")
+            else:
+                os.rename(old, target)
+                _say(f"{PREFIX} restored {target.name} from {old.name} (a save was interrupted while replacing it)")
+        for tmp in sorted(_step_dirs(root, "tmp_step_").values()):
+            shutil.rmtree(tmp)
+            _say(f"{PREFIX} removed stale {tmp.name} (an interrupted save; it was never a checkpoint)")
+        steps = _step_dirs(root, "step_")
+        if not steps:
+            return
+        latest = steps[max(steps)]
+        try:
+            info = json.loads((latest / "training_info.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise RehearsalError(f"cannot resume from {latest}: training_info.json: {exc}") from exc
+        self.state = dict(info)
+        _say(f"{PREFIX} resuming from {latest} (NeMo-RL resumes from the highest step_N): "
+             f"total_steps={info.get('total_steps')}, consumed_samples={info.get('consumed_samples')}")
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def run(self) -> int:
+        total_steps = int(self.state.get("total_steps", 0))
+        if total_steps >= self.max_steps:
+            _say(f"{PREFIX} the newest checkpoint is at step {total_steps}, grpo.max_num_steps is "
+                 f"{self.max_steps}: nothing left to do.")
+            return 0
+        current_epoch = int(self.state.get("current_epoch", 0))
+        current_step = int(self.state.get("current_step", 0))
+        while current_epoch < self.max_epochs and total_steps < self.max_steps:
+            _say(f"\n{'=' * 25} Epoch {current_epoch + 1}/{self.max_epochs} {'=' * 25}")
+            # The dataset is taken to outlast max_num_steps: one epoch of max_num_steps batches.
+            steps_in_epoch = self.max_steps
+            while current_step < steps_in_epoch and total_steps < self.max_steps:
+                self.step = total_steps + 1
+                is_last = self.step >= self.max_steps or (
+                    current_epoch + 1 == self.max_epochs and current_step + 1 == steps_in_epoch
+                )
+                self._train_step(current_step + 1, steps_in_epoch, current_epoch, is_last)
+                current_step += 1
+                total_steps += 1
+            current_epoch += 1
+            current_step = 0
+        _say("Max number of steps has been reached, stopping training early")
+        return 0
+
+    def _train_step(self, step_in_epoch: int, steps_in_epoch: int, epoch: int, is_last: bool) -> None:
+        k = self.step
+        rng = random.Random(f"{self.seed}:{k}")
+        _say(f"\n{'=' * 25} Step {step_in_epoch}/{min(steps_in_epoch, self.max_steps)} {'=' * 25}")
+        prompts = int(self.grpo.get("num_prompts_per_step", 1))
+        gens = int(self.grpo.get("num_generations_per_prompt", 1))
+        t_step = time.perf_counter()
+        timings: dict[str, float] = {}
+        for timer, message, share in _PHASES:
+            if message:
+                for line in message.format(batch=prompts * gens).splitlines():
+                    _say(line)
+            t0 = time.perf_counter()
+            self.sleep(self.step_seconds * share * rng.uniform(0.9, 1.1))
+            timings[timer] = time.perf_counter() - t0
+        train = _train_metrics(rng, k, prompts * gens)
+        val: dict[str, float] = {}
+        val_period = int(self.grpo.get("val_period", 0) or 0)
+        if val_period > 0 and k % val_period == 0:
+            val = self._validate(k)
+
+        self.state["consumed_samples"] = int(self.state.get("consumed_samples", 0)) + prompts
+        self.state["total_valid_tokens"] = int(self.state.get("total_valid_tokens", 0)) + int(train["global_valid_toks"])
+        if self.ckpt.get("enabled") and (is_last or k % self.save_period == 0):
+            self.state.update(current_step=step_in_epoch, total_steps=k, current_epoch=epoch)
+            if val:
+                self.state["val_reward"] = val["accuracy"]
+            else:
+                self.state.pop("val_reward", None)
+            if self.metric_name is not None:
+                prefix, metric = self.metric_name.split(":", 1)
+                source = train if prefix == "train" else val
+                if not source:
+                    warnings.warn(
+                        f"You asked to save checkpoints based on {metric} but no {prefix} metrics were "
+                        "collected. This checkpoint will not be saved as top-k.", stacklevel=1,
+                    )
+                    self.state.pop(self.metric_name, None)
+                else:
+                    self.state[self.metric_name] = source[metric]
+            t0 = time.perf_counter()
+            self._save(k)
+            timings["checkpointing"] = time.perf_counter() - t0
+        timings["total_step_time"] = time.perf_counter() - t_step
+        self._report(k, train, timings, prompts * gens)
+
+    def _validate(self, k: int) -> dict[str, float]:
+        _say(f"▶ Starting validation at step {k}...")
+        t0 = time.perf_counter()
+        self.sleep(self.step_seconds * 0.1)
+        val = _val_metrics(self.seed, k)
+        samples = int(self.grpo.get("max_val_samples", 256) or 256)
+        _say("\n📊 Validation Results:")
+        _say(f"    • Accuracy: {val['accuracy']:.4f}")
+        _say(f"    • Average response length: {val['avg_length']:.1f} tokens")
+        _say(f"    • Samples processed: {samples}")
+        _say("\n  ⏱️  Validation Timing:")
+        _say(f"    • Total validation time: {time.perf_counter() - t0:.2f}s")
+        return val
+
+    def _report(self, k: int, train: dict[str, float], timings: dict[str, float], samples: int) -> None:
+        _say("\n📊 Training Results:")
+        _say(f"  • Loss: {train['loss']:.4f}")
+        _say(f"  • Generation KL Error: {train['gen_kl_error']:.4f}")
+        _say(f"  • Avg Reward: {train['reward']:.4f}")
+        _say(f"  • Mean Generation Length: {train['mean_gen_tokens_per_sample']:.4f}")
+        _say("\n⏱️  Timing:")
+        total = timings["total_step_time"]
+        _say(f"  • Total step time: {total:.2f}s")
+        for name, seconds in sorted(timings.items(), key=lambda kv: kv[1], reverse=True):
+            if name != "total_step_time":
+                _say(f"  • {name}: {seconds:.2f}s ({seconds / total * 100 if total > 0 else 0:.1f}%)")
+        gpus = self.num_nodes * self.gpus_per_node
+        tokens = train["mean_gen_tokens_per_sample"] + train["mean_prompt_length"]
+        per_second = samples / max(total, 1e-9)
+        _say("\n🔍 Performance Metrics:")
+        _say(f"  • Mean Total Tokens per Sample: {tokens:.2f}")
+        _say("  • Throughputs (per GPU):")
+        _say(f"    - E2E (Samples/sec/gpu): {per_second / gpus:.2f}")
+        _say(f"    - E2E (Tokens/sec/gpu): {per_second * tokens / gpus:.2f}")
+        _say("  • Throughputs (per Group):")
+        _say(f"    - E2E (Samples/sec): {per_second:.2f}")
+        _say(f"    - E2E (Tokens/sec): {per_second * tokens:.2f}")
+        if self.metrics_log is not None:
+            self.metrics_log.write(json.dumps({"step": k, "train": train, "timing": timings}) + "\n")
+            self.metrics_log.flush()
+
+    # -- checkpoints ------------------------------------------------------------------
+
+    def _layout(self) -> dict[str, int]:
+        """Relative path → bytes of the weight and optimizer files of one checkpoint."""
+        total = max(1, round(self.real_bytes * self.scale))
+        shards = max(1, min(MAX_SHARDS, self.num_nodes * self.gpus_per_node))
+        weights = total // 4
+        files: dict[str, int] = {}
+
+        def split(directory: str, nbytes: int) -> None:
+            for rank in range(shards):
+                files[f"{directory}/__{rank}_0.distcp"] = nbytes // shards + (1 if rank < nbytes % shards else 0)
+
+        if self.megatron:
+            split("policy/weights/iter_0000000", total)
+        else:
+            split("policy/weights", weights)
+            split("policy/optimizer", total - weights)
+        return files
+
+    def _save(self, k: int) -> None:
+        import yaml
+
+        _say(f"Saving checkpoint for step {k}...")
+        tmp = self.checkpoint_dir / f"tmp_step_{k}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / "training_info.json").write_text(json.dumps(self.state))
+        (tmp / "config.yaml").write_text(yaml.safe_dump(self.cfg))
+        block = random.Random(f"{self.seed}:filler").randbytes(_BLOCK)
+        small = {
+            "policy/tokenizer/tokenizer_config.json": json.dumps({"rl_lustre_rehearsal": True}),
+            "train_dataloader.pt": json.dumps({"rl_lustre_rehearsal": True, "step": k}),
+        }
+        if self.megatron:
+            small["policy/weights/iter_0000000/common.pt"] = "rl_lustre rehearsal filler\n"
+            small["policy/weights/iter_0000000/metadata.json"] = json.dumps({"rl_lustre_rehearsal": True})
+        else:
+            small["policy/weights/.metadata"] = "rl_lustre rehearsal filler\n"
+            small["policy/optimizer/.metadata"] = "rl_lustre rehearsal filler\n"
+        dirs = {tmp}
+        for rel, size in self._layout().items():
+            path = tmp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            dirs.add(path.parent)
+            _write_filler(path, size, block)
+        for rel, content in small.items():
+            path = tmp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            dirs.add(path.parent)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(content)
+                f.flush()
+                os.fsync(f.fileno())
+        for name in ("training_info.json", "config.yaml"):
+            fd = os.open(tmp / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
+            _fsync_dir(d)
+        final = self.checkpoint_dir / f"step_{k}"
+        if final.exists():
+            old = self.checkpoint_dir / f"old_step_{k}"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old)
+        else:
+            os.rename(tmp, final)
+        _fsync_dir(self.checkpoint_dir)
+        self._remove_old_checkpoints()
+
+    def _remove_old_checkpoints(self) -> None:
+        if self.keep_top_k is None:
+            return
+        history = []
+        for step, path in _step_dirs(self.checkpoint_dir, "step_").items():
+            info_file = path / "training_info.json"
+            if info_file.exists():
+                history.append((step, path, json.loads(info_file.read_text())))
+        if not history:
+            return
+        latest = max(step for step, _, _ in history)
+        metric = self.metric_name
+        if metric is None:
+            history.sort(key=lambda h: h[0], reverse=True)
+        else:
+            try:
+                if self.higher_is_better:
+                    history.sort(key=lambda h: (h[2][metric], h[0]), reverse=True)
+                else:
+                    history.sort(key=lambda h: (h[2][metric], -h[0]))
+            except KeyError:
+                warnings.warn(
+                    f"Metric {metric} not found in checkpoint history. Keeping most recent k checkpoints.",
+                    stacklevel=1,
+                )
+                history.sort(key=lambda h: h[0], reverse=True)
+                self.metric_name = None
+        for step, path, _ in history[self.keep_top_k:]:
+            if step == latest:
+                continue
+            _say(f"Removing checkpoint {path} due to being outside top-{self.keep_top_k}")
+            # Renamed first, so that a stop half-way through never leaves a partial step_N.
+            doomed = path.with_name(f"old_step_{step}")
+            os.rename(path, doomed)
+            shutil.rmtree(doomed)
+
+    def close(self) -> None:
+        if self.metrics_log is not None:
+            self.metrics_log.close()
+
+
+def _write_filler(path: Path, size: int, block: bytes) -> None:
+    with open(path, "wb") as f:
+        head = _FILLER_HEADER[:size]
+        f.write(head)
+        left = size - len(head)
+        while left > 0:
+            chunk = block[: min(left, len(block))]
+            f.write(chunk)
+            left -= len(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _train_metrics(rng: random.Random, step: int, samples: int) -> dict[str, float]:
+    """Synthetic training metrics of one step: reward climbs, length grows, loss hovers at 0."""
+    reward = min(1.0, max(0.0, 0.15 + 0.55 * (1 - math.exp(-step / 25)) + rng.gauss(0, 0.02)))
+    length = 350 + 250 * (1 - math.exp(-step / 40)) + rng.gauss(0, 15)
+    prompt = 120 + rng.gauss(0, 5)
+    return {
+        "loss": rng.uniform(-0.02, 0.02),
+        "gen_kl_error": 0.001 + 0.0005 * rng.random(),
+        "reward": reward,
+        "grad_norm": 0.1 + 0.05 * rng.random(),
+        "mean_gen_tokens_per_sample": length,
+        "mean_prompt_length": prompt,
+        "global_valid_toks": float(round(samples * length)),
+        "token_mult_prob_error": 1.0 + 0.01 * rng.random(),
+    }
+
+
+def _val_metrics(seed: int, step: int) -> dict[str, float]:
+    rng = random.Random(f"{seed}:val:{step}")
+    return {
+        "accuracy": min(1.0, max(0.0, 0.2 + 0.5 * (1 - math.exp(-step / 30)) + rng.gauss(0, 0.01))),
+        "avg_length": 400 + 200 * (1 - math.exp(-step / 40)) + rng.gauss(0, 10),
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    def fraction(text: str) -> float:
+        value = float(text)
+        if not 0 < value <= 1:
+            raise argparse.ArgumentTypeError(f"{text}: must be greater than 0 and at most 1")
+        return value
+
+    def seconds(text: str) -> float:
+        value = float(text)
+        if not 0 <= value <= 3600:
+            raise argparse.ArgumentTypeError(f"{text}: must be between 0 and 3600")
+        return value
+
+    p = argparse.ArgumentParser(
+        prog="python -m rl_lustre.rehearsal",
+        description="Rehearse a NeMo-RL GRPO run without training: NeMo-RL's command line, step "
+        "lines and checkpoint layout, with synthetic metrics and scaled-down checkpoints.",
+        allow_abbrev=False,
+    )
+    p.add_argument("--config", default=DEFAULT_RECIPE,
+                   help="a NeMo-RL recipe name or YAML path (default: %(default)s)")
+    p.add_argument("--checkpoint-scale", type=fraction, default=DEFAULT_SCALE, metavar="S",
+                   help="checkpoints are S × the real size for the model (default: %(default)g)")
+    p.add_argument("--step-seconds", type=seconds, default=DEFAULT_STEP_SECONDS, metavar="T",
+                   help="how long a rehearsed step takes (default: %(default)g)")
+    p.add_argument("--param-count", type=int, default=None, metavar="N",
+                   help="the model's parameter count, when policy.model_name does not state it")
+    p.add_argument("--nemo-rl-version", default="0.4.0", metavar="V",
+                   help="the NeMo-RL version whose config rules apply (default: %(default)s)")
+    return p
+
+
+def _signal_stop(signum: int, frame: object) -> NoReturn:
+    raise _Stopped(signal.Signals(signum).name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the rehearsal with NeMo-RL's command line; return the exit status.
+
+    Example:
+        >>> import contextlib, io, tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> out = io.StringIO()
+        >>> with contextlib.redirect_stdout(out):
+        ...     status = main(["--config", "grpo_math_1B", "--step-seconds", "0",
+        ...                    "grpo.max_num_steps=2", "checkpointing.save_period=1",
+        ...                    f"checkpointing.checkpoint_dir={d}/ckpt", f"logger.log_dir={d}/logs"])
+        >>> status, sorted(p.name for p in Path(d, "ckpt").iterdir())
+        (0, ['step_1', 'step_2'])
+        >>> out.getvalue().splitlines()[0].startswith("rl_lustre rehearsal: REHEARSAL")
+        True
+    """
+    args, overrides = _parser().parse_known_args(argv)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # Emoji must not kill the run on a non-UTF-8 terminal or pipe.
+        sys.stdout.reconfigure(errors="backslashreplace")
+    _say(f"{PREFIX} REHEARSAL -- no model is trained. This driver stands in for NeMo-RL's GRPO "
+         "entrypoint to rehearse orchestration and checkpoint storage; its metrics are synthetic.")
+    _say(f"{PREFIX} checkpoints are written in NeMo-RL's layout at {args.checkpoint_scale:g} × the real "
+         f"size; each step takes {args.step_seconds:g}s.")
+    previous = signal.getsignal(signal.SIGTERM)
+    in_main_thread = _is_main_thread()
+    if in_main_thread:
+        signal.signal(signal.SIGTERM, _signal_stop)
+    rehearsal: Rehearsal | None = None
+    status = 1
+    try:
+        cfg = _resolve(args.config, overrides, args.nemo_rl_version)
+        params = args.param_count or _param_count(cfg)
+        rehearsal = Rehearsal(cfg, scale=args.checkpoint_scale, step_seconds=args.step_seconds,
+                              param_count=params)
+        rehearsal.setup()
+        status = rehearsal.run()
+        _say(f"{PREFIX} finished at step {rehearsal.step or rehearsal.state.get('total_steps', 0)}/"
+             f"{rehearsal.max_steps}. This was a REHEARSAL: no model was trained.")
+    except (RehearsalError, ConfigError) as exc:
+        print(f"{PREFIX} error: {exc}", file=sys.stderr, flush=True)
+        _say(f"{PREFIX} failed before training could start or continue. This was a REHEARSAL: no model was trained.")
+        status = 1
+    except (_Stopped, KeyboardInterrupt) as exc:
+        name = str(exc) if isinstance(exc, _Stopped) else "SIGINT"
+        step = rehearsal.step if rehearsal is not None else 0
+        _say(f"{PREFIX} stopped by {name} during step {step}; an unfinished tmp_step_{step} is cleared at the "
+             "next start. This was a REHEARSAL: no model was trained.")
+        status = 128 + signal.Signals[name].value
+    finally:
+        if rehearsal is not None:
+            rehearsal.close()
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    return status
+
+
+def _is_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _recipe(config: str) -> str:
+    """A YAML file that exists is read; NeMo-RL's own ``examples/configs/<name>.yaml``
+    (a path inside the NeMo-RL image) selects the shipped recipe ``<name>``."""
+    if Path(config).is_file():
+        return config
+    m = re.fullmatch(r"(?:.*/)?examples/configs/([^/]+)\.ya?ml", config)
+    return m.group(1) if m else config
+
+
+def _resolve(config: str, overrides: list[str], version: str) -> dict[str, Any]:
+    from ..nemo_rl import resolve_config
+
+    _say(f"Loaded configuration from: {config}")
+    if overrides:
+        _say(f"Overrides: {overrides}")
+    cfg = resolve_config(_recipe(config), overrides, version=version)
+    _say("Applied CLI overrides")
+    return cfg
+
+
+def _param_count(cfg: dict[str, Any]) -> int:
+    from ..sizing import parse_param_count
+
+    model = _get(cfg, "policy.model_name")
+    count = parse_param_count(str(model))
+    if count is None:
+        raise RehearsalError(
+            f"policy.model_name={model!r} states no parameter count, so the checkpoint size is unknown; "
+            "pass --param-count N"
+        )
+    return count
