@@ -8,12 +8,12 @@ independent branches concurrently and tearing down in reverse.
 
 For GKE the graph is::
 
-    network ─ subnet ─┬─ psa-range ─┬─ psa-peering ─┬─ lustre ───────────┬─ pv ─ pvc ─┐
-                      │             └─ firewall ────┘                   │            │
-                      └─ gke-cluster ─┬─ cpu-pool ──────────────────────┼────────────┼─ raycluster
-                                      ├─ gpu-pool ──────────────────────┼────────────┤
-                                      ├─ (pv) ──────────────────────────┘            │
-                                      └─ secret ─────────────────────────────────────┘
+    network ─ subnet ─┬─ psa-range ─┬─ psa-peering ─────┬─ lustre ─┐
+                      │             └─ firewall-lustre ─┘          ├─ pv ─ pvc ─┐
+                      └─ gke-cluster ─┬────────────────────────────┘            │
+                                      ├─ secret ────────────────────────────────┤
+                                      ├─ cpu-pool ──────────────────────────────┼─ raycluster
+                                      └─ gpu-pool ──────────────────────────────┘
 
 The Lustre branch never waits for the GKE cluster or its pools: it is the slowest
 resource and must start as early as the network allows.
@@ -463,7 +463,7 @@ def _headline(plan: Plan) -> list[str]:
     facts = []
     if "gpu-pool" in plan:
         pool = plan.get("gpu-pool").settings
-        facts.append(f"{t['gpus']} GPUs ({pool['node_count']} {pool['provisioning']} {pool['machine_type']} "
+        facts.append(f"{t['gpus']} GPUs ({pool['node_count']} {pool['provisioning']} {pool['machine_type']} nodes "
                      f"x {pool['accelerator']['count']} {pool['accelerator']['type']})")
     elif "gpus" in t:
         facts.append(f"jobs told {t['gpu_nodes']} node(s) x {t['gpus'] // max(t['gpu_nodes'], 1)} GPU(s)")
