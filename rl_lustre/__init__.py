@@ -10,12 +10,11 @@ instance, and ``GRPOJob`` describes a NeMo-RL run submitted through the Ray Jobs
 Importing this package is cheap: ray, kubernetes and the Google clients load on first use.
 """
 
-from __future__ import annotations
 
 from . import errors
 from .cluster import Cluster
 from .job import GRPOJob
-
+from .sizing import LustreSizing, size_lustre
 from .volume import LustreVolume
 
 __version__ = "0.1.0.dev0"
@@ -23,7 +22,9 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "Cluster",
     "GRPOJob",
+    "LustreSizing",
     "LustreVolume",
     "__version__",
     "errors",
+    "size_lustre",
 ]
