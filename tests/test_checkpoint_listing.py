@@ -42,7 +42,8 @@ def test_only_complete_step_dirs_count_in_numeric_order(tmp_path: Path) -> None:
     assert [c.path.name for c in found] == ["step_2", "step_10"]
     # "10" sorts before "2" as text; NeMo-RL resumes from the highest number.
     latest = latest_checkpoint(tmp_path)
-    assert latest is not None and latest.step == 10
+    assert latest is not None
+    assert latest.step == 10
     assert latest.training_info == {"total_steps": 10}
 
 

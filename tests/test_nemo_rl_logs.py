@@ -132,7 +132,8 @@ def test_incremental_feed_times_saves_from_the_next_driver_line() -> None:
             clock = 2007.25
         completed += p.feed(line, at=clock)
         if line.startswith("========================= Step 10/20"):
-            assert p.current_step == 10 and p.total_steps == 20
+            assert p.current_step == 10
+            assert p.total_steps == 20
             assert p.completed_steps == 9
             assert [r.step for r in completed if isinstance(r, StepRecord)] == [9]
 
@@ -155,7 +156,8 @@ def test_a_save_cut_off_by_the_end_of_the_stream() -> None:
 
     assert pending == [CheckpointSave(step=4, started_at=50.0)]
     assert pending[0].seconds is None
-    assert p.steps == [] and not p.finished
+    assert p.steps == []
+    assert not p.finished
 
 
 def test_lines_outside_blocks_are_not_metrics() -> None:
@@ -194,7 +196,7 @@ def test_rehearsal_output_parses_like_nemo_rl(rehearsal_run: tuple[str, Path]) -
     logged = [json.loads(line) for line in (d / "logs" / "exp_001" / "rehearsal_metrics.jsonl").read_text().splitlines()]
     assert [s.step for s in parsed.steps] == [r["step"] for r in logged] == [1, 2, 3, 4]
     assert {s.total for s in parsed.steps} == {4}
-    for step, record in zip(parsed.steps, logged):
+    for step, record in zip(parsed.steps, logged, strict=True):
         assert step.metrics["avg_reward"] == round(record["train"]["reward"], 4)
         assert step.metrics["loss"] == round(record["train"]["loss"], 4)
         assert step.timings["total_step_time"] == round(record["timing"]["total_step_time"], 2)

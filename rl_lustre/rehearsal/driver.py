@@ -114,8 +114,8 @@ On-disk layout under ``step_N`` (what ``policy.save_checkpoint`` writes)
 
 What the rehearsal writes
     The same names, with filler bytes. The weight and optimizer files together hold
-    ``--checkpoint-scale`` × the real checkpoint size, ``parse_param_count(policy.model_name)``
-    × :data:`rl_lustre.sizing.CHECKPOINT_BYTES_PER_PARAM` (a quarter as fp32 weights, the
+    ``--checkpoint-scale`` x the real checkpoint size, ``parse_param_count(policy.model_name)``
+    x :data:`rl_lustre.sizing.CHECKPOINT_BYTES_PER_PARAM` (a quarter as fp32 weights, the
     rest optimizer state), in at most 128 shards per directory (one per GPU the config
     names). Every file is fsynced before ``tmp_step_N`` is renamed; a stop during a save
     leaves at most a ``tmp_step_N`` that the next start clears. Metrics are synthetic and
@@ -286,12 +286,12 @@ class Rehearsal:
         self.metrics_log = open(log_dir / "rehearsal_metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         _say("\n▶ Setting up compute cluster...")
         _say(f"  ✓ Ray cluster for policy initialized with {self.num_nodes} nodes")
-        _say(f"{PREFIX} cluster.num_nodes={self.num_nodes} × cluster.gpus_per_node={self.gpus_per_node} "
+        _say(f"{PREFIX} cluster.num_nodes={self.num_nodes} x cluster.gpus_per_node={self.gpus_per_node} "
              f"({self.num_nodes * self.gpus_per_node} GPUs) are shown, not used: nothing runs on a GPU.")
         _say("\n▶ Setting up model and training...")
         model = self.cfg["policy"].get("model_name")
         _say(f"{PREFIX} {model} ({self.param_count / 1e9:.3g}B parameters) is not loaded; each checkpoint "
-             f"is {self.scale:g} × its real size of {self.real_bytes / 1e9:.3g} GB "
+             f"is {self.scale:g} x its real size of {self.real_bytes / 1e9:.3g} GB "
              f"= {self.real_bytes * self.scale / 1e6:.3g} MB of filler.")
         self.resume()
         _say("\n" + "=" * 60)
@@ -611,7 +611,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=DEFAULT_RECIPE,
                    help="a NeMo-RL recipe name or YAML path (default: %(default)s)")
     p.add_argument("--checkpoint-scale", type=fraction, default=DEFAULT_SCALE, metavar="S",
-                   help="checkpoints are S × the real size for the model (default: %(default)g)")
+                   help="checkpoints are S x the real size for the model (default: %(default)g)")
     p.add_argument("--step-seconds", type=seconds, default=DEFAULT_STEP_SECONDS, metavar="T",
                    help="how long a rehearsed step takes (default: %(default)g)")
     p.add_argument("--param-count", type=int, default=None, metavar="N",
@@ -635,6 +635,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> with contextlib.redirect_stdout(out):
         ...     status = main(["--config", "grpo_math_1B", "--step-seconds", "0",
         ...                    "grpo.max_num_steps=2", "checkpointing.save_period=1",
+        ...                    "checkpointing.metric_name=null",
         ...                    f"checkpointing.checkpoint_dir={d}/ckpt", f"logger.log_dir={d}/logs"])
         >>> status, sorted(p.name for p in Path(d, "ckpt").iterdir())
         (0, ['step_1', 'step_2'])
@@ -647,7 +648,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")
     _say(f"{PREFIX} REHEARSAL -- no model is trained. This driver stands in for NeMo-RL's GRPO "
          "entrypoint to rehearse orchestration and checkpoint storage; its metrics are synthetic.")
-    _say(f"{PREFIX} checkpoints are written in NeMo-RL's layout at {args.checkpoint_scale:g} × the real "
+    _say(f"{PREFIX} checkpoints are written in NeMo-RL's layout at {args.checkpoint_scale:g} x the real "
          f"size; each step takes {args.step_seconds:g}s.")
     previous = signal.getsignal(signal.SIGTERM)
     in_main_thread = _is_main_thread()
