@@ -358,8 +358,9 @@ def _check_storage(flat: Mapping[str, Any], cluster: Cluster, found: _Findings) 
         if cluster.nemo_rl_path is None:
             scale = cluster.rehearsal_scale
     need = count * one * scale
-    desc = (f"{count} checkpoints (keep_top_k={keep} + {IN_FLIGHT_CHECKPOINTS} in flight, at most the "
-            f"{saves} this run saves) * {one / 1024**3:,.0f} GiB ({params / 1e9:g}B parameters * "
+    why = (f"keep_top_k=None keeps all {saves} this run saves" if keep is None else
+           f"keep_top_k={keep} + {IN_FLIGHT_CHECKPOINTS} in flight, at most the {saves} this run saves")
+    desc = (f"{count} checkpoints ({why}) * {one / 1024**3:,.0f} GiB ({params / 1e9:g}B parameters * "
             f"{CHECKPOINT_BYTES_PER_PARAM} B: bf16 weights, fp32 master weights and Adam moments)"
             + (f" * rehearsal scale {scale:g}" if scale != 1.0 else ""))
     if need > space:
