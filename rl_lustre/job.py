@@ -330,10 +330,15 @@ class GRPOJob:
         args = " ".join(shlex.quote(a) for a in self.override_args(cluster))
         config = f"examples/configs/{self.recipe_name}.yaml"
         if cluster.backend == "local" and cluster.nemo_rl_path is None:
+            from .nemo_rl.versions import DEFAULT_VERSION
+
+            version = self.nemo_rl_version_for(cluster)
+            # The driver applies the overrides with this version's key names.
+            pinned = f" --nemo-rl-version {version}" if version != DEFAULT_VERSION else ""
             return (
                 f"{shlex.quote(sys.executable)} -m rl_lustre.rehearsal"
                 f" --checkpoint-scale {_num(cluster.rehearsal_scale)}"
-                f" --step-seconds {_num(cluster.rehearsal_step_seconds)}"
+                f" --step-seconds {_num(cluster.rehearsal_step_seconds)}{pinned}"
                 f" --config {shlex.quote(self.recipe_name)} {args}"
             )
         root = cluster.nemo_rl_path if cluster.backend == "local" else self.nemo_rl_dir

@@ -252,3 +252,10 @@ def test_secret_in_an_override_never_reaches_the_command() -> None:
         job.entrypoint(reference_cluster())
     assert SECRET_VALUE not in str(info.value)
     assert "Cluster.secrets" in str(info.value)
+
+
+def test_local_rehearsal_runs_the_jobs_nemo_rl_version(tmp_path: Path) -> None:
+    cluster = Cluster.local("demo", volume_dir=tmp_path / "vol")
+    tokens = shlex.split(reference_job(nemo_rl_version="0.6.0").entrypoint(cluster))
+    assert tokens[tokens.index("--nemo-rl-version") + 1] == "0.6.0"
+    assert "data.train.dataset_name=DeepScaler" in tokens
