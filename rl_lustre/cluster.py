@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import logging
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,7 +21,12 @@ from .catalog import (
 from .volume import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE, LustreVolume
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
+    from .backends import Backend
+    from .job import GRPOJob
     from .plan import Plan
+    from .run import Run
 
 CLUSTER_NAME_RULE = (
     "must be 1-40 lowercase letters, digits or hyphens, start with a letter and not end with "
@@ -28,6 +35,8 @@ CLUSTER_NAME_RULE = (
 _SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run",
                 "/sbin", "/sys", "/usr", "/var", "/opt/nemo-rl", "/tmp")
 DEFAULT_SECRETS = ("HF_TOKEN", "WANDB_API_KEY")
+
+logger = logging.getLogger("rl_lustre.cluster")
 
 
 def _default_local_root() -> Path:
@@ -361,3 +370,104 @@ class Cluster:
         from .kube.manifests import build_manifests
 
         return build_manifests(self)
+
+    def up(self) -> Cluster:
+        """Create the deployment (or adopt the one already running) and wait until it takes jobs.
+
+        Idempotent. Locally: the volume directory and a Ray head on 127.0.0.1. Unless
+        ``keep``, whatever is still up when the interpreter exits is torn down then.
+
+        Example:
+            >>> cluster = Cluster.local("demo").up()  # doctest: +SKIP
+            >>> cluster.down()  # doctest: +SKIP
+
+        Returns:
+            The cluster itself, for chaining.
+        """
+        backend = self._backend()
+        backend.up()
+        if not self.keep:
+            atexit.register(self._down_at_exit)
+        return self
+
+    def down(self) -> None:
+        """Tear the deployment down; volume data is kept. A no-op when nothing runs.
+
+        Example:
+            >>> Cluster.local("demo").down()  # doctest: +SKIP
+        """
+        atexit.unregister(self._down_at_exit)
+        self._backend().down()
+
+    def __enter__(self) -> Cluster:
+        return self.up()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        from . import _output
+
+        if exc_type is None or (isinstance(exc, SystemExit) and not exc.code):
+            why = "finished"
+        elif issubclass(exc_type, KeyboardInterrupt):
+            why = "was interrupted"
+        else:
+            why = f"raised {exc_type.__name__}"
+        backend = self._backend()
+        if self.keep:
+            message = f"cluster {self.name!r}: the with block {why}; keep=True leaves it running. {backend.cleanup_hint()}"
+            logger.warning("%s", message)
+            _output.echo(message, style="yellow")
+            return
+        message = f"cluster {self.name!r}: the with block {why}; tearing down the {backend.describe()}"
+        logger.info("%s", message)
+        _output.echo(message)
+        self.down()
+
+    def submit(self, job: GRPOJob) -> Run:
+        """Submit ``job``; returns its run handle. The cluster must be up.
+
+        Checks the job offline first (see :meth:`GRPOJob.preflight`). Submitting a job
+        that is still running attaches to it rather than starting a second copy;
+        submitting it again after it ended starts a new attempt, which NeMo-RL resumes
+        from the newest checkpoint.
+
+        Example:
+            >>> with Cluster.local("demo") as cluster:  # doctest: +SKIP
+            ...     run = cluster.submit(GRPOJob(name="tiny", recipe="grpo_math_1B", max_num_steps=4))
+            ...     run.wait()
+
+        Raises:
+            ConfigError: the job is invalid for this cluster or would carry a secret.
+            NotReadyError: the cluster is not up.
+            RayError: the Jobs API refused the job.
+        """
+        return self._backend().submit(job)
+
+    def attach(self, job_id: str) -> Run:
+        """The run handle of a job already submitted to this cluster, by its id.
+
+        Works from another process too, while the deployment runs.
+
+        Example:
+            >>> run = Cluster.local("demo").attach("rl-lustre-tiny-0f3a9c1e")  # doctest: +SKIP
+            >>> run.status()  # doctest: +SKIP
+            'RUNNING'
+
+        Raises:
+            NotReadyError: the cluster is not up.
+            RayError: the cluster has no such job.
+        """
+        return self._backend().attach(job_id)
+
+    def _backend(self) -> Backend:
+        if self._live.backend is None:
+            from .backends import backend_for
+
+            self._live.backend = backend_for(self)
+        backend: Backend = self._live.backend
+        return backend
+
+    def _down_at_exit(self) -> None:
+        logger.info("cluster %r is still up at interpreter exit; tearing it down", self.name)
+        self._backend().down()

@@ -1,0 +1,37 @@
+"""The contract every backend fulfils."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ..job import GRPOJob
+    from ..run import Run
+
+__all__ = ["Backend"]
+
+
+class Backend(Protocol):
+    """The live side of one ``Cluster``.
+
+    ``up()`` is idempotent and adopts a deployment that an earlier process left
+    running; ``down()`` removes what ``up()`` made and keeps user data (the volume).
+    """
+
+    def up(self) -> None:
+        """Create (or adopt) the deployment and wait until it accepts jobs."""
+
+    def down(self) -> None:
+        """Tear the deployment down; a no-op when nothing runs."""
+
+    def submit(self, job: GRPOJob) -> Run:
+        """Submit ``job``, or attach to the same job when it is still running."""
+
+    def attach(self, job_id: str) -> Run:
+        """A handle on an existing job by its submission id."""
+
+    def describe(self) -> str:
+        """One line saying what runs and where (for messages)."""
+
+    def cleanup_hint(self) -> str:
+        """How to find and remove the deployment later, for ``keep=True``."""

@@ -1,0 +1,170 @@
+"""The local backend: a real Ray head on this machine and a directory as the volume.
+
+``up()`` creates the volume directory and starts (or adopts) the head; ``down()``
+stops the head and keeps the directory, which holds the user's checkpoints. The
+head's temp dir is derived from the cluster's name and volume, so a later process
+finds a head that ``keep=True`` left running, and ``up()`` adopts it.
+
+Secrets reach jobs through the head's environment: of the variables that look like
+secrets (see :func:`rl_lustre.job.looks_secret`), the head inherits only those named
+in ``cluster.secrets``. They never enter a job's runtime env or metadata.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import NotReadyError, RayError
+from . import submission
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+    from ..job import GRPOJob
+    from ..ray.head import AuthMode, LocalHead
+    from ..ray.jobs import JobsClient
+    from ..run import Run
+
+__all__ = ["LocalBackend"]
+
+logger = logging.getLogger("rl_lustre.backends.local")
+
+# The rehearsal driver needs one CPU at most; real NeMo-RL gets what Ray detects.
+_REHEARSAL_CPUS = 2
+
+
+class LocalBackend:
+    """The live side of a ``Cluster.local(...)``.
+
+    Example:
+        >>> from rl_lustre import Cluster
+        >>> backend = LocalBackend(Cluster.local("demo", volume_dir="/tmp/rl-demo"))
+        >>> backend.up()  # doctest: +SKIP
+        >>> backend.describe()  # doctest: +SKIP
+        "local Ray head for 'demo' at http://127.0.0.1:45123 (pid 4242), volume /tmp/rl-demo"
+
+    Args:
+        cluster: a cluster with ``backend="local"``.
+        auth: Ray's auth mode for a head we start; by default ``$RAY_AUTH_MODE``, else token.
+    """
+
+    def __init__(self, cluster: Cluster, *, auth: AuthMode | None = None) -> None:
+        from ..ray.head import head_dir
+
+        self.cluster = cluster
+        self.temp_dir = head_dir(f"{cluster.name}:{cluster.mount_path}")
+        self._auth = auth
+        self.head: LocalHead | None = None
+        self._jobs: JobsClient | None = None
+
+    def __repr__(self) -> str:
+        return f"LocalBackend({self.cluster.name!r}, head={self.head!r})"
+
+    def up(self) -> None:
+        from ..ray.head import start_local_head
+
+        Path(self.cluster.mount_path).mkdir(parents=True, exist_ok=True)
+        if self._adopt():
+            logger.info("adopted the running local Ray head of %r at %s", self.cluster.name, self.head_url)
+            return
+        num_cpus = _REHEARSAL_CPUS if self.cluster.nemo_rl_path is None else None
+        self.head = start_local_head(self.temp_dir, num_cpus=num_cpus, env=self._head_env(), auth=self._auth)
+
+    def down(self) -> None:
+        head = self.head if self.head is not None else self._find()
+        self.head, self._jobs = None, None
+        if head is None:
+            logger.info("no local Ray head of %r is running", self.cluster.name)
+            return
+        head.stop()
+
+    @property
+    def head_url(self) -> str:
+        """The head's dashboard / Jobs API address."""
+        return self._head().dashboard_url
+
+    @property
+    def jobs(self) -> JobsClient:
+        """The head's Jobs API."""
+        from ..ray.jobs import JobsClient
+
+        head = self._head()
+        if self._jobs is None:
+            self._jobs = JobsClient(head.dashboard_url, headers=head.headers())
+        return self._jobs
+
+    def submit(self, job: GRPOJob) -> Run:
+        prepared = submission.prepare(self.cluster, job)
+        return submission.submit(
+            self.jobs, prepared, functools.partial(self._run, checkpoint_dir=prepared.checkpoint_dir,
+                                                   total_steps=prepared.total_steps)
+        )  # fmt: skip
+
+    def attach(self, job_id: str) -> Run:
+        info = self.jobs.info(job_id)
+        if info is None:
+            raise RayError(f"the local Ray head of {self.cluster.name!r} has no job {job_id!r}")
+        checkpoint_dir, total = submission.recorded(info)
+        return self._run(job_id, checkpoint_dir=checkpoint_dir, total_steps=total)
+
+    def describe(self) -> str:
+        head = self.head
+        where = f"at {head.dashboard_url} (pid {head.pid})" if head is not None else "(not running)"
+        return f"local Ray head for {self.cluster.name!r} {where}, volume {self.cluster.mount_path}"
+
+    def cleanup_hint(self) -> str:
+        head = self._head()
+        return (
+            f"The local Ray head of {self.cluster.name!r} keeps running at {head.dashboard_url} "
+            f"(pid {head.pid}). The same Cluster.local(...) adopts it on up() or attach(); "
+            f"stop it with its down(), or with `kill -TERM {head.pid}` and `rm -rf {head.temp_dir}`."
+        )
+
+    def _run(self, job_id: str, *, checkpoint_dir: str | None, total_steps: int | None) -> Run:
+        from ..nemo_rl.checkpoints import list_checkpoints
+        from ..run import Run
+
+        lister = None if checkpoint_dir is None else functools.partial(list_checkpoints, checkpoint_dir)
+        return Run(self.jobs, job_id, total_steps=total_steps, list_checkpoints=lister)
+
+    def _find(self) -> LocalHead | None:
+        from ..ray.head import find_local_head
+
+        return find_local_head(self.temp_dir)
+
+    def _adopt(self) -> bool:
+        if self.head is not None and self.head.alive():
+            return True
+        self.head, self._jobs = self._find(), None
+        return self.head is not None
+
+    def _head(self) -> LocalHead:
+        if not self._adopt():
+            raise NotReadyError(
+                f"the local cluster {self.cluster.name!r} is not up: call cluster.up() or use `with cluster:`"
+            )
+        assert self.head is not None
+        return self.head
+
+    def _head_env(self) -> dict[str, str]:
+        from ..job import looks_secret
+
+        allowed = set(self.cluster.secrets)
+        env = {k: v for k, v in os.environ.items() if k in allowed or not looks_secret(k)}
+        root = _package_root()
+        if root is not None:
+            # Job drivers (the rehearsal) import the rl_lustre this process runs.
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        return env
+
+
+def _package_root() -> str | None:
+    """The directory holding ``rl_lustre/`` when it is not an installed package."""
+    root = Path(__file__).resolve().parents[2]
+    if any(part in ("site-packages", "dist-packages") for part in root.parts):
+        return None
+    return str(root)
+

@@ -1,0 +1,205 @@
+"""Submitting a ``GRPOJob`` through the Jobs API: ids, retries, resume and the secret guard.
+
+Shared by every backend. The submission id is derived from the job, so a retried
+``submit()`` of a job that is still running attaches to it instead of starting a
+second copy. Submitting it again after it ended is a new attempt, ``<id>-r2``,
+``<id>-r3``, ...: NeMo-RL resumes from the newest checkpoint in the same
+``checkpoint_dir``, so a new attempt continues the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..errors import ConfigError, RayError
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+    from ..job import GRPOJob
+    from ..ray.jobs import JobInfo, JobsClient
+
+__all__ = ["Submission", "check_no_secrets", "prepare", "recorded", "submit"]
+
+logger = logging.getLogger("rl_lustre.backends.submission")
+
+# Shorter values would turn up by chance in commands and paths.
+_MIN_SECRET_LEN = 8
+_RETRIES = 3
+_CHECKPOINT_DIR = "rl_lustre.checkpoint_dir"
+_TOTAL_STEPS = "rl_lustre.total_steps"
+
+
+@attrs.frozen
+class Submission:
+    """What goes to the Jobs API for one job (everything but the attempt number).
+
+    Attributes:
+        base_id: the id of the first attempt; later ones add ``-r2``, ``-r3``, ...
+        entrypoint: the shell command.
+        runtime_env: Ray's runtime env (no secrets).
+        metadata: stored with the job (no secrets).
+        checkpoint_dir: where NeMo-RL saves and resumes, or None without checkpointing.
+        total_steps: ``grpo.max_num_steps``.
+    """
+
+    base_id: str
+    entrypoint: str
+    runtime_env: Mapping[str, Any]
+    metadata: Mapping[str, str]
+    checkpoint_dir: str | None
+    total_steps: int | None
+
+
+def prepare(cluster: Cluster, job: GRPOJob) -> Submission:
+    """Render and check ``job`` for ``cluster``; makes no remote call.
+
+    Runs the job's preflight (a job NeMo-RL would reject fails here) and refuses any
+    secret in the command, runtime env or metadata.
+
+    Example:
+        >>> from rl_lustre import Cluster, GRPOJob
+        >>> c = Cluster.local("demo", volume_dir="/tmp/rl-demo")
+        >>> s = prepare(c, GRPOJob(name="tiny", recipe="grpo_math_1B", max_num_steps=4))
+        >>> s.base_id.startswith("rl-lustre-tiny-"), s.checkpoint_dir
+        (True, '/tmp/rl-demo/checkpoints/tiny')
+
+    Raises:
+        ConfigError: the job is invalid for this cluster, or would carry a secret.
+    """
+    job.preflight(cluster)
+    entrypoint = job.entrypoint(cluster)
+    runtime_env = job.runtime_env(cluster)
+    overrides = job.overrides(cluster)
+    digest = hashlib.sha256(
+        json.dumps([entrypoint, runtime_env], sort_keys=True, default=str).encode()
+    ).hexdigest()[:8]
+    base_id = f"rl-lustre-{job.name}-{digest}"
+    enabled = overrides.get("checkpointing.enabled", True)
+    checkpoint_dir = overrides.get("checkpointing.checkpoint_dir") if enabled else None
+    steps = overrides.get("grpo.max_num_steps")
+    metadata = {
+        "rl_lustre.cluster": cluster.name,
+        "rl_lustre.job": job.name,
+        "rl_lustre.base_id": base_id,
+    }
+    if checkpoint_dir is not None:
+        metadata[_CHECKPOINT_DIR] = str(checkpoint_dir)
+    if isinstance(steps, int):
+        metadata[_TOTAL_STEPS] = str(steps)
+    check_no_secrets(cluster, entrypoint, runtime_env, metadata)
+    return Submission(
+        base_id=base_id,
+        entrypoint=entrypoint,
+        runtime_env=runtime_env,
+        metadata=metadata,
+        checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
+        total_steps=steps if isinstance(steps, int) else None,
+    )
+
+
+def recorded(info: JobInfo) -> tuple[str | None, int | None]:
+    """The checkpoint dir and step count a job was submitted with, from its metadata.
+
+    Lets :meth:`Cluster.attach` rebuild a full run handle from a submission id alone.
+
+    Example:
+        >>> from rl_lustre.ray.jobs import JobInfo
+        >>> recorded(JobInfo("x", "RUNNING", metadata={"rl_lustre.checkpoint_dir": "/v/c", "rl_lustre.total_steps": "8"}))
+        ('/v/c', 8)
+    """
+    steps = info.metadata.get(_TOTAL_STEPS, "")
+    return info.metadata.get(_CHECKPOINT_DIR), int(steps) if steps.isdigit() else None
+
+
+def check_no_secrets(
+    cluster: Cluster, entrypoint: str, runtime_env: Mapping[str, Any], metadata: Mapping[str, str]
+) -> None:
+    """Refuse a submission that would store a secret in Ray's job records.
+
+    No name in ``cluster.secrets`` may be in ``runtime_env["env_vars"]``, and no value
+    those names have in this process's environment may appear in the entrypoint, the
+    runtime env or the metadata. The error never contains the value.
+
+    Example:
+        >>> from rl_lustre import Cluster
+        >>> c = Cluster.local("demo", volume_dir="/tmp/rl-demo", secrets=("HF_TOKEN",))
+        >>> check_no_secrets(c, "echo hi", {"env_vars": {"HF_TOKEN": "x"}}, {})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        rl_lustre.errors.ConfigError: GRPOJob.env='HF_TOKEN': is one of the cluster's secrets; ...
+
+    Raises:
+        ConfigError: a secret would be stored.
+    """
+    env_vars = runtime_env.get("env_vars") or {}
+    for name in cluster.secrets:
+        if name in env_vars:
+            raise ConfigError(
+                "GRPOJob", "env", name,
+                "is one of the cluster's secrets; secrets reach jobs through the cluster "
+                "(a Kubernetes Secret, or the local head's environment), never the job's runtime env",
+            )  # fmt: skip
+    stored = json.dumps([entrypoint, runtime_env, dict(metadata)], default=str)
+    for name in cluster.secrets:
+        value = os.environ.get(name, "")
+        if len(value) >= _MIN_SECRET_LEN and value in stored:
+            raise ConfigError(
+                "GRPOJob", "overrides", f"<the value of ${name}>",
+                "a secret's value would be stored in plain text in Ray's job records; "
+                "pass it through Cluster.secrets instead",
+            )  # fmt: skip
+
+
+def submit(jobs: JobsClient, submission: Submission, make_run: Callable[[str], Any]) -> Any:
+    """Submit, or attach to the attempt still running; returns ``make_run(job_id)``.
+
+    Example:
+        >>> run = submit(jobs, prepare(cluster, job), make_run)  # doctest: +SKIP
+    """
+    for _ in range(_RETRIES):
+        latest, number = _latest_attempt(jobs, submission.base_id)
+        if latest is not None and not latest.terminal:
+            logger.info("job %s is already %s; attaching to it", latest.submission_id, latest.status)
+            return make_run(latest.submission_id)
+        job_id = submission.base_id if number == 0 else f"{submission.base_id}-r{number + 1}"
+        metadata = {**submission.metadata, "rl_lustre.attempt": str(number + 1)}
+        try:
+            jobs.submit(
+                submission.entrypoint,
+                submission_id=job_id,
+                runtime_env=submission.runtime_env,
+                metadata=metadata,
+            )
+        except RayError as exc:
+            if "already exists" not in str(exc):
+                raise
+            # Another submit of the same job won the race; look again.
+            continue
+        if number:
+            logger.info("submitted job %s (attempt %d: resumes from the newest checkpoint)", job_id, number + 1)
+        else:
+            logger.info("submitted job %s", job_id)
+        return make_run(job_id)
+    raise RayError(f"could not submit {submission.base_id}: its submission id kept being taken")
+
+
+def _latest_attempt(jobs: JobsClient, base_id: str) -> tuple[JobInfo | None, int]:
+    """The newest attempt of ``base_id`` on the cluster and its number (0 when none)."""
+    pattern = re.compile(re.escape(base_id) + r"(?:-r(\d+))?")
+    latest: JobInfo | None = None
+    number = 0
+    for info in jobs.list():
+        m = pattern.fullmatch(info.submission_id)
+        if m is None:
+            continue
+        n = int(m.group(1)) if m.group(1) else 1
+        if n > number:
+            latest, number = info, n
+    return latest, number

@@ -1,0 +1,489 @@
+"""A real Ray head on this machine: ``ray start --head --block`` as a child process.
+
+The head listens on 127.0.0.1 only, on free ports, with its own short temp dir (Ray
+puts Unix sockets there, whose paths must stay under 108 bytes). It runs in a session
+of its own, so a Ctrl-C in the terminal reaches the Python process, whose clean-up
+then stops the head, rather than killing Ray half-way.
+
+Every process of a head carries ``RL_LUSTRE_HEAD=<temp dir>`` in its environment.
+Job drivers escape the head's process group (Ray starts each in a new session), so
+:meth:`LocalHead.stop` finds stragglers by that mark. It never runs ``ray stop``,
+which would kill every Ray on the machine.
+
+Ray 2.5x+ authenticates its HTTP and gRPC endpoints with a bearer token when
+``RAY_AUTH_MODE=token``. The launcher generates a token per head, writes it into the
+head's temp dir (mode 0600) and points the head at it with ``RAY_AUTH_TOKEN_PATH``,
+never touching ``~/.ray/auth_token``; clients send ``Authorization: Bearer <token>``
+(:meth:`LocalHead.headers`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Literal
+
+import attrs
+
+from ..errors import ConfigError, RayError, WaitTimeoutError
+
+__all__ = ["AuthMode", "LocalHead", "find_local_head", "head_dir", "start_local_head"]
+
+logger = logging.getLogger("rl_lustre.ray.head")
+
+AuthMode = Literal["token", "disabled"]
+MARK = "RL_LUSTRE_HEAD"
+_STATE_FILE = "head.json"
+_TOKEN_FILE = "auth_token"
+_LOG_FILE = "head.log"
+_WORKER_PORTS = 100
+# The head's own variables win over these when inherited from the caller: a stray
+# RAY_ADDRESS would point job drivers at someone else's cluster.
+_INHERITED_RAY_VARS = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+def head_dir(key: str) -> Path:
+    """The temp dir of the head for ``key``: short, per user, and the same in every process.
+
+    Being deterministic is what lets a later process find (and adopt or stop) a head
+    that an earlier one left running.
+
+    Example:
+        >>> head_dir("local:/data/volume") == head_dir("local:/data/volume")
+        True
+        >>> len(str(head_dir("x"))) < 32
+        True
+    """
+    import hashlib
+
+    digest = hashlib.sha256(f"{os.getuid()}:{key}".encode()).hexdigest()[:10]
+    root = tempfile.gettempdir()
+    # Ray's socket paths below the temp dir are long; keep the prefix short.
+    if len(root) > 16:
+        root = "/tmp"
+    return Path(root) / f"rll-{digest}"
+
+
+@attrs.define(repr=False)
+class LocalHead:
+    """A running local Ray head (a live handle, not a spec).
+
+    Attributes:
+        pid: the ``ray start`` process, leader of the head's process group.
+        temp_dir: Ray's ``--temp-dir``; also holds the token, log and state file.
+        dashboard_url: the Jobs API / dashboard, ``http://127.0.0.1:PORT``.
+        gcs_address: the GCS address (``127.0.0.1:PORT``), what ``ray.init`` takes.
+        auth_mode: ``"token"`` or ``"disabled"``.
+    """
+
+    pid: int
+    temp_dir: Path
+    dashboard_url: str
+    gcs_address: str
+    auth_mode: AuthMode
+    _process: subprocess.Popen[bytes] | None = attrs.field(default=None, alias="process")
+
+    def __repr__(self) -> str:
+        return f"LocalHead(pid={self.pid}, dashboard_url={self.dashboard_url!r}, auth_mode={self.auth_mode!r})"
+
+    @property
+    def token_path(self) -> Path | None:
+        """The token file, in token mode."""
+        return self.temp_dir / _TOKEN_FILE if self.auth_mode == "token" else None
+
+    def headers(self) -> dict[str, str]:
+        """HTTP headers for the Jobs API: the bearer token in token mode, else none.
+
+        Example:
+            >>> head.headers()  # doctest: +SKIP
+            {'Authorization': 'Bearer 3f9c...'}
+        """
+        if self.token_path is None:
+            return {}
+        try:
+            token = self.token_path.read_text().strip()
+        except OSError as exc:
+            raise RayError(f"cannot read the local Ray head's token {self.token_path}: {exc}") from exc
+        return {"Authorization": f"Bearer {token}"}
+
+    def alive(self) -> bool:
+        """Whether the head's ``ray start`` process is still running."""
+        if self._process is not None:
+            return self._process.poll() is None
+        return _running(self.pid) and _is_ours(self.pid, self.temp_dir)
+
+    def output_tail(self, lines: int = 30) -> list[str]:
+        """The last lines ``ray start`` printed (its stdout and stderr)."""
+        try:
+            text = (self.temp_dir / _LOG_FILE).read_text(errors="replace")
+        except OSError:
+            return []
+        return text.splitlines()[-lines:]
+
+    def stop(self, grace: float = 15.0) -> None:
+        """Stop the head and every process it started, then remove its temp dir.
+
+        SIGTERM to ``ray start`` (which stops its children in order), SIGKILL to its
+        process group after ``grace`` seconds, then SIGKILL to any process still
+        carrying this head's mark. A second Ctrl-C while waiting skips to SIGKILL.
+
+        Example:
+            >>> head = start_local_head(head_dir("demo"))  # doctest: +SKIP
+            >>> head.stop()  # doctest: +SKIP
+        """
+        logger.info("stopping local Ray head (pid %d)", self.pid)
+        interrupted: KeyboardInterrupt | None = None
+        try:
+            if self.alive():
+                _signal(self.pid, signal.SIGTERM)
+                if not self._wait_leader(grace):
+                    logger.warning("local Ray head (pid %d) ignored SIGTERM for %gs; killing it", self.pid, grace)
+                    self._kill_group()
+        except KeyboardInterrupt as exc:
+            interrupted = exc
+            self._kill_group()
+        finally:
+            if self._process is not None:
+                self._process.wait()
+            # Drivers and their watchers die on their own within a second or two of
+            # their supervisor; whatever is left after that is killed.
+            _sweep(self.temp_dir, settle=0 if interrupted else 3.0)
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+        if interrupted is not None:
+            raise interrupted
+
+    def _kill_group(self) -> None:
+        # Only while the leader lives is its pid surely still our process group's id.
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+
+    def _wait_leader(self, grace: float) -> bool:
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if self._process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._process.wait(timeout=0.1)
+                    return True
+            elif not _running(self.pid):
+                return True
+            else:
+                time.sleep(0.1)
+        return False
+
+    def _write_state(self) -> None:
+        state = {
+            "pid": self.pid,
+            "dashboard_url": self.dashboard_url,
+            "gcs_address": self.gcs_address,
+            "auth_mode": self.auth_mode,
+        }
+        (self.temp_dir / _STATE_FILE).write_text(json.dumps(state))
+
+
+def start_local_head(
+    temp_dir: Path,
+    *,
+    num_cpus: int | None = 2,
+    env: Mapping[str, str] | None = None,
+    auth: AuthMode | None = None,
+    timeout: float = 90.0,
+) -> LocalHead:
+    """Start ``ray start --head --block`` and wait until its Jobs API answers.
+
+    Any earlier head in ``temp_dir`` must be stopped first (see :func:`find_local_head`);
+    leftovers of a dead one are cleared.
+
+    Example:
+        >>> head = start_local_head(head_dir("demo"), auth="token")  # doctest: +SKIP
+        >>> head.dashboard_url  # doctest: +SKIP
+        'http://127.0.0.1:45123'
+
+    Args:
+        temp_dir: Ray's temp dir (see :func:`head_dir`); created, and removed on stop.
+        num_cpus: CPUs the head offers to jobs; None lets Ray count them.
+        env: the environment of the head and so of every job driver; by default this
+            process's. Ray address and token variables in it are replaced.
+        auth: ``"token"`` or ``"disabled"``; by default ``$RAY_AUTH_MODE``, else token.
+        timeout: seconds to wait for the Jobs API.
+
+    Raises:
+        RayError: the head exited during start-up, or refused our token.
+        WaitTimeoutError: the Jobs API did not answer in time.
+    """
+    mode = _auth_mode(auth)
+    existing = find_local_head(temp_dir)
+    if existing is not None:
+        raise RayError(f"a local Ray head is already running in {temp_dir} (pid {existing.pid})")
+    _sweep(temp_dir, settle=0)
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    temp_dir.mkdir(mode=0o700, parents=True)
+
+    head_env = dict(os.environ if env is None else env)
+    for name in _INHERITED_RAY_VARS:
+        head_env.pop(name, None)
+    head_env.update(
+        {
+            MARK: str(temp_dir),
+            "RAY_AUTH_MODE": mode,
+            # Off macOS/Windows this makes Ray bind every interface; we want loopback.
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            # SIGTERM would otherwise wait for a node drain (meant for Serve on
+            # Kubernetes) before stopping anything.
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+            "RAY_USAGE_STATS_ENABLED": "0",
+        }
+    )
+    if mode == "token":
+        token_path = temp_dir / _TOKEN_FILE
+        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        head_env["RAY_AUTH_TOKEN_PATH"] = str(token_path)
+
+    ports = _free_ports(10)
+    worker_lo = _free_port_range(_WORKER_PORTS, exclude=ports)
+    gcs, dashboard = ports[0], ports[1]
+    command = [
+        *_ray_cli(), "start", "--head", "--block",
+        "--node-ip-address", "127.0.0.1",
+        "--dashboard-host", "127.0.0.1",
+        "--port", str(gcs),
+        "--dashboard-port", str(dashboard),
+        "--ray-client-server-port", str(ports[2]),
+        "--dashboard-agent-listen-port", str(ports[3]),
+        "--dashboard-agent-grpc-port", str(ports[4]),
+        "--runtime-env-agent-port", str(ports[5]),
+        "--metrics-export-port", str(ports[6]),
+        "--object-manager-port", str(ports[7]),
+        "--node-manager-port", str(ports[8]),
+        "--min-worker-port", str(worker_lo),
+        "--max-worker-port", str(worker_lo + _WORKER_PORTS - 1),
+        "--temp-dir", str(temp_dir),
+        "--disable-usage-stats",
+        "--log-style", "record",
+    ]  # fmt: skip
+    if num_cpus is not None:
+        command += ["--num-cpus", str(num_cpus)]
+    with open(temp_dir / _LOG_FILE, "wb") as log:
+        process = subprocess.Popen(
+            command,
+            env=head_env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    head = LocalHead(
+        pid=process.pid,
+        temp_dir=temp_dir,
+        dashboard_url=f"http://127.0.0.1:{dashboard}",
+        gcs_address=f"127.0.0.1:{gcs}",
+        auth_mode=mode,
+        process=process,
+    )
+    logger.info("starting local Ray head (pid %d, dashboard %s, auth %s)", process.pid, head.dashboard_url, mode)
+    try:
+        _wait_ready(head, timeout)
+        head._write_state()
+    except BaseException:
+        head.stop(grace=5.0)
+        raise
+    logger.info("local Ray head is up at %s", head.dashboard_url)
+    return head
+
+
+def find_local_head(temp_dir: Path) -> LocalHead | None:
+    """The head still running in ``temp_dir`` (started by this or an earlier process), if any.
+
+    A head counts only if its ``ray start`` process is alive and carries our mark.
+
+    Example:
+        >>> find_local_head(head_dir("nothing-runs-here")) is None
+        True
+    """
+    try:
+        state = json.loads((temp_dir / _STATE_FILE).read_text())
+        head = LocalHead(
+            pid=int(state["pid"]),
+            temp_dir=temp_dir,
+            dashboard_url=str(state["dashboard_url"]),
+            gcs_address=str(state["gcs_address"]),
+            auth_mode=state["auth_mode"],
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return head if head.alive() else None
+
+
+def _auth_mode(auth: str | None) -> AuthMode:
+    mode = auth if auth is not None else os.environ.get("RAY_AUTH_MODE", "token").strip().lower()
+    if mode == "token":
+        return "token"
+    if mode == "disabled":
+        return "disabled"
+    raise ConfigError("LocalHead", "auth" if auth is not None else "RAY_AUTH_MODE", mode,
+                      "must be 'token' or 'disabled'")
+
+
+def _ray_cli() -> list[str]:
+    """The ``ray`` CLI of the Ray this Python imports (never one found on PATH)."""
+    exe = Path(sys.executable).with_name("ray")
+    if exe.is_file() and os.access(exe, os.X_OK):
+        return [str(exe)]
+    return [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 (held open together so none repeats)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(n):
+            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return ports
+
+
+def _free_port_range(size: int, exclude: list[int]) -> int:
+    """The first port of ``size`` consecutive ports that are free on 127.0.0.1."""
+    import random
+
+    rng = random.Random()
+    for _ in range(50):
+        lo = rng.randrange(20000, 60000 - size)
+        if any(lo <= p < lo + size for p in exclude):
+            continue
+        if all(_port_free(p) for p in range(lo, lo + size)):
+            return lo
+    raise RayError(f"found no {size} consecutive free ports on 127.0.0.1 for Ray workers")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _wait_ready(head: LocalHead, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    request = urllib.request.Request(f"{head.dashboard_url}/api/version", headers=head.headers())
+    last = "no answer yet"
+    while True:
+        if not head.alive():
+            code = head._process.returncode if head._process is not None else None
+            raise RayError(
+                f"the local Ray head exited with code {code} while starting; its last output:\n"
+                + _indent(head.output_tail())
+            )
+        try:
+            with urllib.request.urlopen(request, timeout=2) as response:
+                version = json.loads(response.read()).get("ray_version")
+            logger.debug("Ray %s Jobs API answers at %s", version, head.dashboard_url)
+            return
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                raise RayError(
+                    f"the local Ray head at {head.dashboard_url} refused our token (HTTP {exc.code})"
+                ) from exc
+            last = f"HTTP {exc.code}"
+        except (OSError, ValueError) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        if time.monotonic() >= deadline:
+            raise WaitTimeoutError(
+                f"the local Ray head's Jobs API at {head.dashboard_url}; its last output:\n"
+                + _indent(head.output_tail()),
+                timeout,
+                last,
+            )
+        time.sleep(0.2)
+
+
+def _indent(lines: list[str]) -> str:
+    return "\n".join(f"  | {line}" for line in lines) or "  | (nothing)"
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = _read_proc(pid, "stat")
+    return stat is None or stat.rsplit(b")", 1)[-1].split()[:1] != [b"Z"]
+
+
+def _read_proc(pid: int, name: str) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _is_ours(pid: int, temp_dir: Path) -> bool:
+    """Whether ``pid`` carries this head's mark; without ``/proc``, trust the pid."""
+    if not Path("/proc/self/environ").exists():
+        return True
+    environ = _read_proc(pid, "environ")
+    return environ is not None and f"{MARK}={temp_dir}".encode() in environ.split(b"\0")
+
+
+def _marked_pids(temp_dir: Path) -> list[int]:
+    """Live processes carrying this head's mark (Linux; elsewhere an empty list)."""
+    if not Path("/proc/self/environ").exists():
+        return []
+    me = {os.getpid(), os.getppid()}
+    found = []
+    for entry in _proc_pids():
+        if entry not in me and _running(entry) and _is_ours(entry, temp_dir):
+            found.append(entry)
+    return found
+
+
+def _proc_pids() -> Iterator[int]:
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            yield int(name)
+
+
+def _sweep(temp_dir: Path, settle: float) -> None:
+    """Wait up to ``settle`` seconds for marked processes to exit, then SIGKILL the rest
+    (again, until none is left: a shell may fork between our look and our kill)."""
+    deadline = time.monotonic() + settle
+    give_up = deadline + 10.0
+    while left := _marked_pids(temp_dir):
+        now = time.monotonic()
+        if now >= give_up:
+            logger.warning("could not kill processes %s of the local Ray head in %s", left, temp_dir)
+            return
+        if now >= deadline:
+            logger.debug("killing %d leftover process(es) of the local Ray head in %s", len(left), temp_dir)
+            for pid in left:
+                _signal(pid, signal.SIGKILL)
+        time.sleep(0.1)

@@ -1,0 +1,282 @@
+"""The Ray Jobs API, through Ray's own ``JobSubmissionClient``, with our errors.
+
+Every call goes through :func:`ray_errors`, the one place where Ray's, requests'
+and aiohttp's exceptions become :class:`~rl_lustre.errors.RayError`. The client works
+against any dashboard address: the local head's, or a port-forwarded one on GKE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import queue
+import threading
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..errors import RayError
+
+if TYPE_CHECKING:
+    from ray.job_submission import JobSubmissionClient
+
+__all__ = ["TERMINAL", "JobInfo", "JobsClient", "ray_errors"]
+
+logger = logging.getLogger("rl_lustre.ray.jobs")
+
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+# Ray lets these override the address a client is given; ours must win.
+_ADDRESS_VARS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+_env_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def ray_errors(action: str) -> Iterator[None]:
+    """Translate whatever Ray's Jobs client raises into :class:`RayError`.
+
+    Example:
+        >>> with ray_errors("list jobs"):
+        ...     raise ConnectionError("refused")
+        Traceback (most recent call last):
+        rl_lustre.errors.RayError: cannot list jobs: refused
+    """
+    try:
+        yield
+    except RayError:
+        raise
+    except Exception as exc:  # the Jobs SDK raises bare RuntimeError, ValueError, ...
+        raise RayError(f"cannot {action}: {_summary(exc)}") from exc
+
+
+def _summary(exc: BaseException) -> str:
+    """The message of ``exc``; of a server-side traceback, its first and last lines."""
+    message = str(exc).strip() or type(exc).__name__
+    if "Traceback (most recent call last)" not in message:
+        return message
+    lines = [line.strip() for line in message.splitlines() if line.strip() not in ("", ".")]
+    return f"{lines[0].split('Traceback')[0].strip()} {lines[-1]}".strip()
+
+
+@attrs.frozen
+class JobInfo:
+    """What the Jobs API reports about one job.
+
+    Attributes:
+        submission_id: the id it was submitted under.
+        status: ``PENDING``, ``RUNNING``, ``SUCCEEDED``, ``FAILED`` or ``STOPPED``.
+        message: Ray's explanation of the status.
+        entrypoint: the shell command.
+        metadata: the submission's metadata.
+        start_time: seconds since the epoch, if started.
+        end_time: seconds since the epoch, if ended.
+    """
+
+    submission_id: str
+    status: str
+    message: str = ""
+    entrypoint: str = attrs.field(default="", repr=False)
+    metadata: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+    start_time: float | None = None
+    end_time: float | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """The job will not change status again."""
+        return self.status in TERMINAL
+
+    @classmethod
+    def _from_ray(cls, details: Any) -> JobInfo:
+        def seconds(ms: int | None) -> float | None:
+            return None if ms is None else ms / 1000
+
+        return cls(
+            submission_id=details.submission_id or details.job_id or "",
+            status=str(details.status),
+            message=details.message or "",
+            entrypoint=details.entrypoint,
+            metadata=dict(details.metadata or {}),
+            start_time=seconds(details.start_time),
+            end_time=seconds(details.end_time),
+        )
+
+
+class JobsClient:
+    """The Jobs API of one Ray cluster.
+
+    The underlying ``JobSubmissionClient`` is created on first use and kept.
+
+    Example:
+        >>> jobs = JobsClient("http://127.0.0.1:8265", headers={"Authorization": "Bearer ..."})
+        >>> jobs.submit("echo hi", submission_id="hello")  # doctest: +SKIP
+        'hello'
+
+    Args:
+        address: the dashboard URL, ``http://host:port``.
+        headers: sent with every request (the bearer token when Ray auth is on).
+    """
+
+    def __init__(self, address: str, *, headers: Mapping[str, str] | None = None) -> None:
+        self.address = address
+        self._headers = dict(headers or {})
+        self._client: JobSubmissionClient | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"JobsClient({self.address!r})"
+
+    def _sdk(self) -> JobSubmissionClient:
+        with self._lock:
+            if self._client is None:
+                with ray_errors(f"connect to the Ray Jobs API at {self.address}"):
+                    self._client = _connect(self.address, self._headers)
+            return self._client
+
+    def version(self) -> str:
+        """The Ray version the cluster runs."""
+        sdk = self._sdk()
+        with ray_errors("read the cluster's Ray version"):
+            return sdk.get_version()
+
+    def submit(
+        self,
+        entrypoint: str,
+        *,
+        submission_id: str,
+        runtime_env: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> str:
+        """Submit ``entrypoint``; returns the submission id.
+
+        Raises:
+            RayError: the cluster refused, including when ``submission_id`` is taken.
+        """
+        sdk = self._sdk()
+        with ray_errors(f"submit job {submission_id}"):
+            return sdk.submit_job(
+                entrypoint=entrypoint,
+                submission_id=submission_id,
+                runtime_env=dict(runtime_env or {}),
+                metadata=dict(metadata or {}),
+            )
+
+    def info(self, submission_id: str) -> JobInfo | None:
+        """The job's status and details, or None when the cluster has no such job."""
+        sdk = self._sdk()
+        try:
+            with ray_errors(f"read job {submission_id}"):
+                return JobInfo._from_ray(sdk.get_job_info(submission_id))
+        except RayError as exc:
+            if "does not exist" in str(exc):
+                return None
+            raise
+
+    def list(self) -> list[JobInfo]:
+        """Every job the cluster knows, in any status."""
+        sdk = self._sdk()
+        with ray_errors("list jobs"):
+            return [JobInfo._from_ray(d) for d in sdk.list_jobs()]
+
+    def logs(self, submission_id: str) -> str:
+        """The job's whole log so far."""
+        sdk = self._sdk()
+        with ray_errors(f"read the logs of job {submission_id}"):
+            return sdk.get_job_logs(submission_id)
+
+    def stop(self, submission_id: str) -> bool:
+        """Ask the job to stop; False if it had already ended."""
+        sdk = self._sdk()
+        with ray_errors(f"stop job {submission_id}"):
+            return bool(sdk.stop_job(submission_id))
+
+    def follow(self, submission_id: str) -> Iterator[str]:
+        """The job's log from the start, line by line, until the job ends.
+
+        Streams over the Jobs API's websocket. Closing the iterator early (``break``)
+        closes the stream.
+
+        Example:
+            >>> for line in jobs.follow("hello"):  # doctest: +SKIP
+            ...     print(line)
+        """
+        return _LogStream(self._sdk(), submission_id).lines()
+
+
+def _connect(address: str, headers: dict[str, str]) -> JobSubmissionClient:
+    from ray.job_submission import JobSubmissionClient
+
+    with _env_lock:
+        # Ray's client prefers $RAY_ADDRESS over the address it is given; a user's
+        # RAY_ADDRESS must not send our jobs to another cluster.
+        saved = {name: os.environ.pop(name) for name in _ADDRESS_VARS if name in os.environ}
+        try:
+            return JobSubmissionClient(address, headers=dict(headers))
+        finally:
+            os.environ.update(saved)
+
+
+_DONE = object()
+
+
+class _LogStream:
+    """``tail_job_logs`` (an async generator) consumed from sync code: an event loop
+    in a thread puts chunks on a queue; cancelling the task ends the stream early."""
+
+    def __init__(self, sdk: JobSubmissionClient, submission_id: str) -> None:
+        self._sdk = sdk
+        self._id = submission_id
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ready = threading.Event()
+
+    def lines(self) -> Iterator[str]:
+        thread = threading.Thread(target=self._run, name=f"rl_lustre-logs-{self._id}", daemon=True)
+        thread.start()
+        pending = ""
+        try:
+            while True:
+                item = self._queue.get()
+                if item is _DONE:
+                    break
+                if isinstance(item, BaseException):
+                    with ray_errors(f"follow the logs of job {self._id}"):
+                        raise item
+                pending += item
+                *complete, pending = pending.split("\n")
+                yield from complete
+            if pending:
+                yield pending
+        finally:
+            self._cancel()
+            thread.join(timeout=5)
+
+    def _run(self) -> None:
+        async def pump() -> None:
+            async for chunk in self._sdk.tail_job_logs(self._id):
+                self._queue.put(chunk)
+
+        loop = asyncio.new_event_loop()
+        try:
+            self._loop = loop
+            self._task = loop.create_task(pump())
+            self._ready.set()
+            loop.run_until_complete(self._task)
+            self._queue.put(_DONE)
+        except asyncio.CancelledError:
+            self._queue.put(_DONE)
+        except BaseException as exc:
+            self._queue.put(exc)
+        finally:
+            self._ready.set()
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def _cancel(self) -> None:
+        self._ready.wait(timeout=5)
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None and not task.done():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(task.cancel)

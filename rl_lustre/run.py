@@ -1,0 +1,259 @@
+"""``Run``: the live handle of one submitted job, the same on every backend.
+
+It talks to the cluster only through a :class:`~rl_lustre.ray.jobs.JobsClient`
+(the local head's address, or a port-forwarded dashboard on GKE) and reads
+checkpoints through a function the backend supplies. Progress and metrics come
+from the job's own log, parsed as NeMo-RL prints it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Literal, overload
+
+import attrs
+
+from . import _output
+from .errors import JobFailedError, RayError, WaitTimeoutError
+
+if TYPE_CHECKING:
+    from .nemo_rl.checkpoints import Checkpoint
+    from .nemo_rl.logs import CheckpointSave, LogParser, StepRecord
+    from .ray.jobs import JobInfo, JobsClient
+
+__all__ = ["Progress", "Run"]
+
+logger = logging.getLogger("rl_lustre.run")
+
+_FAILED = ("FAILED", "STOPPED")
+_TAIL_LINES = 30
+
+
+@attrs.frozen
+class Progress:
+    """How far a run has come, from its step lines.
+
+    Attributes:
+        step: the step running now (its header was printed); 0 before the first.
+        completed: the steps known to be done: the last step whose results were
+            printed, or, after a resume, the steps before the first one this attempt ran.
+        total: the run's number of steps, once known.
+    """
+
+    step: int
+    completed: int
+    total: int | None
+
+    @property
+    def fraction(self) -> float | None:
+        """``completed / total``, once the total is known."""
+        return None if not self.total else self.completed / self.total
+
+    def __str__(self) -> str:
+        return f"step {self.completed}/{self.total if self.total is not None else '?'}"
+
+
+class Run:
+    """A submitted job: watch it, wait for it, stop it, list its checkpoints.
+
+    Get one from :meth:`Cluster.submit <rl_lustre.Cluster.submit>` or
+    :meth:`Cluster.attach <rl_lustre.Cluster.attach>`.
+
+    Example:
+        >>> with Cluster.local("demo") as cluster:  # doctest: +SKIP
+        ...     run = cluster.submit(GRPOJob(name="tiny", recipe="grpo_math_1B", max_num_steps=4))
+        ...     run.wait(timeout=600)
+        ...     [(c.step, c.size_bytes) for c in run.checkpoints()]
+
+    Args:
+        jobs: the cluster's Jobs API.
+        job_id: the Ray submission id.
+        total_steps: the number of steps, until the log says.
+        list_checkpoints: returns the run's complete checkpoints, oldest first.
+    """
+
+    def __init__(
+        self,
+        jobs: JobsClient,
+        job_id: str,
+        *,
+        total_steps: int | None = None,
+        list_checkpoints: Callable[[], list[Checkpoint]] | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self._jobs = jobs
+        self._total = total_steps
+        self._list_checkpoints = list_checkpoints
+        self._lock = threading.Lock()
+        self._parser: LogParser | None = None
+        self._fed = 0
+        self._partial = ""
+
+    def __repr__(self) -> str:
+        return f"Run(job_id={self.job_id!r})"
+
+    def info(self) -> JobInfo:
+        """The Jobs API's record of this run (status, message, times).
+
+        Raises:
+            RayError: the cluster has no such job (any more).
+        """
+        info = self._jobs.info(self.job_id)
+        if info is None:
+            raise RayError(f"the cluster has no job {self.job_id!r}")
+        return info
+
+    def status(self) -> str:
+        """``PENDING``, ``RUNNING``, ``SUCCEEDED``, ``FAILED`` or ``STOPPED``.
+
+        Example:
+            >>> run.status()  # doctest: +SKIP
+            'RUNNING'
+        """
+        return self.info().status
+
+    def done(self) -> bool:
+        """Whether the run has ended, in any way."""
+        return self.info().terminal
+
+    @overload
+    def logs(self, follow: Literal[False] = False) -> str: ...
+    @overload
+    def logs(self, follow: Literal[True]) -> Iterator[str]: ...
+
+    def logs(self, follow: bool = False) -> str | Iterator[str]:
+        """The run's log: all of it so far, or (``follow=True``) its lines as they come.
+
+        Following starts from the beginning and ends when the run does; ``break``
+        out of the loop to stop early.
+
+        Example:
+            >>> for line in run.logs(follow=True):  # doctest: +SKIP
+            ...     print(line)
+        """
+        if follow:
+            return self._jobs.follow(self.job_id)
+        return self._jobs.logs(self.job_id)
+
+    @property
+    def progress(self) -> Progress:
+        """Where the run is, from its latest step lines.
+
+        Example:
+            >>> run.progress  # doctest: +SKIP
+            Progress(step=3, completed=2, total=10)
+        """
+        parser = self._refresh()
+        step = parser.current_step or 0
+        return Progress(
+            step=step,
+            # "Step k/N" means steps 1..k-1 are done, by this attempt or an earlier one.
+            completed=max(parser.completed_steps, step - 1),
+            total=parser.total_steps if parser.total_steps is not None else self._total,
+        )
+
+    def steps(self) -> list[StepRecord]:
+        """Every completed step of this attempt, with its metrics, timings and throughput."""
+        return list(self._refresh().steps)
+
+    def metrics(self) -> dict[int, dict[str, float]]:
+        """Per-step training results (``loss``, ``avg_reward``, ...), by step.
+
+        Example:
+            >>> run.metrics()[1]["avg_reward"]  # doctest: +SKIP
+            0.3125
+        """
+        return {record.step: dict(record.metrics) for record in self._refresh().steps}
+
+    def saves(self) -> list[CheckpointSave]:
+        """The checkpoint saves this attempt's log reports, with NeMo-RL's own timing."""
+        return list(self._refresh().saves)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """The run's complete checkpoints (``step_N``), oldest first, with size and write time.
+
+        Example:
+            >>> [(c.step, c.size_bytes, c.save_seconds) for c in run.checkpoints()]  # doctest: +SKIP
+            [(4, 1048576, 0.02), (6, 1048576, 0.02)]
+
+        Raises:
+            NotImplementedError: this backend cannot read the run's checkpoint directory.
+        """
+        if self._list_checkpoints is None:
+            raise NotImplementedError(f"this backend cannot list the checkpoints of {self.job_id}")
+        return self._list_checkpoints()
+
+    def wait(self, timeout: float | None = None, *, poll: float = 1.0) -> str:
+        """Block until the run ends; return ``"SUCCEEDED"``. A progress bar shows when output is on.
+
+        Example:
+            >>> run.wait(timeout=900)  # doctest: +SKIP
+            'SUCCEEDED'
+
+        Args:
+            timeout: seconds; None waits for ever.
+            poll: seconds between status checks.
+
+        Raises:
+            JobFailedError: the run ended FAILED or STOPPED; carries its last log lines.
+            WaitTimeoutError: ``timeout`` passed; carries the last status and progress.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with _output.progress(self.job_id, total=self._total) as update:
+            while True:
+                info = self.info()
+                if _output.output_enabled():
+                    p = self.progress
+                    update(completed=p.completed, total=p.total)
+                if info.terminal:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise WaitTimeoutError(f"job {self.job_id}", timeout or 0, f"{info.status}, {self.progress}")
+                remaining = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
+                time.sleep(remaining)
+        if info.status in _FAILED:
+            tail = self._jobs.logs(self.job_id).splitlines()[-_TAIL_LINES:]
+            raise JobFailedError(self.job_id, info.status, tail)
+        logger.info("job %s %s", self.job_id, info.status)
+        return info.status
+
+    def stop(self, *, wait: bool = True, timeout: float = 60.0) -> str:
+        """Ask the run to stop; by default wait until it has. Returns the status then.
+
+        Stopping a run that already ended changes nothing.
+
+        Example:
+            >>> run.stop()  # doctest: +SKIP
+            'STOPPED'
+
+        Raises:
+            WaitTimeoutError: ``wait`` and the run still had not stopped after ``timeout``.
+        """
+        if self._jobs.stop(self.job_id):
+            logger.info("asked job %s to stop", self.job_id)
+        if not wait:
+            return self.status()
+        deadline = time.monotonic() + timeout
+        while not (info := self.info()).terminal:
+            if time.monotonic() >= deadline:
+                raise WaitTimeoutError(f"job {self.job_id} to stop", timeout, info.status)
+            time.sleep(0.2)
+        return info.status
+
+    def _refresh(self) -> LogParser:
+        """Feed the parser the part of the log it has not seen yet."""
+        from .nemo_rl.logs import LogParser
+
+        with self._lock:
+            text = self._jobs.logs(self.job_id)
+            if self._parser is None or len(text) < self._fed:
+                self._parser, self._fed, self._partial = LogParser(), 0, ""
+            new, self._fed = self._partial + text[self._fed :], len(text)
+            *lines, self._partial = new.split("\n")
+            for line in lines:
+                self._parser.feed(line)
+            return self._parser
+
