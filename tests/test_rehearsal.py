@@ -171,16 +171,26 @@ def test_interrupted_save_leaves_only_a_tmp_dir_that_the_next_start_clears(
     assert [s.step for s in parse_log(out.getvalue()).steps] == [2, 3]
 
 
-def test_stale_tmp_dirs_are_cleared_at_start(tmp_path: Path) -> None:
+def test_stale_tmp_and_half_deleted_dirs_are_cleared_at_start(tmp_path: Path) -> None:
     stale = tmp_path / "ckpt" / "tmp_step_9" / "policy" / "weights"
     stale.mkdir(parents=True)
     (stale / "__0_0.distcp").write_bytes(b"half a save")
+    (tmp_path / "ckpt" / "old_step_3" / "policy").mkdir(parents=True)  # keep_top_k was deleting it
 
     r = _run(tmp_path, "grpo.max_num_steps=1", "checkpointing.metric_name=null")
 
     assert r.returncode == 0, r.stderr
     assert "removed stale tmp_step_9" in r.stdout
+    assert "removed old_step_3" in r.stdout
     assert _steps(tmp_path) == ["step_1"]
+
+
+def test_each_start_logs_into_the_next_exp_dir(tmp_path: Path) -> None:
+    (tmp_path / "exp_007").mkdir()
+    (tmp_path / "exp_notes").mkdir()
+    assert driver.next_experiment_dir(tmp_path) == tmp_path / "exp_008"
+    assert driver.next_experiment_dir(tmp_path / "fresh") == tmp_path / "fresh" / "exp_001"
+    assert (tmp_path / "exp_008").is_dir()
 
 
 def test_a_finished_run_exits_at_once(tmp_path: Path) -> None:

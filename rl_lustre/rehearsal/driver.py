@@ -118,7 +118,9 @@ What the rehearsal writes
     x :data:`rl_lustre.sizing.CHECKPOINT_BYTES_PER_PARAM` (a quarter as fp32 weights, the
     rest optimizer state), in at most 128 shards per directory (one per GPU the config
     names). Every file is fsynced before ``tmp_step_N`` is renamed; a stop during a save
-    leaves at most a ``tmp_step_N`` that the next start clears. Metrics are synthetic and
+    leaves at most a ``tmp_step_N`` that the next start clears. keep_top_k renames a
+    checkpoint to ``old_step_N`` before deleting it, so a stop half-way through a deletion
+    never leaves a partial ``step_N``; the next start clears such an ``old_step_N`` too. Metrics are synthetic and
     a function of ``grpo.seed`` and the step only, so a resumed run prints what an
     uninterrupted one would have; timings are the rehearsal's own (``--step-seconds``
     spread over the phases, and the real time of each checkpoint write).
@@ -138,7 +140,7 @@ import signal
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -227,14 +229,12 @@ def _get(cfg: dict[str, Any], dotted: str) -> Any:
 class Rehearsal:
     """One start of the driver: resume, step, save, exit."""
 
-    def __init__(self, cfg: dict[str, Any], *, scale: float, step_seconds: float,
-                 param_count: int, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, cfg: dict[str, Any], *, scale: float, step_seconds: float, param_count: int) -> None:
         from ..sizing import checkpoint_bytes
 
         self.cfg = cfg
         self.scale = scale
         self.step_seconds = step_seconds
-        self.sleep = sleep
         self.param_count = param_count
         self.real_bytes = checkpoint_bytes(param_count)
         self.grpo = _get(cfg, "grpo")
@@ -300,15 +300,9 @@ class Rehearsal:
 
     def resume(self) -> None:
         root = self.checkpoint_dir
-        for step, old in sorted(_step_dirs(root, "old_step_").items()):
-            # A crash between NeMo-RL's two renames leaves old_step_N without step_N.
-            target = root / f"step_{step}"
-            if target.exists():
-                shutil.rmtree(old)
-                _say(f"{PREFIX} removed {old.name}, left over from replacing {target.name}")
-            else:
-                os.rename(old, target)
-                _say(f"{PREFIX} restored {target.name} from {old.name} (a save was interrupted while replacing it)")
+        for old in sorted(_step_dirs(root, "old_step_").values()):
+            shutil.rmtree(old)
+            _say(f"{PREFIX} removed {old.name} (keep_top_k was deleting it when the last run stopped)")
         for tmp in sorted(_step_dirs(root, "tmp_step_").values()):
             shutil.rmtree(tmp)
             _say(f"{PREFIX} removed stale {tmp.name} (an interrupted save; it was never a checkpoint)")
@@ -364,7 +358,7 @@ class Rehearsal:
                 for line in message.format(batch=prompts * gens).splitlines():
                     _say(line)
             t0 = time.perf_counter()
-            self.sleep(self.step_seconds * share * rng.uniform(0.9, 1.1))
+            time.sleep(self.step_seconds * share * rng.uniform(0.9, 1.1))
             timings[timer] = time.perf_counter() - t0
         train = _train_metrics(rng, k, prompts * gens)
         val: dict[str, float] = {}
@@ -400,7 +394,7 @@ class Rehearsal:
     def _validate(self, k: int) -> dict[str, float]:
         _say(f"▶ Starting validation at step {k}...")
         t0 = time.perf_counter()
-        self.sleep(self.step_seconds * 0.1)
+        time.sleep(self.step_seconds * 0.1)
         val = _val_metrics(self.seed, k)
         samples = int(self.grpo.get("max_val_samples", 256) or 256)
         _say("\n📊 Validation Results:")
@@ -499,14 +493,8 @@ class Rehearsal:
                 os.close(fd)
         for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
             _fsync_dir(d)
-        final = self.checkpoint_dir / f"step_{k}"
-        if final.exists():
-            old = self.checkpoint_dir / f"old_step_{k}"
-            os.rename(final, old)
-            os.rename(tmp, final)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, final)
+        # Saved steps only ever exceed the newest step_N found at start, so step_k is new.
+        os.rename(tmp, self.checkpoint_dir / f"step_{k}")
         _fsync_dir(self.checkpoint_dir)
         self._remove_old_checkpoints()
 
@@ -675,6 +663,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"{PREFIX} stopped by {name} during step {step}; an unfinished tmp_step_{step} is cleared at the "
              "next start. This was a REHEARSAL: no model was trained.")
         status = 128 + signal.Signals[name].value
+    except Exception:
+        _say(f"{PREFIX} failed (the traceback is on stderr). This was a REHEARSAL: no model was trained.")
+        raise
     finally:
         if rehearsal is not None:
             rehearsal.close()
