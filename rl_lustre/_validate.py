@@ -142,7 +142,7 @@ def to_frozen_mapping(value: Any) -> Any:
     return value
 
 
-class FrozenDict(dict):  # type: ignore[type-arg]
+class FrozenDict(dict[str, Any]):
     """A dict that refuses mutation and hashes by content, so specs stay hashable."""
 
     def _immutable(self, *args: Any, **kwargs: Any) -> None:

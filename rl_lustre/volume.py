@@ -146,7 +146,8 @@ class LustreVolume:
         """This volume as the user wrote it, before a ``Cluster`` filled its defaults."""
         if not self._filled - {"name"}:
             return self
-        new = attrs.evolve(self, **{k: None for k in self._filled - {"name"}})
+        unset: dict[str, Any] = dict.fromkeys(self._filled - {"name"})
+        new = attrs.evolve(self, **unset)
         object.__setattr__(new, "_live", self._live)
         object.__setattr__(new, "_filled", self._filled & {"name"})
         return new
