@@ -128,7 +128,8 @@ class GRPOJob:
         wandb: ``logger.wandb_enabled``; needs ``WANDB_API_KEY`` among the cluster's secrets.
         wandb_project: ``logger.wandb.project``.
         overrides: more NeMo-RL overrides, dotted key → value; prefix a key with ``+``
-            to add one the recipe lacks.
+            to add one the recipe lacks. Read back as :attr:`extra_overrides`, since
+            :meth:`overrides` returns every override the job passes.
         env: non-secret environment variables for the job.
         working_dir: a local directory uploaded with the job.
         excludes: ``.rayignore``-style patterns left out of ``working_dir``.

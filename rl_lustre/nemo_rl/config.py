@@ -50,7 +50,12 @@ def available_recipes(version: str = RECIPE_VERSION) -> tuple[str, ...]:
 
 
 def recipe_name(recipe: str | os.PathLike[str]) -> str:
-    """``"grpo_math_1B.yaml"`` or ``"/x/grpo_math_1B.yaml"`` → ``"grpo_math_1B"``."""
+    """A recipe's name, without directory or YAML suffix.
+
+    Example:
+        >>> recipe_name("/x/grpo_math_1B.yaml"), recipe_name("grpo_math_1B")
+        ('grpo_math_1B', 'grpo_math_1B')
+    """
     name = Path(recipe).name
     for ext in (".yaml", ".yml"):
         if name.endswith(ext):
@@ -112,10 +117,19 @@ def _load_chain(path: Path, seen: tuple[Path, ...] = ()) -> DictConfig:
         ppath = Path(parent) if parent.startswith("/") else path.parent / parent
         if not ppath.is_file():
             raise ConfigError("recipe", "defaults", parent, f"{path.name} inherits from a file that does not exist")
-        base = OmegaConf.merge(base, _load_chain(ppath, (*seen, path)))
-    merged = OmegaConf.merge(base, cfg)
+        base = _merge(base, _load_chain(ppath, (*seen, path)), path)
+    merged = _merge(base, cfg, path)
     assert isinstance(merged, DictConfig)
     return merged
+
+
+def _merge(base: Any, cfg: Any, path: Path) -> Any:
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.merge(base, cfg)
+    except Exception as exc:
+        raise ConfigError("recipe", "defaults", str(path), f"cannot be merged with its defaults: {exc}") from exc
 
 
 @functools.lru_cache(maxsize=32)
@@ -183,7 +197,12 @@ def register_resolvers() -> None:
 
 
 def config_keys(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
-    """Every dotted path in ``cfg``: leaves and the mappings above them."""
+    """Every dotted path in ``cfg``: leaves and the mappings above them.
+
+    Example:
+        >>> config_keys({"a": {"b": 1}, "c": None})
+        ['a', 'a.b', 'c']
+    """
     from omegaconf import DictConfig, OmegaConf
 
     raw: Any = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
@@ -202,7 +221,12 @@ def config_keys(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
 
 
 def nearest_keys(key: str, known: Sequence[str], n: int = 3) -> list[str]:
-    """The known keys closest to ``key`` (by spelling, then by last component)."""
+    """The known keys closest to ``key`` (by spelling, then by last component).
+
+    Example:
+        >>> nearest_keys("grpo.max_steps", ["grpo.max_num_steps", "grpo.seed", "policy.max_grad_norm"])
+        ['grpo.max_num_steps', 'grpo.seed']
+    """
     close = difflib.get_close_matches(key, known, n=n, cutoff=0.6)
     if len(close) < n:
         last = key.rsplit(".", 1)[-1]
@@ -235,6 +259,13 @@ def apply_overrides(
     A bad override is skipped and the rest still apply, so every problem is reported
     at once. ``values`` (parallel to ``overrides``) are what errors show as the value;
     by default, the text after ``=``.
+
+    Example:
+        >>> cfg = load_recipe("grpo_math_1B")
+        >>> [p.field for p in apply_overrides(cfg, ["grpo.seed=1", "grpo.sed=2"], owner="demo")]
+        ['grpo.sed']
+        >>> cfg.grpo.seed
+        1
     """
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from omegaconf import OmegaConf
