@@ -1,0 +1,495 @@
+"""Create or adopt a deployment's Kubernetes objects, watch them become ready, delete them.
+
+- :func:`apply_manifests` creates each manifest (PersistentVolume, PersistentVolumeClaim,
+  Secret through ``CoreV1Api``; the ``ray.io/v1`` RayCluster through
+  ``CustomObjectsApi``). A same-named object that carries our labels
+  (``managed-by=rl-lustre``, ``rl-lustre-deployment=<name>``) is adopted and merge-patched
+  to the desired spec where the API allows it; one without them raises
+  :class:`~rl_lustre.errors.OwnershipError` and is left alone.
+- :func:`wait_ready` watches (``resourceVersion`` + ``timeoutSeconds``, listing again on
+  410 Gone) until the claims are Bound and the RayCluster reports ``HeadPodReady`` and
+  ``RayClusterProvisioned`` (or ``status.state == "ready"`` on older KubeRay). At the
+  deadline it raises :class:`~rl_lustre.errors.WaitTimeoutError` whose ``last_state``
+  is a :class:`~rl_lustre.kube.diagnose.Diagnosis` saying why.
+- :func:`delete_manifests` and :func:`delete_deployment` delete in reverse order, only
+  objects with our labels, and wait until each is gone.
+
+One INFO log line per remote change; DEBUG for watch events.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+from ..catalog import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, MANAGED_BY, ownership_labels
+from ..errors import ConfigError, KubernetesError, NotReadyError, OwnershipError, WaitTimeoutError
+from .client import KINDS, ResourceClient, WatchExpired, translate_errors
+from .diagnose import Diagnosis, diagnose
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+__all__ = [
+    "Applied",
+    "apply_manifests",
+    "delete_deployment",
+    "delete_manifests",
+    "is_owned",
+    "raycluster_ready",
+    "wait_ready",
+]
+
+logger = logging.getLogger("rl_lustre.kube.apply")
+
+Obj = dict[str, Any]
+# What an adoption may change; the rest of these specs is immutable after creation
+# (API server validation), so a difference there is reported instead of patched.
+_MUTABLE_SPEC: dict[str, frozenset[str] | None] = {
+    "PersistentVolume": frozenset({"capacity", "mountOptions", "persistentVolumeReclaimPolicy"}),
+    "PersistentVolumeClaim": frozenset({"resources"}),
+    "RayCluster": None,  # all of it
+}
+_PENDING_ANNOTATION = "rl-lustre/mount-point-pending"
+# Deletion order when collecting by labels: dependents first.
+_DELETE_ORDER = ("RayCluster", "Secret", "PersistentVolumeClaim", "PersistentVolume")
+_WATCH_CHUNK = 60.0
+
+
+@attrs.frozen
+class Applied:
+    """The outcome of applying one manifest.
+
+    Attributes:
+        kind: the object's kind.
+        namespace: its namespace (None when cluster-scoped).
+        name: its name.
+        action: ``created``, ``adopted`` (existed with our labels and was patched) or
+            ``unchanged`` (existed with our labels and already matched).
+        object: the object as stored by the server.
+    """
+
+    kind: str
+    namespace: str | None
+    name: str
+    action: Literal["created", "adopted", "unchanged"]
+    object: Obj = attrs.field(repr=False, eq=False)
+
+
+def is_owned(obj: Mapping[str, Any], deployment: str) -> bool:
+    """Whether ``obj`` carries the labels of ``deployment``."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_MANAGED_BY) == MANAGED_BY and labels.get(LABEL_DEPLOYMENT) == deployment
+
+
+def raycluster_ready(rc: Mapping[str, Any] | None) -> bool:
+    """Whether a RayCluster is ready, as KubeRay reports it.
+
+    ``HeadPodReady`` and ``RayClusterProvisioned`` both True when KubeRay sets
+    conditions (v1.2+), otherwise ``status.state == "ready"``; never from a status
+    older than the current spec (``observedGeneration``).
+
+    Example:
+        >>> raycluster_ready({"metadata": {"generation": 1}, "status": {"state": "ready"}})
+        True
+        >>> raycluster_ready({"status": {"state": "ready", "conditions": [
+        ...     {"type": "HeadPodReady", "status": "True"},
+        ...     {"type": "RayClusterProvisioned", "status": "False"}]}})
+        False
+    """
+    if rc is None:
+        return False
+    status = rc.get("status") or {}
+    generation = (rc.get("metadata") or {}).get("generation")
+    observed = status.get("observedGeneration")
+    if generation is not None and observed is not None and int(observed) < int(generation):
+        return False
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    if "HeadPodReady" in conditions or "RayClusterProvisioned" in conditions:
+        return conditions.get("HeadPodReady") == "True" and conditions.get("RayClusterProvisioned") == "True"
+    return status.get("state") == "ready"
+
+
+def _claim_bound(pvc: Mapping[str, Any] | None) -> bool:
+    return pvc is not None and (pvc.get("status") or {}).get("phase") == "Bound"
+
+
+def _target(manifest: Mapping[str, Any], namespace: str | None) -> tuple[str, str | None, str]:
+    kind = manifest.get("kind")
+    if kind not in KINDS:
+        raise ConfigError("manifest", "kind", kind, f"must be one of {', '.join(sorted(KINDS))}")
+    meta = manifest.get("metadata") or {}
+    name = meta.get("name")
+    if not name:
+        raise ConfigError("manifest", "metadata.name", name, "every manifest needs a name")
+    ns = (meta.get("namespace") or namespace or "default") if KINDS[kind].namespaced else None
+    return str(kind), ns, str(name)
+
+
+def _desired(manifest: Mapping[str, Any], deployment: str, ns: str | None) -> Obj:
+    body: Obj = dict(manifest)
+    meta = dict(body.get("metadata") or {})
+    meta["labels"] = {**(meta.get("labels") or {}), **ownership_labels(deployment)}
+    if ns is not None:
+        meta["namespace"] = ns
+    body["metadata"] = meta
+    return body
+
+
+def _subset(want: Any, have: Any) -> bool:
+    """Whether ``have`` already holds everything ``want`` asks for (server defaults aside)."""
+    if isinstance(want, Mapping):
+        return isinstance(have, Mapping) and all(_subset(v, have.get(k)) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(want) == len(have) and all(_subset(w, h) for w, h in zip(want, have))
+    return bool(want == have)
+
+
+def _b64(value: Any) -> str:
+    return base64.b64encode(str(value).encode()).decode()
+
+
+def _adoption_patch(kind: str, desired: Obj, existing: Obj) -> tuple[Obj, list[str]]:
+    """``(merge patch, immutable fields that differ)`` taking ``existing`` to ``desired``."""
+    patch: Obj = {}
+    meta_patch = {}
+    for field in ("labels", "annotations"):
+        want = (desired.get("metadata") or {}).get(field)
+        if want and not _subset(want, (existing.get("metadata") or {}).get(field) or {}):
+            meta_patch[field] = want
+    if meta_patch:
+        patch["metadata"] = meta_patch
+    drift: list[str] = []
+    if kind == "Secret":
+        want_data = dict(desired.get("data") or {})
+        want_data.update({k: _b64(v) for k, v in (desired.get("stringData") or {}).items()})
+        if want_data != {k: v for k, v in (existing.get("data") or {}).items() if k in want_data}:
+            # Values go as stringData/data exactly as given; they are never logged.
+            for field in ("data", "stringData"):
+                if desired.get(field):
+                    patch[field] = desired[field]
+        if desired.get("type", "Opaque") != existing.get("type", "Opaque"):
+            drift.append("type")
+        return patch, drift
+    want_spec = desired.get("spec") or {}
+    have_spec = existing.get("spec") or {}
+    mutable = _MUTABLE_SPEC.get(kind)
+    spec_patch = {}
+    for field, value in want_spec.items():
+        if _subset(value, have_spec.get(field)):
+            continue
+        if mutable is None or field in mutable:
+            spec_patch[field] = value
+        else:
+            drift.append(f"spec.{field}")
+    if spec_patch:
+        patch["spec"] = spec_patch
+    return patch, drift
+
+
+def apply_manifests(
+    api_client: ApiClient,
+    manifests: Sequence[Mapping[str, Any]],
+    *,
+    deployment: str,
+    namespace: str | None = None,
+    timeout: float = 120.0,
+) -> list[Applied]:
+    """Create each manifest, or adopt it when it exists with our labels.
+
+    Manifests are applied in order (PV, PVC, Secret, RayCluster as
+    :func:`~rl_lustre.kube.manifests.build_manifests` returns them). Our ownership
+    labels are added to each. An object being deleted is waited for, then created
+    again.
+
+    Example:
+        >>> from rl_lustre.kube.manifests import build_manifests        # doctest: +SKIP
+        >>> applied = apply_manifests(api, build_manifests(cluster, secret_values=values, redact=False),
+        ...                           deployment=cluster.name)            # doctest: +SKIP
+        >>> [(a.kind, a.action) for a in applied]                         # doctest: +SKIP
+        [('PersistentVolume', 'created'), ('PersistentVolumeClaim', 'created'), ...]
+
+    Args:
+        api_client: a kubernetes ``ApiClient``.
+        manifests: the objects, as plain dicts.
+        deployment: the deployment name our labels carry.
+        namespace: for namespaced manifests that name none (default ``default``).
+        timeout: how long to wait for a same-named object that is being deleted.
+
+    Raises:
+        NotReadyError: a PersistentVolume still has a placeholder Lustre address (no
+            request is sent).
+        ConfigError: a manifest of a kind this module does not handle, or without a name.
+        OwnershipError: a same-named object exists without our labels.
+        KubernetesError: the API refused a request, or an immutable field of an
+            adopted object differs from the manifest.
+    """
+    targets = [_target(m, namespace) for m in manifests]
+    for manifest, (kind, _, name) in zip(manifests, targets):
+        annotations = (manifest.get("metadata") or {}).get("annotations") or {}
+        if kind == "PersistentVolume" and _PENDING_ANNOTATION in annotations:
+            raise NotReadyError(
+                f"PersistentVolume {name} has no Lustre address yet ({annotations[_PENDING_ANNOTATION]}); "
+                "create() or refresh() the LustreVolume, then build the manifests again"
+            )
+    applied = []
+    for manifest, (kind, ns, name) in zip(manifests, targets):
+        applied.append(_apply_one(api_client, _desired(manifest, deployment, ns), kind, ns, name, deployment, timeout))
+    return applied
+
+
+def _apply_one(api_client: ApiClient, desired: Obj, kind: str, ns: str | None, name: str, deployment: str, timeout: float) -> Applied:
+    from kubernetes.client.exceptions import ApiException
+
+    res = ResourceClient(api_client, kind, ns)
+    what = res.describe(name)
+    deadline = time.monotonic() + timeout
+    while True:
+        with translate_errors(f"create {what}"):
+            try:
+                created = res.create(desired)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+            else:
+                logger.info("created %s", what)
+                return Applied(kind, ns, name, "created", created)
+            existing = res.get(name)
+        if existing is None:
+            continue  # deleted between our create and get: create again
+        if not is_owned(existing, deployment):
+            labels = (existing.get("metadata") or {}).get("labels") or {}
+            theirs = {k: labels[k] for k in (LABEL_MANAGED_BY, LABEL_DEPLOYMENT) if k in labels}
+            raise OwnershipError(
+                f"{what} already exists and is not ours (labels {theirs or 'none'}; ours would be "
+                f"{ownership_labels(deployment)}). rl_lustre neither adopts nor changes it: delete or rename "
+                "it, or choose another deployment name."
+            )
+        if (existing.get("metadata") or {}).get("deletionTimestamp"):
+            logger.debug("%s is being deleted; waiting to create it again", what)
+            _wait(res, name, lambda obj: obj is None, deadline, f"{what} to finish deleting before it is created again", timeout)
+            continue
+        patch, drift = _adoption_patch(kind, desired, existing)
+        if drift:
+            raise KubernetesError(
+                f"{what} exists (ours) but differs in fields Kubernetes does not let us change: "
+                f"{', '.join(drift)}. Delete it (cluster.down()) and apply again."
+            )
+        if not patch:
+            logger.debug("%s exists with our labels and matches; adopted unchanged", what)
+            return Applied(kind, ns, name, "unchanged", existing)
+        with translate_errors(f"adopt {what}"):
+            patched = res.patch(name, patch)
+        logger.info("adopted %s (updated %s)", what, ", ".join(_changed_fields(patch)))
+        return Applied(kind, ns, name, "adopted", patched)
+
+
+def _changed_fields(patch: Mapping[str, Any]) -> list[str]:
+    """``metadata.labels``, ``spec.workerGroupSpecs``, ``stringData``: what a patch touches."""
+    fields = []
+    for top, value in patch.items():
+        if top in ("metadata", "spec") and isinstance(value, Mapping):
+            fields += [f"{top}.{key}" for key in value]
+        else:
+            fields.append(top)
+    return sorted(fields)
+
+
+def _wait(
+    res: ResourceClient,
+    name: str,
+    done: Callable[[Obj | None], bool],
+    deadline: float,
+    what: str,
+    timeout: float,
+    on_timeout: Callable[[Obj | None], Any] | None = None,
+) -> Obj | None:
+    """Watch one object until ``done(object or None)``; list again when the watch expires."""
+    selector = f"metadata.name={name}"
+    obj: Obj | None = None
+    while True:
+        with translate_errors(f"list {res.describe(name)}"):
+            items, version = res.list(field_selector=selector)
+        obj = items[0] if items else None
+        if done(obj):
+            return obj
+        try:
+            while (remaining := deadline - time.monotonic()) > 0:
+                with translate_errors(f"watch {res.describe(name)}"):
+                    for typ, event_obj in res.watch(resource_version=version, timeout=min(remaining, _WATCH_CHUNK), field_selector=selector):
+                        version = str((event_obj.get("metadata") or {}).get("resourceVersion") or version)
+                        obj = None if typ == "DELETED" else event_obj
+                        logger.debug("watch %s: %s %s", res.describe(name), typ, _brief(obj))
+                        if done(obj):
+                            return obj
+                        if time.monotonic() >= deadline:
+                            break
+        except WatchExpired:
+            logger.debug("watch of %s expired (410 Gone); listing again", res.describe(name))
+            continue
+        last = on_timeout(obj) if on_timeout is not None else _brief(obj)
+        raise WaitTimeoutError(what, timeout, last)
+
+
+def _brief(obj: Mapping[str, Any] | None) -> Any:
+    """A small, secret-free picture of an object's state for logs and errors."""
+    if obj is None:
+        return "absent"
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    brief: dict[str, Any] = {"resourceVersion": meta.get("resourceVersion")}
+    if meta.get("deletionTimestamp"):
+        brief["deleting"] = True
+        brief["finalizers"] = list(meta.get("finalizers") or [])
+    for key in ("phase", "state"):
+        if key in status:
+            brief[key] = status[key]
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    if conditions:
+        brief["conditions"] = conditions
+    return brief
+
+
+def wait_ready(
+    api_client: ApiClient,
+    manifests: Sequence[Mapping[str, Any]],
+    *,
+    namespace: str | None = None,
+    timeout: float = 1800.0,
+) -> Obj | None:
+    """Watch until every claim in ``manifests`` is Bound and every RayCluster is ready.
+
+    Example:
+        >>> rc = wait_ready(api, manifests, timeout=900)                  # doctest: +SKIP
+        >>> rc["status"]["head"]["serviceName"]                             # doctest: +SKIP
+        'demo-head-svc'
+
+    Args:
+        api_client: a kubernetes ``ApiClient``.
+        manifests: the applied manifests (claims and RayClusters among them are waited for).
+        namespace: for manifests that name none (default ``default``).
+        timeout: seconds for all of it.
+
+    Returns:
+        The (last) RayCluster as the server reports it, or None without one.
+
+    Raises:
+        WaitTimeoutError: the deadline passed; ``last_state`` is a
+            :class:`~rl_lustre.kube.diagnose.Diagnosis` of what is wrong.
+        KubernetesError: the API failed.
+    """
+    deadline = time.monotonic() + timeout
+    targets = [_target(m, namespace) for m in manifests]
+    claims = [(ns, name) for kind, ns, name in targets if kind == "PersistentVolumeClaim"]
+    rayclusters = [(ns, name) for kind, ns, name in targets if kind == "RayCluster"]
+    ray_ns = rayclusters[0][0] if rayclusters else (claims[0][0] if claims else namespace or "default")
+
+    def explain(_: Obj | None, ns: str | None = ray_ns) -> Diagnosis:
+        assert ns is not None
+        return diagnose(
+            api_client, namespace=ns,
+            raycluster=next((n for rns, n in rayclusters if rns == ns), None),
+            claims=[n for cns, n in claims if cns == ns],
+        )
+
+    for ns, name in claims:
+        res = ResourceClient(api_client, "PersistentVolumeClaim", ns)
+        _wait(res, name, _claim_bound, deadline, f"{res.describe(name)} to be Bound", timeout, explain)
+        logger.debug("%s is Bound", res.describe(name))
+    result: Obj | None = None
+    for ns, name in rayclusters:
+        res = ResourceClient(api_client, "RayCluster", ns)
+        result = _wait(res, name, raycluster_ready, deadline, f"{res.describe(name)} to become ready", timeout, explain)
+        logger.debug("%s is ready", res.describe(name))
+    return result
+
+
+def delete_manifests(
+    api_client: ApiClient,
+    manifests: Sequence[Mapping[str, Any]],
+    *,
+    deployment: str,
+    namespace: str | None = None,
+    timeout: float = 600.0,
+) -> list[str]:
+    """Delete the objects of ``manifests`` in reverse order and wait until each is gone.
+
+    Only objects carrying ``deployment``'s labels are deleted; another same-named
+    object is left alone with a warning. The RayCluster is deleted in the foreground,
+    so it is gone only once its pods are.
+
+    Example:
+        >>> delete_manifests(api, manifests, deployment="demo")     # doctest: +SKIP
+        ['RayCluster default/demo', 'Secret default/demo-job-secrets', ...]
+
+    Returns:
+        What was deleted (``Kind namespace/name``).
+
+    Raises:
+        WaitTimeoutError: something was still there at the deadline.
+        KubernetesError: the API failed.
+    """
+    targets = [_target(m, namespace) for m in manifests]
+    return _delete(api_client, list(reversed(targets)), deployment, timeout)
+
+
+def delete_deployment(api_client: ApiClient, deployment: str, *, namespace: str = "default", timeout: float = 600.0) -> list[str]:
+    """Delete every RayCluster, Secret, claim and volume labelled with ``deployment``.
+
+    For clean-up without the manifests (another process, a leak); waits until each is gone.
+    A cluster without the KubeRay CRD simply has no RayClusters.
+
+    Example:
+        >>> delete_deployment(api, "demo")      # doctest: +SKIP
+        ['RayCluster default/demo', 'Secret default/demo-job-secrets', ...]
+
+    Returns:
+        What was deleted.
+    """
+    from kubernetes.client.exceptions import ApiException
+
+    selector = ",".join(f"{k}={v}" for k, v in ownership_labels(deployment).items())
+    targets: list[tuple[str, str | None, str]] = []
+    for kind in _DELETE_ORDER:
+        res = ResourceClient(api_client, kind, namespace)
+        with translate_errors(f"list {kind} labelled {selector}"):
+            try:
+                items, _ = res.list(label_selector=selector)
+            except ApiException as exc:
+                if exc.status == 404 and kind == "RayCluster":
+                    items = []  # no KubeRay CRD installed
+                else:
+                    raise
+        targets += [(kind, res.namespace, str(item["metadata"]["name"])) for item in items]
+    return _delete(api_client, targets, deployment, timeout)
+
+
+def _delete(api_client: ApiClient, targets: Iterable[tuple[str, str | None, str]], deployment: str, timeout: float) -> list[str]:
+    deadline = time.monotonic() + timeout
+    deleted = []
+    for kind, ns, name in targets:
+        res = ResourceClient(api_client, kind, ns)
+        what = res.describe(name)
+        with translate_errors(f"read {what}"):
+            existing = res.get(name)
+        if existing is None:
+            logger.debug("%s is already gone", what)
+            continue
+        if not is_owned(existing, deployment):
+            logger.warning("not deleting %s: it does not carry the labels of deployment %r", what, deployment)
+            continue
+        if not (existing.get("metadata") or {}).get("deletionTimestamp"):
+            with translate_errors(f"delete {what}"):
+                # Foreground: the RayCluster disappears only after its pods, so "gone"
+                # also means the pods no longer hold the claim.
+                res.delete(name, propagation="Foreground" if kind == "RayCluster" else "Background")
+            logger.info("deleting %s", what)
+        _wait(res, name, lambda obj: obj is None, deadline, f"{what} to be deleted", timeout)
+        logger.debug("%s is gone", what)
+        deleted.append(what)
+    return deleted

@@ -1,0 +1,681 @@
+"""A Kubernetes API server fake, served over TLS, that simulates the KubeRay operator.
+
+:class:`KubeFake` speaks the real wire protocol, so the real ``kubernetes`` client
+and rl_lustre's own code paths run unchanged against it:
+
+- HTTPS on ``127.0.0.1:<free port>`` with a CA generated at start; :attr:`KubeFake.endpoint`
+  and :attr:`KubeFake.ca_b64` are what a (fake) GKE cluster reports as its endpoint
+  and ``master_auth.cluster_ca_certificate``;
+- a bearer token is required on every request;
+- PersistentVolumes, PersistentVolumeClaims, Secrets, Pods, Services, Events and
+  ``ray.io/v1`` RayClusters are stored as an API server stores them: ``201`` with
+  ``uid``/``resourceVersion``/``creationTimestamp``/``namespace`` filled in, ``409``
+  AlreadyExists, ``404``, label and field selectors, JSON merge patch with the
+  immutability rules of PV/PVC specs, status subresources, finalizers
+  (``pvc-protection``, ``pv-protection``, ``foregroundDeletion``) and owner references;
+- watches honour ``resourceVersion`` and ``timeoutSeconds`` and answer a compacted
+  version with ``410 Gone`` (:meth:`KubeFake.compact`);
+- simulated controllers (KubeRay operator, scheduler, kubelet, PV binder, garbage
+  collector) turn a RayCluster into a head Service, head and worker Pods that go
+  Running and Ready, a bound PVC and a ready RayCluster status, or fail in the ways
+  :class:`KubeFaults` asks for;
+- ``pods/<name>/portforward`` (websocket, ``v4.channel.k8s.io``) connects to a real
+  local TCP target: :attr:`KubeFake.head_target` for the head's dashboard port 8265.
+
+Example:
+    >>> from rl_lustre.testing.kube import KubeFake
+    >>> with KubeFake() as fake:                                # doctest: +SKIP
+    ...     api = fake.api_client()
+    ...     fake.objects()
+    []
+
+Requests the fake does not implement get a ``404`` whose message says so, and are
+listed in :attr:`KubeFake.unhandled`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import functools
+import json
+import logging
+import os
+import re
+import ssl
+import tempfile
+import threading
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ._kube_certs import make_certs
+from ._kube_operator import Controllers, KubeFaults, KubeTimings
+from ._kube_store import BY_PATH, KINDS, ApiError, Gone, KindInfo, Obj, Store, Watcher, labels_of
+from ._kube_store import parse_field_selector, parse_label_selector
+
+if TYPE_CHECKING:
+    from aiohttp import web
+    from kubernetes.client import ApiClient
+
+__all__ = ["KubeFake", "KubeFaults", "KubeTimings", "RequestRecord", "schema_validator"]
+
+logger = logging.getLogger("rl_lustre.testing.kube")
+
+DEFAULT_TOKEN = "kube-fake-token"
+DASHBOARD_PORT = 8265
+_CORE = re.compile(r"/api/v1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?)?")
+_GROUP = re.compile(
+    r"/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)"
+    r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?)?"
+)
+_MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+@attrs.frozen
+class RequestRecord:
+    """One request the fake answered (never its body: it may hold Secret values)."""
+
+    method: str
+    path: str
+    query: str
+    token: str | None = attrs.field(repr=False)
+    status: int
+
+
+def schema_validator(crd_path: str | os.PathLike[str] | None = None, *, kubernetes_version: str = "1.33.0") -> Callable[[Obj], None]:
+    """A ``validate`` callable for :class:`KubeFake`: the real schemas, strictly.
+
+    Core objects go through ``kubernetes_validate`` in strict mode (unknown fields
+    are errors). RayClusters go through ``jsonschema`` against the KubeRay CRD at
+    ``crd_path`` with unknown fields forbidden, as the API server prunes and rejects
+    them; without ``crd_path`` they are not checked.
+
+    Example:
+        >>> check = schema_validator()
+        >>> check({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "type": "Opaque"})
+        >>> check({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "tpye": "Opaque"})
+        ... # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        kubernetes_validate.utils.ValidationError: unknown field 'tpye'
+
+    Args:
+        crd_path: the ``ray.io_rayclusters.yaml`` CRD.
+        kubernetes_version: the Kubernetes version whose schemas apply.
+    """
+    import kubernetes_validate
+
+    ray_validator = _crd_validator(os.fspath(crd_path)) if crd_path is not None else None
+
+    def validate(obj: Obj) -> None:
+        if obj.get("apiVersion") == "ray.io/v1":
+            if ray_validator is not None:
+                ray_validator.validate(obj)
+            return
+        kubernetes_validate.validate(obj, kubernetes_version, strict=True)
+
+    return validate
+
+
+@functools.lru_cache(maxsize=4)
+def _crd_validator(crd_path: str) -> Any:
+    """A jsonschema validator for the CRD's v1 schema, built once per file (it is large)."""
+    import jsonschema
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    crd = yaml.load(Path(crd_path).read_text(), Loader=loader)  # noqa: S506 - a safe loader
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema = _forbid_unknown(version["schema"]["openAPIV3Schema"])
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+_SUBSCHEMA_MAPS = ("properties", "patternProperties")
+_SUBSCHEMAS = ("items", "additionalProperties", "not")
+_SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
+
+
+def _forbid_unknown(schema: Any) -> Any:
+    """A copy of an OpenAPI schema with ``additionalProperties: false`` wherever
+    properties are listed and unknown fields are not explicitly preserved: what the API
+    server's pruning amounts to for a client that sends an unknown field."""
+    if not isinstance(schema, Mapping):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(schema.get(key), Mapping):
+            out[key] = {name: _forbid_unknown(sub) for name, sub in schema[key].items()}
+    for key in _SUBSCHEMAS:
+        if isinstance(schema.get(key), Mapping):
+            out[key] = _forbid_unknown(schema[key])
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            out[key] = [_forbid_unknown(sub) for sub in schema[key]]
+    if "properties" in out and "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False
+    return out
+
+
+class KubeFake:
+    """A TLS Kubernetes API server with simulated KubeRay, for tests.
+
+    Example:
+        >>> from rl_lustre.kube.client import ResourceClient
+        >>> with KubeFake() as fake:                                  # doctest: +SKIP
+        ...     secrets = ResourceClient(fake.api_client(), "Secret", "default")
+        ...     created = secrets.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}})
+        ...     created["metadata"]["uid"] != ""
+        True
+
+    Args:
+        tokens: bearer tokens accepted; by default any non-empty token.
+        validate: called with every object a client creates or patches (the merged
+            result); an exception rejects the request with ``422 Invalid`` and is
+            listed in :attr:`rejected`. See :func:`schema_validator`.
+        head_target: ``(host, port)`` that a port-forward to a head pod's port 8265 reaches.
+        port_targets: ``{port: (host, port)}`` for port-forwards to any pod's other ports.
+        faults: fault knobs (also settable later through :attr:`faults`).
+        timings: how fast the simulated cluster moves.
+        watch_timeout: how long a watch without ``timeoutSeconds`` stays open.
+    """
+
+    def __init__(
+        self,
+        *,
+        tokens: Collection[str] | None = None,
+        validate: Callable[[Obj], None] | None = None,
+        head_target: tuple[str, int] | None = None,
+        port_targets: Mapping[int, tuple[str, int]] | None = None,
+        faults: KubeFaults | None = None,
+        timings: KubeTimings | None = None,
+        watch_timeout: float = 300.0,
+    ) -> None:
+        self.tokens = None if tokens is None else set(tokens)
+        self.validate = validate
+        self.head_target = head_target
+        self.port_targets = dict(port_targets or {})
+        self.faults = faults if faults is not None else KubeFaults()
+        self.timings = timings if timings is not None else KubeTimings()
+        self.watch_timeout = watch_timeout
+        self.requests: list[RequestRecord] = []
+        self.rejected: list[str] = []
+        self.unhandled: list[str] = []
+        self.controller_errors: list[str] = []
+        self.portforwards = 0
+        self._store = Store()
+        self._controllers = Controllers(self._store, self.faults, self.timings)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._sockets: set[Any] = set()
+        self._port = 0
+        self._ca_pem = b""
+
+    # lifecycle
+
+    def start(self) -> KubeFake:
+        """Start serving (idempotent)."""
+        if self._thread is not None:
+            return self
+        certs = make_certs("127.0.0.1")
+        self._ca_pem = certs.ca_pem
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        with tempfile.TemporaryDirectory(prefix="kube-fake-") as tmp:
+            cert, key = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
+            cert.write_bytes(certs.cert_pem)
+            key.write_bytes(certs.key_pem)
+            key.chmod(0o600)
+            ctx.load_cert_chain(cert, key)
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self._serve(ctx))
+            except BaseException as exc:
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._shutdown())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="kube-fake", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        if failure:
+            self._thread = None
+            raise RuntimeError(f"KubeFake did not start: {failure[0]}") from failure[0]
+        logger.debug("KubeFake serving on %s", self.url)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; raises if a simulated controller failed during the run."""
+        if self._thread is None or self._loop is None:
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+        self._thread = None
+        if self.controller_errors:
+            raise RuntimeError("KubeFake controllers failed:\n" + "\n".join(self.controller_errors))
+
+    def __enter__(self) -> KubeFake:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _serve(self, ctx: ssl.SSLContext) -> None:
+        from aiohttp import web
+
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ctx)
+        await site.start()
+        self._port = site.port
+        self._ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _shutdown(self) -> None:
+        self._ticker.cancel()
+        for w in list(self._store.watchers):
+            w.queue.put_nowait(None)
+        for ws in list(self._sockets):
+            await ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _tick(self) -> None:
+        while True:
+            try:
+                self._controllers.step()
+            except Exception as exc:  # a bug in the fake must not pass silently
+                logger.exception("KubeFake controller pass failed")
+                self.controller_errors.append(f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(self.timings.tick)
+
+    def _on_loop(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the server's loop (where the store changes) and return its result."""
+        if self._loop is None or self._thread is None:
+            raise RuntimeError("KubeFake is not running: call start() or use it as a context manager")
+
+        async def call() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(30)
+
+    # connection facts
+
+    @property
+    def endpoint(self) -> str:
+        """``127.0.0.1:<port>``: what GKE reports as the cluster endpoint."""
+        return f"127.0.0.1:{self._port}"
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.endpoint}"
+
+    @property
+    def ca_pem(self) -> bytes:
+        """The CA certificate that signed the server certificate (PEM)."""
+        return self._ca_pem
+
+    @property
+    def ca_b64(self) -> str:
+        """The CA certificate as GKE reports it: base64 of the PEM."""
+        return base64.b64encode(self._ca_pem).decode()
+
+    def api_client(self, token: str = DEFAULT_TOKEN) -> ApiClient:
+        """A kubernetes ``ApiClient`` for this fake, made by :func:`rl_lustre.kube.client.kube_api_client`."""
+        from ..kube.client import StaticTokenSource, kube_api_client
+
+        return kube_api_client(self.endpoint, self.ca_pem, StaticTokenSource(token))
+
+    def write_kubeconfig(self, path: str | os.PathLike[str], *, token: str = DEFAULT_TOKEN, context: str = "kube-fake",
+                         namespace: str = "default") -> Path:
+        """Write a kubeconfig for this fake (JSON, which is valid YAML) and return its path."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kube-fake", "cluster": {"server": self.url, "certificate-authority-data": self.ca_b64}}],
+            "users": [{"name": "kube-fake-user", "user": {"token": token}}],
+            "contexts": [{"name": context, "context": {"cluster": "kube-fake", "user": "kube-fake-user", "namespace": namespace}}],
+            "current-context": context,
+        }
+        out = Path(path)
+        out.write_text(json.dumps(config, indent=2))
+        out.chmod(0o600)
+        return out
+
+    # state
+
+    def objects(self, kind: str | None = None, *, namespace: str | None = None, include_events: bool = False) -> list[Obj]:
+        """Copies of the stored objects, for assertions and leak counting.
+
+        Events are left out unless asked for: no one owns them and a real cluster
+        expires them on its own.
+        """
+        with self._store.lock:
+            return [
+                copy.deepcopy(o)
+                for o in self._store.list(kind, namespace)
+                if include_events or kind == "Event" or o["kind"] != "Event"
+            ]
+
+    def get(self, kind: str, name: str, namespace: str | None = "default") -> Obj | None:
+        """A copy of one stored object, or ``None``."""
+        obj = self._store.get(kind, namespace if KINDS[kind].namespaced else None, name)
+        return copy.deepcopy(obj)
+
+    def create(self, obj: Obj) -> Obj:
+        """Store an object as if a client had created it (no token or validation)."""
+        return copy.deepcopy(self._on_loop(lambda: self._store.create(obj)))
+
+    def delete(self, kind: str, name: str, namespace: str | None = "default") -> None:
+        """Start deleting an object as a client would (background propagation)."""
+        ns = namespace if KINDS[kind].namespaced else None
+        self._on_loop(lambda: self._store.mark_deleted(kind, ns, name, foreground=False))
+
+    def compact(self) -> None:
+        """Forget the watch history: watches from an older resourceVersion get 410 Gone."""
+        self._on_loop(self._store.compact)
+
+    def reset(self) -> None:
+        """Forget every object and record, and restore default faults (keeps serving)."""
+        def clear() -> None:
+            self._store.clear()
+            self._controllers.reset()
+
+        self._on_loop(clear)
+        self.kill_portforwards()
+        self.faults.image_pull = False
+        self.faults.unschedulable = None
+        self.faults.pvc_never_binds = False
+        self.faults.crash_loop = None
+        self.faults.no_operator = False
+        self.faults.legacy_status = False
+        self.requests.clear()
+        self.rejected.clear()
+        self.unhandled.clear()
+
+    def kill_portforwards(self) -> int:
+        """Drop every open port-forward stream, as a restarting API server would."""
+        if self._loop is None:
+            return 0
+
+        async def kill() -> int:
+            sockets = list(self._sockets)
+            for ws in sockets:
+                await ws.close()
+            return len(sockets)
+
+        killed: int = asyncio.run_coroutine_threadsafe(kill(), self._loop).result(30)
+        return killed
+
+    # HTTP
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        from aiohttp import web
+
+        token = _bearer(request)
+        try:
+            if self.tokens is None and not token or self.tokens is not None and token not in self.tokens:
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            if request.path == "/version" and request.method == "GET":
+                response: web.StreamResponse = web.json_response(
+                    {"major": "1", "minor": "33", "gitVersion": "v1.33.0-kube-fake", "platform": "linux/amd64"}
+                )
+            else:
+                response = await self._dispatch(request)
+        except ApiError as err:
+            response = web.json_response(err.status(), status=err.code)
+        self.requests.append(RequestRecord(request.method, request.path, request.query_string, token, response.status))
+        return response
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        from aiohttp import web
+
+        path, method, query = request.path, request.method, request.query
+        m = _CORE.fullmatch(path)
+        api_version = "v1"
+        if m is None:
+            m = _GROUP.fullmatch(path)
+            if m is not None:
+                api_version = f"{m['group']}/{m['version']}"
+        info = BY_PATH.get((api_version, m["plural"])) if m else None
+        if m is None or info is None or (m["ns"] is not None and not info.namespaced):
+            return self._unhandled(request)
+        ns, name, sub = (m["ns"] if info.namespaced else None), m["name"], m["sub"]
+        if sub == "portforward" and info.kind == "Pod" and name and method == "GET":
+            return await self._portforward(request, ns or "default", name)
+        if sub is not None:
+            return self._unhandled(request)
+        if name is None:
+            if method == "GET":
+                if query.get("watch") in ("true", "1"):
+                    return await self._watch(request, info, ns)
+                return web.json_response(self._list(info, ns, query))
+            if method == "POST" and ns is not None or method == "POST" and not info.namespaced:
+                body = await self._json_body(request)
+                return web.json_response(self._create(info, ns, body), status=201)
+            return self._unhandled(request)
+        if method == "GET":
+            return web.json_response(self._store.require(info.kind, ns, name))
+        if method == "PATCH":
+            ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
+            if ctype not in _MERGE_PATCH_TYPES:
+                raise ApiError(415, "UnsupportedMediaType", f"the KubeFake applies merge patches only, not {ctype!r}")
+            patch = await self._json_body(request)
+            return web.json_response(self._store.patch(info.kind, ns, name, patch, self._validator(info, name)))
+        if method == "DELETE":
+            options = await self._json_body(request, optional=True)
+            policy = query.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
+            if policy == "Orphan":
+                raise ApiError(400, "BadRequest", "the KubeFake does not implement propagationPolicy=Orphan")
+            return web.json_response(self._store.mark_deleted(info.kind, ns, name, foreground=policy == "Foreground"))
+        return self._unhandled(request)
+
+    def _unhandled(self, request: web.Request) -> web.StreamResponse:
+        from aiohttp import web
+
+        what = f"{request.method} {request.path_qs}"
+        self.unhandled.append(what)
+        logger.error("KubeFake does not implement %s", what)
+        return web.json_response(
+            ApiError(404, "NotFound", f"the KubeFake does not implement {what}").status(), status=404
+        )
+
+    @staticmethod
+    async def _json_body(request: web.Request, *, optional: bool = False) -> Obj:
+        raw = await request.read()
+        if not raw:
+            if optional:
+                return {}
+            raise ApiError(400, "BadRequest", "request body required")
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise ApiError(400, "BadRequest", f"invalid JSON body: {exc}") from exc
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the body must be a JSON object")
+        return body
+
+    def _validator(self, info: KindInfo, name: str) -> Callable[[Obj], None] | None:
+        check = self.validate
+        if check is None:
+            return None
+
+        def run(obj: Obj) -> None:
+            try:
+                check(copy.deepcopy(obj))
+            except Exception as exc:
+                problem = f"{info.kind} {name}: {type(exc).__name__}: {exc}"
+                self.rejected.append(problem)
+                raise ApiError(422, "Invalid", f'{info.kind} "{name}" is invalid: {exc}') from exc
+
+        return run
+
+    def _create(self, info: KindInfo, ns: str | None, body: Obj) -> Obj:
+        if body.get("kind") != info.kind or body.get("apiVersion") != info.api_version:
+            raise ApiError(
+                400, "BadRequest",
+                f"the body's {body.get('apiVersion')}/{body.get('kind')} does not match {info.api_version}/{info.kind}",
+            )
+        meta = body.setdefault("metadata", {})
+        if info.namespaced:
+            if meta.get("namespace") not in (None, ns):
+                raise ApiError(
+                    400, "BadRequest",
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                )
+            meta["namespace"] = ns
+        check = self._validator(info, str(meta.get("name") or meta.get("generateName") or "?"))
+        if check is not None:
+            check(body)
+        return self._store.create(body)
+
+    def _list(self, info: KindInfo, ns: str | None, query: Mapping[str, str]) -> Obj:
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"))
+        with self._store.lock:
+            items = self._store.list(info.kind, ns, lambda o: labels(labels_of(o)) and fields(o))
+            rv = str(self._store.rv)
+        if info.api_version == "v1":
+            # Like the real server, typed core lists leave kind/apiVersion off their items.
+            items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
+        return {"kind": f"{info.kind}List", "apiVersion": info.api_version, "metadata": {"resourceVersion": rv}, "items": items}
+
+    async def _watch(self, request: web.Request, info: KindInfo, ns: str | None) -> web.StreamResponse:
+        from aiohttp import web
+
+        query = request.query
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"))
+        queue: asyncio.Queue[tuple[str, Obj] | None] = asyncio.Queue()
+        watcher = Watcher(info.kind, ns, lambda o: labels(labels_of(o)) and fields(o), queue)
+        timeout = float(query.get("timeoutSeconds") or self.watch_timeout)
+        since = query.get("resourceVersion")
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        # No await between reading the backlog and registering: no event can slip between.
+        try:
+            if since in (None, "", "0"):
+                backlog = [("ADDED", copy.deepcopy(o)) for o in self._store.list(info.kind, ns, watcher.match)]
+            else:
+                backlog = self._store.events_since(int(since), watcher)
+        except (Gone, ValueError) as exc:
+            gone = isinstance(exc, Gone)
+            status = ApiError(410 if gone else 400, "Expired" if gone else "BadRequest", str(exc)).status()
+            await response.write(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
+            await response.write_eof()
+            return response
+        self._store.watchers.add(watcher)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            for event in backlog:
+                await response.write(_event_line(event))
+            while (remaining := deadline - loop.time()) > 0:
+                try:
+                    event = await asyncio.wait_for(queue.get(), remaining)
+                except asyncio.TimeoutError:
+                    break
+                if event is None:
+                    break
+                await response.write(_event_line(event))
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass  # the client went away
+        finally:
+            self._store.watchers.discard(watcher)
+        return response
+
+    # port-forward
+
+    def _target(self, pod: Obj, port: int) -> tuple[str, int] | None:
+        if port == DASHBOARD_PORT and labels_of(pod).get("ray.io/node-type") == "head" and self.head_target:
+            return self.head_target
+        return self.port_targets.get(port)
+
+    async def _portforward(self, request: web.Request, ns: str, name: str) -> web.StreamResponse:
+        from aiohttp import WSMsgType, web
+
+        pod = self._store.require("Pod", ns, name)
+        if (pod.get("status") or {}).get("phase") != "Running":
+            raise ApiError(400, "BadRequest", f"unable to upgrade connection: pod {name} is not running")
+        ports = [int(p) for value in request.query.getall("ports", []) for p in value.split(",") if p.strip()]
+        if len(ports) != 1:
+            raise ApiError(400, "BadRequest", f"the KubeFake forwards exactly one port per connection, not {ports}")
+        port = ports[0]
+        ws = web.WebSocketResponse(protocols=("v4.channel.k8s.io",), max_msg_size=16 * 1024 * 1024, autoping=True)
+        if not ws.can_prepare(request).ok:
+            raise ApiError(400, "BadRequest", "port-forward needs a websocket upgrade (subprotocol v4.channel.k8s.io)")
+        await ws.prepare(request)
+        if ws.ws_protocol != "v4.channel.k8s.io":
+            await ws.close(message=b"unsupported subprotocol")
+            return ws
+        self.portforwards += 1
+        self._sockets.add(ws)
+        try:
+            prefix = port.to_bytes(2, "little")
+            await ws.send_bytes(b"\x00" + prefix)
+            await ws.send_bytes(b"\x01" + prefix)
+            target = self._target(pod, port)
+            try:
+                if target is None:
+                    raise ConnectionRefusedError("connection refused")
+                reader, writer = await asyncio.open_connection(*target)
+            except OSError as exc:
+                message = (
+                    f"an error occurred forwarding {port} -> {port}: error forwarding port {port} to pod "
+                    f"{pod['metadata']['uid']}, uid : failed to connect to localhost:{port} inside namespace: {exc}"
+                )
+                await ws.send_bytes(b"\x01" + message.encode())
+                await ws.close()
+                return ws
+
+            async def upstream() -> None:
+                try:
+                    while data := await reader.read(65536):
+                        await ws.send_bytes(b"\x00" + data)
+                except (ConnectionError, RuntimeError):
+                    pass
+                await ws.close()
+
+            pump = asyncio.get_running_loop().create_task(upstream())
+            try:
+                async for msg in ws:
+                    if msg.type == WSMsgType.BINARY and msg.data[:1] == b"\x00" and len(msg.data) > 1:
+                        writer.write(msg.data[1:])
+                        await writer.drain()
+                    elif msg.type in (WSMsgType.CLOSE, WSMsgType.ERROR):
+                        break
+            except (ConnectionError, RuntimeError):
+                pass
+            finally:
+                pump.cancel()
+                writer.close()
+        finally:
+            self._sockets.discard(ws)
+        return ws
+
+
+def _bearer(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def _event_line(event: tuple[str, Obj]) -> bytes:
+    typ, obj = event
+    return json.dumps({"type": typ, "object": obj}).encode() + b"\n"

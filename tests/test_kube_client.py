@@ -1,0 +1,196 @@
+"""Kubernetes credentials: GKE endpoint + CA + refreshing token, kubeconfig, error mapping."""
+
+from __future__ import annotations
+
+import base64
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from rl_lustre.errors import ConfigError, GCPError, KubernetesError
+from rl_lustre.kube.client import (
+    EMULATOR_TOKEN,
+    GoogleTokenSource,
+    ResourceClient,
+    StaticTokenSource,
+    default_token_source,
+    kube_api_client,
+    kube_api_client_from_kubeconfig,
+    translate_errors,
+)
+from rl_lustre.testing.kube import KubeFake
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[KubeFake]:
+    with KubeFake() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _clean(fake: KubeFake) -> None:
+    fake.reset()
+
+
+def _secret(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": {"K": "v"}}
+
+
+class RotatingCredentials:
+    """google-auth-shaped credentials whose token expires when told to."""
+
+    def __init__(self) -> None:
+        self.token: str | None = None
+        self.valid = False
+        self.refreshes = 0
+
+    def refresh(self, request: object) -> None:
+        self.refreshes += 1
+        self.token = f"ya29.token-{self.refreshes}"
+        self.valid = True
+
+
+def test_refreshed_token_is_sent_on_the_next_request(fake: KubeFake) -> None:
+    creds = RotatingCredentials()
+    api = kube_api_client(fake.endpoint, fake.ca_b64, GoogleTokenSource(creds))
+    secrets = ResourceClient(api, "Secret", "default")
+
+    secrets.create(_secret("a"))
+    secrets.get("a")
+    assert [r.token for r in fake.requests] == ["ya29.token-1", "ya29.token-1"]
+    assert creds.refreshes == 1, "a valid token must be reused, not refreshed per request"
+
+    creds.valid = False  # the token reached google-auth's refresh margin
+    secrets.get("a")
+    assert fake.requests[-1].token == "ya29.token-2"
+    assert creds.refreshes == 2
+
+
+def test_token_is_not_fetched_before_the_first_request(fake: KubeFake) -> None:
+    creds = RotatingCredentials()
+    kube_api_client(fake.endpoint, fake.ca_pem, GoogleTokenSource(creds))
+    assert creds.refreshes == 0
+
+
+def test_ca_accepted_as_pem_text_bytes_or_gke_base64(fake: KubeFake) -> None:
+    for ca in (fake.ca_pem, fake.ca_pem.decode(), fake.ca_b64):
+        api = kube_api_client(fake.endpoint, ca, StaticTokenSource("t"))
+        assert ResourceClient(api, "Secret", "default").get("missing") is None
+
+
+def test_server_certificate_is_verified_against_the_given_ca(fake: KubeFake) -> None:
+    with KubeFake() as other:  # another CA
+        api = kube_api_client(fake.endpoint, other.ca_pem, StaticTokenSource("t"))
+    with pytest.raises(KubernetesError, match="(?i)certificate"), translate_errors("read Secret default/x"):
+        ResourceClient(api, "Secret", "default").get("x")
+
+
+def test_rejected_token_is_a_kubernetes_error_naming_401() -> None:
+    with KubeFake(tokens={"right"}) as fake:
+        api = kube_api_client(fake.endpoint, fake.ca_pem, StaticTokenSource("wrong"))
+        with pytest.raises(KubernetesError, match="401") as info, translate_errors("list Secrets"):
+            ResourceClient(api, "Secret", "default").list()
+        assert "wrong" not in str(info.value)
+        ok = kube_api_client(fake.endpoint, fake.ca_pem, StaticTokenSource("right"))
+        assert ResourceClient(ok, "Secret", "default").list()[0] == []
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "ca", "field"),
+    [
+        ("http://10.0.0.1", None, "endpoint"),
+        ("10.0.0.1:99999", None, "endpoint"),
+        ("10.0.0.1/path", None, "endpoint"),
+        ("10.0.0.1", "not a certificate", "ca_pem"),
+        ("10.0.0.1", base64.b64encode(b"-----BEGIN CERTIFICATE-----\nxx\n-----END CERTIFICATE-----\n").decode(), "ca_pem"),
+    ],
+)
+def test_malformed_endpoint_or_ca_is_a_config_error(fake: KubeFake, endpoint: str, ca: str | None, field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        kube_api_client(endpoint, fake.ca_pem if ca is None else ca, StaticTokenSource("t"))
+    assert info.value.field == field
+    assert isinstance(info.value, ValueError)
+
+
+def test_endpoint_forms_reach_the_same_server(fake: KubeFake) -> None:
+    for endpoint in (fake.endpoint, fake.url, fake.url + "/"):
+        api = kube_api_client(endpoint, fake.ca_pem, StaticTokenSource("t"))
+        assert api.configuration.host == fake.url
+
+
+def test_default_token_source_under_the_gcp_emulator(monkeypatch: pytest.MonkeyPatch, fake: KubeFake) -> None:
+    monkeypatch.setenv("RL_LUSTRE_GCP_EMULATOR_HOST", "127.0.0.1:1")
+    api = kube_api_client(fake.endpoint, fake.ca_b64)
+    ResourceClient(api, "Secret", "default").list()
+    assert fake.requests[-1].token == EMULATOR_TOKEN
+    monkeypatch.delenv("RL_LUSTRE_GCP_EMULATOR_HOST")
+    assert isinstance(default_token_source(), GoogleTokenSource)
+
+
+def test_missing_google_credentials_is_a_gcp_error_with_advice(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    import google.auth
+    import google.auth.exceptions
+
+    def no_credentials(**kwargs: object) -> None:
+        raise google.auth.exceptions.DefaultCredentialsError("none found")
+
+    monkeypatch.setattr(google.auth, "default", no_credentials)
+    with pytest.raises(GCPError, match="application-default login"):
+        GoogleTokenSource()()
+
+
+def test_token_never_appears_in_reprs() -> None:
+    assert "s3cret" not in repr(StaticTokenSource("s3cret"))
+    creds = RotatingCredentials()
+    source = GoogleTokenSource(creds)
+    source()
+    assert creds.token is not None and creds.token not in repr(source)
+
+
+def test_kubeconfig_with_context(fake: KubeFake, tmp_path) -> None:
+    path = fake.write_kubeconfig(tmp_path / "config", token="from-kubeconfig", context="fake-ctx")
+    api = kube_api_client_from_kubeconfig(path, context="fake-ctx")
+    ResourceClient(api, "Secret", "default").create(_secret("k"))
+    assert fake.requests[-1].token == "from-kubeconfig"
+    assert fake.get("Secret", "k") is not None
+
+
+def test_kubeconfig_from_environment(fake: KubeFake, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = fake.write_kubeconfig(tmp_path / "config", token="env-token")
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    api = kube_api_client_from_kubeconfig()
+    ResourceClient(api, "Secret", "default").list()
+    assert fake.requests[-1].token == "env-token"
+
+
+def test_kubeconfig_errors_name_the_field(fake: KubeFake, tmp_path) -> None:
+    with pytest.raises(ConfigError) as info:
+        kube_api_client_from_kubeconfig(tmp_path / "absent")
+    assert info.value.field == "path"
+    path = fake.write_kubeconfig(tmp_path / "config")
+    with pytest.raises(ConfigError) as info:
+        kube_api_client_from_kubeconfig(path, context="no-such-context")
+    assert (info.value.field, info.value.value) == ("context", "no-such-context")
+
+
+def test_unreachable_server_is_a_kubernetes_error(fake: KubeFake) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    api = kube_api_client(f"127.0.0.1:{port}", fake.ca_pem, StaticTokenSource("t"))
+    api.configuration.retries = 0
+    with pytest.raises(KubernetesError, match="list Secret") as info, translate_errors("list Secret default"):
+        ResourceClient(api, "Secret", "default").list()
+    assert info.value.__cause__ is not None
+
+
+def test_schema_error_message_never_quotes_secret_values(fake: KubeFake) -> None:
+    api = fake.api_client()
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "stringData": {"HF_TOKEN": "hf_do_not_leak"}, "unexpected": "hf_do_not_leak"}
+    with pytest.raises(KubernetesError) as info, translate_errors("create Secret default/s"):
+        ResourceClient(api, "Secret", "default").create(body)
+    assert "unexpected" in str(info.value)
+    assert "hf_do_not_leak" not in str(info.value)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
