@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,8 @@ import attrs
 from . import _validate as v
 from .catalog import LUSTRE_TIERS, LustreTier
 from .errors import NotReadyError
+
+_log = logging.getLogger("rl_lustre.volume")
 
 # Lustre instance ids follow the usual GCP resource-id rule.
 INSTANCE_ID_RULE = (
@@ -132,6 +135,188 @@ class LustreVolume:
             v.fail(self, "project" if self.project is None else "zone", None,
                    "must be set (directly or by attaching the volume to a Cluster)")
         return f"projects/{self.project}/locations/{self.zone}/instances/{self.name}"
+
+    # Live methods: they talk to the Managed Lustre API (or the emulator named by
+    # RL_LUSTRE_GCP_EMULATOR_HOST) and record what they learn on this handle.
+
+    @property
+    def state(self) -> str | None:
+        """The instance's state as last seen (``"CREATING"``, ``"ACTIVE"``, ...), or None
+        before :meth:`create` or :meth:`refresh`, or once it is gone."""
+        return self._live.state
+
+    def _api(self, api: Any) -> Any:
+        if api is not None:
+            return api
+        from .gcp.lustre import LustreInstances
+
+        return LustreInstances()
+
+    def _learn(self, instance: Any) -> None:
+        from .gcp.lustre import State
+
+        self._live.state = State(instance.state).name
+        self._live.mount_point = instance.mount_point or None
+
+    def create(
+        self,
+        *,
+        deployment: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        timeout: float = 2 * 3600.0,
+        api: Any = None,
+    ) -> LustreVolume:
+        """Create the instance and wait until it is ACTIVE; then :attr:`mount_point` is known.
+
+        Idempotent: an instance of this name that carries rl_lustre's labels for
+        ``deployment`` is adopted. With ``existing=True`` nothing is created: the
+        instance must exist, and is read and awaited.
+
+        Example:
+            >>> from rl_lustre import LustreVolume
+            >>> from rl_lustre.testing import FakeGCP
+            >>> with FakeGCP() as gcp:
+            ...     gcp.seed_network("my-project", "my-net")
+            ...     vol = LustreVolume(name="demo-lustre", project="my-project", zone="us-east1-b",
+            ...                        network="my-net").create()
+            ...     vol.state, vol.mount_point
+            ('ACTIVE', '10.90.1.4@tcp:/lustrefs')
+
+        Args:
+            deployment: the deployment whose labels it carries; by default the volume's name.
+            labels: more labels (the volume's own and rl_lustre's are always added).
+            timeout: seconds to wait for ACTIVE.
+            api: a :class:`rl_lustre.gcp.LustreInstances`; by default one for this environment.
+
+        Raises:
+            ConfigError: project, zone or network is not set.
+            OwnershipError: a same-named instance exists without our labels.
+            NotFoundError: ``existing=True`` and there is no such instance.
+            QuotaExceededError, PermissionDeniedError, OperationFailedError, WaitTimeoutError.
+        """
+        from .gcp.lustre import instance_request
+
+        lustre = self._api(api)
+        if self.existing:
+            self._learn(lustre.wait_ready(self.resource_name(), timeout=timeout))
+            return self
+        request = instance_request(self, deployment=deployment or self.name, labels=labels)
+        done = lustre.create(request, deployment=deployment or self.name, timeout=timeout)
+        self._learn(done.resource)
+        self._live.created_by_us = self._live.created_by_us or not done.adopted
+        return self
+
+    def refresh(self, *, api: Any = None) -> LustreVolume:
+        """Read the instance's state and mount point from the API.
+
+        Example::
+
+            vol = LustreVolume(name="shared", project="my-project", zone="us-east1-b",
+                               existing=True).refresh()
+            vol.mount_point
+            # '10.90.1.4@tcp:/lustrefs'
+
+        Raises:
+            NotFoundError: the instance does not exist.
+        """
+        from .errors import NotFoundError
+
+        found = self._api(api).get_or_none(self.resource_name())
+        if found is None:
+            self._live.state = self._live.mount_point = None
+            raise NotFoundError(f"Lustre instance {self.resource_name()} does not exist")
+        self._learn(found)
+        return self
+
+    def exists(self, *, api: Any = None) -> bool:
+        """Whether the instance exists (refreshing the state if it does).
+
+        Example::
+
+            LustreVolume(name="shared", project="my-project", zone="us-east1-b").exists()
+            # False
+        """
+        from .errors import NotFoundError
+
+        try:
+            self.refresh(api=api)
+        except NotFoundError:
+            return False
+        return True
+
+    def delete(self, *, deployment: str | None = None, timeout: float = 3600.0, api: Any = None) -> bool:
+        """Delete the instance and wait until it is gone.
+
+        Only an instance carrying rl_lustre's labels for ``deployment`` is deleted. A
+        volume declared ``existing=True`` is yours and is never deleted: this returns
+        False without any call.
+
+        Example::
+
+            vol.delete()
+            # True
+
+        Returns:
+            True if it was deleted; False if it did not exist or is ``existing``.
+
+        Raises:
+            OwnershipError: it exists without our labels.
+        """
+        if self.existing:
+            _log.info("not deleting Lustre instance %s: it is existing=True (yours)", self.name)
+            return False
+        deleted: bool = self._api(api).delete(self.resource_name(), deployment=deployment or self.name,
+                                              timeout=timeout)
+        self._live.state = self._live.mount_point = None
+        self._live.created_by_us = False
+        return deleted
+
+    def import_data(
+        self, gcs_uri: str, path: str = "/", *, timeout: float = 24 * 3600.0, api: Any = None
+    ) -> Any:
+        """Copy objects under ``gcs_uri`` (``gs://bucket/prefix``) into the volume at ``path``.
+
+        Example::
+
+            vol.import_data("gs://my-bucket/models/qwen", "/models/qwen")
+            # TransferResult(operation='...', objects_copied=..., bytes_copied=..., ...)
+
+        Returns:
+            A :class:`rl_lustre.gcp.TransferResult` with the copy's counters.
+
+        Raises:
+            ConfigError: ``gcs_uri`` is not a ``gs://`` URI or ``path`` is not absolute.
+        """
+        self._check_transfer(gcs_uri, path)
+        return self._api(api).import_data(self.resource_name(), gcs_uri, path, timeout=timeout)
+
+    def export_data(
+        self, path: str, gcs_uri: str, *, timeout: float = 24 * 3600.0, api: Any = None
+    ) -> Any:
+        """Copy ``path`` of the volume (e.g. a checkpoint directory) to ``gcs_uri``.
+
+        Example::
+
+            vol.export_data("/checkpoints/run-1/step_20", "gs://my-bucket/run-1/step_20")
+            # TransferResult(operation='...', objects_copied=..., bytes_copied=..., ...)
+
+        Returns:
+            A :class:`rl_lustre.gcp.TransferResult` with the copy's counters.
+
+        Raises:
+            ConfigError: ``gcs_uri`` is not a ``gs://`` URI or ``path`` is not absolute.
+        """
+        self._check_transfer(gcs_uri, path)
+        return self._api(api).export_data(self.resource_name(), path, gcs_uri, timeout=timeout)
+
+    def _check_transfer(self, gcs_uri: str, path: str) -> None:
+        import re
+
+        if not isinstance(gcs_uri, str) or not re.fullmatch(r"gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?", gcs_uri):
+            v.fail(self, "gcs_uri", gcs_uri, "must be a Cloud Storage URI like 'gs://bucket/prefix'")
+        if not isinstance(path, str) or not path.startswith("/") or "/../" in f"{path}/":
+            v.fail(self, "path", path, "must be an absolute path inside the volume, like '/models'")
+        self.resource_name()
 
     def _with_defaults(self, **defaults: Any) -> LustreVolume:
         """A copy whose unset fields take ``defaults``, remembering which were filled so

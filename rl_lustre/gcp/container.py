@@ -1,0 +1,553 @@
+"""GKE clusters and node pools (``google.cloud.container_v1.ClusterManager``).
+
+Requests are built from the deployment's :class:`~rl_lustre.plan.Plan`, so what is
+created is exactly what ``plan()`` shows. GKE's mutating calls return its own
+``Operation`` (not ``google.longrunning``), polled with ``GetOperation`` until DONE.
+
+The cluster is created with the CPU pool as its only pool: GKE needs one pool at
+creation, and making it the pool we want avoids creating and then deleting a default
+pool. The ``cpu-pool`` node of the plan then finds that pool and adopts it.
+
+Example:
+    >>> from rl_lustre import Cluster
+    >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
+    ...                authorized_networks=["203.0.113.7/32"]).plan()
+    >>> req = cluster_request(plan)
+    >>> req.addons_config.lustre_csi_driver_config.enabled, req.addons_config.ray_operator_config.enabled
+    (True, True)
+    >>> [b.cidr_block for b in req.master_authorized_networks_config.cidr_blocks]
+    ['203.0.113.7/32']
+    >>> pool = node_pool_request(plan, "gpu-pool")
+    >>> pool.config.accelerators[0].accelerator_type, pool.config.spot, pool.initial_node_count
+    ('nvidia-b200', True, 8)
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from google.cloud import container_v1
+
+from ..catalog import ownership_labels
+from ..errors import ConfigError, NotFoundError, OperationFailedError
+from . import _clients
+from ._errors import CONTAINER, AlreadyExistsError, Call, RetryPolicy, call, operation_error
+from ._ownership import Ensured, check_owned
+from ._wait import Backoff, ProgressCallback, wait_for
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+
+log = logging.getLogger("rl_lustre.gcp.container")
+
+CLUSTER = "GKE cluster"
+NODE_POOL = "GKE node pool"
+CREATE_TIMEOUT = 3600.0
+DELETE_TIMEOUT = 3600.0
+SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+# A4, A4X and A3 Ultra machines boot only from Hyperdisk; GKE's default pd-balanced fails.
+_HYPERDISK_ONLY = re.compile(r"^(a4-|a4x-|a3-ultragpu-)")
+_CLUSTER = re.compile(r"projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/clusters/(?P<cluster>[^/]+)")
+_POOL = re.compile(_CLUSTER.pattern + r"/nodePools/(?P<pool>[^/]+)")
+ClusterStatus = container_v1.Cluster.Status
+PoolStatus = container_v1.NodePool.Status
+OpStatus = container_v1.Operation.Status
+
+
+def _labels(plan: Plan, key: str) -> dict[str, str]:
+    return {**plan.get(key).labels, **ownership_labels(plan.cluster_name)}
+
+
+def cluster_path(plan: Plan) -> str:
+    """``projects/P/locations/LOCATION/clusters/NAME`` of the plan's GKE cluster."""
+    node = plan.get("gke-cluster")
+    return f"projects/{plan.project}/locations/{node.settings['location']}/clusters/{node.name}"
+
+
+def node_pool_path(plan: Plan, key: str) -> str:
+    """The full name of the node pool ``key`` (``"cpu-pool"`` or ``"gpu-pool"``) of the plan."""
+    return f"{cluster_path(plan)}/nodePools/{plan.get(key).name}"
+
+
+def node_pool_request(plan: Plan, key: str) -> container_v1.NodePool:
+    """The ``NodePool`` for the plan's node ``key`` (``"cpu-pool"`` or ``"gpu-pool"``)."""
+    node = plan.get(key)
+    s = node.settings
+    config = container_v1.NodeConfig(
+        machine_type=s["machine_type"],
+        spot=s["spot"],
+        oauth_scopes=SCOPES,
+        resource_labels=_labels(plan, key),
+    )
+    if _HYPERDISK_ONLY.match(s["machine_type"]):
+        config.disk_type = "hyperdisk-balanced"
+    if "accelerator" in s:
+        acc = s["accelerator"]
+        driver = container_v1.GPUDriverInstallationConfig.GPUDriverVersion.__members__[acc["gpu_driver_version"]]
+        config.accelerators = [container_v1.AcceleratorConfig(
+            accelerator_type=acc["type"],
+            accelerator_count=acc["count"],
+            gpu_driver_installation_config=container_v1.GPUDriverInstallationConfig(gpu_driver_version=driver),
+        )]
+    if "reservation_affinity" in s:
+        ra = s["reservation_affinity"]
+        config.reservation_affinity = container_v1.ReservationAffinity(
+            consume_reservation_type=container_v1.ReservationAffinity.Type.__members__[ra["consume_reservation_type"]],
+            key=ra.get("key", ""),
+            values=list(ra.get("values", ())),
+        )
+    if s.get("taints"):
+        config.taints = [
+            container_v1.NodeTaint(key=t["key"], value=t["value"], effect=container_v1.NodeTaint.Effect.__members__[t["effect"]])
+            for t in s["taints"]
+        ]
+    if s.get("gvnic"):
+        config.gvnic = container_v1.VirtualNIC(enabled=True)
+    return container_v1.NodePool(
+        name=node.name,
+        initial_node_count=s["node_count"],
+        locations=[s["location"]],
+        config=config,
+        management=container_v1.NodeManagement(auto_repair=True, auto_upgrade=True),
+    )
+
+
+def cluster_request(plan: Plan) -> container_v1.Cluster:
+    """The ``Cluster`` to create for the plan, with the CPU pool as its first pool.
+
+    Master authorized networks are always enabled with exactly the plan's blocks (an
+    empty list keeps the control plane closed to public addresses; it is never
+    silently opened to ``0.0.0.0/0``).
+    """
+    node = plan.get("gke-cluster")
+    s = node.settings
+    if plan.project is None:
+        raise ConfigError("Plan", "project", None, "a GKE plan has a project")
+    man = s["master_authorized_networks"]
+    addons = s["addons"]
+    return container_v1.Cluster(
+        name=node.name,
+        description=f"rl_lustre deployment {plan.cluster_name}",
+        network=s["network"],
+        subnetwork=s["subnetwork"],
+        locations=list(s["node_locations"]),
+        node_pools=[node_pool_request(plan, "cpu-pool")],
+        resource_labels=_labels(plan, "gke-cluster"),
+        ip_allocation_policy=container_v1.IPAllocationPolicy(**dict(s["ip_allocation_policy"])),
+        addons_config=container_v1.AddonsConfig(
+            lustre_csi_driver_config=container_v1.LustreCsiDriverConfig(**dict(addons["lustre_csi_driver_config"])),
+            ray_operator_config=container_v1.RayOperatorConfig(**dict(addons["ray_operator_config"])),
+        ),
+        master_authorized_networks_config=container_v1.MasterAuthorizedNetworksConfig(
+            enabled=man["enabled"],
+            cidr_blocks=[
+                container_v1.MasterAuthorizedNetworksConfig.CidrBlock(display_name=f"rl-lustre-{i}", cidr_block=b)
+                for i, b in enumerate(man["cidr_blocks"])
+            ],
+            gcp_public_cidrs_access_enabled=False,
+        ),
+        workload_identity_config=container_v1.WorkloadIdentityConfig(workload_pool=s["workload_identity_pool"]),
+        release_channel=container_v1.ReleaseChannel(
+            channel=container_v1.ReleaseChannel.Channel.__members__[s["release_channel"]]
+        ),
+    )
+
+
+def _split_cluster(name: str) -> re.Match[str]:
+    m = _CLUSTER.fullmatch(name)
+    if m is None:
+        raise ConfigError("GkeClusters", "name", name, "must be projects/P/locations/L/clusters/NAME")
+    return m
+
+
+def _split_pool(name: str) -> re.Match[str]:
+    m = _POOL.fullmatch(name)
+    if m is None:
+        raise ConfigError("GkeNodePools", "name", name, "must be projects/P/locations/L/clusters/C/nodePools/NAME")
+    return m
+
+
+def _status(obj: Any) -> str:
+    if obj is None:
+        return "ABSENT"
+    name = type(obj).Status(obj.status).name
+    return f"{name} ({obj.status_message})" if obj.status_message else name
+
+
+class _Gke:
+    """What both GKE adapters share: the client, the call wrapper and operation polling."""
+
+    kind = ""
+
+    def __init__(self, client: Any = None, *, backoff: Backoff | None = None,
+                 retry: RetryPolicy | None = None) -> None:
+        self._client = client
+        self._backoff = backoff
+        self._retry = retry
+
+    @property
+    def client(self) -> Any:
+        return self._client if self._client is not None else _clients.cluster_manager()
+
+    def _call(self, action: str, name: str, fn: Any, zone: str | None = None, **kwargs: Any) -> Any:
+        return call(Call(CONTAINER, action, f"{self.kind} {name}", zone=zone), fn, policy=self._retry, **kwargs)
+
+    def wait_operation(
+        self,
+        op: container_v1.Operation,
+        *,
+        location_path: str,
+        what: str,
+        action: str,
+        resource: str,
+        zone: str | None,
+        timeout: float,
+        progress: ProgressCallback | None = None,
+    ) -> container_v1.Operation:
+        """Poll GKE's ``GetOperation`` until ``op`` is DONE.
+
+        Args:
+            op: the operation a mutating call returned.
+            location_path: ``projects/P/locations/L`` the operation lives in.
+
+        Raises:
+            OperationFailedError: it finished with an error (QuotaExceededError for a
+                stock-out or quota failure).
+            WaitTimeoutError: not DONE within ``timeout``; carries its last status.
+        """
+        short = op.name.rsplit("/", 1)[-1]
+        op_name = f"{location_path}/operations/{short}"
+
+        def poll() -> container_v1.Operation:
+            return self._call(f"poll the operation {short} of", resource, self.client.get_operation, zone=zone,
+                              request={"name": op_name}, retry=None)
+
+        def describe(o: container_v1.Operation) -> str:
+            text = OpStatus(o.status).name
+            return f"{text} ({o.detail})" if o.detail else text
+
+        done = wait_for(what, poll, done=lambda o: o.status == OpStatus.DONE, describe=describe,
+                        timeout=timeout, backoff=self._backoff, progress=progress)
+        # status_message is the deprecated twin of error: set only when the operation failed.
+        if done.error.code or done.status_message:
+            raise operation_error(Call(CONTAINER, action, f"{self.kind} {resource}", zone=zone),
+                                  done.error.message or done.status_message, code=done.error.code or None)
+        return done
+
+
+class GkeClusters(_Gke):
+    """GKE clusters through ``ClusterManagerClient``.
+
+    Example::
+
+        api = GkeClusters()               # a client from the environment, on first use
+        api.get_or_none("projects/p/locations/us-east1/clusters/demo")
+
+    Args:
+        client: a ``container_v1.ClusterManagerClient``; by default the cached one for
+            this environment (the emulator's when ``RL_LUSTRE_GCP_EMULATOR_HOST`` is set).
+        backoff: polling delays of waits.
+        retry: retries of transient failures.
+    """
+
+    kind = CLUSTER
+
+    def get_or_none(self, name: str) -> container_v1.Cluster | None:
+        """The cluster ``projects/P/locations/L/clusters/NAME``, or None.
+
+        Example::
+
+            GkeClusters().get_or_none("projects/p/locations/us-east1/clusters/demo")
+        """
+        _split_cluster(name)
+        try:
+            return self._call("get", name, self.client.get_cluster, request={"name": name}, retry=None)
+        except NotFoundError:
+            return None
+
+    def create(
+        self,
+        cluster: container_v1.Cluster,
+        *,
+        parent: str,
+        deployment: str,
+        wait: bool = True,
+        timeout: float = CREATE_TIMEOUT,
+        progress: ProgressCallback | None = None,
+    ) -> Ensured[container_v1.Cluster]:
+        """Create ``cluster`` under ``parent`` (``projects/P/locations/L``), or adopt it.
+
+        Example::
+
+            done = GkeClusters().create(cluster_request(plan), parent="projects/p/locations/us-east1",
+                                        deployment="demo")
+            done.resource.endpoint
+            # '34.23.1.10'
+
+        Raises:
+            OwnershipError: a cluster of that name exists without our labels.
+            OperationFailedError: creation failed or the cluster ended in ERROR.
+            WaitTimeoutError: not RUNNING within ``timeout``.
+        """
+        name = f"{parent}/clusters/{cluster.name}"
+        location = _split_cluster(name)["location"]
+        zone = cluster.locations[0] if cluster.locations else location
+        existing = self.get_or_none(name)
+        if existing is None:
+            log.info("creating %s %s", CLUSTER, name)
+            try:
+                op = self._call("create", name, self.client.create_cluster, zone=zone,
+                                request={"parent": parent, "cluster": cluster}, retry=None)
+            except AlreadyExistsError:
+                existing = self.get_or_none(name)
+                if existing is None:
+                    raise
+            else:
+                if not wait:
+                    return Ensured(name, False, cluster)
+                self.wait_operation(op, location_path=parent, what=f"{CLUSTER} {name} to be created",
+                                    action="create", resource=name, zone=zone, timeout=timeout, progress=progress)
+                return Ensured(name, False, self.wait_ready(name, timeout=timeout, progress=progress))
+        check_owned(CLUSTER, name, existing.resource_labels, deployment)
+        log.info("adopting %s %s (%s)", CLUSTER, name, _status(existing))
+        if wait:
+            existing = self.wait_ready(name, timeout=timeout, progress=progress)
+        return Ensured(name, True, existing)
+
+    def wait_ready(
+        self, name: str, *, timeout: float = CREATE_TIMEOUT, progress: ProgressCallback | None = None
+    ) -> container_v1.Cluster:
+        """Wait until the cluster is RUNNING and return it.
+
+        Example::
+
+            GkeClusters().wait_ready("projects/p/locations/us-east1/clusters/demo").status
+            # <Status.RUNNING: 2>
+
+        Raises:
+            NotFoundError: the cluster does not exist.
+            OperationFailedError: the cluster is in ERROR (or DEGRADED).
+            WaitTimeoutError: not RUNNING within ``timeout``.
+        """
+
+        def poll() -> container_v1.Cluster:
+            found = self.get_or_none(name)
+            if found is None:
+                raise NotFoundError(f"{CONTAINER}: {CLUSTER} {name} does not exist")
+            if found.status in (ClusterStatus.ERROR, ClusterStatus.DEGRADED):
+                raise OperationFailedError(f"{CONTAINER}: {CLUSTER} {name} is {_status(found)}")
+            return found
+
+        return wait_for(f"{CLUSTER} {name} to be RUNNING", poll, done=lambda c: c.status == ClusterStatus.RUNNING,
+                        describe=_status, timeout=timeout, backoff=self._backoff, progress=progress)
+
+    def delete(
+        self,
+        name: str,
+        *,
+        deployment: str,
+        wait: bool = True,
+        timeout: float = DELETE_TIMEOUT,
+        progress: ProgressCallback | None = None,
+    ) -> bool:
+        """Delete the cluster (and its node pools) if it exists and carries our labels.
+
+        Example::
+
+            GkeClusters().delete("projects/p/locations/us-east1/clusters/demo", deployment="demo")
+            # True
+
+        Returns:
+            True if a deletion was started (and, with ``wait``, finished); False if it did not exist.
+
+        Raises:
+            OwnershipError: the cluster exists without our labels; it is left alone.
+        """
+        existing = self.get_or_none(name)
+        if existing is None:
+            log.debug("%s %s is already gone", CLUSTER, name)
+            return False
+        check_owned(CLUSTER, name, existing.resource_labels, deployment)
+        parent = name.rsplit("/clusters/", 1)[0]
+        if existing.status != ClusterStatus.STOPPING:
+            log.info("deleting %s %s", CLUSTER, name)
+            try:
+                op = self._call("delete", name, self.client.delete_cluster, request={"name": name}, retry=None)
+            except NotFoundError:
+                return False
+            if wait:
+                self.wait_operation(op, location_path=parent, what=f"{CLUSTER} {name} to be deleted",
+                                    action="delete", resource=name, zone=None, timeout=timeout, progress=progress)
+        if wait:
+            wait_for(f"{CLUSTER} {name} to be deleted", lambda: self.get_or_none(name), done=lambda c: c is None,
+                     describe=_status, timeout=timeout, backoff=self._backoff, progress=progress)
+        return True
+
+
+class GkeNodePools(_Gke):
+    """GKE node pools through ``ClusterManagerClient``.
+
+    Node pools carry our labels in ``config.resource_labels``.
+
+    Example::
+
+        GkeNodePools().get_or_none("projects/p/locations/us-east1/clusters/demo/nodePools/gpu-pool")
+
+    Args:
+        client: a ``container_v1.ClusterManagerClient``; by default the cached one.
+        backoff: polling delays of waits.
+        retry: retries of transient failures.
+    """
+
+    kind = NODE_POOL
+
+    def get_or_none(self, name: str) -> container_v1.NodePool | None:
+        """The node pool ``projects/P/locations/L/clusters/C/nodePools/NAME``, or None
+        (also when its cluster does not exist).
+
+        Example::
+
+            GkeNodePools().get_or_none(".../clusters/demo/nodePools/gpu-pool")
+        """
+        _split_pool(name)
+        try:
+            return self._call("get", name, self.client.get_node_pool, request={"name": name}, retry=None)
+        except NotFoundError:
+            return None
+
+    def create(
+        self,
+        pool: container_v1.NodePool,
+        *,
+        cluster: str,
+        deployment: str,
+        wait: bool = True,
+        timeout: float = CREATE_TIMEOUT,
+        progress: ProgressCallback | None = None,
+    ) -> Ensured[container_v1.NodePool]:
+        """Create ``pool`` in ``cluster`` (its full name), or adopt it if it carries our labels.
+
+        Example::
+
+            GkeNodePools().create(node_pool_request(plan, "gpu-pool"), cluster=cluster_path(plan),
+                                  deployment="demo")
+
+        Raises:
+            OwnershipError: a pool of that name exists without our labels.
+            QuotaExceededError: GPUs or Spot capacity are not available in the zone.
+            OperationFailedError: creation failed otherwise.
+            WaitTimeoutError: not RUNNING within ``timeout``.
+        """
+        name = f"{cluster}/nodePools/{pool.name}"
+        m = _split_pool(name)
+        zone = pool.locations[0] if pool.locations else m["location"]
+        existing = self.get_or_none(name)
+        if existing is None:
+            log.info("creating %s %s (%d × %s%s)", NODE_POOL, name, pool.initial_node_count,
+                     pool.config.machine_type, ", Spot" if pool.config.spot else "")
+            try:
+                op = self._call("create", name, self.client.create_node_pool, zone=zone,
+                                request={"parent": cluster, "node_pool": pool}, retry=None)
+            except AlreadyExistsError:
+                existing = self.get_or_none(name)
+                if existing is None:
+                    raise
+            else:
+                if not wait:
+                    return Ensured(name, False, pool)
+                self.wait_operation(op, location_path=f"projects/{m['project']}/locations/{m['location']}",
+                                    what=f"{NODE_POOL} {name} to be created", action="create", resource=name,
+                                    zone=zone, timeout=timeout, progress=progress)
+                return Ensured(name, False, self.wait_ready(name, timeout=timeout, progress=progress))
+        check_owned(NODE_POOL, name, existing.config.resource_labels, deployment)
+        log.info("adopting %s %s (%s)", NODE_POOL, name, _status(existing))
+        if wait:
+            existing = self.wait_ready(name, timeout=timeout, progress=progress)
+        return Ensured(name, True, existing)
+
+    def wait_ready(
+        self, name: str, *, timeout: float = CREATE_TIMEOUT, progress: ProgressCallback | None = None
+    ) -> container_v1.NodePool:
+        """Wait until the pool is RUNNING and return it.
+
+        Example::
+
+            GkeNodePools().wait_ready(".../nodePools/gpu-pool").status
+            # <Status.RUNNING: 2>
+
+        Raises:
+            NotFoundError: the pool does not exist.
+            OperationFailedError: the pool is in ERROR (QuotaExceededError for a stock-out).
+            WaitTimeoutError: not RUNNING within ``timeout``.
+        """
+        zone = _split_pool(name)["location"]
+
+        def poll() -> container_v1.NodePool:
+            found = self.get_or_none(name)
+            if found is None:
+                raise NotFoundError(f"{CONTAINER}: {NODE_POOL} {name} does not exist")
+            if found.status in (PoolStatus.ERROR, PoolStatus.RUNNING_WITH_ERROR):
+                raise operation_error(Call(CONTAINER, "create", f"{NODE_POOL} {name}",
+                                           zone=found.locations[0] if found.locations else zone),
+                                      f"the pool is {_status(found)}")
+            return found
+
+        return wait_for(f"{NODE_POOL} {name} to be RUNNING", poll, done=lambda p: p.status == PoolStatus.RUNNING,
+                        describe=_status, timeout=timeout, backoff=self._backoff, progress=progress)
+
+    def delete(
+        self,
+        name: str,
+        *,
+        deployment: str,
+        wait: bool = True,
+        timeout: float = DELETE_TIMEOUT,
+        progress: ProgressCallback | None = None,
+    ) -> bool:
+        """Delete the pool if it exists and carries our labels.
+
+        Example::
+
+            GkeNodePools().delete(".../nodePools/gpu-pool", deployment="demo")
+            # True
+
+        Returns:
+            True if a deletion was started (and, with ``wait``, finished); False if it did not exist.
+
+        Raises:
+            OwnershipError: the pool exists without our labels; it is left alone.
+        """
+        m = _split_pool(name)
+        existing = self.get_or_none(name)
+        if existing is None:
+            log.debug("%s %s is already gone", NODE_POOL, name)
+            return False
+        check_owned(NODE_POOL, name, existing.config.resource_labels, deployment)
+        if existing.status != PoolStatus.STOPPING:
+            log.info("deleting %s %s", NODE_POOL, name)
+            try:
+                op = self._call("delete", name, self.client.delete_node_pool, request={"name": name}, retry=None)
+            except NotFoundError:
+                return False
+            if wait:
+                self.wait_operation(op, location_path=f"projects/{m['project']}/locations/{m['location']}",
+                                    what=f"{NODE_POOL} {name} to be deleted", action="delete", resource=name,
+                                    zone=None, timeout=timeout, progress=progress)
+        if wait:
+            wait_for(f"{NODE_POOL} {name} to be deleted", lambda: self.get_or_none(name), done=lambda p: p is None,
+                     describe=_status, timeout=timeout, backoff=self._backoff, progress=progress)
+        return True
+
+
+def parent_of(name: str) -> str:
+    """``projects/P/locations/L`` of a cluster's full name.
+
+    Example:
+        >>> parent_of("projects/p/locations/us-east1/clusters/demo")
+        'projects/p/locations/us-east1'
+    """
+    m = _split_cluster(name)
+    return f"projects/{m['project']}/locations/{m['location']}"
+

@@ -1,0 +1,384 @@
+"""Managed Lustre instances (``google.cloud.lustre_v1``): create, read, delete, and
+import from / export to Cloud Storage.
+
+Long-running operations are awaited by polling ``google.longrunning.Operations``
+ourselves (capped backoff, deadline), not with the client's own poller, so that one
+retry policy and one timeout apply everywhere.
+
+Example:
+    >>> from rl_lustre import LustreVolume
+    >>> vol = LustreVolume(name="demo-lustre", project="my-project", zone="us-east1-b",
+    ...                    network="demo-net")
+    >>> req = instance_request(vol, deployment="demo")
+    >>> req.network, req.per_unit_storage_throughput, req.labels["managed-by"]
+    ('projects/my-project/global/networks/demo-net', 500, 'rl-lustre')
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from google.cloud import lustre_v1
+
+from ..catalog import ownership_labels
+from ..errors import ConfigError, NotFoundError
+from . import _clients
+from ._errors import LUSTRE, AlreadyExistsError, Call, RetryPolicy, call, operation_error
+from ._ownership import Ensured, check_owned
+from ._wait import Backoff, ProgressCallback, wait_for
+
+if TYPE_CHECKING:
+    from ..volume import LustreVolume
+
+log = logging.getLogger("rl_lustre.gcp.lustre")
+
+KIND = "Lustre instance"
+CREATE_TIMEOUT = 2 * 3600.0
+DELETE_TIMEOUT = 3600.0
+TRANSFER_TIMEOUT = 24 * 3600.0
+_NAME = re.compile(r"projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)/instances/(?P<id>[^/]+)")
+State = lustre_v1.Instance.State
+
+
+def instance_request(
+    volume: LustreVolume, *, deployment: str, labels: Mapping[str, str] | None = None
+) -> lustre_v1.Instance:
+    """The ``Instance`` to create for ``volume``, carrying our ownership labels.
+
+    Args:
+        volume: the spec; its project, zone and network must be set.
+        deployment: the deployment the instance belongs to (the ``Cluster``'s name).
+        labels: more labels (e.g. the ``Cluster``'s); the volume's own and ours are added.
+
+    Raises:
+        ConfigError: the volume's project, zone or network is not set.
+    """
+    if volume.network is None:
+        raise ConfigError("LustreVolume", "network", None,
+                          "must be set (directly or by attaching the volume to a Cluster) to create it")
+    name = volume.resource_name()
+    assert volume.project is not None
+    return lustre_v1.Instance(
+        name=name,
+        filesystem=volume.filesystem,
+        capacity_gib=volume.capacity_gib,
+        network=f"projects/{volume.project}/global/networks/{volume.network}",
+        per_unit_storage_throughput=volume.throughput_mbps_per_tib,
+        description=volume.description,
+        labels={**(labels or {}), **volume.labels, **ownership_labels(deployment)},
+        # The GKE CSI add-on reaches Lustre on the standard port; the legacy port stays off.
+        gke_support_enabled=False,
+    )
+
+
+@attrs.frozen
+class TransferResult:
+    """The outcome of an import from or export to Cloud Storage.
+
+    Attributes:
+        operation: the operation's name.
+        objects_copied: objects copied.
+        bytes_copied: bytes copied.
+        objects_skipped: objects already present and skipped.
+        objects_failed: objects that failed to copy.
+    """
+
+    operation: str
+    objects_copied: int = 0
+    bytes_copied: int = 0
+    objects_skipped: int = 0
+    objects_failed: int = 0
+
+
+def _split(name: str) -> re.Match[str]:
+    m = _NAME.fullmatch(name)
+    if m is None:
+        raise ConfigError("LustreInstances", "name", name, "must be projects/P/locations/ZONE/instances/ID")
+    return m
+
+
+def _zone(name: str) -> str | None:
+    m = _NAME.fullmatch(name)
+    return m["zone"] if m else None
+
+
+def _state(instance: lustre_v1.Instance | None) -> str:
+    if instance is None:
+        return "ABSENT"
+    state = State(instance.state).name
+    return f"{state} ({instance.state_reason})" if instance.state_reason else state
+
+
+class LustreInstances:
+    """Managed Lustre instances through ``LustreClient``.
+
+    Example::
+
+        api = LustreInstances()           # a client from the environment, on first use
+        api.get_or_none("projects/p/locations/us-east1-b/instances/x")
+
+    Args:
+        client: a ``lustre_v1.LustreClient``; by default the cached one for this
+            environment (the emulator's when ``RL_LUSTRE_GCP_EMULATOR_HOST`` is set).
+        backoff: polling delays of waits.
+        retry: retries of transient failures.
+    """
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        backoff: Backoff | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._client = client
+        self._backoff = backoff
+        self._retry = retry
+
+    @property
+    def client(self) -> Any:
+        return self._client if self._client is not None else _clients.lustre()
+
+    def _call(self, action: str, name: str, fn: Any, **kwargs: Any) -> Any:
+        ctx = Call(LUSTRE, action, f"{KIND} {name}", zone=_zone(name))
+        return call(ctx, fn, policy=self._retry, **kwargs)
+
+    def get_or_none(self, name: str) -> lustre_v1.Instance | None:
+        """The instance called ``name`` (``projects/P/locations/ZONE/instances/ID``), or None.
+
+        Example::
+
+            LustreInstances().get_or_none("projects/p/locations/z/instances/x")
+        """
+        _split(name)
+        try:
+            return self._call("get", name, self.client.get_instance, request={"name": name}, retry=None)
+        except NotFoundError:
+            return None
+
+    def list(self, parent: str) -> list[lustre_v1.Instance]:
+        """Instances under ``parent`` (``projects/P/locations/ZONE``, or ``locations/-``).
+
+        Example::
+
+            [i.name for i in LustreInstances().list("projects/p/locations/-")]
+        """
+
+        def fetch() -> list[lustre_v1.Instance]:
+            return list(self.client.list_instances(request={"parent": parent}, retry=None))
+
+        return self._call("list instances in", parent, fetch)
+
+    def create(
+        self,
+        instance: lustre_v1.Instance,
+        *,
+        deployment: str,
+        wait: bool = True,
+        timeout: float = CREATE_TIMEOUT,
+        progress: ProgressCallback | None = None,
+    ) -> Ensured[lustre_v1.Instance]:
+        """Create ``instance`` (its ``name`` says where), or adopt it if it exists with our labels.
+
+        Example::
+
+            api = LustreInstances()
+            done = api.create(instance_request(vol, deployment="demo"), deployment="demo")
+            done.adopted, done.resource.mount_point
+            # (False, '10.90.1.4@tcp:/lustrefs')
+
+        Args:
+            instance: from :func:`instance_request`.
+            deployment: the deployment whose labels an existing instance must carry.
+            wait: wait until the instance is ACTIVE.
+            timeout: seconds to wait.
+            progress: called with each observation while waiting.
+
+        Raises:
+            OwnershipError: an instance of that name exists without our labels.
+            OperationFailedError: the creation failed.
+            WaitTimeoutError: not ACTIVE within ``timeout``.
+        """
+        name = instance.name
+        m = _split(name)
+        existing = self.get_or_none(name)
+        if existing is None:
+            log.info("creating %s %s (%d GiB, %d MB/s/TiB)", KIND, name, instance.capacity_gib,
+                     instance.per_unit_storage_throughput)
+            body = lustre_v1.Instance(instance)
+            body.name = ""
+            try:
+                op = self._call("create", name, self.client.create_instance,
+                                request={"parent": f"projects/{m['project']}/locations/{m['zone']}",
+                                         "instance_id": m["id"], "instance": body},
+                                retry=None)
+            except AlreadyExistsError:
+                # Our own earlier attempt may have gone through before a transient error.
+                existing = self.get_or_none(name)
+                if existing is None:
+                    raise
+            else:
+                if not wait:
+                    return Ensured(name, False, instance)
+                self.wait_operation(op.operation.name, f"{KIND} {name} to be created", timeout=timeout,
+                                    action="create", resource=name, progress=progress)
+                return Ensured(name, False, self.wait_ready(name, timeout=timeout, progress=progress))
+        check_owned(KIND, name, existing.labels, deployment)
+        log.info("adopting %s %s (%s)", KIND, name, _state(existing))
+        if wait:
+            existing = self.wait_ready(name, timeout=timeout, progress=progress)
+        return Ensured(name, True, existing)
+
+    def wait_ready(
+        self, name: str, *, timeout: float = CREATE_TIMEOUT, progress: ProgressCallback | None = None
+    ) -> lustre_v1.Instance:
+        """Wait until the instance is ACTIVE and return it.
+
+        Example::
+
+            LustreInstances().wait_ready("projects/p/locations/z/instances/x").mount_point
+            # '10.90.1.4@tcp:/lustrefs'
+
+        Raises:
+            NotFoundError: the instance does not exist (or disappeared).
+            WaitTimeoutError: not ACTIVE within ``timeout``.
+        """
+
+        def poll() -> lustre_v1.Instance:
+            found = self.get_or_none(name)
+            if found is None:
+                raise NotFoundError(f"{LUSTRE}: {KIND} {name} does not exist")
+            return found
+
+        return wait_for(f"{KIND} {name} to be ACTIVE", poll, done=lambda i: i.state == State.ACTIVE,
+                        describe=_state, timeout=timeout, backoff=self._backoff, progress=progress)
+
+    def delete(
+        self,
+        name: str,
+        *,
+        deployment: str,
+        wait: bool = True,
+        timeout: float = DELETE_TIMEOUT,
+        progress: ProgressCallback | None = None,
+    ) -> bool:
+        """Delete the instance if it exists and carries our labels.
+
+        Example::
+
+            LustreInstances().delete("projects/p/locations/z/instances/x", deployment="demo")
+            # True
+
+        Returns:
+            True if a deletion was started (and, with ``wait``, finished); False if the
+            instance did not exist.
+
+        Raises:
+            OwnershipError: the instance exists without our labels; it is left alone.
+        """
+        existing = self.get_or_none(name)
+        if existing is None:
+            log.debug("%s %s is already gone", KIND, name)
+            return False
+        check_owned(KIND, name, existing.labels, deployment)
+        if existing.state != State.DELETING:
+            log.info("deleting %s %s", KIND, name)
+            try:
+                op = self._call("delete", name, self.client.delete_instance, request={"name": name}, retry=None)
+            except NotFoundError:
+                return False
+            if wait:
+                self.wait_operation(op.operation.name, f"{KIND} {name} to be deleted", timeout=timeout,
+                                    action="delete", resource=name, progress=progress)
+        if wait:
+            self.wait_gone(name, timeout=timeout, progress=progress)
+        return True
+
+    def wait_gone(self, name: str, *, timeout: float = DELETE_TIMEOUT, progress: ProgressCallback | None = None) -> None:
+        """Wait until the instance no longer exists."""
+        wait_for(f"{KIND} {name} to be deleted", lambda: self.get_or_none(name), done=lambda i: i is None,
+                 describe=_state, timeout=timeout, backoff=self._backoff, progress=progress)
+
+    def import_data(
+        self, name: str, gcs_uri: str, lustre_path: str, *, timeout: float = TRANSFER_TIMEOUT,
+        progress: ProgressCallback | None = None,
+    ) -> TransferResult:
+        """Copy ``gs://bucket/prefix`` into the instance at ``lustre_path`` (ImportData).
+
+        Example::
+
+            LustreInstances().import_data(name, "gs://my-bucket/models", "/models")
+            # TransferResult(operation='...', objects_copied=12, ...)
+        """
+        request = {"name": name, "gcs_path": {"uri": gcs_uri}, "lustre_path": {"path": lustre_path}}
+        log.info("importing %s into %s %s at %s", gcs_uri, KIND, name, lustre_path)
+        op = self._call(f"import {gcs_uri} into", name, self.client.import_data, request=request, retry=None)
+        return self._transfer(op.operation.name, f"import of {gcs_uri} into {name}", name, timeout, progress,
+                              lustre_v1.ImportDataMetadata)
+
+    def export_data(
+        self, name: str, lustre_path: str, gcs_uri: str, *, timeout: float = TRANSFER_TIMEOUT,
+        progress: ProgressCallback | None = None,
+    ) -> TransferResult:
+        """Copy ``lustre_path`` of the instance to ``gs://bucket/prefix`` (ExportData).
+
+        Example::
+
+            LustreInstances().export_data(name, "/checkpoints", "gs://my-bucket/ckpt")
+            # TransferResult(operation='...', objects_copied=4, ...)
+        """
+        request = {"name": name, "lustre_path": {"path": lustre_path}, "gcs_path": {"uri": gcs_uri}}
+        log.info("exporting %s of %s %s to %s", lustre_path, KIND, name, gcs_uri)
+        op = self._call(f"export to {gcs_uri} from", name, self.client.export_data, request=request, retry=None)
+        return self._transfer(op.operation.name, f"export of {name} to {gcs_uri}", name, timeout, progress,
+                              lustre_v1.ExportDataMetadata)
+
+    def _transfer(self, op_name: str, what: str, name: str, timeout: float,
+                  progress: ProgressCallback | None, metadata_type: Any) -> TransferResult:
+        done = self.wait_operation(op_name, what, timeout=timeout, action="transfer data of", resource=name,
+                                   progress=progress)
+        counters = None
+        if done.metadata.value:
+            counters = metadata_type.deserialize(done.metadata.value).operation_metadata.counters
+        if counters is None:
+            return TransferResult(op_name)
+        return TransferResult(op_name, counters.objects_copied_count, counters.bytes_copied_count,
+                              counters.objects_skipped_count, counters.objects_failed_count)
+
+    def wait_operation(
+        self,
+        op_name: str,
+        what: str,
+        *,
+        timeout: float,
+        action: str = "finish",
+        resource: str = "",
+        progress: ProgressCallback | None = None,
+    ) -> Any:
+        """Poll ``google.longrunning.Operations/GetOperation`` until ``op_name`` is done.
+
+        Returns:
+            The finished ``operations_pb2.Operation``.
+
+        Raises:
+            OperationFailedError: it finished with an error (QuotaExceededError for a
+                capacity or quota failure).
+            WaitTimeoutError: still running after ``timeout``; carries its last state.
+        """
+        def poll() -> Any:
+            return self._call(f"poll the operation {op_name} of", resource or op_name, self.client.get_operation,
+                              request={"name": op_name}, retry=None)
+
+        def describe(op: Any) -> str:
+            return "done" if op.done else "running"
+
+        op = wait_for(what, poll, done=lambda o: o.done, describe=describe, timeout=timeout,
+                      backoff=self._backoff, progress=progress)
+        if op.HasField("error") and op.error.code:
+            raise operation_error(Call(LUSTRE, action, f"{KIND} {resource}", zone=_zone(resource)), op.error.message,
+                                  code=op.error.code)
+        return op

@@ -1,0 +1,37 @@
+"""Test doubles that ship with rl_lustre: stateful fakes of the Google APIs it uses.
+
+The fakes speak the real wire protocols, so the real ``google-cloud-*`` clients and
+all of rl_lustre's code paths run unchanged against them::
+
+    from rl_lustre.testing import FakeGCP
+
+    with FakeGCP(latency={"lustre.create": 0.2}) as gcp:
+        gcp.seed_network("my-project", "my-net")
+        volume.create(api=LustreInstances(backoff=FAST_BACKOFF))  # real LustreClient → fake
+        assert gcp.leaked() == ["lustre.instances projects/my-project/..."]
+
+Every method they do not implement fails loudly (gRPC UNIMPLEMENTED / HTTP 501,
+naming the method). Faults are injected with ``gcp.faults``.
+"""
+
+from __future__ import annotations
+
+from ..gcp._errors import RetryPolicy
+from ..gcp._wait import Backoff
+from ._core import DEFAULT_LATENCY, FakeError, Faults, RequestRecord, project_number
+from ._fake import FakeGCP
+
+# Polling and retry settings for adapters under test: the fakes answer in milliseconds.
+FAST_BACKOFF = Backoff(initial=0.01, maximum=0.05, multiplier=1.5)
+FAST_RETRY = RetryPolicy(attempts=5, initial=0.005, maximum=0.02)
+
+__all__ = [
+    "DEFAULT_LATENCY",
+    "FAST_BACKOFF",
+    "FAST_RETRY",
+    "FakeError",
+    "FakeGCP",
+    "Faults",
+    "RequestRecord",
+    "project_number",
+]

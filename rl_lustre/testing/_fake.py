@@ -1,0 +1,290 @@
+"""``FakeGCP``: the fake Google APIs, started together and wired to the emulator hooks."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..catalog import LABEL_MANAGED_BY, MANAGED_BY, ownership_labels
+from ..gcp import _clients
+from ..gcp._ownership import describe_ownership, labels_from_description
+from ._core import Core, Faults, RequestRecord, project_number
+from ._gke import GkeFake
+from ._grpc import GrpcServer
+from ._lustre import LustreFake
+from ._rest import RestFake
+
+KINDS = (
+    "compute.networks",
+    "compute.subnetworks",
+    "compute.globalAddresses",
+    "compute.firewalls",
+    "servicenetworking.connections",
+    "lustre.instances",
+    "gke.clusters",
+    "gke.nodePools",
+)
+
+
+class FakeGCP:
+    """Stateful fakes of the Google APIs rl_lustre uses, speaking their real protocols.
+
+    One gRPC server on loopback hosts ``google.cloud.lustre.v1.Lustre``,
+    ``google.longrunning.Operations`` and ``google.container.v1.ClusterManager``; one
+    HTTP server hosts the Compute Engine and Service Networking calls. Entering the
+    context starts both and points ``RL_LUSTRE_GCP_EMULATOR_HOST`` and
+    ``RL_LUSTRE_GCP_REST_EMULATOR`` at them (restored on exit), so the real client
+    libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pass
+    :attr:`env`.
+
+    Remote changes take ``latency[key] × time_scale`` seconds (keys in
+    ``rl_lustre.testing.DEFAULT_LATENCY``: ``"lustre.create"``,
+    ``"gke.create_cluster"``, ...). Lustre instances get a mount point like
+    ``10.90.1.4@tcp:/lustrefs`` when ACTIVE; GKE clusters an endpoint and a CA.
+
+    Example:
+        >>> from rl_lustre.testing import FakeGCP
+        >>> from google.cloud import compute_v1
+        >>> from rl_lustre.gcp import _clients
+        >>> with FakeGCP(latency={"lustre.create": 0.05}, time_scale=0.5) as gcp:
+        ...     net = _clients.compute(compute_v1.NetworksClient).insert_unary(
+        ...         project="p", network_resource=compute_v1.Network(name="n", auto_create_subnetworks=False))
+        ...     gcp.settle()
+        ...     sorted(gcp.resources()["compute.networks"])
+        ['projects/p/global/networks/n']
+
+    Args:
+        latency: seconds per remote change, by key; unlisted keys keep their small defaults.
+        time_scale: multiplies every latency (0 makes changes apply at the next request).
+        kube_endpoint: the ``endpoint`` RUNNING clusters report (e.g. a Kubernetes API
+            fake's ``127.0.0.1:PORT``); by default a documentation address.
+        kube_ca_pem: the PEM CA certificate RUNNING clusters report (base64-encoded in
+            ``master_auth.cluster_ca_certificate``, as GKE does); by default a placeholder.
+        set_env: set the emulator variables while the context is entered.
+    """
+
+    def __init__(
+        self,
+        *,
+        latency: Mapping[str, float] | None = None,
+        time_scale: float = 1.0,
+        kube_endpoint: str | None = None,
+        kube_ca_pem: str | None = None,
+        set_env: bool = True,
+    ) -> None:
+        self._core = Core(latency, time_scale)
+        self._core.kube_endpoint = kube_endpoint
+        self._core.kube_ca_pem = kube_ca_pem
+        self._grpc = GrpcServer(self._core)
+        self._lustre = LustreFake(self._core)
+        self._gke = GkeFake(self._core)
+        self._lustre.register(self._grpc)
+        self._gke.register(self._grpc)
+        self._rest = RestFake(self._core)
+        self._set_env = set_env
+        self._saved_env: dict[str, str | None] = {}
+        self.grpc_address = ""
+        self.rest_url = ""
+
+    @property
+    def faults(self) -> Faults:
+        """Fault injection: ``fail_call``, ``fail_operation``, ``rate_limit``."""
+        return self._core.faults
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The emulator variables pointing at these fakes (for a subprocess's environment)."""
+        return {_clients.GRPC_EMULATOR_ENV: self.grpc_address, _clients.REST_EMULATOR_ENV: self.rest_url}
+
+    @property
+    def kube_endpoint(self) -> str | None:
+        """The endpoint RUNNING clusters report; may be set while running."""
+        return self._core.kube_endpoint
+
+    @kube_endpoint.setter
+    def kube_endpoint(self, value: str | None) -> None:
+        self._core.kube_endpoint = value
+
+    @property
+    def kube_ca_pem(self) -> str | None:
+        """The PEM CA certificate RUNNING clusters report; may be set while running."""
+        return self._core.kube_ca_pem
+
+    @kube_ca_pem.setter
+    def kube_ca_pem(self, value: str | None) -> None:
+        self._core.kube_ca_pem = value
+
+    def start(self) -> FakeGCP:
+        """Start both servers (and set the emulator variables unless ``set_env=False``)."""
+        port = self._grpc.start()
+        self.grpc_address = f"127.0.0.1:{port}"
+        self.rest_url = self._rest.start()
+        if self._set_env:
+            for key, value in self.env.items():
+                self._saved_env[key] = os.environ.get(key)
+                os.environ[key] = value
+        return self
+
+    def stop(self) -> None:
+        """Stop both servers, restore the environment and drop clients cached for them."""
+        for key, old in self._saved_env.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+        self._saved_env.clear()
+        _clients.clear_cache(self.grpc_address)
+        _clients.clear_cache(self.rest_url)
+        self._grpc.stop()
+        self._rest.stop()
+
+    def __enter__(self) -> FakeGCP:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def add_grpc_method(self, service: str, method: str, fn: Callable[[Any], Any],
+                        request_type: Any, response_type: Any, *, short: str | None = None) -> None:
+        """Serve one more gRPC method (e.g. a Monitoring fake) on the same server.
+
+        ``fn(request) -> response`` runs under the fake's lock; raise
+        ``rl_lustre.testing.FakeError`` for an error status. ``short`` names it in the
+        request log and for faults (by default ``<last part of service>.<method>``).
+        """
+        self._grpc.add(service, method, short or f"{service.rsplit('.', 1)[-1].lower()}.{method}",
+                       fn, request_type, response_type)
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """Every request received so far, in order, with its time and outcome."""
+        with self._core.lock:
+            return list(self._core.log)
+
+    def request_counts(self, prefix: str = "") -> Counter[str]:
+        """Requests per method (those starting with ``prefix``).
+
+        Example:
+            >>> from rl_lustre.testing import FakeGCP
+            >>> with FakeGCP() as gcp:
+            ...     gcp.request_counts("lustre.")
+            Counter()
+        """
+        return self._core.counts(prefix)
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until every pending remote change has happened."""
+        self._core.settle(timeout)
+
+    def resources(self) -> dict[str, dict[str, dict[str, str]]]:
+        """What exists: kind → full name → labels (for Compute, those in the description).
+
+        Service Networking connections have no labels of their own; they show the
+        labels of the first reserved range that carries any.
+        """
+        core = self._core
+        with core.lock:
+            core.advance()
+            out: dict[str, dict[str, dict[str, str]]] = {k: {} for k in KINDS}
+            for (p, n), net in core.networks.items():
+                out["compute.networks"][f"projects/{p}/global/networks/{n}"] = labels_from_description(
+                    net.get("description"))
+            for (p, r, n), sub in core.subnetworks.items():
+                out["compute.subnetworks"][f"projects/{p}/regions/{r}/subnetworks/{n}"] = labels_from_description(
+                    sub.get("description"))
+            for (p, n), addr in core.addresses.items():
+                out["compute.globalAddresses"][f"projects/{p}/global/addresses/{n}"] = labels_from_description(
+                    addr.get("description"))
+            for (p, n), fw in core.firewalls.items():
+                out["compute.firewalls"][f"projects/{p}/global/firewalls/{n}"] = labels_from_description(
+                    fw.get("description"))
+            for (p, n), conn in core.connections.items():
+                labels: dict[str, str] = {}
+                for r in conn["reservedPeeringRanges"]:
+                    labels = labels or labels_from_description(core.addresses.get((p, r), {}).get("description"))
+                out["servicenetworking.connections"][
+                    f"projects/{p}/global/networks/{n}/peerings/servicenetworking-googleapis-com"] = labels
+            for name, inst in core.lustre.items():
+                out["lustre.instances"][name] = dict(inst.labels)
+            for name, cluster in core.clusters.items():
+                out["gke.clusters"][name] = dict(cluster.resource_labels)
+                for pool in cluster.node_pools:
+                    out["gke.nodePools"][f"{name}/nodePools/{pool.name}"] = dict(pool.config.resource_labels)
+            return out
+
+    def leaked(self, deployment: str | None = None) -> list[str]:
+        """``"<kind> <name>"`` of every resource carrying our labels (of ``deployment``, if given).
+
+        Example:
+            >>> from rl_lustre.testing import FakeGCP
+            >>> with FakeGCP() as gcp:
+            ...     gcp.leaked()
+            []
+        """
+        return sorted(
+            f"{kind} {name}"
+            for kind, found in self.resources().items()
+            for name, labels in found.items()
+            if labels.get(LABEL_MANAGED_BY) == MANAGED_BY
+            and (deployment is None or labels == {**labels, **ownership_labels(deployment)})
+        )
+
+    def seed_network(
+        self,
+        project: str,
+        network: str,
+        *,
+        region: str = "us-east1",
+        subnet: str | None = None,
+        psa_range: str | None = "10.90.0.0/22",
+        deployment: str | None = None,
+    ) -> None:
+        """Make a network exist at once, as if someone had created it: a custom-mode VPC,
+        a subnet (``subnet`` or the network's name) with ``pods`` and ``services``
+        secondary ranges, and unless ``psa_range`` is None a PSA range
+        ``<network>-psa`` peered with Service Networking.
+
+        With ``deployment`` the resources carry that deployment's labels; otherwise
+        they are a user's own.
+
+        Example:
+            >>> from rl_lustre.testing import FakeGCP
+            >>> with FakeGCP() as gcp:
+            ...     gcp.seed_network("p", "user-net")
+            ...     sorted(gcp.resources()["compute.subnetworks"])
+            ['projects/p/regions/us-east1/subnetworks/user-net']
+        """
+        core = self._core
+        desc = describe_ownership(deployment, "seeded") if deployment else "created by hand"
+
+        def link(path: str) -> str:
+            return f"{self.rest_url}/compute/v1/{path}"
+
+        net_path = f"projects/{project}/global/networks/{network}"
+        sub = subnet or network
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with core.lock:
+            core.networks[(project, network)] = {
+                "kind": "compute#network", "name": network, "description": desc, "id": str(core.next_id()),
+                "autoCreateSubnetworks": False, "selfLink": link(net_path), "creationTimestamp": now}
+            core.subnetworks[(project, region, sub)] = {
+                "kind": "compute#subnetwork", "name": sub, "description": desc, "id": str(core.next_id()),
+                "network": link(net_path), "region": link(f"projects/{project}/regions/{region}"),
+                "ipCidrRange": "192.168.0.0/18", "state": "READY",
+                "secondaryIpRanges": [{"rangeName": "pods", "ipCidrRange": "10.4.0.0/14"},
+                                      {"rangeName": "services", "ipCidrRange": "10.0.32.0/20"}],
+                "selfLink": link(f"projects/{project}/regions/{region}/subnetworks/{sub}"), "creationTimestamp": now}
+            if psa_range is not None:
+                address, prefix = psa_range.split("/")
+                core.addresses[(project, f"{network}-psa")] = {
+                    "kind": "compute#address", "name": f"{network}-psa", "description": desc,
+                    "id": str(core.next_id()), "address": address, "prefixLength": int(prefix),
+                    "purpose": "VPC_PEERING", "addressType": "INTERNAL", "network": link(net_path),
+                    "status": "RESERVED", "selfLink": link(f"projects/{project}/global/addresses/{network}-psa")}
+                core.connections[(project, network)] = {
+                    "network": f"projects/{project_number(project)}/global/networks/{network}",
+                    "reservedPeeringRanges": [f"{network}-psa"], "peering": "servicenetworking-googleapis-com",
+                    "service": "services/servicenetworking.googleapis.com"}

@@ -1,0 +1,327 @@
+"""The fake ``google.container.v1.ClusterManager`` service (GKE), with GKE's own ``Operation``."""
+
+# proto-plus ships no type information: mypy takes its enum members for plain ints.
+# mypy: disable-error-code="assignment"
+
+from __future__ import annotations
+
+import base64
+import datetime
+import re
+from typing import Any
+
+import grpc
+from google.cloud import container_v1
+
+from ..catalog import GPU_MACHINE_TYPES
+from ._core import Core, FakeError
+from ._grpc import GrpcServer
+
+SERVICE = "google.container.v1.ClusterManager"
+_PARENT = re.compile(r"projects/([^/]+)/locations/([^/]+)")
+_CLUSTER = re.compile(r"projects/([^/]+)/locations/([^/]+)/clusters/([^/]+)")
+_POOL = re.compile(_CLUSTER.pattern + r"/nodePools/([^/]+)")
+_CLUSTER_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?")
+_ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
+VERSION = "1.33.5-gke.1162000"
+PLACEHOLDER_CA = (
+    "-----BEGIN CERTIFICATE-----\n"
+    "cmxfbHVzdHJlLnRlc3Rpbmc6IGEgcGxhY2Vob2xkZXIsIG5vdCBhIGNlcnRpZmljYXRl\n"
+    "-----END CERTIFICATE-----\n"
+)
+ClusterStatus = container_v1.Cluster.Status
+PoolStatus = container_v1.NodePool.Status
+OpStatus = container_v1.Operation.Status
+OpType = container_v1.Operation.Type
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _region(location: str) -> str:
+    return location.rsplit("-", 1)[0] if _ZONE.fullmatch(location) else location
+
+
+class GkeFake:
+    """GKE clusters and node pools: PROVISIONING → RUNNING → STOPPING → gone, or ERROR."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.ops: dict[str, container_v1.Operation] = {}
+
+    def register(self, server: GrpcServer) -> None:
+        t = container_v1
+        for method, fn, req, resp in [
+            ("CreateCluster", self.create_cluster, t.CreateClusterRequest, t.Operation),
+            ("GetCluster", self.get_cluster, t.GetClusterRequest, t.Cluster),
+            ("ListClusters", self.list_clusters, t.ListClustersRequest, t.ListClustersResponse),
+            ("DeleteCluster", self.delete_cluster, t.DeleteClusterRequest, t.Operation),
+            ("CreateNodePool", self.create_node_pool, t.CreateNodePoolRequest, t.Operation),
+            ("GetNodePool", self.get_node_pool, t.GetNodePoolRequest, t.NodePool),
+            ("ListNodePools", self.list_node_pools, t.ListNodePoolsRequest, t.ListNodePoolsResponse),
+            ("DeleteNodePool", self.delete_node_pool, t.DeleteNodePoolRequest, t.Operation),
+            ("GetOperation", self.get_operation, t.GetOperationRequest, t.Operation),
+            ("ListOperations", self.list_operations, t.ListOperationsRequest, t.ListOperationsResponse),
+        ]:
+            server.add(SERVICE, method, f"gke.{method}", fn, req, resp)
+
+    def _start_op(self, location_path: str, op_type: Any, target: str) -> container_v1.Operation:
+        m = _PARENT.fullmatch(location_path)
+        assert m is not None
+        short = f"operation-{self.core.next_id()}"
+        op = container_v1.Operation(
+            name=short,
+            zone=m[2],
+            location=m[2],
+            operation_type=op_type,
+            status=OpStatus.RUNNING,
+            self_link=f"https://container.googleapis.com/v1/{location_path}/operations/{short}",
+            target_link=f"https://container.googleapis.com/v1/{target}",
+            start_time=_now(),
+        )
+        self.ops[f"{location_path}/operations/{short}"] = op
+        return op
+
+    @staticmethod
+    def _finish(op: container_v1.Operation, error: FakeError | None = None) -> None:
+        if error is not None:
+            op.error = {"code": error.grpc_code.value[0], "message": error.message}
+            op.status_message = error.message
+        op.status = OpStatus.DONE
+        op.end_time = _now()
+
+    def _cluster(self, name: str) -> container_v1.Cluster:
+        found = self.core.clusters.get(name)
+        if found is None:
+            raise FakeError(grpc.StatusCode.NOT_FOUND, f"Not found: {name}.")
+        return found
+
+    def _check_network(self, project: str, location: str, cluster: container_v1.Cluster) -> None:
+        network = cluster.network or "default"
+        if (project, network) not in self.core.networks:
+            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION, f"Network {network!r} does not exist in project {project}.")
+        if not cluster.subnetwork:
+            return
+        subnet = self.core.subnetworks.get((project, _region(location), cluster.subnetwork))
+        if subnet is None:
+            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION,
+                            f"Subnetwork {cluster.subnetwork!r} does not exist in region {_region(location)}.")
+        ranges = {r["rangeName"] for r in subnet.get("secondaryIpRanges", [])}
+        policy = cluster.ip_allocation_policy
+        for wanted in (policy.cluster_secondary_range_name, policy.services_secondary_range_name):
+            if wanted and wanted not in ranges:
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"Subnetwork {cluster.subnetwork!r} has no secondary range {wanted!r}.")
+
+    def _check_pool(self, pool: container_v1.NodePool) -> None:
+        if pool.initial_node_count < 1 or not pool.config.machine_type:
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"Node pool {pool.name!r} needs a machine type and initial_node_count > 0.")
+        known = GPU_MACHINE_TYPES.get(pool.config.machine_type)
+        if known is not None:
+            acc = pool.config.accelerators
+            if not acc or acc[0].accelerator_type != known.accelerator or acc[0].accelerator_count != known.gpus:
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"Machine type {known.name} needs accelerator {known.gpus} x {known.accelerator}.")
+        affinity = pool.config.reservation_affinity.consume_reservation_type
+        if pool.config.spot and affinity == container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION:
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, "Spot VMs cannot consume a specific reservation.")
+
+    def create_cluster(self, request: container_v1.CreateClusterRequest) -> container_v1.Operation:
+        parent = request.parent
+        m = _PARENT.fullmatch(parent)
+        if m is None:
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"parent {parent!r} is not projects/P/locations/L")
+        spec = request.cluster
+        if not _CLUSTER_NAME.fullmatch(spec.name):
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid cluster name {spec.name!r}.")
+        if not spec.node_pools and spec.initial_node_count < 1:
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, "Cluster.initial_node_count must be greater than zero.")
+        for pool in spec.node_pools:
+            self._check_pool(pool)
+        name = f"{parent}/clusters/{spec.name}"
+        if name in self.core.clusters:
+            raise FakeError(grpc.StatusCode.ALREADY_EXISTS, f"Already exists: {name}.")
+        self._check_network(m[1], m[2], spec)
+        cluster = container_v1.Cluster(spec)
+        cluster.status = ClusterStatus.PROVISIONING
+        cluster.location = m[2]
+        cluster.zone = m[2]
+        cluster.self_link = f"https://container.googleapis.com/v1/{name}"
+        cluster.create_time = _now()
+        cluster.current_master_version = VERSION
+        cluster.id = f"{self.core.next_id():032x}"
+        for pool in cluster.node_pools:
+            pool.status = PoolStatus.PROVISIONING
+            pool.version = VERSION
+            pool.self_link = f"https://container.googleapis.com/v1/{name}/nodePools/{pool.name}"
+        self.core.clusters[name] = cluster
+        op = self._start_op(parent, OpType.CREATE_CLUSTER, name)
+        fault = self.core.operation_fault("gke.CreateCluster")
+        number = self.core.next_id()
+
+        def finish() -> None:
+            if self.core.clusters.get(name) is not cluster or cluster.status != ClusterStatus.PROVISIONING:
+                self._finish(op, FakeError(grpc.StatusCode.ABORTED, f"cluster {name} was deleted"))
+                return
+            if fault is not None:
+                cluster.status = ClusterStatus.ERROR
+                cluster.status_message = fault.message
+                self._finish(op, fault)
+                return
+            cluster.status = ClusterStatus.RUNNING
+            cluster.endpoint = f"203.0.113.{number % 250 + 1}"
+            cluster.current_node_count = sum(p.initial_node_count for p in cluster.node_pools)
+            for pool in cluster.node_pools:
+                pool.status = PoolStatus.RUNNING
+            self._finish(op)
+
+        self.core.schedule(self.core.delay("gke.create_cluster"), finish)
+        return op
+
+    def get_cluster(self, request: container_v1.GetClusterRequest) -> container_v1.Cluster:
+        cluster = self._cluster(request.name)
+        if cluster.status == ClusterStatus.PROVISIONING:
+            return cluster
+        view = container_v1.Cluster(cluster)
+        if cluster.status == ClusterStatus.RUNNING:
+            # Read now, so that a Kubernetes API fake started later can still be plugged in.
+            if self.core.kube_endpoint:
+                view.endpoint = self.core.kube_endpoint
+            pem = self.core.kube_ca_pem or PLACEHOLDER_CA
+            view.master_auth = container_v1.MasterAuth(
+                cluster_ca_certificate=base64.b64encode(pem.encode()).decode()
+            )
+        return view
+
+    def list_clusters(self, request: container_v1.ListClustersRequest) -> container_v1.ListClustersResponse:
+        m = _PARENT.fullmatch(request.parent)
+        if m is None:
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"parent {request.parent!r} is not projects/P/locations/L")
+        prefix = f"projects/{m[1]}/locations/" + ("" if m[2] == "-" else f"{m[2]}/")
+        return container_v1.ListClustersResponse(
+            clusters=[self.get_cluster(container_v1.GetClusterRequest(name=n))
+                      for n in sorted(self.core.clusters) if n.startswith(prefix)]
+        )
+
+    def delete_cluster(self, request: container_v1.DeleteClusterRequest) -> container_v1.Operation:
+        name = request.name
+        cluster = self._cluster(name)
+        if cluster.status == ClusterStatus.STOPPING:
+            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION,
+                            f"Cluster {cluster.name} is running incompatible operation: it is being deleted.")
+        cluster.status = ClusterStatus.STOPPING
+        for pool in cluster.node_pools:
+            pool.status = PoolStatus.STOPPING
+        op = self._start_op(name.rsplit("/clusters/", 1)[0], OpType.DELETE_CLUSTER, name)
+        fault = self.core.operation_fault("gke.DeleteCluster")
+
+        def finish() -> None:
+            if fault is not None:
+                cluster.status = ClusterStatus.ERROR
+                cluster.status_message = fault.message
+                self._finish(op, fault)
+                return
+            if self.core.clusters.get(name) is cluster:
+                del self.core.clusters[name]
+            self._finish(op)
+
+        self.core.schedule(self.core.delay("gke.delete_cluster"), finish)
+        return op
+
+    def _pool(self, name: str) -> tuple[container_v1.Cluster, container_v1.NodePool]:
+        m = _POOL.fullmatch(name)
+        if m is None:
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"name {name!r} is not .../clusters/C/nodePools/P")
+        cluster = self._cluster(name.rsplit("/nodePools/", 1)[0])
+        for pool in cluster.node_pools:
+            if pool.name == m[4]:
+                return cluster, pool
+        raise FakeError(grpc.StatusCode.NOT_FOUND, f"Not found: {name}.")
+
+    def create_node_pool(self, request: container_v1.CreateNodePoolRequest) -> container_v1.Operation:
+        cluster_name = request.parent
+        m = _CLUSTER.fullmatch(cluster_name)
+        if m is None:
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"parent {cluster_name!r} is not .../clusters/C")
+        cluster = self._cluster(cluster_name)
+        spec = request.node_pool
+        if any(p.name == spec.name for p in cluster.node_pools):
+            raise FakeError(grpc.StatusCode.ALREADY_EXISTS, f"Already exists: {cluster_name}/nodePools/{spec.name}.")
+        if cluster.status != ClusterStatus.RUNNING:
+            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION,
+                            f"Cluster is running incompatible operation (status "
+                            f"{ClusterStatus(cluster.status).name}). Please wait and try again once it is done.")
+        self._check_pool(spec)
+        cluster.node_pools.append(container_v1.NodePool(spec))
+        pool = cluster.node_pools[-1]
+        pool.status = PoolStatus.PROVISIONING
+        pool.version = VERSION
+        name = f"{cluster_name}/nodePools/{spec.name}"
+        pool.self_link = f"https://container.googleapis.com/v1/{name}"
+        op = self._start_op(f"projects/{m[1]}/locations/{m[2]}", OpType.CREATE_NODE_POOL, name)
+        fault = self.core.operation_fault("gke.CreateNodePool")
+
+        def finish() -> None:
+            try:
+                _, current = self._pool(name)
+            except FakeError:
+                current = None
+            if current is None or current.status != PoolStatus.PROVISIONING:
+                self._finish(op, FakeError(grpc.StatusCode.ABORTED, f"node pool {name} was deleted"))
+                return
+            if fault is not None:
+                current.status = PoolStatus.ERROR
+                current.status_message = fault.message
+                self._finish(op, fault)
+                return
+            current.status = PoolStatus.RUNNING
+            self._finish(op)
+
+        self.core.schedule(self.core.delay("gke.create_node_pool"), finish)
+        return op
+
+    def get_node_pool(self, request: container_v1.GetNodePoolRequest) -> container_v1.NodePool:
+        return self._pool(request.name)[1]
+
+    def list_node_pools(self, request: container_v1.ListNodePoolsRequest) -> container_v1.ListNodePoolsResponse:
+        return container_v1.ListNodePoolsResponse(node_pools=list(self._cluster(request.parent).node_pools))
+
+    def delete_node_pool(self, request: container_v1.DeleteNodePoolRequest) -> container_v1.Operation:
+        name = request.name
+        cluster, pool = self._pool(name)
+        if pool.status == PoolStatus.STOPPING:
+            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION,
+                            f"Cluster is running incompatible operation: node pool {pool.name} is being deleted.")
+        pool.status = PoolStatus.STOPPING
+        m = _POOL.fullmatch(name)
+        assert m is not None
+        op = self._start_op(f"projects/{m[1]}/locations/{m[2]}", OpType.DELETE_NODE_POOL, name)
+        fault = self.core.operation_fault("gke.DeleteNodePool")
+
+        def finish() -> None:
+            if fault is not None:
+                pool.status = PoolStatus.ERROR
+                pool.status_message = fault.message
+                self._finish(op, fault)
+                return
+            kept = [p for p in cluster.node_pools if p.name != pool.name]
+            del cluster.node_pools[:]
+            cluster.node_pools.extend(kept)
+            self._finish(op)
+
+        self.core.schedule(self.core.delay("gke.delete_node_pool"), finish)
+        return op
+
+    def get_operation(self, request: container_v1.GetOperationRequest) -> container_v1.Operation:
+        op = self.ops.get(request.name)
+        if op is None:
+            raise FakeError(grpc.StatusCode.NOT_FOUND, f"Not found: {request.name}.")
+        return op
+
+    def list_operations(self, request: container_v1.ListOperationsRequest) -> container_v1.ListOperationsResponse:
+        prefix = request.parent.rstrip("/") + "/operations/"
+        return container_v1.ListOperationsResponse(
+            operations=[op for name, op in sorted(self.ops.items()) if name.startswith(prefix)]
+        )

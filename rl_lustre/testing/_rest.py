@@ -1,0 +1,480 @@
+"""The HTTP fake for the REST APIs: Compute Engine networking and Service Networking.
+
+Routes follow the real URL templates (``/compute/v1/projects/{project}/global/networks``,
+``/v1/services/{service}/connections``, ...). Any other route answers 501 naming itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import re
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from ._core import Core, FakeError, RequestRecord, project_number
+
+_NAME = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
+_NETWORK_URL = re.compile(r"(?:.*/)?projects/([^/]+)/global/networks/([^/]+)$")
+_PSA_POOL = ipaddress.ip_network("10.90.0.0/15")
+Handler = Callable[[dict[str, str], dict[str, str], dict[str, Any]], Any]
+# Compute's collection for each kind, as it names methods ("compute.globalAddresses.insert").
+_COLLECTION = {"network": "networks", "subnetwork": "subnetworks", "address": "globalAddresses",
+               "firewall": "firewalls"}
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+
+class RestFake:
+    """Compute networks, subnetworks, global addresses, firewalls and their operations;
+    Service Networking connections and their operations."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.base = ""
+        self._routes: list[tuple[str, re.Pattern[str], str, Handler]] = []
+        self._compute_ops: dict[str, dict[str, Any]] = {}
+        self._sn_ops: dict[str, dict[str, Any]] = {}
+        self._pending: set[tuple[str, ...]] = set()
+        p = "/compute/v1/projects/(?P<project>[^/]+)"
+        for verb, path, method, fn in [
+            ("GET", p, "compute.projects.get", self.project_get),
+            ("POST", p + "/global/networks", "compute.networks.insert", self.network_insert),
+            ("GET", p + "/global/networks/(?P<name>[^/]+)", "compute.networks.get", self.network_get),
+            ("DELETE", p + "/global/networks/(?P<name>[^/]+)", "compute.networks.delete", self.network_delete),
+            ("POST", p + "/regions/(?P<region>[^/]+)/subnetworks", "compute.subnetworks.insert", self.subnet_insert),
+            ("GET", p + "/regions/(?P<region>[^/]+)/subnetworks/(?P<name>[^/]+)", "compute.subnetworks.get",
+             self.subnet_get),
+            ("DELETE", p + "/regions/(?P<region>[^/]+)/subnetworks/(?P<name>[^/]+)", "compute.subnetworks.delete",
+             self.subnet_delete),
+            ("POST", p + "/global/addresses", "compute.globalAddresses.insert", self.address_insert),
+            ("GET", p + "/global/addresses/(?P<name>[^/]+)", "compute.globalAddresses.get", self.address_get),
+            ("DELETE", p + "/global/addresses/(?P<name>[^/]+)", "compute.globalAddresses.delete", self.address_delete),
+            ("POST", p + "/global/firewalls", "compute.firewalls.insert", self.firewall_insert),
+            ("GET", p + "/global/firewalls/(?P<name>[^/]+)", "compute.firewalls.get", self.firewall_get),
+            ("DELETE", p + "/global/firewalls/(?P<name>[^/]+)", "compute.firewalls.delete", self.firewall_delete),
+            ("GET", p + "/global/operations/(?P<name>[^/]+)", "compute.globalOperations.get", self.operation_get),
+            ("GET", p + "/regions/(?P<region>[^/]+)/operations/(?P<name>[^/]+)", "compute.regionOperations.get",
+             self.operation_get),
+            ("POST", "/v1/services/(?P<service>[^/]+)/connections", "servicenetworking.connections.create",
+             self.connection_create),
+            ("GET", "/v1/services/(?P<service>[^/]+)/connections", "servicenetworking.connections.list",
+             self.connection_list),
+            ("PATCH", "/v1/services/(?P<service>[^/]+)/connections/(?P<name>[^/:]+)",
+             "servicenetworking.connections.patch", self.connection_patch),
+            ("POST", "/v1/services/(?P<service>[^/]+)/connections/(?P<name>[^/:]+):deleteConnection",
+             "servicenetworking.connections.deleteConnection", self.connection_delete),
+            ("GET", "/v1/(?P<name>operations/[^/]+)", "servicenetworking.operations.get", self.sn_operation_get),
+        ]:
+            self._routes.append((verb, re.compile(path), method, fn))
+            core.methods.add(method)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> str:
+        fake = self
+
+        class RequestHandler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                status, payload = fake.dispatch(self.command, self.path, raw)
+                body = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _serve
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), RequestHandler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="fake-gcp-rest", daemon=True)
+        self._thread.start()
+        self.base = f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.base
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def dispatch(self, verb: str, raw_path: str, raw_body: bytes) -> tuple[int, Any]:
+        url = urlsplit(raw_path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        for route_verb, pattern, method, fn in self._routes:
+            m = pattern.fullmatch(url.path)
+            if m is None or route_verb != verb:
+                continue
+            try:
+                body = json.loads(raw_body) if raw_body else {}
+                params = m.groupdict()
+
+                def run(fn: Handler = fn, params: dict[str, str] = params, body: Any = body) -> Any:
+                    return fn(params, query, body)
+
+                return 200, self.core.handle(method, url.path, run)
+            except FakeError as err:
+                return err.http_code, self._error(err)
+            except json.JSONDecodeError as err:
+                return 400, self._error(FakeError(400, f"invalid JSON body: {err}"))
+        with self.core.lock:
+            self.core.log.append(RequestRecord(self.core.now(), f"{verb} {url.path}", "", "UNIMPLEMENTED"))
+        return 501, self._error(FakeError(501, f"rl_lustre.testing: the fake does not implement {verb} {url.path}"))
+
+    @staticmethod
+    def _error(err: FakeError) -> dict[str, Any]:
+        return {"error": {"code": err.http_code, "message": err.message, "status": err.grpc_code.name,
+                          "errors": [{"message": err.message, "domain": "global",
+                                      "reason": err.reason or err.grpc_code.name.lower()}]}}
+
+    # Compute ------------------------------------------------------------------------------
+
+    def _link(self, path: str) -> str:
+        return f"{self.base}/compute/v1/{path}"
+
+    def _compute_op(self, project: str, region: str | None, op_type: str, target: str,
+                    method: str, latency: str, effect: Callable[[], None],
+                    pending: tuple[str, ...] | None = None) -> dict[str, Any]:
+        number = self.core.next_id()
+        name = f"operation-{number}"
+        scope = f"projects/{project}/regions/{region}" if region else f"projects/{project}/global"
+        op: dict[str, Any] = {
+            "kind": "compute#operation", "id": str(number), "name": name, "operationType": op_type,
+            "targetLink": self._link(target), "status": "RUNNING", "progress": 0, "insertTime": _now(),
+            "startTime": _now(), "selfLink": self._link(f"{scope}/operations/{name}"), "user": "fake@rl-lustre",
+        }
+        if region:
+            op["region"] = self._link(f"projects/{project}/regions/{region}")
+        self._compute_ops[f"{scope}/operations/{name}"] = op
+        fault = self.core.operation_fault(method)
+        if pending is not None:
+            self._pending.add(pending)
+
+        def finish() -> None:
+            if pending is not None:
+                self._pending.discard(pending)
+            if fault is not None:
+                op["error"] = {"errors": [{"code": fault.reason or fault.grpc_code.name, "message": fault.message}]}
+                op["httpErrorStatusCode"] = fault.http_code
+                op["httpErrorMessage"] = fault.grpc_code.name.replace("_", " ")
+            else:
+                effect()
+            op.update(status="DONE", progress=100, endTime=_now())
+
+        self.core.schedule(self.core.delay(latency), finish)
+        return dict(op)
+
+    def operation_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        scope = f"projects/{p['project']}/regions/{p['region']}" if p.get("region") else f"projects/{p['project']}/global"
+        op = self._compute_ops.get(f"{scope}/operations/{p['name']}")
+        if op is None:
+            raise FakeError(404, f"The resource '{scope}/operations/{p['name']}' was not found", "notFound")
+        return dict(op)
+
+    def project_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        return {"kind": "compute#project", "name": p["project"], "id": project_number(p["project"]),
+                "selfLink": self._link(f"projects/{p['project']}")}
+
+    def _network_key(self, url: str) -> tuple[str, str]:
+        m = _NETWORK_URL.match(url or "")
+        if m is None:
+            raise FakeError(400, f"Invalid value for field 'network': {url!r}", "invalid")
+        if (m[1], m[2]) not in self.core.networks:
+            raise FakeError(404, f"The resource 'projects/{m[1]}/global/networks/{m[2]}' was not found", "notFound")
+        return m[1], m[2]
+
+    @staticmethod
+    def _check_name(body: dict[str, Any]) -> str:
+        name = body.get("name", "")
+        if not _NAME.fullmatch(name):
+            raise FakeError(400, f"Invalid value for field 'resource.name': {name!r}", "invalid")
+        return str(name)
+
+    def _insert(self, table: dict[Any, Any], key: tuple[str, ...], path: str, project: str,
+                region: str | None, kind: str, latency: str, body: dict[str, Any],
+                extra: Callable[[], dict[str, Any]] | None = None) -> Any:
+        if key in table or (kind, *key) in self._pending:
+            raise FakeError(409, f"The resource '{path}' already exists", "alreadyExists")
+        resource = {**body, "kind": f"compute#{kind}", "id": str(self.core.next_id()),
+                    "selfLink": self._link(path), "creationTimestamp": _now()}
+        if extra is not None:
+            resource.update(extra())
+
+        def create() -> None:
+            table[key] = resource
+
+        return self._compute_op(project, region, "insert", path, f"compute.{_COLLECTION[kind]}.insert", latency,
+                                create, pending=(kind, *key))
+
+    def _get(self, table: dict[Any, Any], key: tuple[str, ...], path: str) -> Any:
+        found = table.get(key)
+        if found is None:
+            raise FakeError(404, f"The resource '{path}' was not found", "notFound")
+        return dict(found)
+
+    def _delete(self, table: dict[Any, Any], key: tuple[str, ...], path: str, project: str,
+                region: str | None, kind: str, latency: str, users: list[str]) -> Any:
+        self._get(table, key, path)
+        if users:
+            raise FakeError(400, f"The {kind} resource '{path}' is already being used by '{users[0]}'",
+                            "resourceInUseByAnotherResource")
+
+        def remove() -> None:
+            table.pop(key, None)
+
+        return self._compute_op(project, region, "delete", path, f"compute.{_COLLECTION[kind]}.delete", latency,
+                                remove)
+
+    def network_insert(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        name = self._check_name(b)
+        path = f"projects/{p['project']}/global/networks/{name}"
+        return self._insert(self.core.networks, (p["project"], name), path, p["project"], None, "network",
+                            "compute.create_network", b)
+
+    def network_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        key = (p["project"], p["name"])
+        found = self._get(self.core.networks, key, f"projects/{key[0]}/global/networks/{key[1]}")
+        found["subnetworks"] = [s["selfLink"] for k, s in sorted(self.core.subnetworks.items())
+                                if k[0] == key[0] and _NETWORK_URL.match(s["network"])[2] == key[1]]  # type: ignore[index]
+        return found
+
+    def _on_network(self, table: dict[Any, Any], project: str, network: str) -> list[str]:
+        users = []
+        for value in table.values():
+            m = _NETWORK_URL.match(value.get("network", ""))
+            if m and (m[1], m[2]) == (project, network):
+                users.append(value["selfLink"])
+        return users
+
+    def network_delete(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        project, name = p["project"], p["name"]
+        users = (self._on_network(self.core.subnetworks, project, name)
+                 + self._on_network(self.core.firewalls, project, name)
+                 + self._on_network(self.core.addresses, project, name))
+        if (project, name) in self.core.connections:
+            users.append(f"projects/{project}/global/networks/{name}/peerings/servicenetworking-googleapis-com")
+        return self._delete(self.core.networks, (project, name), f"projects/{project}/global/networks/{name}",
+                            project, None, "network", "compute.delete_network", users)
+
+    def subnet_insert(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        name = self._check_name(b)
+        project, region = p["project"], p["region"]
+        net = self._network_key(b.get("network", ""))
+        try:
+            primary = ipaddress.ip_network(b.get("ipCidrRange", ""))
+            secondary = [(r["rangeName"], ipaddress.ip_network(r["ipCidrRange"])) for r in b.get("secondaryIpRanges", [])]
+        except (ValueError, KeyError) as err:
+            raise FakeError(400, f"Invalid IP range: {err}", "invalid") from None
+        blocks = [primary] + [c for _, c in secondary]
+        for i, a in enumerate(blocks):
+            for c in blocks[i + 1:]:
+                if a.overlaps(c):
+                    raise FakeError(400, f"IP range {a} overlaps with {c}", "invalid")
+        path = f"projects/{project}/regions/{region}/subnetworks/{name}"
+        body = {**b, "network": self._link(f"projects/{net[0]}/global/networks/{net[1]}"),
+                "region": self._link(f"projects/{project}/regions/{region}")}
+        return self._insert(self.core.subnetworks, (project, region, name), path, project, region, "subnetwork",
+                            "compute.create_subnetwork", body, extra=lambda: {"state": "READY"})
+
+    def subnet_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        key = (p["project"], p["region"], p["name"])
+        return self._get(self.core.subnetworks, key, f"projects/{key[0]}/regions/{key[1]}/subnetworks/{key[2]}")
+
+    def subnet_delete(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        project, region, name = p["project"], p["region"], p["name"]
+        users = [f"projects/{project}/locations/{c.location}/clusters/{c.name}"
+                 for n, c in sorted(self.core.clusters.items())
+                 if n.startswith(f"projects/{project}/") and c.subnetwork == name
+                 and c.location.startswith(region)]
+        return self._delete(self.core.subnetworks, (project, region, name),
+                            f"projects/{project}/regions/{region}/subnetworks/{name}", project, region,
+                            "subnetwork", "compute.delete_subnetwork", users)
+
+    def _allocate(self, prefix: int) -> str:
+        taken = [ipaddress.ip_network(f"{a['address']}/{a['prefixLength']}") for a in self.core.addresses.values()
+                 if a.get("address") and a.get("prefixLength")]
+        for block in _PSA_POOL.subnets(new_prefix=prefix):
+            if not any(block.overlaps(t) for t in taken):
+                return str(block.network_address)
+        raise FakeError(400, f"No free /{prefix} block left for private services access", "ipSpaceExhausted")
+
+    def address_insert(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        name = self._check_name(b)
+        project = p["project"]
+        body = dict(b)
+        if body.get("purpose") == "VPC_PEERING":
+            net = self._network_key(body.get("network", ""))
+            body["network"] = self._link(f"projects/{net[0]}/global/networks/{net[1]}")
+            prefix = int(body.get("prefixLength") or 0)
+            if not 8 <= prefix <= 29:
+                raise FakeError(400, f"Invalid value for field 'resource.prefixLength': {prefix}", "invalid")
+            body["prefixLength"] = prefix
+            address = body.get("address") or self._allocate(prefix)
+        else:
+            address = body.get("address") or f"34.120.0.{self.core.next_id() % 250 + 1}"
+        path = f"projects/{project}/global/addresses/{name}"
+        return self._insert(self.core.addresses, (project, name), path, project, None, "address",
+                            "compute.create_address", body, extra=lambda: {"address": address, "status": "RESERVED"})
+
+    def address_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        key = (p["project"], p["name"])
+        return self._get(self.core.addresses, key, f"projects/{key[0]}/global/addresses/{key[1]}")
+
+    def address_delete(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        project, name = p["project"], p["name"]
+        users = [f"projects/{k[0]}/global/networks/{k[1]}/peerings/servicenetworking-googleapis-com"
+                 for k, c in sorted(self.core.connections.items())
+                 if k[0] == project and name in c["reservedPeeringRanges"]]
+        return self._delete(self.core.addresses, (project, name), f"projects/{project}/global/addresses/{name}",
+                            project, None, "address", "compute.delete_address", users)
+
+    def firewall_insert(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        name = self._check_name(b)
+        project = p["project"]
+        net = self._network_key(b.get("network", ""))
+        if not b.get("allowed") and not b.get("denied"):
+            raise FakeError(400, "A firewall rule needs 'allowed' or 'denied'", "invalid")
+        for block in b.get("sourceRanges", []):
+            try:
+                ipaddress.ip_network(block)
+            except ValueError:
+                raise FakeError(400, f"Invalid value for field 'resource.sourceRanges': {block!r}", "invalid") from None
+        body = {**b, "network": self._link(f"projects/{net[0]}/global/networks/{net[1]}"),
+                "direction": b.get("direction", "INGRESS"), "priority": b.get("priority", 1000)}
+        path = f"projects/{project}/global/firewalls/{name}"
+        return self._insert(self.core.firewalls, (project, name), path, project, None, "firewall",
+                            "compute.create_firewall", body)
+
+    def firewall_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        key = (p["project"], p["name"])
+        return self._get(self.core.firewalls, key, f"projects/{key[0]}/global/firewalls/{key[1]}")
+
+    def firewall_delete(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        project, name = p["project"], p["name"]
+        return self._delete(self.core.firewalls, (project, name), f"projects/{project}/global/firewalls/{name}",
+                            project, None, "firewall", "compute.delete_firewall", [])
+
+    # Service Networking -------------------------------------------------------------------
+
+    def _consumer(self, network: str) -> tuple[str, str]:
+        m = re.fullmatch(r"projects/([^/]+)/global/networks/([^/]+)", network or "")
+        if m is None:
+            raise FakeError(400, f"Invalid network {network!r}: want projects/PROJECT_NUMBER/global/networks/NAME")
+        number, name = m[1], m[2]
+        for project, net in self.core.networks:
+            if project_number(project) == number and net == name:
+                return project, net
+        if not number.isdigit():
+            raise FakeError(400, f"Network {network!r} must name the project by number, not id")
+        raise FakeError(404, f"Network {network!r} was not found")
+
+    def _check_ranges(self, project: str, network: str, ranges: list[str]) -> None:
+        if not ranges:
+            raise FakeError(400, "reservedPeeringRanges must not be empty")
+        for r in ranges:
+            addr = self.core.addresses.get((project, r))
+            m = _NETWORK_URL.match(addr.get("network", "")) if addr else None
+            if addr is None or addr.get("purpose") != "VPC_PEERING" or m is None or m[2] != network:
+                raise FakeError(400, f"Allocated IP range {r!r} not found in network {network}")
+
+    def _sn_op(self, method: str, latency: str, effect: Callable[[], None]) -> dict[str, Any]:
+        name = f"operations/pssn.fake-{self.core.next_id()}"
+        op: dict[str, Any] = {"name": name, "done": False}
+        self._sn_ops[name] = op
+        fault = self.core.operation_fault(method)
+
+        def finish() -> None:
+            if fault is None:
+                try:
+                    effect()
+                except FakeError as err:
+                    op["error"] = {"code": err.grpc_code.value[0], "message": err.message}
+            else:
+                op["error"] = {"code": fault.grpc_code.value[0], "message": fault.message}
+            if "error" not in op:
+                op["response"] = {"@type": "type.googleapis.com/google.protobuf.Empty"}
+            op["done"] = True
+
+        self.core.schedule(self.core.delay(latency), finish)
+        return dict(op)
+
+    def sn_operation_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        op = self._sn_ops.get(p["name"])
+        if op is None:
+            raise FakeError(404, f"Operation {p['name']!r} was not found")
+        return dict(op)
+
+    def _check_service(self, p: dict[str, str]) -> None:
+        if p["service"] != "servicenetworking.googleapis.com":
+            raise FakeError(400, f"service {p['service']!r} is not servicenetworking.googleapis.com")
+
+    def connection_create(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        self._check_service(p)
+        key = self._consumer(b.get("network", ""))
+        ranges = list(b.get("reservedPeeringRanges", []))
+        self._check_ranges(*key, ranges)
+        if key in self.core.connections:
+            raise FakeError(400, "Cannot modify allocated ranges in CreateConnection. Please use UpdateConnection.")
+
+        def connect() -> None:
+            self.core.connections[key] = {"network": b["network"], "reservedPeeringRanges": ranges,
+                                          "peering": "servicenetworking-googleapis-com",
+                                          "service": "services/servicenetworking.googleapis.com"}
+
+        return self._sn_op("servicenetworking.connections.create", "servicenetworking.connect", connect)
+
+    def connection_list(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        self._check_service(p)
+        key = self._consumer(q.get("network", ""))
+        conn = self.core.connections.get(key)
+        return {"connections": [dict(conn)]} if conn else {}
+
+    def connection_patch(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        self._check_service(p)
+        key = self._consumer(b.get("network", ""))
+        conn = self.core.connections.get(key)
+        if conn is None:
+            raise FakeError(404, f"No connection for network {b.get('network')!r}")
+        ranges = list(b.get("reservedPeeringRanges", []))
+        self._check_ranges(*key, ranges)
+        removed = set(conn["reservedPeeringRanges"]) - set(ranges)
+        if removed and q.get("force") != "true":
+            raise FakeError(400, f"Removing ranges {sorted(removed)} needs force=true")
+
+        def update() -> None:
+            conn["reservedPeeringRanges"] = ranges
+
+        return self._sn_op("servicenetworking.connections.patch", "servicenetworking.connect", update)
+
+    def connection_delete(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        self._check_service(p)
+        key = self._consumer(b.get("consumerNetwork", ""))
+        if key not in self.core.connections:
+            raise FakeError(404, f"No connection for network {b.get('consumerNetwork')!r}")
+
+        def disconnect() -> None:
+            network = f"projects/{key[0]}/global/networks/{key[1]}"
+            users = [n for n, i in sorted(self.core.lustre.items()) if i.network == network]
+            if users:
+                raise FakeError(400, "Producer services (e.g. CloudSQL, Cloud Memstore, etc.) are still using this "
+                                f"connection: {', '.join(users)}")
+            self.core.connections.pop(key, None)
+
+        return self._sn_op("servicenetworking.connections.deleteConnection", "servicenetworking.disconnect",
+                           disconnect)
