@@ -47,7 +47,10 @@ class enable_output:  # lower case: used like a function, as modal.enable_output
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         del _forced[self._depth - 1 :]
 

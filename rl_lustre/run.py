@@ -211,8 +211,12 @@ class Run:
                 if info.terminal:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise WaitTimeoutError(f"job {self.job_id}", timeout or 0, f"{info.status}, {self.progress}")
-                remaining = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
+                    raise WaitTimeoutError(
+                        f"job {self.job_id}", timeout or 0, f"{info.status}, {self.progress}"
+                    )
+                remaining = (
+                    poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
+                )
                 time.sleep(remaining)
         if info.status in _FAILED:
             tail = self._jobs.logs(self.job_id).splitlines()[-_TAIL_LINES:]
@@ -256,4 +260,3 @@ class Run:
             for line in lines:
                 self._parser.feed(line)
             return self._parser
-

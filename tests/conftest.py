@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# A real local Ray head shared by the whole session (and process-table helpers).
+pytest_plugins = ["ray_fixtures"]
+
 SHARED_REF = Path(__file__).resolve().parents[2] / "shared" / "ref"
 
 

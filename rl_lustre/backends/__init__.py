@@ -28,4 +28,6 @@ def backend_for(cluster: Cluster) -> Backend:
         from .local import LocalBackend
 
         return LocalBackend(cluster)
-    raise NotImplementedError(f"the {cluster.backend!r} backend cannot run deployments in this version of rl_lustre")
+    from .gke import GKEBackend
+
+    return GKEBackend(cluster)

@@ -18,10 +18,13 @@ class Backend(Protocol):
     running; ``down()`` removes what ``up()`` made and keeps user data (the volume).
     """
 
-    def up(self) -> None:
-        """Create (or adopt) the deployment and wait until it accepts jobs."""
+    def up(self) -> object:
+        """Create (or adopt) the deployment and wait until it accepts jobs.
 
-    def down(self) -> None:
+        May return a report of what it did; ``Cluster.up()`` does not use it.
+        """
+
+    def down(self) -> object:
         """Tear the deployment down; a no-op when nothing runs."""
 
     def submit(self, job: GRPOJob) -> Run:

@@ -68,10 +68,14 @@ class LocalBackend:
 
         Path(self.cluster.mount_path).mkdir(parents=True, exist_ok=True)
         if self._adopt():
-            logger.info("adopted the running local Ray head of %r at %s", self.cluster.name, self.head_url)
+            logger.info(
+                "adopted the running local Ray head of %r at %s", self.cluster.name, self.head_url
+            )
             return
         num_cpus = _REHEARSAL_CPUS if self.cluster.nemo_rl_path is None else None
-        self.head = start_local_head(self.temp_dir, num_cpus=num_cpus, env=self._head_env(), auth=self._auth)
+        self.head = start_local_head(
+            self.temp_dir, num_cpus=num_cpus, env=self._head_env(), auth=self._auth
+        )
 
     def down(self) -> None:
         head = self.head if self.head is not None else self._find()
@@ -127,7 +131,9 @@ class LocalBackend:
         from ..nemo_rl.checkpoints import list_checkpoints
         from ..run import Run
 
-        lister = None if checkpoint_dir is None else functools.partial(list_checkpoints, checkpoint_dir)
+        lister = (
+            None if checkpoint_dir is None else functools.partial(list_checkpoints, checkpoint_dir)
+        )
         return Run(self.jobs, job_id, total_steps=total_steps, list_checkpoints=lister)
 
     def _find(self) -> LocalHead | None:
@@ -167,4 +173,3 @@ def _package_root() -> str | None:
     if any(part in ("site-packages", "dist-packages") for part in root.parts):
         return None
     return str(root)
-

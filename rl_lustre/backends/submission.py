@@ -166,7 +166,9 @@ def submit(jobs: JobsClient, submission: Submission, make_run: Callable[[str], A
     for _ in range(_RETRIES):
         latest, number = _latest_attempt(jobs, submission.base_id)
         if latest is not None and not latest.terminal:
-            logger.info("job %s is already %s; attaching to it", latest.submission_id, latest.status)
+            logger.info(
+                "job %s is already %s; attaching to it", latest.submission_id, latest.status
+            )
             return make_run(latest.submission_id)
         job_id = submission.base_id if number == 0 else f"{submission.base_id}-r{number + 1}"
         metadata = {**submission.metadata, "rl_lustre.attempt": str(number + 1)}
@@ -183,7 +185,11 @@ def submit(jobs: JobsClient, submission: Submission, make_run: Callable[[str], A
             # Another submit of the same job won the race; look again.
             continue
         if number:
-            logger.info("submitted job %s (attempt %d: resumes from the newest checkpoint)", job_id, number + 1)
+            logger.info(
+                "submitted job %s (attempt %d: resumes from the newest checkpoint)",
+                job_id,
+                number + 1,
+            )
         else:
             logger.info("submitted job %s", job_id)
         return make_run(job_id)

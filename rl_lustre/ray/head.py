@@ -51,9 +51,18 @@ _STATE_FILE = "head.json"
 _TOKEN_FILE = "auth_token"
 _LOG_FILE = "head.log"
 _WORKER_PORTS = 100
+# ``ray start`` prints this once every process of the node runs; the dashboard
+# answers earlier, before the raylet exists (and a raylet that fails to start then
+# takes the whole head down).
+_STARTED = "Ray runtime started."
 # The head's own variables win over these when inherited from the caller: a stray
 # RAY_ADDRESS would point job drivers at someone else's cluster.
-_INHERITED_RAY_VARS = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+_INHERITED_RAY_VARS = (
+    "RAY_ADDRESS",
+    "RAY_API_SERVER_ADDRESS",
+    "RAY_AUTH_TOKEN",
+    "RAY_AUTH_TOKEN_PATH",
+)
 
 
 def head_dir(key: str) -> Path:
@@ -117,7 +126,9 @@ class LocalHead:
         try:
             token = self.token_path.read_text().strip()
         except OSError as exc:
-            raise RayError(f"cannot read the local Ray head's token {self.token_path}: {exc}") from exc
+            raise RayError(
+                f"cannot read the local Ray head's token {self.token_path}: {exc}"
+            ) from exc
         return {"Authorization": f"Bearer {token}"}
 
     def alive(self) -> bool:
@@ -151,7 +162,11 @@ class LocalHead:
             if self.alive():
                 _signal(self.pid, signal.SIGTERM)
                 if not self._wait_leader(grace):
-                    logger.warning("local Ray head (pid %d) ignored SIGTERM for %gs; killing it", self.pid, grace)
+                    logger.warning(
+                        "local Ray head (pid %d) ignored SIGTERM for %gs; killing it",
+                        self.pid,
+                        grace,
+                    )
                     self._kill_group()
         except KeyboardInterrupt as exc:
             interrupted = exc
@@ -246,6 +261,8 @@ def start_local_head(
             # Kubernetes) before stopping anything.
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
             "RAY_USAGE_STATS_ENABLED": "0",
+            # The start-up message we wait for must reach head.log while we wait.
+            "PYTHONUNBUFFERED": "1",
         }
     )
     if mode == "token":
@@ -297,7 +314,12 @@ def start_local_head(
         auth_mode=mode,
         process=process,
     )
-    logger.info("starting local Ray head (pid %d, dashboard %s, auth %s)", process.pid, head.dashboard_url, mode)
+    logger.info(
+        "starting local Ray head (pid %d, dashboard %s, auth %s)",
+        process.pid,
+        head.dashboard_url,
+        mode,
+    )
     try:
         _wait_ready(head, timeout)
         head._write_state()
@@ -337,8 +359,12 @@ def _auth_mode(auth: str | None) -> AuthMode:
         return "token"
     if mode == "disabled":
         return "disabled"
-    raise ConfigError("LocalHead", "auth" if auth is not None else "RAY_AUTH_MODE", mode,
-                      "must be 'token' or 'disabled'")
+    raise ConfigError(
+        "LocalHead",
+        "auth" if auth is not None else "RAY_AUTH_MODE",
+        mode,
+        "must be 'token' or 'disabled'",
+    )
 
 
 def _ray_cli() -> list[str]:
@@ -394,19 +420,22 @@ def _wait_ready(head: LocalHead, timeout: float) -> None:
                 f"the local Ray head exited with code {code} while starting; its last output:\n"
                 + _indent(head.output_tail())
             )
-        try:
-            with urllib.request.urlopen(request, timeout=2) as response:
-                version = json.loads(response.read()).get("ray_version")
-            logger.debug("Ray %s Jobs API answers at %s", version, head.dashboard_url)
-            return
-        except urllib.error.HTTPError as exc:
-            if exc.code in (401, 403):
-                raise RayError(
-                    f"the local Ray head at {head.dashboard_url} refused our token (HTTP {exc.code})"
-                ) from exc
-            last = f"HTTP {exc.code}"
-        except (OSError, ValueError) as exc:
-            last = f"{type(exc).__name__}: {exc}"
+        if any(_STARTED in line for line in head.output_tail(200)):
+            try:
+                with urllib.request.urlopen(request, timeout=2) as response:
+                    version = json.loads(response.read()).get("ray_version")
+                logger.debug("Ray %s Jobs API answers at %s", version, head.dashboard_url)
+                return
+            except urllib.error.HTTPError as exc:
+                if exc.code in (401, 403):
+                    raise RayError(
+                        f"the local Ray head at {head.dashboard_url} refused our token (HTTP {exc.code})"
+                    ) from exc
+                last = f"HTTP {exc.code}"
+            except (OSError, ValueError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+        else:
+            last = "ray start has not finished starting the node"
         if time.monotonic() >= deadline:
             raise WaitTimeoutError(
                 f"the local Ray head's Jobs API at {head.dashboard_url}; its last output:\n"
@@ -480,10 +509,14 @@ def _sweep(temp_dir: Path, settle: float) -> None:
     while left := _marked_pids(temp_dir):
         now = time.monotonic()
         if now >= give_up:
-            logger.warning("could not kill processes %s of the local Ray head in %s", left, temp_dir)
+            logger.warning(
+                "could not kill processes %s of the local Ray head in %s", left, temp_dir
+            )
             return
         if now >= deadline:
-            logger.debug("killing %d leftover process(es) of the local Ray head in %s", len(left), temp_dir)
+            logger.debug(
+                "killing %d leftover process(es) of the local Ray head in %s", len(left), temp_dir
+            )
             for pid in left:
                 _signal(pid, signal.SIGKILL)
         time.sleep(0.1)

@@ -1,0 +1,72 @@
+"""One real local Ray head for the whole test session, and process-table helpers.
+
+Registered from ``conftest.py`` (``pytest_plugins``). The head runs in token mode,
+set explicitly through ``RAY_AUTH_MODE``, and its environment carries a fake
+``HF_TOKEN`` (a declared secret) and a fake ``OTHER_API_KEY`` (an undeclared one).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rl_lustre import Cluster
+
+FAKE_HF_TOKEN = "hf_fake_" + uuid.uuid4().hex
+FAKE_OTHER_KEY = "other_fake_" + uuid.uuid4().hex
+
+
+def ray_processes(temp_dir: Path) -> list[tuple[int, str]]:
+    """Live (non-zombie) processes of the head in ``temp_dir``: those whose command
+    line names the temp dir or whose environment carries the launcher's mark.
+
+    Read straight from ``/proc``, independently of the launcher's own bookkeeping.
+    """
+    found = []
+    mark = f"RL_LUSTRE_HEAD={temp_dir}".encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[-1].split()[0] == b"Z":
+                    continue
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ")
+            with open(f"/proc/{name}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:
+            continue
+        if str(temp_dir).encode() in cmdline or mark in environ:
+            found.append((int(name), cmdline.decode(errors="replace")[:120]))
+    return found
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A ``Cluster.local`` that is up for the whole session (token auth)."""
+    if not Path("/proc/self/environ").exists():
+        pytest.skip("the local backend tests read the process table from /proc (Linux)")
+    volume = tmp_path_factory.mktemp("volume")
+    cluster = Cluster.local(
+        f"rll-test-{os.getpid()}",
+        volume_dir=volume,
+        secrets=("HF_TOKEN",),
+        rehearsal_step_seconds=0.2,
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_AUTH_MODE", "token")
+        mp.setenv("HF_TOKEN", FAKE_HF_TOKEN)
+        mp.setenv("OTHER_API_KEY", FAKE_OTHER_KEY)
+        cluster.up()
+    try:
+        yield cluster
+    finally:
+        temp_dir = cluster._backend().temp_dir  # type: ignore[attr-defined]
+        cluster.down()
+        left = ray_processes(temp_dir)
+        assert not left, f"processes of the session's Ray head survived down(): {left}"
