@@ -591,14 +591,17 @@ def _gke_plan(cluster: Cluster) -> Plan:
             "services_ipv4_cidr_block": SERVICES_CIDR,
         }
 
+    # The control plane's DNS endpoint admits any caller with IAM permission on the
+    # cluster, from anywhere, so up() and the SDK reach the API without an IP allow-list;
+    # the IP endpoint stays behind master authorized networks with only the user's blocks.
     if cluster.authorized_networks:
         blocks = list(cluster.authorized_networks)
-        public = ("the whole internet (public_control_plane=True)"
-                  if {"0.0.0.0/0", "::/0"} & set(blocks) else "only the listed blocks")
+        public = ("IP endpoint: the whole internet (public_control_plane=True)"
+                  if {"0.0.0.0/0", "::/0"} & set(blocks) else "IP endpoint: only the listed blocks")
     else:
         blocks = []
-        public = ("none: no client on a public address can reach the control plane; "
-                  "list yours in Cluster(authorized_networks=[...])")
+        public = ("IP endpoint: no client on a public address; rl_lustre uses the DNS endpoint (IAM-gated). "
+                  "List blocks in Cluster(authorized_networks=[...]) to open the IP endpoint to them")
 
     head_pool = naming.gpu_pool_name(cluster) if cluster.head_on_gpu_pool else naming.cpu_pool_name(cluster)
     if cluster.spot:
@@ -685,9 +688,17 @@ def _gke_plan(cluster: Cluster) -> Plan:
                     "ray_operator_config": {"enabled": True},
                 },
                 "master_authorized_networks": {"enabled": True, "cidr_blocks": blocks, "public_access": public},
+                "control_plane_endpoints": {
+                    "dns_endpoint": {"allow_external_traffic": True,
+                                     "access": "callers with IAM permission on the cluster, from any address"},
+                    "ip_endpoint": {"enabled": True, "public_endpoint": True,
+                                    "access": "master_authorized_networks only"},
+                },
                 "workload_identity_pool": f"{project}.svc.id.goog",
                 "release_channel": RELEASE_CHANNEL,
-                "default_node_pool": "none kept: removed after creation; cpu-pool hosts system pods",
+                # GKE needs a node pool at creation: the CPU pool is that pool, so no
+                # default pool is created and then deleted.
+                "initial_node_pool": "cpu-pool (created with the cluster; hosts system pods)",
             },
             **created,
         ),
@@ -701,6 +712,7 @@ def _gke_plan(cluster: Cluster) -> Plan:
                 "provisioning": "on-demand",
                 "spot": False,
                 "hosts": ["system pods", *([] if cluster.head_on_gpu_pool else ["Ray head"])],
+                "created_with": "gke-cluster, as its initial node pool",
             },
             **created,
         ),

@@ -206,11 +206,14 @@ class Report:
         operation: ``"up"``, ``"down"`` or ``"rollback"``.
         records: one per plan node, in plan order.
         wall: seconds the whole run took.
+        start: the executor's clock (``time.monotonic()``) when the run began; the
+            records' times count from it.
     """
 
     operation: str
     records: Mapping[str, NodeRecord]
     wall: float
+    start: float = 0.0
 
     def keys(self, *outcomes: str) -> list[str]:
         """Keys of the nodes that ended with one of ``outcomes`` (all keys without any)."""
@@ -286,11 +289,18 @@ class Step:
 class Driver(Protocol):
     """The remote side of one plan node.
 
-    ``deleted_with`` names the plan key whose deletion also deletes this node's
-    resource (a node pool goes with its GKE cluster), or is None.
+    Attributes:
+        deleted_with: the plan key whose deletion also deletes this node's resource (a
+            node pool goes with its GKE cluster), or None.
+        interruptible: whether a cancelled run may stop waiting for this node's
+            resource. True only where the resource exists, and can be deleted, from
+            the moment the create request returns (a Lustre instance, a GKE cluster);
+            Compute resources appear only when their operation ends, so their short
+            waits run to the end and the rollback finds what it must delete.
     """
 
     deleted_with: str | None
+    interruptible: bool
 
     def ensure(self, step: Step) -> Done:
         """Create the resource, adopt it (ours, already there) or check it (``"use"``),
@@ -315,7 +325,7 @@ class Executor:
         >>> from rl_lustre import Cluster
         >>> from rl_lustre.provision.executor import Done, Executor
         >>> class Noop:
-        ...     deleted_with = None
+        ...     deleted_with, interruptible = None, True
         ...     def ensure(self, step): return Done("used" if step.node.action == "use" else "created")
         ...     def delete(self, step): return "deleted"
         >>> plan = Cluster.local("demo", volume_dir="/tmp/rl-demo").plan()
@@ -417,10 +427,13 @@ class Executor:
                             waiting[dep].discard(rec.key)
                             if not waiting[dep]:
                                 launch(dep)
+        if cancel.is_set() and failure is None:
+            # Cancelled as the last node finished: still the caller's wish to stop.
+            failure = (None, KeyboardInterrupt(reason() if reason else "up() was cancelled"))
         for rec in recs.values():
             if rec.outcome == "pending":
                 rec.outcome = "not-started"
-        report = Report("up", recs, self._clock() - t0)
+        report = Report("up", recs, self._clock() - t0, t0)
         if failure is None:
             logger.info("up() of %r done in %.1fs: %d created, %d adopted, %d used", self.plan.cluster_name,
                         report.wall, len(report.keys("created")), len(report.keys("adopted")),
@@ -435,11 +448,13 @@ class Executor:
 
         step = Step(self.plan.get(rec.key), self.plan, rec, recs, cancel)
 
+        interruptible = self.drivers[rec.key].interruptible
+
         def on_poll(progress: Any) -> None:
             display.polled(rec, progress.state)
             # Waits poll with capped backoff; stopping at the next poll bounds how long
             # a cancelled up() keeps waiting on a resource it is about to delete anyway.
-            if cancel.is_set():
+            if interruptible and cancel.is_set():
                 raise Cancelled
 
         try:
@@ -550,7 +565,7 @@ class Executor:
                 done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_COMPLETED)
                 for fut in done:
                     settle(recs[futures.pop(fut)])
-        report = Report(operation, recs, self._clock() - t0)
+        report = Report(operation, recs, self._clock() - t0, t0)
         logger.info("%s of %r done in %.1fs: %d deleted, %d already gone, %d left", operation,
                     self.plan.cluster_name, report.wall, len(report.keys("deleted")),
                     len(report.keys("absent")), len(report.keys("left", "not-ours")))

@@ -21,7 +21,8 @@ __all__ = ["Display", "LiveDisplay", "display_for"]
 
 logger = logging.getLogger("rl_lustre.provision")
 
-_VERB = {"created": "created", "adopted": "adopted existing", "deleted": "deleted"}
+# Remote changes get an INFO line; adopting changes nothing (up()'s summary counts it).
+_VERB = {"created": "created", "deleted": "deleted"}
 
 
 def _seconds(rec: NodeRecord) -> str:

@@ -1,0 +1,497 @@
+"""What each node of a GKE deployment's plan does remotely: create or adopt, wait until
+ready, delete.
+
+One driver per plan key, over the Google Cloud adapters of :mod:`rl_lustre.gcp` and
+the Kubernetes layer of :mod:`rl_lustre.kube`:
+
+================  =======================================================================
+plan key          driver
+================  =======================================================================
+network, subnet   :class:`ComputeDriver` (a user's network: checked, never changed)
+psa-range         :class:`ComputeDriver`; its allocated block feeds the firewall rule
+firewall-lustre   :class:`ComputeDriver`, tcp:988 from the PSA block
+psa-peering       :class:`PeeringDriver`: adds our range to the network's connection
+lustre            :class:`LustreDriver`; the mount point goes to the ``LustreVolume``
+gke-cluster       :class:`GkeClusterDriver`, created with the CPU pool as its only pool
+cpu-pool          :class:`NodePoolDriver`: came with the cluster, or created / adopted
+gpu-pool          :class:`NodePoolDriver`
+pv, pvc, secret,  :class:`KubeObjectDriver` (``rl_lustre.kube.apply``), or
+raycluster        :class:`SkippedDriver` when the Kubernetes part is switched off
+================  =======================================================================
+
+Every driver checks before it creates: a resource that exists is adopted through the
+adapter (which refuses one without our labels), and only a missing one is recorded as
+requested by this run, so a rollback never deletes what an earlier ``up()`` made.
+
+Node pools and Kubernetes objects are deleted with the GKE cluster when the cluster is
+deleted too (``deleted_with``); only when the cluster stays (it was adopted) are they
+deleted one by one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+from ..errors import NotFoundError
+from .executor import Done, Driver, Step
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+    from ..gcp import (
+        Backoff,
+        Ensured,
+        Firewalls,
+        GkeClusters,
+        GkeNodePools,
+        GlobalAddresses,
+        LustreInstances,
+        Networks,
+        PsaConnections,
+        RetryPolicy,
+        Subnetworks,
+    )
+    from ..plan import Plan
+
+__all__ = [
+    "Apis",
+    "ComputeDriver",
+    "Context",
+    "GkeClusterDriver",
+    "KUBE_KEYS",
+    "KubeObjectDriver",
+    "LustreDriver",
+    "NodePoolDriver",
+    "PeeringDriver",
+    "SkippedDriver",
+    "gke_drivers",
+]
+
+logger = logging.getLogger("rl_lustre.provision")
+
+# The plan's Kubernetes nodes, in the order build_manifests returns their objects.
+KUBE_KEYS = ("pv", "pvc", "secret", "raycluster")
+# Claims and RayClusters are waited for until Bound / ready.
+_KUBE_WAITED = frozenset({"pvc", "raycluster"})
+KUBE_TIMEOUT = 1800.0
+
+
+@attrs.frozen
+class Apis:
+    """The Google Cloud adapters the drivers use.
+
+    Example:
+        >>> from rl_lustre.gcp import Backoff
+        >>> apis = Apis.from_env(backoff=Backoff(initial=0.01, maximum=0.05))
+        >>> type(apis.lustre).__name__
+        'LustreInstances'
+    """
+
+    networks: Networks
+    subnetworks: Subnetworks
+    addresses: GlobalAddresses
+    firewalls: Firewalls
+    psa: PsaConnections
+    lustre: LustreInstances
+    clusters: GkeClusters
+    pools: GkeNodePools
+
+    @classmethod
+    def from_env(cls, *, backoff: Backoff | None = None, retry: RetryPolicy | None = None) -> Apis:
+        """Adapters on the clients of this environment (the emulators' when configured).
+
+        Args:
+            backoff: polling delays of every wait.
+            retry: retries of transient failures.
+        """
+        from .. import gcp
+
+        kw: dict[str, Any] = {"backoff": backoff, "retry": retry}
+        return cls(
+            networks=gcp.Networks(**kw),
+            subnetworks=gcp.Subnetworks(**kw),
+            addresses=gcp.GlobalAddresses(**kw),
+            firewalls=gcp.Firewalls(**kw),
+            psa=gcp.PsaConnections(**kw),
+            lustre=gcp.LustreInstances(**kw),
+            clusters=gcp.GkeClusters(**kw),
+            pools=gcp.GkeNodePools(**kw),
+        )
+
+
+class Context:
+    """What the drivers of one deployment share: the spec, its plan, the adapters, and
+    the Kubernetes API client once the GKE cluster is known.
+
+    Args:
+        cluster: the deployment's spec.
+        plan: its plan.
+        apis: the Google Cloud adapters.
+        kube_timeout: seconds to wait for claims to bind and the RayCluster to be ready.
+    """
+
+    def __init__(self, cluster: Cluster, plan: Plan, apis: Apis, *, kube_timeout: float = KUBE_TIMEOUT) -> None:
+        if plan.project is None or plan.region is None:
+            raise NotFoundError(f"the plan of {plan.cluster_name!r} is not a GKE plan")
+        self.cluster = cluster
+        self.plan = plan
+        self.apis = apis
+        self.project: str = plan.project
+        self.region: str = plan.region
+        self.deployment = plan.cluster_name
+        self.kube_timeout = kube_timeout
+        self._kube: Any = None
+        self._lock = threading.Lock()
+
+    def kube_api(self, gke_cluster: Any) -> Any:
+        """A Kubernetes ``ApiClient`` for ``gke_cluster`` (a ``container_v1.Cluster``), cached."""
+        from ..kube.client import kube_api_client
+
+        with self._lock:
+            if self._kube is None:
+                # The IP endpoint with the cluster's CA: the DNS endpoint's certificate is
+                # publicly signed, which kube_api_client does not take yet.
+                self._kube = kube_api_client(gke_cluster.endpoint, gke_cluster.master_auth.cluster_ca_certificate)
+            return self._kube
+
+
+def _ensure(step: Step, exists: bool, create: Callable[[], Ensured[Any]]) -> Done:
+    """Adopt through ``create`` when the resource ``exists``; otherwise record the
+    request, then create."""
+    if not exists:
+        step.requesting()
+    done = create()
+    if done.adopted:
+        # Someone made it between our look and our request: not ours to roll back.
+        step.record.requested = False
+    return Done("adopted" if done.adopted else "created", done.resource)
+
+
+def _gone(deleted: bool) -> Literal["deleted", "absent"]:
+    return "deleted" if deleted else "absent"
+
+
+class ComputeDriver:
+    """A Compute resource: network, subnet, PSA range or firewall rule.
+
+    Example:
+        >>> from rl_lustre.gcp import compute
+        >>> driver = ComputeDriver(ctx, "network", ctx.apis.networks, compute.network_path,
+        ...                        lambda step: compute.network_request(ctx.plan))  # doctest: +SKIP
+
+    Args:
+        ctx: the deployment's context.
+        key: the plan key.
+        api: the adapter (``Networks``, ``Subnetworks``, ``GlobalAddresses``, ``Firewalls``).
+        path: the resource's full name, from the plan.
+        body: the resource to create, from the plan (and, for the firewall, the PSA range).
+    """
+
+    deleted_with: str | None = None
+    # Compute resources appear when their operation ends: a rollback must wait for it.
+    interruptible = False
+
+    def __init__(self, ctx: Context, key: str, api: Any, path: Callable[[Plan], str],
+                 body: Callable[[Step], Any]) -> None:
+        self.ctx = ctx
+        self.key = key
+        self.api = api
+        self.path = path(ctx.plan)
+        self.body = body
+
+    def _parent(self) -> str:
+        return self.path.rsplit("/", 2)[0]
+
+    def ensure(self, step: Step) -> Done:
+        found = self.api.get_or_none(self.path)
+        if step.node.action == "use":
+            if found is None:
+                raise NotFoundError(f"{step.node.kind} {self.path} does not exist; Cluster(network=...) must name "
+                                    "an existing VPC network with a subnet of the same name in the cluster's region")
+            return Done("used", found)
+        return _ensure(step, found is not None, lambda: self.api.create(
+            self.body(step), parent=self._parent(), deployment=self.ctx.deployment))
+
+    def delete(self, step: Step) -> Literal["deleted", "absent"]:
+        return _gone(self.api.delete(self.path, deployment=self.ctx.deployment))
+
+
+class PeeringDriver:
+    """The private services access connection: our range added to the network's
+    connection with Service Networking (other ranges in it are never touched)."""
+
+    deleted_with: str | None = None
+    interruptible = False
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        node = ctx.plan.get("psa-peering")
+        self.network = str(node.settings["network"])
+        self.range = ctx.plan.get("psa-range").name
+
+    def ensure(self, step: Step) -> Done:
+        api = self.ctx.apis.psa
+        found = api.get_or_none(self.ctx.project, self.network)
+        ours = found is not None and self.range in found.get("reservedPeeringRanges", [])
+        return _ensure(step, ours, lambda: api.create(self.ctx.project, self.network, self.range))
+
+    def delete(self, step: Step) -> Literal["deleted", "absent"]:
+        return _gone(self.ctx.apis.psa.delete(self.ctx.project, self.network, self.range))
+
+
+class LustreDriver:
+    """The Managed Lustre instance; once ACTIVE, its mount point is recorded on the
+    cluster's ``LustreVolume`` (so ``cluster.volume.mount_point`` and the manifests work)."""
+
+    deleted_with: str | None = None
+    # The instance exists (CREATING) as soon as the request returns and can be deleted.
+    interruptible = True
+
+    def __init__(self, ctx: Context) -> None:
+        assert ctx.cluster.volume is not None
+        self.ctx = ctx
+        self.volume = ctx.cluster.volume
+        self.path = self.volume.resource_name()
+
+    def _record(self, instance: Any, *, created: bool) -> Any:
+        from google.cloud import lustre_v1
+
+        live = self.volume._live
+        live.state = lustre_v1.Instance.State(instance.state).name
+        live.mount_point = instance.mount_point or None
+        live.created_by_us = live.created_by_us or created
+        return instance
+
+    def ensure(self, step: Step) -> Done:
+        from ..gcp.lustre import instance_request
+
+        api = self.ctx.apis.lustre
+        if step.node.action == "use":
+            return Done("used", self._record(api.wait_ready(self.path), created=False))
+        found = api.get_or_none(self.path)
+        request = instance_request(self.volume, deployment=self.ctx.deployment, labels=self.ctx.cluster.labels)
+        done = _ensure(step, found is not None, lambda: api.create(request, deployment=self.ctx.deployment))
+        self._record(done.value, created=done.outcome == "created")
+        return done
+
+    def delete(self, step: Step) -> Literal["deleted", "absent"]:
+        deleted = self.ctx.apis.lustre.delete(self.path, deployment=self.ctx.deployment)
+        self.volume._live.state, self.volume._live.mount_point = None, None
+        return _gone(deleted)
+
+
+def control_plane_endpoints(settings: Mapping[str, Any]) -> Any:
+    """The ``ControlPlaneEndpointsConfig`` the plan's ``gke-cluster`` settings ask for:
+    the DNS endpoint open to IAM-authorised clients, the IP endpoint limited to the
+    authorised networks.
+
+    Example:
+        >>> from rl_lustre import Cluster
+        >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
+        >>> cfg = control_plane_endpoints(plan.get("gke-cluster").settings)
+        >>> cfg.dns_endpoint_config.allow_external_traffic, cfg.ip_endpoints_config.enable_public_endpoint
+        (True, True)
+    """
+    from google.cloud import container_v1
+
+    s = settings["control_plane_endpoints"]
+    man = settings["master_authorized_networks"]
+    return container_v1.ControlPlaneEndpointsConfig(
+        dns_endpoint_config=container_v1.ControlPlaneEndpointsConfig.DNSEndpointConfig(
+            allow_external_traffic=s["dns_endpoint"]["allow_external_traffic"]),
+        ip_endpoints_config=container_v1.ControlPlaneEndpointsConfig.IPEndpointsConfig(
+            enabled=s["ip_endpoint"]["enabled"],
+            enable_public_endpoint=s["ip_endpoint"]["public_endpoint"],
+            authorized_networks_config=container_v1.MasterAuthorizedNetworksConfig(
+                enabled=man["enabled"],
+                cidr_blocks=[container_v1.MasterAuthorizedNetworksConfig.CidrBlock(
+                    display_name=f"rl-lustre-{i}", cidr_block=b) for i, b in enumerate(man["cidr_blocks"])],
+                gcp_public_cidrs_access_enabled=False,
+            ),
+        ),
+    )
+
+
+class GkeClusterDriver:
+    """The GKE cluster, created with the CPU pool as its only node pool (one operation
+    instead of creating a default pool, then deleting it)."""
+
+    deleted_with: str | None = None
+    interruptible = True
+
+    def __init__(self, ctx: Context) -> None:
+        from ..gcp.container import cluster_path, parent_of
+
+        self.ctx = ctx
+        self.path = cluster_path(ctx.plan)
+        self.parent = parent_of(self.path)
+
+    def request(self) -> Any:
+        """The ``container_v1.Cluster`` to create."""
+        from ..gcp.container import cluster_request
+
+        request = cluster_request(self.ctx.plan)
+        settings = self.ctx.plan.get("gke-cluster").settings
+        # The authorised networks move into the IP endpoint's config; the DNS endpoint
+        # is how clients without a listed address (this machine, usually) reach the API.
+        request.control_plane_endpoints_config = control_plane_endpoints(settings)
+        request.master_authorized_networks_config = None
+        return request
+
+    def ensure(self, step: Step) -> Done:
+        api = self.ctx.apis.clusters
+        found = api.get_or_none(self.path)
+        return _ensure(step, found is not None, lambda: api.create(
+            self.request(), parent=self.parent, deployment=self.ctx.deployment))
+
+    def delete(self, step: Step) -> Literal["deleted", "absent"]:
+        return _gone(self.ctx.apis.clusters.delete(self.path, deployment=self.ctx.deployment))
+
+
+class NodePoolDriver:
+    """A node pool. The CPU pool comes with a cluster this run created; otherwise (and
+    for the GPU pool) the pool is created or adopted on its own."""
+
+    deleted_with: str | None = "gke-cluster"
+    interruptible = True
+
+    def __init__(self, ctx: Context, key: str) -> None:
+        from ..gcp.container import cluster_path, node_pool_path
+
+        self.ctx = ctx
+        self.key = key
+        self.cluster = cluster_path(ctx.plan)
+        self.path = node_pool_path(ctx.plan, key)
+
+    def ensure(self, step: Step) -> Done:
+        from ..gcp.container import node_pool_request
+
+        api = self.ctx.apis.pools
+        request = node_pool_request(self.ctx.plan, self.key)
+        came_with_cluster = step.records["gke-cluster"].outcome == "created" and any(
+            p.name == request.name for p in step.dep("gke-cluster").node_pools)
+        if came_with_cluster:
+            return Done("created", api.wait_ready(self.path), note="created with the cluster")
+        found = api.get_or_none(self.path)
+        return _ensure(step, found is not None, lambda: api.create(
+            request, cluster=self.cluster, deployment=self.ctx.deployment))
+
+    def delete(self, step: Step) -> Literal["deleted", "absent"]:
+        return _gone(self.ctx.apis.pools.delete(self.path, deployment=self.ctx.deployment))
+
+
+class KubeObjectDriver:
+    """A Kubernetes object of the deployment (PersistentVolume, PersistentVolumeClaim,
+    Secret, RayCluster), applied through :mod:`rl_lustre.kube.apply`.
+
+    Claims are waited for until Bound, the RayCluster until ready. Secret values are
+    read from this process's environment when the Secret is applied.
+    """
+
+    deleted_with: str | None = "gke-cluster"
+    interruptible = True
+
+    def __init__(self, ctx: Context, key: str) -> None:
+        self.ctx = ctx
+        self.key = key
+
+    def _manifest(self) -> dict[str, Any]:
+        from ..kube.manifests import build_manifests
+
+        cluster = self.ctx.cluster
+        values = {name: os.environ[name] for name in cluster.secrets if name in os.environ}
+        return build_manifests(cluster, secret_values=values, redact=False)[KUBE_KEYS.index(self.key)]
+
+    def ensure(self, step: Step) -> Done:
+        from ..kube import apply
+        from ..kube.client import ResourceClient
+
+        api = self.ctx.kube_api(step.records["gke-cluster"].value)
+        manifest = self._manifest()
+        meta = manifest["metadata"]
+        found = ResourceClient(api, manifest["kind"], meta.get("namespace")).get(meta["name"])
+        if found is None:
+            step.requesting()
+        applied = apply.apply_manifests(api, [manifest], deployment=self.ctx.deployment)[0]
+        if self.key in _KUBE_WAITED:
+            step.check()
+            apply.wait_ready(api, [manifest], timeout=self.ctx.kube_timeout)
+        return Done("created" if applied.action == "created" else "adopted", applied.object)
+
+    def delete(self, step: Step) -> Literal["deleted", "absent"]:
+        from ..kube import apply
+
+        gke = self.ctx.apis.clusters.get_or_none(GkeClusterDriver(self.ctx).path)
+        if gke is None:
+            return "absent"
+        api = self.ctx.kube_api(gke)
+        return _gone(bool(apply.delete_manifests(api, [self._manifest()], deployment=self.ctx.deployment)))
+
+
+class SkippedDriver:
+    """A node deliberately not provisioned; ``up()`` and ``down()`` report it as skipped.
+
+    Example:
+        >>> driver = SkippedDriver("Kubernetes part switched off")
+        >>> driver.ensure(None)
+        Done(outcome='skipped', value=None, note='Kubernetes part switched off')
+    """
+
+    deleted_with: str | None = None
+    interruptible = True
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def ensure(self, step: Step | None) -> Done:
+        return Done("skipped", note=self.reason)
+
+    def delete(self, step: Step) -> Literal["skipped"]:
+        step.record.note = self.reason
+        return "skipped"
+
+
+def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
+    """One driver per node of a GKE plan.
+
+    Example:
+        >>> from rl_lustre import Cluster
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> drivers = gke_drivers(Context(c, c.plan(), Apis.from_env()), kube=False)
+        >>> type(drivers["lustre"]).__name__, type(drivers["raycluster"]).__name__
+        ('LustreDriver', 'SkippedDriver')
+
+    Args:
+        ctx: the deployment's context.
+        kube: provision the Kubernetes objects; False skips them (tests of the Google
+            Cloud side, and deployments whose objects are applied by other means).
+    """
+    from ..gcp import compute
+
+    plan, apis = ctx.plan, ctx.apis
+    drivers: dict[str, Driver] = {
+        "network": ComputeDriver(ctx, "network", apis.networks, compute.network_path,
+                                 lambda step: compute.network_request(plan)),
+        "subnet": ComputeDriver(ctx, "subnet", apis.subnetworks, compute.subnetwork_path,
+                                lambda step: compute.subnetwork_request(plan)),
+        "psa-range": ComputeDriver(ctx, "psa-range", apis.addresses, compute.psa_range_path,
+                                   lambda step: compute.psa_range_request(plan)),
+        "firewall-lustre": ComputeDriver(ctx, "firewall-lustre", apis.firewalls, compute.firewall_path,
+                                         lambda step: compute.firewall_request(plan, compute.cidr_of(
+                                             step.dep("psa-range")))),
+        "psa-peering": PeeringDriver(ctx),
+        "lustre": LustreDriver(ctx),
+        "gke-cluster": GkeClusterDriver(ctx),
+        "cpu-pool": NodePoolDriver(ctx, "cpu-pool"),
+        "gpu-pool": NodePoolDriver(ctx, "gpu-pool"),
+    }
+    for key in KUBE_KEYS:
+        if key in plan:
+            drivers[key] = KubeObjectDriver(ctx, key) if kube else SkippedDriver(
+                "Kubernetes part switched off (gcp_only=True)")
+    return drivers
