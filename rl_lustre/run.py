@@ -186,7 +186,7 @@ class Run:
             raise NotImplementedError(f"this backend cannot list the checkpoints of {self.job_id}")
         return self._list_checkpoints()
 
-    def wait(self, timeout: float | None = None, *, poll: float = 1.0) -> str:
+    def wait(self, timeout: float | None = None, *, poll: float = 0.5) -> str:
         """Block until the run ends; return ``"SUCCEEDED"``. A progress bar shows when output is on.
 
         Example:

@@ -176,7 +176,7 @@ class LocalHead:
                 self._process.wait()
             # Drivers and their watchers die on their own within a second or two of
             # their supervisor; whatever is left after that is killed.
-            _sweep(self.temp_dir, settle=0 if interrupted else 3.0)
+            _sweep(self.temp_dir, settle=0 if interrupted else 2.0)
             shutil.rmtree(self.temp_dir, ignore_errors=True)
         if interrupted is not None:
             raise interrupted
