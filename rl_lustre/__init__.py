@@ -12,6 +12,7 @@ Importing this package is cheap: ray, kubernetes and the Google clients load on 
 
 
 from . import errors
+from ._output import enable_output
 from .cluster import Cluster
 from .job import GRPOJob
 from .sizing import LustreSizing, size_lustre
@@ -25,6 +26,7 @@ __all__ = [
     "LustreSizing",
     "LustreVolume",
     "__version__",
+    "enable_output",
     "errors",
     "size_lustre",
 ]

@@ -15,6 +15,7 @@ PUBLIC = {
     "LustreSizing",
     "LustreVolume",
     "__version__",
+    "enable_output",
     "errors",
     "size_lustre",
 }
