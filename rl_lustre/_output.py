@@ -59,11 +59,10 @@ def output_enabled() -> bool:
     """Whether progress bars and messages are shown.
 
     Example:
-        >>> import os, rl_lustre._output as out
-        >>> os.environ["RL_LUSTRE_OUTPUT"] = "0"
-        >>> out.output_enabled()
+        >>> import rl_lustre._output as out
+        >>> with out.enable_output(False):
+        ...     out.output_enabled()
         False
-        >>> del os.environ["RL_LUSTRE_OUTPUT"]
     """
     if _forced:
         return _forced[-1]
