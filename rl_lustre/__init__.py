@@ -16,6 +16,7 @@ from ._output import enable_output
 from .cluster import Cluster
 from .job import GRPOJob
 from .sizing import LustreSizing, size_lustre
+from .sweep import SweepResult, run_sweep, wait_all
 from .volume import LustreVolume
 
 __version__ = "0.1.0.dev0"
@@ -25,8 +26,11 @@ __all__ = [
     "GRPOJob",
     "LustreSizing",
     "LustreVolume",
+    "SweepResult",
     "__version__",
     "enable_output",
     "errors",
+    "run_sweep",
     "size_lustre",
+    "wait_all",
 ]

@@ -18,6 +18,9 @@ PUBLIC = {
     "enable_output",
     "errors",
     "size_lustre",
+    "SweepResult",
+    "run_sweep",
+    "wait_all",
 }
 HEAVY = ("ray", "kubernetes", "grpc", "google.cloud", "google.api_core", "hydra", "omegaconf", "rich")
 
