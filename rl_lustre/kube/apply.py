@@ -109,6 +109,11 @@ def raycluster_ready(rc: Mapping[str, Any] | None) -> bool:
     observed = status.get("observedGeneration")
     if generation is not None and observed is not None and int(observed) < int(generation):
         return False
+    # RayClusterProvisioned and state stay set after the first time all pods were
+    # ready, so a scale-up is ready only once the new workers are too.
+    desired, ready = status.get("desiredWorkerReplicas"), status.get("readyWorkerReplicas")
+    if desired is not None and int(ready or 0) < int(desired):
+        return False
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     if "HeadPodReady" in conditions or "RayClusterProvisioned" in conditions:
         return conditions.get("HeadPodReady") == "True" and conditions.get("RayClusterProvisioned") == "True"

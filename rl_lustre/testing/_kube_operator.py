@@ -96,11 +96,11 @@ def _wants_gpu(pod: Obj) -> bool:
     return "cloud.google.com/gke-accelerator" in ((pod.get("spec") or {}).get("nodeSelector") or {})
 
 
-def _condition(ctype: str, status: bool, reason: str = "", message: str = "") -> Obj:
+def _condition(ctype: str, status: bool, reason: str = "", message: str = "", *, always_message: bool = False) -> Obj:
     cond: Obj = {"type": ctype, "status": "True" if status else "False", "lastTransitionTime": now_rfc3339()}
     if reason:
         cond["reason"] = reason
-    if message:
+    if message or always_message:
         cond["message"] = message
     return cond
 
@@ -409,11 +409,19 @@ class Controllers:
         if all_ready or (old.get("state") == "ready" and head_ready):
             status["state"] = "ready"
         if not self.faults.legacy_status:
+            provisioned = all_ready or provisioned_before
+            # KubeRay's CRD requires message on its conditions (an empty one when all is well).
             status["conditions"] = _same_conditions(old.get("conditions") or [], [
-                _condition("HeadPodReady", head_ready, "HeadPodRunningAndReady" if head_ready else "HeadPodNotFound" if head is None else "HeadPodNotReady"),
                 _condition(
-                    "RayClusterProvisioned", all_ready or provisioned_before,
-                    "AllPodRunningAndReadyFirstTime" if all_ready or provisioned_before else "RayClusterPodsProvisioning",
+                    "HeadPodReady", head_ready,
+                    "HeadPodRunningAndReady" if head_ready else "HeadPodNotFound" if head is None else "HeadPodNotReady",
+                    "" if head_ready else "the head pod is not running and ready", always_message=True,
+                ),
+                _condition(
+                    "RayClusterProvisioned", provisioned,
+                    "AllPodRunningAndReadyFirstTime" if provisioned else "RayClusterPodsProvisioning",
+                    "" if provisioned else "RayCluster Pods are being provisioned for the first time",
+                    always_message=True,
                 ),
             ])
         compare = {k: v for k, v in old.items() if k != "lastUpdateTime"}

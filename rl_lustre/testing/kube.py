@@ -75,15 +75,16 @@ _GROUP = re.compile(
 _MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
-@attrs.frozen
+@attrs.define
 class RequestRecord:
-    """One request the fake answered (never its body: it may hold Secret values)."""
+    """One request the fake received, in arrival order (never its body: it may hold
+    Secret values). ``status`` is set once the answer starts (0 until then)."""
 
     method: str
     path: str
     query: str
     token: str | None = attrs.field(repr=False)
-    status: int
+    status: int = 0
 
 
 def schema_validator(crd_path: str | os.PathLike[str] | None = None, *, kubernetes_version: str = "1.33.0") -> Callable[[Obj], None]:
@@ -386,8 +387,14 @@ class KubeFake:
         self._on_loop(lambda: self._store.mark_deleted(kind, ns, name, foreground=False))
 
     def compact(self) -> None:
-        """Forget the watch history: watches from an older resourceVersion get 410 Gone."""
-        self._on_loop(self._store.compact)
+        """Forget the watch history and end open watches, as an API server restart after
+        etcd compaction does: watching again from an older resourceVersion gets 410 Gone."""
+        def compact() -> None:
+            self._store.compact()
+            for w in list(self._store.watchers):
+                w.queue.put_nowait(None)
+
+        self._on_loop(compact)
 
     def reset(self) -> None:
         """Forget every object and record, and restore default faults (keeps serving)."""
@@ -427,6 +434,8 @@ class KubeFake:
         from aiohttp import web
 
         token = _bearer(request)
+        record = RequestRecord(request.method, request.path, request.query_string, token)
+        self.requests.append(record)
         try:
             if self.tokens is None and not token or self.tokens is not None and token not in self.tokens:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
@@ -435,13 +444,13 @@ class KubeFake:
                     {"major": "1", "minor": "33", "gitVersion": "v1.33.0-kube-fake", "platform": "linux/amd64"}
                 )
             else:
-                response = await self._dispatch(request)
+                response = await self._dispatch(request, record)
         except ApiError as err:
             response = web.json_response(err.status(), status=err.code)
-        self.requests.append(RequestRecord(request.method, request.path, request.query_string, token, response.status))
+        record.status = response.status
         return response
 
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+    async def _dispatch(self, request: web.Request, record: RequestRecord) -> web.StreamResponse:
         from aiohttp import web
 
         path, method, query = request.path, request.method, request.query
@@ -462,7 +471,7 @@ class KubeFake:
         if name is None:
             if method == "GET":
                 if query.get("watch") in ("true", "1"):
-                    return await self._watch(request, info, ns)
+                    return await self._watch(request, info, ns, record)
                 return web.json_response(self._list(info, ns, query))
             if method == "POST" and ns is not None or method == "POST" and not info.namespaced:
                 body = await self._json_body(request)
@@ -554,7 +563,7 @@ class KubeFake:
             items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
         return {"kind": f"{info.kind}List", "apiVersion": info.api_version, "metadata": {"resourceVersion": rv}, "items": items}
 
-    async def _watch(self, request: web.Request, info: KindInfo, ns: str | None) -> web.StreamResponse:
+    async def _watch(self, request: web.Request, info: KindInfo, ns: str | None, record: RequestRecord) -> web.StreamResponse:
         from aiohttp import web
 
         query = request.query
@@ -567,6 +576,7 @@ class KubeFake:
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
         await response.prepare(request)
+        record.status = response.status
         # No await between reading the backlog and registering: no event can slip between.
         try:
             if since in (None, "", "0"):
@@ -587,9 +597,12 @@ class KubeFake:
                 await response.write(_event_line(event))
             while (remaining := deadline - loop.time()) > 0:
                 try:
-                    event = await asyncio.wait_for(queue.get(), remaining)
+                    # Wake up now and then to notice a client that went away.
+                    event = await asyncio.wait_for(queue.get(), min(remaining, 0.5))
                 except asyncio.TimeoutError:
-                    break
+                    if request.transport is None or request.transport.is_closing():
+                        break
+                    continue
                 if event is None:
                     break
                 await response.write(_event_line(event))

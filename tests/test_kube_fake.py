@@ -1,0 +1,272 @@
+"""The Kubernetes API fake behaves like an API server where rl_lustre relies on it.
+
+Requests go through the real kubernetes client (via ``ResourceClient``), so what is
+checked here is what our code sees.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from rl_lustre.kube.client import ResourceClient, WatchExpired
+from rl_lustre.testing.kube import KubeFake, schema_validator
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[KubeFake]:
+    with KubeFake(watch_timeout=5) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _clean(fake: KubeFake) -> None:
+    fake.reset()
+
+
+@pytest.fixture
+def api(fake: KubeFake):
+    return fake.api_client()
+
+
+def secret(name: str, **labels: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "labels": labels},
+            "stringData": {"KEY": "value"}}
+
+
+def raycluster(name: str, replicas: int = 2, image: str = "rayproject/ray:2.46.0") -> dict:
+    container = {"name": "ray", "image": image, "ports": [{"name": "dashboard", "containerPort": 8265}]}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "rayVersion": "2.46.0",
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container]}}},
+            "workerGroupSpecs": [{
+                "groupName": "gpu", "replicas": replicas, "minReplicas": replicas, "maxReplicas": replicas,
+                "rayStartParams": {},
+                "template": {"spec": {"containers": [{
+                    "name": "worker", "image": image,
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}},
+                }]}},
+            }],
+        },
+    }
+
+
+def wait_for(predicate, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def test_create_returns_201_with_server_fields(fake: KubeFake, api) -> None:
+    created = ResourceClient(api, "Secret", "team").create(secret("s"))
+    meta = created["metadata"]
+    assert meta["namespace"] == "team"
+    assert meta["uid"] and meta["resourceVersion"] and meta["creationTimestamp"].endswith("Z")
+    assert "stringData" not in created and created["data"] == {"KEY": "dmFsdWU="}, "stringData folds into data"
+    assert fake.requests[-1].status == 201
+
+
+def test_conflict_not_found_and_namespace_mismatch(api) -> None:
+    secrets = ResourceClient(api, "Secret", "default")
+    secrets.create(secret("s"))
+    with pytest.raises(ApiException) as info:
+        secrets.create(secret("s"))
+    assert info.value.status == 409 and "already exists" in str(info.value.body)
+    with pytest.raises(ApiException) as info:
+        secrets.patch("nope", {"metadata": {"labels": {"a": "b"}}})
+    assert info.value.status == 404
+    assert secrets.delete("nope") is False
+    body = secret("t")
+    body["metadata"]["namespace"] = "elsewhere"
+    with pytest.raises(ApiException) as info:
+        secrets.create(body)
+    assert info.value.status == 400
+
+
+def test_label_and_field_selectors(api) -> None:
+    secrets = ResourceClient(api, "Secret", "default")
+    secrets.create(secret("a", app="x", tier="1"))
+    secrets.create(secret("b", app="x", tier="2"))
+    secrets.create(secret("c", app="y"))
+
+    def names(**kw: str) -> list[str]:
+        return sorted(o["metadata"]["name"] for o in secrets.list(**kw)[0])
+
+    assert names(label_selector="app=x") == ["a", "b"]
+    assert names(label_selector="app=x,tier!=1") == ["b"]
+    assert names(label_selector="tier in (1, 2)") == ["a", "b"]
+    assert names(label_selector="!tier") == ["c"]
+    assert names(label_selector="tier") == ["a", "b"]
+    assert names(field_selector="metadata.name=c") == ["c"]
+    assert names(label_selector="app notin (x)") == ["c"]
+
+
+def test_watch_replays_from_resource_version_and_ends_at_timeout(api) -> None:
+    secrets = ResourceClient(api, "Secret", "default")
+    secrets.create(secret("a"))
+    _, version = secrets.list()
+    secrets.patch("a", {"metadata": {"labels": {"x": "1"}}})
+    secrets.create(secret("b"))
+    started = time.monotonic()
+    events = [(typ, obj["metadata"]["name"]) for typ, obj in secrets.watch(resource_version=version, timeout=1)]
+    elapsed = time.monotonic() - started
+    assert events == [("MODIFIED", "a"), ("ADDED", "b")], "only changes after the version, in order"
+    assert 0.9 <= elapsed < 3, f"the server ends the watch at timeoutSeconds (took {elapsed:.2f}s)"
+
+
+def test_watch_streams_live_changes_with_selector(fake: KubeFake, api) -> None:
+    secrets = ResourceClient(api, "Secret", "default")
+    _, version = secrets.list()
+    writer = ResourceClient(fake.api_client(), "Secret", "default")
+
+    def later() -> None:
+        time.sleep(0.2)
+        writer.create(secret("other"))
+        writer.create(secret("target"))
+        writer.delete("target")
+
+    thread = threading.Thread(target=later)
+    thread.start()
+    seen = []
+    for typ, obj in secrets.watch(resource_version=version, timeout=5, field_selector="metadata.name=target"):
+        seen.append((typ, obj["metadata"]["name"]))
+        if typ == "DELETED":
+            break
+    thread.join()
+    assert seen[0] == ("ADDED", "target") and seen[-1] == ("DELETED", "target")
+    assert all(name == "target" for _, name in seen)
+
+
+def test_watch_from_compacted_version_is_410_gone(fake: KubeFake, api) -> None:
+    secrets = ResourceClient(api, "Secret", "default")
+    secrets.create(secret("a"))
+    _, version = secrets.list()
+    secrets.create(secret("b"))
+    fake.compact()
+    with pytest.raises(WatchExpired):
+        list(secrets.watch(resource_version=version, timeout=1))
+    _, fresh = secrets.list()
+    assert list(secrets.watch(resource_version=fresh, timeout=1)) == []
+
+
+def test_merge_patch_keeps_server_fields_and_enforces_immutability(api) -> None:
+    pvcs = ResourceClient(api, "PersistentVolumeClaim", "default")
+    pvc = pvcs.create({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c"},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": "v",
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })
+    grown = pvcs.patch("c", {"spec": {"resources": {"requests": {"storage": "2Gi"}}}, "metadata": {"labels": {"a": "b"}}})
+    assert grown["metadata"]["uid"] == pvc["metadata"]["uid"]
+    assert int(grown["metadata"]["resourceVersion"]) > int(pvc["metadata"]["resourceVersion"])
+    assert grown["spec"]["resources"]["requests"]["storage"] == "2Gi" and grown["metadata"]["labels"] == {"a": "b"}
+    with pytest.raises(ApiException) as info:
+        pvcs.patch("c", {"spec": {"accessModes": ["ReadWriteOnce"]}})
+    assert info.value.status == 422 and "immutable" in str(info.value.body)
+    removed = pvcs.patch("c", {"metadata": {"labels": {"a": None}}})
+    assert removed["metadata"].get("labels") == {}
+
+
+def test_status_is_not_writable_through_the_main_resource(api) -> None:
+    clusters = ResourceClient(api, "RayCluster", "default")
+    body = raycluster("rc")
+    body["status"] = {"state": "ready"}
+    created = clusters.create(body)
+    assert "status" not in created, "status is a subresource: a client's create cannot set it"
+
+
+def test_requires_a_bearer_token(fake: KubeFake) -> None:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    ctx = ssl.create_default_context(cadata=fake.ca_pem.decode())
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(f"{fake.url}/api/v1/namespaces/default/secrets", context=ctx, timeout=5)
+    assert info.value.code == 401
+
+
+def test_unimplemented_requests_fail_loudly(fake: KubeFake, api) -> None:
+    from kubernetes import client
+
+    with pytest.raises(ApiException) as info:
+        client.CoreV1Api(api).list_namespaced_config_map("default")
+    assert info.value.status == 404 and "does not implement" in str(info.value.body)
+    assert fake.unhandled == ["GET /api/v1/namespaces/default/configmaps"]
+
+
+def test_operator_brings_a_raycluster_up(fake: KubeFake, api) -> None:
+    ResourceClient(api, "RayCluster", "default").create(raycluster("rc", replicas=2))
+    rc = wait_for(lambda: (o := fake.get("RayCluster", "rc")) and (o.get("status") or {}).get("state") == "ready" and o)
+    conditions = {c["type"]: c["status"] for c in rc["status"]["conditions"]}
+    assert conditions == {"HeadPodReady": "True", "RayClusterProvisioned": "True"}
+    assert rc["status"]["readyWorkerReplicas"] == 2
+    pods = fake.objects("Pod")
+    assert sorted(p["metadata"]["labels"]["ray.io/node-type"] for p in pods) == ["head", "worker", "worker"]
+    assert all(p["status"]["phase"] == "Running" for p in pods)
+    svc = fake.get("Service", "rc-head-svc")
+    assert svc is not None and svc["spec"]["selector"] == {"ray.io/cluster": "rc", "ray.io/node-type": "head"}
+    assert {p["port"] for p in svc["spec"]["ports"]} == {8265}
+
+
+def test_objects_the_fake_creates_pass_the_real_schemas(fake: KubeFake, api, shared_ref: Path) -> None:
+    check = schema_validator(shared_ref / "kuberay-ray.io_rayclusters.yaml")
+    ResourceClient(api, "RayCluster", "default").create(raycluster("rc", replicas=1))
+    wait_for(lambda: (fake.get("RayCluster", "rc") or {}).get("status", {}).get("state") == "ready")
+    made = fake.objects(include_events=True)
+    assert {o["kind"] for o in made} >= {"RayCluster", "Pod", "Service", "Event"}
+    for obj in made:
+        check(obj)
+
+
+def test_schema_validator_rejects_unknown_fields(fake: KubeFake, api, shared_ref: Path) -> None:
+    fake.validate = schema_validator(shared_ref / "kuberay-ray.io_rayclusters.yaml")
+    try:
+        bad = raycluster("rc")
+        bad["spec"]["headGroupSpec"]["rayStartparams"] = {}
+        with pytest.raises(ApiException) as info:
+            ResourceClient(api, "RayCluster", "default").create(bad)
+        assert info.value.status == 422
+        assert fake.rejected and "rayStartparams" in fake.rejected[0]
+        assert fake.objects() == []
+    finally:
+        fake.validate = None
+
+
+def test_foreground_deletion_waits_for_dependents_and_finalizers(fake: KubeFake, api) -> None:
+    clusters = ResourceClient(api, "RayCluster", "default")
+    clusters.create(raycluster("rc", replicas=1))
+    wait_for(lambda: len(fake.objects("Pod")) == 2)
+    clusters.delete("rc", propagation="Foreground")
+    terminating = fake.get("RayCluster", "rc")
+    assert terminating is not None and terminating["metadata"]["deletionTimestamp"]
+    assert "foregroundDeletion" in terminating["metadata"]["finalizers"]
+    wait_for(lambda: fake.get("RayCluster", "rc") is None)
+    assert fake.objects() == [], "pods and the head service went with their owner"
+
+
+def test_claim_protection_holds_deletion_while_a_pod_uses_it(fake: KubeFake, api) -> None:
+    pvcs = ResourceClient(api, "PersistentVolumeClaim", "default")
+    pvcs.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c"},
+                 "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+    fake.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "user", "namespace": "default"},
+                 "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                          "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]}})
+    pvcs.delete("c")
+    time.sleep(fake.timings.deletion * 3)
+    assert fake.get("PersistentVolumeClaim", "c") is not None, "pvc-protection keeps a claim in use"
+    fake.delete("Pod", "user")
+    wait_for(lambda: fake.get("PersistentVolumeClaim", "c") is None)
