@@ -75,7 +75,8 @@ def list_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> list[Checkpoint]
     root = Path(checkpoint_dir)
     try:
         entries = list(os.scandir(root))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
+        # Not there yet (nothing saved), or a file in its place: either way, no checkpoints.
         return []
     found = []
     for entry in entries:
