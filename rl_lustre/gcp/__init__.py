@@ -21,28 +21,37 @@ labels and refuses one without them, ``delete`` of labelled resources only, and
 
 from __future__ import annotations
 
-from ._errors import RetryPolicy
-from ._ownership import Ensured
-from ._wait import Backoff, WaitProgress, progress_hook
-from .compute import Firewalls, GlobalAddresses, Networks, Projects, Subnetworks
-from .container import GkeClusters, GkeNodePools
-from .lustre import LustreInstances, TransferResult
-from .servicenetworking import PsaConnections
+import importlib
+from typing import Any
 
-__all__ = [
-    "Backoff",
-    "Ensured",
-    "Firewalls",
-    "GkeClusters",
-    "GkeNodePools",
-    "GlobalAddresses",
-    "LustreInstances",
-    "Networks",
-    "Projects",
-    "PsaConnections",
-    "RetryPolicy",
-    "Subnetworks",
-    "TransferResult",
-    "WaitProgress",
-    "progress_hook",
-]
+# Loaded on first use: google-cloud-compute alone takes seconds to import, and a
+# LustreVolume.create() should not pay for it.
+_EXPORTS = {
+    "Backoff": "._wait",
+    "Ensured": "._ownership",
+    "Firewalls": ".compute",
+    "GkeClusters": ".container",
+    "GkeNodePools": ".container",
+    "GlobalAddresses": ".compute",
+    "LustreInstances": ".lustre",
+    "Networks": ".compute",
+    "Projects": ".compute",
+    "PsaConnections": ".servicenetworking",
+    "RetryPolicy": "._errors",
+    "Subnetworks": ".compute",
+    "TransferResult": ".lustre",
+    "WaitProgress": "._wait",
+    "progress_hook": "._wait",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -101,7 +101,8 @@ class PsaConnections:
         """
         ref = self.network_ref(project, network)
         try:
-            found = self._request("list", f"{KIND} of {ref}", "GET", f"services/{SERVICE}/connections",
+            found = self._request("get", f"{KIND} {connection_name(project, network)}", "GET",
+                                  f"services/{SERVICE}/connections",
                                   params={"network": ref})
         except NotFoundError:
             return None

@@ -1,0 +1,240 @@
+"""GKE clusters and node pools through the real ``ClusterManagerClient`` against the fake."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from google.cloud import container_v1
+
+from rl_lustre import Cluster
+from rl_lustre.errors import (
+    OperationFailedError,
+    OwnershipError,
+    QuotaExceededError,
+    WaitTimeoutError,
+)
+from rl_lustre.gcp import _clients
+from rl_lustre.gcp._errors import RetryPolicy
+from rl_lustre.gcp.container import (
+    GkeClusters,
+    GkeNodePools,
+    cluster_path,
+    cluster_request,
+    node_pool_path,
+    node_pool_request,
+    parent_of,
+)
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
+
+PROJECT = "my-project"
+BASE = Cluster(name="demo", project=PROJECT, region="us-east1", zone="us-east1-b",
+               authorized_networks=["203.0.113.7/32", "198.51.100.0/24"], labels={"team": "rl"})
+PLAN = BASE.plan()
+
+
+@pytest.fixture
+def gcp() -> Iterator[FakeGCP]:
+    with FakeGCP(latency={"gke.create_cluster": 0.05, "gke.create_node_pool": 0.04}) as fake:
+        # The plan's own network and subnet, as the compute branch would have made them.
+        fake.seed_network(PROJECT, "demo-net", subnet="demo-subnet", deployment="demo")
+        yield fake
+
+
+def clusters() -> GkeClusters:
+    return GkeClusters(backoff=FAST_BACKOFF, retry=FAST_RETRY)
+
+
+def pools() -> GkeNodePools:
+    return GkeNodePools(backoff=FAST_BACKOFF, retry=FAST_RETRY)
+
+
+def test_cluster_request_settings() -> None:
+    req = cluster_request(PLAN)
+    addons = req.addons_config
+    assert addons.lustre_csi_driver_config.enabled
+    assert not addons.lustre_csi_driver_config.enable_legacy_lustre_port
+    assert addons.ray_operator_config.enabled
+    man = req.master_authorized_networks_config
+    assert man.enabled
+    assert not man.gcp_public_cidrs_access_enabled
+    assert [b.cidr_block for b in man.cidr_blocks] == ["203.0.113.7/32", "198.51.100.0/24"]
+    assert req.workload_identity_config.workload_pool == f"{PROJECT}.svc.id.goog"
+    policy = req.ip_allocation_policy
+    assert (policy.use_ip_aliases, policy.cluster_secondary_range_name, policy.services_secondary_range_name) == (
+        True, "pods", "services")
+    assert (req.network, req.subnetwork, list(req.locations)) == ("demo-net", "demo-subnet", ["us-east1-b"])
+    assert dict(req.resource_labels) == {"team": "rl", "managed-by": "rl-lustre", "rl-lustre-deployment": "demo"}
+    # The head's on-demand CPU pool is the cluster's only initial pool: no default pool.
+    assert [p.name for p in req.node_pools] == ["ray-head-pool"]
+    head = req.node_pools[0]
+    assert (head.config.machine_type, head.config.spot, head.initial_node_count) == ("n2-highmem-16", False, 1)
+    assert not head.config.accelerators
+    assert not head.config.taints
+
+
+def test_control_plane_is_never_silently_public() -> None:
+    closed = cluster_request(attrs.evolve(BASE, authorized_networks=()).plan()).master_authorized_networks_config
+    assert closed.enabled
+    assert list(closed.cidr_blocks) == []
+    assert not closed.gcp_public_cidrs_access_enabled
+    opened = attrs.evolve(BASE, authorized_networks=["0.0.0.0/0"], public_control_plane=True)
+    man = cluster_request(opened.plan()).master_authorized_networks_config
+    assert man.enabled
+    assert [b.cidr_block for b in man.cidr_blocks] == ["0.0.0.0/0"]
+
+
+def test_gpu_pool_request() -> None:
+    pool = node_pool_request(PLAN, "gpu-pool")
+    cfg = pool.config
+    assert (pool.name, pool.initial_node_count, list(pool.locations)) == ("gpu-pool", 8, ["us-east1-b"])
+    assert (cfg.machine_type, cfg.spot, cfg.gvnic.enabled) == ("a4-highgpu-8g", True, True)
+    [acc] = cfg.accelerators
+    assert (acc.accelerator_type, acc.accelerator_count) == ("nvidia-b200", 8)
+    latest = container_v1.GPUDriverInstallationConfig.GPUDriverVersion.LATEST
+    assert acc.gpu_driver_installation_config.gpu_driver_version == latest
+    [taint] = cfg.taints
+    assert (taint.key, taint.value, taint.effect) == ("nvidia.com/gpu", "present", container_v1.NodeTaint.Effect.NO_SCHEDULE)
+    assert cfg.disk_type == "hyperdisk-balanced"  # A4 boots only from Hyperdisk
+    assert cfg.resource_labels["rl-lustre-deployment"] == "demo"
+
+    reserved = node_pool_request(attrs.evolve(BASE, spot=False, reservation="a4-res").plan(), "gpu-pool").config
+    assert not reserved.spot
+    ra = reserved.reservation_affinity
+    assert ra.consume_reservation_type == container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION
+    assert (ra.key, list(ra.values)) == ("compute.googleapis.com/reservation-name", ["a4-res"])
+
+    a3 = node_pool_request(attrs.evolve(BASE, machine_type="a3-highgpu-8g", accelerator_type=None).plan(), "gpu-pool").config
+    assert a3.accelerators[0].accelerator_type == "nvidia-h100-80gb"
+    assert a3.disk_type == ""
+
+
+def _set_fields(message: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(message type, field name) for every field set in a proto-plus message, recursively."""
+    pb = type(message).pb(message)
+
+    def walk(msg: Any) -> Iterator[tuple[str, str]]:
+        for field, value in msg.ListFields():
+            yield msg.DESCRIPTOR.full_name, field.name
+            if field.message_type is not None and not field.message_type.GetOptions().map_entry:
+                for item in (value if field.is_repeated else [value]):
+                    yield from walk(item)
+
+    yield from walk(pb)
+
+
+def test_field_names_exist_in_the_reference_api(shared_ref: Path) -> None:
+    ref = json.loads((shared_ref / "gcp-lustre-container-proto-fields.json").read_text())["container_v1"]["messages"]
+    known = {m["full_name"]: {f["name"].rstrip("_") for f in m["fields"]} for m in ref.values()}
+    checked = 0
+    for message in (cluster_request(PLAN), node_pool_request(PLAN, "gpu-pool")):
+        for type_name, field in _set_fields(message):
+            if type_name in known:
+                assert field in known[type_name], f"{type_name}.{field} is not in the reference API"
+                checked += 1
+    assert checked >= 25
+
+
+def test_create_cluster_reports_endpoint_and_ca(gcp: FakeGCP) -> None:
+    gcp.kube_endpoint = "127.0.0.1:6443"
+    gcp.kube_ca_pem = "-----BEGIN CERTIFICATE-----\nTEST\n-----END CERTIFICATE-----\n"
+    done = clusters().create(cluster_request(PLAN), parent=parent_of(cluster_path(PLAN)), deployment="demo")
+    assert not done.adopted
+    assert done.name == cluster_path(PLAN) == "projects/my-project/locations/us-east1/clusters/demo"
+    c = done.resource
+    assert c.status == container_v1.Cluster.Status.RUNNING
+    assert c.endpoint == "127.0.0.1:6443"
+    assert base64.b64decode(c.master_auth.cluster_ca_certificate).decode() == gcp.kube_ca_pem
+    # The head pool came with the cluster: its plan node adopts it, with no request to create it.
+    head = pools().create(node_pool_request(PLAN, "cpu-pool"), cluster=done.name, deployment="demo")
+    assert head.adopted
+    assert head.name == node_pool_path(PLAN, "cpu-pool")
+    assert gcp.request_counts()["gke.CreateNodePool"] == 0
+
+
+def test_node_pool_create_adopt_delete_then_cluster_delete(gcp: FakeGCP) -> None:
+    name = clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1",
+                             deployment="demo").name
+    gpu = pools().create(node_pool_request(PLAN, "gpu-pool"), cluster=name, deployment="demo")
+    assert not gpu.adopted
+    assert gpu.resource.status == container_v1.NodePool.Status.RUNNING
+    assert pools().create(node_pool_request(PLAN, "gpu-pool"), cluster=name, deployment="demo").adopted
+    assert gcp.request_counts()["gke.CreateNodePool"] == 1
+    assert sorted(gcp.resources()["gke.nodePools"]) == [f"{name}/nodePools/gpu-pool", f"{name}/nodePools/ray-head-pool"]
+
+    assert pools().delete(gpu.name, deployment="demo") is True
+    assert pools().get_or_none(gpu.name) is None
+    assert pools().delete(gpu.name, deployment="demo") is False
+    assert clusters().delete(name, deployment="demo") is True
+    assert clusters().delete(name, deployment="demo") is False
+    assert gcp.resources()["gke.clusters"] == {}
+    assert gcp.resources()["gke.nodePools"] == {}
+
+
+def test_node_pool_waits_for_a_busy_cluster(gcp: FakeGCP) -> None:
+    name = clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1",
+                             deployment="demo", wait=False).name
+    # GKE refuses pool creation while the cluster provisions; the adapter retries.
+    patient = GkeNodePools(backoff=FAST_BACKOFF, retry=RetryPolicy(attempts=30, initial=0.01, maximum=0.02))
+    done = patient.create(node_pool_request(PLAN, "gpu-pool"), cluster=name, deployment="demo")
+    assert done.resource.status == container_v1.NodePool.Status.RUNNING
+    outcomes = [r.outcome for r in gcp.requests if r.method == "gke.CreateNodePool"]
+    assert outcomes[0] == "FAILED_PRECONDITION"
+    assert outcomes[-1] == "ok"
+
+
+def test_unlabelled_cluster_of_the_same_name_is_refused(gcp: FakeGCP) -> None:
+    theirs = container_v1.Cluster(name="demo", network="demo-net", subnetwork="demo-subnet", initial_node_count=1)
+    _clients.cluster_manager().create_cluster(parent="projects/my-project/locations/us-east1", cluster=theirs)
+    with pytest.raises(OwnershipError, match=r"GKE cluster .*demo"):
+        clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1", deployment="demo")
+    with pytest.raises(OwnershipError):
+        clusters().delete(cluster_path(PLAN), deployment="demo")
+    assert gcp.request_counts()["gke.DeleteCluster"] == 0
+    assert cluster_path(PLAN) in gcp.resources()["gke.clusters"]
+
+
+def test_failed_cluster_creation_is_an_operation_error_and_stays_deletable(gcp: FakeGCP) -> None:
+    gcp.faults.fail_operation("gke.CreateCluster", message="Internal error creating the control plane")
+    with pytest.raises(OperationFailedError, match="control plane") as info:
+        clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1", deployment="demo")
+    assert "create" in str(info.value)
+    assert cluster_path(PLAN) in str(info.value)
+    # GKE leaves the cluster in ERROR; it is ours, so a rollback can delete it.
+    gke = [x for x in gcp.leaked("demo") if x.startswith("gke.")]
+    assert gke == [f"gke.clusters {cluster_path(PLAN)}", f"gke.nodePools {node_pool_path(PLAN, 'cpu-pool')}"]
+    assert clusters().delete(cluster_path(PLAN), deployment="demo")
+    assert [x for x in gcp.leaked("demo") if x.startswith("gke.")] == []
+
+
+def test_spot_stockout_names_zone_and_what_to_try(gcp: FakeGCP) -> None:
+    name = clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1",
+                             deployment="demo").name
+    gcp.faults.fail_operation(
+        "gke.CreateNodePool", code=8,
+        message="ZONE_RESOURCE_POOL_EXHAUSTED: The zone 'projects/my-project/zones/us-east1-b' does not have "
+                "enough resources available to fulfill the request.")
+    with pytest.raises(QuotaExceededError) as info:
+        pools().create(node_pool_request(PLAN, "gpu-pool"), cluster=name, deployment="demo")
+    text = str(info.value)
+    assert "us-east1-b" in text
+    assert "gpu-pool" in text
+    assert "another zone" in text
+    assert "spot=False" in text
+    assert "reservation" in text
+
+
+def test_wait_timeout_carries_the_last_operation_state() -> None:
+    with FakeGCP(latency={"gke.create_cluster": 5.0}) as gcp:
+        gcp.seed_network(PROJECT, "demo-net", subnet="demo-subnet", deployment="demo")
+        with pytest.raises(WaitTimeoutError) as info:
+            clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1",
+                              deployment="demo", timeout=0.2)
+        assert info.value.last_state == "RUNNING"
+        assert isinstance(info.value, TimeoutError)
+        assert "demo" in info.value.what
