@@ -10,7 +10,7 @@ import pytest
 from google.cloud import compute_v1
 
 from rl_lustre import Cluster
-from rl_lustre.errors import GCPError, OperationFailedError, OwnershipError
+from rl_lustre.errors import GCPError, OperationFailedError, OwnershipError, WaitTimeoutError
 from rl_lustre.gcp import _clients
 from rl_lustre.gcp.compute import (
     Firewalls,
@@ -163,3 +163,12 @@ def test_failed_insert_operation_is_an_operation_error(gcp: FakeGCP) -> None:
         Networks(**KW).create(network_request(PLAN), parent=GLOBAL, deployment="demo")
     assert "Compute Engine API" in str(info.value)
     assert gcp.resources()["compute.networks"] == {}
+
+
+def test_connection_wait_ready_sees_our_range(gcp: FakeGCP) -> None:
+    build_network()
+    conn = PsaConnections(**KW).wait_ready(PROJECT, "demo-net", "demo-psa", timeout=1)
+    assert conn["peering"] == "servicenetworking-googleapis-com"
+    with pytest.raises(WaitTimeoutError) as info:
+        PsaConnections(**KW).wait_ready(PROJECT, "demo-net", "another-range", timeout=0.1)
+    assert info.value.last_state == "ranges demo-psa"

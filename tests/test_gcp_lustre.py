@@ -168,3 +168,14 @@ def test_create_without_private_services_access_is_a_gcp_error(gcp: FakeGCP, api
     with pytest.raises(GCPError, match="private services access") as info:
         volume(network="bare-net").create(api=api)
     assert not type(info.value).__module__.startswith("google")
+
+
+def test_create_while_a_deletion_is_running_waits_and_creates_afresh(gcp: FakeGCP, api: LustreInstances) -> None:
+    vol = volume().create(api=api)
+    old_uid = api.get_or_none(vol.resource_name()).uid  # type: ignore[union-attr]
+    assert api.delete(vol.resource_name(), deployment="lab-lustre", wait=False)
+    assert api.get_or_none(vol.resource_name()).state == lustre_v1.Instance.State.DELETING  # type: ignore[union-attr]
+    again = api.create(instance_request(volume(), deployment="lab-lustre"), deployment="lab-lustre")
+    assert not again.adopted
+    assert again.resource.state == lustre_v1.Instance.State.ACTIVE
+    assert again.resource.uid != old_uid

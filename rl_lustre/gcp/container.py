@@ -194,6 +194,14 @@ class _Gke:
     def _call(self, action: str, name: str, fn: Any, zone: str | None = None, **kwargs: Any) -> Any:
         return call(Call(CONTAINER, action, f"{self.kind} {name}", zone=zone), fn, policy=self._retry, **kwargs)
 
+    def get_or_none(self, name: str) -> Any:
+        raise NotImplementedError
+
+    def wait_gone(self, name: str, *, timeout: float = DELETE_TIMEOUT, progress: ProgressCallback | None = None) -> None:
+        """Wait until ``name`` no longer exists."""
+        wait_for(f"{self.kind} {name} to be deleted", lambda: self.get_or_none(name), done=lambda r: r is None,
+                 describe=_status, timeout=timeout, backoff=self._backoff, progress=progress)
+
     def wait_operation(
         self,
         op: container_v1.Operation,
@@ -295,6 +303,12 @@ class GkeClusters(_Gke):
         location = _split_cluster(name)["location"]
         zone = cluster.locations[0] if cluster.locations else location
         existing = self.get_or_none(name)
+        if existing is not None and existing.status == ClusterStatus.STOPPING:
+            # A down() still in progress: let it finish, then create afresh.
+            check_owned(CLUSTER, name, existing.resource_labels, deployment)
+            log.info("%s %s is being deleted; waiting for that before creating it", CLUSTER, name)
+            self.wait_gone(name, timeout=timeout, progress=progress)
+            existing = None
         if existing is None:
             log.info("creating %s %s", CLUSTER, name)
             try:
@@ -337,7 +351,8 @@ class GkeClusters(_Gke):
             if found is None:
                 raise NotFoundError(f"{CONTAINER}: {CLUSTER} {name} does not exist")
             if found.status in (ClusterStatus.ERROR, ClusterStatus.DEGRADED):
-                raise OperationFailedError(f"{CONTAINER}: {CLUSTER} {name} is {_status(found)}")
+                raise OperationFailedError(f"{CONTAINER}: {CLUSTER} {name} is {_status(found)}; delete it "
+                                           "(cluster.down()) before creating it again")
             return found
 
         return wait_for(f"{CLUSTER} {name} to be RUNNING", poll, done=lambda c: c.status == ClusterStatus.RUNNING,
@@ -381,8 +396,7 @@ class GkeClusters(_Gke):
                 self.wait_operation(op, location_path=parent, what=f"{CLUSTER} {name} to be deleted",
                                     action="delete", resource=name, zone=None, timeout=timeout, progress=progress)
         if wait:
-            wait_for(f"{CLUSTER} {name} to be deleted", lambda: self.get_or_none(name), done=lambda c: c is None,
-                     describe=_status, timeout=timeout, backoff=self._backoff, progress=progress)
+            self.wait_gone(name, timeout=timeout, progress=progress)
         return True
 
 
@@ -444,6 +458,11 @@ class GkeNodePools(_Gke):
         m = _split_pool(name)
         zone = pool.locations[0] if pool.locations else m["location"]
         existing = self.get_or_none(name)
+        if existing is not None and existing.status == PoolStatus.STOPPING:
+            check_owned(NODE_POOL, name, existing.config.resource_labels, deployment)
+            log.info("%s %s is being deleted; waiting for that before creating it", NODE_POOL, name)
+            self.wait_gone(name, timeout=timeout, progress=progress)
+            existing = None
         if existing is None:
             log.info("creating %s %s (%d × %s%s)", NODE_POOL, name, pool.initial_node_count,
                      pool.config.machine_type, ", Spot" if pool.config.spot else "")
@@ -536,8 +555,7 @@ class GkeNodePools(_Gke):
                                     what=f"{NODE_POOL} {name} to be deleted", action="delete", resource=name,
                                     zone=None, timeout=timeout, progress=progress)
         if wait:
-            wait_for(f"{NODE_POOL} {name} to be deleted", lambda: self.get_or_none(name), done=lambda p: p is None,
-                     describe=_status, timeout=timeout, backoff=self._backoff, progress=progress)
+            self.wait_gone(name, timeout=timeout, progress=progress)
         return True
 
 

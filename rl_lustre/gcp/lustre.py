@@ -206,6 +206,12 @@ class LustreInstances:
         name = instance.name
         m = _split(name)
         existing = self.get_or_none(name)
+        if existing is not None and existing.state == State.DELETING:
+            # A down() still in progress: let it finish, then create afresh.
+            check_owned(KIND, name, existing.labels, deployment)
+            log.info("%s %s is being deleted; waiting for that before creating it", KIND, name)
+            self.wait_gone(name, timeout=timeout, progress=progress)
+            existing = None
         if existing is None:
             log.info("creating %s %s (%d GiB, %d MB/s/TiB)", KIND, name, instance.capacity_gib,
                      instance.per_unit_storage_throughput)

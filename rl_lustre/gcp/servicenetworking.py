@@ -158,6 +158,27 @@ class PsaConnections:
             raise NotFoundError(f"{SERVICE_NETWORKING}: {KIND} {name} is missing after it was created")
         return Ensured(name, False, found)
 
+    def wait_ready(
+        self, project: str, network: str, range_name: str, *, timeout: float = TIMEOUT,
+        progress: ProgressCallback | None = None,
+    ) -> dict[str, Any]:
+        """Wait until the network's connection lists ``range_name``, and return it.
+
+        Example::
+
+            PsaConnections().wait_ready("my-project", "demo-net", "demo-psa")["peering"]
+            # 'servicenetworking-googleapis-com'
+        """
+        def describe(conn: dict[str, Any] | None) -> str:
+            return "ABSENT" if conn is None else "ranges " + ", ".join(conn.get("reservedPeeringRanges", []))
+
+        found = wait_for(f"{KIND} {connection_name(project, network)} to list {range_name}",
+                         lambda: self.get_or_none(project, network),
+                         done=lambda c: c is not None and range_name in c.get("reservedPeeringRanges", []),
+                         describe=describe, timeout=timeout, backoff=self._backoff, progress=progress)
+        assert found is not None
+        return found
+
     def delete(
         self,
         project: str,
