@@ -82,7 +82,7 @@ def test_ca_accepted_as_pem_text_bytes_or_gke_base64(fake: KubeFake) -> None:
 def test_server_certificate_is_verified_against_the_given_ca(fake: KubeFake) -> None:
     with KubeFake() as other:  # another CA
         api = kube_api_client(fake.endpoint, other.ca_pem, StaticTokenSource("t"))
-    with pytest.raises(KubernetesError, match="(?i)certificate"), translate_errors("read Secret default/x"):
+    with pytest.raises(KubernetesError, match=r"(?i)certificate"), translate_errors("read Secret default/x"):
         ResourceClient(api, "Secret", "default").get("x")
 
 
@@ -145,7 +145,8 @@ def test_token_never_appears_in_reprs() -> None:
     creds = RotatingCredentials()
     source = GoogleTokenSource(creds)
     source()
-    assert creds.token is not None and creds.token not in repr(source)
+    assert creds.token is not None
+    assert creds.token not in repr(source)
 
 
 def test_kubeconfig_with_context(fake: KubeFake, tmp_path) -> None:
@@ -193,4 +194,5 @@ def test_schema_error_message_never_quotes_secret_values(fake: KubeFake) -> None
         ResourceClient(api, "Secret", "default").create(body)
     assert "unexpected" in str(info.value)
     assert "hf_do_not_leak" not in str(info.value)
-    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert info.value.__cause__ is None
+    assert info.value.__suppress_context__

@@ -74,8 +74,11 @@ def test_create_returns_201_with_server_fields(fake: KubeFake, api) -> None:
     created = ResourceClient(api, "Secret", "team").create(secret("s"))
     meta = created["metadata"]
     assert meta["namespace"] == "team"
-    assert meta["uid"] and meta["resourceVersion"] and meta["creationTimestamp"].endswith("Z")
-    assert "stringData" not in created and created["data"] == {"KEY": "dmFsdWU="}, "stringData folds into data"
+    assert meta["uid"]
+    assert meta["resourceVersion"]
+    assert meta["creationTimestamp"].endswith("Z")
+    assert "stringData" not in created, "stringData is write-only"
+    assert created["data"] == {"KEY": "dmFsdWU="}, "stringData folds into data"
     assert fake.requests[-1].status == 201
 
 
@@ -84,7 +87,8 @@ def test_conflict_not_found_and_namespace_mismatch(api) -> None:
     secrets.create(secret("s"))
     with pytest.raises(ApiException) as info:
         secrets.create(secret("s"))
-    assert info.value.status == 409 and "already exists" in str(info.value.body)
+    assert info.value.status == 409
+    assert "already exists" in str(info.value.body)
     with pytest.raises(ApiException) as info:
         secrets.patch("nope", {"metadata": {"labels": {"a": "b"}}})
     assert info.value.status == 404
@@ -146,7 +150,8 @@ def test_watch_streams_live_changes_with_selector(fake: KubeFake, api) -> None:
         if typ == "DELETED":
             break
     thread.join()
-    assert seen[0] == ("ADDED", "target") and seen[-1] == ("DELETED", "target")
+    assert seen[0] == ("ADDED", "target")
+    assert seen[-1] == ("DELETED", "target")
     assert all(name == "target" for _, name in seen)
 
 
@@ -172,10 +177,12 @@ def test_merge_patch_keeps_server_fields_and_enforces_immutability(api) -> None:
     grown = pvcs.patch("c", {"spec": {"resources": {"requests": {"storage": "2Gi"}}}, "metadata": {"labels": {"a": "b"}}})
     assert grown["metadata"]["uid"] == pvc["metadata"]["uid"]
     assert int(grown["metadata"]["resourceVersion"]) > int(pvc["metadata"]["resourceVersion"])
-    assert grown["spec"]["resources"]["requests"]["storage"] == "2Gi" and grown["metadata"]["labels"] == {"a": "b"}
+    assert grown["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    assert grown["metadata"]["labels"] == {"a": "b"}
     with pytest.raises(ApiException) as info:
         pvcs.patch("c", {"spec": {"accessModes": ["ReadWriteOnce"]}})
-    assert info.value.status == 422 and "immutable" in str(info.value.body)
+    assert info.value.status == 422
+    assert "immutable" in str(info.value.body)
     removed = pvcs.patch("c", {"metadata": {"labels": {"a": None}}})
     assert removed["metadata"].get("labels") == {}
 
@@ -204,7 +211,8 @@ def test_unimplemented_requests_fail_loudly(fake: KubeFake, api) -> None:
 
     with pytest.raises(ApiException) as info:
         client.CoreV1Api(api).list_namespaced_config_map("default")
-    assert info.value.status == 404 and "does not implement" in str(info.value.body)
+    assert info.value.status == 404
+    assert "does not implement" in str(info.value.body)
     assert fake.unhandled == ["GET /api/v1/namespaces/default/configmaps"]
 
 
@@ -218,7 +226,8 @@ def test_operator_brings_a_raycluster_up(fake: KubeFake, api) -> None:
     assert sorted(p["metadata"]["labels"]["ray.io/node-type"] for p in pods) == ["head", "worker", "worker"]
     assert all(p["status"]["phase"] == "Running" for p in pods)
     svc = fake.get("Service", "rc-head-svc")
-    assert svc is not None and svc["spec"]["selector"] == {"ray.io/cluster": "rc", "ray.io/node-type": "head"}
+    assert svc is not None
+    assert svc["spec"]["selector"] == {"ray.io/cluster": "rc", "ray.io/node-type": "head"}
     assert {p["port"] for p in svc["spec"]["ports"]} == {8265}
 
 
@@ -240,7 +249,8 @@ def test_schema_validator_rejects_unknown_fields(fake: KubeFake, api, shared_ref
         with pytest.raises(ApiException) as info:
             ResourceClient(api, "RayCluster", "default").create(bad)
         assert info.value.status == 422
-        assert fake.rejected and "rayStartparams" in fake.rejected[0]
+        assert fake.rejected
+        assert "rayStartparams" in fake.rejected[0]
         assert fake.objects() == []
     finally:
         fake.validate = None
@@ -252,7 +262,8 @@ def test_foreground_deletion_waits_for_dependents_and_finalizers(fake: KubeFake,
     wait_for(lambda: len(fake.objects("Pod")) == 2)
     clusters.delete("rc", propagation="Foreground")
     terminating = fake.get("RayCluster", "rc")
-    assert terminating is not None and terminating["metadata"]["deletionTimestamp"]
+    assert terminating is not None
+    assert terminating["metadata"]["deletionTimestamp"]
     assert "foregroundDeletion" in terminating["metadata"]["finalizers"]
     wait_for(lambda: fake.get("RayCluster", "rc") is None)
     assert fake.objects() == [], "pods and the head service went with their owner"

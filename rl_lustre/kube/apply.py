@@ -151,7 +151,7 @@ def _subset(want: Any, have: Any) -> bool:
     if isinstance(want, Mapping):
         return isinstance(have, Mapping) and all(_subset(v, have.get(k)) for k, v in want.items())
     if isinstance(want, list):
-        return isinstance(have, list) and len(want) == len(have) and all(_subset(w, h) for w, h in zip(want, have))
+        return isinstance(have, list) and len(want) == len(have) and all(_subset(w, h) for w, h in zip(want, have, strict=True))
     return bool(want == have)
 
 
@@ -235,7 +235,7 @@ def apply_manifests(
             adopted object differs from the manifest.
     """
     targets = [_target(m, namespace) for m in manifests]
-    for manifest, (kind, _, name) in zip(manifests, targets):
+    for manifest, (kind, _, name) in zip(manifests, targets, strict=True):
         annotations = (manifest.get("metadata") or {}).get("annotations") or {}
         if kind == "PersistentVolume" and _PENDING_ANNOTATION in annotations:
             raise NotReadyError(
@@ -243,7 +243,7 @@ def apply_manifests(
                 "create() or refresh() the LustreVolume, then build the manifests again"
             )
     applied = []
-    for manifest, (kind, ns, name) in zip(manifests, targets):
+    for manifest, (kind, ns, name) in zip(manifests, targets, strict=True):
         applied.append(_apply_one(api_client, _desired(manifest, deployment, ns), kind, ns, name, deployment, timeout))
     return applied
 

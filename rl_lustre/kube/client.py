@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CLOUD_PLATFORM_SCOPE",
     "EMULATOR_TOKEN",
-    "GoogleTokenSource",
     "KINDS",
+    "GoogleTokenSource",
     "Kind",
     "ResourceClient",
     "StaticTokenSource",
@@ -213,7 +213,7 @@ def kube_api_client(endpoint: str, ca_pem: bytes | str, token_source: TokenSourc
     def refresh(cfg: Configuration) -> None:
         cfg.api_key["BearerToken"] = source()
 
-    config.refresh_api_key_hook = refresh
+    config.refresh_api_key_hook = refresh  # type: ignore[assignment]  # the client types it as None
     logger.debug("Kubernetes API client for %s", host)
     return ApiClient(config)
 
@@ -280,9 +280,10 @@ def ssl_context(configuration: Configuration) -> ssl.SSLContext | None:
 def auth_headers(configuration: Configuration) -> dict[str, str]:
     """The authentication headers a request made now would carry (a fresh token)."""
     headers: dict[str, str] = {}
-    for setting in configuration.auth_settings().values():
+    settings: Any = configuration.auth_settings()
+    for setting in settings.values():
         if setting.get("in") == "header" and setting.get("value"):
-            headers[setting["key"]] = setting["value"]
+            headers[str(setting["key"])] = str(setting["value"])
     if configuration.username or configuration.password:
         basic = configuration.get_basic_auth_token()
         if basic:

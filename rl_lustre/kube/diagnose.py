@@ -166,8 +166,9 @@ def explain_pod(pod: Obj, events: Iterable[Obj] = ()) -> list[Problem]:
         container = cs.get("name", "?")
         if reason in _IMAGE_PULL:
             image = cs.get("image") or "?"
-            failed = [str(e.get("message")) for e in own_events if e.get("reason") == "Failed" and "pull" in str(e.get("message", "")).lower()]
-            detail = failed[-1] if failed else waiting.get("message") or reason
+            pull_errors = [str(e.get("message")) for e in own_events
+                           if e.get("reason") == "Failed" and "pull" in str(e.get("message", "")).lower()]
+            detail = pull_errors[-1] if pull_errors else waiting.get("message") or reason
             problems.append(Problem(
                 "ImagePull", name,
                 f"container {container} cannot pull image {image!r} ({reason}): {detail}. Check the image name "

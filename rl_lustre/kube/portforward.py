@@ -20,6 +20,7 @@ while it connects, which races with other threads using that client.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
 import socket
@@ -348,10 +349,8 @@ def _container_port(pod: Mapping[str, Any], target: Any) -> int | None:
 
 
 def _shutdown(conn: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         conn.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     conn.close()
 
 

@@ -11,9 +11,18 @@ from __future__ import annotations
 
 import copy
 import time
+
 import attrs
 
-from ._kube_store import Obj, Store, labels_of, now_rfc3339, owned_by, owner_reference, random_suffix
+from ._kube_store import (
+    Obj,
+    Store,
+    labels_of,
+    now_rfc3339,
+    owned_by,
+    owner_reference,
+    random_suffix,
+)
 
 GPU = "nvidia.com/gpu"
 HEAD_SERVICE_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080, "serve": 8000}
@@ -142,14 +151,14 @@ class Controllers:
         self._collect_garbage()
         self._bind_volumes()
         if not self.faults.no_operator:
-            for rc in self.store.list("RayCluster"):
+            for rc in self.store.find("RayCluster"):
                 if not rc["metadata"].get("deletionTimestamp"):
                     self._reconcile_raycluster(rc)
-        for pod in self.store.list("Pod"):
+        for pod in self.store.find("Pod"):
             if not pod["metadata"].get("deletionTimestamp"):
                 self._advance_pod(pod)
         if not self.faults.no_operator:
-            for rc in self.store.list("RayCluster"):
+            for rc in self.store.find("RayCluster"):
                 if not rc["metadata"].get("deletionTimestamp"):
                     self._raycluster_status(rc)
 
@@ -189,20 +198,20 @@ class Controllers:
     # garbage collector
 
     def _collect_garbage(self) -> None:
-        live_uids = {o["metadata"]["uid"] for o in self.store.list()}
-        for obj in self.store.list():
+        live_uids = {o["metadata"]["uid"] for o in self.store.find()}
+        for obj in self.store.find():
             meta = obj["metadata"]
             refs = meta.get("ownerReferences") or []
             if refs and not meta.get("deletionTimestamp") and not any(r.get("uid") in live_uids for r in refs):
                 # Owner gone (background propagation): collect the orphan.
                 self.store.mark_deleted(obj["kind"], meta.get("namespace"), meta["name"], foreground=False)
-        for obj in self.store.list(match=lambda o: bool(o["metadata"].get("deletionTimestamp"))):
+        for obj in self.store.find(match=lambda o: bool(o["metadata"].get("deletionTimestamp"))):
             self._finish_deletion(obj)
 
     def _finish_deletion(self, obj: Obj) -> None:
         meta = obj["metadata"]
         uid = meta["uid"]
-        dependents = self.store.list(match=lambda o: owned_by(o, uid))
+        dependents = self.store.find(match=lambda o: owned_by(o, uid))
         for dep in dependents:
             if not dep["metadata"].get("deletionTimestamp"):
                 self.store.mark_deleted(dep["kind"], dep["metadata"].get("namespace"), dep["metadata"]["name"], foreground=False)
@@ -230,7 +239,7 @@ class Controllers:
 
     def _claim_in_use(self, pvc: Obj) -> bool:
         name, ns = pvc["metadata"]["name"], pvc["metadata"].get("namespace")
-        for pod in self.store.list("Pod", ns):
+        for pod in self.store.find("Pod", ns):
             for vol in (pod.get("spec") or {}).get("volumes") or []:
                 if (vol.get("persistentVolumeClaim") or {}).get("claimName") == name:
                     return True
@@ -244,7 +253,7 @@ class Controllers:
     # PV binder
 
     def _bind_volumes(self) -> None:
-        for pvc in self.store.list("PersistentVolumeClaim"):
+        for pvc in self.store.find("PersistentVolumeClaim"):
             meta = pvc["metadata"]
             if meta.get("deletionTimestamp") or (pvc.get("status") or {}).get("phase") == "Bound":
                 continue
@@ -264,7 +273,7 @@ class Controllers:
 
     def _matching_volume(self, pvc: Obj) -> Obj | None:
         wanted = (pvc.get("spec") or {}).get("volumeName")
-        for pv in self.store.list("PersistentVolume"):
+        for pv in self.store.find("PersistentVolume"):
             if pv["metadata"].get("deletionTimestamp"):
                 continue
             ref = (pv.get("spec") or {}).get("claimRef") or {}
@@ -301,7 +310,7 @@ class Controllers:
         meta = rc["metadata"]
         name, ns = meta["name"], meta.get("namespace") or "default"
         spec = rc.get("spec") or {}
-        owned = self.store.list(match=lambda o: owned_by(o, meta["uid"]))
+        owned = self.store.find(match=lambda o: owned_by(o, meta["uid"]))
         head_group = spec.get("headGroupSpec") or {}
         service_name = f"{name}-head-svc"
         if not any(o["kind"] == "Service" for o in owned):
@@ -374,7 +383,7 @@ class Controllers:
     def _raycluster_status(self, rc: Obj) -> None:
         meta = rc["metadata"]
         name, ns = meta["name"], meta.get("namespace") or "default"
-        pods = [p for p in self.store.list("Pod", ns, lambda o: owned_by(o, meta["uid"])) if not p["metadata"].get("deletionTimestamp")]
+        pods = [p for p in self.store.find("Pod", ns, lambda o: owned_by(o, meta["uid"])) if not p["metadata"].get("deletionTimestamp")]
         head = next((p for p in pods if labels_of(p).get("ray.io/node-type") == "head"), None)
         workers = [p for p in pods if labels_of(p).get("ray.io/node-type") == "worker"]
         service = self.store.get("Service", ns, f"{name}-head-svc")

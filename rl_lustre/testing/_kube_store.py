@@ -16,7 +16,7 @@ import random
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -105,37 +105,42 @@ _REQUIREMENT = re.compile(
 )
 
 
+@attrs.frozen
+class _Requirement:
+    """One term of a label selector: ``key op values``."""
+
+    key: str
+    op: str  # "exists", "!exists", "in", "notin"
+    values: frozenset[str] = frozenset()
+
+    def __call__(self, labels: Mapping[str, str]) -> bool:
+        if self.op == "exists":
+            return self.key in labels
+        if self.op == "!exists":
+            return self.key not in labels
+        inside = self.key in labels and labels[self.key] in self.values
+        return inside if self.op == "in" else not inside
+
+
 def parse_label_selector(text: str | None) -> Callable[[Mapping[str, str]], bool]:
     """A predicate on labels for a label selector (``a=b,c!=d,e in (f,g),!h``)."""
-    if not text:
-        return lambda labels: True
-    checks: list[Callable[[Mapping[str, str]], bool]] = []
+    terms: list[_Requirement] = []
     pos = 0
-    while pos < len(text):
+    while text and pos < len(text):
         m = _REQUIREMENT.match(text, pos)
         if m is None or m.end() == pos:
             raise ApiError(400, "BadRequest", f"unable to parse requirement: invalid label selector {text!r}")
         pos = m.end()
         if m["not"]:
-            key = m["nkey"]
-            checks.append(lambda labels, key=key: key not in labels)
+            terms.append(_Requirement(m["nkey"], "!exists"))
         elif m["op"]:
-            key, op, value = m["key"], m["op"], m["value"]
-            if op == "!=":
-                checks.append(lambda labels, key=key, value=value: labels.get(key) != value)
-            else:
-                checks.append(lambda labels, key=key, value=value: labels.get(key) == value)
+            terms.append(_Requirement(m["key"], "notin" if m["op"] == "!=" else "in", frozenset({m["value"]})))
         elif m["setop"]:
-            key = m["key"]
-            values = {v.strip() for v in m["values"].split(",") if v.strip()}
-            if m["setop"] == "in":
-                checks.append(lambda labels, key=key, values=values: labels.get(key) in values)
-            else:
-                checks.append(lambda labels, key=key, values=values: labels.get(key) not in values)
+            values = frozenset(v.strip() for v in m["values"].split(",") if v.strip())
+            terms.append(_Requirement(m["key"], m["setop"], values))
         else:
-            key = m["key"]
-            checks.append(lambda labels, key=key: key in labels)
-    return lambda labels: all(check(labels) for check in checks)
+            terms.append(_Requirement(m["key"], "exists"))
+    return lambda labels: all(term(labels) for term in terms)
 
 
 def _field(obj: Obj, path: str) -> str:
@@ -147,19 +152,15 @@ def _field(obj: Obj, path: str) -> str:
 
 def parse_field_selector(text: str | None) -> Callable[[Obj], bool]:
     """A predicate on objects for a field selector (``metadata.name=x,status.phase!=Running``)."""
-    if not text:
-        return lambda obj: True
-    checks: list[Callable[[Obj], bool]] = []
-    for term in text.split(","):
+    terms: list[tuple[str, bool, str]] = []  # (path, equal, value)
+    for term in (text or "").split(","):
+        if not term.strip():
+            continue
         m = re.fullmatch(r"\s*([A-Za-z0-9_.]+)\s*(==|=|!=)\s*(.*?)\s*", term)
         if m is None:
             raise ApiError(400, "BadRequest", f"invalid field selector {text!r}")
-        path, op, value = m.groups()
-        if op == "!=":
-            checks.append(lambda obj, path=path, value=value: _field(obj, path) != value)
-        else:
-            checks.append(lambda obj, path=path, value=value: _field(obj, path) == value)
-    return lambda obj: all(check(obj) for check in checks)
+        terms.append((m[1], m[2] != "!=", m[3]))
+    return lambda obj: all((_field(obj, path) == value) == equal for path, equal, value in terms)
 
 
 # --- patches ---------------------------------------------------------------------
@@ -231,7 +232,7 @@ class Store:
             raise ApiError(404, "NotFound", f'{info.resource} "{name}" not found', {"name": name, "kind": info.plural})
         return obj
 
-    def list(
+    def find(
         self,
         kind: str | None = None,
         namespace: str | None = None,
@@ -462,7 +463,3 @@ def owner_reference(owner: Obj) -> Obj:
 
 def labels_of(obj: Obj) -> dict[str, str]:
     return dict(obj.get("metadata", {}).get("labels") or {})
-
-
-def names(objs: Iterable[Obj]) -> list[str]:
-    return [o["metadata"]["name"] for o in objs]

@@ -54,8 +54,19 @@ import attrs
 
 from ._kube_certs import make_certs
 from ._kube_operator import Controllers, KubeFaults, KubeTimings
-from ._kube_store import BY_PATH, KINDS, ApiError, Gone, KindInfo, Obj, Store, Watcher, labels_of
-from ._kube_store import parse_field_selector, parse_label_selector
+from ._kube_store import (
+    BY_PATH,
+    KINDS,
+    ApiError,
+    Gone,
+    KindInfo,
+    Obj,
+    Store,
+    Watcher,
+    labels_of,
+    parse_field_selector,
+    parse_label_selector,
+)
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -128,7 +139,7 @@ def _crd_validator(crd_path: str) -> Any:
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    crd = yaml.load(Path(crd_path).read_text(), Loader=loader)  # noqa: S506 - a safe loader
+    crd = yaml.load(Path(crd_path).read_text(), Loader=loader)
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
     schema = _forbid_unknown(version["schema"]["openAPIV3Schema"])
     cls = jsonschema.validators.validator_for(schema)
@@ -368,7 +379,7 @@ class KubeFake:
         with self._store.lock:
             return [
                 copy.deepcopy(o)
-                for o in self._store.list(kind, namespace)
+                for o in self._store.find(kind, namespace)
                 if include_events or kind == "Event" or o["kind"] != "Event"
             ]
 
@@ -437,7 +448,7 @@ class KubeFake:
         record = RequestRecord(request.method, request.path, request.query_string, token)
         self.requests.append(record)
         try:
-            if self.tokens is None and not token or self.tokens is not None and token not in self.tokens:
+            if (self.tokens is None and not token) or (self.tokens is not None and token not in self.tokens):
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             if request.path == "/version" and request.method == "GET":
                 response: web.StreamResponse = web.json_response(
@@ -473,7 +484,7 @@ class KubeFake:
                 if query.get("watch") in ("true", "1"):
                     return await self._watch(request, info, ns, record)
                 return web.json_response(self._list(info, ns, query))
-            if method == "POST" and ns is not None or method == "POST" and not info.namespaced:
+            if method == "POST" and (ns is not None or not info.namespaced):
                 body = await self._json_body(request)
                 return web.json_response(self._create(info, ns, body), status=201)
             return self._unhandled(request)
@@ -556,7 +567,7 @@ class KubeFake:
         labels = parse_label_selector(query.get("labelSelector"))
         fields = parse_field_selector(query.get("fieldSelector"))
         with self._store.lock:
-            items = self._store.list(info.kind, ns, lambda o: labels(labels_of(o)) and fields(o))
+            items = self._store.find(info.kind, ns, lambda o: labels(labels_of(o)) and fields(o))
             rv = str(self._store.rv)
         if info.api_version == "v1":
             # Like the real server, typed core lists leave kind/apiVersion off their items.
@@ -580,7 +591,7 @@ class KubeFake:
         # No await between reading the backlog and registering: no event can slip between.
         try:
             if since in (None, "", "0"):
-                backlog = [("ADDED", copy.deepcopy(o)) for o in self._store.list(info.kind, ns, watcher.match)]
+                backlog = [("ADDED", copy.deepcopy(o)) for o in self._store.find(info.kind, ns, watcher.match)]
             else:
                 backlog = self._store.events_since(int(since), watcher)
         except (Gone, ValueError) as exc:
@@ -598,14 +609,14 @@ class KubeFake:
             while (remaining := deadline - loop.time()) > 0:
                 try:
                     # Wake up now and then to notice a client that went away.
-                    event = await asyncio.wait_for(queue.get(), min(remaining, 0.5))
+                    live = await asyncio.wait_for(queue.get(), min(remaining, 0.5))
                 except asyncio.TimeoutError:
                     if request.transport is None or request.transport.is_closing():
                         break
                     continue
-                if event is None:
+                if live is None:
                     break
-                await response.write(_event_line(event))
+                await response.write(_event_line(live))
             await response.write_eof()
         except (ConnectionError, RuntimeError):
             pass  # the client went away
@@ -649,9 +660,11 @@ class KubeFake:
                     raise ConnectionRefusedError("connection refused")
                 reader, writer = await asyncio.open_connection(*target)
             except OSError as exc:
+                why = "connect: connection refused" if isinstance(exc, ConnectionRefusedError) else str(exc)
                 message = (
                     f"an error occurred forwarding {port} -> {port}: error forwarding port {port} to pod "
-                    f"{pod['metadata']['uid']}, uid : failed to connect to localhost:{port} inside namespace: {exc}"
+                    f"{pod['metadata']['uid']}, uid : failed to connect to localhost:{port} inside namespace "
+                    f'"{name}": dial tcp4 127.0.0.1:{port}: {why}'
                 )
                 await ws.send_bytes(b"\x01" + message.encode())
                 await ws.close()
