@@ -123,8 +123,11 @@ def test_fail_operation_ends_the_lro_with_an_error(gcp: FakeGCP) -> None:
 def test_fault_and_latency_keys_are_checked() -> None:
     with pytest.raises(ValueError, match=r"lustre\.create"):
         FakeGCP(latency={"lustre.make": 1.0})
-    with FakeGCP() as gcp, pytest.raises(ValueError, match=r"lustre\.CreateInstance"):
-        gcp.faults.fail_call("lustre.MakeInstance")
+    with FakeGCP() as gcp:
+        with pytest.raises(ValueError, match=r"lustre\.CreateInstance"):
+            gcp.faults.fail_call("lustre.MakeInstance")
+        with pytest.raises(ValueError, match="HTTP status"):
+            gcp.faults.fail_operation("gke.CreateNodePool", code=8)
     assert "gke.create_node_pool" in DEFAULT_LATENCY
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import grpc
 import pytest
 from google.cloud import container_v1
 
@@ -216,7 +217,7 @@ def test_spot_stockout_names_zone_and_what_to_try(gcp: FakeGCP) -> None:
     name = clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1",
                              deployment="demo").name
     gcp.faults.fail_operation(
-        "gke.CreateNodePool", code=8,
+        "gke.CreateNodePool", code=grpc.StatusCode.RESOURCE_EXHAUSTED,
         message="ZONE_RESOURCE_POOL_EXHAUSTED: The zone 'projects/my-project/zones/us-east1-b' does not have "
                 "enough resources available to fulfill the request.")
     with pytest.raises(QuotaExceededError) as info:

@@ -194,6 +194,8 @@ def test_transient_classification() -> None:
     assert is_transient(gexc.TooManyRequests(
         "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of service 'compute.googleapis.com'"))
     assert is_transient(gexc.FailedPrecondition("Cluster is running incompatible operation operation-1"))
+    assert is_transient(gexc.BadRequest("The resource 'projects/p/global/networks/n' is not ready"))
+    assert not is_transient(gexc.BadRequest("Invalid value for field 'resource.name'"))
     assert not is_transient(gexc.ResourceExhausted("Quota 'NVIDIA_B200_GPUS' exceeded. Limit: 0.0 in region us-east1."))
     assert not is_transient(gexc.ResourceExhausted("ZONE_RESOURCE_POOL_EXHAUSTED"))
     assert not is_transient(gexc.PermissionDenied("no"))

@@ -41,11 +41,13 @@ _channels: dict[str, Any] = {}
 def grpc_emulator() -> str | None:
     """The ``host:port`` of the gRPC emulator, or None to use Google's endpoints.
 
-    Example:
-        >>> import os
-        >>> os.environ.pop("RL_LUSTRE_GCP_EMULATOR_HOST", None) and None
-        >>> grpc_emulator() is None
-        True
+    Example::
+
+        # RL_LUSTRE_GCP_EMULATOR_HOST=127.0.0.1:8085
+        grpc_emulator()  # '127.0.0.1:8085'
+
+    Raises:
+        ConfigError: the variable is set but is not ``host:port``.
     """
     value = os.environ.get(GRPC_EMULATOR_ENV, "").strip()
     if not value:
@@ -59,11 +61,13 @@ def grpc_emulator() -> str | None:
 def rest_emulator() -> str | None:
     """The base URL of the REST emulator (no trailing slash), or None for Google's endpoints.
 
-    Example:
-        >>> import os
-        >>> os.environ.pop("RL_LUSTRE_GCP_REST_EMULATOR", None) and None
-        >>> rest_emulator() is None
-        True
+    Example::
+
+        # RL_LUSTRE_GCP_REST_EMULATOR=http://127.0.0.1:8086/
+        rest_emulator()  # 'http://127.0.0.1:8086'
+
+    Raises:
+        ConfigError: the variable is set but is not an http(s) base URL.
     """
     value = os.environ.get(REST_EMULATOR_ENV, "").strip()
     if not value:
@@ -76,6 +80,10 @@ def rest_emulator() -> str | None:
 
 def credentials() -> Any:
     """Application Default Credentials with the cloud-platform scope.
+
+    Example::
+
+        creds = credentials()   # after `gcloud auth application-default login`
 
     Raises:
         GCPError: no credentials are configured; the message says how to set them up.
@@ -146,7 +154,12 @@ def grpc_client(client_cls: type[T], transport_cls: type[Any]) -> T:
 
 
 def lustre() -> Any:
-    """The cached ``google.cloud.lustre_v1.LustreClient``."""
+    """The cached ``google.cloud.lustre_v1.LustreClient``.
+
+    Example::
+
+        list(lustre().list_instances(parent="projects/my-project/locations/-"))
+    """
     from google.cloud.lustre_v1 import LustreClient
     from google.cloud.lustre_v1.services.lustre.transports import LustreGrpcTransport
 
@@ -154,7 +167,12 @@ def lustre() -> Any:
 
 
 def cluster_manager() -> Any:
-    """The cached ``google.cloud.container_v1.ClusterManagerClient``."""
+    """The cached ``google.cloud.container_v1.ClusterManagerClient``.
+
+    Example::
+
+        cluster_manager().list_clusters(parent="projects/my-project/locations/-").clusters
+    """
     from google.cloud.container_v1 import ClusterManagerClient
     from google.cloud.container_v1.services.cluster_manager.transports import (
         ClusterManagerGrpcTransport,
@@ -198,6 +216,11 @@ def compute(client_cls: type[T]) -> T:
 def http_session(api: str, google_url: str) -> tuple[Any, str]:
     """An authorised ``requests`` session and the base URL for a REST API that has no
     Google client library (Service Networking).
+
+    Example::
+
+        session, base = http_session("servicenetworking", SERVICE_NETWORKING_URL)
+        session.get(f"{base}/v1/operations/...")
 
     Returns:
         ``(session, base_url)``; the base URL is the emulator's when one is configured.

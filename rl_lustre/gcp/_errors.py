@@ -133,8 +133,12 @@ _RATE = re.compile(
     re.IGNORECASE,
 )
 _QUOTA = re.compile(r"quota|QUOTA_EXCEEDED", re.IGNORECASE)
-# GKE runs one mutating operation per cluster at a time and asks callers to come back.
-_BUSY = re.compile(r"incompatible operation|please wait and try again|currently (?:being|running)", re.IGNORECASE)
+# GKE runs one mutating operation per cluster at a time and asks callers to come back;
+# Compute refuses to use a resource that an operation is still setting up.
+_BUSY = re.compile(
+    r"incompatible operation|please wait and try again|currently (?:being|running)|resourceNotReady|is not ready",
+    re.IGNORECASE,
+)
 _SERVICE_DISABLED = re.compile(r"SERVICE_DISABLED|has not been used in project|is disabled", re.IGNORECASE)
 
 
@@ -187,7 +191,7 @@ def _kind(exc: BaseException) -> str:
         return "unavailable"
     if isinstance(exc, gexc.RetryError):
         return "unavailable"
-    if isinstance(exc, gexc.FailedPrecondition) and _BUSY.search(text):
+    if isinstance(exc, gexc.BadRequest) and _BUSY.search(text):
         return "busy"
     if isinstance(exc, (gexc.PermissionDenied, gexc.Forbidden)):
         return "quota" if _QUOTA.search(text) else "permission"
@@ -209,7 +213,7 @@ TRANSIENT = frozenset({"unavailable", "rate_limit", "busy"})
 
 def is_transient(exc: BaseException) -> bool:
     """True for failures worth retrying: unavailable, deadline exceeded, rate limited,
-    or a GKE cluster busy with another operation.
+    a GKE cluster busy with another operation, or a Compute resource not ready yet.
 
     Example:
         >>> from google.api_core import exceptions

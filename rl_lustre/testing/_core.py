@@ -150,6 +150,9 @@ class Faults:
             raise ValueError(f"no fake method matches {fault.pattern!r}; methods: {', '.join(known)}")
         if fault.times < 1 or fault.after < 0:
             raise ValueError("times must be at least 1 and after at least 0")
+        if isinstance(fault.code, int) and not 400 <= fault.code <= 599:
+            raise ValueError(f"code {fault.code}: a number is an HTTP status (400-599); "
+                             "pass a grpc.StatusCode for a gRPC status")
         with self._lock:
             self._faults.append(fault)
 
