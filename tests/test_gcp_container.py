@@ -180,11 +180,14 @@ def test_node_pool_create_adopt_delete_then_cluster_delete(gcp: FakeGCP) -> None
 def test_node_pool_waits_for_a_busy_cluster(gcp: FakeGCP) -> None:
     name = clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1",
                              deployment="demo", wait=False).name
-    # GKE refuses pool creation while the cluster provisions; the adapter retries.
-    patient = GkeNodePools(backoff=FAST_BACKOFF, retry=RetryPolicy(attempts=30, initial=0.01, maximum=0.02))
+    # GKE refuses pool creation while the cluster provisions; the adapter keeps trying
+    # for the busy timeout, not just the few attempts other transient errors get.
+    patient = GkeNodePools(backoff=FAST_BACKOFF,
+                           retry=RetryPolicy(attempts=2, initial=0.005, maximum=0.01, busy_timeout=5))
     done = patient.create(node_pool_request(PLAN, "gpu-pool"), cluster=name, deployment="demo")
     assert done.resource.status == container_v1.NodePool.Status.RUNNING
     outcomes = [r.outcome for r in gcp.requests if r.method == "gke.CreateNodePool"]
+    assert len(outcomes) > 2
     assert outcomes[0] == "FAILED_PRECONDITION"
     assert outcomes[-1] == "ok"
 

@@ -220,3 +220,17 @@ def test_missing_credentials_explain_how_to_log_in(monkeypatch: pytest.MonkeyPat
     with pytest.raises(GCPError, match="application-default login") as info:
         _clients.credentials()
     assert type(info.value.__cause__).__module__.startswith("google.auth")
+
+
+def test_busy_is_retried_until_the_busy_timeout() -> None:
+    tries = []
+
+    def busy() -> None:
+        tries.append(1)
+        raise gexc.FailedPrecondition("Cluster is running incompatible operation operation-7")
+
+    policy = RetryPolicy(attempts=2, initial=0.001, maximum=0.005, busy_timeout=0.1)
+    with pytest.raises(GCPError, match="another operation is still running") as info:
+        call(Call(CONTAINER, "create", "GKE node pool gpu-pool"), busy, policy=policy)
+    assert len(tries) > 2
+    assert isinstance(info.value.__cause__, gexc.FailedPrecondition)

@@ -104,6 +104,9 @@ ADC = Call(
 class RetryPolicy:
     """How often a transient failure is retried: capped exponential backoff with jitter.
 
+    A GKE cluster busy with another operation (which can last minutes) is retried for
+    up to ``busy_timeout`` seconds instead of ``attempts`` times.
+
     Example:
         >>> RetryPolicy(attempts=3, initial=0.01, maximum=0.05).attempts
         3
@@ -112,6 +115,7 @@ class RetryPolicy:
     attempts: int = 5
     initial: float = 1.0
     maximum: float = 16.0
+    busy_timeout: float = 1200.0
 
 
 DEFAULT_RETRY = RetryPolicy()
@@ -283,7 +287,10 @@ def translate(exc: BaseException, call: Call, *, attempts: int = 1) -> RLLustreE
         return NotFoundError(f"{api}: {call.resource or 'resource'} not found while trying to {call.action}. ({text})")
     if kind == "already_exists":
         return AlreadyExistsError(f"{api}: {call.resource} already exists. ({text})")
-    if kind in ("unavailable", "busy"):
+    if kind == "busy":
+        return GCPError(f"{api}: {call.what()} was refused for {attempts} attempt(s) because another operation "
+                        f"is still running on it; retry later. ({text})")
+    if kind == "unavailable":
         return GCPError(f"{api} was still unavailable for {call.what()} after {attempts} attempt(s). ({text})")
     if call is ADC:
         return GCPError(
@@ -366,8 +373,14 @@ def call(call: Call, fn: Callable[..., T], *args: Any, policy: RetryPolicy | Non
                     call.api.service, call.what(), state.attempt_number, policy.attempts,
                     state.next_action.sleep if state.next_action else 0.0, exc)
 
+    def stop(state: tenacity.RetryCallState) -> bool:
+        exc = state.outcome.exception() if state.outcome else None
+        if exc is not None and is_foreign(exc) and _kind(exc) == "busy":
+            return state.seconds_since_start is not None and state.seconds_since_start >= policy.busy_timeout
+        return state.attempt_number >= policy.attempts
+
     retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(policy.attempts),
+        stop=stop,
         wait=tenacity.wait_exponential(multiplier=policy.initial, max=policy.maximum)
         + tenacity.wait_random(0, policy.initial),
         retry=tenacity.retry_if_exception(is_transient),
