@@ -68,7 +68,11 @@ class Diagnosis:
         return {p.reason for p in self.problems}
 
     def __str__(self) -> str:
-        lines = [self.summary] + [f"  - {p}" for p in self.problems]
+        lines = [self.summary]
+        for p in self.problems:
+            first, *rest = str(p).splitlines() or [""]
+            lines.append(f"  - {first}")
+            lines += [f"      {line}" for line in rest]
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -86,7 +90,11 @@ def _events_for(obj: Obj, events: Iterable[Obj]) -> list[Obj]:
     found = []
     for ev in events:
         involved = ev.get("involvedObject") or ev.get("regarding") or {}
-        if (uid and involved.get("uid") == uid) or (involved.get("name") == name and involved.get("kind") == kind):
+        if uid and involved.get("uid"):
+            # A same-named object from before (a replaced pod) has another uid.
+            if involved["uid"] == uid:
+                found.append(ev)
+        elif involved.get("name") == name and involved.get("kind") == kind:
             found.append(ev)
     return sorted(found, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
@@ -116,7 +124,7 @@ def _unschedulable(obj_name: str, message: str, pod: Obj, events: Sequence[Obj])
         )
     if "node affinity/selector" in text:
         shown = ", ".join(f"{k}={v}" for k, v in sorted(selector.items())) or "its node affinity"
-        hint = f" The cluster autoscaler says: {autoscaler[-1]}" if autoscaler else ""
+        hint = f" The cluster autoscaler says: {autoscaler[-1].rstrip('.')}." if autoscaler else ""
         return Problem(
             "NodeSelector", obj_name,
             f"no node matches {shown} ({message}).{hint} Does a node pool with these labels exist "
