@@ -143,7 +143,6 @@ class RestFake:
                           "errors": [{"message": err.message, "domain": "global",
                                       "reason": err.reason or err.grpc_code.name.lower()}]}}
 
-    # Compute ------------------------------------------------------------------------------
 
     def _link(self, path: str) -> str:
         return f"{self.base}/compute/v1/{path}"
@@ -370,7 +369,6 @@ class RestFake:
         return self._delete(self.core.firewalls, (project, name), f"projects/{project}/global/firewalls/{name}",
                             project, None, "firewall", "compute.delete_firewall", [])
 
-    # Service Networking -------------------------------------------------------------------
 
     def _consumer(self, network: str) -> tuple[str, str]:
         m = re.fullmatch(r"projects/([^/]+)/global/networks/([^/]+)", network or "")
