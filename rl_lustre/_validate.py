@@ -85,6 +85,7 @@ def one_of(choices: Iterable[Any], *, optional: bool = False) -> Validator:
 # https://cloud.google.com/resource-manager/docs/labels-overview#requirements
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+_RESERVED_LABELS = ("managed-by", "rl-lustre-deployment")
 
 
 def gcp_labels(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -93,6 +94,8 @@ def gcp_labels(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     if len(value) > 60:
         fail(inst, attr.name, value, "at most 60 labels (64 less the ones rl_lustre adds)")
     for k, v in value.items():
+        if k in _RESERVED_LABELS:
+            fail(inst, f"{attr.name}[{k!r}]", k, "is set by rl_lustre itself to mark what it owns")
         if not isinstance(k, str) or not _LABEL_KEY.fullmatch(k):
             fail(
                 inst,

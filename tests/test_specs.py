@@ -146,6 +146,8 @@ INVALID: list[tuple[Any, dict[str, Any], str, str]] = [
     (Cluster, {**GKE, "secrets": ["HF_TOKEN", "HF_TOKEN"]}, "secrets", "unique"),
     (Cluster, {**GKE, "labels": {"Team": "rl"}}, "labels['Team']", "label keys"),
     (Cluster, {**GKE, "labels": {"team": "R&D"}}, "labels['team']", "label values"),
+    (Cluster, {**GKE, "labels": {"managed-by": "me"}}, "labels['managed-by']", "set by rl_lustre"),
+    (V, {"name": "v", "labels": {"rl-lustre-deployment": "x"}}, "labels['rl-lustre-deployment']", "set by rl_lustre"),
     (Cluster, {**GKE, "network": "My_Net"}, "network", "VPC network name"),
     (Cluster, {**GKE, "volume": "my-lustre"}, "volume", "must be a LustreVolume"),
     (Cluster, {**GKE, "volume": V(name="v", zone="us-east1-c")}, "volume", "cluster's zone"),
