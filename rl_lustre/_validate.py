@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from .catalog import LABEL_DEPLOYMENT, LABEL_MANAGED_BY
 from .errors import ConfigError
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
@@ -85,7 +86,7 @@ def one_of(choices: Iterable[Any], *, optional: bool = False) -> Validator:
 # https://cloud.google.com/resource-manager/docs/labels-overview#requirements
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
-_RESERVED_LABELS = ("managed-by", "rl-lustre-deployment")
+_RESERVED_LABELS = (LABEL_MANAGED_BY, LABEL_DEPLOYMENT)
 
 
 def gcp_labels(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:

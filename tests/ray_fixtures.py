@@ -63,10 +63,21 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         mp.setenv("HF_TOKEN", FAKE_HF_TOKEN)
         mp.setenv("OTHER_API_KEY", FAKE_OTHER_KEY)
         cluster.up()
+    temp_dir = cluster._backend().temp_dir  # type: ignore[attr-defined]
+    # The session ends the way a script fails: by an exception inside the with block,
+    # which must tear the head down (and every job driver it started) all the same.
     try:
-        yield cluster
-    finally:
-        temp_dir = cluster._backend().temp_dir  # type: ignore[attr-defined]
-        cluster.down()
-        left = ray_processes(temp_dir)
-        assert not left, f"processes of the session's Ray head survived down(): {left}"
+        with cluster:  # adopts the head up() started
+            yield cluster
+            raise _SessionOver
+    except _SessionOver:
+        pass
+    left = ray_processes(temp_dir)
+    assert not left, (
+        f"processes of the session's Ray head survived an exception in its with block: {left}"
+    )
+    assert not temp_dir.exists()
+
+
+class _SessionOver(Exception):
+    """Raised inside the session cluster's with block at the end of the session."""

@@ -291,3 +291,12 @@ def test_delete_timeout_names_what_is_stuck(fake: KubeFake, api) -> None:
     with pytest.raises(WaitTimeoutError, match="PersistentVolumeClaim default/lustre-pvc to be deleted") as info:
         delete_manifests(api, ms[1:2], deployment=DEPLOYMENT, timeout=1)
     assert "kubernetes.io/pvc-protection" in str(info.value.last_state)
+
+
+def test_missing_kuberay_crd_is_explained_and_cleanup_still_works(fake: KubeFake, api) -> None:
+    fake.faults.no_crd = True
+    with pytest.raises(KubernetesError, match="KubeRay operator installed"):
+        apply_manifests(api, manifests(), deployment=DEPLOYMENT)
+    assert {o["kind"] for o in fake.objects()} == {"PersistentVolume", "PersistentVolumeClaim", "Secret"}
+    assert len(delete_deployment(api, DEPLOYMENT, timeout=20)) == 3
+    assert fake.objects() == []

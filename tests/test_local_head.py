@@ -1,7 +1,8 @@
 """The local Ray head: loopback only, token auth, and nothing of ours left after it stops.
 
-Three heads are started here on purpose (start-up and teardown are what is tested);
-the other tests share the session's head from ``ray_fixtures``.
+Besides the session's head (``ray_fixtures``, whose teardown checks the exception
+path of ``with cluster:``), one more head is started here, for keep, adoption by
+another process and Ctrl-C; readiness is checked against stand-in heads.
 """
 
 from __future__ import annotations
@@ -184,9 +185,30 @@ def _fail_inside(cluster: Cluster, exc: Exception, seen: list[LocalHead]) -> Non
         raise exc
 
 
-def test_keep_leaves_the_head_a_new_object_adopts_it_and_an_exception_stops_it(
+_CTRL_C_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from rl_lustre import Cluster, GRPOJob
+
+    cluster = Cluster.local(sys.argv[1], volume_dir=sys.argv[2], rehearsal_step_seconds=120)
+    with cluster:
+        head = cluster._backend().head
+        print("HEAD", head.pid, head.temp_dir, flush=True)
+        run = cluster.submit(GRPOJob(name="forever", recipe="grpo_math_1B", max_num_steps=50))
+        while run.status() != "RUNNING":
+            time.sleep(0.2)
+        print("RUNNING", run.job_id, flush=True)
+        time.sleep(600)
+    """
+)
+
+
+def test_keep_leaves_the_head_up_and_ctrl_c_in_a_process_that_adopted_it_stops_everything(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # One head for three things: keep=True at an exception, adoption by another
+    # process, and Ctrl-C in that process's with block (job driver included). The
+    # plain exception path is the session head's teardown (see ray_fixtures).
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     volume = tmp_path / "volume"
     name = f"rll-keep-{os.getpid()}"
@@ -208,65 +230,37 @@ def test_keep_leaves_the_head_a_new_object_adopts_it_and_an_exception_stops_it(
     # Disabled mode: the Jobs API answers without a token.
     assert JobsClient(head.dashboard_url).list() == []
 
-    again = Cluster.local(name, volume_dir=volume)
-    with pytest.raises(ValueError, match="bang"):
-        _fail_inside(again, ValueError("bang"), seen)
-    assert seen[1].pid == head.pid  # adopted, not started anew
-    assert ray_processes(temp_dir) == []
-    assert not temp_dir.exists()
-    assert volume.is_dir()  # the volume is user data: kept
-    assert any("raised ValueError" in r.getMessage() for r in caplog.records)
-
-
-_CTRL_C_SCRIPT = textwrap.dedent(
-    """
-    import sys, time
-    from rl_lustre import Cluster, GRPOJob
-
-    cluster = Cluster.local(sys.argv[1], volume_dir=sys.argv[2], rehearsal_step_seconds=120)
-    with cluster:
-        print("TEMP", cluster._backend().temp_dir, flush=True)
-        run = cluster.submit(GRPOJob(name="forever", recipe="grpo_math_1B", max_num_steps=50))
-        while run.status() != "RUNNING":
-            time.sleep(0.2)
-        print("RUNNING", run.job_id, flush=True)
-        time.sleep(600)
-    """
-)
-
-
-def test_ctrl_c_in_a_with_block_stops_the_head_and_its_job_drivers(tmp_path: Path) -> None:
     script = tmp_path / "script.py"
     script.write_text(_CTRL_C_SCRIPT)
     env = {
         **os.environ,
-        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_MODE": "token",  # the adopted head keeps the mode it was started with
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
         "RL_LUSTRE_OUTPUT": "1",
     }
     proc = subprocess.Popen(
-        [sys.executable, str(script), f"rll-ctrlc-{os.getpid()}", str(tmp_path / "volume")],
+        [sys.executable, str(script), name, str(volume)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    temp_dir: Path | None = None
     watchdog = threading.Timer(180, proc.kill)  # a hung script must not hang the suite
     watchdog.start()
+    adopted = ""
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
-            if line.startswith("TEMP "):
-                temp_dir = Path(line.split()[1])
+            if line.startswith("HEAD "):
+                adopted = line
             if line.startswith("RUNNING "):
                 break
-        assert temp_dir is not None, proc.stderr.read() if proc.stderr else ""
+        assert adopted == f"HEAD {head.pid} {temp_dir}\n", proc.stderr.read() if proc.stderr else ""
         running = ray_processes(temp_dir)
         drivers = [pid for pid, cmd in running if "rl_lustre.rehearsal" in cmd]
         assert drivers, f"the job driver should be running: {running}"
         # Ray starts each job driver in a session of its own, outside the head's process group.
-        assert all(os.getsid(pid) != os.getsid(proc.pid) for pid in drivers)
+        assert all(os.getsid(pid) != os.getsid(head.pid) for pid in drivers)
 
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=90)
@@ -280,3 +274,4 @@ def test_ctrl_c_in_a_with_block_stops_the_head_and_its_job_drivers(tmp_path: Pat
     assert "the with block was interrupted" in stdout
     assert ray_processes(temp_dir) == []
     assert not temp_dir.exists()
+    assert volume.is_dir()  # the volume is user data: kept

@@ -150,8 +150,10 @@ def test_failure_rolls_back_what_this_run_created_in_reverse_order_and_keeps_wha
         assert world.when("deleted", dependent) <= world.when("delete", "net")
     assert world.when("deleted", "bad") <= world.when("delete", "made")
     # The slow node stopped waiting instead of running its 5 seconds.
-    up = {r.key: r for r in err.report.records.values()} if err.report else {}
-    assert up["slow"].outcome == "deleted"
+    assert err.report is not None and err.rollback is not None
+    assert err.report.get("slow").outcome == "cancelled"
+    assert err.report.get("never").outcome == "not-started"
+    assert err.rollback.get("slow").outcome == "deleted"
     assert "never" not in [e[2] for e in world.events]
 
 

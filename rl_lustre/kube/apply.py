@@ -259,6 +259,11 @@ def _apply_one(api_client: ApiClient, desired: Obj, kind: str, ns: str | None, n
             try:
                 created = res.create(desired)
             except ApiException as exc:
+                if exc.status == 404 and kind == "RayCluster":
+                    raise KubernetesError(
+                        f"create {what}: the API server does not know ray.io/v1 RayCluster: is the KubeRay "
+                        "operator installed (the GKE Ray add-on, --addons=RayOperator)?"
+                    ) from exc
                 if exc.status != 409:
                     raise
             else:

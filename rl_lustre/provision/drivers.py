@@ -259,12 +259,8 @@ class LustreDriver:
         self.path = self.volume.resource_name()
 
     def _record(self, instance: Any, *, created: bool) -> Any:
-        from google.cloud import lustre_v1
-
-        live = self.volume._live
-        live.state = lustre_v1.Instance.State(instance.state).name
-        live.mount_point = instance.mount_point or None
-        live.created_by_us = live.created_by_us or created
+        self.volume._learn(instance)
+        self.volume._live.created_by_us = self.volume._live.created_by_us or created
         return instance
 
     def ensure(self, step: Step) -> Done:

@@ -79,7 +79,8 @@ class ProvisioningError(RollbackError):
         kept: resources left on purpose: adopted ones, or everything created when
             ``keep_on_failure=True``.
         left: resources that could not be deleted and need attention.
-        report: the full :class:`Report` of the run.
+        report: the :class:`Report` of the failed ``up()``.
+        rollback: the :class:`Report` of the rollback (None with ``keep_on_failure``).
     """
 
     def __init__(
@@ -91,14 +92,19 @@ class ProvisioningError(RollbackError):
         kept: Sequence[str] = (),
         left: Sequence[str] = (),
         report: Report | None = None,
+        rollback: Report | None = None,
         hint: str = "",
     ) -> None:
         super().__init__(cause, cleaned, left)
         self.step = step
         self.kept = list(kept)
         self.report = report
-        where = f"at {step}" if step else "(interrupted)"
-        lines = [f"up() failed {where}: {_one_line(cause)}",
+        self.rollback = rollback
+        if step is None:
+            headline = f"up() was stopped ({str(cause).strip() or 'interrupted'})"
+        else:
+            headline = f"up() failed at {step}: {_one_line(cause)}"
+        lines = [headline,
                  f"  cleaned up: {', '.join(self.cleaned) or 'nothing'}"]
         if self.kept:
             lines.append(f"  kept: {', '.join(self.kept)}")
@@ -490,7 +496,8 @@ class Executor:
         rollback = self._teardown("rollback", requested, cancel=None)
         cleaned = [rollback.records[k].label for k in rollback.keys("deleted", "absent")]
         left = [rollback.records[k].label for k in rollback.keys("left", "not-ours")]
-        raise error_cls(cause, step=step, cleaned=cleaned, kept=adopted, left=left, report=rollback) from cause
+        raise error_cls(cause, step=step, cleaned=cleaned, kept=adopted, left=left, report=report,
+                        rollback=rollback) from cause
 
     def down(self, keys: Sequence[str] | None = None, *, cancel: threading.Event | None = None) -> Report:
         """Delete the plan's ``"create"`` nodes (or only ``keys``) that exist and are ours.
@@ -548,8 +555,9 @@ class Executor:
                 for key in list(blockers):
                     blockers[key].discard(rec.key)
                     if recs[key].outcome == "pending" and not blockers[key]:
-                        blocked = [b for b in self.plan.downstream(key) & todo
-                                   if recs[b].outcome in ("left", "not-ours")]
+                        # Something of ours still depends on it; a resource that is not
+                        # ours may too, but then the delete itself says so.
+                        blocked = [b for b in self.plan.downstream(key) & todo if recs[b].outcome == "left"]
                         if blocked:
                             r = recs[key]
                             r.outcome, r.note = "left", f"still used by {', '.join(sorted(blocked))}"

@@ -88,12 +88,18 @@ class LiveDisplay(Display):
 
     def __enter__(self) -> LiveDisplay:
         from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress, ProgressColumn
+        from rich.text import Text
+
+        class Row(ProgressColumn):
+            # One column: rich drops the other columns of a row too wide for the console.
+            def render(self, task: Any) -> Text:
+                seconds = int((task.finished_time if task.finished else task.elapsed) or 0)
+                clock = f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+                return Text(f"{clock} {task.description}", no_wrap=True, overflow="ellipsis")
 
         self._progress = Progress(
-            SpinnerColumn(finished_text="·"),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
+            Row(),
             # Built per use: sys.stdout may be swapped (pytest capture, notebooks).
             console=Console(file=sys.stdout, highlight=False),
             transient=False,
@@ -107,7 +113,7 @@ class LiveDisplay(Display):
         self._progress.__exit__(exc_type, exc, tb)
 
     def _row(self, rec: NodeRecord, state: str) -> str:
-        return f"{self.operation} {rec.key:<16} {rec.kind} {rec.name}: {state}"
+        return f"{self.operation} {rec.key:<16} {state:<10} {rec.kind} {rec.name}"
 
     def started(self, rec: NodeRecord) -> None:
         super().started(rec)

@@ -116,11 +116,18 @@ class JobsClient:
     Args:
         address: the dashboard URL, ``http://host:port``.
         headers: sent with every request (the bearer token when Ray auth is on).
+            Without an ``Authorization`` header, none is sent, whatever Ray's token
+            settings in this process (``RAY_AUTH_MODE``, ``~/.ray/auth_token``) say: they
+            belong to other clusters.
     """
 
     def __init__(self, address: str, *, headers: Mapping[str, str] | None = None) -> None:
         self.address = address
         self._headers = dict(headers or {})
+        if not any(name.lower() == "authorization" for name in self._headers):
+            # Ray's client adds (or, finding none, fails for want of) this process's own
+            # token unless the caller sets the header; an empty one means "no credentials".
+            self._headers["Authorization"] = ""
         self._client: JobSubmissionClient | None = None
         self._lock = threading.Lock()
 

@@ -67,7 +67,8 @@ class KubeFaults:
             matches the selector).
         pvc_never_binds: PersistentVolumeClaims stay Pending (with a VolumeMismatch event).
         crash_loop: containers exit with this termination message and go CrashLoopBackOff.
-        no_operator: the KubeRay operator is not installed: RayClusters get no pods.
+        no_operator: the KubeRay operator is not running: RayClusters get no pods.
+        no_crd: the RayCluster CRD is not installed: ``ray.io/v1`` requests get 404.
         legacy_status: report RayCluster readiness as older KubeRay did (``status.state``
             only, no conditions).
     """
@@ -79,6 +80,7 @@ class KubeFaults:
     pvc_never_binds: bool = False
     crash_loop: str | None = None
     no_operator: bool = False
+    no_crd: bool = False
     legacy_status: bool = False
 
 

@@ -420,6 +420,7 @@ class KubeFake:
         self.faults.pvc_never_binds = False
         self.faults.crash_loop = None
         self.faults.no_operator = False
+        self.faults.no_crd = False
         self.faults.legacy_status = False
         self.requests.clear()
         self.rejected.clear()
@@ -474,6 +475,8 @@ class KubeFake:
         info = BY_PATH.get((api_version, m["plural"])) if m else None
         if m is None or info is None or (m["ns"] is not None and not info.namespaced):
             return self._unhandled(request)
+        if info.kind == "RayCluster" and self.faults.no_crd:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
         ns, name, sub = (m["ns"] if info.namespaced else None), m["name"], m["sub"]
         if sub == "portforward" and info.kind == "Pod" and name and method == "GET":
             return await self._portforward(request, ns or "default", name)
