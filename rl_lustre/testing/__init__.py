@@ -10,6 +10,9 @@ all of rl_lustre's code paths run unchanged against them::
         volume.create(api=LustreInstances(backoff=FAST_BACKOFF))  # real LustreClient → fake
         assert gcp.leaked() == ["lustre.instances projects/my-project/..."]
 
+``KubeFake`` is a Kubernetes API server over TLS that simulates the KubeRay operator
+and forwards the head's dashboard port to a real local Ray head.
+
 Every method they do not implement fails loudly (gRPC UNIMPLEMENTED / HTTP 501,
 naming the method). Faults are injected with ``gcp.faults``.
 """
@@ -20,6 +23,8 @@ from ..gcp._errors import RetryPolicy
 from ..gcp._wait import Backoff
 from ._core import DEFAULT_LATENCY, FakeError, Faults, RequestRecord, project_number
 from ._fake import FakeGCP
+from .kube import KubeFake, KubeFaults, KubeTimings
+from .kube import schema_validator as kube_schema_validator
 
 # Polling and retry settings for adapters under test: the fakes answer in milliseconds.
 FAST_BACKOFF = Backoff(initial=0.01, maximum=0.05, multiplier=1.5)
@@ -32,6 +37,10 @@ __all__ = [
     "FakeError",
     "FakeGCP",
     "Faults",
+    "KubeFake",
+    "KubeFaults",
+    "KubeTimings",
     "RequestRecord",
+    "kube_schema_validator",
     "project_number",
 ]
