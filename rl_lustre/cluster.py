@@ -33,7 +33,7 @@ CLUSTER_NAME_RULE = (
     "a hyphen (GKE cluster name rule)"
 )
 _SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run",
-                "/sbin", "/sys", "/usr", "/var", "/opt/nemo-rl", "/tmp")
+                "/sbin", "/sys", "/usr", "/var", "/opt/nemo-rl")
 DEFAULT_SECRETS = ("HF_TOKEN", "WANDB_API_KEY")
 
 logger = logging.getLogger("rl_lustre.cluster")
