@@ -100,7 +100,7 @@ DIAMOND = {"a": [], "slow": ["a"], "fast": ["a"], "after-fast": ["fast"], "end":
 
 
 def drivers_for(plan: Plan, world: World, **overrides: FakeDriver) -> dict[str, FakeDriver]:
-    return {k: overrides.get(k) or FakeDriver(world, k, 0.01) for k in plan.keys()}
+    return {r.key: overrides.get(r.key) or FakeDriver(world, r.key, 0.01) for r in plan}
 
 
 def test_a_node_starts_as_soon_as_its_own_dependencies_are_done() -> None:
@@ -138,7 +138,8 @@ def test_failure_rolls_back_what_this_run_created_in_reverse_order_and_keeps_wha
     assert not isinstance(err, KeyboardInterrupt)
     assert err.step == "bad"
     assert err.cause is quota
-    assert "at bad" in str(err) and "no GPUs" in str(err)
+    assert "at bad" in str(err)
+    assert "no GPUs" in str(err)
     # Everything this run asked for is gone, including the failed node (its create was
     # sent) and the one whose wait was cancelled; the adopted node stays.
     assert world.exists == {"adopted": "ours"}
@@ -150,7 +151,8 @@ def test_failure_rolls_back_what_this_run_created_in_reverse_order_and_keeps_wha
         assert world.when("deleted", dependent) <= world.when("delete", "net")
     assert world.when("deleted", "bad") <= world.when("delete", "made")
     # The slow node stopped waiting instead of running its 5 seconds.
-    assert err.report is not None and err.rollback is not None
+    assert err.report is not None
+    assert err.rollback is not None
     assert err.report.get("slow").outcome == "cancelled"
     assert err.report.get("never").outcome == "not-started"
     assert err.rollback.get("slow").outcome == "deleted"
@@ -180,7 +182,8 @@ def test_cancellation_stops_waits_and_rolls_back_as_an_interrupt() -> None:
         Executor(plan, drivers).up(cancel=cancel, reason=lambda: "SIGINT received")
     assert time.monotonic() - started < 5
     err = info.value
-    assert isinstance(err, KeyboardInterrupt) and isinstance(err, RollbackError)
+    assert isinstance(err, KeyboardInterrupt)
+    assert isinstance(err, RollbackError)
     assert err.step is None
     assert "SIGINT received" in str(err)
     assert world.exists == {}
@@ -213,7 +216,7 @@ def test_a_refused_node_is_reported_and_nothing_of_ours_is_left() -> None:
 def test_down_deletes_independent_nodes_concurrently_and_dependencies_last() -> None:
     plan = make_plan({"net": [], "x": ["net"], "y": ["net"], "z": ["net"]})
     world = World()
-    drivers = {k: FakeDriver(world, k, delete_seconds=0.3) for k in plan.keys()}
+    drivers = {r.key: FakeDriver(world, r.key, delete_seconds=0.3) for r in plan}
     ex = Executor(plan, drivers)
     ex.up()
     started = time.monotonic()

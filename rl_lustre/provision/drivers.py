@@ -59,11 +59,11 @@ if TYPE_CHECKING:
     from ..plan import Plan
 
 __all__ = [
+    "KUBE_KEYS",
     "Apis",
     "ComputeDriver",
     "Context",
     "GkeClusterDriver",
-    "KUBE_KEYS",
     "KubeObjectDriver",
     "LustreDriver",
     "NodePoolDriver",
@@ -336,7 +336,7 @@ class GkeClusterDriver:
         # The authorised networks move into the IP endpoint's config; the DNS endpoint
         # is how clients without a listed address (this machine, usually) reach the API.
         request.control_plane_endpoints_config = control_plane_endpoints(settings)
-        request.master_authorized_networks_config = None
+        del request.master_authorized_networks_config
         return request
 
     def ensure(self, step: Step) -> Done:

@@ -64,7 +64,7 @@ UP_DONE = frozenset({"created", "adopted", "used", "skipped"})
 _TICK = 0.05
 
 
-class Cancelled(BaseException):  # noqa: N818 -- like asyncio.CancelledError, not an error
+class Cancelled(BaseException):
     """Raised inside a node's thread when ``up()`` stops; a BaseException, so that no
     ``except Exception`` in a driver or client library swallows it."""
 
@@ -358,7 +358,7 @@ class Executor:
         display: Display | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        missing = [k for k in plan.keys() if k not in drivers]
+        missing = [r.key for r in plan if r.key not in drivers]
         if missing:
             raise PlanGraphError(f"no driver for plan node(s) {', '.join(missing)}")
         self.plan = plan
@@ -409,7 +409,7 @@ class Executor:
                 run = contextvars.copy_context().run
                 futures[pool.submit(run, self._ensure, rec, recs, cancel, t0, display)] = key
 
-            for key in self.plan.keys():
+            for key in [r.key for r in self.plan]:
                 if not waiting[key]:
                     launch(key)
             while futures:
