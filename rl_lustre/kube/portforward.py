@@ -239,17 +239,21 @@ class PortForward:
         with self._lock:
             self._streams.add((conn, ws))
         try:
-            clean = self._pump(conn, ws, pod)
+            self._pump(conn, ws, pod)
+            broken = False
         except Exception as exc:  # a broken stream ends this connection only
             logger.debug("port-forward stream to %s ended: %s", pod, exc)
-            clean = False
+            broken = True
         finally:
             with self._lock:
                 self._streams.discard((conn, ws))
             _shutdown(conn)
             ws.abort()
             ws.shutdown()
-        if not clean and not self._closed.is_set():
+        # A close from the server's side is how a stream normally ends (an HTTP response
+        # with "Connection: close"); only a broken one makes us doubt the pod. A pod that
+        # is gone is also caught when the next stream cannot open (see _open_stream).
+        if broken and not self._closed.is_set():
             # Find the pod again for the next connection: it may have been replaced.
             with self._lock:
                 if self._target is not None and self._target[0] == pod:
