@@ -280,25 +280,54 @@ def test_every_node_needs_a_driver() -> None:
         Executor(plan, {"a": FakeDriver(World(), "a")})
 
 
-def test_signals_set_the_cancel_event_only_while_the_block_runs() -> None:
+def test_signals_set_the_events_of_successive_stages_only_while_the_block_runs() -> None:
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    cancel = threading.Event()
-    with cancel_on_signals(cancel) as received:
+    stop, abandon = threading.Event(), threading.Event()
+    with cancel_on_signals((stop, "stop"), (None, "again to abandon"), (abandon, "abandon")) as received:
         os.kill(os.getpid(), signal.SIGINT)
-        assert cancel.wait(5)
+        assert stop.wait(5)
         os.kill(os.getpid(), signal.SIGTERM)
         deadline = time.monotonic() + 5
         while len(received) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
-    assert received == [signal.SIGINT, signal.SIGTERM]
+        assert not abandon.is_set()
+        os.kill(os.getpid(), signal.SIGINT)
+        assert abandon.wait(5)
+    assert received == [signal.SIGINT, signal.SIGTERM, signal.SIGINT]
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_an_abandoned_teardown_stops_waiting_and_reports_what_is_left() -> None:
+    plan = make_plan({"net": [], "stuck": ["net"]})
+    world = World()
+    drivers = drivers_for(plan, world)
+    ex = Executor(plan, drivers)
+    ex.up()
+
+    class Stuck(FakeDriver):
+        def delete(self, step: Step) -> str:
+            wait_for("stuck to go", lambda: None, done=lambda _: False, timeout=60,
+                     backoff=Backoff(initial=0.01, maximum=0.01))
+            return "deleted"
+
+    ex.drivers["stuck"] = Stuck(world, "stuck")
+    abandon = threading.Event()
+    threading.Timer(0.2, abandon.set).start()
+    started = time.monotonic()
+    with pytest.raises(TeardownError) as info:
+        ex.down(abandon=abandon)
+    assert time.monotonic() - started < 5
+    report = info.value.report
+    assert report.get("stuck").note == "abandoned"
+    assert report.get("net").outcome == "left"
+    assert set(world.exists) == {"net", "stuck"}
 
 
 def test_signal_handlers_are_not_installed_outside_the_main_thread() -> None:
     seen: list[object] = []
 
     def run() -> None:
-        with cancel_on_signals(threading.Event()) as received:
+        with cancel_on_signals((threading.Event(), "stop")) as received:
             seen.append(signal.getsignal(signal.SIGINT))
             seen.append(received)
 

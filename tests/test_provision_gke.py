@@ -354,8 +354,10 @@ SIGNAL_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_mid_up_rolls_back_to_nothing(sig: signal.Signals) -> None:
-    # Slow enough that both branches are still being created when the signal arrives.
-    latency = {"lustre.create": 60.0, "gke.create_node_pool": 60.0}
+    # Both branches are still being created when the signal arrives. GKE refuses to delete
+    # a cluster while a pool is being created, so the rollback waits for the pool (3 s);
+    # the Lustre instance is deleted while it is still being created.
+    latency = {"lustre.create": 60.0, "gke.create_node_pool": 3.0}
     with FakeGCP(latency=latency) as gcp:
         env = {**os.environ, **gcp.env, "PYTHONPATH": str(REPO)}
         proc = subprocess.Popen([sys.executable, "-c", SIGNAL_SCRIPT], env=env, cwd=REPO,
@@ -377,7 +379,9 @@ def test_a_signal_mid_up_rolls_back_to_nothing(sig: signal.Signals) -> None:
         assert "ProvisioningInterrupted" in err
         assert f"{sig.name} received" in err
         assert "cleaned up:" in err
-        # No settle(): the abandoned creations are 60 s long, and were deleted half-way.
+        first = {r.method: r.time for r in reversed(gcp.requests)}
+        assert first["gke.DeleteCluster"] >= first["gke.CreateNodePool"] + 3.0
+        # No settle(): the abandoned Lustre creation is 60 s long, and was deleted half-way.
         assert {kind: found for kind, found in gcp.resources().items() if found} == {}
 
 

@@ -89,7 +89,7 @@ class GKEBackend:
 
         apis = self._apis or Apis.from_env(backoff=self._backoff, retry=self._retry)
         plan = self.plan
-        ctx = Context(self.cluster, plan, apis)
+        ctx = Context(self.cluster, plan, apis, backoff=self._backoff)
         return Executor(plan, gke_drivers(ctx, kube=not self.gcp_only), display=self._display)
 
     def up(self, *, keep_on_failure: bool = False) -> Report:
@@ -98,7 +98,7 @@ class GKEBackend:
         In the main thread, SIGINT and SIGTERM stop it the same way a failure does:
         no new resource is started, waits are abandoned, and what this ``up()``
         created is deleted again before :class:`ProvisioningInterrupted` (also a
-        ``KeyboardInterrupt``) is raised.
+        ``KeyboardInterrupt``) is raised. A third signal abandons that clean-up.
 
         Example:
             >>> report = GKEBackend(cluster).up()  # doctest: +SKIP
@@ -117,15 +117,20 @@ class GKEBackend:
         if not self.gcp_only:
             _require_kube()
         executor = self.executor()
-        cancel = threading.Event()
-        with cancel_on_signals(cancel) as received:
+        cancel, abandon = threading.Event(), threading.Event()
+        stages = (
+            (cancel, "stopping up() and deleting what it created"),
+            (None, "still cleaning up; one more signal abandons the clean-up and leaves resources behind"),
+            (abandon, "abandoning the clean-up; run cluster.down() later to remove what is left"),
+        )
+        with cancel_on_signals(*stages) as received:
 
             def reason() -> str:
-                names = [signal.Signals(s).name for s in received]
-                return f"{', '.join(names)} received" if names else "up() was cancelled"
+                return f"{signal.Signals(received[0]).name} received" if received else "up() was cancelled"
 
             try:
-                report = executor.up(keep_on_failure=keep_on_failure, cancel=cancel, reason=reason)
+                report = executor.up(keep_on_failure=keep_on_failure, cancel=cancel, abandon=abandon,
+                                     reason=reason)
             except BaseException as exc:
                 self.last_report = getattr(exc, "report", None)
                 raise
@@ -137,8 +142,8 @@ class GKEBackend:
 
         Works from a fresh process (resources are found by name and labels) and is
         safe to call twice. Resources the plan only uses (your network, an existing
-        volume) are never touched. SIGINT and SIGTERM do not stop it half-way: they
-        are logged, and the teardown runs to its end.
+        volume) are never touched. A first SIGINT or SIGTERM does not stop it
+        half-way (it is logged); a second abandons it, reporting what is left.
 
         Example:
             >>> GKEBackend(cluster).down().keys("deleted")  # doctest: +SKIP
@@ -148,9 +153,14 @@ class GKEBackend:
             TeardownError: something could not be deleted; everything else was.
         """
         executor = self.executor()
-        with cancel_on_signals(threading.Event()):
+        abandon = threading.Event()
+        stages = (
+            (None, "down() keeps going so that nothing is left half-deleted; one more signal abandons it"),
+            (abandon, "abandoning down(); run it again later to remove what is left"),
+        )
+        with cancel_on_signals(*stages):
             try:
-                report = executor.down()
+                report = executor.down(abandon=abandon)
             except BaseException as exc:
                 self.last_report = getattr(exc, "report", None)
                 raise

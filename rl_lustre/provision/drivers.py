@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from ..errors import NotFoundError
+from ..errors import GCPError, NotFoundError, OwnershipError
 from .executor import Done, Driver, Step
 
 if TYPE_CHECKING:
@@ -79,6 +79,9 @@ KUBE_KEYS = ("pv", "pvc", "secret", "raycluster")
 # Claims and RayClusters are waited for until Bound / ready.
 _KUBE_WAITED = frozenset({"pvc", "raycluster"})
 KUBE_TIMEOUT = 1800.0
+# How long a deletion waits for a creation still in flight (a GKE node pool of many GPU
+# nodes can take most of an hour).
+OPERATION_TIMEOUT = 3600.0
 
 
 @attrs.frozen
@@ -132,21 +135,38 @@ class Context:
         cluster: the deployment's spec.
         plan: its plan.
         apis: the Google Cloud adapters.
+        backoff: polling delays of the drivers' own waits (the adapters have theirs).
         kube_timeout: seconds to wait for claims to bind and the RayCluster to be ready.
     """
 
-    def __init__(self, cluster: Cluster, plan: Plan, apis: Apis, *, kube_timeout: float = KUBE_TIMEOUT) -> None:
+    def __init__(self, cluster: Cluster, plan: Plan, apis: Apis, *, backoff: Backoff | None = None,
+                 kube_timeout: float = KUBE_TIMEOUT) -> None:
         if plan.project is None or plan.region is None:
             raise NotFoundError(f"the plan of {plan.cluster_name!r} is not a GKE plan")
         self.cluster = cluster
         self.plan = plan
         self.apis = apis
+        self.backoff = backoff
         self.project: str = plan.project
         self.region: str = plan.region
         self.deployment = plan.cluster_name
         self.kube_timeout = kube_timeout
         self._kube: Any = None
         self._lock = threading.Lock()
+
+    def wait_settled(self, what: str, read: Callable[[], Any], busy: Callable[[Any], str | None],
+                     timeout: float = OPERATION_TIMEOUT) -> None:
+        """Wait until ``busy(read())`` is None (no operation in flight) or the resource is gone.
+
+        Used before deleting a resource whose creation a cancelled ``up()`` left running:
+        GKE refuses to delete a cluster or pool while another operation runs on it.
+        """
+        from ..gcp._wait import wait_for
+
+        wait_for(f"{what} to finish its current operation before it is deleted", read,
+                 done=lambda found: found is None or busy(found) is None,
+                 describe=lambda found: "ABSENT" if found is None else (busy(found) or "settled"),
+                 timeout=timeout, backoff=self.backoff)
 
     def kube_api(self, gke_cluster: Any) -> Any:
         """A Kubernetes ``ApiClient`` for ``gke_cluster`` (a ``container_v1.Cluster``), cached."""
@@ -276,7 +296,23 @@ class LustreDriver:
         return done
 
     def delete(self, step: Step) -> Literal["deleted", "absent"]:
-        deleted = self.ctx.apis.lustre.delete(self.path, deployment=self.ctx.deployment)
+        from ..gcp.lustre import State
+
+        api = self.ctx.apis.lustre
+        try:
+            deleted = api.delete(self.path, deployment=self.ctx.deployment)
+        except (OwnershipError, NotFoundError):
+            raise
+        except GCPError:
+            # A creation a cancelled up() left running may refuse deletion until it ends.
+            def creating(instance: Any) -> str | None:
+                return "CREATING" if instance.state == State.CREATING else None
+
+            found = api.get_or_none(self.path)
+            if found is None or creating(found) is None:
+                raise
+            self.ctx.wait_settled(f"Lustre instance {self.path}", lambda: api.get_or_none(self.path), creating)
+            deleted = api.delete(self.path, deployment=self.ctx.deployment)
         self.volume._live.state, self.volume._live.mount_point = None, None
         return _gone(deleted)
 
@@ -346,7 +382,32 @@ class GkeClusterDriver:
             self.request(), parent=self.parent, deployment=self.ctx.deployment))
 
     def delete(self, step: Step) -> Literal["deleted", "absent"]:
-        return _gone(self.ctx.apis.clusters.delete(self.path, deployment=self.ctx.deployment))
+        from ..gcp._ownership import check_owned
+
+        api = self.ctx.apis.clusters
+        found = api.get_or_none(self.path)
+        if found is None:
+            return "absent"
+        check_owned("GKE cluster", self.path, found.resource_labels, self.ctx.deployment)
+        if _cluster_busy(found):
+            self.ctx.wait_settled(f"GKE cluster {self.path}", lambda: api.get_or_none(self.path), _cluster_busy)
+        return _gone(api.delete(self.path, deployment=self.ctx.deployment))
+
+
+def _busy_status(obj: Any) -> str | None:
+    name = type(obj).Status(obj.status).name
+    return name if name in ("PROVISIONING", "RECONCILING") else None
+
+
+def _cluster_busy(cluster: Any) -> str | None:
+    """What keeps GKE from deleting ``cluster`` now: its own or a pool's operation."""
+    if _busy_status(cluster):
+        return f"cluster {_busy_status(cluster)}"
+    if type(cluster).Status(cluster.status).name != "RUNNING":
+        # ERROR, DEGRADED, STOPPING: no pool operation can hold the cluster up any more.
+        return None
+    pools = [f"{p.name} {_busy_status(p)}" for p in cluster.node_pools if _busy_status(p)]
+    return f"node pool {', '.join(pools)}" if pools else None
 
 
 class NodePoolDriver:
@@ -378,7 +439,18 @@ class NodePoolDriver:
             request, cluster=self.cluster, deployment=self.ctx.deployment))
 
     def delete(self, step: Step) -> Literal["deleted", "absent"]:
-        return _gone(self.ctx.apis.pools.delete(self.path, deployment=self.ctx.deployment))
+        from ..gcp._ownership import check_owned
+
+        clusters, pools = self.ctx.apis.clusters, self.ctx.apis.pools
+        found = pools.get_or_none(self.path)
+        if found is None:
+            return "absent"
+        check_owned("GKE node pool", self.path, found.config.resource_labels, self.ctx.deployment)
+        cluster = clusters.get_or_none(self.cluster)
+        if cluster is not None and _cluster_busy(cluster):
+            self.ctx.wait_settled(f"GKE cluster {self.cluster}", lambda: clusters.get_or_none(self.cluster),
+                                  _cluster_busy)
+        return _gone(pools.delete(self.path, deployment=self.ctx.deployment))
 
 
 class KubeObjectDriver:

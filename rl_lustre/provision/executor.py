@@ -375,6 +375,7 @@ class Executor:
         *,
         keep_on_failure: bool = False,
         cancel: threading.Event | None = None,
+        abandon: threading.Event | None = None,
         reason: Callable[[], str] | None = None,
     ) -> Report:
         """Create or adopt every node; on failure or cancellation, roll back.
@@ -387,6 +388,7 @@ class Executor:
         Args:
             keep_on_failure: on failure, keep what this run created (the error lists it).
             cancel: set it (from a signal handler or another thread) to stop and roll back.
+            abandon: set it to stop the rollback too (what is left is reported).
             reason: says why ``cancel`` was set (``"SIGINT"``), for the error.
 
         Raises:
@@ -445,7 +447,7 @@ class Executor:
                         report.wall, len(report.keys("created")), len(report.keys("adopted")),
                         len(report.keys("used")))
             return report
-        self._fail(report, *failure, keep_on_failure=keep_on_failure)
+        self._fail(report, *failure, keep_on_failure=keep_on_failure, abandon=abandon)
         raise AssertionError("unreachable: _fail raises")  # pragma: no cover
 
     def _ensure(self, rec: NodeRecord, recs: Mapping[str, NodeRecord], cancel: threading.Event, t0: float,
@@ -478,7 +480,8 @@ class Executor:
             rec.finished = self._clock() - t0
             display.finished(rec)
 
-    def _fail(self, report: Report, step: str | None, cause: BaseException, *, keep_on_failure: bool) -> None:
+    def _fail(self, report: Report, step: str | None, cause: BaseException, *, keep_on_failure: bool,
+              abandon: threading.Event | None) -> None:
         recs = report.records
         requested = [k for k, r in recs.items() if r.requested]
         adopted = [recs[k].label for k in report.keys("adopted")]
@@ -493,17 +496,19 @@ class Executor:
                             hint="keep_on_failure=True: nothing was deleted; cluster.down() removes it") from cause
         if requested:
             logger.warning("rolling back what this up() created: %s", ", ".join(requested))
-        rollback = self._teardown("rollback", requested, cancel=None)
+        rollback = self._teardown("rollback", requested, cancel=abandon)
         cleaned = [rollback.records[k].label for k in rollback.keys("deleted", "absent")]
         left = [rollback.records[k].label for k in rollback.keys("left", "not-ours")]
         raise error_cls(cause, step=step, cleaned=cleaned, kept=adopted, left=left, report=report,
                         rollback=rollback) from cause
 
-    def down(self, keys: Sequence[str] | None = None, *, cancel: threading.Event | None = None) -> Report:
+    def down(self, keys: Sequence[str] | None = None, *, abandon: threading.Event | None = None) -> Report:
         """Delete the plan's ``"create"`` nodes (or only ``keys``) that exist and are ours.
 
         Nodes the plan only uses are never touched; a same-named resource without our
         labels is left alone (outcome ``not-ours``) and logged. Safe to run twice.
+        Setting ``abandon`` stops it: no new deletion starts, waits end, and what is
+        still there is reported as left.
 
         Example:
             >>> Executor(plan, drivers).down().keys("deleted")  # doctest: +SKIP
@@ -513,7 +518,7 @@ class Executor:
             TeardownError: something could not be deleted; everything else was.
         """
         targets = [k for k in (keys if keys is not None else self.plan.keys()) if self.plan.get(k).action == "create"]
-        report = self._teardown("down", targets, cancel=cancel)
+        report = self._teardown("down", targets, cancel=abandon)
         failed = {k: r.error for k, r in report.records.items() if r.outcome == "left" and r.error is not None}
         left = [report.records[k].label for k in report.keys("left")]
         if left:
@@ -533,16 +538,21 @@ class Executor:
         todo = wanted - set(riders)
         blockers = {k: set(self.plan.downstream(k) & todo) for k in todo}
         display = self._display or display_for(operation, self.plan)
-        never = threading.Event()
+        abandon = cancel if cancel is not None else threading.Event()
         with display, concurrent.futures.ThreadPoolExecutor(self._workers, f"rl-lustre-{operation}") as pool:
             futures: dict[concurrent.futures.Future[None], str] = {}
 
             def launch(key: str) -> None:
                 rec = recs[key]
+                if abandon.is_set():
+                    rec.outcome, rec.note = "left", "abandoned"
+                    display.finished(rec)
+                    settle(rec)
+                    return
                 rec.outcome, rec.started = "running", self._clock() - t0
                 display.started(rec)
                 run = contextvars.copy_context().run
-                futures[pool.submit(run, self._delete, rec, recs, cancel or never, t0, display)] = key
+                futures[pool.submit(run, self._delete, rec, recs, abandon, t0, display)] = key
 
             def settle(rec: NodeRecord) -> None:
                 for rider, owner in riders.items():
@@ -570,7 +580,8 @@ class Executor:
                 if key in todo and not blockers[key]:
                     launch(key)
             while futures:
-                done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_COMPLETED)
+                done, _ = concurrent.futures.wait(futures, timeout=_TICK,
+                                                  return_when=concurrent.futures.FIRST_COMPLETED)
                 for fut in done:
                     settle(recs[futures.pop(fut)])
         report = Report(operation, recs, self._clock() - t0, t0)
@@ -584,9 +595,17 @@ class Executor:
         from ..gcp._wait import progress_hook
 
         step = Step(self.plan.get(rec.key), self.plan, rec, recs, cancel)
+
+        def on_poll(progress: Any) -> None:
+            display.polled(rec, progress.state)
+            if cancel.is_set():
+                raise Cancelled
+
         try:
-            with progress_hook(lambda p: display.polled(rec, p.state)):
+            with progress_hook(on_poll):
                 rec.outcome = self.drivers[rec.key].delete(step)
+        except Cancelled:
+            rec.outcome, rec.note = "left", "abandoned"
         except OwnershipError as exc:
             # Not ours: never deleted, and no reason to fail the teardown of the rest.
             rec.outcome, rec.error = "not-ours", exc
@@ -599,23 +618,25 @@ class Executor:
 
 
 @contextlib.contextmanager
-def cancel_on_signals(cancel: threading.Event) -> Iterator[list[int]]:
-    """While the block runs in the main thread, SIGINT and SIGTERM set ``cancel``
-    instead of raising; the previous handlers are restored afterwards.
+def cancel_on_signals(*stages: tuple[threading.Event | None, str]) -> Iterator[list[int]]:
+    """While the block runs in the main thread, the n-th SIGINT or SIGTERM sets the
+    event of ``stages[n-1]`` and logs its message, instead of raising
+    KeyboardInterrupt; the previous handlers are restored afterwards.
 
-    Setting an event rather than raising KeyboardInterrupt at an arbitrary bytecode
-    keeps the executor's bookkeeping whole, so the rollback knows exactly what exists.
-    A second signal while the rollback runs is logged and otherwise ignored (SIGKILL
-    still stops the process, leaving resources behind). Outside the main thread,
-    handlers cannot be installed and nothing changes.
+    Setting an event rather than raising at an arbitrary bytecode keeps the executor's
+    bookkeeping whole, so a rollback knows exactly what exists. Stages let a clean-up
+    survive one impatient Ctrl-C and still be abandoned by a later one. Signals beyond
+    the last stage are logged. Outside the main thread, handlers cannot be installed
+    and nothing changes.
 
     Example:
         >>> import os, signal, threading
-        >>> stop = threading.Event()
-        >>> with cancel_on_signals(stop) as received:
+        >>> stop, abandon = threading.Event(), threading.Event()
+        >>> with cancel_on_signals((stop, "stopping"), (None, "press again to abandon"),
+        ...                        (abandon, "abandoning")) as received:
         ...     os.kill(os.getpid(), signal.SIGTERM)
-        ...     stop.wait(5)
-        True
+        ...     stop.wait(5), abandon.is_set()
+        (True, False)
         >>> received == [signal.SIGTERM]
         True
 
@@ -629,10 +650,11 @@ def cancel_on_signals(cancel: threading.Event) -> Iterator[list[int]]:
 
     def handler(signum: int, frame: Any) -> None:
         received.append(signum)
-        if cancel.is_set():
-            logger.warning("%s again: still cleaning up; wait for it to finish (SIGKILL would leave resources "
-                           "behind)", signal.Signals(signum).name)
-        cancel.set()
+        n = len(received)
+        event, message = stages[n - 1] if n <= len(stages) else (None, "ignored: already abandoning")
+        if event is not None:
+            event.set()
+        logger.warning("%s received: %s", signal.Signals(signum).name, message)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
