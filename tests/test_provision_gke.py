@@ -413,3 +413,25 @@ def test_with_the_kubernetes_part_up_applies_the_objects_and_waits_for_the_raycl
         down = b.down()
         assert {down.get(k).note for k in KUBE_KEYS} == {"with gke-cluster"}
         assert existing(gcp) == {}
+
+
+def test_a_with_block_that_raises_tears_the_deployment_down(gcp: FakeGCP) -> None:
+    cluster = spec()
+    cluster._live.backend = backend(cluster)
+    with pytest.raises(RuntimeError, match="bug in the training script"), cluster:
+        assert len(gcp.leaked("demo")) == len(FAKE_KIND)
+        raise RuntimeError("bug in the training script")
+    assert existing(gcp) == {}
+
+
+def test_a_kept_cluster_survives_its_with_block_and_says_how_to_remove_it(
+        gcp: FakeGCP, caplog: pytest.LogCaptureFixture) -> None:
+    cluster = spec(keep=True)
+    cluster._live.backend = backend(cluster)
+    with cluster:
+        pass
+    assert len(gcp.leaked("demo")) == len(FAKE_KIND)
+    assert "rl-lustre-deployment=demo" in caplog.text
+    assert ".down()" in caplog.text
+    backend(spec()).down()
+    assert existing(gcp) == {}

@@ -201,12 +201,11 @@ class ComputeDriver:
 
     Example:
         >>> from rl_lustre.gcp import compute
-        >>> driver = ComputeDriver(ctx, "network", ctx.apis.networks, compute.network_path,
+        >>> driver = ComputeDriver(ctx, ctx.apis.networks, compute.network_path,
         ...                        lambda step: compute.network_request(ctx.plan))  # doctest: +SKIP
 
     Args:
         ctx: the deployment's context.
-        key: the plan key.
         api: the adapter (``Networks``, ``Subnetworks``, ``GlobalAddresses``, ``Firewalls``).
         path: the resource's full name, from the plan.
         body: the resource to create, from the plan (and, for the firewall, the PSA range).
@@ -216,10 +215,8 @@ class ComputeDriver:
     # Compute resources appear when their operation ends: a rollback must wait for it.
     interruptible = False
 
-    def __init__(self, ctx: Context, key: str, api: Any, path: Callable[[Plan], str],
-                 body: Callable[[Step], Any]) -> None:
+    def __init__(self, ctx: Context, api: Any, path: Callable[[Plan], str], body: Callable[[Step], Any]) -> None:
         self.ctx = ctx
-        self.key = key
         self.api = api
         self.path = path(ctx.plan)
         self.body = body
@@ -543,13 +540,13 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
 
     plan, apis = ctx.plan, ctx.apis
     drivers: dict[str, Driver] = {
-        "network": ComputeDriver(ctx, "network", apis.networks, compute.network_path,
+        "network": ComputeDriver(ctx, apis.networks, compute.network_path,
                                  lambda step: compute.network_request(plan)),
-        "subnet": ComputeDriver(ctx, "subnet", apis.subnetworks, compute.subnetwork_path,
+        "subnet": ComputeDriver(ctx, apis.subnetworks, compute.subnetwork_path,
                                 lambda step: compute.subnetwork_request(plan)),
-        "psa-range": ComputeDriver(ctx, "psa-range", apis.addresses, compute.psa_range_path,
+        "psa-range": ComputeDriver(ctx, apis.addresses, compute.psa_range_path,
                                    lambda step: compute.psa_range_request(plan)),
-        "firewall-lustre": ComputeDriver(ctx, "firewall-lustre", apis.firewalls, compute.firewall_path,
+        "firewall-lustre": ComputeDriver(ctx, apis.firewalls, compute.firewall_path,
                                          lambda step: compute.firewall_request(plan, compute.cidr_of(
                                              step.dep("psa-range")))),
         "psa-peering": PeeringDriver(ctx),
