@@ -418,9 +418,16 @@ def test_with_the_kubernetes_part_up_applies_the_objects_and_waits_for_the_raycl
 def test_a_with_block_that_raises_tears_the_deployment_down(gcp: FakeGCP) -> None:
     cluster = spec()
     cluster._live.backend = backend(cluster)
-    with pytest.raises(RuntimeError, match="bug in the training script"), cluster:
-        assert len(gcp.leaked("demo")) == len(FAKE_KIND)
-        raise RuntimeError("bug in the training script")
+    inside: list[int] = []
+
+    def script() -> None:
+        with cluster:
+            inside.append(len(gcp.leaked("demo")))
+            raise RuntimeError("bug in the training script")
+
+    with pytest.raises(RuntimeError, match="bug in the training script"):
+        script()
+    assert inside == [len(FAKE_KIND)]
     assert existing(gcp) == {}
 
 
