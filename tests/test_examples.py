@@ -1,0 +1,43 @@
+"""The examples run as documented."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _run(*args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "RL_LUSTRE_GCP"))}
+    env["RL_LUSTRE_OUTPUT"] = "0"
+    done = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_reference_workflow_dry_run_prints_plan_and_command() -> None:
+    out = _run(str(EXAMPLES / "reference_workflow.py"), "--project", "my-project")
+    # Every resource of the reference workflow is in the plan.
+    for key in ("network", "psa-range", "psa-peering", "firewall-lustre", "gke-cluster", "cpu-pool",
+                "gpu-pool", "lustre", "pv", "pvc", "secret", "raycluster"):
+        assert f" {key} " in out, key
+    command = out.split("Job command:\n", 1)[1].splitlines()[0]
+    argv = shlex.split(command)
+    assert argv[:3] == ["cd", "/opt/nemo-rl", "&&"]
+    assert "checkpointing.checkpoint_dir=/lustre/nemo_rl_qwen_72b_ds_cp/nemo-rl-grpo-test1" in argv
+    assert "dry run" in out
+
+
+def test_reference_workflow_manifests_are_json() -> None:
+    out = _run(str(EXAMPLES / "reference_workflow.py"), "--manifests", "--num-nodes", "2")
+    start = out.index("[\n")
+    end = out.index("\n]\n", start) + 2
+    kinds = [m["kind"] for m in json.loads(out[start:end])]
+    assert kinds == ["PersistentVolume", "PersistentVolumeClaim", "Secret", "RayCluster"]
