@@ -168,7 +168,8 @@ class Cluster:
         for field in ("project", "region", "zone"):
             if getattr(self, field) is None:
                 v.fail(self, field, None, "is required for a GKE cluster (use Cluster.local() for this machine)")
-        assert self.zone is not None and self.region is not None
+        assert self.zone is not None
+        assert self.region is not None
         if self.zone.rsplit("-", 1)[0] != self.region:
             v.fail(self, "zone", self.zone, f"must be a zone of region {self.region!r} (like '{self.region}-b')")
         self._check_mount_path(gke=True)

@@ -108,8 +108,8 @@ class SweepResult:
         columns = list(rows[0])
         cells = [[_cell(r[c]) for c in columns] for r in rows]
         widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
-        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
         failed = [o for o in self.outcomes if not o.ok and o.error]
         lines += [f"{o.name}: {o.error.splitlines()[0]}" for o in failed if o.error]
         return "\n".join(lines)

@@ -42,7 +42,9 @@ def test_sweep_runs_each_job_in_its_own_directories(local_cluster: Cluster) -> N
     assert (by_name["sweep-k2"].steps, by_name["sweep-k2"].total) == (3, 3)
     assert "loss" in by_name["sweep-k2"].metrics
     assert by_name["sweep-broken"].status == "FAILED"
-    assert by_name["sweep-broken"].error and by_name["sweep-broken"].job_id in by_name["sweep-broken"].error
+    broken_error = by_name["sweep-broken"].error
+    assert broken_error is not None
+    assert by_name["sweep-broken"].job_id in broken_error
     for job in jobs:
         steps = sorted(p.name for p in Path(job.checkpoint_dir(local_cluster)).iterdir())
         assert steps == [f"step_{s}" for s in by_name[job.name].checkpoints]
