@@ -1,7 +1,7 @@
 """Developer sessions. ``nox -l`` lists them; ``nox -s tests`` is what CI runs.
 
 - tests:     the default test run (unit, doctests, local Ray head, protocol fakes).
-- lint:      ruff check and ruff format --check.
+- lint:      ruff check.
 - typecheck: mypy on the package.
 - docs:      mkdocs build --strict (broken links and missing pages fail).
 - bench:     benchmarks under benchmarks/, reported as ratios against a baseline.
@@ -34,7 +34,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check and format check."""
+    """ruff check on the package, tests, examples and benchmarks."""
     session.install("ruff>=0.6")
     session.run("ruff", "check", "rl_lustre", "tests", "examples", "benchmarks", "noxfile.py")
 
