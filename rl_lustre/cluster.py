@@ -372,27 +372,38 @@ class Cluster:
 
         return build_manifests(self)
 
-    def up(self) -> Cluster:
+    def up(self, *, keep_on_failure: bool = False) -> Cluster:
         """Create the deployment (or adopt the one already running) and wait until it takes jobs.
 
-        Idempotent. Locally: the volume directory and a Ray head on 127.0.0.1. Unless
-        ``keep``, whatever is still up when the interpreter exits is torn down then.
+        Idempotent. Locally: the volume directory and a Ray head on 127.0.0.1. On GKE, if
+        a step fails (or the process gets SIGINT/SIGTERM), everything this call created is
+        deleted again unless ``keep_on_failure``. Unless ``keep``, whatever is still up
+        when the interpreter exits is torn down then.
 
         Example:
             >>> cluster = Cluster.local("demo").up()  # doctest: +SKIP
             >>> cluster.down()  # doctest: +SKIP
 
+        Args:
+            keep_on_failure: leave what was created in place when ``up()`` fails, to debug it.
+
         Returns:
             The cluster itself, for chaining.
+
+        Raises:
+            RollbackError: provisioning failed; says what failed and what was cleaned up.
         """
-        backend = self._backend()
-        backend.up()
+        self._backend().up(keep_on_failure=keep_on_failure)
         if not self.keep:
             atexit.register(self._down_at_exit)
         return self
 
     def down(self) -> None:
-        """Tear the deployment down; volume data is kept. A no-op when nothing runs.
+        """Tear down what :meth:`up` created; what you own is never deleted. A no-op when nothing runs.
+
+        On GKE that includes the Lustre instance ``up()`` created, and the checkpoints on
+        it: use ``LustreVolume(existing=True)`` for a volume that outlives the cluster, or
+        ``volume.export_data()`` first. Locally the volume directory is kept.
 
         Example:
             >>> Cluster.local("demo").down()  # doctest: +SKIP

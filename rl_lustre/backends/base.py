@@ -15,10 +15,11 @@ class Backend(Protocol):
     """The live side of one ``Cluster``.
 
     ``up()`` is idempotent and adopts a deployment that an earlier process left
-    running; ``down()`` removes what ``up()`` made and keeps user data (the volume).
+    running; ``down()`` removes what ``up()`` made and never what the user owns (their
+    network, an ``existing=True`` volume, the local volume directory).
     """
 
-    def up(self) -> object:
+    def up(self, *, keep_on_failure: bool = False) -> object:
         """Create (or adopt) the deployment and wait until it accepts jobs.
 
         May return a report of what it did; ``Cluster.up()`` does not use it.

@@ -63,7 +63,9 @@ class LocalBackend:
     def __repr__(self) -> str:
         return f"LocalBackend({self.cluster.name!r}, head={self.head!r})"
 
-    def up(self) -> None:
+    def up(self, *, keep_on_failure: bool = False) -> None:
+        # keep_on_failure has nothing to keep here: a head that fails to start is stopped
+        # by start_local_head itself, and the volume directory is the user's.
         from ..ray.head import start_local_head
 
         Path(self.cluster.mount_path).mkdir(parents=True, exist_ok=True)

@@ -82,6 +82,9 @@ class RestFake:
 
         class RequestHandler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Answer at once: with Nagle's algorithm on, every small response waits ~40 ms
+            # for the client's delayed ACK, which a real API front end does not add.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
