@@ -16,9 +16,12 @@ so callers may catch either (``except ValueError`` works for bad configuration):
     │   │   ├── NotFoundError (LookupError)
     │   │   └── OperationFailedError       a long-running operation ended in error
     │   ├── KubernetesError
-    │   └── RayError
-    │       └── JobFailedError             a job ended FAILED or STOPPED
+    │   ├── RayError
+    │   │   └── JobFailedError             a job ended FAILED or STOPPED
+    │   └── TeardownError                  down() could not delete everything
     └── RollbackError                      provisioning failed; says what was cleaned up
+        └── ProvisioningError              up() failed at a step (names it) and rolled back
+            └── ProvisioningInterrupted (KeyboardInterrupt)   SIGINT/SIGTERM during up()
 
 Foreign exceptions (``google.*``, ``kubernetes.*``, ``ray.*``) are translated at the
 boundary and chained with ``raise ... from exc``; none reaches a caller unwrapped.
@@ -26,8 +29,11 @@ boundary and chained with ``raise ... from exc``; none reaches a caller unwrappe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .provision.executor import Report
 
 __all__ = [
     "ConfigError",
@@ -40,11 +46,14 @@ __all__ = [
     "OwnershipError",
     "PermissionDeniedError",
     "PreflightError",
+    "ProvisioningError",
+    "ProvisioningInterrupted",
     "QuotaExceededError",
     "RLLustreError",
     "RayError",
     "RemoteError",
     "RollbackError",
+    "TeardownError",
     "WaitTimeoutError",
 ]
 
@@ -197,3 +206,85 @@ class RollbackError(RLLustreError):
         if self.left:
             msg += f"\n  NOT cleaned up (delete by hand): {', '.join(self.left)}"
         super().__init__(msg)
+
+
+class ProvisioningError(RollbackError):
+    """``up()`` failed at ``step`` and what it had created was rolled back.
+
+    Attributes:
+        step: the plan key that failed, or None when ``up()`` was interrupted.
+        cause: the error (or interrupt) that stopped ``up()``.
+        cleaned: resources (``key kind name``) deleted again.
+        kept: resources left on purpose: adopted ones, or everything created when
+            ``keep_on_failure=True``.
+        left: resources that could not be deleted and need attention.
+        report: the ``Report`` of the failed ``up()``.
+        rollback: the ``Report`` of the rollback (None with ``keep_on_failure``).
+    """
+
+    def __init__(
+        self,
+        cause: BaseException,
+        *,
+        step: str | None,
+        cleaned: Sequence[str] = (),
+        kept: Sequence[str] = (),
+        left: Sequence[str] = (),
+        report: Report | None = None,
+        rollback: Report | None = None,
+        hint: str = "",
+    ) -> None:
+        super().__init__(cause, cleaned, left)
+        self.step = step
+        self.kept = list(kept)
+        self.report = report
+        self.rollback = rollback
+        if step is None:
+            headline = f"up() was stopped ({str(cause).strip() or 'interrupted'})"
+        else:
+            headline = f"up() failed at {step}: {_one_line(cause)}"
+        lines = [headline,
+                 f"  cleaned up: {', '.join(self.cleaned) or 'nothing'}"]
+        if self.kept:
+            lines.append(f"  kept: {', '.join(self.kept)}")
+        if self.left:
+            lines.append(f"  NOT cleaned up (delete by hand, or run cluster.down() again): {', '.join(self.left)}")
+        if hint:
+            lines.append(f"  {hint}")
+        self.args = ("\n".join(lines),)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ProvisioningInterrupted(ProvisioningError, KeyboardInterrupt):
+    """``up()`` was interrupted (SIGINT or SIGTERM) and rolled back.
+
+    Also a :class:`KeyboardInterrupt`, so that code stopping on Ctrl-C still stops.
+    """
+
+
+class TeardownError(RemoteError):
+    """``down()`` could not delete everything.
+
+    Attributes:
+        left: the resources still there (``key kind name``).
+        errors: the error of each, by plan key.
+        report: the full ``Report`` of the teardown.
+    """
+
+    def __init__(self, left: Sequence[str], errors: Mapping[str, BaseException], report: Report) -> None:
+        self.left = list(left)
+        self.errors = dict(errors)
+        self.report = report
+        details = "; ".join(f"{k}: {_one_line(e)}" for k, e in self.errors.items())
+        super().__init__(f"down() could not delete {', '.join(self.left)} ({details}); run it again, "
+                         "or delete them by hand")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if isinstance(exc, RLLustreError):
+        return text
+    # A foreign error here is a bug or an interrupt: its type says more than its text.
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

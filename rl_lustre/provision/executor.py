@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 
-from ..errors import OwnershipError, RemoteError, RLLustreError, RollbackError
+from ..errors import (
+    OwnershipError,
+    ProvisioningError,
+    ProvisioningInterrupted,
+    TeardownError,
+    _one_line,
+)
 from ..plan import PlanGraphError
 from .progress import Display, display_for
 
@@ -67,88 +73,6 @@ _TICK = 0.05
 class Cancelled(BaseException):
     """Raised inside a node's thread when ``up()`` stops; a BaseException, so that no
     ``except Exception`` in a driver or client library swallows it."""
-
-
-class ProvisioningError(RollbackError):
-    """``up()`` failed at ``step`` and what it had created was rolled back.
-
-    Attributes:
-        step: the plan key that failed, or None when ``up()`` was interrupted.
-        cause: the error (or interrupt) that stopped ``up()``.
-        cleaned: resources (``key kind name``) deleted again.
-        kept: resources left on purpose: adopted ones, or everything created when
-            ``keep_on_failure=True``.
-        left: resources that could not be deleted and need attention.
-        report: the :class:`Report` of the failed ``up()``.
-        rollback: the :class:`Report` of the rollback (None with ``keep_on_failure``).
-    """
-
-    def __init__(
-        self,
-        cause: BaseException,
-        *,
-        step: str | None,
-        cleaned: Sequence[str] = (),
-        kept: Sequence[str] = (),
-        left: Sequence[str] = (),
-        report: Report | None = None,
-        rollback: Report | None = None,
-        hint: str = "",
-    ) -> None:
-        super().__init__(cause, cleaned, left)
-        self.step = step
-        self.kept = list(kept)
-        self.report = report
-        self.rollback = rollback
-        if step is None:
-            headline = f"up() was stopped ({str(cause).strip() or 'interrupted'})"
-        else:
-            headline = f"up() failed at {step}: {_one_line(cause)}"
-        lines = [headline,
-                 f"  cleaned up: {', '.join(self.cleaned) or 'nothing'}"]
-        if self.kept:
-            lines.append(f"  kept: {', '.join(self.kept)}")
-        if self.left:
-            lines.append(f"  NOT cleaned up (delete by hand, or run cluster.down() again): {', '.join(self.left)}")
-        if hint:
-            lines.append(f"  {hint}")
-        self.args = ("\n".join(lines),)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class ProvisioningInterrupted(ProvisioningError, KeyboardInterrupt):
-    """``up()`` was interrupted (SIGINT or SIGTERM) and rolled back.
-
-    Also a :class:`KeyboardInterrupt`, so that code stopping on Ctrl-C still stops.
-    """
-
-
-class TeardownError(RemoteError):
-    """``down()`` could not delete everything.
-
-    Attributes:
-        left: the resources still there (``key kind name``).
-        errors: the error of each, by plan key.
-        report: the full :class:`Report` of the teardown.
-    """
-
-    def __init__(self, left: Sequence[str], errors: Mapping[str, BaseException], report: Report) -> None:
-        self.left = list(left)
-        self.errors = dict(errors)
-        self.report = report
-        details = "; ".join(f"{k}: {_one_line(e)}" for k, e in self.errors.items())
-        super().__init__(f"down() could not delete {', '.join(self.left)} ({details}); run it again, "
-                         "or delete them by hand")
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    if isinstance(exc, RLLustreError):
-        return text
-    # A foreign error here is a bug or an interrupt: its type says more than its text.
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @attrs.define(eq=False)
