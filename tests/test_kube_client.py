@@ -86,6 +86,15 @@ def test_server_certificate_is_verified_against_the_given_ca(fake: KubeFake) -> 
         ResourceClient(api, "Secret", "default").get("x")
 
 
+def test_without_a_ca_the_system_trust_store_verifies(fake: KubeFake) -> None:
+    # The DNS endpoint's certificate is publicly signed: no cluster CA is given, and
+    # verification stays on, so the fake's self-signed certificate is refused.
+    api = kube_api_client(fake.endpoint, None, StaticTokenSource("t"))
+    assert api.configuration.verify_ssl
+    with pytest.raises(KubernetesError, match=r"(?i)certificate"), translate_errors("read Secret default/x"):
+        ResourceClient(api, "Secret", "default").get("x")
+
+
 def test_rejected_token_is_a_kubernetes_error_naming_401() -> None:
     with KubeFake(tokens={"right"}) as fake:
         api = kube_api_client(fake.endpoint, fake.ca_pem, StaticTokenSource("wrong"))

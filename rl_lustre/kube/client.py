@@ -173,12 +173,16 @@ def _ca_pem(ca: bytes | str) -> str:
     return text
 
 
-def kube_api_client(endpoint: str, ca_pem: bytes | str, token_source: TokenSource | None = None) -> ApiClient:
+def kube_api_client(
+    endpoint: str, ca_pem: bytes | str | None, token_source: TokenSource | None = None
+) -> ApiClient:
     """A Kubernetes ``ApiClient`` for a GKE cluster, without ``gcloud`` or a kubeconfig.
 
-    The server is verified against the cluster's own CA; each request carries a
-    bearer token from ``token_source``, asked again per request so that a refreshed
-    token is used as soon as it exists.
+    The server is verified against the cluster's own CA (the IP endpoint), or, with
+    ``ca_pem=None``, against the system's trusted CAs (GKE's DNS endpoint
+    ``gke-….<region>.gke.goog`` carries a publicly signed certificate). Each request
+    carries a bearer token from ``token_source``, asked again per request so that a
+    refreshed token is used as soon as it exists.
 
     Example:
         >>> from rl_lustre.testing.kube import KubeFake   # doctest: +SKIP
@@ -187,7 +191,8 @@ def kube_api_client(endpoint: str, ca_pem: bytes | str, token_source: TokenSourc
 
     Args:
         endpoint: the cluster endpoint, ``IP``, ``host:port`` or ``https://host[:port]``.
-        ca_pem: the cluster CA certificate, PEM or base64 of PEM as GKE returns it.
+        ca_pem: the cluster CA certificate, PEM or base64 of PEM as GKE returns it;
+            None to trust the system CAs (the DNS endpoint).
         token_source: returns the bearer token; by default :func:`default_token_source`.
 
     Raises:
@@ -204,7 +209,7 @@ def kube_api_client(endpoint: str, ca_pem: bytes | str, token_source: TokenSourc
     host = f"https://{m['host']}" + (f":{m['port']}" if m["port"] else "")
     source = token_source if token_source is not None else default_token_source()
 
-    config = Configuration(host=host, ca_cert_data=_ca_pem(ca_pem))
+    config = Configuration(host=host, ca_cert_data=None if ca_pem is None else _ca_pem(ca_pem))
     # The key must exist for the client to ask for it; the hook fills in the real
     # token on every request, so the first Google call happens on the first request.
     config.api_key = {"BearerToken": ""}
