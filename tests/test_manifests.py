@@ -376,7 +376,8 @@ def test_ray_start_params_present_on_every_group() -> None:
 
 
 def test_every_object_and_pod_carries_ownership_and_user_labels() -> None:
-    cluster = gke(labels={"team": "post-training", "managed-by": "someone-else"})
+    # (A user label cannot disown what we created: Cluster refuses our label keys.)
+    cluster = gke(labels={"team": "post-training"})
     expected = ownership_labels(cluster.name) | {"team": "post-training"}
     manifests = build_manifests(cluster)
     rc = by_kind(manifests)["RayCluster"]
@@ -384,7 +385,6 @@ def test_every_object_and_pod_carries_ownership_and_user_labels() -> None:
         g["template"]["metadata"] for g in (head_of(rc), *rc["spec"]["workerGroupSpecs"])
     ]
     for meta in labelled:
-        # A user label cannot disown what we created.
         assert meta["labels"] == expected
 
 
