@@ -175,6 +175,10 @@ class Run:
     def checkpoints(self) -> list[Checkpoint]:
         """The run's complete checkpoints (``step_N``), oldest first, with size and write time.
 
+        A save this attempt's log reports takes its time from NeMo-RL's own
+        ``checkpointing`` timer (``save_seconds_from == "log"``); the others from the files'
+        modification times, which Lustre keeps in whole seconds.
+
         Example:
             >>> [(c.step, c.size_bytes, c.save_seconds) for c in run.checkpoints()]  # doctest: +SKIP
             [(4, 1048576, 0.02), (6, 1048576, 0.02)]
@@ -184,7 +188,17 @@ class Run:
         """
         if self._list_checkpoints is None:
             raise NotImplementedError(f"this backend cannot list the checkpoints of {self.job_id}")
-        return self._list_checkpoints()
+        found = self._list_checkpoints()
+        try:
+            timed = {s.step: s.timed_seconds for s in self.saves() if s.timed_seconds is not None}
+        except RayError as exc:
+            # The files still tell the checkpoints apart; only the finer timing is lost.
+            logger.debug("no log timings for the checkpoints of %s: %s", self.job_id, exc)
+            timed = {}
+        return [
+            attrs.evolve(c, save_seconds=timed[c.step], save_seconds_from="log") if c.step in timed else c
+            for c in found
+        ]
 
     def wait(self, timeout: float | None = None, *, poll: float = 0.5) -> str:
         """Block until the run ends; return ``"SUCCEEDED"``. A progress bar shows when output is on.

@@ -3,11 +3,17 @@
 Registered from ``conftest.py`` (``pytest_plugins``). The head runs in token mode,
 set explicitly through ``RAY_AUTH_MODE``, and its environment carries a fake
 ``HF_TOKEN`` (a declared secret) and a fake ``OTHER_API_KEY`` (an undeclared one).
+
+Its ``PATH`` starts with :func:`image_tools`: a test double of the NeMo-RL container
+image's ``uv``, so that the GKE entrypoint ``cd <nemo_rl_dir> && uv run python ...`` runs
+on this head as it runs in the image (see ``test_e2e_gke.py``).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +52,27 @@ def ray_processes(temp_dir: Path) -> list[tuple[int, str]]:
     return found
 
 
+def image_tools(directory: Path) -> Path:
+    """Write the stand-in for the NeMo-RL image's ``uv`` into ``directory`` and return it.
+
+    It knows exactly one command, ``uv run python ARGS...``, which it runs with this
+    test run's Python (where rl_lustre is importable); anything else fails loudly.
+    """
+    uv = directory / "uv"
+    uv.write_text(
+        "#!/bin/sh\n"
+        "# Test double of the NeMo-RL container image's uv (tests/ray_fixtures.py).\n"
+        'if [ "$1" = run ] && [ "$2" = python ]; then\n'
+        "  shift 2\n"
+        f'  exec {shlex.quote(sys.executable)} "$@"\n'
+        "fi\n"
+        'echo "test double of the image\'s uv: only \'uv run python ...\' is supported, not: uv $*" >&2\n'
+        "exit 2\n"
+    )
+    uv.chmod(0o755)
+    return directory
+
+
 @pytest.fixture(scope="session")
 def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A ``Cluster.local`` that is up for the whole session (token auth)."""
@@ -62,6 +89,7 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         mp.setenv("RAY_AUTH_MODE", "token")
         mp.setenv("HF_TOKEN", FAKE_HF_TOKEN)
         mp.setenv("OTHER_API_KEY", FAKE_OTHER_KEY)
+        mp.setenv("PATH", f"{image_tools(tmp_path_factory.mktemp('image-tools'))}{os.pathsep}{os.environ['PATH']}")
         cluster.up()
     temp_dir = cluster._backend().temp_dir  # type: ignore[attr-defined]
     # The session ends the way a script fails: by an exception inside the with block,

@@ -7,30 +7,55 @@ GKE cluster and its pools; existing resources with our labels are adopted; a fai
 or a SIGINT / SIGTERM rolls back what this ``up()`` created. ``down()`` deletes what
 carries our labels, in reverse order, from any process: it finds the resources by
 name and labels, so no local state is needed.
+
+Jobs reach the RayCluster's Jobs API through a port-forward to ``<name>-head-svc:8265``
+made over the Kubernetes API (:class:`~rl_lustre.kube.portforward.PortForward`), with
+credentials from the GKE cluster's endpoint and CA, found through the GKE API -- so a
+fresh process with an equal ``Cluster`` spec attaches too -- or from a kubeconfig
+(:meth:`GKEBackend.use_kubeconfig`). The forward opens on first use and lasts until
+``down()``; every HTTP request opens its own stream, so a dropped stream costs one
+request, and a replaced head pod is found again. With ``RAY_AUTH_TOKEN`` among the
+cluster's secrets, Ray runs in token mode and requests carry this process's
+``$RAY_AUTH_TOKEN`` as a bearer token.
+
+The checkpoints live on Lustre, which this machine does not mount: ``checkpoints()``
+runs a stdlib-only helper job on the head (``rl-lustre-ls-<id>``, deleted once read)
+that lists them with the same rules as the local listing.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import signal
 import threading
-from typing import TYPE_CHECKING
+import uuid
+from typing import TYPE_CHECKING, Any
 
-from ..errors import KubernetesError
+from ..errors import ConfigError, KubernetesError, NotReadyError, RayError
 from ..provision.executor import Executor, Report, cancel_on_signals
+from . import submission
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
     from ..gcp import Backoff, RetryPolicy
     from ..job import GRPOJob
+    from ..kube.portforward import PortForward
+    from ..nemo_rl.checkpoints import Checkpoint
     from ..plan import Plan
     from ..provision.drivers import Apis
     from ..provision.progress import Display
+    from ..ray.jobs import JobsClient
     from ..run import Run
 
 __all__ = ["GKEBackend"]
 
 logger = logging.getLogger("rl_lustre.backends.gke")
+
+# Ray's dashboard and Jobs API on the head service.
+DASHBOARD_PORT = 8265
+_LISTING_TIMEOUT = 300.0
 
 
 class GKEBackend:
@@ -74,6 +99,10 @@ class GKEBackend:
         self._retry = retry
         self._display = display
         self.last_report: Report | None = None
+        self._kubeconfig: tuple[str | None, str | None] | None = None
+        self._lock = threading.Lock()
+        self._forward: PortForward | None = None
+        self._jobs: JobsClient | None = None
 
     def __repr__(self) -> str:
         return f"GKEBackend({self.cluster.name!r}, gcp_only={self.gcp_only})"
@@ -152,6 +181,7 @@ class GKEBackend:
         Raises:
             TeardownError: something could not be deleted; everything else was.
         """
+        self.disconnect()
         executor = self.executor()
         abandon = threading.Event()
         stages = (
@@ -167,17 +197,88 @@ class GKEBackend:
         self.last_report = report
         return report
 
+    def use_kubeconfig(self, path: str | os.PathLike[str] | None = None, context: str | None = None) -> None:
+        """Reach the RayCluster through a kubeconfig context instead of the GKE API.
+
+        For a cluster that already runs the RayCluster (named like the ``Cluster``, in its
+        namespace), or when this machine reaches the control plane only through a
+        kubeconfig (a DNS endpoint, a proxy). It changes how jobs are submitted, attached and
+        listed; ``up()`` and ``down()`` still work through the Google Cloud APIs.
+
+        Example:
+            >>> backend.use_kubeconfig("~/.kube/config", context="gke_my-project_us-east1_demo")  # doctest: +SKIP
+
+        Raises:
+            ConfigError: the kubeconfig is missing or unreadable, or lacks ``context``.
+        """
+        from ..kube.client import kube_api_client_from_kubeconfig
+
+        # Read now, so that a wrong path or context fails here rather than at submit().
+        kube_api_client_from_kubeconfig(path, context)
+        self.disconnect()
+        self._kubeconfig = (None if path is None else os.fspath(path), context)
+
+    @property
+    def jobs(self) -> JobsClient:
+        """The RayCluster's Jobs API, through a port-forward opened on first use.
+
+        Raises:
+            NotReadyError: the GKE cluster does not exist or is not running.
+            KubernetesError: the head service has no ready pod.
+            ConfigError: the cluster uses Ray token auth and ``$RAY_AUTH_TOKEN`` is unset.
+        """
+        with self._lock:
+            if self._jobs is None:
+                self._jobs = self._connect()
+            return self._jobs
+
+    def disconnect(self) -> None:
+        """Close the port-forward to the dashboard (the next use opens a new one)."""
+        with self._lock:
+            forward, self._forward, self._jobs = self._forward, None, None
+        if forward is not None:
+            forward.close()
+
     def submit(self, job: GRPOJob) -> Run:
-        raise NotImplementedError(
-            "submitting to a GKE deployment needs the Ray dashboard reached through the Kubernetes API, "
-            "which this version of rl_lustre does not have yet"
-        )
+        prepared = submission.prepare(self.cluster, job)
+        return submission.submit(
+            self.jobs, prepared, functools.partial(self._run, checkpoint_dir=prepared.checkpoint_dir,
+                                                   total_steps=prepared.total_steps)
+        )  # fmt: skip
 
     def attach(self, job_id: str) -> Run:
-        raise NotImplementedError(
-            "attaching to a job on a GKE deployment needs the Ray dashboard reached through the Kubernetes API, "
-            "which this version of rl_lustre does not have yet"
-        )
+        info = self.jobs.info(job_id)
+        if info is None:
+            raise RayError(f"the RayCluster of {self.cluster.name!r} has no job {job_id!r}")
+        checkpoint_dir, total = submission.recorded(info)
+        return self._run(job_id, checkpoint_dir=checkpoint_dir, total_steps=total)
+
+    def list_checkpoints(self, checkpoint_dir: str) -> list[Checkpoint]:
+        """The checkpoints in ``checkpoint_dir`` on the volume, read on the Ray head.
+
+        Runs :func:`~rl_lustre.nemo_rl.checkpoints.listing_command` as a helper job named
+        ``rl-lustre-ls-<id>``, which holds no secret and is deleted once read.
+
+        Example:
+            >>> [c.step for c in backend.list_checkpoints("/lustre/checkpoints/run-1")]  # doctest: +SKIP
+            [4, 6]
+
+        Raises:
+            RayError: the helper job failed or printed no listing.
+        """
+        from ..nemo_rl.checkpoints import listing_command, parse_listing
+
+        helper = f"rl-lustre-ls-{uuid.uuid4().hex[:12]}"
+        metadata = {"rl_lustre.cluster": self.cluster.name, "rl_lustre.helper": "list-checkpoints"}
+        info, log = self.jobs.run(listing_command(checkpoint_dir), submission_id=helper, metadata=metadata,
+                                  timeout=_LISTING_TIMEOUT)
+        if info.status != "SUCCEEDED":
+            tail = "\n".join(f"  | {line}" for line in log.splitlines()[-10:])
+            raise RayError(f"listing the checkpoints in {checkpoint_dir} on the Ray head failed ({info.status}):\n{tail}")
+        try:
+            return parse_listing(log)
+        except ValueError as exc:
+            raise RayError(f"listing the checkpoints in {checkpoint_dir} on the Ray head: {exc}") from exc
 
     def describe(self) -> str:
         c = self.cluster
@@ -192,6 +293,62 @@ class GKEBackend:
             ".down() deletes what rl_lustre created: resources labelled managed-by=rl-lustre, "
             f"rl-lustre-deployment={c.name}."
         )
+
+
+    def _run(self, job_id: str, *, checkpoint_dir: str | None, total_steps: int | None) -> Run:
+        from ..run import Run
+
+        lister = None if checkpoint_dir is None else functools.partial(self.list_checkpoints, checkpoint_dir)
+        return Run(self.jobs, job_id, total_steps=total_steps, list_checkpoints=lister)
+
+    def _connect(self) -> JobsClient:
+        from ..kube.portforward import PortForward
+        from ..ray.jobs import JobsClient
+
+        if self.gcp_only:
+            raise NotReadyError(f"{self!r} leaves the Kubernetes part out (gcp_only=True): it has no RayCluster")
+        headers = _ray_headers(self.cluster)
+        forward = PortForward(self._kube_api(), self.cluster.head_service, namespace=self.cluster.namespace,
+                              remote_port=DASHBOARD_PORT).start()
+        self._forward = forward
+        return JobsClient(forward.url, headers=headers)
+
+    def _kube_api(self) -> Any:
+        """A Kubernetes ``ApiClient``: from the kubeconfig, or from the running GKE cluster."""
+        from ..kube.client import kube_api_client, kube_api_client_from_kubeconfig
+
+        if self._kubeconfig is not None:
+            return kube_api_client_from_kubeconfig(*self._kubeconfig)
+        from ..gcp import GkeClusters
+        from ..gcp.container import cluster_path
+
+        path = cluster_path(self.plan)
+        clusters = self._apis.clusters if self._apis is not None else GkeClusters(backoff=self._backoff,
+                                                                                  retry=self._retry)
+        found = clusters.get_or_none(path)
+        if found is None:
+            raise NotReadyError(f"the GKE cluster {path} does not exist: call cluster.up() or use `with cluster:`")
+        status = type(found).Status(found.status).name
+        if status != "RUNNING" or not found.endpoint:
+            raise NotReadyError(f"the GKE cluster {path} is {status}, not RUNNING: its Kubernetes API is not reachable")
+        # The IP endpoint with the cluster's own CA, as the provisioning drivers use it.
+        return kube_api_client(found.endpoint, found.master_auth.cluster_ca_certificate)
+
+
+def _ray_headers(cluster: Cluster) -> dict[str, str]:
+    """The Jobs API headers: Ray's bearer token when the cluster runs Ray in token mode."""
+    from ..kube.manifests import RAY_AUTH_TOKEN
+
+    if RAY_AUTH_TOKEN not in cluster.secrets:
+        return {}
+    token = os.environ.get(RAY_AUTH_TOKEN, "").strip()
+    if not token:
+        raise ConfigError(
+            "Cluster", "secrets", RAY_AUTH_TOKEN,
+            f"turns Ray token auth on, so ${RAY_AUTH_TOKEN} must hold the cluster's token in this process "
+            "to reach its dashboard (the same value up() put into the Kubernetes Secret)",
+        )  # fmt: skip
+    return {"Authorization": f"Bearer {token}"}
 
 
 def _require_kube() -> None:

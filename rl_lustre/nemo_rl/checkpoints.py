@@ -11,22 +11,31 @@ policy weights, optimizer state and ``train_dataloader.pt`` after them. The spre
 file modification times from ``training_info.json`` to the last file written is
 therefore the time the save spent writing, which is what :attr:`Checkpoint.save_seconds`
 reports (Lustre keeps whole-second timestamps, so short saves read as 0 or 1 s there).
+When the run's log is at hand, NeMo-RL's own ``checkpointing`` timer is the better figure
+(see :meth:`rl_lustre.run.Run.checkpoints`).
+
+On GKE the checkpoints live on Lustre inside the cluster. :func:`listing_command` is a
+stdlib-only ``python3 -c`` command, run on the Ray head (which mounts the volume), that
+applies the very same rules -- its script is the source of the scanner used here -- and
+:func:`parse_listing` reads what it prints.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
-import re
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
-__all__ = ["Checkpoint", "latest_checkpoint", "list_checkpoints"]
+__all__ = ["LISTING_MARK", "Checkpoint", "latest_checkpoint", "list_checkpoints", "listing_command", "parse_listing"]
 
-_STEP_DIR = re.compile(r"step_(\d+)")
+# Starts the one line of the listing command's output that carries the listing.
+LISTING_MARK = "RL_LUSTRE_CHECKPOINTS "
 
 
 @attrs.frozen
@@ -35,11 +44,13 @@ class Checkpoint:
 
     Attributes:
         step: the training step it was saved after.
-        path: the ``step_N`` directory.
+        path: the ``step_N`` directory (on GKE, its path inside the pods).
         size_bytes: the bytes of every file under it.
         finished_at: when its last file was written (seconds since the epoch).
-        save_seconds: how long the save spent writing, from the first file written
-            (``training_info.json``) to the last; None without ``training_info.json``.
+        save_seconds: how long the save took: NeMo-RL's own ``checkpointing`` timer when
+            the run's log has it, otherwise the spread of file times from the first file
+            written (``training_info.json``) to the last; None when neither is known.
+        save_seconds_from: where ``save_seconds`` comes from: ``"log"`` or ``"files"``.
         training_info: the parsed ``training_info.json`` (empty when absent or unreadable).
     """
 
@@ -49,6 +60,7 @@ class Checkpoint:
     finished_at: float
     save_seconds: float | None
     training_info: Mapping[str, Any] = attrs.field(factory=dict, repr=False, eq=False)
+    save_seconds_from: Literal["log", "files"] | None = None
 
     @property
     def mb_per_second(self) -> float | None:
@@ -72,21 +84,7 @@ def list_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> list[Checkpoint]
         >>> [c.step for c in list_checkpoints(root)]
         [2, 10]
     """
-    root = Path(checkpoint_dir)
-    try:
-        entries = list(os.scandir(root))
-    except (FileNotFoundError, NotADirectoryError):
-        # Not there yet (nothing saved), or a file in its place: either way, no checkpoints.
-        return []
-    found = []
-    for entry in entries:
-        m = _STEP_DIR.fullmatch(entry.name)
-        if m is None or not entry.is_dir(follow_symlinks=False):
-            continue
-        checkpoint = _read(int(m.group(1)), Path(entry.path))
-        if checkpoint is not None:
-            found.append(checkpoint)
-    return sorted(found, key=lambda c: c.step)
+    return [_checkpoint(record) for record in _scan(os.fspath(checkpoint_dir))]
 
 
 def latest_checkpoint(checkpoint_dir: str | os.PathLike[str]) -> Checkpoint | None:
@@ -101,34 +99,114 @@ def latest_checkpoint(checkpoint_dir: str | os.PathLike[str]) -> Checkpoint | No
     return checkpoints[-1] if checkpoints else None
 
 
-def _read(step: int, path: Path) -> Checkpoint | None:
-    size = 0
-    last_mtime = 0.0
+def listing_command(checkpoint_dir: str, *, python: str = "python3") -> str:
+    """A shell command that prints the checkpoints of ``checkpoint_dir`` on the machine it runs on.
+
+    Needs only a Python 3 standard library (any NeMo-RL or Ray image has one). It prints
+    one line, :data:`LISTING_MARK` followed by JSON, that :func:`parse_listing` reads.
+
+    Example:
+        >>> import subprocess, tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> (root / "step_3").mkdir()
+        >>> out = subprocess.run(listing_command(str(root)), shell=True, capture_output=True, text=True).stdout
+        >>> [c.step for c in parse_listing(out)]
+        [3]
+    """
+    script = "\n".join([
+        "from __future__ import annotations",
+        inspect.getsource(_scan),
+        "import json, sys",
+        f"print({LISTING_MARK!r} + json.dumps(_scan(sys.argv[1])), flush=True)",
+    ])  # fmt: skip
+    return f"{shlex.quote(python)} -c {shlex.quote(script)} {shlex.quote(checkpoint_dir)}"
+
+
+def parse_listing(output: str) -> list[Checkpoint]:
+    """The checkpoints in what :func:`listing_command` printed (other lines are ignored).
+
+    Example:
+        >>> parse_listing('noise\\nRL_LUSTRE_CHECKPOINTS [{"step": 4, "path": "/lustre/c/step_4", '
+        ...               '"size_bytes": 10, "finished_at": 1.0, "save_seconds": 0.0, "training_info": {}}]')
+        [Checkpoint(step=4, path=PosixPath('/lustre/c/step_4'), size_bytes=10, finished_at=1.0, save_seconds=0.0, save_seconds_from='files')]
+
+    Raises:
+        ValueError: the output holds no listing, or a malformed one.
+    """
+    lines = [line for line in output.splitlines() if line.startswith(LISTING_MARK)]
+    if not lines:
+        raise ValueError("the output holds no checkpoint listing")
+    records = json.loads(lines[-1][len(LISTING_MARK):])
+    if not isinstance(records, list):
+        raise ValueError("the checkpoint listing is not a list")
     try:
-        last_mtime = path.stat().st_mtime
-        for dirpath, _dirnames, filenames in os.walk(path):
-            for name in filenames:
-                st = os.stat(os.path.join(dirpath, name), follow_symlinks=False)
-                size += st.st_size
-                last_mtime = max(last_mtime, st.st_mtime)
-    except FileNotFoundError:
-        # keep_top_k deleted it while we were looking; it is no longer a checkpoint.
-        return None
-    info_path = path / "training_info.json"
-    info: dict[str, Any] = {}
-    save_seconds: float | None = None
-    try:
-        save_seconds = max(0.0, last_mtime - info_path.stat().st_mtime)
-        loaded = json.loads(info_path.read_text())
-        if isinstance(loaded, dict):
-            info = loaded
-    except (FileNotFoundError, ValueError):
-        pass
+        return [_checkpoint(record) for record in records]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed checkpoint listing: {exc!r}") from exc
+
+
+def _checkpoint(record: Mapping[str, Any]) -> Checkpoint:
+    seconds = record["save_seconds"]
+    info = record.get("training_info")
     return Checkpoint(
-        step=step,
-        path=path,
-        size_bytes=size,
-        finished_at=last_mtime,
-        save_seconds=save_seconds,
-        training_info=info,
+        step=int(record["step"]),
+        path=Path(record["path"]),
+        size_bytes=int(record["size_bytes"]),
+        finished_at=float(record["finished_at"]),
+        save_seconds=None if seconds is None else float(seconds),
+        training_info=info if isinstance(info, dict) else {},
+        save_seconds_from=None if seconds is None else "files",
     )
+
+
+def _scan(root: str) -> list[dict[str, Any]]:
+    """The ``step_N`` directories under ``root`` as plain records, oldest step first.
+
+    Runs here and, as the source of :func:`listing_command`'s script, on the Ray head:
+    it must use only the standard library and import what it needs itself.
+    """
+    import json
+    import os
+    import re
+
+    try:
+        entries = list(os.scandir(root))
+    except (FileNotFoundError, NotADirectoryError):
+        # Not there yet (nothing saved), or a file in its place: either way, no checkpoints.
+        return []
+    found = []
+    for entry in entries:
+        m = re.fullmatch(r"step_(\d+)", entry.name)
+        if m is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        size = 0
+        try:
+            last_mtime = os.stat(entry.path).st_mtime
+            for dirpath, _dirnames, filenames in os.walk(entry.path):
+                for name in filenames:
+                    st = os.stat(os.path.join(dirpath, name), follow_symlinks=False)
+                    size += st.st_size
+                    last_mtime = max(last_mtime, st.st_mtime)
+        except FileNotFoundError:
+            # keep_top_k deleted it while we were looking; it is no longer a checkpoint.
+            continue
+        info_path = os.path.join(entry.path, "training_info.json")
+        info = {}
+        save_seconds = None
+        try:
+            save_seconds = max(0.0, last_mtime - os.stat(info_path).st_mtime)
+            with open(info_path) as f:
+                loaded = json.load(f)
+            if isinstance(loaded, dict):
+                info = loaded
+        except (FileNotFoundError, ValueError):
+            pass
+        found.append({
+            "step": int(m.group(1)),
+            "path": entry.path,
+            "size_bytes": size,
+            "finished_at": last_mtime,
+            "save_seconds": save_seconds,
+            "training_info": info,
+        })  # fmt: skip
+    return sorted(found, key=lambda record: record["step"])

@@ -13,12 +13,13 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..errors import RayError
+from ..errors import RayError, RLLustreError, WaitTimeoutError
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
@@ -197,6 +198,76 @@ class JobsClient:
         sdk = self._sdk()
         with ray_errors(f"stop job {submission_id}"):
             return bool(sdk.stop_job(submission_id))
+
+    def delete(self, submission_id: str) -> bool:
+        """Forget an ended job (its record and stored data); False when there was no such job.
+
+        Raises:
+            RayError: the job has not ended, or the cluster refused.
+        """
+        sdk = self._sdk()
+        try:
+            with ray_errors(f"delete job {submission_id}"):
+                return bool(sdk.delete_job(submission_id))
+        except RayError as exc:
+            if "does not exist" in str(exc):
+                return False
+            raise
+
+    def run(
+        self,
+        entrypoint: str,
+        *,
+        submission_id: str,
+        metadata: Mapping[str, str] | None = None,
+        timeout: float = 120.0,
+    ) -> tuple[JobInfo, str]:
+        """Run a short command as a job, wait for its end, and forget it: ``(info, log)``.
+
+        For helper commands that read something on the cluster. The job is deleted
+        afterwards (stopped first, if the wait ran out), so it does not linger in the job
+        list; should that fail, it stays, under its own ``submission_id``.
+
+        Example:
+            >>> info, log = jobs.run("echo hi", submission_id="rl-lustre-echo-1")  # doctest: +SKIP
+            >>> info.status, log  # doctest: +SKIP
+            ('SUCCEEDED', 'hi\\n')
+
+        Raises:
+            WaitTimeoutError: the command had not ended after ``timeout`` seconds.
+            RayError: the cluster refused it.
+        """
+        self.submit(entrypoint, submission_id=submission_id, metadata=metadata)
+        deadline = time.monotonic() + timeout
+        delay = 0.1
+        try:
+            while not (info := self._must_info(submission_id)).terminal:
+                if time.monotonic() >= deadline:
+                    raise WaitTimeoutError(f"job {submission_id}", timeout, info.status)
+                time.sleep(delay)
+                delay = min(delay * 1.5, 1.0)
+            return info, self.logs(submission_id)
+        finally:
+            self._forget(submission_id)
+
+    def _must_info(self, submission_id: str) -> JobInfo:
+        info = self.info(submission_id)
+        if info is None:
+            raise RayError(f"job {submission_id} disappeared from the cluster")
+        return info
+
+    def _forget(self, submission_id: str) -> None:
+        """Delete a helper job, stopping it first if it still runs; failures are only logged."""
+        try:
+            info = self.info(submission_id)
+            if info is not None and not info.terminal:
+                self.stop(submission_id)
+                deadline = time.monotonic() + 10.0
+                while not self._must_info(submission_id).terminal and time.monotonic() < deadline:
+                    time.sleep(0.2)
+            self.delete(submission_id)
+        except RLLustreError as exc:
+            logger.warning("helper job %s stays in the job list: %s", submission_id, exc)
 
     def follow(self, submission_id: str) -> Iterator[str]:
         """The job's log from the start, line by line, until the job ends.

@@ -266,6 +266,8 @@ class Core:
         self.clusters: dict[str, Any] = {}
         self.kube_endpoint: str | None = None
         self.kube_ca_pem: str | None = None
+        # Called with a GKE cluster's name once its deletion has finished.
+        self.on_cluster_deleted: Callable[[str], None] | None = None
 
     def now(self) -> float:
         return time.monotonic()

@@ -6,7 +6,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..catalog import LABEL_MANAGED_BY, MANAGED_BY, ownership_labels
 from ..gcp import _clients
@@ -16,6 +16,9 @@ from ._gke import GkeFake
 from ._grpc import GrpcServer
 from ._lustre import LustreFake
 from ._rest import RestFake
+
+if TYPE_CHECKING:
+    from .kube import KubeFake
 
 KINDS = (
     "compute.networks",
@@ -63,6 +66,10 @@ class FakeGCP:
             fake's ``127.0.0.1:PORT``); by default a documentation address.
         kube_ca_pem: the PEM CA certificate RUNNING clusters report (base64-encoded in
             ``master_auth.cluster_ca_certificate``, as GKE does); by default a placeholder.
+        kube: a started :class:`~rl_lustre.testing.KubeFake` that plays the Kubernetes API of
+            the GKE clusters: RUNNING clusters report its endpoint and CA, and deleting a
+            cluster removes every object in it, as deleting a GKE cluster deletes its
+            control plane. One cluster at a time: the fake has a single API server.
         set_env: set the emulator variables while the context is entered.
     """
 
@@ -73,11 +80,19 @@ class FakeGCP:
         time_scale: float = 1.0,
         kube_endpoint: str | None = None,
         kube_ca_pem: str | None = None,
+        kube: KubeFake | None = None,
         set_env: bool = True,
     ) -> None:
         self._core = Core(latency, time_scale)
         self._core.kube_endpoint = kube_endpoint
         self._core.kube_ca_pem = kube_ca_pem
+        if kube is not None:
+            if kube_endpoint is not None or kube_ca_pem is not None:
+                raise ValueError("pass either kube or kube_endpoint/kube_ca_pem, not both")
+            if not kube.ca_pem:
+                raise ValueError("start the KubeFake before the FakeGCP that reports it")
+            self._core.kube_endpoint, self._core.kube_ca_pem = kube.endpoint, kube.ca_pem.decode()
+            self._core.on_cluster_deleted = lambda name: kube.remove_all()
         self._grpc = GrpcServer(self._core)
         self._lustre = LustreFake(self._core)
         self._gke = GkeFake(self._core)

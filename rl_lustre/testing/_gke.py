@@ -225,6 +225,8 @@ class GkeFake:
                 return
             if self.core.clusters.get(name) is cluster:
                 del self.core.clusters[name]
+                if self.core.on_cluster_deleted is not None:
+                    self.core.on_cluster_deleted(name)
             self._finish(op)
 
         self.core.schedule(self.core.delay("gke.delete_cluster"), finish)

@@ -407,6 +407,18 @@ class KubeFake:
 
         self._on_loop(compact)
 
+    def remove_all(self) -> None:
+        """Drop every object at once, as deleting a GKE cluster takes its API server's objects
+        with it; open port-forwards end. Requests, faults and other records are kept."""
+        def clear() -> None:
+            self._store.clear()
+            self._controllers.reset()
+            for w in list(self._store.watchers):
+                w.queue.put_nowait(None)
+
+        self._on_loop(clear)
+        self.kill_portforwards()
+
     def reset(self) -> None:
         """Forget every object and record, and restore default faults (keeps serving)."""
         def clear() -> None:
