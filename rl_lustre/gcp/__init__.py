@@ -8,6 +8,7 @@ module                 API and resources
 ``compute``            VPC network, subnetwork, PSA range, firewall rule (REST)
 ``servicenetworking``  the private services access connection (plain REST)
 ``_errors``            the one place Google errors become :mod:`rl_lustre.errors`
+``_resource``          create-or-adopt and delete-if-ours, shared by the labelled adapters
 ``_wait``              polling with capped backoff, deadlines and progress
 ``_clients``           clients from the environment; the emulator hooks
 =====================  ==============================================================

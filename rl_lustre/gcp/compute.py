@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from google.cloud import compute_v1
@@ -29,14 +30,14 @@ from . import _clients
 from ._errors import (
     COMPUTE,
     COMPUTE_FIREWALLS,
-    AlreadyExistsError,
     Api,
     Call,
     RetryPolicy,
     call,
     operation_error,
 )
-from ._ownership import Ensured, check_owned, describe_ownership, labels_from_description
+from ._ownership import Ensured, describe_ownership, labels_from_description
+from ._resource import OwnedResource
 from ._wait import Backoff, ProgressCallback, wait_for
 
 if TYPE_CHECKING:
@@ -139,8 +140,12 @@ def cidr_of(address: compute_v1.Address) -> str:
     return f"{address.address}/{address.prefix_length}"
 
 
-class _ComputeResource:
-    """Create / get / delete for one kind of Compute resource, and waiting on its operations."""
+class _ComputeResource(OwnedResource):
+    """Create / get / delete for one kind of Compute resource, and waiting on its operations.
+
+    Ownership lives in the description; a resource is gone once its delete operation is
+    DONE, and one adopted is returned as read.
+    """
 
     title: ClassVar[str]
     client_cls: ClassVar[type[Any]]
@@ -148,6 +153,7 @@ class _ComputeResource:
     collection: ClassVar[str]
     regional: ClassVar[bool] = False
     api: ClassVar[Api] = COMPUTE
+    _log = log
 
     def __init__(
         self,
@@ -187,6 +193,13 @@ class _ComputeResource:
         if self.regional:
             keys["region"] = m["region"]
         return keys
+
+    @property
+    def kind(self) -> str:
+        return self.title
+
+    def _labels_of(self, found: Any) -> Mapping[str, str]:
+        return labels_from_description(found.description)
 
     def _call(self, action: str, name: str, fn: Any, **kwargs: Any) -> Any:
         m = self._path.fullmatch(name)
@@ -232,24 +245,13 @@ class _ComputeResource:
         """
         name = f"{parent}/{self.collection}/{body.name}"
         m = self._split(name)
-        existing = self.get_or_none(name)
-        if existing is None:
-            log.info("creating %s %s", self.title, name)
-            try:
-                op = self._call("create", name, self.client.insert_unary,
-                                request={**self._keys(m), f"{self.field}_resource": body}, retry=None)
-            except AlreadyExistsError:
-                existing = self.get_or_none(name)
-                if existing is None:
-                    raise
-            else:
-                if not wait:
-                    return Ensured(name, False, body)
-                self.wait_operation(op, name=name, action="create", timeout=timeout, progress=progress)
-                return Ensured(name, False, self.wait_ready(name, timeout=timeout, progress=progress))
-        check_owned(self.title, name, labels_from_description(existing.description), deployment)
-        log.info("adopting %s %s", self.title, name)
-        return Ensured(name, True, existing)
+        return self._create_or_adopt(
+            name, body, deployment=deployment,
+            send=lambda: self._call("create", name, self.client.insert_unary,
+                                    request={**self._keys(m), f"{self.field}_resource": body}, retry=None),
+            await_op=lambda op: self.wait_operation(op, name=name, action="create", timeout=timeout, progress=progress),
+            wait=wait, timeout=timeout, progress=progress,
+        )
 
     def wait_ready(self, name: str, *, timeout: float = TIMEOUT, progress: ProgressCallback | None = None) -> Any:
         """Wait until the resource can be read, and return it.
@@ -286,20 +288,13 @@ class _ComputeResource:
             OwnershipError: it exists without our labels; it is left alone.
         """
         m = self._split(name)
-        existing = self.get_or_none(name)
-        if existing is None:
-            log.debug("%s %s is already gone", self.title, name)
-            return False
-        check_owned(self.title, name, labels_from_description(existing.description), deployment)
-        log.info("deleting %s %s", self.title, name)
-        try:
-            op = self._call("delete", name, self.client.delete_unary,
-                            request={**self._keys(m), self.field: m["name"]}, retry=None)
-        except NotFoundError:
-            return False
-        if wait:
-            self.wait_operation(op, name=name, action="delete", timeout=timeout, progress=progress)
-        return True
+        return self._delete_if_ours(
+            name, deployment=deployment,
+            send=lambda: self._call("delete", name, self.client.delete_unary,
+                                    request={**self._keys(m), self.field: m["name"]}, retry=None),
+            await_op=lambda op: self.wait_operation(op, name=name, action="delete", timeout=timeout, progress=progress),
+            wait=wait, timeout=timeout, progress=progress,
+        )
 
     def wait_operation(
         self,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from google.cloud import container_v1
@@ -33,8 +34,9 @@ from google.cloud import container_v1
 from ..catalog import ownership_labels
 from ..errors import ConfigError, NotFoundError, OperationFailedError
 from . import _clients
-from ._errors import CONTAINER, AlreadyExistsError, Call, RetryPolicy, call, operation_error
-from ._ownership import Ensured, check_owned
+from ._errors import CONTAINER, Call, RetryPolicy, call, operation_error
+from ._ownership import Ensured
+from ._resource import DELETE_TIMEOUT, StatefulResource
 from ._wait import Backoff, ProgressCallback, wait_for
 
 if TYPE_CHECKING:
@@ -45,7 +47,6 @@ log = logging.getLogger("rl_lustre.gcp.container")
 CLUSTER = "GKE cluster"
 NODE_POOL = "GKE node pool"
 CREATE_TIMEOUT = 3600.0
-DELETE_TIMEOUT = 3600.0
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 # A4, A4X and A3 Ultra machines boot only from Hyperdisk; GKE's default pd-balanced fails.
 _HYPERDISK_ONLY = re.compile(r"^(a4-|a4x-|a3-ultragpu-)")
@@ -176,10 +177,12 @@ def _status(obj: Any) -> str:
     return f"{name} ({obj.status_message})" if obj.status_message else name
 
 
-class _Gke:
+class _Gke(StatefulResource):
     """What both GKE adapters share: the client, the call wrapper and operation polling."""
 
     kind = ""
+    api = CONTAINER
+    _log = log
 
     def __init__(self, client: Any = None, *, backoff: Backoff | None = None,
                  retry: RetryPolicy | None = None) -> None:
@@ -194,13 +197,8 @@ class _Gke:
     def _call(self, action: str, name: str, fn: Any, zone: str | None = None, **kwargs: Any) -> Any:
         return call(Call(CONTAINER, action, f"{self.kind} {name}", zone=zone), fn, policy=self._retry, **kwargs)
 
-    def get_or_none(self, name: str) -> Any:
-        raise NotImplementedError
-
-    def wait_gone(self, name: str, *, timeout: float = DELETE_TIMEOUT, progress: ProgressCallback | None = None) -> None:
-        """Wait until ``name`` no longer exists."""
-        wait_for(f"{self.kind} {name} to be deleted", lambda: self.get_or_none(name), done=lambda r: r is None,
-                 describe=_status, timeout=timeout, backoff=self._backoff, progress=progress)
+    def _state_of(self, found: Any) -> str:
+        return _status(found)
 
     def wait_operation(
         self,
@@ -262,6 +260,12 @@ class GkeClusters(_Gke):
 
     kind = CLUSTER
 
+    def _labels_of(self, found: container_v1.Cluster) -> Mapping[str, str]:
+        return found.resource_labels
+
+    def _being_deleted(self, found: container_v1.Cluster) -> bool:
+        return found.status == ClusterStatus.STOPPING
+
     def get_or_none(self, name: str) -> container_v1.Cluster | None:
         """The cluster ``projects/P/locations/L/clusters/NAME``, or None.
 
@@ -302,33 +306,15 @@ class GkeClusters(_Gke):
         name = f"{parent}/clusters/{cluster.name}"
         location = _split_cluster(name)["location"]
         zone = cluster.locations[0] if cluster.locations else location
-        existing = self.get_or_none(name)
-        if existing is not None and existing.status == ClusterStatus.STOPPING:
-            # A down() still in progress: let it finish, then create afresh.
-            check_owned(CLUSTER, name, existing.resource_labels, deployment)
-            log.info("%s %s is being deleted; waiting for that before creating it", CLUSTER, name)
-            self.wait_gone(name, timeout=timeout, progress=progress)
-            existing = None
-        if existing is None:
-            log.info("creating %s %s", CLUSTER, name)
-            try:
-                op = self._call("create", name, self.client.create_cluster, zone=zone,
-                                request={"parent": parent, "cluster": cluster}, retry=None)
-            except AlreadyExistsError:
-                existing = self.get_or_none(name)
-                if existing is None:
-                    raise
-            else:
-                if not wait:
-                    return Ensured(name, False, cluster)
-                self.wait_operation(op, location_path=parent, what=f"{CLUSTER} {name} to be created",
-                                    action="create", resource=name, zone=zone, timeout=timeout, progress=progress)
-                return Ensured(name, False, self.wait_ready(name, timeout=timeout, progress=progress))
-        check_owned(CLUSTER, name, existing.resource_labels, deployment)
-        log.info("adopting %s %s (%s)", CLUSTER, name, _status(existing))
-        if wait:
-            existing = self.wait_ready(name, timeout=timeout, progress=progress)
-        return Ensured(name, True, existing)
+        return self._create_or_adopt(
+            name, cluster, deployment=deployment,
+            send=lambda: self._call("create", name, self.client.create_cluster, zone=zone,
+                                    request={"parent": parent, "cluster": cluster}, retry=None),
+            await_op=lambda op: self.wait_operation(op, location_path=parent, what=f"{CLUSTER} {name} to be created",
+                                                    action="create", resource=name, zone=zone, timeout=timeout,
+                                                    progress=progress),
+            wait=wait, timeout=timeout, progress=progress,
+        )
 
     def wait_ready(
         self, name: str, *, timeout: float = CREATE_TIMEOUT, progress: ProgressCallback | None = None
@@ -346,17 +332,13 @@ class GkeClusters(_Gke):
             WaitTimeoutError: not RUNNING within ``timeout``.
         """
 
-        def poll() -> container_v1.Cluster:
-            found = self.get_or_none(name)
-            if found is None:
-                raise NotFoundError(f"{CONTAINER}: {CLUSTER} {name} does not exist")
+        def check(found: container_v1.Cluster) -> None:
             if found.status in (ClusterStatus.ERROR, ClusterStatus.DEGRADED):
                 raise OperationFailedError(f"{CONTAINER}: {CLUSTER} {name} is {_status(found)}; delete it "
                                            "(cluster.down()) before creating it again")
-            return found
 
-        return wait_for(f"{CLUSTER} {name} to be RUNNING", poll, done=lambda c: c.status == ClusterStatus.RUNNING,
-                        describe=_status, timeout=timeout, backoff=self._backoff, progress=progress)
+        return self._wait_for_state(name, "RUNNING", done=lambda c: c.status == ClusterStatus.RUNNING,
+                                    check=check, timeout=timeout, progress=progress)
 
     def delete(
         self,
@@ -380,24 +362,14 @@ class GkeClusters(_Gke):
         Raises:
             OwnershipError: the cluster exists without our labels; it is left alone.
         """
-        existing = self.get_or_none(name)
-        if existing is None:
-            log.debug("%s %s is already gone", CLUSTER, name)
-            return False
-        check_owned(CLUSTER, name, existing.resource_labels, deployment)
-        parent = name.rsplit("/clusters/", 1)[0]
-        if existing.status != ClusterStatus.STOPPING:
-            log.info("deleting %s %s", CLUSTER, name)
-            try:
-                op = self._call("delete", name, self.client.delete_cluster, request={"name": name}, retry=None)
-            except NotFoundError:
-                return False
-            if wait:
-                self.wait_operation(op, location_path=parent, what=f"{CLUSTER} {name} to be deleted",
-                                    action="delete", resource=name, zone=None, timeout=timeout, progress=progress)
-        if wait:
-            self.wait_gone(name, timeout=timeout, progress=progress)
-        return True
+        return self._delete_if_ours(
+            name, deployment=deployment,
+            send=lambda: self._call("delete", name, self.client.delete_cluster, request={"name": name}, retry=None),
+            await_op=lambda op: self.wait_operation(op, location_path=name.rsplit("/clusters/", 1)[0],
+                                                    what=f"{CLUSTER} {name} to be deleted", action="delete",
+                                                    resource=name, zone=None, timeout=timeout, progress=progress),
+            wait=wait, timeout=timeout, progress=progress,
+        )
 
 
 class GkeNodePools(_Gke):
@@ -416,6 +388,12 @@ class GkeNodePools(_Gke):
     """
 
     kind = NODE_POOL
+
+    def _labels_of(self, found: container_v1.NodePool) -> Mapping[str, str]:
+        return found.config.resource_labels
+
+    def _being_deleted(self, found: container_v1.NodePool) -> bool:
+        return found.status == PoolStatus.STOPPING
 
     def get_or_none(self, name: str) -> container_v1.NodePool | None:
         """The node pool ``projects/P/locations/L/clusters/C/nodePools/NAME``, or None
@@ -457,34 +435,17 @@ class GkeNodePools(_Gke):
         name = f"{cluster}/nodePools/{pool.name}"
         m = _split_pool(name)
         zone = pool.locations[0] if pool.locations else m["location"]
-        existing = self.get_or_none(name)
-        if existing is not None and existing.status == PoolStatus.STOPPING:
-            check_owned(NODE_POOL, name, existing.config.resource_labels, deployment)
-            log.info("%s %s is being deleted; waiting for that before creating it", NODE_POOL, name)
-            self.wait_gone(name, timeout=timeout, progress=progress)
-            existing = None
-        if existing is None:
-            log.info("creating %s %s (%d × %s%s)", NODE_POOL, name, pool.initial_node_count,
-                     pool.config.machine_type, ", Spot" if pool.config.spot else "")
-            try:
-                op = self._call("create", name, self.client.create_node_pool, zone=zone,
-                                request={"parent": cluster, "node_pool": pool}, retry=None)
-            except AlreadyExistsError:
-                existing = self.get_or_none(name)
-                if existing is None:
-                    raise
-            else:
-                if not wait:
-                    return Ensured(name, False, pool)
-                self.wait_operation(op, location_path=f"projects/{m['project']}/locations/{m['location']}",
-                                    what=f"{NODE_POOL} {name} to be created", action="create", resource=name,
-                                    zone=zone, timeout=timeout, progress=progress)
-                return Ensured(name, False, self.wait_ready(name, timeout=timeout, progress=progress))
-        check_owned(NODE_POOL, name, existing.config.resource_labels, deployment)
-        log.info("adopting %s %s (%s)", NODE_POOL, name, _status(existing))
-        if wait:
-            existing = self.wait_ready(name, timeout=timeout, progress=progress)
-        return Ensured(name, True, existing)
+        return self._create_or_adopt(
+            name, pool, deployment=deployment,
+            send=lambda: self._call("create", name, self.client.create_node_pool, zone=zone,
+                                    request={"parent": cluster, "node_pool": pool}, retry=None),
+            await_op=lambda op: self.wait_operation(op, location_path=f"projects/{m['project']}/locations/{m['location']}",
+                                                    what=f"{NODE_POOL} {name} to be created", action="create",
+                                                    resource=name, zone=zone, timeout=timeout, progress=progress),
+            wait=wait, timeout=timeout, progress=progress,
+            detail=(" (%d × %s%s)", pool.initial_node_count, pool.config.machine_type,
+                    ", Spot" if pool.config.spot else ""),
+        )
 
     def wait_ready(
         self, name: str, *, timeout: float = CREATE_TIMEOUT, progress: ProgressCallback | None = None
@@ -503,18 +464,14 @@ class GkeNodePools(_Gke):
         """
         zone = _split_pool(name)["location"]
 
-        def poll() -> container_v1.NodePool:
-            found = self.get_or_none(name)
-            if found is None:
-                raise NotFoundError(f"{CONTAINER}: {NODE_POOL} {name} does not exist")
+        def check(found: container_v1.NodePool) -> None:
             if found.status in (PoolStatus.ERROR, PoolStatus.RUNNING_WITH_ERROR):
                 raise operation_error(Call(CONTAINER, "create", f"{NODE_POOL} {name}",
                                            zone=found.locations[0] if found.locations else zone),
                                       f"the pool is {_status(found)}")
-            return found
 
-        return wait_for(f"{NODE_POOL} {name} to be RUNNING", poll, done=lambda p: p.status == PoolStatus.RUNNING,
-                        describe=_status, timeout=timeout, backoff=self._backoff, progress=progress)
+        return self._wait_for_state(name, "RUNNING", done=lambda p: p.status == PoolStatus.RUNNING,
+                                    check=check, timeout=timeout, progress=progress)
 
     def delete(
         self,
@@ -539,24 +496,14 @@ class GkeNodePools(_Gke):
             OwnershipError: the pool exists without our labels; it is left alone.
         """
         m = _split_pool(name)
-        existing = self.get_or_none(name)
-        if existing is None:
-            log.debug("%s %s is already gone", NODE_POOL, name)
-            return False
-        check_owned(NODE_POOL, name, existing.config.resource_labels, deployment)
-        if existing.status != PoolStatus.STOPPING:
-            log.info("deleting %s %s", NODE_POOL, name)
-            try:
-                op = self._call("delete", name, self.client.delete_node_pool, request={"name": name}, retry=None)
-            except NotFoundError:
-                return False
-            if wait:
-                self.wait_operation(op, location_path=f"projects/{m['project']}/locations/{m['location']}",
-                                    what=f"{NODE_POOL} {name} to be deleted", action="delete", resource=name,
-                                    zone=None, timeout=timeout, progress=progress)
-        if wait:
-            self.wait_gone(name, timeout=timeout, progress=progress)
-        return True
+        return self._delete_if_ours(
+            name, deployment=deployment,
+            send=lambda: self._call("delete", name, self.client.delete_node_pool, request={"name": name}, retry=None),
+            await_op=lambda op: self.wait_operation(op, location_path=f"projects/{m['project']}/locations/{m['location']}",
+                                                    what=f"{NODE_POOL} {name} to be deleted", action="delete",
+                                                    resource=name, zone=None, timeout=timeout, progress=progress),
+            wait=wait, timeout=timeout, progress=progress,
+        )
 
 
 def parent_of(name: str) -> str:

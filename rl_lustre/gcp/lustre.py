@@ -27,8 +27,9 @@ from google.cloud import lustre_v1
 from ..catalog import ownership_labels
 from ..errors import ConfigError, NotFoundError
 from . import _clients
-from ._errors import LUSTRE, AlreadyExistsError, Call, RetryPolicy, call, operation_error
-from ._ownership import Ensured, check_owned
+from ._errors import LUSTRE, Call, RetryPolicy, call, operation_error
+from ._ownership import Ensured
+from ._resource import DELETE_TIMEOUT, StatefulResource
 from ._wait import Backoff, ProgressCallback, wait_for
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ log = logging.getLogger("rl_lustre.gcp.lustre")
 
 KIND = "Lustre instance"
 CREATE_TIMEOUT = 2 * 3600.0
-DELETE_TIMEOUT = 3600.0
 TRANSFER_TIMEOUT = 24 * 3600.0
 _NAME = re.compile(r"projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)/instances/(?P<id>[^/]+)")
 State = lustre_v1.Instance.State
@@ -113,7 +113,7 @@ def _state(instance: lustre_v1.Instance | None) -> str:
     return f"{state} ({instance.state_reason})" if instance.state_reason else state
 
 
-class LustreInstances:
+class LustreInstances(StatefulResource):
     """Managed Lustre instances through ``LustreClient``.
 
     Example::
@@ -127,6 +127,10 @@ class LustreInstances:
         backoff: polling delays of waits.
         retry: retries of transient failures.
     """
+
+    kind = KIND
+    api = LUSTRE
+    _log = log
 
     def __init__(
         self,
@@ -146,6 +150,15 @@ class LustreInstances:
     def _call(self, action: str, name: str, fn: Any, **kwargs: Any) -> Any:
         ctx = Call(LUSTRE, action, f"{KIND} {name}", zone=_zone(name))
         return call(ctx, fn, policy=self._retry, **kwargs)
+
+    def _labels_of(self, found: lustre_v1.Instance) -> Mapping[str, str]:
+        return found.labels
+
+    def _being_deleted(self, found: lustre_v1.Instance) -> bool:
+        return found.state == State.DELETING
+
+    def _state_of(self, found: lustre_v1.Instance | None) -> str:
+        return _state(found)
 
     def get_or_none(self, name: str) -> lustre_v1.Instance | None:
         """The instance called ``name`` (``projects/P/locations/ZONE/instances/ID``), or None.
@@ -205,39 +218,23 @@ class LustreInstances:
         """
         name = instance.name
         m = _split(name)
-        existing = self.get_or_none(name)
-        if existing is not None and existing.state == State.DELETING:
-            # A down() still in progress: let it finish, then create afresh.
-            check_owned(KIND, name, existing.labels, deployment)
-            log.info("%s %s is being deleted; waiting for that before creating it", KIND, name)
-            self.wait_gone(name, timeout=timeout, progress=progress)
-            existing = None
-        if existing is None:
-            log.info("creating %s %s (%d GiB, %d MB/s/TiB)", KIND, name, instance.capacity_gib,
-                     instance.per_unit_storage_throughput)
+
+        def send() -> Any:
             body = lustre_v1.Instance(instance)
             body.name = ""
-            try:
-                op = self._call("create", name, self.client.create_instance,
-                                request={"parent": f"projects/{m['project']}/locations/{m['zone']}",
-                                         "instance_id": m["id"], "instance": body},
-                                retry=None)
-            except AlreadyExistsError:
-                # Our own earlier attempt may have gone through before a transient error.
-                existing = self.get_or_none(name)
-                if existing is None:
-                    raise
-            else:
-                if not wait:
-                    return Ensured(name, False, instance)
-                self.wait_operation(op.operation.name, f"{KIND} {name} to be created", timeout=timeout,
-                                    action="create", resource=name, progress=progress)
-                return Ensured(name, False, self.wait_ready(name, timeout=timeout, progress=progress))
-        check_owned(KIND, name, existing.labels, deployment)
-        log.info("adopting %s %s (%s)", KIND, name, _state(existing))
-        if wait:
-            existing = self.wait_ready(name, timeout=timeout, progress=progress)
-        return Ensured(name, True, existing)
+            return self._call("create", name, self.client.create_instance,
+                              request={"parent": f"projects/{m['project']}/locations/{m['zone']}",
+                                       "instance_id": m["id"], "instance": body},
+                              retry=None)
+
+        return self._create_or_adopt(
+            name, instance, deployment=deployment, send=send,
+            await_op=lambda op: self.wait_operation(op.operation.name, f"{KIND} {name} to be created",
+                                                    timeout=timeout, action="create", resource=name,
+                                                    progress=progress),
+            wait=wait, timeout=timeout, progress=progress,
+            detail=(" (%d GiB, %d MB/s/TiB)", instance.capacity_gib, instance.per_unit_storage_throughput),
+        )
 
     def wait_ready(
         self, name: str, *, timeout: float = CREATE_TIMEOUT, progress: ProgressCallback | None = None
@@ -253,15 +250,8 @@ class LustreInstances:
             NotFoundError: the instance does not exist (or disappeared).
             WaitTimeoutError: not ACTIVE within ``timeout``.
         """
-
-        def poll() -> lustre_v1.Instance:
-            found = self.get_or_none(name)
-            if found is None:
-                raise NotFoundError(f"{LUSTRE}: {KIND} {name} does not exist")
-            return found
-
-        return wait_for(f"{KIND} {name} to be ACTIVE", poll, done=lambda i: i.state == State.ACTIVE,
-                        describe=_state, timeout=timeout, backoff=self._backoff, progress=progress)
+        return self._wait_for_state(name, "ACTIVE", done=lambda i: i.state == State.ACTIVE, timeout=timeout,
+                                    progress=progress)
 
     def delete(
         self,
@@ -286,28 +276,14 @@ class LustreInstances:
         Raises:
             OwnershipError: the instance exists without our labels; it is left alone.
         """
-        existing = self.get_or_none(name)
-        if existing is None:
-            log.debug("%s %s is already gone", KIND, name)
-            return False
-        check_owned(KIND, name, existing.labels, deployment)
-        if existing.state != State.DELETING:
-            log.info("deleting %s %s", KIND, name)
-            try:
-                op = self._call("delete", name, self.client.delete_instance, request={"name": name}, retry=None)
-            except NotFoundError:
-                return False
-            if wait:
-                self.wait_operation(op.operation.name, f"{KIND} {name} to be deleted", timeout=timeout,
-                                    action="delete", resource=name, progress=progress)
-        if wait:
-            self.wait_gone(name, timeout=timeout, progress=progress)
-        return True
-
-    def wait_gone(self, name: str, *, timeout: float = DELETE_TIMEOUT, progress: ProgressCallback | None = None) -> None:
-        """Wait until the instance no longer exists."""
-        wait_for(f"{KIND} {name} to be deleted", lambda: self.get_or_none(name), done=lambda i: i is None,
-                 describe=_state, timeout=timeout, backoff=self._backoff, progress=progress)
+        return self._delete_if_ours(
+            name, deployment=deployment,
+            send=lambda: self._call("delete", name, self.client.delete_instance, request={"name": name}, retry=None),
+            await_op=lambda op: self.wait_operation(op.operation.name, f"{KIND} {name} to be deleted",
+                                                    timeout=timeout, action="delete", resource=name,
+                                                    progress=progress),
+            wait=wait, timeout=timeout, progress=progress,
+        )
 
     def import_data(
         self, name: str, gcs_uri: str, lustre_path: str, *, timeout: float = TRANSFER_TIMEOUT,
