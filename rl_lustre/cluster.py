@@ -472,6 +472,35 @@ class Cluster:
         """
         return self._backend().attach(job_id)
 
+    def use_kubeconfig(self, path: str | Path | None = None, context: str | None = None) -> Cluster:
+        """Reach the RayCluster through a kubeconfig context instead of through the GKE API.
+
+        For a RayCluster named like this cluster (in its namespace) that runs somewhere
+        you already have credentials for, or a control plane reached only through a
+        kubeconfig. ``submit``, ``attach`` and the run handles then go through it;
+        ``up()`` and ``down()`` still work through the Google Cloud APIs.
+
+        Example:
+            >>> cluster = Cluster(name="demo", project="my-project", region="us-east1",
+            ...                   zone="us-east1-b")
+            >>> run = cluster.use_kubeconfig("~/.kube/config", "gke_my-project_us-east1_demo").submit(job)  # doctest: +SKIP
+
+        Args:
+            path: the kubeconfig; by default ``$KUBECONFIG`` or ``~/.kube/config``.
+            context: the context; by default the file's current context.
+
+        Returns:
+            The cluster itself, for chaining.
+
+        Raises:
+            ConfigError: a local cluster, or a kubeconfig that is missing, unreadable or
+                lacks ``context`` (checked now; nothing is requested).
+        """
+        if self.backend != "gke":
+            v.fail(self, "backend", self.backend, "only a GKE cluster is reached through a kubeconfig")
+        self._backend().use_kubeconfig(path, context)  # type: ignore[attr-defined]
+        return self
+
     def _backend(self) -> Backend:
         if self._live.backend is None:
             from .backends import backend_for

@@ -291,3 +291,48 @@ def test_a_sweep_runs_on_the_gke_backend_each_job_in_its_own_directories(world: 
             f"step_{s}" for s in by_name[job.name].checkpoints]
         assert [p.name for p in log_dir.iterdir()] == ["exp_001"]
     assert len({job.checkpoint_dir(cluster) for job in jobs}) == len(jobs)
+
+
+def test_a_raycluster_we_did_not_create_is_reached_through_a_kubeconfig(
+        local_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rl_lustre.errors import ConfigError, RayError
+    from rl_lustre.kube.apply import apply_manifests, wait_ready
+    from rl_lustre.kube.manifests import build_manifests
+
+    head = local_cluster._backend().head  # type: ignore[attr-defined]
+    token = head.headers().get("Authorization", "").removeprefix("Bearer ")
+    if not token:
+        pytest.skip("the session's Ray head does not run in token mode")
+    host, port = head.dashboard_url.removeprefix("http://").rsplit(":", 1)
+    spec = {"name": "theirs", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 1,
+            "image": IMAGE, "mount_path": str(tmp_path / "lustre"), "secrets": ["RAY_AUTH_TOKEN"]}
+    cluster, wrong = Cluster(**spec), Cluster(**spec)
+    job = attrs.evolve(BASE_JOB, name="via-kubeconfig", max_num_steps=2, nemo_rl_dir=str(_image(tmp_path / "img")))
+
+    with pytest.raises(ConfigError, match="kubeconfig"):
+        cluster.use_kubeconfig(tmp_path / "missing")
+    with pytest.raises(ConfigError, match="kubeconfig"):
+        Cluster.local("here", volume_dir=tmp_path / "v").use_kubeconfig(tmp_path / "missing")
+
+    # No Google API at all: someone else made the cluster and applied the RayCluster.
+    with KubeFake(head_target=(host, int(port))) as kube:
+        cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"
+        manifests = build_manifests(cluster, secret_values={"RAY_AUTH_TOKEN": token}, redact=False)
+        api = kube.api_client()
+        apply_manifests(api, manifests, deployment="theirs")
+        wait_ready(api, manifests, timeout=30)
+        config = kube.write_kubeconfig(tmp_path / "kubeconfig", token="user-token", context="theirs-ctx")
+
+        # Ray checks the bearer token: a wrong one is refused, as our error.
+        monkeypatch.setenv("RAY_AUTH_TOKEN", "not-the-token")
+        with pytest.raises(RayError) as refused:
+            wrong.use_kubeconfig(config, "theirs-ctx").submit(job)
+        assert "not-the-token" not in str(refused.value)
+
+        monkeypatch.setenv("RAY_AUTH_TOKEN", token)
+        run = cluster.use_kubeconfig(config, "theirs-ctx").submit(job)
+        assert run.wait(timeout=60) == "SUCCEEDED"
+        assert [c.step for c in run.checkpoints()] == [2]
+        assert {r.token for r in kube.requests if r.path.endswith("/portforward")} == {"user-token"}
+        for c in (cluster, wrong):
+            c._backend().disconnect()  # type: ignore[attr-defined]

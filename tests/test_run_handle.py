@@ -63,6 +63,9 @@ def test_a_rehearsal_run_reports_steps_metrics_and_checkpoints(
     assert all(c.size_bytes > 0 and c.save_seconds is not None for c in checkpoints)
     assert [s.step for s in run.saves()] == [2, 4, 6]
     assert all(s.seconds is not None and s.seconds >= 0 for s in run.saves())
+    # The save times are NeMo-RL's own checkpointing timer, from the log.
+    timed = {s.step: s.timed_seconds for s in run.saves()}
+    assert [(c.save_seconds_from, c.save_seconds) for c in checkpoints] == [("log", timed[4]), ("log", timed[6])]
 
     attached = local_cluster.attach(run.job_id)
     assert attached.status() == "SUCCEEDED"
@@ -78,6 +81,10 @@ def test_a_rehearsal_run_reports_steps_metrics_and_checkpoints(
     with enable_output(False):
         run.wait(timeout=10)
     assert capsys.readouterr().out == ""
+
+    # Once Ray has forgotten the run, its files still list the checkpoints.
+    assert local_cluster._backend().jobs.delete(run.job_id)  # type: ignore[attr-defined]
+    assert [(c.step, c.save_seconds_from) for c in run.checkpoints()] == [(4, "files"), (6, "files")]
 
 
 def test_a_failed_run_raises_with_its_last_log_lines(local_cluster: Cluster) -> None:
