@@ -40,6 +40,7 @@ from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.gcp import Backoff, RetryPolicy
 from rl_lustre.nemo_rl.checkpoints import list_checkpoints
+from rl_lustre.run import Progress
 from rl_lustre.testing import FakeGCP, KubeFake, kube_schema_validator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -332,7 +333,7 @@ def test_a_raycluster_we_did_not_create_is_reached_through_a_kubeconfig(
         monkeypatch.setenv("RAY_AUTH_TOKEN", token)
         run = cluster.use_kubeconfig(config, "theirs-ctx").submit(job)
         assert run.wait(timeout=60) == "SUCCEEDED"
-        assert [c.step for c in run.checkpoints()] == [2]
+        assert run.progress == Progress(step=2, completed=2, total=2)
         assert {r.token for r in kube.requests if r.path.endswith("/portforward")} == {"user-token"}
         for c in (cluster, wrong):
             c._backend().disconnect()  # type: ignore[attr-defined]
