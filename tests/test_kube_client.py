@@ -15,6 +15,7 @@ from rl_lustre.kube.client import (
     ResourceClient,
     StaticTokenSource,
     default_token_source,
+    gke_api_client,
     kube_api_client,
     kube_api_client_from_kubeconfig,
     translate_errors,
@@ -93,6 +94,30 @@ def test_without_a_ca_the_system_trust_store_verifies(fake: KubeFake) -> None:
     assert api.configuration.verify_ssl
     with pytest.raises(KubernetesError, match=r"(?i)certificate"), translate_errors("read Secret default/x"):
         ResourceClient(api, "Secret", "default").get("x")
+
+
+def test_gke_clusters_are_reached_through_the_dns_endpoint_when_it_is_open(fake: KubeFake) -> None:
+    from google.cloud import container_v1
+
+    ca = base64.b64encode(fake.ca_pem).decode()
+    ip_only = container_v1.Cluster(endpoint=fake.endpoint, master_auth=container_v1.MasterAuth(cluster_ca_certificate=ca))
+    api = gke_api_client(ip_only, StaticTokenSource("t"))
+    assert api.configuration.host == fake.url
+    assert ResourceClient(api, "Secret", "default").get("missing") is None
+
+    dns_name = "gke-0123456789abcdef.us-east1.gke.goog"
+    both = container_v1.Cluster(ip_only)
+    both.control_plane_endpoints_config.dns_endpoint_config.endpoint = dns_name
+    both.control_plane_endpoints_config.dns_endpoint_config.allow_external_traffic = True
+    api = gke_api_client(both, StaticTokenSource("t"))
+    assert api.configuration.host == f"https://{dns_name}"
+    # Publicly signed: the cluster CA is not used, the system trust store is.
+    assert api.configuration.ssl_ca_cert is None
+    assert getattr(api.configuration, "ca_cert_data", None) is None
+
+    closed = container_v1.Cluster(both)
+    closed.control_plane_endpoints_config.dns_endpoint_config.allow_external_traffic = False
+    assert gke_api_client(closed, StaticTokenSource("t")).configuration.host == fake.url
 
 
 def test_rejected_token_is_a_kubernetes_error_naming_401() -> None:

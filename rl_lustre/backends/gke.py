@@ -315,7 +315,7 @@ class GKEBackend:
 
     def _kube_api(self) -> Any:
         """A Kubernetes ``ApiClient``: from the kubeconfig, or from the running GKE cluster."""
-        from ..kube.client import kube_api_client, kube_api_client_from_kubeconfig
+        from ..kube.client import gke_api_client, kube_api_client_from_kubeconfig
 
         if self._kubeconfig is not None:
             return kube_api_client_from_kubeconfig(*self._kubeconfig)
@@ -331,8 +331,7 @@ class GKEBackend:
         status = type(found).Status(found.status).name
         if status != "RUNNING" or not found.endpoint:
             raise NotReadyError(f"the GKE cluster {path} is {status}, not RUNNING: its Kubernetes API is not reachable")
-        # The IP endpoint with the cluster's own CA, as the provisioning drivers use it.
-        return kube_api_client(found.endpoint, found.master_auth.cluster_ca_certificate)
+        return gke_api_client(found)
 
 
 def _ray_headers(cluster: Cluster) -> dict[str, str]:

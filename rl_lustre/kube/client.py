@@ -223,6 +223,29 @@ def kube_api_client(
     return ApiClient(config)
 
 
+def gke_api_client(gke_cluster: Any, token_source: TokenSource | None = None) -> ApiClient:
+    """A Kubernetes ``ApiClient`` for a GKE cluster as the GKE API describes it.
+
+    GKE's DNS-based endpoint is preferred when the cluster has one open to external
+    traffic: access is gated by IAM, so it works from any address, and its
+    certificate is publicly signed. Otherwise the IP endpoint is used with the
+    cluster's own CA (reachable from ``authorized_networks`` only).
+
+    Example:
+        >>> from google.cloud import container_v1  # doctest: +SKIP
+        >>> api = gke_api_client(container_v1.ClusterManagerClient().get_cluster(name=path))  # doctest: +SKIP
+
+    Args:
+        gke_cluster: a ``google.cloud.container_v1.Cluster``.
+        token_source: returns the bearer token; by default :func:`default_token_source`.
+    """
+    endpoints = getattr(gke_cluster, "control_plane_endpoints_config", None)
+    dns = getattr(endpoints, "dns_endpoint_config", None)
+    if dns is not None and dns.endpoint and dns.allow_external_traffic:
+        return kube_api_client(dns.endpoint, None, token_source)
+    return kube_api_client(gke_cluster.endpoint, gke_cluster.master_auth.cluster_ca_certificate, token_source)
+
+
 def kube_api_client_from_kubeconfig(path: str | os.PathLike[str] | None = None, context: str | None = None) -> ApiClient:
     """A Kubernetes ``ApiClient`` from a kubeconfig file and context.
 

@@ -170,13 +170,11 @@ class Context:
 
     def kube_api(self, gke_cluster: Any) -> Any:
         """A Kubernetes ``ApiClient`` for ``gke_cluster`` (a ``container_v1.Cluster``), cached."""
-        from ..kube.client import kube_api_client
+        from ..kube.client import gke_api_client
 
         with self._lock:
             if self._kube is None:
-                # The IP endpoint with the cluster's CA: the DNS endpoint's certificate is
-                # publicly signed, which kube_api_client does not take yet.
-                self._kube = kube_api_client(gke_cluster.endpoint, gke_cluster.master_auth.cluster_ca_certificate)
+                self._kube = gke_api_client(gke_cluster)
             return self._kube
 
 
