@@ -25,7 +25,6 @@ that lists them with the same rules as the local listing.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import signal
@@ -40,14 +39,12 @@ from . import submission
 if TYPE_CHECKING:
     from ..cluster import Cluster
     from ..gcp import Backoff, RetryPolicy
-    from ..job import GRPOJob
     from ..kube.portforward import PortForward
     from ..nemo_rl.checkpoints import Checkpoint
     from ..plan import Plan
     from ..provision.drivers import Apis
     from ..provision.progress import Display
     from ..ray.jobs import JobsClient
-    from ..run import Run
 
 __all__ = ["GKEBackend"]
 
@@ -58,7 +55,7 @@ DASHBOARD_PORT = 8265
 _LISTING_TIMEOUT = 300.0
 
 
-class GKEBackend:
+class GKEBackend(submission.JobsBackend):
     """The live side of a GKE ``Cluster``.
 
     Example:
@@ -81,6 +78,8 @@ class GKEBackend:
         retry: retries of transient failures (when ``apis`` is not given).
         display: where progress goes; by default the log, plus a live view when output is on.
     """
+
+    _where = "RayCluster"
 
     def __init__(
         self,
@@ -239,20 +238,6 @@ class GKEBackend:
         if forward is not None:
             forward.close()
 
-    def submit(self, job: GRPOJob) -> Run:
-        prepared = submission.prepare(self.cluster, job)
-        return submission.submit(
-            self.jobs, prepared, functools.partial(self._run, checkpoint_dir=prepared.checkpoint_dir,
-                                                   total_steps=prepared.total_steps)
-        )  # fmt: skip
-
-    def attach(self, job_id: str) -> Run:
-        info = self.jobs.info(job_id)
-        if info is None:
-            raise RayError(f"the RayCluster of {self.cluster.name!r} has no job {job_id!r}")
-        checkpoint_dir, total = submission.recorded(info)
-        return self._run(job_id, checkpoint_dir=checkpoint_dir, total_steps=total)
-
     def list_checkpoints(self, checkpoint_dir: str) -> list[Checkpoint]:
         """The checkpoints in ``checkpoint_dir`` on the volume, read on the Ray head.
 
@@ -294,12 +279,6 @@ class GKEBackend:
             f"rl-lustre-deployment={c.name}."
         )
 
-
-    def _run(self, job_id: str, *, checkpoint_dir: str | None, total_steps: int | None) -> Run:
-        from ..run import Run
-
-        lister = None if checkpoint_dir is None else functools.partial(self.list_checkpoints, checkpoint_dir)
-        return Run(self.jobs, job_id, total_steps=total_steps, list_checkpoints=lister)
 
     def _connect(self) -> JobsClient:
         from ..kube.portforward import PortForward

@@ -12,21 +12,19 @@ in ``cluster.secrets``. They never enter a job's runtime env or metadata.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import NotReadyError, RayError
+from ..errors import NotReadyError
 from . import submission
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
-    from ..job import GRPOJob
+    from ..nemo_rl.checkpoints import Checkpoint
     from ..ray.head import AuthMode, LocalHead
     from ..ray.jobs import JobsClient
-    from ..run import Run
 
 __all__ = ["LocalBackend"]
 
@@ -36,7 +34,7 @@ logger = logging.getLogger("rl_lustre.backends.local")
 _REHEARSAL_CPUS = 2
 
 
-class LocalBackend:
+class LocalBackend(submission.JobsBackend):
     """The live side of a ``Cluster.local(...)``.
 
     Example:
@@ -50,6 +48,8 @@ class LocalBackend:
         cluster: a cluster with ``backend="local"``.
         auth: Ray's auth mode for a head we start; by default ``$RAY_AUTH_MODE``, else token.
     """
+
+    _where = "local Ray head"
 
     def __init__(self, cluster: Cluster, *, auth: AuthMode | None = None) -> None:
         from ..ray.head import head_dir
@@ -102,20 +102,6 @@ class LocalBackend:
             self._jobs = JobsClient(head.dashboard_url, headers=head.headers())
         return self._jobs
 
-    def submit(self, job: GRPOJob) -> Run:
-        prepared = submission.prepare(self.cluster, job)
-        return submission.submit(
-            self.jobs, prepared, functools.partial(self._run, checkpoint_dir=prepared.checkpoint_dir,
-                                                   total_steps=prepared.total_steps)
-        )  # fmt: skip
-
-    def attach(self, job_id: str) -> Run:
-        info = self.jobs.info(job_id)
-        if info is None:
-            raise RayError(f"the local Ray head of {self.cluster.name!r} has no job {job_id!r}")
-        checkpoint_dir, total = submission.recorded(info)
-        return self._run(job_id, checkpoint_dir=checkpoint_dir, total_steps=total)
-
     def describe(self) -> str:
         head = self.head
         where = f"at {head.dashboard_url} (pid {head.pid})" if head is not None else "(not running)"
@@ -129,14 +115,11 @@ class LocalBackend:
             f"stop it with its down(), or with `kill -TERM {head.pid}` and `rm -rf {head.temp_dir}`."
         )
 
-    def _run(self, job_id: str, *, checkpoint_dir: str | None, total_steps: int | None) -> Run:
+    def list_checkpoints(self, checkpoint_dir: str) -> list[Checkpoint]:
+        """The checkpoints in ``checkpoint_dir``, read straight from the volume directory."""
         from ..nemo_rl.checkpoints import list_checkpoints
-        from ..run import Run
 
-        lister = (
-            None if checkpoint_dir is None else functools.partial(list_checkpoints, checkpoint_dir)
-        )
-        return Run(self.jobs, job_id, total_steps=total_steps, list_checkpoints=lister)
+        return list_checkpoints(checkpoint_dir)
 
     def _find(self) -> LocalHead | None:
         from ..ray.head import find_local_head

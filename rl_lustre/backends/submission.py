@@ -9,6 +9,7 @@ second copy. Submitting it again after it ended is a new attempt, ``<id>-r2``,
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -24,9 +25,11 @@ from ..errors import ConfigError, RayError
 if TYPE_CHECKING:
     from ..cluster import Cluster
     from ..job import GRPOJob
+    from ..nemo_rl.checkpoints import Checkpoint
     from ..ray.jobs import JobInfo, JobsClient
+    from ..run import Run
 
-__all__ = ["Submission", "check_no_secrets", "prepare", "recorded", "submit"]
+__all__ = ["JobsBackend", "Submission", "check_no_secrets", "prepare", "recorded", "submit"]
 
 logger = logging.getLogger("rl_lustre.backends.submission")
 
@@ -209,3 +212,42 @@ def _latest_attempt(jobs: JobsClient, base_id: str) -> tuple[JobInfo | None, int
         if n > number:
             latest, number = info, n
     return latest, number
+
+
+class JobsBackend:
+    """``submit`` and ``attach``, the same on every backend that has a Jobs API.
+
+    A backend provides ``cluster``, ``jobs`` (its Jobs API), ``list_checkpoints`` (how
+    it reads a checkpoint directory on the volume) and ``_where`` (words for errors).
+    """
+
+    cluster: Cluster
+    _where: str
+
+    @property
+    def jobs(self) -> JobsClient:
+        raise NotImplementedError
+
+    def list_checkpoints(self, checkpoint_dir: str) -> list[Checkpoint]:
+        raise NotImplementedError
+
+    def submit(self, job: GRPOJob) -> Run:
+        prepared = prepare(self.cluster, job)
+        return submit(
+            self.jobs,
+            prepared,
+            functools.partial(self._run, checkpoint_dir=prepared.checkpoint_dir, total_steps=prepared.total_steps),
+        )
+
+    def attach(self, job_id: str) -> Run:
+        info = self.jobs.info(job_id)
+        if info is None:
+            raise RayError(f"the {self._where} of {self.cluster.name!r} has no job {job_id!r}")
+        checkpoint_dir, total = recorded(info)
+        return self._run(job_id, checkpoint_dir=checkpoint_dir, total_steps=total)
+
+    def _run(self, job_id: str, *, checkpoint_dir: str | None, total_steps: int | None) -> Run:
+        from ..run import Run
+
+        lister = None if checkpoint_dir is None else functools.partial(self.list_checkpoints, checkpoint_dir)
+        return Run(self.jobs, job_id, total_steps=total_steps, list_checkpoints=lister)
