@@ -275,6 +275,11 @@ def test_key_settings_of_the_reference_deployment(plan: Plan) -> None:
     assert list(man["cidr_blocks"]) == []
     assert "no client" in man["public_access"]
     assert "0.0.0.0/0" not in json.dumps(plan.to_dict())
+    # The control plane is reached through the IAM-gated DNS endpoint instead.
+    endpoints = gke.settings["control_plane_endpoints"]
+    assert endpoints["dns_endpoint"]["allow_external_traffic"] is True
+    assert "IAM" in endpoints["dns_endpoint"]["access"]
+    assert endpoints["ip_endpoint"]["access"] == "master_authorized_networks only"
 
     cpu = plan.get("cpu-pool").settings
     assert (cpu["machine_type"], cpu["node_count"], cpu["spot"]) == ("n2-highmem-16", 1, False)
