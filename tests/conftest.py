@@ -18,3 +18,21 @@ def shared_ref() -> Path:
     if not SHARED_REF.is_dir():
         pytest.skip(f"reference data not available: {SHARED_REF} is absent (it exists only in the developers' workspace)")
     return SHARED_REF
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--live",
+        action="store_true",
+        help="run tests marked 'live' against real Google Cloud (needs Application Default "
+        "Credentials and RL_LUSTRE_LIVE_PROJECT)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--live"):
+        return
+    skip = pytest.mark.skip(reason="talks to real Google Cloud: opt in with --live and credentials")
+    for item in items:
+        if "live" in item.keywords:
+            item.add_marker(skip)
