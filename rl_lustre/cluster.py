@@ -377,8 +377,12 @@ class Cluster:
 
         Idempotent. Locally: the volume directory and a Ray head on 127.0.0.1. On GKE, if
         a step fails (or the process gets SIGINT/SIGTERM), everything this call created is
-        deleted again unless ``keep_on_failure``. Unless ``keep``, whatever is still up
-        when the interpreter exits is torn down then.
+        deleted again unless ``keep_on_failure``.
+
+        A GKE deployment brought up this way stays up until :meth:`down` — also after
+        this process ends, so that another process can ``attach`` to its jobs; use
+        ``with cluster:`` for one that tears itself down. A local head is a child of
+        this machine's session: unless ``keep``, it is stopped when the interpreter exits.
 
         Example:
             >>> cluster = Cluster.local("demo").up()  # doctest: +SKIP
@@ -393,10 +397,15 @@ class Cluster:
         Raises:
             RollbackError: provisioning failed; says what failed and what was cleaned up.
         """
-        self._backend().up(keep_on_failure=keep_on_failure)
-        if not self.keep:
-            atexit.register(self._down_at_exit)
+        self._up(keep_on_failure=keep_on_failure)
+        if self.backend != "local":
+            logger.info("cluster %r is up and stays up until down(). %s", self.name, self._backend().cleanup_hint())
         return self
+
+    def _up(self, *, keep_on_failure: bool = False) -> None:
+        self._backend().up(keep_on_failure=keep_on_failure)
+        if self.backend == "local" and not self.keep:
+            atexit.register(self._down_at_exit)
 
     def down(self) -> None:
         """Tear down what :meth:`up` created; what you own is never deleted. A no-op when nothing runs.
@@ -412,7 +421,8 @@ class Cluster:
         self._backend().down()
 
     def __enter__(self) -> Cluster:
-        return self.up()
+        self._up()
+        return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

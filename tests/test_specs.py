@@ -207,3 +207,47 @@ def test_config_error_pickles() -> None:
     err = ConfigError("Cluster", "zone", "x", "must be a zone")
     again = pickle.loads(pickle.dumps(err))
     assert (again.owner, again.field, again.value, again.rule) == ("Cluster", "zone", "x", "must be a zone")
+
+
+class _RecordingBackend:
+    """Cluster's own bookkeeping around a backend, without any remote side."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def up(self, *, keep_on_failure: bool = False) -> None:
+        self.calls.append(f"up(keep_on_failure={keep_on_failure})")
+
+    def down(self) -> None:
+        self.calls.append("down")
+
+    def cleanup_hint(self) -> str:
+        return "call down() to remove it"
+
+    def describe(self) -> str:
+        return "a recording backend"
+
+
+@pytest.mark.parametrize(("make", "torn_down_at_exit"), [
+    (lambda: Cluster(**GKE), False),  # other processes may attach to its jobs
+    (lambda: Cluster.local("exit-demo", volume_dir="/tmp/rl-exit-demo"), True),
+    (lambda: Cluster.local("exit-keep", volume_dir="/tmp/rl-exit-keep", keep=True), False),
+])
+def test_explicit_up_tears_down_at_exit_only_local_heads(
+    monkeypatch: pytest.MonkeyPatch, make: Any, torn_down_at_exit: bool
+) -> None:
+    import rl_lustre.cluster as cluster_module
+
+    registered: list[Any] = []
+    monkeypatch.setattr(cluster_module.atexit, "register", registered.append)
+    monkeypatch.setattr(cluster_module.atexit, "unregister", lambda f: None)
+    cluster = make()
+    backend = _RecordingBackend()
+    cluster._live.backend = backend
+    cluster.up(keep_on_failure=True)
+    assert backend.calls == ["up(keep_on_failure=True)"]
+    assert bool(registered) is torn_down_at_exit
+    with cluster:
+        pass
+    # A with block always tears down (unless keep), on every backend.
+    assert backend.calls[-1] == ("up(keep_on_failure=False)" if cluster.keep else "down")
