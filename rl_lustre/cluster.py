@@ -298,11 +298,8 @@ class Cluster:
         """
         if volume_dir is None:
             volume_dir = _default_local_root() / name / "volume"
-        mount = str(volume_dir)
-        if not mount.startswith("~"):
-            mount = str(Path(mount).absolute())
-        else:
-            mount = str(Path(mount).expanduser().absolute())
+        # expanduser() leaves a path without a leading "~" as it is.
+        mount = str(Path(volume_dir).expanduser().absolute())
         return cls(
             name=name,
             backend="local",
