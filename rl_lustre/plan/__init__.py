@@ -1,0 +1,49 @@
+"""The deployment plan: every resource ``up()`` makes or uses, as one dependency graph.
+
+:func:`build_plan` derives the graph from a :class:`~rl_lustre.cluster.Cluster` without
+any remote call. The plan is the single description of a deployment: ``str(plan)`` shows
+it to people, :meth:`Plan.to_dict` to programs, and the provisioning executor walks the
+same nodes (by ``key`` and ``kind``) to create, adopt and delete them, running
+independent branches concurrently and tearing down in reverse.
+
+For GKE the graph is::
+
+    network ─ subnet ─┬─ psa-range ─┬─ psa-peering ─────┬─ lustre ─┐
+                      │             └─ firewall-lustre ─┘          ├─ pv ─ pvc ─┐
+                      └─ gke-cluster ─┬────────────────────────────┘            │
+                                      ├─ secret ────────────────────────────────┤
+                                      ├─ cpu-pool ──────────────────────────────┼─ raycluster
+                                      └─ gpu-pool ──────────────────────────────┘
+
+The Lustre branch never waits for the GKE cluster or its pools: it is the slowest
+resource and must start as early as the network allows.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .gke import gke_plan
+from .graph import Plan, PlanGraphError, PlannedResource
+from .local import local_plan
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+
+__all__ = ["Plan", "PlanGraphError", "PlannedResource", "build_plan"]
+
+
+def build_plan(cluster: Cluster) -> Plan:
+    """The plan of ``cluster``'s deployment, derived offline from the spec alone.
+
+    Example:
+        >>> from rl_lustre import Cluster
+        >>> from rl_lustre.plan import build_plan
+        >>> plan = build_plan(Cluster(name="demo", project="my-project", region="us-east1",
+        ...                           zone="us-east1-b"))
+        >>> plan.keys()[:4]
+        ['network', 'subnet', 'psa-range', 'psa-peering']
+    """
+    if cluster.backend == "local":
+        return local_plan(cluster)
+    return gke_plan(cluster)

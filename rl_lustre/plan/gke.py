@@ -1,0 +1,255 @@
+"""The GKE backend's plan: VPC, private services access, Managed Lustre, the GKE cluster
+and its pools, and the Kubernetes objects, as one dependency graph."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import naming
+from ..catalog import GPU_MACHINE_TYPES, ownership_labels
+from .graph import Plan, PlannedResource
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+
+__all__ = ["gke_plan"]
+
+# Cluster Toolkit's defaults (examples/gke-a4, gke-managed-lustre): a /18 primary range,
+# a /14 for pods and a /20 for services, and a /22 private services access range.
+SUBNET_CIDR = "192.168.0.0/18"
+PODS_CIDR = "10.4.0.0/14"
+SERVICES_CIDR = "10.0.32.0/20"
+PODS_RANGE_NAME = "pods"
+SERVICES_RANGE_NAME = "services"
+PSA_PREFIX_LENGTH = 22
+# Service Networking names the VPC peering it creates after the service.
+PSA_PEERING_NAME = "servicenetworking-googleapis-com"
+LUSTRE_PORT = 988
+LUSTRE_CSI_DRIVER = "lustre.csi.storage.gke.io"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
+RELEASE_CHANNEL = "REGULAR"
+
+
+def gke_plan(cluster: Cluster) -> Plan:
+    assert cluster.volume is not None
+    assert cluster.project is not None
+    assert cluster.region is not None
+    assert cluster.zone is not None
+    project, region, zone = cluster.project, cluster.region, cluster.zone
+    ours = {**ownership_labels(cluster.name), **cluster.labels}
+    own_network = cluster.network is None
+    net = naming.network_name(cluster)
+    net_path = f"projects/{project}/global/networks/{net}"
+    # A user's network is used as it is; GKE then picks its subnet in the region, which
+    # in an auto-mode network carries the network's name.
+    subnet = naming.subnet_name(cluster) if own_network else net
+    vol = cluster.volume
+    volume_handle = f"{project}/{zone}/{vol.name}"
+    assert vol.capacity_gib is not None
+    created: dict[str, Any] = {"action": "create", "labels": ours}
+    if own_network:
+        net_fields: dict[str, Any] = created
+        net_settings: dict[str, Any] = {"auto_create_subnetworks": False, "routing_mode": "REGIONAL"}
+        subnet_settings: dict[str, Any] = {
+            "region": region,
+            "ip_cidr_range": SUBNET_CIDR,
+            "secondary_ip_ranges": {PODS_RANGE_NAME: PODS_CIDR, SERVICES_RANGE_NAME: SERVICES_CIDR},
+            "private_ip_google_access": True,
+        }
+        ip_allocation: dict[str, Any] = {
+            "use_ip_aliases": True,
+            "cluster_secondary_range_name": PODS_RANGE_NAME,
+            "services_secondary_range_name": SERVICES_RANGE_NAME,
+        }
+    else:
+        net_fields = {"action": "use"}
+        net_settings = {"existing": True}
+        subnet_settings = {"region": region, "existing": True}
+        # GKE adds these as secondary ranges of the user's subnet.
+        ip_allocation = {
+            "use_ip_aliases": True,
+            "cluster_ipv4_cidr_block": PODS_CIDR,
+            "services_ipv4_cidr_block": SERVICES_CIDR,
+        }
+
+    # The control plane's DNS endpoint admits any caller with IAM permission on the
+    # cluster, from anywhere, so up() and the SDK reach the API without an IP allow-list;
+    # the IP endpoint stays behind master authorized networks with only the user's blocks.
+    if cluster.authorized_networks:
+        blocks = list(cluster.authorized_networks)
+        public = ("IP endpoint: the whole internet (public_control_plane=True)"
+                  if {"0.0.0.0/0", "::/0"} & set(blocks) else "IP endpoint: only the listed blocks")
+    else:
+        blocks = []
+        public = ("IP endpoint: no client on a public address; rl_lustre uses the DNS endpoint (IAM-gated). "
+                  "List blocks in Cluster(authorized_networks=[...]) to open the IP endpoint to them")
+
+    head_pool = naming.gpu_pool_name(cluster) if cluster.head_on_gpu_pool else naming.cpu_pool_name(cluster)
+    if cluster.spot:
+        provisioning = "Spot"
+    elif cluster.reservation is not None:
+        provisioning = "reserved"
+    else:
+        provisioning = "on-demand"
+    known = GPU_MACHINE_TYPES.get(cluster.machine_type)
+    pool_settings: dict[str, Any] = {
+        "machine_type": cluster.machine_type,
+        "location": zone,
+        "node_count": cluster.num_nodes,
+        "accelerator": {
+            "type": cluster.accelerator_type,
+            "count": cluster.gpus_per_node,
+            "gpu_driver_version": "LATEST",
+        },
+        "provisioning": provisioning,
+        "spot": cluster.spot,
+        "reservation_affinity": (
+            {"consume_reservation_type": "SPECIFIC_RESERVATION",
+             "key": "compute.googleapis.com/reservation-name", "values": [cluster.reservation]}
+            if cluster.reservation is not None else {"consume_reservation_type": "NO_RESERVATION"}
+        ),
+        "taints": [GPU_TAINT],
+        "gvnic": True,
+        "hosts": ["Ray workers", *(["Ray head"] if cluster.head_on_gpu_pool else [])],
+    }
+    if known is not None:
+        pool_settings["vcpus_per_node"] = known.vcpus
+
+    resources: list[PlannedResource] = [
+        PlannedResource(key="network", kind="compute.v1.Network", name=net,
+                        settings=net_settings, **net_fields),
+        PlannedResource(key="subnet", kind="compute.v1.Subnetwork", name=subnet, depends_on=("network",),
+                        settings={"network": net, **subnet_settings}, **net_fields),
+        # After the subnet: Google picks the PSA block among addresses the VPC does not
+        # use yet, so the subnet's ranges must already be there.
+        PlannedResource(key="psa-range", kind="compute.v1.GlobalAddress", name=naming.psa_range_name(cluster),
+                        depends_on=("subnet",),
+                        settings={"network": net, "purpose": "VPC_PEERING", "address_type": "INTERNAL",
+                                  "prefix_length": PSA_PREFIX_LENGTH},
+                        **created),
+        PlannedResource(key="psa-peering", kind="servicenetworking.v1.Connection", name=PSA_PEERING_NAME,
+                        depends_on=("psa-range",),
+                        settings={"network": net, "service": "servicenetworking.googleapis.com",
+                                  "reserved_peering_ranges": [naming.psa_range_name(cluster)]},
+                        **created),
+        # Its source is the PSA block, known once the range is allocated.
+        PlannedResource(key="firewall-lustre", kind="compute.v1.Firewall", name=naming.firewall_name(cluster),
+                        depends_on=("psa-range",),
+                        settings={"network": net, "direction": "INGRESS",
+                                  "allow": [{"protocol": "tcp", "ports": [str(LUSTRE_PORT)]}],
+                                  "source_ranges_from": "psa-range"},
+                        **created),
+        PlannedResource(
+            key="lustre", kind="lustre.v1.Instance", name=vol.name,
+            depends_on=("psa-peering", "firewall-lustre"),
+            settings={
+                "location": zone,
+                "capacity_gib": vol.capacity_gib,
+                "per_unit_storage_throughput": vol.throughput_mbps_per_tib,
+                "aggregate_throughput_mbps": vol.throughput_mbps,
+                "filesystem": vol.filesystem,
+                "network": net_path,
+                # The CSI add-on reaches Lustre on 988; the legacy GKE port is off on both sides.
+                "gke_support_enabled": False,
+                **({"existing": True} if vol.existing else {}),
+            },
+            **({"action": "use"} if vol.existing else {"action": "create", "labels": {**ours, **vol.labels}}),
+        ),
+        PlannedResource(
+            key="gke-cluster", kind="container.v1.Cluster", name=cluster.name, depends_on=("subnet",),
+            settings={
+                "region": region,
+                "location": region,
+                "node_locations": [zone],
+                "network": net,
+                "subnetwork": subnet,
+                "ip_allocation_policy": ip_allocation,
+                "addons": {
+                    "lustre_csi_driver_config": {"enabled": True, "enable_legacy_lustre_port": False},
+                    "ray_operator_config": {"enabled": True},
+                },
+                "master_authorized_networks": {"enabled": True, "cidr_blocks": blocks, "public_access": public},
+                "control_plane_endpoints": {
+                    "dns_endpoint": {"allow_external_traffic": True,
+                                     "access": "callers with IAM permission on the cluster, from any address"},
+                    "ip_endpoint": {"enabled": True, "public_endpoint": True,
+                                    "access": "master_authorized_networks only"},
+                },
+                "workload_identity_pool": f"{project}.svc.id.goog",
+                "release_channel": RELEASE_CHANNEL,
+                # GKE needs a node pool at creation: the CPU pool is that pool, so no
+                # default pool is created and then deleted.
+                "initial_node_pool": "cpu-pool (created with the cluster; hosts system pods)",
+            },
+            **created,
+        ),
+        PlannedResource(
+            key="cpu-pool", kind="container.v1.NodePool", name=naming.cpu_pool_name(cluster),
+            depends_on=("gke-cluster",),
+            settings={
+                "machine_type": cluster.head_machine_type,
+                "location": zone,
+                "node_count": 1,
+                "provisioning": "on-demand",
+                "spot": False,
+                "hosts": ["system pods", *([] if cluster.head_on_gpu_pool else ["Ray head"])],
+                "created_with": "gke-cluster, as its initial node pool",
+            },
+            **created,
+        ),
+        PlannedResource(key="gpu-pool", kind="container.v1.NodePool", name=naming.gpu_pool_name(cluster),
+                        depends_on=("gke-cluster",), settings=pool_settings, **created),
+        # Needs only the API server and the instance's address, not the node pools.
+        PlannedResource(
+            key="pv", kind="v1/PersistentVolume", name=naming.pv_name(cluster),
+            depends_on=("lustre", "gke-cluster"),
+            settings={
+                "scope": "cluster",
+                "csi_driver": LUSTRE_CSI_DRIVER,
+                "volume_handle": volume_handle,
+                "ip_and_filesystem_from": "the lustre instance's mount point",
+                "filesystem": vol.filesystem,
+                "capacity": f"{vol.capacity_gib}Gi",
+                "access_modes": ["ReadWriteMany"],
+            },
+            **created,
+        ),
+        PlannedResource(
+            key="pvc", kind="v1/PersistentVolumeClaim", name=naming.pvc_name(cluster), depends_on=("pv",),
+            settings={"namespace": cluster.namespace, "volume_name": naming.pv_name(cluster),
+                      "storage": f"{vol.capacity_gib}Gi", "access_modes": ["ReadWriteMany"],
+                      "storage_class_name": ""},
+            **created,
+        ),
+    ]
+    ray_deps = ["pvc", "cpu-pool", "gpu-pool"]
+    if cluster.secrets:
+        resources.append(PlannedResource(
+            key="secret", kind="v1/Secret", name=naming.secret_name(cluster), depends_on=("gke-cluster",),
+            settings={"namespace": cluster.namespace, "type": "Opaque", "keys": list(cluster.secrets),
+                      "values": "read from this process's environment at up(); never part of the plan"},
+            **created,
+        ))
+        ray_deps.insert(1, "secret")
+    resources.append(PlannedResource(
+        key="raycluster", kind="ray.io/v1/RayCluster", name=naming.raycluster_name(cluster),
+        depends_on=tuple(ray_deps),
+        settings={
+            "namespace": cluster.namespace,
+            "image": cluster.image,
+            "ray_version": cluster.ray_version,
+            "head": {"node_pool": head_pool, "spot": cluster.spot and cluster.head_on_gpu_pool},
+            "workers": {"replicas": cluster.num_nodes, "gpus_per_worker": cluster.gpus_per_node,
+                        "node_pool": naming.gpu_pool_name(cluster),
+                        "node_selector": {"cloud.google.com/gke-accelerator": cluster.accelerator_type},
+                        "tolerations": ["nvidia.com/gpu"]},
+            "volume": {"claim": naming.pvc_name(cluster), "mount_path": cluster.mount_path},
+            "shm": "memory-backed emptyDir at /dev/shm",
+            "head_service": cluster.head_service,
+            **({"secrets": {"secret": naming.secret_name(cluster), "env_from_secret_key_ref": list(cluster.secrets)}}
+               if cluster.secrets else {}),
+        },
+        **created,
+    ))
+    return Plan(cluster_name=cluster.name, backend="gke", resources=resources,
+                project=project, region=region, zone=zone)

@@ -1,0 +1,48 @@
+"""The local backend's plan: a directory as the volume and a Ray head on this machine."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..catalog import ownership_labels
+from .graph import Plan, PlannedResource
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+
+__all__ = ["local_plan"]
+
+
+def local_plan(cluster: Cluster) -> Plan:
+    if cluster.nemo_rl_path is not None:
+        driver = f"NeMo-RL from {cluster.nemo_rl_path}"
+    else:
+        driver = "rehearsal (python -m rl_lustre.rehearsal: rehearses orchestration and storage, does not train)"
+    resources = [
+        PlannedResource(
+            key="volume-dir",
+            kind="local.Directory",
+            name=cluster.mount_path,
+            # Your checkpoints live here: created when missing, never deleted by down().
+            action="use",
+            settings={"path": cluster.mount_path, "created_if_missing": True},
+        ),
+        PlannedResource(
+            key="ray-head",
+            kind="local.RayHead",
+            name=cluster.name,
+            depends_on=("volume-dir",),
+            settings={
+                "bind": "127.0.0.1",
+                "ports": "free loopback ports, chosen at up()",
+                "temp_dir": "a fresh short temporary directory",
+                "jobs": driver,
+                "num_nodes": cluster.num_nodes,
+                "gpus_per_node": cluster.gpus_per_node,
+                "secrets": {"names": list(cluster.secrets),
+                            "source": "this process's environment at up(), passed to the head"},
+            },
+            labels=ownership_labels(cluster.name),
+        ),
+    ]
+    return Plan(cluster_name=cluster.name, backend="local", resources=resources)
