@@ -153,6 +153,26 @@ class Report:
         """The record of node ``key``."""
         return self.records[key]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON data: the operation, its wall time and one entry per node.
+
+        Example:
+            >>> rec = NodeRecord("network", "compute.v1.Network", "demo-net", "create", outcome="created",
+            ...                  started=0.0, finished=1.5)
+            >>> Report("up", {"network": rec}, wall=1.6).to_dict()["resources"][0]["outcome"]
+            'created'
+        """
+        return {
+            "operation": self.operation,
+            "wall_seconds": round(self.wall, 3),
+            "resources": [
+                {"key": r.key, "kind": r.kind, "name": r.name, "action": r.action, "outcome": r.outcome,
+                 "seconds": None if r.seconds is None else round(r.seconds, 3), "note": r.note,
+                 "error": None if r.error is None else _one_line(r.error)}
+                for r in self.records.values()
+            ],
+        }
+
     def __str__(self) -> str:
         rows = [("key", "outcome", "start", "seconds", "note")]
         for r in self.records.values():

@@ -1,0 +1,76 @@
+"""``plan``, ``up`` and ``down``: a deployment's lifecycle, from its ``Cluster`` spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ._common import emit, json_option, load, target_argument
+
+
+def _report(cluster: Any) -> Any:
+    return getattr(cluster._backend(), "last_report", None)
+
+
+@click.command()
+@target_argument
+@json_option
+def plan(target: str, as_json: bool) -> None:
+    """Show every resource `up` would create for TARGET, and what it costs per hour.
+
+    Makes no remote call.
+    """
+    cluster = load(target)
+    the_plan = cluster.plan()
+    emit(the_plan.to_dict(), as_json, lambda: str(the_plan))
+
+
+@click.command()
+@target_argument
+@json_option
+@click.option("--keep-on-failure", is_flag=True,
+              help="If a step fails, leave what was created in place (to debug it); `down` removes it later.")
+def up(target: str, as_json: bool, keep_on_failure: bool) -> None:
+    """Create TARGET's deployment (or adopt the one running) and wait until it takes jobs.
+
+    On GKE, a failure or Ctrl-C deletes again what this command created. The
+    deployment then runs until `rl-lustre down`; a local one keeps its Ray head
+    running after this command ends.
+    """
+    import attrs
+
+    cluster = load(target)
+    if cluster.backend == "local" and not cluster.keep:
+        # The head outlives this process, as a GKE deployment does; `down TARGET` stops it.
+        cluster = attrs.evolve(cluster, keep=True)
+    if not as_json:
+        from .._output import enable_output
+
+        enable_output()
+    cluster.up(keep_on_failure=keep_on_failure)
+    backend = cluster._backend()
+    report = _report(cluster)
+    data = {"cluster": cluster.name, "backend": cluster.backend, "up": True, "describe": backend.describe(),
+            "report": None if report is None else report.to_dict()}
+    emit(data, as_json, lambda: "\n".join(
+        [*([str(report)] if report is not None else []), f"{backend.describe()} is up.",
+         f"Tear it down with: rl-lustre down {target}"]))
+
+
+@click.command()
+@target_argument
+@json_option
+def down(target: str, as_json: bool) -> None:
+    """Delete what `up` created for TARGET; what you own is never deleted."""
+    cluster = load(target)
+    if not as_json:
+        from .._output import enable_output
+
+        enable_output()
+    cluster.down()
+    report = _report(cluster)
+    data = {"cluster": cluster.name, "backend": cluster.backend, "down": True,
+            "report": None if report is None else report.to_dict()}
+    emit(data, as_json, lambda: "\n".join(
+        [*([str(report)] if report is not None else []), f"{cluster.name}: torn down."]))

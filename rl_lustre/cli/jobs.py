@@ -1,0 +1,87 @@
+"""``status``, ``logs``, ``checkpoints`` and ``stop``: a job on a running deployment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ._common import emit, json_option, load, target_argument
+
+job_argument = click.argument("job_id", metavar="JOB_ID")
+
+
+def _run(target: str, job_id: str) -> Any:
+    return load(target).attach(job_id)
+
+
+@click.command()
+@target_argument
+@job_argument
+@json_option
+def status(target: str, job_id: str, as_json: bool) -> None:
+    """Show JOB_ID's status and progress on TARGET."""
+    run = _run(target, job_id)
+    info = run.info()
+    progress = run.progress
+    data = {
+        "job_id": job_id,
+        "status": info.status,
+        "message": info.message,
+        "step": progress.step,
+        "completed_steps": progress.completed,
+        "total_steps": progress.total,
+    }
+    text = f"{job_id}: {info.status} ({progress})"
+    if info.message:
+        text += f"\n  {info.message}"
+    emit(data, as_json, text)
+
+
+@click.command()
+@target_argument
+@job_argument
+@click.option("-f", "--follow", is_flag=True, help="Keep printing lines as they come until the job ends.")
+def logs(target: str, job_id: str, follow: bool) -> None:
+    """Print JOB_ID's log (Ctrl-C stops following; the job keeps running)."""
+    run = _run(target, job_id)
+    if not follow:
+        click.echo(run.logs(), nl=False)
+        return
+    try:
+        for line in run.logs(follow=True):
+            click.echo(line)
+    except KeyboardInterrupt:
+        click.echo(f"stopped following; {job_id} keeps running", err=True)
+
+
+@click.command()
+@target_argument
+@job_argument
+@json_option
+def checkpoints(target: str, job_id: str, as_json: bool) -> None:
+    """List JOB_ID's complete checkpoints, with size and write time."""
+    found = _run(target, job_id).checkpoints()
+    data = [c.to_dict() for c in found]
+
+    def text() -> str:
+        rows = [("step", "MB", "seconds", "MB/s", "path")]
+        rows += [(str(c.step), f"{c.size_bytes / 1e6:.1f}",
+                  "-" if c.save_seconds is None else f"{c.save_seconds:.3f}",
+                  "-" if c.mb_per_second is None else f"{c.mb_per_second:.0f}", c.path) for c in found]
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        return "\n".join("  ".join(r[i].rjust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows)
+
+    emit(data, as_json, text if found else f"{job_id} has no complete checkpoint yet")
+
+
+@click.command()
+@target_argument
+@job_argument
+@json_option
+@click.option("--no-wait", is_flag=True, help="Ask the job to stop and return at once.")
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for it to stop.")
+def stop(target: str, job_id: str, as_json: bool, no_wait: bool, timeout: float) -> None:
+    """Stop JOB_ID (the deployment keeps running)."""
+    final = _run(target, job_id).stop(wait=not no_wait, timeout=timeout)
+    emit({"job_id": job_id, "status": final}, as_json, f"{job_id}: {final}")
