@@ -414,6 +414,10 @@ KINDS: dict[str, Kind] = {
         Kind("Pod", "v1", "pods", core="pod"),
         Kind("Event", "v1", "events", core="event"),
         Kind("RayCluster", "ray.io/v1", "rayclusters"),
+        # Group kinds go through CustomObjectsApi, which addresses any /apis/<group>/<version> path.
+        Kind("DaemonSet", "apps/v1", "daemonsets"),
+        Kind("Job", "batch/v1", "jobs"),
+        Kind("Node", "v1", "nodes", namespaced=False, core="node"),
     ]
 }
 

@@ -268,6 +268,10 @@ class Core:
         self.kube_ca_pem: str | None = None
         # Called with a GKE cluster's name once its deletion has finished.
         self.on_cluster_deleted: Callable[[str], None] | None = None
+        # Called with a node pool (container_v1.NodePool) once it is RUNNING, and with
+        # its name once it is deleted: the Kubernetes side registers / drops its nodes.
+        self.on_node_pool_ready: Callable[[Any], object] | None = None
+        self.on_node_pool_deleted: Callable[[str], None] | None = None
 
     def now(self) -> float:
         return time.monotonic()

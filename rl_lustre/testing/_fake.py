@@ -12,7 +12,7 @@ from ..catalog import LABEL_MANAGED_BY, MANAGED_BY, ownership_labels
 from ..gcp import _clients
 from ..gcp._ownership import describe_ownership, labels_from_description
 from ._core import Core, Faults, RequestRecord, project_number
-from ._gke import GkeFake
+from ._gke import GkeFake, node_labels
 from ._grpc import GrpcServer
 from ._lustre import LustreFake
 from ._rest import RestFake
@@ -93,6 +93,9 @@ class FakeGCP:
                 raise ValueError("start the KubeFake before the FakeGCP that reports it")
             self._core.kube_endpoint, self._core.kube_ca_pem = kube.endpoint, kube.ca_pem.decode()
             self._core.on_cluster_deleted = lambda name: kube.remove_all()
+            self._core.on_node_pool_ready = lambda pool: kube.add_nodes(pool.name, pool.initial_node_count,
+                                                                        node_labels(pool))
+            self._core.on_node_pool_deleted = kube.remove_nodes
         self._grpc = GrpcServer(self._core)
         self._lustre = LustreFake(self._core)
         self._gke = GkeFake(self._core)

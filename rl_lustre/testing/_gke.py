@@ -39,6 +39,16 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def node_labels(pool: container_v1.NodePool) -> dict[str, str]:
+    """The labels GKE puts on a node of ``pool`` (besides its pool name and hostname)."""
+    labels = {"cloud.google.com/machine-family": pool.config.machine_type.split("-")[0]}
+    if pool.config.accelerators:
+        labels["cloud.google.com/gke-accelerator"] = pool.config.accelerators[0].accelerator_type
+    if pool.config.spot:
+        labels["cloud.google.com/gke-spot"] = "true"
+    return labels
+
+
 def _region(location: str) -> str:
     return location.rsplit("-", 1)[0] if _ZONE.fullmatch(location) else location
 
@@ -175,6 +185,8 @@ class GkeFake:
             cluster.current_node_count = sum(p.initial_node_count for p in cluster.node_pools)
             for pool in cluster.node_pools:
                 pool.status = PoolStatus.RUNNING
+                if self.core.on_node_pool_ready is not None:
+                    self.core.on_node_pool_ready(pool)
             self._finish(op)
 
         self.core.schedule(self.core.delay("gke.create_cluster"), finish)
@@ -279,6 +291,8 @@ class GkeFake:
                 self._finish(op, fault)
                 return
             current.status = PoolStatus.RUNNING
+            if self.core.on_node_pool_ready is not None:
+                self.core.on_node_pool_ready(current)
             self._finish(op)
 
         self.core.schedule(self.core.delay("gke.create_node_pool"), finish)
@@ -311,6 +325,8 @@ class GkeFake:
             kept = [p for p in cluster.node_pools if p.name != pool.name]
             del cluster.node_pools[:]
             cluster.node_pools.extend(kept)
+            if self.core.on_node_pool_deleted is not None:
+                self.core.on_node_pool_deleted(pool.name)
             self._finish(op)
 
         self.core.schedule(self.core.delay("gke.delete_node_pool"), finish)

@@ -23,6 +23,7 @@ from ._kube_store import (
     owner_reference,
     random_suffix,
 )
+from ._kube_workloads import Workloads
 
 GPU = "nvidia.com/gpu"
 HEAD_SERVICE_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080, "serve": 8000}
@@ -71,6 +72,8 @@ class KubeFaults:
         no_crd: the RayCluster CRD is not installed: ``ray.io/v1`` requests get 404.
         legacy_status: report RayCluster readiness as older KubeRay did (``status.state``
             only, no conditions).
+        job_failure: the containers of ``batch/v1`` Job pods exit 1 with this
+            termination message (reason ``Error``) instead of 0.
     """
 
     image_pull: bool | str = False
@@ -82,6 +85,7 @@ class KubeFaults:
     no_operator: bool = False
     no_crd: bool = False
     legacy_status: bool = False
+    job_failure: str | None = None
 
 
 @attrs.define
@@ -93,6 +97,7 @@ class KubeTimings:
     start: float = 0.1
     bind: float = 0.05
     deletion: float = 0.1
+    job_run: float = 0.15
 
 
 def _containers(pod: Obj) -> list[Obj]:
@@ -140,10 +145,12 @@ class Controllers:
         self._born: dict[str, float] = {}
         self._recorded: set[tuple[str, str, str]] = set()
         self._ips = 0
+        self.workloads = Workloads(store, faults, timings, self.event)
 
     def reset(self) -> None:
         self._born.clear()
         self._recorded.clear()
+        self.workloads.reset()
 
     def _age(self, obj: Obj) -> float:
         uid = obj["metadata"]["uid"]
@@ -156,6 +163,7 @@ class Controllers:
             for rc in self.store.find("RayCluster"):
                 if not rc["metadata"].get("deletionTimestamp"):
                     self._reconcile_raycluster(rc)
+        self.workloads.step()
         for pod in self.store.find("Pod"):
             if not pod["metadata"].get("deletionTimestamp"):
                 self._advance_pod(pod)
@@ -450,6 +458,8 @@ class Controllers:
     def _advance_pod(self, pod: Obj) -> None:
         age = self._age(pod)
         status = pod.get("status") or {}
+        if status.get("phase") in ("Succeeded", "Failed"):
+            return
         meta = pod["metadata"]
         ns, name = meta.get("namespace"), meta["name"]
         scheduled = bool((pod.get("spec") or {}).get("nodeName"))

@@ -31,7 +31,8 @@ MUTABLE_SPEC = {
     "PersistentVolumeClaim": {"resources", "volumeAttributesClassName"},
 }
 # Kinds whose status only the status subresource (here: the simulated controllers) may write.
-STATUS_SUBRESOURCE = {"RayCluster", "Pod", "PersistentVolume", "PersistentVolumeClaim", "Service"}
+STATUS_SUBRESOURCE = {"RayCluster", "Pod", "PersistentVolume", "PersistentVolumeClaim", "Service", "Node",
+                      "DaemonSet", "Job"}
 
 
 def now_rfc3339() -> str:
@@ -91,6 +92,9 @@ KINDS = {
         KindInfo("Service", "v1", "services", True),
         KindInfo("Event", "v1", "events", True),
         KindInfo("RayCluster", "ray.io/v1", "rayclusters", True),
+        KindInfo("Node", "v1", "nodes", False),
+        KindInfo("DaemonSet", "apps/v1", "daemonsets", True),
+        KindInfo("Job", "batch/v1", "jobs", True),
     ]
 }
 BY_PATH = {(k.api_version, k.plural): k for k in KINDS.values()}
@@ -302,9 +306,13 @@ class Store:
             for server_field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
                 meta.pop(server_field, None)
             obj["apiVersion"] = info.api_version
-            if info.kind in STATUS_SUBRESOURCE:
+            if info.kind in STATUS_SUBRESOURCE and info.kind != "Node":
                 obj.pop("status", None)
-            if info.kind == "Secret":
+            if info.kind in ("DaemonSet", "Job"):
+                from ._kube_workloads import server_defaults
+
+                server_defaults(obj)
+            elif info.kind == "Secret":
                 _fold_string_data(obj)
             elif info.kind == "PersistentVolumeClaim":
                 meta.setdefault("finalizers", ["kubernetes.io/pvc-protection"])

@@ -7,8 +7,8 @@ and rl_lustre's own code paths run unchanged against it:
   and :attr:`KubeFake.ca_b64` are what a (fake) GKE cluster reports as its endpoint
   and ``master_auth.cluster_ca_certificate``;
 - a bearer token is required on every request;
-- PersistentVolumes, PersistentVolumeClaims, Secrets, Pods, Services, Events and
-  ``ray.io/v1`` RayClusters are stored as an API server stores them: ``201`` with
+- PersistentVolumes, PersistentVolumeClaims, Secrets, Pods, Services, Events, Nodes,
+  ``apps/v1`` DaemonSets, ``batch/v1`` Jobs and ``ray.io/v1`` RayClusters are stored as an API server stores them: ``201`` with
   ``uid``/``resourceVersion``/``creationTimestamp``/``namespace`` filled in, ``409``
   AlreadyExists, ``404``, label and field selectors, JSON merge patch with the
   immutability rules of PV/PVC specs, status subresources, finalizers
@@ -18,7 +18,9 @@ and rl_lustre's own code paths run unchanged against it:
 - simulated controllers (KubeRay operator, scheduler, kubelet, PV binder, garbage
   collector) turn a RayCluster into a head Service, head and worker Pods that go
   Running and Ready, a bound PVC and a ready RayCluster status, or fail in the ways
-  :class:`KubeFaults` asks for;
+  :class:`KubeFaults` asks for; DaemonSets get a pod per matching Node, Jobs a pod
+  that runs and completes or fails (see ``_kube_workloads``);
+- ``pods/<name>/log`` returns what :meth:`KubeFake.write_log` wrote for the pod;
 - ``pods/<name>/portforward`` (websocket, ``v4.channel.k8s.io``) connects to a real
   local TCP target: :attr:`KubeFake.head_target` for the head's dashboard port 8265.
 
@@ -397,6 +399,23 @@ class KubeFake:
         ns = namespace if KINDS[kind].namespaced else None
         self._on_loop(lambda: self._store.mark_deleted(kind, ns, name, foreground=False))
 
+    def add_nodes(self, pool: str, count: int, labels: Mapping[str, str] | None = None) -> list[str]:
+        """Register ``count`` Ready ``v1`` Nodes of GKE node pool ``pool`` (DaemonSets then
+        place a pod on each that their ``nodeSelector`` matches); returns their names."""
+        return list(self._on_loop(lambda: self._controllers.workloads.add_nodes(pool, count, dict(labels or {}))))
+
+    def remove_nodes(self, pool: str) -> None:
+        """Drop the Nodes of node pool ``pool``, as deleting the pool does."""
+        self._on_loop(lambda: self._controllers.workloads.remove_nodes(pool))
+
+    def write_log(self, pod: str, text: str, namespace: str = "default") -> None:
+        """Append ``text`` to what ``pods/<pod>/log`` returns, as the pod's container printing it."""
+        def write() -> None:
+            logs = self._controllers.workloads.logs
+            logs[(namespace, pod)] = logs.get((namespace, pod), "") + text
+
+        self._on_loop(write)
+
     def compact(self) -> None:
         """Forget the watch history and end open watches, as an API server restart after
         etcd compaction does: watching again from an older resourceVersion gets 410 Gone."""
@@ -434,6 +453,7 @@ class KubeFake:
         self.faults.no_operator = False
         self.faults.no_crd = False
         self.faults.legacy_status = False
+        self.faults.job_failure = None
         self.requests.clear()
         self.rejected.clear()
         self.unhandled.clear()
@@ -492,6 +512,8 @@ class KubeFake:
         ns, name, sub = (m["ns"] if info.namespaced else None), m["name"], m["sub"]
         if sub == "portforward" and info.kind == "Pod" and name and method == "GET":
             return await self._portforward(request, ns or "default", name)
+        if sub == "log" and info.kind == "Pod" and name and method == "GET":
+            return self._log(ns or "default", name, query)
         if sub is not None:
             return self._unhandled(request)
         if name is None:
@@ -518,6 +540,21 @@ class KubeFake:
                 raise ApiError(400, "BadRequest", "the KubeFake does not implement propagationPolicy=Orphan")
             return web.json_response(self._store.mark_deleted(info.kind, ns, name, foreground=policy == "Foreground"))
         return self._unhandled(request)
+
+    def _log(self, ns: str, name: str, query: Mapping[str, str]) -> web.StreamResponse:
+        """``pods/<name>/log``: what :meth:`write_log` gave the pod (``tailLines`` honoured)."""
+        from aiohttp import web
+
+        pod = self._store.require("Pod", ns, name)
+        if (pod.get("status") or {}).get("phase") not in ("Running", "Succeeded", "Failed"):
+            container = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", "")
+            raise ApiError(400, "BadRequest",
+                           f'container "{container}" in pod "{name}" is waiting to start: PodInitializing')
+        lines = self._controllers.workloads.logs.get((ns, name), "").splitlines(keepends=True)
+        tail = query.get("tailLines")
+        if tail is not None and tail.isdigit():
+            lines = lines[len(lines) - int(tail):] if int(tail) else []
+        return web.Response(text="".join(lines), content_type="text/plain")
 
     def _unhandled(self, request: web.Request) -> web.StreamResponse:
         from aiohttp import web
