@@ -111,3 +111,93 @@ LABEL_DEPLOYMENT = "rl-lustre-deployment"
 def ownership_labels(deployment: str) -> dict[str, str]:
     """The labels every resource we create carries (GCP and Kubernetes alike)."""
     return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_DEPLOYMENT: deployment}
+
+
+@attrs.frozen(kw_only=True)
+class MachinePrice:
+    """What one VM of a machine type costs per hour, in USD.
+
+    Attributes:
+        on_demand: the on-demand rate.
+        spot: the Spot rate (Spot prices move, at most once a day).
+        reserved: the rate of a VM consuming a reservation; None bills it on demand,
+            as Google does for reservations without a committed use discount.
+    """
+
+    on_demand: float
+    spot: float
+    reserved: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PriceTable:
+    """A dated table of list prices, with where each kind of price was read.
+
+    Attributes:
+        as_of: the date the prices were recorded (ISO 8601).
+        region: the region the prices were recorded for.
+        same_price_regions: regions Google lists at the same price for these machines.
+        machines: USD per hour per VM, by machine type.
+        lustre_gib_month: USD per GiB-month of Managed Lustre capacity, by tier (MB/s per TiB).
+        gke_cluster_hour: GKE's cluster management fee, USD per cluster-hour.
+        hours_per_month: how Google converts monthly prices to hours.
+        sources: the page each kind of price was read from.
+    """
+
+    as_of: str
+    region: str
+    same_price_regions: frozenset[str]
+    machines: dict[str, MachinePrice]
+    lustre_gib_month: dict[int, float]
+    gke_cluster_hour: float
+    hours_per_month: float
+    sources: dict[str, str]
+
+
+# List prices, USD, recorded by hand from Google's pricing pages on the date below and
+# rounded; they are approximate, exclude taxes and negotiated discounts, and Spot rates
+# move daily. Override them with rl_lustre.cost.Prices (discounts, reservations, your
+# own rates) -- and check the pages before budgeting.
+PRICES = PriceTable(
+    as_of="2025-10-01",
+    region="us-central1",
+    same_price_regions=frozenset({"us-central1", "us-east1", "us-east4", "us-east5", "us-south1", "us-west1",
+                                  "us-west4"}),
+    machines={
+        "a4-highgpu-8g": MachinePrice(on_demand=101.15, spot=37.00),
+        "a3-ultragpu-8g": MachinePrice(on_demand=84.81, spot=30.70),
+        "a3-megagpu-8g": MachinePrice(on_demand=88.25, spot=25.60),
+        "a3-highgpu-8g": MachinePrice(on_demand=88.49, spot=21.50),
+        "a3-highgpu-4g": MachinePrice(on_demand=44.25, spot=10.75),
+        "a3-highgpu-2g": MachinePrice(on_demand=22.12, spot=5.38),
+        "a3-highgpu-1g": MachinePrice(on_demand=11.06, spot=2.69),
+        "a2-ultragpu-8g": MachinePrice(on_demand=40.22, spot=12.07),
+        "a2-ultragpu-4g": MachinePrice(on_demand=20.11, spot=6.03),
+        "a2-ultragpu-2g": MachinePrice(on_demand=10.06, spot=3.02),
+        "a2-ultragpu-1g": MachinePrice(on_demand=5.03, spot=1.51),
+        "a2-highgpu-8g": MachinePrice(on_demand=29.39, spot=8.82),
+        "a2-highgpu-4g": MachinePrice(on_demand=14.69, spot=4.41),
+        "a2-highgpu-2g": MachinePrice(on_demand=7.35, spot=2.20),
+        "a2-highgpu-1g": MachinePrice(on_demand=3.67, spot=1.10),
+        "g2-standard-96": MachinePrice(on_demand=8.00, spot=3.20),
+        "g2-standard-48": MachinePrice(on_demand=4.00, spot=1.60),
+        "g2-standard-24": MachinePrice(on_demand=2.00, spot=0.80),
+        "g2-standard-8": MachinePrice(on_demand=0.85, spot=0.34),
+        # CPU machines for the Ray head pool.
+        "n2-highmem-16": MachinePrice(on_demand=1.05, spot=0.26),
+        "n2-highmem-8": MachinePrice(on_demand=0.52, spot=0.13),
+        "n2-standard-16": MachinePrice(on_demand=0.78, spot=0.19),
+        "n2-standard-8": MachinePrice(on_demand=0.39, spot=0.10),
+        "e2-standard-8": MachinePrice(on_demand=0.27, spot=0.08),
+    },
+    lustre_gib_month={1000: 0.60, 500: 0.34, 250: 0.21, 125: 0.145},
+    gke_cluster_hour=0.10,
+    hours_per_month=730.0,
+    sources={
+        "gpu_machines": "https://cloud.google.com/compute/vm-instance-pricing#accelerator-optimized",
+        "spot": "https://cloud.google.com/spot-vms/pricing",
+        "cpu_machines": "https://cloud.google.com/compute/vm-instance-pricing#general-purpose_machine_type_family",
+        "lustre": "https://cloud.google.com/products/managed-lustre/pricing",
+        "gke": "https://cloud.google.com/kubernetes-engine/pricing#cluster_management_fee_and_free_tier",
+    },
+)

@@ -73,6 +73,7 @@ class Run:
         job_id: the Ray submission id.
         total_steps: the number of steps, until the log says.
         list_checkpoints: returns the run's complete checkpoints, oldest first.
+        usd_per_hour: returns what the deployment costs per hour (see :meth:`cost_so_far`).
     """
 
     def __init__(
@@ -82,11 +83,13 @@ class Run:
         *,
         total_steps: int | None = None,
         list_checkpoints: Callable[[], list[Checkpoint]] | None = None,
+        usd_per_hour: Callable[[], float] | None = None,
     ) -> None:
         self.job_id = job_id
         self._jobs = jobs
         self._total = total_steps
         self._list_checkpoints = list_checkpoints
+        self._usd_per_hour = usd_per_hour
         self._lock = threading.Lock()
         self._parser: LogParser | None = None
         self._fed = 0
@@ -199,6 +202,25 @@ class Run:
             attrs.evolve(c, save_seconds=timed[c.step], save_seconds_from="log") if c.step in timed else c
             for c in found
         ]
+
+    def cost_so_far(self) -> float | None:
+        """USD the deployment has cost while this run ran: its hourly cost (``plan.cost()``)
+        times the hours from the run's start to its end, or to now while it runs.
+
+        Example:
+            >>> round(run.cost_so_far(), 2)  # doctest: +SKIP
+            152.77
+
+        Returns:
+            0.0 before the run starts; None when the backend knows no hourly cost.
+        """
+        if self._usd_per_hour is None:
+            return None
+        info = self.info()
+        if info.start_time is None:
+            return 0.0
+        end = info.end_time if info.end_time is not None else time.time()
+        return max(0.0, end - info.start_time) / 3600 * self._usd_per_hour()
 
     def wait(self, timeout: float | None = None, *, poll: float = 0.5) -> str:
         """Block until the run ends; return ``"SUCCEEDED"``. A progress bar shows when output is on.

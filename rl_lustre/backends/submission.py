@@ -250,4 +250,6 @@ class JobsBackend:
         from ..run import Run
 
         lister = None if checkpoint_dir is None else functools.partial(self.list_checkpoints, checkpoint_dir)
-        return Run(self.jobs, job_id, total_steps=total_steps, list_checkpoints=lister)
+        cluster = self.cluster
+        return Run(self.jobs, job_id, total_steps=total_steps, list_checkpoints=lister,
+                   usd_per_hour=lambda: cluster.plan().cost().total_usd_per_hour)

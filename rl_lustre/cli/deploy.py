@@ -13,17 +13,39 @@ def _report(cluster: Any) -> Any:
     return getattr(cluster._backend(), "last_report", None)
 
 
+prices_option = click.option(
+    "--prices", "prices_file", type=click.Path(dir_okay=False),
+    help="A JSON file of your rates and discounts (rl_lustre.cost.Prices fields) to price with.")
+
+
+def load_prices(prices_file: str | None) -> Any:
+    """The ``Prices`` of ``--prices``, or None for the list prices."""
+    if prices_file is None:
+        return None
+    from ..cost import Prices
+
+    return Prices.from_file(prices_file)
+
+
 @click.command()
 @target_argument
 @json_option
-def plan(target: str, as_json: bool) -> None:
+@prices_option
+def plan(target: str, as_json: bool, prices_file: str | None) -> None:
     """Show every resource `up` would create for TARGET, and what it costs per hour.
 
     Makes no remote call.
     """
     cluster = load(target)
+    prices = load_prices(prices_file)
     the_plan = cluster.plan()
-    emit(the_plan.to_dict(), as_json, lambda: str(the_plan))
+    data = the_plan.to_dict()
+    if prices is None:
+        emit(data, as_json, lambda: str(the_plan))
+        return
+    cost = the_plan.cost(prices)
+    data["cost"] = cost.to_dict()
+    emit(data, as_json, lambda: f"{the_plan}\n\nWith the prices of {prices_file}:\n{cost}")
 
 
 @click.command()

@@ -20,10 +20,11 @@ def _run(target: str, job_id: str) -> Any:
 @job_argument
 @json_option
 def status(target: str, job_id: str, as_json: bool) -> None:
-    """Show JOB_ID's status and progress on TARGET."""
+    """Show JOB_ID's status and progress on TARGET, and what the deployment cost while it ran."""
     run = _run(target, job_id)
     info = run.info()
     progress = run.progress
+    cost = run.cost_so_far()
     data = {
         "job_id": job_id,
         "status": info.status,
@@ -31,10 +32,13 @@ def status(target: str, job_id: str, as_json: bool) -> None:
         "step": progress.step,
         "completed_steps": progress.completed,
         "total_steps": progress.total,
+        "cost_so_far_usd": cost,
     }
     text = f"{job_id}: {info.status} ({progress})"
     if info.message:
         text += f"\n  {info.message}"
+    if cost is not None:
+        text += f"\n  deployment cost while it ran: ${cost:,.2f}"
     emit(data, as_json, text)
 
 

@@ -11,12 +11,15 @@ import json
 import math
 import textwrap
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 from .._validate import FrozenDict
 from ..errors import ConfigError, RLLustreError
+
+if TYPE_CHECKING:
+    from ..cost import Cost, Prices
 
 __all__ = ["Action", "Plan", "PlanGraphError", "PlannedResource"]
 
@@ -391,10 +394,28 @@ class Plan:
             "totals": self.totals(),
             "waves": [sorted(w, key=self.keys().index) for w in self.waves()],
             "resources": [r.to_dict() for r in self.resources],
+            "cost": self.cost().to_dict(),
         }
 
+    def cost(self, prices: Prices | None = None) -> Cost:
+        """USD per hour of the deployment once it is up, per resource and in total.
+
+        From the dated list prices in :mod:`rl_lustre.catalog`; ``prices`` overrides
+        rates and applies discounts (see :class:`rl_lustre.cost.Prices`).
+
+        Example:
+            >>> from rl_lustre import Cluster
+            >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
+            ...                zone="us-east1-b").plan()
+            >>> round(plan.cost().get("gpu-pool").usd_per_hour, 2)
+            296.0
+        """
+        from ..cost import plan_cost
+
+        return plan_cost(self, prices)
+
     def __str__(self) -> str:
-        return _render(self)
+        return _render(self) + "\n\n" + str(self.cost())
 
 
 def _fmt(value: Any) -> str:

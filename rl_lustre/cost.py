@@ -1,0 +1,343 @@
+"""What a deployment costs per hour, in USD, from the dated price table in :mod:`rl_lustre.catalog`.
+
+:meth:`Plan.cost <rl_lustre.plan.Plan.cost>` prices a plan before anything exists;
+``rl-lustre ls`` prices what it finds running; :meth:`Run.cost_so_far
+<rl_lustre.run.Run.cost_so_far>` multiplies the deployment's rate by the run's hours.
+Every price is a list price recorded on ``catalog.PRICES.as_of``; :class:`Prices` overrides
+any of them and applies your discounts (committed use, negotiated, reservations).
+
+Priced: the GPU node pool (Spot, reserved or on-demand), the CPU pool of the Ray head,
+Managed Lustre by tier and GiB, and GKE's cluster management fee. Networking
+resources (VPC, subnet, PSA range, firewall rule) carry no hourly charge of their own;
+traffic, boot disks and logging are not included.
+
+Example:
+    >>> from rl_lustre import Cluster
+    >>> cost = Cluster(name="demo", project="my-project", region="us-east1",
+    ...                zone="us-east1-b").plan().cost()
+    >>> [(i.key, round(i.usd_per_hour, 2)) for i in cost.items]
+    [('gpu-pool', 296.0), ('cpu-pool', 1.05), ('lustre', 8.38), ('gke-cluster', 0.1)]
+    >>> round(cost.total_usd_per_hour, 2)
+    305.53
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from os import PathLike
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .catalog import PRICES, MachinePrice, PriceTable
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .plan import Plan
+
+__all__ = ["Cost", "CostItem", "Prices", "plan_cost"]
+
+Provisioning = str  # "Spot", "reserved" or "on-demand", as the plan's node pools say
+
+
+def _fraction(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ConfigError("Prices", attribute.name, value, "must be a fraction from 0 up to (not including) 1")
+
+
+def _rates(instance: Any, attribute: attrs.Attribute[Any], value: Mapping[Any, Any]) -> None:
+    for key, rate in value.items():
+        if isinstance(rate, MachinePrice):
+            numbers = [rate.on_demand, rate.spot] + ([rate.reserved] if rate.reserved is not None else [])
+        else:
+            numbers = [rate]
+        for n in numbers:
+            if isinstance(n, bool) or not isinstance(n, (int, float)) or not 0 <= n < math.inf:
+                raise ConfigError("Prices", f"{attribute.name}[{key!r}]", rate,
+                                  "must be a finite price of at least 0 USD")
+
+
+@attrs.frozen(kw_only=True)
+class Prices:
+    """The prices a cost is computed with: the dated table, your own rates, your discounts.
+
+    Example:
+        >>> from rl_lustre.catalog import MachinePrice
+        >>> mine = Prices(compute_discount=0.2,
+        ...               machines={"a4-highgpu-8g": MachinePrice(on_demand=90.0, spot=30.0, reserved=55.0)})
+        >>> mine.machine_rate("a4-highgpu-8g", "reserved", "us-east1")
+        (55.0, '')
+        >>> mine.machine_rate("n2-highmem-16", "on-demand", "us-east1")
+        (0.84, '')
+
+    Args:
+        table: the list prices (``rl_lustre.catalog.PRICES``).
+        machines: your rates per machine type; they replace the table's (no discount
+            applies to them: give the rate you pay).
+        lustre_gib_month: your USD per GiB-month per tier (MB/s per TiB).
+        compute_discount: fraction off the table's on-demand and reserved VM rates
+            (committed use or negotiated discounts).
+        spot_discount: fraction off the table's Spot rates.
+        lustre_discount: fraction off the table's Lustre rates.
+    """
+
+    table: PriceTable = PRICES
+    machines: Mapping[str, MachinePrice] = attrs.field(factory=dict, validator=_rates)
+    lustre_gib_month: Mapping[int, float] = attrs.field(factory=dict, validator=_rates)
+    compute_discount: float = attrs.field(default=0.0, validator=_fraction)
+    spot_discount: float = attrs.field(default=0.0, validator=_fraction)
+    lustre_discount: float = attrs.field(default=0.0, validator=_fraction)
+
+    @classmethod
+    def from_file(cls, path: str | PathLike[str]) -> Prices:
+        """Prices from a JSON file with any of this class's fields but ``table``.
+
+        Example::
+
+            # prices.json: {"compute_discount": 0.25,
+            #               "machines": {"a4-highgpu-8g": {"on_demand": 80, "spot": 30}},
+            #               "lustre_gib_month": {"500": 0.30}}
+            Prices.from_file("prices.json")
+
+        Raises:
+            ConfigError: the file is missing, is not JSON, or has an unknown field or a bad value.
+        """
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise ConfigError("Prices", "file", str(path), f"must be a readable JSON file ({exc})") from exc
+        if not isinstance(data, dict):
+            raise ConfigError("Prices", "file", str(path), "must hold a JSON object")
+        known = {"machines", "lustre_gib_month", "compute_discount", "spot_discount", "lustre_discount"}
+        for key in data:
+            if key not in known:
+                raise ConfigError("Prices", key, data[key], f"is not a price field ({', '.join(sorted(known))})")
+        try:
+            machines = {m: MachinePrice(**rate) for m, rate in data.get("machines", {}).items()}
+            lustre = {int(tier): rate for tier, rate in data.get("lustre_gib_month", {}).items()}
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError("Prices", "file", str(path),
+                              f"machines must map a machine type to {{on_demand, spot[, reserved]}} and "
+                              f"lustre_gib_month a tier to a price ({exc})") from exc
+        rest = {k: data[k] for k in ("compute_discount", "spot_discount", "lustre_discount") if k in data}
+        return cls(machines=machines, lustre_gib_month=lustre, **rest)
+
+    def machine_rate(self, machine_type: str, provisioning: Provisioning, region: str | None) -> tuple[float | None, str]:
+        """USD per hour of one VM, and a note when the price is a stand-in or unknown.
+
+        Example:
+            >>> Prices().machine_rate("a4-highgpu-8g", "Spot", "us-east1")
+            (37.0, '')
+            >>> Prices().machine_rate("a4-highgpu-8g", "Spot", "europe-west4")[1]
+            "no price recorded for europe-west4; us-central1's list price used"
+        """
+        if machine_type in self.machines:
+            price = self.machines[machine_type]
+            return _pick(price, provisioning), ""
+        price_or_none = self.table.machines.get(machine_type)
+        if price_or_none is None:
+            return None, f"no price for machine type {machine_type}; pass Prices(machines={{...}})"
+        if provisioning == "Spot":
+            rate = price_or_none.spot * (1 - self.spot_discount)
+        else:
+            rate = _pick(price_or_none, provisioning) * (1 - self.compute_discount)
+        return round(rate, 6), self._region_note(region)
+
+    def lustre_rate(self, tier: int) -> tuple[float | None, str]:
+        """USD per GiB-hour of Managed Lustre at ``tier`` (MB/s per TiB), and a note.
+
+        Example:
+            >>> round(Prices().lustre_rate(500)[0] * 18000, 2)
+            8.38
+        """
+        if tier in self.lustre_gib_month:
+            return self.lustre_gib_month[tier] / self.table.hours_per_month, ""
+        month = self.table.lustre_gib_month.get(tier)
+        if month is None:
+            return None, f"no price for Lustre tier {tier} MB/s/TiB"
+        return month * (1 - self.lustre_discount) / self.table.hours_per_month, ""
+
+    def _region_note(self, region: str | None) -> str:
+        if region is None or region in self.table.same_price_regions:
+            return ""
+        return f"no price recorded for {region}; {self.table.region}'s list price used"
+
+
+def _pick(price: MachinePrice, provisioning: Provisioning) -> float:
+    if provisioning == "Spot":
+        return price.spot
+    if provisioning == "reserved" and price.reserved is not None:
+        return price.reserved
+    return price.on_demand
+
+
+@attrs.frozen(kw_only=True)
+class CostItem:
+    """The hourly cost of one resource.
+
+    Attributes:
+        key: the plan key (``"gpu-pool"``), or the resource's kind where there is no plan.
+        name: the resource's name.
+        description: what is priced, in words (``"8 × a4-highgpu-8g, Spot"``).
+        quantity: how many units (nodes, GiB, clusters).
+        unit: the unit (``"node"``, ``"GiB"``, ``"cluster"``).
+        unit_usd_per_hour: USD per unit-hour; None when there is no price for it.
+        counted: False for a resource you own and the deployment only uses: shown, not totalled.
+        note: why the price is a stand-in or missing.
+    """
+
+    key: str
+    name: str
+    description: str
+    quantity: float
+    unit: str
+    unit_usd_per_hour: float | None
+    counted: bool = True
+    note: str = ""
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        """``quantity × unit_usd_per_hour``; None without a price."""
+        return None if self.unit_usd_per_hour is None else self.quantity * self.unit_usd_per_hour
+
+    def to_dict(self) -> dict[str, Any]:
+        """The item as JSON data."""
+        return {"key": self.key, "name": self.name, "description": self.description, "quantity": self.quantity,
+                "unit": self.unit, "unit_usd_per_hour": self.unit_usd_per_hour, "usd_per_hour": self.usd_per_hour,
+                "counted": self.counted, "note": self.note}
+
+
+@attrs.frozen(kw_only=True)
+class Cost:
+    """USD per hour of a deployment, per resource and in total.
+
+    Example:
+        >>> from rl_lustre import Cluster
+        >>> cost = Cluster(name="demo", project="my-project", region="us-east1",
+        ...                zone="us-east1-b", spot=False).plan().cost()
+        >>> cost.get("gpu-pool").description
+        '8 × a4-highgpu-8g, on-demand'
+        >>> round(cost.for_hours(24))
+        19650
+
+    Attributes:
+        items: one per priced resource.
+        prices_as_of: the date of the list prices used.
+        sources: where each kind of list price was read.
+        notes: remarks that apply to the whole estimate.
+    """
+
+    items: tuple[CostItem, ...] = attrs.field(converter=lambda v: tuple(v))
+    prices_as_of: str
+    sources: Mapping[str, str] = attrs.field(factory=dict)
+    notes: tuple[str, ...] = attrs.field(default=(), converter=lambda v: tuple(v))
+
+    @property
+    def total_usd_per_hour(self) -> float:
+        """The sum of the counted items that have a price."""
+        return sum(i.usd_per_hour for i in self.items if i.counted and i.usd_per_hour is not None)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every counted item has a price."""
+        return all(i.usd_per_hour is not None for i in self.items if i.counted)
+
+    def get(self, key: str) -> CostItem:
+        """The item of the resource ``key``.
+
+        Raises:
+            KeyError: no such item; the message lists those there are.
+        """
+        for item in self.items:
+            if item.key == key:
+                return item
+        raise KeyError(f"no cost item {key!r}; there are {', '.join(i.key for i in self.items) or 'none'}")
+
+    def for_hours(self, hours: float) -> float:
+        """USD for ``hours`` of running as it is."""
+        return self.total_usd_per_hour * hours
+
+    def to_dict(self) -> dict[str, Any]:
+        """The cost as JSON data."""
+        return {"currency": "USD", "total_usd_per_hour": round(self.total_usd_per_hour, 4),
+                "complete": self.complete, "prices_as_of": self.prices_as_of,
+                "items": [i.to_dict() for i in self.items], "sources": dict(self.sources), "notes": list(self.notes)}
+
+    def __str__(self) -> str:
+        if not self.items:
+            return "Cost: no cloud resources, $0.00/hour"
+        rows = [(i.key, i.description, "-" if i.usd_per_hour is None else f"${i.usd_per_hour:,.2f}/h",
+                 ("(yours, not counted) " if not i.counted else "") + i.note) for i in self.items]
+        widths = [max(len(r[c]) for r in rows) for c in range(3)]
+        lines = [f"Cost: ${self.total_usd_per_hour:,.2f}/hour"
+                 + ("" if self.complete else " (incomplete: some resources have no price)")
+                 + f" · list prices of {self.prices_as_of}, before taxes; override with rl_lustre.cost.Prices"]
+        lines += ["  " + "  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].rjust(widths[2]), r[3]]).rstrip()
+                  for r in rows]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def node_pool_item(key: str, name: str, machine_type: str, nodes: int, provisioning: Provisioning,
+                   region: str | None, prices: Prices) -> CostItem:
+    """The cost of a node pool of ``nodes`` VMs.
+
+    Example:
+        >>> node_pool_item("gpu-pool", "p", "a4-highgpu-8g", 2, "Spot", "us-east1", Prices()).usd_per_hour
+        74.0
+    """
+    rate, note = prices.machine_rate(machine_type, provisioning, region)
+    return CostItem(key=key, name=name, description=f"{nodes} × {machine_type}, {provisioning}", quantity=nodes,
+                    unit="node", unit_usd_per_hour=rate, note=note)
+
+
+def lustre_item(key: str, name: str, capacity_gib: int, tier: int, prices: Prices, *, counted: bool = True) -> CostItem:
+    """The cost of a Managed Lustre instance of ``capacity_gib`` at ``tier`` MB/s per TiB.
+
+    Example:
+        >>> round(lustre_item("lustre", "v", 18000, 500, Prices()).usd_per_hour, 2)
+        8.38
+    """
+    rate, note = prices.lustre_rate(tier)
+    return CostItem(key=key, name=name, description=f"Managed Lustre {capacity_gib:,} GiB at {tier} MB/s/TiB",
+                    quantity=capacity_gib, unit="GiB", unit_usd_per_hour=rate, counted=counted, note=note)
+
+
+def gke_cluster_item(key: str, name: str, prices: Prices) -> CostItem:
+    """GKE's cluster management fee for one cluster."""
+    return CostItem(key=key, name=name, description="GKE cluster management fee", quantity=1, unit="cluster",
+                    unit_usd_per_hour=prices.table.gke_cluster_hour)
+
+
+def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
+    """What ``plan``'s deployment costs per hour once it is up.
+
+    Example:
+        >>> from rl_lustre import Cluster
+        >>> plan_cost(Cluster.local("demo", volume_dir="/tmp/v").plan()).total_usd_per_hour
+        0
+    """
+    prices = prices or Prices()
+    table = prices.table
+    if plan.backend == "local":
+        return Cost(items=(), prices_as_of=table.as_of, notes=("a local deployment has no cloud cost",))
+    items: list[CostItem] = []
+    for key in ("gpu-pool", "cpu-pool"):
+        if key in plan:
+            node = plan.get(key)
+            s = node.settings
+            items.append(node_pool_item(key, node.name, s["machine_type"], s["node_count"], s["provisioning"],
+                                        plan.region, prices))
+    if "lustre" in plan:
+        node = plan.get("lustre")
+        s = node.settings
+        items.append(lustre_item("lustre", node.name, s["capacity_gib"], s["per_unit_storage_throughput"], prices,
+                                 counted=node.action == "create"))
+    if "gke-cluster" in plan:
+        items.append(gke_cluster_item("gke-cluster", plan.get("gke-cluster").name, prices))
+    notes = ["networking (VPC, subnet, PSA range, firewall) has no hourly charge; traffic, boot disks and "
+             "logging are not included"]
+    return Cost(items=items, prices_as_of=table.as_of, sources=table.sources, notes=notes)

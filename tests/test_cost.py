@@ -1,0 +1,131 @@
+"""Hourly cost of a plan, from the dated price table, with the user's overrides."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import attrs
+import pytest
+
+from rl_lustre import Cluster, LustreVolume
+from rl_lustre.catalog import PRICES, MachinePrice
+from rl_lustre.cost import Prices
+from rl_lustre.errors import ConfigError
+from rl_lustre.ray.jobs import JobInfo
+from rl_lustre.run import Run
+
+BASE = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+
+
+def test_every_priced_resource_of_the_plan_and_the_total() -> None:
+    cost = BASE.plan().cost()
+    a4 = PRICES.machines["a4-highgpu-8g"]
+    assert [i.key for i in cost.items] == ["gpu-pool", "cpu-pool", "lustre", "gke-cluster"]
+    assert cost.get("gpu-pool").usd_per_hour == pytest.approx(8 * a4.spot)
+    assert cost.get("cpu-pool").usd_per_hour == pytest.approx(PRICES.machines["n2-highmem-16"].on_demand)
+    assert cost.get("lustre").usd_per_hour == pytest.approx(18_000 * PRICES.lustre_gib_month[500] / 730)
+    assert cost.get("gke-cluster").usd_per_hour == pytest.approx(0.10)
+    assert cost.total_usd_per_hour == pytest.approx(sum(i.usd_per_hour or 0 for i in cost.items))
+    assert cost.complete
+    assert cost.prices_as_of == PRICES.as_of
+    assert set(cost.sources) >= {"gpu_machines", "spot", "lustre", "gke"}
+
+    on_demand = attrs.evolve(BASE, spot=False).plan().cost()
+    assert on_demand.get("gpu-pool").usd_per_hour == pytest.approx(8 * a4.on_demand)
+    reserved = attrs.evolve(BASE, spot=False, reservation="my-res").plan().cost()
+    # A reservation without a committed use discount bills at the on-demand rate...
+    assert reserved.get("gpu-pool").usd_per_hour == pytest.approx(8 * a4.on_demand)
+    # ...unless the user says what it costs them.
+    mine = Prices(machines={"a4-highgpu-8g": MachinePrice(on_demand=a4.on_demand, spot=a4.spot, reserved=50.0)})
+    assert attrs.evolve(BASE, spot=False, reservation="my-res").plan().cost(mine).get(
+        "gpu-pool").usd_per_hour == pytest.approx(400.0)
+
+
+def test_lustre_is_priced_by_tier_and_capacity_and_a_volume_you_own_is_not_counted() -> None:
+    big = attrs.evolve(BASE, volume=LustreVolume(name="v", capacity_gib=72_000, throughput_mbps_per_tib=125))
+    assert big.plan().cost().get("lustre").usd_per_hour == pytest.approx(72_000 * PRICES.lustre_gib_month[125] / 730)
+    yours = attrs.evolve(BASE, volume=LustreVolume(name="v", existing=True, capacity_gib=18_000))
+    cost = yours.plan().cost()
+    assert cost.get("lustre").counted is False
+    assert cost.total_usd_per_hour == pytest.approx(sum(cost.get(k).usd_per_hour for k in ("gpu-pool", "cpu-pool",
+                                                                                              "gke-cluster")))
+    assert "(yours, not counted)" in str(cost)
+
+
+def test_discounts_and_a_region_without_recorded_prices() -> None:
+    list_price = BASE.plan().cost()
+    cheaper = BASE.plan().cost(Prices(spot_discount=0.5, compute_discount=0.2, lustre_discount=0.1))
+    assert cheaper.get("gpu-pool").usd_per_hour == pytest.approx(list_price.get("gpu-pool").usd_per_hour * 0.5)
+    assert cheaper.get("cpu-pool").usd_per_hour == pytest.approx(list_price.get("cpu-pool").usd_per_hour * 0.8)
+    assert cheaper.get("lustre").usd_per_hour == pytest.approx(list_price.get("lustre").usd_per_hour * 0.9)
+
+    europe = Cluster(name="demo", project="my-project", region="europe-west4", zone="europe-west4-b").plan().cost()
+    assert europe.get("gpu-pool").note == "no price recorded for europe-west4; us-central1's list price used"
+
+
+def test_an_unknown_machine_type_makes_the_estimate_incomplete_not_wrong() -> None:
+    odd = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", machine_type="x9-gpu-8g",
+                  accelerator_type="nvidia-l4", gpus_per_node=8)
+    cost = odd.plan().cost()
+    assert cost.get("gpu-pool").usd_per_hour is None
+    assert not cost.complete
+    assert "incomplete" in str(cost)
+    assert cost.total_usd_per_hour == pytest.approx(sum(cost.get(k).usd_per_hour for k in ("cpu-pool", "lustre",
+                                                                                             "gke-cluster")))
+
+
+def test_str_and_to_dict_of_the_plan_show_the_cost() -> None:
+    plan = BASE.plan()
+    text = str(plan)
+    assert f"Cost: ${plan.cost().total_usd_per_hour:,.2f}/hour" in text
+    assert "8 × a4-highgpu-8g, Spot" in text
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["cost"]["total_usd_per_hour"] == pytest.approx(plan.cost().total_usd_per_hour, abs=1e-3)
+    assert Cluster.local("x", volume_dir="/tmp/v").plan().cost().total_usd_per_hour == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"compute_discount": 1.0}, "compute_discount"), ({"spot_discount": -0.1}, "spot_discount"),
+     ({"machines": {"a4-highgpu-8g": MachinePrice(on_demand=-1, spot=1)}}, "machines['a4-highgpu-8g']"),
+     ({"lustre_gib_month": {500: float("nan")}}, "lustre_gib_month[500]")],
+)
+def test_bad_prices_are_config_errors(kwargs: dict, field: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(ConfigError) as info:
+        Prices(**kwargs)
+    assert info.value.field == field
+
+
+def test_prices_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps({"compute_discount": 0.25, "machines": {"a4-highgpu-8g": {"on_demand": 80, "spot": 30}},
+                                "lustre_gib_month": {"500": 0.365}}))
+    prices = Prices.from_file(path)
+    cost = BASE.plan().cost(prices)
+    assert cost.get("gpu-pool").usd_per_hour == pytest.approx(240.0)
+    assert cost.get("lustre").usd_per_hour == pytest.approx(18_000 * 0.365 / 730)
+    path.write_text(json.dumps({"discount": 0.2}))
+    with pytest.raises(ConfigError, match=r"Prices\.discount=0\.2: is not a price field"):
+        Prices.from_file(path)
+    with pytest.raises(ConfigError, match="must be a readable JSON file"):
+        Prices.from_file(tmp_path / "missing.json")
+
+
+class _Jobs:
+    """The one call cost_so_far makes: the Jobs API's record of the job."""
+
+    def __init__(self, info: JobInfo) -> None:
+        self.record = info
+
+    def info(self, job_id: str) -> JobInfo:
+        return self.record
+
+
+def test_a_run_reports_the_deployments_cost_while_it_ran() -> None:
+    jobs = _Jobs(JobInfo("j", "SUCCEEDED", start_time=1000.0, end_time=1000.0 + 5400))
+    run = Run(jobs, "j", usd_per_hour=lambda: 100.0)  # type: ignore[arg-type]
+    assert run.cost_so_far() == pytest.approx(150.0)
+    jobs.record = JobInfo("j", "PENDING")
+    assert run.cost_so_far() == 0.0
+    assert Run(jobs, "j").cost_so_far() is None  # type: ignore[arg-type]
