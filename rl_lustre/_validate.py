@@ -14,6 +14,23 @@ from .errors import ConfigError
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
+_SECRET_WORDS = frozenset({"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
+_SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "APIKEY", "CREDENTIALS")
+
+
+def looks_secret(name: str) -> bool:
+    """Whether an environment variable name looks like it holds a secret.
+
+    Whole words count (``HF_TOKEN``, ``WANDB_API_KEY``, ``DB_PASSWORD``), so that
+    ``TOKENIZERS_PARALLELISM`` or ``MONKEY_PATCH`` do not.
+
+    Example:
+        >>> looks_secret("HF_TOKEN"), looks_secret("wandb_api_key"), looks_secret("TOKENIZERS_PARALLELISM")
+        (True, True, False)
+    """
+    words = [w for w in re.split(r"[^A-Z0-9]+", name.upper()) if w]
+    return any(w in _SECRET_WORDS or w.endswith(_SECRET_SUFFIXES) for w in words)
+
 
 def fail(instance: Any, field: str, value: Any, rule: str) -> None:
     raise ConfigError(type(instance).__name__, field, value, rule)

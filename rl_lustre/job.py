@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
+import copy
 import logging
-import math
-import posixpath
 import re
-import shlex
-import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from . import _validate as v
-from .errors import ConfigError
+from ._validate import looks_secret
+from .nemo_rl.resolved import RESERVED_ENV as _RESERVED_ENV
 
 if TYPE_CHECKING:
     from .cluster import Cluster
+    from .nemo_rl.resolved import ResolvedJob
 
 JOB_NAME_RULE = (
     "must be 1-63 lowercase letters, digits, '-', '_' or '.', starting and ending with a "
@@ -26,26 +25,8 @@ JOB_NAME_RULE = (
 _REL_PATH_RULE = "must be a relative path inside the volume (no leading '/', no '..')"
 _REL_PATH = r"(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_.@+-][A-Za-z0-9_.@+/-]*"
 _OVERRIDE_KEY = re.compile(r"(?:\+\+?)?[A-Za-z_][\w-]*(?:\.[A-Za-z0-9_][\w-]*)*")
-_SECRET_WORDS = frozenset({"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
-_SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "APIKEY", "CREDENTIALS")
-# NeMo-RL re-reads the job's runtime env only with this set (it starts its own actors).
-_RESERVED_ENV = {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
 
 log = logging.getLogger("rl_lustre.job")
-
-
-def looks_secret(name: str) -> bool:
-    """Whether an environment variable name looks like it holds a secret.
-
-    Whole words count (``HF_TOKEN``, ``WANDB_API_KEY``, ``DB_PASSWORD``), so that
-    ``TOKENIZERS_PARALLELISM`` or ``MONKEY_PATCH`` do not.
-
-    Example:
-        >>> looks_secret("HF_TOKEN"), looks_secret("wandb_api_key"), looks_secret("TOKENIZERS_PARALLELISM")
-        (True, True, False)
-    """
-    words = [w for w in re.split(r"[^A-Z0-9]+", name.upper()) if w]
-    return any(w in _SECRET_WORDS or w.endswith(_SECRET_SUFFIXES) for w in words)
 
 
 def _check_env(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -189,6 +170,8 @@ class GRPOJob:
     nemo_rl_dir: str = attrs.field(
         default="/opt/nemo-rl", validator=v.matches(r"/[^\s'\"]*", "must be an absolute path without spaces")
     )
+    # Resolutions of this job by cluster (see resolve); not part of the spec.
+    _resolved: _Resolutions = attrs.field(factory=lambda: _Resolutions(), init=False, repr=False, eq=False, hash=False)
 
     @property
     def recipe_name(self) -> str:
@@ -196,6 +179,29 @@ class GRPOJob:
         from .nemo_rl.config import recipe_name
 
         return recipe_name(self.recipe)
+
+    def resolve(self, cluster: Cluster) -> ResolvedJob:
+        """This job rendered for ``cluster``, once: version, overrides, config, command, findings.
+
+        Built on first use and kept on the job (specs are frozen, so the job and the
+        cluster are the key); :meth:`overrides`, :meth:`entrypoint`, :meth:`preflight`,
+        ``cluster.submit`` and sweeps all read it. See
+        :class:`~rl_lustre.nemo_rl.resolved.ResolvedJob`.
+
+        Example:
+            >>> from rl_lustre import Cluster, GRPOJob
+            >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+            >>> job = GRPOJob(name="run-1")
+            >>> job.resolve(c) is job.resolve(c), job.resolve(c).version.version
+            (True, '0.4.0')
+        """
+        from .nemo_rl.resolved import resolve_job
+
+        try:
+            return self._resolved[cluster]
+        except KeyError:
+            resolved = self._resolved[cluster] = resolve_job(self, cluster)
+            return resolved
 
     def checkpoint_dir(self, cluster: Cluster) -> str:
         """``<mount>/<checkpoint_root>/<name>``: where NeMo-RL saves and resumes this run.
@@ -206,31 +212,19 @@ class GRPOJob:
             >>> GRPOJob(name="run-1").checkpoint_dir(c)
             '/lustre/checkpoints/run-1'
         """
-        return posixpath.join(cluster.mount_path, self.checkpoint_root, self.name)
+        return self.resolve(cluster).checkpoint_dir
 
     def log_dir(self, cluster: Cluster) -> str:
         """``<mount>/<log_root>/<name>``; NeMo-RL adds an ``exp_NNN`` folder per start."""
-        return posixpath.join(cluster.mount_path, self.log_root, self.name)
+        return self.resolve(cluster).log_dir
 
     def hf_home_path(self, cluster: Cluster) -> str:
         """``HF_HOME`` on the volume, shared by every node."""
-        return posixpath.join(cluster.mount_path, self.hf_home)
+        return self.resolve(cluster).hf_home
 
     def nemo_rl_version_for(self, cluster: Cluster) -> str:
         """The NeMo-RL version this job runs on ``cluster``: the job's, the image's, or 0.4.0."""
-        from .nemo_rl.versions import version_for
-
-        return version_for(self, cluster)
-
-    def _uses_megatron(self, version: str) -> bool:
-        from .nemo_rl.config import load_recipe
-
-        try:
-            cfg = load_recipe(self.recipe, version)
-        except ConfigError:
-            # A recipe we do not ship (it may exist in the image): go by its name.
-            return "megatron" in self.recipe_name
-        return bool(cfg.get("policy", {}).get("megatron_cfg", {}).get("enabled", False))
+        return self.resolve(cluster).version.version
 
     def overrides(self, cluster: Cluster) -> dict[str, Any]:
         """Every NeMo-RL override this job passes, in order: dotted key → typed value.
@@ -247,45 +241,7 @@ class GRPOJob:
             >>> o["policy.megatron_cfg.converter_type"], o["grpo.max_num_steps"], o["cluster.num_nodes"]
             ('Qwen2ForCausalLM', 5, 8)
         """
-        from .nemo_rl.models import converter_for
-        from .nemo_rl.versions import nemo_rl_version
-
-        version = nemo_rl_version(self.nemo_rl_version_for(cluster))
-        out: dict[str, Any] = {"policy.model_name": self.model}
-        if self._uses_megatron(version.version):
-            converter = self.converter_type or converter_for(self.model)
-            if converter is not None:
-                out["policy.megatron_cfg.converter_type"] = converter
-        out.update({
-            "logger.wandb_enabled": self.wandb,
-            "cluster.num_nodes": cluster.num_nodes,
-            "cluster.gpus_per_node": cluster.gpus_per_node,
-            "logger.wandb.name": self.name,
-            "grpo.max_num_steps": self.max_num_steps,
-            "grpo.num_generations_per_prompt": self.num_generations_per_prompt,
-            "grpo.num_prompts_per_step": self.num_prompts_per_step,
-            "policy.train_global_batch_size": self.train_global_batch_size,
-            "checkpointing.enabled": self.checkpointing,
-            "checkpointing.save_period": self.save_period,
-            "checkpointing.keep_top_k": self.keep_top_k,
-            "checkpointing.metric_name": self.metric_name,
-            "checkpointing.checkpoint_dir": self.checkpoint_dir(cluster),
-            version.key("data.dataset_name"): self.dataset,
-            "logger.log_dir": self.log_dir(cluster),
-        })
-        if self.wandb_project is not None:
-            out["logger.wandb.project"] = self.wandb_project
-        result: dict[str, Any] = {}
-        users = dict(self.extra_overrides)
-        bare_users = {k.lstrip("+"): k for k in users}
-        for key, value in out.items():
-            if key in bare_users:
-                user_key = bare_users.pop(key)
-                result[user_key] = users.pop(user_key)
-            else:
-                result[key] = value
-        result.update(users)
-        return result
+        return copy.deepcopy(dict(self.resolve(cluster).overrides))
 
     def override_args(self, cluster: Cluster) -> list[str]:
         """:meth:`overrides` as Hydra override strings (not yet shell-quoted).
@@ -300,21 +256,7 @@ class GRPOJob:
             ConfigError: a value cannot be written so that Hydra reads it back unchanged, or
                 an override sets a secret-looking environment variable.
         """
-        from .nemo_rl.overrides import render_override
-        from .nemo_rl.preflight import secret_names
-
-        args = []
-        for key, value in self.overrides(cluster).items():
-            secret = secret_names(key, value)
-            if secret:
-                raise ConfigError("GRPOJob", f"overrides[{key!r}]", "<redacted>",
-                                  f"{secret[0]!r} looks like a secret, which must not appear in the job's "
-                                  "command line; list it in Cluster.secrets instead")
-            try:
-                args.append(render_override(key, value))
-            except ConfigError as exc:
-                raise ConfigError("GRPOJob", f"overrides[{key!r}]", value, exc.rule) from exc
-        return args
+        return self.resolve(cluster).override_args
 
     def entrypoint(self, cluster: Cluster) -> str:
         """The exact shell command the Ray job runs.
@@ -327,24 +269,11 @@ class GRPOJob:
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
             >>> GRPOJob(name="run-1").entrypoint(c)[:112]
             'cd /opt/nemo-rl && uv run python examples/run_grpo_math.py --config examples/configs/grpo_math_70B_megatron.yaml'
-        """
-        args = " ".join(shlex.quote(a) for a in self.override_args(cluster))
-        config = f"examples/configs/{self.recipe_name}.yaml"
-        if cluster.backend == "local" and cluster.nemo_rl_path is None:
-            from .nemo_rl.versions import DEFAULT_VERSION
 
-            version = self.nemo_rl_version_for(cluster)
-            # The driver applies the overrides with this version's key names.
-            pinned = f" --nemo-rl-version {version}" if version != DEFAULT_VERSION else ""
-            return (
-                f"{shlex.quote(sys.executable)} -m rl_lustre.rehearsal"
-                f" --checkpoint-scale {_num(cluster.rehearsal_scale)}"
-                f" --step-seconds {_num(cluster.rehearsal_step_seconds)}{pinned}"
-                f" --config {shlex.quote(self.recipe_name)} {args}"
-            )
-        root = cluster.nemo_rl_path if cluster.backend == "local" else self.nemo_rl_dir
-        assert root is not None
-        return f"cd {shlex.quote(root)} && uv run python examples/run_grpo_math.py --config {config} {args}"
+        Raises:
+            ConfigError: as :meth:`override_args`.
+        """
+        return self.resolve(cluster).entrypoint
 
     def runtime_env(self, cluster: Cluster) -> dict[str, Any]:
         """The Ray runtime env of the job: ``env_vars`` and, when set, ``working_dir``/``excludes``.
@@ -362,18 +291,7 @@ class GRPOJob:
         Raises:
             ConfigError: an :attr:`env` name is one of ``cluster.secrets``.
         """
-        for name in self.env:
-            if name in cluster.secrets:
-                raise ConfigError("GRPOJob", "env", name,
-                                  "is one of the cluster's secrets; it reaches the job through the "
-                                  "Kubernetes Secret, never through the job's environment")
-        env = {**_RESERVED_ENV, "HF_HOME": self.hf_home_path(cluster), **self.env}
-        out: dict[str, Any] = {"env_vars": env}
-        if self.working_dir is not None:
-            out["working_dir"] = self.working_dir
-        if self.excludes:
-            out["excludes"] = list(self.excludes)
-        return out
+        return self.resolve(cluster).runtime_env
 
     def preflight(self, cluster: Cluster) -> list[str]:
         """Check offline that NeMo-RL will accept this job and that it fits ``cluster``.
@@ -381,7 +299,7 @@ class GRPOJob:
         Resolves the recipe with the job's overrides exactly as NeMo-RL does, then
         checks batch arithmetic, parallelism against the GPUs, the checkpoint metric,
         the dataset name and whether the checkpoints fit the volume. See
-        :func:`rl_lustre.nemo_rl.preflight.check_job`.
+        :mod:`rl_lustre.nemo_rl.preflight`.
 
         Example:
             >>> from rl_lustre import Cluster, GRPOJob
@@ -395,16 +313,14 @@ class GRPOJob:
         Raises:
             PreflightError: every problem found, each naming the key, value and rule.
         """
-        from .nemo_rl.preflight import check_job
-
-        warnings = check_job(self, cluster)
+        warnings = self.resolve(cluster).preflight()
         for w in warnings:
             log.warning("preflight %s: %s", self.name, w)
         return warnings
 
 
-def _num(x: float) -> str:
-    """A number for a command line, exactly (``1e-05``, ``0.5``, ``2``)."""
-    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and math.isfinite(x)):
-        return str(int(x))
-    return repr(float(x))
+class _Resolutions(dict[Any, Any]):
+    """A job's resolutions by cluster; pickled empty, since they are rebuilt on demand."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Resolutions, ())

@@ -77,10 +77,11 @@ def prepare(cluster: Cluster, job: GRPOJob) -> Submission:
     Raises:
         ConfigError: the job is invalid for this cluster, or would carry a secret.
     """
+    resolved = job.resolve(cluster)
     job.preflight(cluster)
-    entrypoint = job.entrypoint(cluster)
-    runtime_env = job.runtime_env(cluster)
-    overrides = job.overrides(cluster)
+    entrypoint = resolved.entrypoint
+    runtime_env = resolved.runtime_env
+    overrides = resolved.overrides
     digest = hashlib.sha256(
         json.dumps([entrypoint, runtime_env], sort_keys=True, default=str).encode()
     ).hexdigest()[:8]

@@ -159,6 +159,21 @@ def _shipped(name: str, version: str) -> tuple[DictConfig, tuple[str, ...]]:
     return OmegaConf.create(raw), (note,)
 
 
+def shared_recipe(recipe: str | os.PathLike[str], version: str = DEFAULT_VERSION) -> tuple[DictConfig, tuple[str, ...]]:
+    """:func:`load_recipe` without the copy, plus warnings about how well the recipe matches ``version``.
+
+    A shipped recipe is parsed once per process and the same object is returned every
+    time: read it, never change it (:func:`resolve_overrides` copies it first). A
+    recipe file is read afresh.
+
+    Raises:
+        ConfigError: unknown recipe, unreadable YAML, or a broken ``defaults:`` chain.
+    """
+    if is_recipe_path(recipe):
+        return _load_chain(recipe_path(recipe)), ()
+    return _shipped(recipe_name(recipe), version)
+
+
 def load_recipe_with_notes(
     recipe: str | os.PathLike[str], version: str = DEFAULT_VERSION
 ) -> tuple[DictConfig, list[str]]:
@@ -335,6 +350,37 @@ def resolve(cfg: DictConfig, *, owner: str) -> dict[str, Any]:
     return out
 
 
+def resolve_overrides(
+    recipe: DictConfig,
+    overrides: Sequence[str],
+    *,
+    owner: str,
+    values: Sequence[Any] | None = None,
+    version: str = DEFAULT_VERSION,
+) -> tuple[dict[str, Any] | None, list[ConfigError], list[ConfigError]]:
+    """``recipe`` with Hydra ``overrides`` applied as NeMo-RL does, then resolved; ``recipe`` is left unchanged.
+
+    Bad overrides are skipped (see :func:`apply_overrides`) and the rest still resolve, so
+    every problem is reported at once.
+
+    Example:
+        >>> cfg, bad, unresolved = resolve_overrides(shared_recipe("grpo_math_1B")[0],
+        ...                                          ["grpo.seed=7", "grpo.sed=2"], owner="demo")
+        >>> cfg["grpo"]["seed"], [p.field for p in bad], unresolved
+        (7, ['grpo.sed'], [])
+
+    Returns:
+        The resolved config (None when it does not resolve), the problems of the
+        overrides, and the problems of resolution.
+    """
+    cfg = copy.deepcopy(recipe)
+    applied = apply_overrides(cfg, list(overrides), owner=owner, values=values, version=version)
+    try:
+        return resolve(cfg, owner=owner), applied, []
+    except PreflightError as exc:
+        return None, applied, exc.problems
+
+
 def resolve_config(
     recipe_or_cfg: str | os.PathLike[str] | DictConfig | Mapping[str, Any],
     overrides: Sequence[str] = (),
@@ -365,10 +411,10 @@ def resolve_config(
     from omegaconf import DictConfig, OmegaConf
 
     if isinstance(recipe_or_cfg, (str, os.PathLike)):
-        cfg = load_recipe(recipe_or_cfg, version)
+        cfg = shared_recipe(recipe_or_cfg, version)[0]
         owner = recipe_name(recipe_or_cfg)
     elif isinstance(recipe_or_cfg, DictConfig):
-        cfg = copy.deepcopy(recipe_or_cfg)
+        cfg = recipe_or_cfg
         owner = "config"
     elif isinstance(recipe_or_cfg, Mapping):
         cfg = OmegaConf.create(dict(recipe_or_cfg))
@@ -378,10 +424,11 @@ def resolve_config(
                           "must be a recipe name, a YAML path, a DictConfig or a mapping")
     if isinstance(overrides, str):
         raise ConfigError(owner, "overrides", overrides, "must be a sequence of override strings, not one string")
-    problems = apply_overrides(cfg, list(overrides), owner=owner, version=version)
-    if problems:
-        raise PreflightError(problems)
-    return resolve(cfg, owner=owner)
+    resolved, applied, unresolved = resolve_overrides(cfg, overrides, owner=owner, version=version)
+    if applied or unresolved:
+        raise PreflightError(applied or unresolved)
+    assert resolved is not None
+    return resolved
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -17,11 +17,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, PreflightError
+from .._validate import looks_secret
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
     from ..job import GRPOJob
+    from .versions import NemoRLVersion
 
 OWNER = "GRPOJob"
 
@@ -58,48 +60,21 @@ def check_job(job: GRPOJob, cluster: Cluster) -> list[str]:
         PreflightError: listing every problem, each a ``ConfigError`` whose ``field`` is
             the NeMo-RL key, with the value and the rule it breaks.
     """
-    from .config import (
-        apply_overrides,
-        available_recipes,
-        flatten,
-        load_recipe_with_notes,
-        resolve,
-    )
-    from .overrides import render_override
-    from .versions import nemo_rl_version, version_for
+    from .resolved import resolve_job
 
+    return resolve_job(job, cluster).preflight()
+
+
+def check_config(
+    job: GRPOJob,
+    cluster: Cluster,
+    version: NemoRLVersion,
+    overrides: Mapping[str, Any],
+    flat: Mapping[str, Any] | None,
+) -> _Findings:
+    """The checks that follow from the specs alone, on the resolved config ``flat``
+    (None when it did not resolve: only the checks without it then run)."""
     found = _Findings()
-    version = nemo_rl_version(version_for(job, cluster))
-    overrides = job.overrides(cluster)
-
-    texts: list[str] = []
-    values: list[Any] = []
-    for key, value in overrides.items():
-        try:
-            texts.append(render_override(key, value))
-            values.append(_shown(key, value))
-        except ConfigError as exc:
-            found.problem(key.lstrip("+"), _shown(key, value), exc.rule)
-
-    flat: dict[str, Any] | None
-    try:
-        cfg, notes = load_recipe_with_notes(job.recipe, version.version)
-    except ConfigError:
-        found.warnings.append(
-            f"recipe {job.recipe!r} is not one rl_lustre ships ({', '.join(available_recipes())}); "
-            f"NeMo-RL will look for examples/configs/{job.recipe_name}.yaml, and only the values "
-            "this job sets are checked"
-        )
-        flat = {key.lstrip("+"): value for key, value in overrides.items()}
-    else:
-        found.warnings.extend(notes)
-        found.problems.extend(apply_overrides(cfg, texts, owner=OWNER, values=values, version=version.version))
-        try:
-            flat = flatten(resolve(cfg, owner=OWNER))
-        except PreflightError as exc:
-            found.problems.extend(exc.problems)
-            flat = None
-
     _check_secrets(job, cluster, overrides, found)
     _check_versions(cluster, version, found)
     if flat is not None:
@@ -108,10 +83,15 @@ def check_job(job: GRPOJob, cluster: Cluster) -> list[str]:
         _check_parallelism(flat, cluster, found)
         _check_metric(flat, found)
         _check_dataset(flat, version.key("data.dataset_name"), version.has_recipes, found)
-        _check_storage(flat, cluster, found)
-    if found.problems:
-        raise PreflightError(found.problems)
-    return found.warnings
+    return found
+
+
+def check_storage(flat: Mapping[str, Any], cluster: Cluster) -> tuple[list[ConfigError], list[str]]:
+    """Whether the checkpoints of the resolved config ``flat`` fit the volume, as it is now:
+    the problems and the warnings."""
+    found = _Findings()
+    _check_storage(flat, cluster, found)
+    return found.problems, found.warnings
 
 
 def _get(flat: Mapping[str, Any], key: str, default: Any = _MISSING) -> Any:
@@ -129,15 +109,13 @@ def _check_secrets(job: GRPOJob, cluster: Cluster, overrides: Mapping[str, Any],
                       "through the Kubernetes Secret)")
     for key, value in overrides.items():
         for name in secret_names(key, value):
-            found.problem(key.lstrip("+"), _shown(key, value),
+            found.problem(key.lstrip("+"), shown_value(key, value),
                           f"{name!r} looks like a secret, and overrides are stored in plain text "
                           "in the job's command line; list it in Cluster.secrets instead")
 
 
 def secret_names(key: str, value: Any) -> list[str]:
     """Secret-looking environment variable names an override sets (``...env_vars.HF_TOKEN``)."""
-    from ..job import looks_secret
-
     parts = key.lstrip("+").split(".")
     if "env_vars" not in parts:
         return []
@@ -147,12 +125,12 @@ def secret_names(key: str, value: Any) -> list[str]:
     return [n for n in names if looks_secret(n)]
 
 
-def _shown(key: str, value: Any) -> Any:
+def shown_value(key: str, value: Any) -> Any:
     """The value as errors may show it: never the value of a secret."""
     return "<redacted>" if secret_names(key, value) else value
 
 
-def _check_versions(cluster: Cluster, version: Any, found: _Findings) -> None:
+def _check_versions(cluster: Cluster, version: NemoRLVersion, found: _Findings) -> None:
     pinned = version.ray_version
     if pinned is None:
         return

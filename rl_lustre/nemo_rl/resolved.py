@@ -1,0 +1,359 @@
+"""A job rendered once for one cluster: what it runs, with which config, and what preflight found.
+
+:func:`resolve_job` walks a ``GRPOJob`` down to what the Jobs API receives, in one
+pass: the NeMo-RL version, the ordered overrides, their Hydra spelling, the recipe
+with those overrides applied and resolved, the preflight findings, the entrypoint and
+the runtime env. It reads the job's and the cluster's fields and never calls back
+into them, so the walk of a submission reads top-down::
+
+    GRPOJob, Cluster (specs) -> ResolvedJob (this module) -> backend (Jobs API)
+
+``GRPOJob.resolve(cluster)`` caches the result on the job, so ``overrides()``,
+``entrypoint()``, ``preflight()``, ``cluster.submit()`` and sweeps all read the same
+object. What depends on the moment rather than on the specs (the free space of a local
+volume, the secrets in this process's environment) is checked when it is asked for.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import posixpath
+import shlex
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .._validate import FrozenDict
+from ..errors import ConfigError, PreflightError
+from .versions import DEFAULT_VERSION, NemoRLVersion, nemo_rl_version, version_for
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+    from ..job import GRPOJob
+
+__all__ = ["RESERVED_ENV", "ResolvedJob", "resolve_job"]
+
+# NeMo-RL re-reads the job's runtime env only with this set (it starts its own actors).
+RESERVED_ENV: Mapping[str, str] = FrozenDict({"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"})
+
+OWNER = "GRPOJob"
+
+
+@attrs.frozen(eq=False, repr=False)
+class ResolvedJob:
+    """One ``GRPOJob`` rendered for one ``Cluster``; built by :func:`resolve_job`.
+
+    Immutable. Everything is computed at construction; the parts that can be invalid
+    (the command line, the runtime env, preflight) raise when read, as the job's own
+    methods do.
+
+    Example:
+        >>> from rl_lustre import Cluster, GRPOJob
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> r = GRPOJob(name="run-1").resolve(c)
+        >>> r.version.version, r.overrides["cluster.num_nodes"], r.checkpoint_dir
+        ('0.4.0', 8, '/lustre/checkpoints/run-1')
+        >>> r.preflight(), r.config["grpo"]["max_num_steps"]
+        ([], 20)
+
+    Attributes:
+        job: the spec.
+        cluster: the cluster it was resolved for.
+        version: the NeMo-RL version the job runs.
+        overrides: every override the job passes, in order (dotted key -> typed value).
+        checkpoint_dir: where NeMo-RL saves and resumes.
+        log_dir: NeMo-RL's ``logger.log_dir``.
+        hf_home: ``HF_HOME`` on the volume.
+        warnings: the preflight warnings that follow from the specs alone.
+        problems: the preflight problems that follow from the specs alone.
+    """
+
+    job: GRPOJob
+    cluster: Cluster
+    version: NemoRLVersion
+    overrides: Mapping[str, Any]
+    checkpoint_dir: str
+    log_dir: str
+    hf_home: str
+    warnings: tuple[str, ...]
+    problems: tuple[ConfigError, ...]
+    _config: dict[str, Any] | None
+    _flat: dict[str, Any] | None
+    _args: tuple[str, ...]
+    _args_error: ConfigError | None
+    _entrypoint: str
+    _runtime_env: Mapping[str, Any]
+    _env_error: ConfigError | None
+
+    def __repr__(self) -> str:
+        return f"ResolvedJob({self.job.name!r} on {self.cluster.name!r}, NeMo-RL {self.version.version})"
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """The config NeMo-RL would run (recipe + overrides, resolved), as a fresh nested dict.
+
+        None when the recipe is not one rl_lustre ships, or does not resolve (see :attr:`problems`).
+        """
+        return copy.deepcopy(self._config)
+
+    @property
+    def override_args(self) -> list[str]:
+        """:attr:`overrides` as Hydra override strings (not yet shell-quoted).
+
+        Raises:
+            ConfigError: a value cannot be written so that Hydra reads it back unchanged,
+                or an override sets a secret-looking environment variable.
+        """
+        _reraise(self._args_error)
+        return list(self._args)
+
+    @property
+    def entrypoint(self) -> str:
+        """The exact shell command the Ray job runs.
+
+        Raises:
+            ConfigError: as :attr:`override_args`.
+        """
+        _reraise(self._args_error)
+        return self._entrypoint
+
+    @property
+    def runtime_env(self) -> dict[str, Any]:
+        """The job's Ray runtime env (a fresh copy; never a secret).
+
+        Raises:
+            ConfigError: an environment variable of the job is one of ``cluster.secrets``.
+        """
+        _reraise(self._env_error)
+        return copy.deepcopy(dict(self._runtime_env))
+
+    def preflight(self) -> list[str]:
+        """The preflight findings: returns the warnings, raises on problems.
+
+        Adds to :attr:`problems` and :attr:`warnings` what must be looked at now: the
+        space for checkpoints on the volume.
+
+        Raises:
+            PreflightError: every problem, each naming the key, value and rule.
+        """
+        from .preflight import check_storage
+
+        problems = list(self.problems)
+        warnings = list(self.warnings)
+        if self._flat is not None:
+            more_problems, more_warnings = check_storage(self._flat, self.cluster)
+            problems += more_problems
+            warnings += more_warnings
+        if problems:
+            raise PreflightError(problems)
+        return warnings
+
+
+def _reraise(error: ConfigError | None) -> None:
+    if error is not None:
+        raise error.with_traceback(None)
+
+
+def resolve_job(job: GRPOJob, cluster: Cluster) -> ResolvedJob:
+    """Render ``job`` for ``cluster`` once, top-down; see :class:`ResolvedJob`.
+
+    Prefer ``job.resolve(cluster)``, which caches the result on the job.
+
+    Example:
+        >>> from rl_lustre import Cluster, GRPOJob
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> resolve_job(GRPOJob(name="run-1"), c).override_args[:1]
+        ['policy.model_name=Qwen/Qwen2.5-72B-Instruct']
+    """
+    from .config import available_recipes, flatten, recipe_name, resolve_overrides, shared_recipe
+    from .preflight import check_config
+
+    version = nemo_rl_version(version_for(job, cluster))
+    name = recipe_name(job.recipe)
+    try:
+        recipe, notes = shared_recipe(job.recipe, version.version)
+    except ConfigError:
+        # A recipe we do not ship (it may exist in the image).
+        recipe, notes = None, ()
+    megatron = ("megatron" in name if recipe is None
+                else bool(recipe.get("policy", {}).get("megatron_cfg", {}).get("enabled", False)))
+    checkpoint_dir = posixpath.join(cluster.mount_path, job.checkpoint_root, job.name)
+    log_dir = posixpath.join(cluster.mount_path, job.log_root, job.name)
+    hf_home = posixpath.join(cluster.mount_path, job.hf_home)
+    overrides = _overrides(job, cluster, version, megatron, checkpoint_dir, log_dir)
+
+    problems: list[ConfigError] = []
+    warnings: list[str] = []
+    texts: list[str] = []
+    shown: list[Any] = []
+    args, args_error = _render(overrides, texts, shown, problems)
+
+    config: dict[str, Any] | None = None
+    flat: dict[str, Any] | None
+    if recipe is None:
+        warnings.append(
+            f"recipe {job.recipe!r} is not one rl_lustre ships ({', '.join(available_recipes())}); "
+            f"NeMo-RL will look for examples/configs/{name}.yaml, and only the values "
+            "this job sets are checked"
+        )
+        flat = {key.lstrip("+"): value for key, value in overrides.items()}
+    else:
+        warnings.extend(notes)
+        config, applied, unresolved = resolve_overrides(
+            recipe, texts, owner=OWNER, values=shown, version=version.version
+        )
+        problems += applied + unresolved
+        flat = None if config is None else flatten(config)
+    found = check_config(job, cluster, version, overrides, flat)
+    problems += found.problems
+    warnings += found.warnings
+
+    runtime_env, env_error = _runtime_env(job, cluster, hf_home)
+    return ResolvedJob(
+        job=job,
+        cluster=cluster,
+        version=version,
+        overrides=FrozenDict(overrides),
+        checkpoint_dir=checkpoint_dir,
+        log_dir=log_dir,
+        hf_home=hf_home,
+        warnings=tuple(warnings),
+        problems=tuple(problems),
+        config=config,
+        flat=flat,
+        args=tuple(args),
+        args_error=args_error,
+        entrypoint=_entrypoint(job, cluster, version, name, args),
+        runtime_env=runtime_env,
+        env_error=env_error,
+    )
+
+
+def _overrides(
+    job: GRPOJob, cluster: Cluster, version: NemoRLVersion, megatron: bool, checkpoint_dir: str, log_dir: str
+) -> dict[str, Any]:
+    """The reference command's overrides, then ``logger.log_dir`` (and the W&B project), then
+    the job's own; a key of ours the job also sets takes the job's value in our place."""
+    from .models import converter_for
+
+    out: dict[str, Any] = {"policy.model_name": job.model}
+    if megatron:
+        converter = job.converter_type or converter_for(job.model)
+        if converter is not None:
+            out["policy.megatron_cfg.converter_type"] = converter
+    out.update({
+        "logger.wandb_enabled": job.wandb,
+        "cluster.num_nodes": cluster.num_nodes,
+        "cluster.gpus_per_node": cluster.gpus_per_node,
+        "logger.wandb.name": job.name,
+        "grpo.max_num_steps": job.max_num_steps,
+        "grpo.num_generations_per_prompt": job.num_generations_per_prompt,
+        "grpo.num_prompts_per_step": job.num_prompts_per_step,
+        "policy.train_global_batch_size": job.train_global_batch_size,
+        "checkpointing.enabled": job.checkpointing,
+        "checkpointing.save_period": job.save_period,
+        "checkpointing.keep_top_k": job.keep_top_k,
+        "checkpointing.metric_name": job.metric_name,
+        "checkpointing.checkpoint_dir": checkpoint_dir,
+        version.key("data.dataset_name"): job.dataset,
+        "logger.log_dir": log_dir,
+    })
+    if job.wandb_project is not None:
+        out["logger.wandb.project"] = job.wandb_project
+    result: dict[str, Any] = {}
+    users = dict(job.extra_overrides)
+    bare_users = {k.lstrip("+"): k for k in users}
+    for key, value in out.items():
+        if key in bare_users:
+            user_key = bare_users.pop(key)
+            result[user_key] = users.pop(user_key)
+        else:
+            result[key] = value
+    result.update(users)
+    return result
+
+
+def _render(
+    overrides: Mapping[str, Any], texts: list[str], shown: list[Any], problems: list[ConfigError]
+) -> tuple[list[str], ConfigError | None]:
+    """Each override in Hydra syntax, rendered once.
+
+    Fills ``texts`` and ``shown`` (what preflight applies, and shows as values) and
+    ``problems`` (overrides that cannot be written); returns the command-line
+    arguments, or the error the command line fails with: the first override that
+    sets a secret or cannot be written.
+    """
+    from .overrides import render_override
+    from .preflight import secret_names, shown_value
+
+    args: list[str] = []
+    error: ConfigError | None = None
+    for key, value in overrides.items():
+        secret = secret_names(key, value)
+        try:
+            text = render_override(key, value)
+        except ConfigError as exc:
+            problems.append(ConfigError(OWNER, key.lstrip("+"), shown_value(key, value), exc.rule))
+            if error is None:
+                error = (ConfigError(OWNER, f"overrides[{key!r}]", "<redacted>", _secret_rule(secret[0])) if secret
+                         else _with_cause(ConfigError(OWNER, f"overrides[{key!r}]", value, exc.rule), exc))
+            continue
+        texts.append(text)
+        shown.append(shown_value(key, value))
+        if error is None and secret:
+            error = ConfigError(OWNER, f"overrides[{key!r}]", "<redacted>", _secret_rule(secret[0]))
+        args.append(text)
+    return args, error
+
+
+def _secret_rule(name: str) -> str:
+    return (f"{name!r} looks like a secret, which must not appear in the job's command line; "
+            "list it in Cluster.secrets instead")
+
+
+def _with_cause(error: ConfigError, cause: BaseException) -> ConfigError:
+    error.__cause__ = cause
+    return error
+
+
+def _entrypoint(job: GRPOJob, cluster: Cluster, version: NemoRLVersion, name: str, args: list[str]) -> str:
+    """NeMo-RL's GRPO example; locally without NeMo-RL, the rehearsal driver with the same
+    config and overrides."""
+    quoted = " ".join(shlex.quote(a) for a in args)
+    if cluster.backend == "local" and cluster.nemo_rl_path is None:
+        # The driver applies the overrides with this version's key names.
+        pinned = f" --nemo-rl-version {version.version}" if version.version != DEFAULT_VERSION else ""
+        return (
+            f"{shlex.quote(sys.executable)} -m rl_lustre.rehearsal"
+            f" --checkpoint-scale {_num(cluster.rehearsal_scale)}"
+            f" --step-seconds {_num(cluster.rehearsal_step_seconds)}{pinned}"
+            f" --config {shlex.quote(name)} {quoted}"
+        )
+    root = cluster.nemo_rl_path if cluster.backend == "local" else job.nemo_rl_dir
+    assert root is not None
+    return (f"cd {shlex.quote(root)} && uv run python examples/run_grpo_math.py "
+            f"--config examples/configs/{name}.yaml {quoted}")
+
+
+def _runtime_env(job: GRPOJob, cluster: Cluster, hf_home: str) -> tuple[Mapping[str, Any], ConfigError | None]:
+    for name in job.env:
+        if name in cluster.secrets:
+            return {}, ConfigError(OWNER, "env", name,
+                                   "is one of the cluster's secrets; it reaches the job through the "
+                                   "Kubernetes Secret, never through the job's environment")
+    out: dict[str, Any] = {"env_vars": {**RESERVED_ENV, "HF_HOME": hf_home, **job.env}}
+    if job.working_dir is not None:
+        out["working_dir"] = job.working_dir
+    if job.excludes:
+        out["excludes"] = list(job.excludes)
+    return out, None
+
+
+def _num(x: float) -> str:
+    """A number for a command line, exactly (``1e-05``, ``0.5``, ``2``)."""
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and math.isfinite(x)):
+        return str(int(x))
+    return repr(float(x))
