@@ -9,15 +9,14 @@ import pytest
 # A real local Ray head shared by the whole session (and process-table helpers).
 pytest_plugins = ["ray_fixtures"]
 
-SHARED_REF = Path(__file__).resolve().parents[2] / "shared" / "ref"
+# Upstream reference data, vendored as data only (provenance and licences in its README).
+REF = Path(__file__).resolve().parent / "ref"
 
 
 @pytest.fixture(scope="session")
-def shared_ref() -> Path:
-    """``../shared/ref`` (upstream reference data); skips when absent, as in a user's clone."""
-    if not SHARED_REF.is_dir():
-        pytest.skip(f"reference data not available: {SHARED_REF} is absent (it exists only in the developers' workspace)")
-    return SHARED_REF
+def ref() -> Path:
+    """``tests/ref``: upstream facts the tests compare with (part of the repository)."""
+    return REF
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -3,7 +3,7 @@
 - The Google APIs are :class:`FakeGCP` (the real ``google-cloud-*`` clients over gRPC/REST).
 - The GKE cluster's endpoint and CA are those of a :class:`KubeFake` served over TLS, which
   validates what it receives against the real schemas (core objects strictly through
-  ``kubernetes-validate``; the RayCluster against the KubeRay CRD in ``../shared/ref``),
+  ``kubernetes-validate``; the RayCluster against the KubeRay CRD schema the package ships),
   simulates KubeRay, and carries the port-forward of the head service's port 8265 to the
   session's real local Ray head (token auth on).
 - The job runs NeMo-RL's GKE entrypoint, ``cd <nemo_rl_dir> && uv run python
@@ -25,14 +25,12 @@ import subprocess
 import sys
 import textwrap
 import uuid
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
-from conftest import SHARED_REF
 from ray_fixtures import FAKE_HF_TOKEN
 
 import rl_lustre
@@ -52,23 +50,22 @@ STEP = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
 IMAGE = "rayproject/ray:2.60.0"
 
 # The image's examples/run_grpo_math.py: NeMo-RL's command line, handed to the rehearsal.
-# It also imports a probe from the job's working_dir, when one was uploaded.
+# It also lists the job's working_dir as uploaded, when there is one (found, not imported:
+# an import would write bytecode there unless PYTHONDONTWRITEBYTECODE is set).
 GRPO_SHIM = """\
 import importlib.util
+import os
 import sys
 
-if importlib.util.find_spec("workdir_probe") is not None:
-    import workdir_probe  # noqa: F401
+probe = importlib.util.find_spec("workdir_probe")
+if probe is not None:
+    print("WORKING_DIR", " ".join(sorted(os.listdir(os.path.dirname(probe.origin)))), flush=True)
 
 from rl_lustre.rehearsal import main
 
 sys.exit(main(["--step-seconds", "0.25", *sys.argv[1:]]))
 """
-WORKDIR_PROBE = """\
-import os
-
-print("WORKING_DIR", " ".join(sorted(os.listdir(os.path.dirname(os.path.abspath(__file__))))), flush=True)
-"""
+WORKDIR_PROBE = "MARK = 1\n"
 
 # A scaled-down reference job; the image directory is filled in per test.
 BASE_JOB = GRPOJob(
@@ -121,11 +118,7 @@ def world(local_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     token = head.headers().get("Authorization", "").removeprefix("Bearer ")
     if not token:
         pytest.skip("the session's Ray head does not run in token mode")
-    crd = SHARED_REF / "kuberay-ray.io_rayclusters.yaml"
-    if not crd.is_file():
-        warnings.warn(f"{crd} is absent: the KubeFake validates core objects only, not the RayCluster",
-                      stacklevel=1)
-    validate = kube_schema_validator(crd if crd.is_file() else None)
+    validate = kube_schema_validator()
     # The cluster's token: up() puts it into the Kubernetes Secret, clients send it.
     monkeypatch.setenv("RAY_AUTH_TOKEN", token)
     monkeypatch.setenv("HF_TOKEN", "hf_e2e_" + uuid.uuid4().hex)
@@ -188,6 +181,10 @@ def test_a_grpo_job_runs_end_to_end_on_the_gke_backend(world: World, tmp_path: P
     (workdir / "notes-excluded.txt").write_text("left out by the job's excludes")
     (workdir / "scratch.bin").write_text("left out by .rayignore")
     (workdir / ".rayignore").write_text("scratch.bin\n")
+    # What a local run leaves behind; never uploaded.
+    (workdir / "__pycache__").mkdir()
+    (workdir / "__pycache__" / "workdir_probe.cpython-311.pyc").write_bytes(b"stale")
+    (workdir / "old.pyc").write_bytes(b"stale")
     job = attrs.evolve(BASE_JOB, name="e2e-grpo", max_num_steps=6, keep_top_k=2, nemo_rl_dir=str(world.image),
                        working_dir=str(workdir), excludes=("notes-*.txt",))
     cluster = world.cluster()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import subprocess
 import sys
@@ -46,11 +45,10 @@ def parse_command(command: str, prefix_len: int = len(PREFIX)) -> tuple[list[str
 
 
 @pytest.fixture(scope="module")
-def reference_command(shared_ref: Path) -> str:
-    design = (shared_ref.parent / "DESIGN.md").read_text()
-    m = re.search(r"`(cd /opt/nemo-rl && uv run python examples/run_grpo_math\.py[^`]*)`", design)
-    assert m is not None, "DESIGN.md step 5 command not found"
-    return " ".join(m.group(1).split())
+def reference_command(ref: Path) -> str:
+    command = (ref / "reference_command.txt").read_text().strip()
+    assert command.startswith("cd /opt/nemo-rl && uv run python examples/run_grpo_math.py ")
+    return command
 
 
 def test_reference_job_matches_the_reference_command(reference_command: str) -> None:
@@ -118,7 +116,7 @@ def test_runtime_env_carries_working_dir_and_excludes(tmp_path: Path) -> None:
     job = reference_job(working_dir=str(tmp_path), excludes=["*.pt", ".git"])
     env = job.runtime_env(reference_cluster())
     assert env["working_dir"] == str(tmp_path)
-    assert env["excludes"] == ["*.pt", ".git"]
+    assert env["excludes"] == ["*.pt", ".git", "__pycache__/", "*.pyc"]
 
 
 @pytest.mark.parametrize("name", ["HF_TOKEN", "WANDB_API_KEY", "my_secret", "DB_PASSWORD", "GITHUBTOKEN",

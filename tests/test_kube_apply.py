@@ -1,8 +1,8 @@
 """Apply, adopt, wait (watched), diagnose and delete a deployment's manifests on the fake.
 
 The manifests are the real ones from ``build_manifests``; the fake validates every
-object it receives against the Kubernetes schemas (strict) and, when ``../shared`` is
-present, the RayCluster against the KubeRay CRD.
+object it receives against the Kubernetes schemas (strict) and the RayCluster against
+the KubeRay CRD schema shipped in the package.
 """
 
 from __future__ import annotations
@@ -26,12 +26,8 @@ DEPLOYMENT = "rl-demo"
 
 
 @pytest.fixture(scope="module")
-def fake(request: pytest.FixtureRequest) -> Iterator[KubeFake]:
-    try:
-        crd = request.getfixturevalue("shared_ref") / "kuberay-ray.io_rayclusters.yaml"
-    except pytest.skip.Exception:
-        crd = None  # core objects are still validated strictly
-    with KubeFake(validate=schema_validator(crd)) as server:
+def fake() -> Iterator[KubeFake]:
+    with KubeFake(validate=schema_validator()) as server:
         yield server
 
 

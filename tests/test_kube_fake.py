@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -231,8 +230,8 @@ def test_operator_brings_a_raycluster_up(fake: KubeFake, api) -> None:
     assert {p["port"] for p in svc["spec"]["ports"]} == {8265}
 
 
-def test_objects_the_fake_creates_pass_the_real_schemas(fake: KubeFake, api, shared_ref: Path) -> None:
-    check = schema_validator(shared_ref / "kuberay-ray.io_rayclusters.yaml")
+def test_objects_the_fake_creates_pass_the_real_schemas(fake: KubeFake, api) -> None:
+    check = schema_validator()
     ResourceClient(api, "RayCluster", "default").create(raycluster("rc", replicas=1))
     wait_for(lambda: (fake.get("RayCluster", "rc") or {}).get("status", {}).get("state") == "ready")
     made = fake.objects(include_events=True)
@@ -241,8 +240,8 @@ def test_objects_the_fake_creates_pass_the_real_schemas(fake: KubeFake, api, sha
         check(obj)
 
 
-def test_schema_validator_rejects_unknown_fields(fake: KubeFake, api, shared_ref: Path) -> None:
-    fake.validate = schema_validator(shared_ref / "kuberay-ray.io_rayclusters.yaml")
+def test_schema_validator_rejects_unknown_fields(fake: KubeFake, api) -> None:
+    fake.validate = schema_validator()
     try:
         bad = raycluster("rc")
         bad["spec"]["headGroupSpec"]["rayStartparams"] = {}

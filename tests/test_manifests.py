@@ -17,6 +17,7 @@ from kubernetes.utils import parse_quantity
 from rl_lustre import Cluster, LustreVolume
 from rl_lustre.catalog import GPU_MACHINE_TYPES, ownership_labels, ray_version_for_image
 from rl_lustre.errors import ConfigError, GCPError
+from rl_lustre.kube import schema as rl_lustre_schema
 from rl_lustre.kube.manifests import CSI_DRIVER, PENDING_ANNOTATION, build_manifests
 
 K8S_VERSION = "1.33.0"
@@ -47,33 +48,12 @@ def container(group: dict[str, Any]) -> dict[str, Any]:
     return c
 
 
-def _no_unknown_fields(schema: Any) -> Any:
-    """The CRD schema with unknown fields forbidden.
-
-    The API server silently prunes fields a structural schema does not declare, so a
-    misspelt field would vanish instead of failing; forbidding them makes the test
-    catch what the cluster would quietly drop.
-    """
-    if isinstance(schema, dict):
-        out = {k: _no_unknown_fields(v) for k, v in schema.items()}
-        if (
-            "properties" in schema
-            and "additionalProperties" not in schema
-            and not schema.get("x-kubernetes-preserve-unknown-fields")
-        ):
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_no_unknown_fields(v) for v in schema]
-    return schema
-
-
 @pytest.fixture(scope="module")
-def raycluster_schema(shared_ref: Path) -> Any:
-    """A validator for the KubeRay CRD's v1 schema (built once: checking the schema is slow)."""
-    crd = yaml.safe_load((shared_ref / "kuberay-ray.io_rayclusters.yaml").read_text())
-    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    schema = _no_unknown_fields(v1["schema"]["openAPIV3Schema"])
+def raycluster_schema() -> Any:
+    """A validator for KubeRay's v1 schema as shipped in the package, unknown fields
+    forbidden (the API server would silently prune a misspelt field); the schema itself
+    is checked here once (slow) so that the library need not do it at run time."""
+    schema = rl_lustre_schema.raycluster_schema()
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)
@@ -412,3 +392,29 @@ def test_manifests_are_plain_json_and_fresh_each_call() -> None:
     assert second[3]["spec"]["workerGroupSpecs"][0]["replicas"] == 8
     assert "x" not in second[0]["metadata"]["labels"]
     assert second == build_manifests(attrs.evolve(cluster))
+
+
+def test_a_raycluster_the_crd_rejects_is_a_config_error_before_anything_is_sent(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from rl_lustre.kube import manifests as module
+
+    build = module._ray_cluster
+
+    def misspelt(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
+        rc = build(cluster, labels)
+        rc["spec"]["headGroupSpec"]["rayStartparams"] = rc["spec"]["headGroupSpec"].pop("rayStartParams")
+        return rc
+
+    monkeypatch.setattr(module, "_ray_cluster", misspelt)
+    with pytest.raises(ConfigError) as info:
+        gke().manifests()
+    assert (info.value.owner, info.value.field, info.value.value) == ("RayCluster", "spec.headGroupSpec", "rayStartparams")
+    assert "rayStartParams" in info.value.rule  # the known fields are listed
+
+
+def test_the_kuberay_schema_ships_with_its_provenance() -> None:
+    notice = (rl_lustre_schema.CRD_FILE.parent / "NOTICE").read_text()
+    assert "ray-project/kuberay" in notice
+    assert "feeaf72facab4881ba2b179248bb67315634e229" in notice
+    assert "Apache" in notice
+    assert '"description"' not in rl_lustre_schema.CRD_FILE.read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -57,34 +58,33 @@ def test_shipped_recipes_are_the_four_v040_ones() -> None:
     assert "Apache" in notice
 
 
-def test_shipped_recipes_are_unmodified_copies(shared_ref: Path) -> None:
+def test_shipped_recipes_are_unmodified_copies(ref: Path) -> None:
     ours = Path(load_recipe.__code__.co_filename).parent / "recipes" / "v0.4.0"
-    for name in available_recipes():
-        assert (ours / f"{name}.yaml").read_bytes() == (shared_ref / "nemo-rl" / f"{name}.yaml").read_bytes()
+    upstream = json.loads((ref / "nemo-rl" / "recipes.sha256.json").read_text())
+    assert set(upstream) == {f"{name}.yaml" for name in available_recipes()}
+    for name, digest in upstream.items():
+        assert hashlib.sha256((ours / name).read_bytes()).hexdigest() == digest, name
 
 
-def test_70b_recipe_resolves_to_the_reference_keys_and_defaults(shared_ref: Path) -> None:
-    expected = json.loads((shared_ref / "nemo-rl" / "grpo_math_70B_megatron.resolved.json").read_text())
+def test_70b_recipe_resolves_to_the_reference_keys_and_defaults(ref: Path) -> None:
+    expected = json.loads((ref / "nemo-rl" / "grpo_math_70B_megatron.resolved.json").read_text())
     got = flatten(resolve_config(RECIPE))
     assert len(got) == len(expected) == 177
     assert got == expected
     assert all(same_value(got[k], expected[k]) for k in expected)
 
 
-def test_example_command_resolves_to_the_reference(shared_ref: Path) -> None:
-    readme = (shared_ref / "nemo-rl" / "README.md").read_text()
-    m = re.search(r"after the overrides\n(.*?)\n- hydra_override_cases", readme, re.DOTALL)
-    assert m is not None
-    overrides = m.group(1).split()
+def test_example_command_resolves_to_the_reference(ref: Path) -> None:
+    overrides = json.loads((ref / "nemo-rl" / "grpo_math_70B_megatron.example_cmd.overrides.json").read_text())
     assert len(overrides) == 14
-    expected = json.loads((shared_ref / "nemo-rl" / "grpo_math_70B_megatron.example_cmd.resolved.json").read_text())
+    expected = json.loads((ref / "nemo-rl" / "grpo_math_70B_megatron.example_cmd.resolved.json").read_text())
     got = flatten(resolve_config(RECIPE, overrides))
     assert got == expected
     assert all(same_value(got[k], expected[k]) for k in expected)
 
 
-def test_interpolated_keys_follow_their_source(shared_ref: Path) -> None:
-    interps = json.loads((shared_ref / "nemo-rl" / "grpo_math_70B_megatron.interpolations.json").read_text())
+def test_interpolated_keys_follow_their_source(ref: Path) -> None:
+    interps = json.loads((ref / "nemo-rl" / "grpo_math_70B_megatron.interpolations.json").read_text())
     base = flatten(resolve_config(RECIPE))
     for key, expr in interps.items():
         sources = re.findall(r"\$\{([\w.]+)\}", expr)
@@ -99,9 +99,9 @@ def test_interpolated_keys_follow_their_source(shared_ref: Path) -> None:
             assert same_value(got[key], new), key
 
 
-def test_every_vector_resolves_as_hydra_did(shared_ref: Path) -> None:
+def test_every_vector_resolves_as_hydra_did(ref: Path) -> None:
     """Our resolve_config gives the recorded value for 'ok' vectors and our error for the others."""
-    for case in cases(shared_ref):
+    for case in cases(ref):
         if case["result"] == "error":
             with pytest.raises(ConfigError) as info:
                 resolve_config(RECIPE, [case["override"]])
@@ -118,9 +118,9 @@ def test_every_vector_resolves_as_hydra_did(shared_ref: Path) -> None:
             assert same_value(nested(cfg, case["check_key"]), case["value"]), case
 
 
-def test_every_ok_vector_value_round_trips_through_render(shared_ref: Path, recipe_keys: set[str]) -> None:
+def test_every_ok_vector_value_round_trips_through_render(ref: Path, recipe_keys: set[str]) -> None:
     checked = 0
-    for case in cases(shared_ref):
+    for case in cases(ref):
         if case["result"] != "ok" or "value" not in case:
             continue
         key, value = case["check_key"], case["value"]

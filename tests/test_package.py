@@ -57,3 +57,20 @@ def test_import_is_cheap() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
+
+
+def test_uv_run_installs_no_development_tools() -> None:
+    """`uv run examples/quickstart.py` syncs the default groups: there must be none."""
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert pyproject["tool"]["uv"]["default-groups"] == []
+    assert any(dep.startswith("jsonschema") for dep in pyproject["project"]["dependencies"])
+
+
+def test_tests_read_nothing_outside_the_repository() -> None:
+    here = Path(__file__).resolve().parent
+    for path in here.glob("*.py"):
+        text = path.read_text()
+        assert "shared" + "/ref" not in text, path
+        assert "parents" + "[2]" not in text, path

@@ -12,7 +12,6 @@ from typing import Any
 
 import attrs
 import pytest
-import yaml
 
 from rl_lustre import Cluster, LustreVolume
 from rl_lustre.catalog import LABEL_DEPLOYMENT, LABEL_MANAGED_BY
@@ -437,9 +436,9 @@ def _module(blueprint: dict[str, Any], module_id: str) -> dict[str, Any]:
     raise LookupError(module_id)
 
 
-def test_network_defaults_match_cluster_toolkit(shared_ref: Path, plan: Plan) -> None:
-    a4 = yaml.safe_load((shared_ref / "cluster-toolkit-gke-a4.yaml").read_text())
-    lustre_bp = yaml.safe_load((shared_ref / "cluster-toolkit-gke-managed-lustre.yaml").read_text())
+def test_network_defaults_match_cluster_toolkit(ref: Path, plan: Plan) -> None:
+    a4 = json.loads((ref / "cluster-toolkit-gke-a4.json").read_text())
+    lustre_bp = json.loads((ref / "cluster-toolkit-gke-managed-lustre.json").read_text())
     net0 = _module(a4, "gke-a4-net-0")["settings"]
     subnet = plan.get("subnet").settings
     assert subnet["ip_cidr_range"] == net0["subnetworks"][0]["subnet_ip"]
@@ -457,8 +456,8 @@ def test_network_defaults_match_cluster_toolkit(shared_ref: Path, plan: Plan) ->
     assert plan.get("gke-cluster").settings["release_channel"] == gke["release_channel"]
 
 
-def test_settings_use_real_api_fields_and_enums(shared_ref: Path, plan: Plan) -> None:
-    facts = json.loads((shared_ref / "gcp-lustre-container-proto-fields.json").read_text())
+def test_settings_use_real_api_fields_and_enums(ref: Path, plan: Plan) -> None:
+    facts = json.loads((ref / "gcp-lustre-container-proto-fields.json").read_text())
     container, lustre = facts["container_v1"], facts["lustre_v1"]
 
     def fields(api: dict[str, Any], message: str) -> set[str]:

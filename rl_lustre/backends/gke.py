@@ -144,6 +144,9 @@ class GKEBackend(submission.JobsBackend):
         """
         if not self.gcp_only:
             _require_kube()
+            from ..kube.manifests import build_manifests
+
+            build_manifests(self.cluster)  # checks the RayCluster against KubeRay's schema: before any remote call
         executor = self.executor()
         cancel, abandon = threading.Event(), threading.Event()
         stages = (

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .. import naming
 from ..catalog import GPU_MACHINE_TYPES, ownership_labels
 from ..errors import ConfigError, GCPError, NotReadyError
+from .schema import validate_raycluster
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
@@ -122,7 +123,7 @@ def build_manifests(
 
     Raises:
         ConfigError: a local cluster (it has no Kubernetes objects), labels Kubernetes
-            rejects, a secret value for a name the cluster does not declare, or Ray
+            rejects, a RayCluster that KubeRay's CRD schema rejects, a secret value for a name the cluster does not declare, or Ray
             token auth asked of an image whose Ray predates it.
         GCPError: the Lustre API reported a mount point that is not ``IP@tcp:/fsname``.
     """
@@ -134,11 +135,13 @@ def build_manifests(
         )
     labels = _labels(cluster)
     _check_ray_auth(cluster)
+    ray_cluster = _ray_cluster(cluster, labels)
+    validate_raycluster(ray_cluster)
     return [
         _persistent_volume(cluster, labels),
         _persistent_volume_claim(cluster, labels),
         _secret(cluster, labels, secret_values, redact),
-        _ray_cluster(cluster, labels),
+        ray_cluster,
     ]
 
 

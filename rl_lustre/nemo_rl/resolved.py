@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["RESERVED_ENV", "ResolvedJob", "resolve_job"]
 
 # NeMo-RL re-reads the job's runtime env only with this set (it starts its own actors).
+# Bytecode left in an uploaded working_dir by a local run; never uploaded.
+ALWAYS_EXCLUDED = ("__pycache__/", "*.pyc")
 RESERVED_ENV: Mapping[str, str] = FrozenDict({"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"})
 
 OWNER = "GRPOJob"
@@ -347,7 +349,9 @@ def _runtime_env(job: GRPOJob, cluster: Cluster, hf_home: str) -> tuple[Mapping[
     out: dict[str, Any] = {"env_vars": {**RESERVED_ENV, "HF_HOME": hf_home, **job.env}}
     if job.working_dir is not None:
         out["working_dir"] = job.working_dir
-    if job.excludes:
+        # Bytecode a local run left in the working_dir is for this machine's Python, not the image's.
+        out["excludes"] = [*job.excludes, *(p for p in ALWAYS_EXCLUDED if p not in job.excludes)]
+    elif job.excludes:
         out["excludes"] = list(job.excludes)
     return out, None
 

@@ -104,9 +104,9 @@ def schema_validator(crd_path: str | os.PathLike[str] | None = None, *, kubernet
     """A ``validate`` callable for :class:`KubeFake`: the real schemas, strictly.
 
     Core objects go through ``kubernetes_validate`` in strict mode (unknown fields
-    are errors). RayClusters go through ``jsonschema`` against the KubeRay CRD at
-    ``crd_path`` with unknown fields forbidden, as the API server prunes and rejects
-    them; without ``crd_path`` they are not checked.
+    are errors). RayClusters go through ``jsonschema`` against KubeRay's CRD with
+    unknown fields forbidden, as the API server prunes and rejects them: the schema
+    shipped in :mod:`rl_lustre.kube.schema`, or the CRD YAML at ``crd_path``.
 
     Example:
         >>> check = schema_validator()
@@ -117,17 +117,16 @@ def schema_validator(crd_path: str | os.PathLike[str] | None = None, *, kubernet
         kubernetes_validate.utils.ValidationError: unknown field 'tpye'
 
     Args:
-        crd_path: the ``ray.io_rayclusters.yaml`` CRD.
+        crd_path: a ``ray.io_rayclusters.yaml`` CRD to use instead of the shipped schema.
         kubernetes_version: the Kubernetes version whose schemas apply.
     """
     import kubernetes_validate
 
-    ray_validator = _crd_validator(os.fspath(crd_path)) if crd_path is not None else None
+    ray_validator = _crd_validator(os.fspath(crd_path) if crd_path is not None else None)
 
     def validate(obj: Obj) -> None:
         if obj.get("apiVersion") == "ray.io/v1":
-            if ray_validator is not None:
-                ray_validator.validate(obj)
+            ray_validator.validate(obj)
             return
         kubernetes_validate.validate(obj, kubernetes_version, strict=True)
 
@@ -135,44 +134,22 @@ def schema_validator(crd_path: str | os.PathLike[str] | None = None, *, kubernet
 
 
 @functools.lru_cache(maxsize=4)
-def _crd_validator(crd_path: str) -> Any:
+def _crd_validator(crd_path: str | None) -> Any:
     """A jsonschema validator for the CRD's v1 schema, built once per file (it is large)."""
     import jsonschema
-    import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    crd = yaml.load(Path(crd_path).read_text(), Loader=loader)
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    schema = _forbid_unknown(version["schema"]["openAPIV3Schema"])
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
+    from ..kube.schema import forbid_unknown_fields, raycluster_schema
 
+    if crd_path is None:
+        schema = raycluster_schema()
+    else:
+        import yaml
 
-_SUBSCHEMA_MAPS = ("properties", "patternProperties")
-_SUBSCHEMAS = ("items", "additionalProperties", "not")
-_SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
-
-
-def _forbid_unknown(schema: Any) -> Any:
-    """A copy of an OpenAPI schema with ``additionalProperties: false`` wherever
-    properties are listed and unknown fields are not explicitly preserved: what the API
-    server's pruning amounts to for a client that sends an unknown field."""
-    if not isinstance(schema, Mapping):
-        return schema
-    out = dict(schema)
-    for key in _SUBSCHEMA_MAPS:
-        if isinstance(schema.get(key), Mapping):
-            out[key] = {name: _forbid_unknown(sub) for name, sub in schema[key].items()}
-    for key in _SUBSCHEMAS:
-        if isinstance(schema.get(key), Mapping):
-            out[key] = _forbid_unknown(schema[key])
-    for key in _SUBSCHEMA_LISTS:
-        if isinstance(schema.get(key), list):
-            out[key] = [_forbid_unknown(sub) for sub in schema[key]]
-    if "properties" in out and "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
-        out["additionalProperties"] = False
-    return out
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        crd = yaml.load(Path(crd_path).read_text(), Loader=loader)
+        version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+        schema = forbid_unknown_fields(version["schema"]["openAPIV3Schema"])
+    return jsonschema.validators.validator_for(schema)(schema)
 
 
 class KubeFake:

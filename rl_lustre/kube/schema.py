@@ -1,0 +1,128 @@
+"""The KubeRay ``RayCluster`` CRD schema, shipped with the package, and the check every
+RayCluster passes before it is sent.
+
+The schema is KubeRay's own ``openAPIV3Schema`` for ``ray.io/v1`` (descriptions removed;
+provenance and licence in ``crds/NOTICE``). :func:`validate_raycluster` applies it the
+way the API server does for a client: a field the schema does not know is an error
+(the server would prune it silently, which loses settings), and so is a wrong type or a
+missing required field. ``jsonschema`` is imported on first use.
+
+Example:
+    >>> from rl_lustre.kube.schema import validate_raycluster
+    >>> validate_raycluster({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+    ...                      "metadata": {"name": "demo"}, "spec": {"headGroupSpec": {"rayStartparams": {}}}})
+    Traceback (most recent call last):
+    ...
+    rl_lustre.errors.ConfigError: RayCluster.spec.headGroupSpec='rayStartparams': ...
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = ["CRD_FILE", "forbid_unknown_fields", "raycluster_crd", "raycluster_schema", "validate_raycluster"]
+
+CRD_FILE = Path(__file__).with_name("crds") / "ray.io_rayclusters.v1.json"
+
+_SUBSCHEMA_MAPS = ("properties", "patternProperties")
+_SUBSCHEMAS = ("items", "additionalProperties", "not")
+_SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
+
+
+@functools.lru_cache(maxsize=1)
+def raycluster_crd() -> dict[str, Any]:
+    """The vendored CRD facts: ``group``, ``kind``, ``plural``, ``version``,
+    ``subresources`` and ``openAPIV3Schema``.
+
+    Example:
+        >>> crd = raycluster_crd()
+        >>> crd["group"], crd["kind"], sorted(crd["subresources"])
+        ('ray.io', 'RayCluster', ['status'])
+    """
+    data: dict[str, Any] = json.loads(CRD_FILE.read_text())
+    return data
+
+
+def forbid_unknown_fields(schema: Any) -> Any:
+    """A copy of an OpenAPI schema with ``additionalProperties: false`` wherever
+    properties are listed and unknown fields are not explicitly preserved: what the API
+    server's pruning amounts to for a client that sends an unknown field.
+
+    Example:
+        >>> forbid_unknown_fields({"type": "object", "properties": {"a": {"type": "string"}}})["additionalProperties"]
+        False
+    """
+    if not isinstance(schema, Mapping):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(schema.get(key), Mapping):
+            out[key] = {name: forbid_unknown_fields(sub) for name, sub in schema[key].items()}
+    for key in _SUBSCHEMAS:
+        if isinstance(schema.get(key), Mapping):
+            out[key] = forbid_unknown_fields(schema[key])
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            out[key] = [forbid_unknown_fields(sub) for sub in schema[key]]
+    if "properties" in out and "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def raycluster_schema() -> dict[str, Any]:
+    """The RayCluster schema with unknown fields forbidden (see :func:`forbid_unknown_fields`).
+
+    Example:
+        >>> raycluster_schema()["properties"]["spec"]["additionalProperties"]
+        False
+    """
+    schema: dict[str, Any] = forbid_unknown_fields(raycluster_crd()["openAPIV3Schema"])
+    return schema
+
+
+@functools.lru_cache(maxsize=1)
+def _validator() -> Any:
+    import jsonschema
+
+    schema = raycluster_schema()
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def validate_raycluster(obj: Mapping[str, Any]) -> None:
+    """Check a ``ray.io/v1`` RayCluster against KubeRay's CRD schema (no remote call).
+
+    Example:
+        >>> from rl_lustre import Cluster
+        >>> from rl_lustre.kube.manifests import build_manifests
+        >>> ray = build_manifests(Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b"))[-1]
+        >>> validate_raycluster(ray)
+
+    Raises:
+        ConfigError: naming the first offending field (a dotted path under the
+            RayCluster), its value (an unknown field's name; values of other fields
+            shortened) and the schema rule it breaks.
+    """
+    errors = list(_validator().iter_errors(dict(obj)))
+    if not errors:
+        return
+    # An unknown (misspelt) field explains the rest: report it first.
+    error = min(errors, key=lambda e: (e.validator != "additionalProperties", len(e.absolute_path),
+                                       [str(p) for p in e.absolute_path]))
+    path = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = set((error.schema or {}).get("properties") or {})
+        unknown = sorted(k for k in error.instance if k not in allowed)
+        value: Any = unknown[0] if len(unknown) == 1 else unknown
+        rule = f"not a field of the KubeRay RayCluster schema here (known: {', '.join(sorted(allowed))})"
+    else:
+        text = repr(error.instance)
+        value = error.instance if len(text) <= 80 else text[:77] + "..."
+        rule = f"the KubeRay RayCluster schema requires it: {error.message if len(error.message) <= 200 else error.message[:197] + '...'}"
+    raise ConfigError("RayCluster", path or "<root>", value, rule)
