@@ -43,7 +43,8 @@ def pv_name(cluster: Cluster) -> str:
 
 
 def pvc_name(cluster: Cluster) -> str:
-    return "lustre-pvc"
+    """Per deployment: two deployments in one namespace (a shared cluster) must not share it."""
+    return f"{cluster.name}-lustre-pvc"
 
 
 def secret_name(cluster: Cluster) -> str:

@@ -79,13 +79,13 @@ def test_apply_creates_and_the_raycluster_becomes_ready_through_watches(fake: Ku
     assert rc is not None
     conditions = {c["type"]: c["status"] for c in rc["status"]["conditions"]}
     assert conditions["HeadPodReady"] == conditions["RayClusterProvisioned"] == "True"
-    assert fake.get("PersistentVolumeClaim", "lustre-pvc")["status"]["phase"] == "Bound"
+    assert fake.get("PersistentVolumeClaim", "rl-demo-lustre-pvc")["status"]["phase"] == "Bound"
     reads, watches = raycluster_reads(fake)
     assert watches >= 1, f"readiness must be watched ({reads} reads, {watches} watches)"
     assert reads <= 2, f"readiness must not be polled ({reads} reads, {watches} watches)"
     info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and r.name == "rl_lustre.kube.apply"]
     assert info == [f"created {a}" for a in (
-        "PersistentVolume rl-demo-lustre-pv", "PersistentVolumeClaim default/lustre-pvc",
+        "PersistentVolume rl-demo-lustre-pv", "PersistentVolumeClaim default/rl-demo-lustre-pvc",
         "Secret default/rl-demo-job-secrets", "RayCluster default/rl-demo")]
     assert any(r.levelno == logging.DEBUG and "watch RayCluster" in r.getMessage() for r in caplog.records)
     assert "hf_first_value" not in caplog.text
@@ -116,6 +116,20 @@ def test_reapply_adopts_changes_and_leaves_the_rest(fake: KubeFake, api, caplog)
     assert rc["status"]["readyWorkerReplicas"] == 3, "ready only once the new generation is observed"
     assert "hf_second_value" not in caplog.text
     assert "hf_first_value" not in caplog.text
+
+
+def test_two_deployments_share_a_namespace(fake: KubeFake, api) -> None:
+    """A shared cluster reached with use_kubeconfig: each deployment has its own claim."""
+    first, second = make_cluster(), make_cluster(name="rl-other")
+    second.volume._live.mount_point = "10.90.1.5@tcp:/lustrefs"
+    for cluster in (first, second):
+        ms = manifests(cluster)
+        apply_manifests(api, ms, deployment=cluster.name)
+        wait_ready(api, ms, timeout=20)
+    claims = {c["metadata"]["name"]: c["spec"]["volumeName"] for c in fake.objects("PersistentVolumeClaim")}
+    assert claims == {"rl-demo-lustre-pvc": "rl-demo-lustre-pv", "rl-other-lustre-pvc": "rl-other-lustre-pv"}
+    delete_deployment(api, "rl-other", timeout=20)
+    assert fake.get("PersistentVolumeClaim", "rl-demo-lustre-pvc")["status"]["phase"] == "Bound"
 
 
 def test_same_named_object_without_our_labels_is_never_touched(fake: KubeFake, api) -> None:
@@ -218,7 +232,7 @@ FAULTS = [
                  ["cloud.google.com/gke-accelerator=nvidia-b200", "didn't match Pod's node affinity/selector"],
                  id="node-selector"),
     pytest.param({"pvc_never_binds": True}, "ClaimUnbound",
-                 ["PersistentVolumeClaim default/lustre-pvc", "is Pending, not Bound", "storageClassName does not match"],
+                 ["PersistentVolumeClaim default/rl-demo-lustre-pvc", "is Pending, not Bound", "storageClassName does not match"],
                  id="pvc-unbound"),
     pytest.param({"crash_loop": "ModuleNotFoundError: No module named 'nemo_rl'"}, "CrashLoop",
                  ["keeps crashing (CrashLoopBackOff", "exit code 1", "No module named 'nemo_rl'"], id="crash-loop"),
@@ -251,7 +265,7 @@ def test_healthy_cluster_has_no_problems_in_diagnosis(fake: KubeFake, api) -> No
     ms = manifests()
     apply_manifests(api, ms, deployment=DEPLOYMENT)
     wait_ready(api, ms, timeout=20)
-    found = diagnose(api, namespace="default", raycluster=DEPLOYMENT, claims=["lustre-pvc"])
+    found = diagnose(api, namespace="default", raycluster=DEPLOYMENT, claims=["rl-demo-lustre-pvc"])
     assert found.problems == ()
     assert "3/3 pods ready" in found.summary
 
@@ -263,7 +277,7 @@ def test_delete_waits_until_everything_is_gone(fake: KubeFake, api) -> None:
     assert len(fake.objects("Pod")) == 3
     deleted = delete_manifests(api, ms, deployment=DEPLOYMENT, timeout=20)
     assert deleted == ["RayCluster default/rl-demo", "Secret default/rl-demo-job-secrets",
-                       "PersistentVolumeClaim default/lustre-pvc", "PersistentVolume rl-demo-lustre-pv"]
+                       "PersistentVolumeClaim default/rl-demo-lustre-pvc", "PersistentVolume rl-demo-lustre-pv"]
     assert fake.objects() == [], "delete returns only once the objects (and their pods) are gone"
     assert delete_manifests(api, ms, deployment=DEPLOYMENT) == [], "deleting again is a no-op"
 
@@ -283,8 +297,8 @@ def test_delete_timeout_names_what_is_stuck(fake: KubeFake, api) -> None:
     apply_manifests(api, ms, deployment=DEPLOYMENT)
     fake.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "user", "namespace": "default"},
                  "spec": {"containers": [{"name": "c", "image": "busybox"}],
-                          "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "lustre-pvc"}}]}})
-    with pytest.raises(WaitTimeoutError, match="PersistentVolumeClaim default/lustre-pvc to be deleted") as info:
+                          "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "rl-demo-lustre-pvc"}}]}})
+    with pytest.raises(WaitTimeoutError, match="PersistentVolumeClaim default/rl-demo-lustre-pvc to be deleted") as info:
         delete_manifests(api, ms[1:2], deployment=DEPLOYMENT, timeout=1)
     assert "kubernetes.io/pvc-protection" in str(info.value.last_state)
 

@@ -302,7 +302,7 @@ def test_key_settings_of_the_reference_deployment(plan: Plan) -> None:
     assert lustre.settings["network"] == "projects/my-project/global/networks/ray-a4-gpu-spot-net"
 
     assert plan.get("pv").settings["volume_handle"] == f"my-project/us-east1-b/{vol.name}"
-    assert plan.get("pvc").name == "lustre-pvc"
+    assert plan.get("pvc").name == "ray-a4-gpu-spot-lustre-pvc"  # per deployment: never shared
     ray = plan.get("raycluster").settings
     assert ray["ray_version"] == "2.46.0"
     assert ray["head"]["node_pool"] == plan.get("cpu-pool").name
