@@ -36,9 +36,9 @@ if TYPE_CHECKING:
 
 __all__ = ["RESERVED_ENV", "ResolvedJob", "resolve_job"]
 
-# NeMo-RL re-reads the job's runtime env only with this set (it starts its own actors).
 # Bytecode left in an uploaded working_dir by a local run; never uploaded.
 ALWAYS_EXCLUDED = ("__pycache__/", "*.pyc")
+# NeMo-RL re-reads the job's runtime env only with this set (it starts its own actors).
 RESERVED_ENV: Mapping[str, str] = FrozenDict({"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"})
 
 OWNER = "GRPOJob"
