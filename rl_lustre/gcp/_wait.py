@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -51,6 +52,27 @@ class Backoff:
 
 
 DEFAULT_BACKOFF = Backoff()
+# An emulator (rl_lustre.testing's fakes) answers in milliseconds; polling it on the
+# production cadence would only make every wait last seconds.
+EMULATOR_BACKOFF = Backoff(initial=0.02, maximum=0.5, multiplier=1.5)
+
+
+def default_backoff() -> Backoff:
+    """The polling cadence of waits that were not given one.
+
+    Production's (2 s growing to 30 s) unless a Google API emulator is configured
+    (``RL_LUSTRE_GCP_EMULATOR_HOST`` or ``RL_LUSTRE_GCP_REST_EMULATOR``), whose fakes
+    answer in milliseconds: then 20 ms growing to 0.5 s.
+
+    Example:
+        >>> default_backoff().initial in (DEFAULT_BACKOFF.initial, EMULATOR_BACKOFF.initial)
+        True
+    """
+    from ._clients import GRPC_EMULATOR_ENV, REST_EMULATOR_ENV
+
+    if os.environ.get(GRPC_EMULATOR_ENV, "").strip() or os.environ.get(REST_EMULATOR_ENV, "").strip():
+        return EMULATOR_BACKOFF
+    return DEFAULT_BACKOFF
 
 
 @attrs.frozen
@@ -123,7 +145,7 @@ def wait_for(
         WaitTimeoutError: the deadline passed; ``last_state`` is ``describe`` of the last result.
     """
     hooks = [h for h in (progress, _hook.get()) if h is not None]
-    delays = (backoff or DEFAULT_BACKOFF).delays()
+    delays = (backoff or default_backoff()).delays()
     start = clock()
     deadline = start + timeout
     polls = 0
