@@ -14,26 +14,58 @@ from .errors import ConfigError
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
-_SECRET_WORDS = frozenset({"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
-_SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "APIKEY", "CREDENTIALS")
-
-
-def looks_secret(name: str) -> bool:
-    """Whether an environment variable name looks like it holds a secret.
-
-    Whole words count (``HF_TOKEN``, ``WANDB_API_KEY``, ``DB_PASSWORD``), so that
-    ``TOKENIZERS_PARALLELISM`` or ``MONKEY_PATCH`` do not.
-
-    Example:
-        >>> looks_secret("HF_TOKEN"), looks_secret("wandb_api_key"), looks_secret("TOKENIZERS_PARALLELISM")
-        (True, True, False)
-    """
-    words = [w for w in re.split(r"[^A-Z0-9]+", name.upper()) if w]
-    return any(w in _SECRET_WORDS or w.endswith(_SECRET_SUFFIXES) for w in words)
-
-
 def fail(instance: Any, field: str, value: Any, rule: str) -> None:
     raise ConfigError(type(instance).__name__, field, value, rule)
+
+
+def type_name(value: Any) -> str:
+    """``'a str'``, ``'None'``, ``'an int'``: how a value's type reads in a message."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
+def need(owner: str, param: str, value: Any, types: type | tuple[type, ...], what: str,
+         *, optional: bool = False) -> None:
+    """Raise a ConfigError unless ``value`` is an instance of ``types`` (bools are not ints).
+
+    For the parameters of public functions and methods, checked before anything else runs.
+
+    Example:
+        >>> need("Cluster.submit", "job", "x", object, "a GRPOJob")
+        >>> need("Cluster.submit", "job", None, int, "a GRPOJob")
+        Traceback (most recent call last):
+        ...
+        rl_lustre.errors.ConfigError: Cluster.submit.job=None: must be a GRPOJob (got None)
+    """
+    if optional and value is None:
+        return
+    kinds = types if isinstance(types, tuple) else (types,)
+    bool_ok = bool in kinds or object in kinds
+    if not isinstance(value, kinds) or (isinstance(value, bool) and not bool_ok):
+        raise ConfigError(owner, param, value, f"must be {what} (got {type_name(value)})")
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def control_char(text: str) -> str | None:
+    """The first control character in ``text`` (NUL, newline, escape, ...), if any."""
+    m = _CONTROL.search(text)
+    return m.group(0) if m else None
+
+
+def no_control(owner: str, field: str, value: Any) -> None:
+    """Refuse control characters anywhere in a string (or the strings nested in a value)."""
+    from ._secrets import _strings
+
+    for s in _strings(value):
+        c = control_char(s)
+        if c is not None:
+            raise ConfigError(owner, field, value,
+                              f"must not contain control characters (found {c!r}, U+{ord(c):04X}): they "
+                              "break command lines, paths and logs")
 
 
 def matches(pattern: str, rule: str, *, optional: bool = False) -> Validator:
@@ -45,8 +77,20 @@ def matches(pattern: str, rule: str, *, optional: bool = False) -> Validator:
             return
         if not isinstance(value, str) or not rx.fullmatch(value):
             fail(inst, attr.name, value, rule)
+        not_secret(inst, attr.name, value)
 
     return check
+
+
+def not_secret(inst: Any, field: str, value: Any) -> None:
+    """Refuse a value shaped like a token or key: a secret does not belong in a spec."""
+    from ._secrets import secret_shape
+
+    what = secret_shape(value)
+    if what is not None:
+        fail(inst, field, value,
+             f"looks like {what}; secrets never go into a spec (specs are printed, planned and "
+             "logged): list the NAME of the environment variable holding it in Cluster(secrets=[...])")
 
 
 def integer(
@@ -131,16 +175,82 @@ def gcp_labels(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
 
 
 def cidr(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, tuple):
-        fail(inst, attr.name, value, "must be a sequence of CIDR blocks like '203.0.113.7/32'")
+    """A sequence of CIDR blocks, each parsed by :mod:`ipaddress`: a prefix length is
+    required (a bare address is refused, with the ``/32`` it probably meant) and host
+    bits must be zero."""
+    if isinstance(value, str) or not isinstance(value, tuple):
+        fail(inst, attr.name, value,
+             f"must be a list of CIDR blocks like ['203.0.113.0/24'] (got {type_name(value)})")
     for block in value:
+        where = attr.name
+        if not isinstance(block, str):
+            fail(inst, where, block, f"must be a CIDR block string like '203.0.113.0/24' (got {type_name(block)})")
+        if block != block.strip() or "/" not in block:
+            try:
+                addr = ipaddress.ip_address(block.strip())
+            except ValueError:
+                fail(inst, where, block, "must be a CIDR block like '203.0.113.0/24' (address/prefix length)")
+            else:
+                fail(inst, where, block,
+                     f"is an address, not a CIDR block; write '{addr}/{addr.max_prefixlen}' for this address alone")
         try:
             ipaddress.ip_network(block, strict=True)
+        except ValueError as exc:
+            try:
+                loose = ipaddress.ip_network(block, strict=False)
+            except ValueError:
+                fail(inst, where, block, f"must be a CIDR block like '203.0.113.0/24' ({exc})")
+            else:
+                fail(inst, where, block, f"has host bits set; the block is '{loose}' (or write "
+                     f"'{block.split('/')[0]}/{loose.max_prefixlen}' for the address alone)")
+
+
+def whole_internet(blocks: Iterable[str]) -> str | None:
+    """The block (or blocks) that open an address family to everyone, if any.
+
+    Every spelling counts: ``0.0.0.0/0``, ``0/0``-style masks like ``0.0.0.0/0.0.0.0``,
+    ``::/0`` and ``::0/0``, the IPv4-mapped ``::ffff:0:0/96``, and blocks that only
+    together cover everything (``0.0.0.0/1`` with ``128.0.0.0/1``).
+
+    Example:
+        >>> whole_internet(["0.0.0.0/1", "128.0.0.0/1"])
+        '0.0.0.0/1, 128.0.0.0/1'
+        >>> whole_internet(["10.0.0.0/8"]) is None
+        True
+    """
+    nets = []
+    for b in blocks:
+        try:
+            nets.append(ipaddress.ip_network(b, strict=False))
         except (ValueError, TypeError):
-            fail(inst, attr.name, block, "must be a CIDR block with host bits zero, like '203.0.113.0/24'")
+            continue
+    mapped = ipaddress.IPv6Network("::ffff:0:0/96")
+    for net in nets:
+        if net.prefixlen == 0 or (isinstance(net, ipaddress.IPv6Network) and mapped.subnet_of(net)):
+            return str(net)
+    v4 = [n for n in nets if isinstance(n, ipaddress.IPv4Network)]
+    v6 = [n for n in nets if isinstance(n, ipaddress.IPv6Network)]
+    for family in (list(ipaddress.collapse_addresses(v4)), list(ipaddress.collapse_addresses(v6))):
+        if any(n.prefixlen == 0 for n in family):
+            return ", ".join(str(n) for n in nets if n.version == family[0].version)
+    return None
+
+
+def names(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    """A list or tuple of strings, never one string (which would become its characters)."""
+    if isinstance(value, (str, bytes)):
+        fail(inst, attr.name, value,
+             f"must be a list or tuple of names, not one string; write ({value!r},)")
+    if not isinstance(value, tuple):
+        fail(inst, attr.name, value, f"must be a list or tuple of names (got {type_name(value)})")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            fail(inst, attr.name, item, f"item {i} must be a string (got {type_name(item)})")
 
 
 def env_name(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, Mapping)):
+        names(inst, attr, value)
     for name in value:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             fail(inst, attr.name, name, "environment variable names are letters, digits and '_', not starting with a digit")

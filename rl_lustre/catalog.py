@@ -53,28 +53,69 @@ GPU_MACHINE_TYPES: dict[str, MachineType] = {
 
 @attrs.frozen
 class LustreTier:
-    """A Managed Lustre performance tier (``per_unit_storage_throughput``)."""
+    """A Managed Lustre performance tier (``per_unit_storage_throughput``).
+
+    Capacities from ``min_gib`` up to ``threshold_gib`` go in steps of ``step_gib``;
+    above it, in multiples of ``large_step_gib``, up to ``max_gib``.
+    """
 
     mbps_per_tib: int
     min_gib: int
     step_gib: int
+    max_gib: int
+    threshold_gib: int
+    large_step_gib: int
 
     def throughput_mbps(self, capacity_gib: int) -> float:
         """Aggregate throughput in MB/s of an instance of ``capacity_gib``."""
         return self.mbps_per_tib * capacity_gib / 1024
 
+    def valid(self, capacity_gib: int) -> bool:
+        """Whether the service accepts ``capacity_gib`` on this tier.
 
+        Example:
+            >>> t = LUSTRE_TIERS[1000]
+            >>> t.valid(18_000), t.valid(1_539_000), t.valid(1_584_000), t.valid(10_080_000)
+            (True, False, True, False)
+        """
+        if capacity_gib < self.min_gib or capacity_gib > self.max_gib:
+            return False
+        step = self.step_gib if capacity_gib <= self.threshold_gib else self.large_step_gib
+        return capacity_gib % step == 0
+
+    def round_up(self, capacity_gib: float) -> int | None:
+        """The smallest valid capacity of at least ``capacity_gib``; None above the maximum.
+
+        Example:
+            >>> LUSTRE_TIERS[500].round_up(20_000), LUSTRE_TIERS[500].round_up(3.1e6)
+            (36000, 3168000)
+        """
+        need = max(self.min_gib, capacity_gib)
+        small = -(-need // self.step_gib) * self.step_gib
+        out = small if small <= self.threshold_gib else -(-need // self.large_step_gib) * self.large_step_gib
+        return int(out) if out <= self.max_gib else None
+
+    def round_down(self, capacity_gib: float) -> int | None:
+        """The largest valid capacity of at most ``capacity_gib``; None below the minimum."""
+        if capacity_gib < self.min_gib:
+            return None
+        top = min(capacity_gib, self.max_gib)
+        if top <= self.threshold_gib:
+            return int(top // self.step_gib * self.step_gib)
+        return int(max(self.threshold_gib, top // self.large_step_gib * self.large_step_gib))
+
+
+# Source: cloud.google.com/managed-lustre/docs/performance-tiers (min, max, steps and the
+# threshold above which the larger step applies).
 LUSTRE_TIERS: dict[int, LustreTier] = {
     t.mbps_per_tib: t
     for t in [
-        LustreTier(1000, 9_000, 9_000),
-        LustreTier(500, 18_000, 18_000),
-        LustreTier(250, 36_000, 36_000),
-        LustreTier(125, 72_000, 72_000),
+        LustreTier(1000, 9_000, 9_000, 10_008_000, 1_530_000, 72_000),
+        LustreTier(500, 18_000, 18_000, 20_016_000, 3_060_000, 144_000),
+        LustreTier(250, 36_000, 36_000, 40_032_000, 6_120_000, 288_000),
+        LustreTier(125, 72_000, 72_000, 12_240_000, 12_240_000, 72_000),
     ]
 }
-# Larger steps apply above ~1.5 PiB; there the server has the last word, so we check only
-# the minimum and the step.
 
 # Images whose Ray version we know. The RayCluster's rayVersion must equal the image's Ray,
 # otherwise KubeRay and the Ray inside disagree (a flaw of the reference workflow).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +19,7 @@ from .catalog import (
     nemo_rl_version_for_image,
     ray_version_for_image,
 )
+from .errors import ConfigError
 from .volume import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE, LustreVolume
 
 if TYPE_CHECKING:
@@ -44,6 +46,20 @@ def _default_local_root() -> Path:
 
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "rl_lustre"
+
+
+def _check_secret_names(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    from ._secrets import secret_shape
+
+    v.names(inst, attr, value)
+    for name in value:
+        what = secret_shape(name)
+        if what is not None:
+            v.fail(inst, attr.name, name,
+                   f"looks like {what}: secrets= takes the NAMES of environment variables that hold "
+                   "secrets, like ('HF_TOKEN', 'WANDB_API_KEY'); set the value in the environment "
+                   "(export HF_TOKEN=...) and list only its name here")
+    v.env_name(inst, attr, value)
 
 
 @attrs.define
@@ -147,11 +163,13 @@ class Cluster:
     )
     authorized_networks: tuple[str, ...] = attrs.field(default=(), converter=v.to_tuple, validator=v.cidr)
     public_control_plane: bool = attrs.field(default=False, validator=v.boolean)
-    secrets: tuple[str, ...] = attrs.field(default=DEFAULT_SECRETS, converter=v.to_tuple, validator=v.env_name)
+    secrets: tuple[str, ...] = attrs.field(default=DEFAULT_SECRETS, converter=v.to_tuple, validator=_check_secret_names)
     labels: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=v.gcp_labels)
     keep: bool = attrs.field(default=False, validator=v.boolean)
     backend: Literal["gke", "local"] = attrs.field(default="gke", validator=v.one_of(["gke", "local"]))
-    nemo_rl_path: str | None = attrs.field(default=None)
+    nemo_rl_path: str | None = attrs.field(
+        default=None, validator=v.matches(r"[^\x00-\x1f\x7f]+", "must be a path without control characters", optional=True)
+    )
     rehearsal_scale: float = attrs.field(default=1e-5, validator=v.number(gt=0, le=1))
     rehearsal_step_seconds: float = attrs.field(default=0.5, validator=v.number(ge=0, le=3600))
     _live: _ClusterState = attrs.field(factory=_ClusterState, init=False, repr=False, eq=False, hash=False)
@@ -165,9 +183,11 @@ class Cluster:
             v.fail(self, "secrets", self.secrets, "names must be unique")
 
     def _check_gke(self) -> None:
-        for field in ("project", "region", "zone"):
-            if getattr(self, field) is None:
-                v.fail(self, field, None, "is required for a GKE cluster (use Cluster.local() for this machine)")
+        missing = [f for f in ("project", "region", "zone") if getattr(self, f) is None]
+        if missing:
+            v.fail(self, ", ".join(missing), None,
+                   f"{'are' if len(missing) > 1 else 'is'} required for a GKE cluster "
+                   "(use Cluster.local() for this machine)")
         assert self.zone is not None
         assert self.region is not None
         if self.zone.rsplit("-", 1)[0] != self.region:
@@ -200,10 +220,10 @@ class Cluster:
         if self.head_machine_type in GPU_MACHINE_TYPES:
             v.fail(self, "head_machine_type", self.head_machine_type,
                    "the head pool is a CPU pool; use head_on_gpu_pool=True to put the head on GPU nodes")
-        for block in self.authorized_networks:
-            if block in ("0.0.0.0/0", "::/0") and not self.public_control_plane:
-                v.fail(self, "authorized_networks", block,
-                       "opens the control plane to the whole internet; pass public_control_plane=True if you mean it")
+        everyone = v.whole_internet(self.authorized_networks)
+        if everyone is not None and not self.public_control_plane:
+            v.fail(self, "authorized_networks", everyone,
+                   "opens the control plane to the whole internet; pass public_control_plane=True if you mean it")
         self._check_image()
 
         vol = self.volume
@@ -240,8 +260,8 @@ class Cluster:
             v.fail(self, "mount_path", p, "must be an absolute path")
         if posixpath.normpath(p) != p or p == "/":
             v.fail(self, "mount_path", p, "must be a normalised path other than '/' (no trailing '/', '..' or '//')")
-        if any(c.isspace() for c in p) or ":" in p:
-            v.fail(self, "mount_path", p, "must not contain whitespace or ':'")
+        if any(c.isspace() for c in p) or ":" in p or v.control_char(p) is not None:
+            v.fail(self, "mount_path", p, "must not contain whitespace, control characters or ':'")
         if gke and any(p == d or p.startswith(d + "/") for d in _SYSTEM_DIRS):
             v.fail(self, "mount_path", p, f"must not be inside a system directory ({', '.join(_SYSTEM_DIRS)})")
 
@@ -296,14 +316,28 @@ class Cluster:
             rehearsal_scale: rehearsal checkpoints are this fraction of the real size.
             rehearsal_step_seconds: how long a rehearsed training step takes.
         """
+        owner = "Cluster.local"
+        v.need(owner, "name", name, str, "a deployment name (str)")
+        v.need(owner, "volume_dir", volume_dir, (str, os.PathLike), "a directory path (str or Path)", optional=True)
+        v.need(owner, "nemo_rl_path", nemo_rl_path, (str, os.PathLike), "a NeMo-RL checkout path (str or Path)",
+               optional=True)
         if volume_dir is None:
             volume_dir = _default_local_root() / name / "volume"
+        raw = os.fspath(volume_dir)
+        if not isinstance(raw, str) or not raw.strip():
+            raise ConfigError(owner, "volume_dir", raw, "must be a directory path, not empty (the default is "
+                   f"{_default_local_root() / '<name>' / 'volume'})")
+        if v.control_char(raw) is not None:
+            v.no_control(owner, "volume_dir", raw)
         # expanduser() leaves a path without a leading "~" as it is.
-        mount = str(Path(volume_dir).expanduser().absolute())
+        mount = posixpath.normpath(str(Path(raw).expanduser().absolute()))
+        if mount == "/" or any(ch.isspace() for ch in mount) or ":" in mount:
+            raise ConfigError(owner, "volume_dir", raw,
+                              "must be a directory other than '/', without whitespace or ':' in its path")
         return cls(
             name=name,
             backend="local",
-            mount_path=posixpath.normpath(mount),
+            mount_path=mount,
             num_nodes=num_nodes,
             gpus_per_node=gpus_per_node,
             machine_type="local",
@@ -394,6 +428,7 @@ class Cluster:
         Raises:
             RollbackError: provisioning failed; says what failed and what was cleaned up.
         """
+        v.need("Cluster.up", "keep_on_failure", keep_on_failure, bool, "True or False")
         self._up(keep_on_failure=keep_on_failure)
         if self.backend != "local":
             logger.info("cluster %r is up and stays up until down(). %s", self.name, self._backend().cleanup_hint())
@@ -461,6 +496,9 @@ class Cluster:
             NotReadyError: the cluster is not up.
             RayError: the Jobs API refused the job.
         """
+        from .job import GRPOJob
+
+        v.need("Cluster.submit", "job", job, GRPOJob, "a GRPOJob")
         return self._backend().submit(job)
 
     def attach(self, job_id: str) -> Run:
@@ -477,6 +515,9 @@ class Cluster:
             NotReadyError: the cluster is not up.
             RayError: the cluster has no such job.
         """
+        v.need("Cluster.attach", "job_id", job_id, str, "a Ray submission id (str)")
+        if not job_id or v.control_char(job_id) is not None:
+            raise ConfigError("Cluster.attach", "job_id", job_id, "must be a non-empty id without control characters")
         return self._backend().attach(job_id)
 
     def use_kubeconfig(self, path: str | Path | None = None, context: str | None = None) -> Cluster:
@@ -503,6 +544,9 @@ class Cluster:
             ConfigError: a local cluster, or a kubeconfig that is missing, unreadable or
                 lacks ``context`` (checked now; nothing is requested).
         """
+        v.need("Cluster.use_kubeconfig", "path", path, (str, os.PathLike), "a kubeconfig path (str or Path)",
+               optional=True)
+        v.need("Cluster.use_kubeconfig", "context", context, str, "a context name (str)", optional=True)
         if self.backend != "gke":
             v.fail(self, "backend", self.backend, "only a GKE cluster is reached through a kubeconfig")
         self._backend().use_kubeconfig(path, context)  # type: ignore[attr-defined]

@@ -59,25 +59,46 @@ __all__ = [
 
 
 class RLLustreError(Exception):
-    """Root of every error rl_lustre raises."""
+    """Root of every error rl_lustre raises.
+
+    Its message never shows a secret: anything shaped like a token or a private key
+    (see :mod:`rl_lustre._secrets`) is replaced by ``<redacted>``, whatever put it there.
+    """
+
+    def __str__(self) -> str:
+        from ._secrets import redact
+
+        return redact(super().__str__())
+
+    def __repr__(self) -> str:
+        from ._secrets import redact
+
+        return redact(super().__repr__())
 
 
 class ConfigError(RLLustreError, ValueError):
     """An invalid configuration value, detected before any remote call.
 
+    The message shows the value with its type when the type is what is wrong, names
+    every non-ASCII character in a string (a Cyrillic look-alike of ``e`` shows as
+    ``(U+0435 CYRILLIC SMALL LETTER IE)``),
+    and never shows a secret.
+
     Attributes:
-        owner: the spec class whose field is wrong (``"Cluster"``).
-        field: the field name (``"zone"``).
-        value: the offending value.
+        owner: the spec class or function whose field or parameter is wrong (``"Cluster"``).
+        field: the field or parameter name (``"zone"``).
+        value: the offending value (``"<redacted>"`` when it holds anything secret-shaped).
         rule: the rule it breaks, in words.
     """
 
     def __init__(self, owner: str, field: str, value: Any, rule: str) -> None:
+        from ._secrets import redact, redact_value
+
         self.owner = owner
         self.field = field
-        self.value = value
-        self.rule = rule
-        super().__init__(f"{owner}.{field}={value!r}: {rule}")
+        self.value = redact_value(value)
+        self.rule = redact(rule)
+        super().__init__(f"{owner}.{field}={describe(self.value)}: {self.rule}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.owner, self.field, self.value, self.rule))
@@ -106,9 +127,6 @@ class PreflightError(ConfigError):
         lines = [f"preflight found {len(self.problems)} problem(s):"]
         lines += [f"  - {p}" for p in self.problems]
         return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self._message()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.problems,))
@@ -253,9 +271,6 @@ class ProvisioningError(RollbackError):
             lines.append(f"  {hint}")
         self.args = ("\n".join(lines),)
 
-    def __str__(self) -> str:
-        return str(self.args[0])
-
 
 class ProvisioningInterrupted(ProvisioningError, KeyboardInterrupt):
     """``up()`` was interrupted (SIGINT or SIGTERM) and rolled back.
@@ -280,6 +295,26 @@ class TeardownError(RemoteError):
         details = "; ".join(f"{k}: {_one_line(e)}" for k, e in self.errors.items())
         super().__init__(f"down() could not delete {', '.join(self.left)} ({details}); run it again, "
                          "or delete them by hand")
+
+
+def describe(value: Any) -> str:
+    """``repr(value)``, naming each non-ASCII character of a string so look-alikes show.
+
+    Example:
+        >>> describe("d\u0435mo").endswith("(U+0435 CYRILLIC SMALL LETTER IE))")
+        True
+    """
+    text = repr(value)
+    if len(text) > 300:
+        text = text[:200] + f"... ({len(text)} characters)"
+    if isinstance(value, str):
+        import unicodedata
+
+        odd = list(dict.fromkeys(c for c in value if not c.isascii()))
+        if odd:
+            names = ", ".join(f"{c!r} (U+{ord(c):04X} {unicodedata.name(c, 'unnamed character')})" for c in odd[:5])
+            text += f" (contains {names}{', ...' if len(odd) > 5 else ''})"
+    return text
 
 
 def _one_line(exc: BaseException) -> str:

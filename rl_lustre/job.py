@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import _validate as v
-from ._validate import looks_secret
+from ._secrets import looks_secret
 from .nemo_rl.resolved import RESERVED_ENV as _RESERVED_ENV
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ JOB_NAME_RULE = (
     "must be 1-63 lowercase letters, digits, '-', '_' or '.', starting and ending with a "
     "letter or digit (it names the run's directories and its Ray submission)"
 )
+_NO_CONTROL = r"[^\x00-\x1f\x7f-\x9f]"
 _REL_PATH_RULE = "must be a relative path inside the volume (no leading '/', no '..')"
 _REL_PATH = r"(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_.@+-][A-Za-z0-9_.@+/-]*"
 _OVERRIDE_KEY = re.compile(r"(?:\+\+?)?[A-Za-z_][\w-]*(?:\.[A-Za-z0-9_][\w-]*)*")
@@ -43,6 +44,8 @@ def _check_env(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
             v.fail(inst, attr.name, name, f"is set by rl_lustre ({name}={_RESERVED_ENV[name]}, which NeMo-RL needs)")
         if not isinstance(val, str):
             v.fail(inst, f"{attr.name}[{name!r}]", val, "environment values must be strings")
+        _refuse_secret_value(inst, f"{attr.name}[{name!r}]", name, val)
+        v.no_control(type(inst).__name__, f"{attr.name}[{name!r}]", val)
 
 
 def _override_value_ok(value: Any) -> bool:
@@ -55,17 +58,55 @@ def _override_value_ok(value: Any) -> bool:
     return False
 
 
+# A 40-hex-digit value is a W&B key's shape, and also a git commit's.
+_HASH_KEY = re.compile(r"(?:.*[._])?(?:revision|commit|sha|hash|git_sha|commit_id)", re.IGNORECASE)
+_SECRETS_ADVICE = (
+    "secrets must not be written into a job: it would be stored in plain text in the job's "
+    "command line, Ray's job records and logs. Put the value in an environment variable and "
+    "list its name in Cluster.secrets, e.g. Cluster(secrets=['HF_TOKEN']) (the pods get it from a "
+    "Kubernetes Secret)"
+)
+
+
+def _refuse_secret_value(inst: Any, field: str, key: str, value: Any) -> None:
+    from ._secrets import secret_shape
+
+    what = secret_shape(value)
+    if what is None:
+        return
+    if what.startswith("a Weights & Biases") and _HASH_KEY.fullmatch(key.lstrip("+")):
+        return
+    v.fail(inst, field, value, f"looks like {what}; {_SECRETS_ADVICE}")
+
+
 def _check_overrides(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    from ._secrets import env_references, secret_key
+    from .nemo_rl.value_rules import broken_rules
+
     if not isinstance(value, Mapping):
-        v.fail(inst, "overrides", value, "must be a mapping of NeMo-RL key to value")
+        v.fail(inst, "overrides", value,
+               f"must be a mapping of NeMo-RL key to value (got {v.type_name(value)})")
     for key, val in value.items():
         if not isinstance(key, str) or not _OVERRIDE_KEY.fullmatch(key):
             v.fail(inst, "overrides", key,
                    "keys are dotted NeMo-RL config keys like 'grpo.val_period'; prefix '+' to add a key "
                    "the recipe lacks ('++' adds or replaces)")
+        field = f"overrides[{key!r}]"
         if not _override_value_ok(val):
-            v.fail(inst, f"overrides[{key!r}]", val,
+            v.fail(inst, field, val,
                    "values must be None, bool, int, float, str, or lists and string-keyed dicts of those")
+        _refuse_secret_value(inst, field, key, val)
+        if secret_key(key) and val is not None and not isinstance(val, bool):
+            v.fail(inst, field, "<redacted>", f"{key.lstrip('+')!r} names a secret; {_SECRETS_ADVICE}")
+        for name in env_references(val):
+            if looks_secret(name):
+                v.fail(inst, field, val,
+                       f"reads the secret {name!r} into the config, which NeMo-RL prints in full at "
+                       "start-up and saves with every checkpoint; code that needs it reads it from "
+                       "the environment (list it in Cluster.secrets)")
+        v.no_control(type(inst).__name__, field, val)
+        for where, bad, rule in broken_rules(key, val):
+            v.fail(inst, f"overrides[{where!r}]", bad, rule + " (the same rule as the GRPOJob field)")
 
 
 @attrs.frozen(kw_only=True)
@@ -127,7 +168,8 @@ class GRPOJob:
     )
     model: str = attrs.field(
         default="Qwen/Qwen2.5-72B-Instruct",
-        validator=v.matches(r"[^\s'\"\\]+", "must be a Hugging Face model id or path without spaces or quotes"),
+        validator=v.matches(r"[^\s'\"\\\x00-\x1f\x7f]+",
+                            "must be a Hugging Face model id or path without spaces, quotes or control characters"),
     )
     converter_type: str | None = attrs.field(
         default=None, validator=v.matches(r"[A-Za-z0-9_]+", "must be a class name like 'Qwen2ForCausalLM'", optional=True)
@@ -143,7 +185,8 @@ class GRPOJob:
     save_period: int = attrs.field(default=2, validator=v.integer(min=1))
     keep_top_k: int | None = attrs.field(default=2, validator=v.integer(min=1, optional=True))
     metric_name: str | None = attrs.field(
-        default=None, validator=v.matches(r".+", "must be a metric like 'val:accuracy' or None", optional=True)
+        default=None,
+        validator=v.matches(_NO_CONTROL + "+", "must be a metric like 'val:accuracy' or None", optional=True)
     )
     checkpoint_root: str = attrs.field(default="checkpoints", validator=v.matches(_REL_PATH, _REL_PATH_RULE))
     log_root: str = attrs.field(default="logs", validator=v.matches(_REL_PATH, _REL_PATH_RULE))
@@ -159,16 +202,19 @@ class GRPOJob:
     )
     env: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=_check_env)
     working_dir: str | None = attrs.field(
-        default=None, validator=v.matches(r".+", "must be a local directory path", optional=True)
+        default=None,
+        validator=v.matches(_NO_CONTROL + "+", "must be a local directory path without control characters",
+                            optional=True)
     )
     excludes: tuple[str, ...] = attrs.field(
         default=(), converter=v.to_tuple,
-        validator=attrs.validators.deep_iterable(
-            v.matches(r".+", "must be a non-empty .rayignore-style pattern"), attrs.validators.instance_of(tuple)
-        ),
+        validator=[v.names, attrs.validators.deep_iterable(
+            v.matches(_NO_CONTROL + "+", "must be a non-empty .rayignore-style pattern without control characters")
+        )],
     )
     nemo_rl_dir: str = attrs.field(
-        default="/opt/nemo-rl", validator=v.matches(r"/[^\s'\"]*", "must be an absolute path without spaces")
+        default="/opt/nemo-rl",
+        validator=v.matches(r"/[^\s'\"\x00-\x1f\x7f]*", "must be an absolute path without spaces or control characters")
     )
     # Resolutions of this job by cluster (see resolve); not part of the spec.
     _resolved: _Resolutions = attrs.field(factory=lambda: _Resolutions(), init=False, repr=False, eq=False, hash=False)
@@ -197,6 +243,7 @@ class GRPOJob:
         """
         from .nemo_rl.resolved import resolve_job
 
+        _need_cluster("resolve", cluster)
         try:
             return self._resolved[cluster]
         except KeyError:
@@ -324,3 +371,9 @@ class _Resolutions(dict[Any, Any]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Resolutions, ())
+
+
+def _need_cluster(method: str, cluster: Any) -> None:
+    from .cluster import Cluster
+
+    v.need(f"GRPOJob.{method}", "cluster", cluster, Cluster, "a Cluster")

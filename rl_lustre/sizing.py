@@ -213,15 +213,12 @@ def _bytes(n: float) -> str:
     return f"{n:,.0f} B"
 
 
-def _smallest_capacity(tier: int, need_gib: Fraction, need_mbps: Fraction) -> int:
+def _smallest_capacity(tier: int, need_gib: Fraction, need_mbps: Fraction) -> int | None:
+    """The smallest valid capacity of ``tier`` meeting both needs; None when none does."""
     spec = LUSTRE_TIERS[tier]
-    # Each step adds tier x step / 1024 MB/s of aggregate throughput.
-    steps = max(
-        math.ceil(Fraction(spec.min_gib, spec.step_gib)),
-        math.ceil(need_gib / spec.step_gib),
-        math.ceil(need_mbps * 1024 / (tier * spec.step_gib)),
-    )
-    return steps * spec.step_gib
+    # Aggregate throughput is tier x capacity / 1024 MB/s.
+    need = max(math.ceil(need_gib), math.ceil(need_mbps * 1024 / tier))
+    return spec.round_up(need)
 
 
 def size_lustre(
@@ -244,8 +241,8 @@ def size_lustre(
     GiB). A checkpoint is ``bytes_per_param`` bytes per parameter, 16 by default: a
     full Megatron checkpoint holds bf16 weights (2 B), fp32 master weights (4 B) and
     Adam's m and v (8 B), 14 B, rounded up for non-parameter state (see the module
-    documentation). Above about 1.5 PiB the service uses larger steps and has the last
-    word.
+    documentation). Each tier's maximum capacity and its larger steps above a threshold
+    are respected (see :class:`rl_lustre.catalog.LustreTier`).
 
     Example:
         >>> from rl_lustre.sizing import size_lustre
@@ -296,7 +293,14 @@ def size_lustre(
     need_gib = (Fraction(checkpoints_kept + IN_FLIGHT_CHECKPOINTS) * ckpt * Fraction(headroom) / _GIB
                 + Fraction(extra_gib))
     need_mbps = Fraction(ckpt) / Fraction(target_write_seconds) / _MB
-    options = tuple((tier, _smallest_capacity(tier, need_gib, need_mbps)) for tier in sorted(LUSTRE_TIERS))
+    fits = ((tier, _smallest_capacity(tier, need_gib, need_mbps)) for tier in sorted(LUSTRE_TIERS))
+    options = tuple((tier, cap) for tier, cap in fits if cap is not None)
+    if not options:
+        largest = max(t.max_gib for t in LUSTRE_TIERS.values())
+        raise ConfigError(owner, "checkpoints_kept", checkpoints_kept,
+                          f"these checkpoints need {float(need_gib):,.0f} GiB at {float(need_mbps):,.0f} MB/s, "
+                          f"more than any Managed Lustre instance holds or delivers (at most {largest:,} GiB); "
+                          "keep fewer checkpoints or allow a longer target_write_seconds")
     tier, capacity = min(options, key=lambda o: (o[1], o[0]))
     aggregate = LUSTRE_TIERS[tier].throughput_mbps(capacity)
     return LustreSizing(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from . import _validate as v
 from .errors import ConfigError, JobFailedError, RLLustreError, WaitTimeoutError
 
 if TYPE_CHECKING:
@@ -143,7 +144,13 @@ def wait_all(
         timeout: seconds for the whole sweep; runs still going then are ``TIMEOUT``.
         poll: seconds between status checks.
     """
-    runs = list(runs)
+    from .run import Run
+
+    runs = _sequence("wait_all", "runs", runs, Run, "run handles (from cluster.submit)")
+    _check_wait("wait_all", timeout, poll)
+    if names is not None:
+        for n in _sequence("wait_all", "names", names, str, "display names"):
+            v.no_control("wait_all", "names", n)
     labels = list(names) if names is not None else [r.job_id for r in runs]
     if len(labels) != len(runs):
         raise ConfigError("wait_all", "names", len(labels), f"must name each of the {len(runs)} runs")
@@ -196,6 +203,26 @@ def _outcome(run: Run, name: str, seconds: float | None, elapsed: float) -> Outc
     )
 
 
+def _sequence(owner: str, param: str, items: Any, kind: type, what: str) -> list[Any]:
+    """``items`` as a list, each a ``kind``; one string or one spec is not a sequence of them."""
+    if isinstance(items, (str, bytes, Mapping, kind)) or not isinstance(items, Iterable):
+        raise ConfigError(owner, param, items, f"must be a list of {what} (got {v.type_name(items)})")
+    out = list(items)
+    for i, item in enumerate(out):
+        if not isinstance(item, kind):
+            raise ConfigError(owner, param, item, f"item {i} must be one of {what} (got {v.type_name(item)})")
+    return out
+
+
+def _check_wait(owner: str, timeout: Any, poll: Any) -> None:
+    v.need(owner, "timeout", timeout, (int, float), "a number of seconds or None", optional=True)
+    v.need(owner, "poll", poll, (int, float), "a number of seconds")
+    if timeout is not None and not timeout >= 0:
+        raise ConfigError(owner, "timeout", timeout, "must be at least 0 seconds, or None to wait without limit")
+    if not 0 < poll < float("inf"):
+        raise ConfigError(owner, "poll", poll, "must be a positive, finite number of seconds")
+
+
 def run_sweep(
     cluster: Cluster, jobs: Iterable[GRPOJob], *, timeout: float | None = None, poll: float = 1.0
 ) -> SweepResult:
@@ -212,7 +239,12 @@ def run_sweep(
         ConfigError: two jobs share a name (they would share checkpoint directories),
             or a job fails preflight.
     """
-    jobs = list(jobs)
+    from .cluster import Cluster
+    from .job import GRPOJob
+
+    v.need("run_sweep", "cluster", cluster, Cluster, "a Cluster")
+    jobs = _sequence("run_sweep", "jobs", jobs, GRPOJob, "GRPOJob specs")
+    _check_wait("run_sweep", timeout, poll)
     seen: set[str] = set()
     for job in jobs:
         if job.name in seen:

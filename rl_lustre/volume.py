@@ -88,11 +88,18 @@ class LustreVolume:
         if self.capacity_gib < tier.min_gib:
             v.fail(self, "capacity_gib", self.capacity_gib,
                    f"the {tier.mbps_per_tib} MB/s/TiB tier needs at least {tier.min_gib:,} GiB")
-        if self.capacity_gib % tier.step_gib:
-            lower = self.capacity_gib - self.capacity_gib % tier.step_gib
+        if self.capacity_gib > tier.max_gib:
             v.fail(self, "capacity_gib", self.capacity_gib,
-                   f"the {tier.mbps_per_tib} MB/s/TiB tier grows in steps of {tier.step_gib:,} GiB "
-                   f"(nearest valid: {max(lower, tier.min_gib):,} or {lower + tier.step_gib:,})")
+                   f"the {tier.mbps_per_tib} MB/s/TiB tier holds at most {tier.max_gib:,} GiB "
+                   "(Managed Lustre's maximum instance size for it)")
+        if not tier.valid(self.capacity_gib):
+            lower, upper = tier.round_down(self.capacity_gib), tier.round_up(self.capacity_gib)
+            steps = (f"steps of {tier.step_gib:,} GiB" if tier.threshold_gib >= tier.max_gib else
+                     f"steps of {tier.step_gib:,} GiB up to {tier.threshold_gib:,} GiB and of "
+                     f"{tier.large_step_gib:,} GiB above")
+            v.fail(self, "capacity_gib", self.capacity_gib,
+                   f"the {tier.mbps_per_tib} MB/s/TiB tier grows in {steps} "
+                   f"(nearest valid: {lower:,} or {upper:,})")
 
     @property
     def tier(self) -> LustreTier:

@@ -245,9 +245,9 @@ def test_override_values_and_keys_are_validated_on_construction() -> None:
 
 
 def test_secret_in_an_override_never_reaches_the_command() -> None:
-    job = reference_job(overrides={"+policy.megatron_cfg.env_vars.HF_TOKEN": SECRET_VALUE})
+    # Refused when the job is written, long before a command exists.
     with pytest.raises(ConfigError) as info:
-        job.entrypoint(reference_cluster())
+        reference_job(overrides={"+policy.megatron_cfg.env_vars.HF_TOKEN": SECRET_VALUE})
     assert SECRET_VALUE not in str(info.value)
     assert "Cluster.secrets" in str(info.value)
 

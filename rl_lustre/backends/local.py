@@ -6,8 +6,8 @@ head's temp dir is derived from the cluster's name and volume, so a later proces
 finds a head that ``keep=True`` left running, and ``up()`` adopts it.
 
 Secrets reach jobs through the head's environment: of the variables that look like
-secrets (see :func:`rl_lustre.job.looks_secret`), the head inherits only those named
-in ``cluster.secrets``. They never enter a job's runtime env or metadata.
+secrets, by name (see :func:`rl_lustre._secrets.looks_secret`) or by the shape of their
+value, the head inherits only those named in ``cluster.secrets``. They never enter a job's runtime env or metadata.
 """
 
 from __future__ import annotations
@@ -141,10 +141,11 @@ class LocalBackend(submission.JobsBackend):
         return self.head
 
     def _head_env(self) -> dict[str, str]:
-        from ..job import looks_secret
+        from .._secrets import looks_secret, secret_shape
 
         allowed = set(self.cluster.secrets)
-        env = {k: v for k, v in os.environ.items() if k in allowed or not looks_secret(k)}
+        env = {k: v for k, v in os.environ.items()
+               if k in allowed or not (looks_secret(k) or secret_shape(v) is not None)}
         root = _package_root()
         if root is not None:
             # Job drivers (the rehearsal) import the rl_lustre this process runs.

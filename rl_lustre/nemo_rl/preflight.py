@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._validate import looks_secret
+from .._secrets import looks_secret
 from ..errors import ConfigError
 
 if TYPE_CHECKING:

@@ -129,10 +129,11 @@ class LustreFake:
         if tier is None:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
                             f"per_unit_storage_throughput must be one of {sorted(LUSTRE_TIERS)}")
-        if spec.capacity_gib < tier.min_gib or spec.capacity_gib % tier.step_gib:
+        if not tier.valid(spec.capacity_gib):
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
                             f"capacity_gib {spec.capacity_gib} is invalid for throughput "
-                            f"{tier.mbps_per_tib}: at least {tier.min_gib}, in steps of {tier.step_gib}")
+                            f"{tier.mbps_per_tib}: {tier.min_gib} to {tier.max_gib}, in steps of {tier.step_gib} "
+                            f"(of {tier.large_step_gib} above {tier.threshold_gib})")
         if not _FS.fullmatch(spec.filesystem):
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"filesystem {spec.filesystem!r} is invalid")
         self._check_network(spec.network)
