@@ -30,6 +30,7 @@ import os
 import signal
 import threading
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, KubernetesError, NotReadyError, RayError
@@ -168,8 +169,9 @@ class GKEBackend(submission.JobsBackend):
         self.last_report = report
         return report
 
-    def down(self) -> Report:
-        """Delete every resource of the deployment that carries our labels; keep the rest.
+    def down(self, keys: Sequence[str] | None = None) -> Report:
+        """Delete every resource of the deployment (or only the plan nodes ``keys``) that
+        carries our labels; keep the rest.
 
         Works from a fresh process (resources are found by name and labels) and is
         safe to call twice. Resources the plan only uses (your network, an existing
@@ -192,7 +194,7 @@ class GKEBackend(submission.JobsBackend):
         )
         with cancel_on_signals(*stages):
             try:
-                report = executor.down(abandon=abandon)
+                report = executor.down(keys, abandon=abandon)
             except BaseException as exc:
                 self.last_report = getattr(exc, "report", None)
                 raise

@@ -15,6 +15,8 @@ VERBS: dict[str, str] = {
     "plan": "rl_lustre.cli.deploy:plan",
     "up": "rl_lustre.cli.deploy:up",
     "down": "rl_lustre.cli.deploy:down",
+    "ls": "rl_lustre.cli.inventory:ls",
+    "gc": "rl_lustre.cli.inventory:gc",
     "status": "rl_lustre.cli.jobs:status",
     "logs": "rl_lustre.cli.jobs:logs",
     "checkpoints": "rl_lustre.cli.jobs:checkpoints",

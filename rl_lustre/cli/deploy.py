@@ -81,18 +81,41 @@ def up(target: str, as_json: bool, keep_on_failure: bool) -> None:
 
 
 @click.command()
-@target_argument
+@click.argument("target", metavar="TARGET|NAME")
 @json_option
-def down(target: str, as_json: bool) -> None:
-    """Delete what `up` created for TARGET; what you own is never deleted."""
-    cluster = load(target)
-    if not as_json:
-        from .._output import enable_output
+@click.option("--project", help="With NAME: the project of the deployment, found by its labels.")
+@click.option("--zone", help="With NAME: its zone (checked against what is found).")
+def down(target: str, as_json: bool, project: str | None, zone: str | None) -> None:
+    """Delete what `up` created for TARGET; what you own is never deleted.
 
-        enable_output()
-    cluster.down()
-    report = _report(cluster)
-    data = {"cluster": cluster.name, "backend": cluster.backend, "down": True,
-            "report": None if report is None else report.to_dict()}
+    `down NAME --project P [--zone Z]` finds the deployment NAME by its labels, without
+    the script, and deletes it the same way.
+    """
+    from ..errors import ConfigError
+
+    if ":" in target:
+        if project is not None or zone is not None:
+            raise ConfigError("rl-lustre down", "--project", project or zone,
+                              "is for `down NAME` (found by its labels), not for a TARGET file")
+        cluster = load(target)
+        if not as_json:
+            from .._output import enable_output
+
+            enable_output()
+        cluster.down()
+        report = _report(cluster)
+    else:
+        if project is None:
+            raise ConfigError("rl-lustre down", "--project", None,
+                              f"is required with a deployment NAME ({target!r}); or give a TARGET path/to/script.py:name")
+        from ..inventory import find_deployment
+
+        deployment = find_deployment(target, project=project, zone=zone)
+        if not as_json:
+            from .._output import enable_output
+
+            enable_output()
+        report = deployment.down()
+    data = {"target": target, "down": True, "report": None if report is None else report.to_dict()}
     emit(data, as_json, lambda: "\n".join(
-        [*([str(report)] if report is not None else []), f"{cluster.name}: torn down."]))
+        [*([str(report)] if report is not None else []), f"{target}: torn down."]))

@@ -62,6 +62,26 @@ def labels_from_description(description: str | None) -> dict[str, str]:
     return dict(_PAIR.findall(m.group(1))) if m else {}
 
 
+# Server-side list filters that select what carries our labels (each adapter also checks
+# the labels it gets back: nothing is treated as ours on the server's word alone).
+LABELS_FILTER = f'labels.{LABEL_MANAGED_BY} = "{MANAGED_BY}"'
+DESCRIPTION_FILTER = f'description eq ".*{LABEL_MANAGED_BY}={MANAGED_BY}.*"'
+
+
+def is_ours(labels: Mapping[str, str], deployment: str | None = None) -> bool:
+    """Whether ``labels`` mark a resource as rl_lustre's (and, if given, ``deployment``'s).
+
+    Example:
+        >>> is_ours({"managed-by": "rl-lustre", "rl-lustre-deployment": "demo"}, "demo")
+        True
+        >>> is_ours({"managed-by": "someone-else"}), is_ours({"managed-by": "rl-lustre"})
+        (False, False)
+    """
+    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or not labels.get(LABEL_DEPLOYMENT):
+        return False
+    return deployment is None or labels.get(LABEL_DEPLOYMENT) == deployment
+
+
 def check_owned(kind: str, name: str, labels: Mapping[str, str], deployment: str) -> None:
     """Raise unless ``labels`` mark the resource as belonging to ``deployment``.
 

@@ -36,7 +36,13 @@ from ._errors import (
     call,
     operation_error,
 )
-from ._ownership import Ensured, describe_ownership, labels_from_description
+from ._ownership import (
+    DESCRIPTION_FILTER,
+    Ensured,
+    describe_ownership,
+    is_ours,
+    labels_from_description,
+)
 from ._resource import OwnedResource
 from ._wait import Backoff, ProgressCallback, wait_for
 
@@ -219,6 +225,29 @@ class _ComputeResource(OwnedResource):
                               retry=None)
         except NotFoundError:
             return None
+
+    def list_ours(self, project: str) -> list[Any]:
+        """Every resource of this kind in ``project`` whose description carries our labels.
+
+        The server filters on the description (``description eq ".*managed-by=rl-lustre.*"``);
+        regional kinds are listed across all regions with ``aggregatedList``. The labels
+        are parsed and checked again here.
+
+        Example::
+
+            [n.name for n in Networks().list_ours("my-project")]
+        """
+        request = {"project": project, "filter": DESCRIPTION_FILTER}
+        where = f"projects/{project}"
+
+        def fetch() -> list[Any]:
+            if not self.regional:
+                return list(self.client.list(request=request, retry=None))
+            return [item for _, scoped in self.client.aggregated_list(request=request, retry=None)
+                    for item in getattr(scoped, self.collection)]
+
+        found = call(Call(self.api, f"list {self.collection} in", where), fetch, policy=self._retry)
+        return [r for r in found if is_ours(labels_from_description(r.description))]
 
     def create(
         self,

@@ -35,7 +35,7 @@ from ..catalog import ownership_labels
 from ..errors import ConfigError, NotFoundError, OperationFailedError
 from . import _clients
 from ._errors import CONTAINER, Call, RetryPolicy, call, operation_error
-from ._ownership import Ensured
+from ._ownership import Ensured, is_ours
 from ._resource import DELETE_TIMEOUT, StatefulResource
 from ._wait import Backoff, ProgressCallback, wait_for
 
@@ -278,6 +278,21 @@ class GkeClusters(_Gke):
             return self._call("get", name, self.client.get_cluster, request={"name": name}, retry=None)
         except NotFoundError:
             return None
+
+    def list_ours(self, project: str) -> list[container_v1.Cluster]:
+        """Every cluster in ``project`` (all locations) whose resource labels are ours.
+
+        ``ListClusters`` has no filter: it lists every location (``locations/-``) and the
+        labels are checked here. Each cluster comes with its node pools.
+
+        Example::
+
+            [c.name for c in GkeClusters().list_ours("my-project")]
+        """
+        parent = f"projects/{project}/locations/-"
+        found = self._call("list clusters in", parent, self.client.list_clusters, request={"parent": parent},
+                           retry=None)
+        return [c for c in found.clusters if is_ours(c.resource_labels)]
 
     def create(
         self,

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import builtins
 import logging
 import re
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from ..catalog import ownership_labels
 from ..errors import ConfigError, NotFoundError
 from . import _clients
 from ._errors import LUSTRE, Call, RetryPolicy, call, operation_error
-from ._ownership import Ensured
+from ._ownership import LABELS_FILTER, Ensured, is_ours
 from ._resource import DELETE_TIMEOUT, StatefulResource
 from ._wait import Backoff, ProgressCallback, wait_for
 
@@ -185,6 +186,23 @@ class LustreInstances(StatefulResource):
             return list(self.client.list_instances(request={"parent": parent}, retry=None))
 
         return self._call("list instances in", parent, fetch)
+
+    def list_ours(self, project: str) -> builtins.list[lustre_v1.Instance]:
+        """Every instance in ``project`` (all zones) that carries our labels.
+
+        The server filters on ``labels.managed-by``; the labels are checked again here.
+
+        Example::
+
+            [i.labels["rl-lustre-deployment"] for i in LustreInstances().list_ours("my-project")]
+        """
+        parent = f"projects/{project}/locations/-"
+
+        def fetch() -> builtins.list[lustre_v1.Instance]:
+            return builtins.list(self.client.list_instances(request={"parent": parent, "filter": LABELS_FILTER},
+                                                            retry=None))
+
+        return [i for i in self._call("list instances in", parent, fetch) if is_ours(i.labels)]
 
     def create(
         self,

@@ -19,6 +19,7 @@ from google.rpc import status_pb2
 
 from ..catalog import LUSTRE_TIERS
 from ._core import Core, FakeError
+from ._filters import label_filter
 from ._grpc import GrpcServer
 
 LUSTRE = "google.cloud.lustre.v1.Lustre"
@@ -174,7 +175,8 @@ class LustreFake:
         if m is None:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"parent {request.parent!r} is not projects/P/locations/L")
         prefix = f"projects/{m[1]}/locations/" + ("" if m[2] == "-" else f"{m[2]}/")
-        found = [i for n, i in sorted(self.core.lustre.items()) if n.startswith(prefix)]
+        wanted = label_filter(request.filter)
+        found = [i for n, i in sorted(self.core.lustre.items()) if n.startswith(prefix) and wanted(i.labels)]
         return lustre_v1.ListInstancesResponse(instances=found)
 
     def delete_instance(self, request: lustre_v1.DeleteInstanceRequest) -> operations_pb2.Operation:

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ._core import Core, FakeError, RequestRecord, project_number
+from ._filters import compute_filter
 
 _NAME = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
 _NETWORK_URL = re.compile(r"(?:.*/)?projects/([^/]+)/global/networks/([^/]+)$")
@@ -46,7 +47,11 @@ class RestFake:
         for verb, path, method, fn in [
             ("GET", p, "compute.projects.get", self.project_get),
             ("POST", p + "/global/networks", "compute.networks.insert", self.network_insert),
+            ("GET", p + "/global/networks", "compute.networks.list", self.network_list),
             ("GET", p + "/global/networks/(?P<name>[^/]+)", "compute.networks.get", self.network_get),
+            ("GET", p + "/aggregated/subnetworks", "compute.subnetworks.aggregatedList", self.subnet_aggregated_list),
+            ("GET", p + "/global/addresses", "compute.globalAddresses.list", self.address_list),
+            ("GET", p + "/global/firewalls", "compute.firewalls.list", self.firewall_list),
             ("DELETE", p + "/global/networks/(?P<name>[^/]+)", "compute.networks.delete", self.network_delete),
             ("POST", p + "/regions/(?P<region>[^/]+)/subnetworks", "compute.subnetworks.insert", self.subnet_insert),
             ("GET", p + "/regions/(?P<region>[^/]+)/subnetworks/(?P<name>[^/]+)", "compute.subnetworks.get",
@@ -242,6 +247,31 @@ class RestFake:
 
         return self._compute_op(project, region, "delete", path, f"compute.{_COLLECTION[kind]}.delete", latency,
                                 remove)
+
+    def _list(self, table: dict[Any, Any], project: str, kind: str, q: dict[str, str]) -> dict[str, Any]:
+        wanted = compute_filter(q.get("filter", ""))
+        items = [dict(v) for k, v in sorted(table.items()) if k[0] == project and wanted(v)]
+        return {"kind": f"compute#{kind}List", "id": f"projects/{project}/{_COLLECTION[kind]}", "items": items,
+                "selfLink": self._link(f"projects/{project}/global/{_COLLECTION[kind]}")}
+
+    def network_list(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        return self._list(self.core.networks, p["project"], "network", q)
+
+    def address_list(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        return self._list(self.core.addresses, p["project"], "address", q)
+
+    def firewall_list(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        return self._list(self.core.firewalls, p["project"], "firewall", q)
+
+    def subnet_aggregated_list(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
+        # Aggregated lists group the items by scope ("regions/us-east1"), as the real API does.
+        wanted = compute_filter(q.get("filter", ""))
+        items: dict[str, dict[str, Any]] = {}
+        for (project, region, _), subnet in sorted(self.core.subnetworks.items()):
+            if project == p["project"] and wanted(subnet):
+                items.setdefault(f"regions/{region}", {"subnetworks": []})["subnetworks"].append(dict(subnet))
+        return {"kind": "compute#subnetworkAggregatedList", "id": f"projects/{p['project']}/aggregated/subnetworks",
+                "items": items, "selfLink": self._link(f"projects/{p['project']}/aggregated/subnetworks")}
 
     def network_insert(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         name = self._check_name(b)

@@ -1,0 +1,94 @@
+"""``ls`` and ``gc``: deployments found in a project by their labels."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from ._common import emit, json_option
+from .deploy import load_prices, prices_option
+
+project_option = click.option("--project", required=True, help="The Google Cloud project to look in (all zones).")
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _table(deployments: list[Any], prices: Any) -> str:
+    now = time.time()
+    rows = [("NAME", "STATE", "ZONE", "AGE", "$/HOUR", "RESOURCES")]
+    for d in deployments:
+        cost = d.cost(prices)
+        rows.append((d.name, d.state, d.zone or d.region or "-", _age(d.age_seconds(now)),
+                     f"{cost.total_usd_per_hour:,.2f}", ", ".join(f"{r.key}:{r.short_name}" for r in d.resources)))
+    widths = [max(len(r[c]) for r in rows) for c in range(5)]
+    return "\n".join("  ".join(r[c].ljust(widths[c]) for c in range(5)) + "  " + r[5] for r in rows)
+
+
+@click.command(name="ls")
+@project_option
+@json_option
+@prices_option
+def ls(project: str, as_json: bool, prices_file: str | None) -> None:
+    """List every deployment in PROJECT found by our labels, partial ones too.
+
+    Shows each one's state (its GKE cluster's status, or PARTIAL without one), zone,
+    age, $/hour and resources.
+    """
+    from ..inventory import find_deployments
+
+    prices = load_prices(prices_file)
+    found = find_deployments(project)
+    total = sum(d.cost(prices).total_usd_per_hour for d in found)
+    data = {"project": project, "usd_per_hour": round(total, 4), "deployments": [d.to_dict(prices) for d in found]}
+    emit(data, as_json, lambda: (f"{_table(found, prices)}\n\n{len(found)} deployment(s), ${total:,.2f}/hour"
+                                 if found else f"no rl_lustre deployment in project {project}"))
+
+
+@click.command()
+@project_option
+@json_option
+@click.option("--yes", is_flag=True, help="Delete what is listed (without it, nothing is deleted).")
+@click.option("--older-than", type=click.FloatRange(min=0), default=15.0, show_default=True,
+              help="Minutes: leave younger partial deployments alone (their up() may be under way).")
+def gc(project: str, as_json: bool, yes: bool, older_than: float) -> None:
+    """List resources labelled as ours in PROJECT that no longer form a whole deployment
+    (no GKE cluster: a Lustre instance or a network left after a crash); delete them with --yes.
+
+    Nothing without our labels is ever touched; deletion goes through the deployment's
+    plan, in reverse dependency order, as `down` does.
+    """
+    from ..inventory import collect_garbage
+
+    collected = collect_garbage(project, delete=yes, older_than=older_than * 60)
+    data = {"project": project, "deleted": yes, "partial": [c.to_dict() for c in collected]}
+
+    def text() -> str:
+        if not collected:
+            return f"nothing to collect in project {project}"
+        lines = []
+        for c in collected:
+            lines.append(f"{c.deployment.name}: " + ", ".join(f"{r.key} {r.name}" for r in c.deployment.resources))
+            if c.report is not None:
+                lines.append(f"  deleted: {', '.join(c.report.keys('deleted')) or 'nothing'}")
+            if c.left:
+                lines.append(f"  LEFT (delete by hand): {', '.join(r.name for r in c.left)}")
+        if not yes:
+            lines.append("nothing deleted; run again with --yes to delete these")
+        return "\n".join(lines)
+
+    emit(data, as_json, text)
+    if any(c.left for c in collected):
+        from ..errors import TeardownError
+        from ._errors import exit_code
+
+        raise click.exceptions.Exit(exit_code(TeardownError.__new__(TeardownError)))

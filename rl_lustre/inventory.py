@@ -1,0 +1,414 @@
+"""Finding deployments by their labels: what runs in a project, what it costs, what was left behind.
+
+Every resource rl_lustre creates carries ``managed-by=rl-lustre`` and
+``rl-lustre-deployment=<name>`` (as labels, or in the description of Compute
+networking). :func:`find_deployments` lists them with each API's own list call
+(Managed Lustre with a label filter, GKE clusters of every location, Compute resources
+with a description filter) and groups them by deployment, in every zone.
+
+A deployment is *whole* while its GKE cluster exists; without it, whatever is left
+(a Lustre instance, a network after a crash) is *partial*, and :func:`collect_garbage`
+deletes it. Deletion always goes through the deployment's plan and the provisioning
+executor, exactly as ``Cluster.down()`` does, so each resource is deleted in order and
+only if it carries the deployment's labels; nothing without them is touched.
+
+Example::
+
+    for d in find_deployments("my-project"):
+        print(d.name, d.state, f"${d.cost().total_usd_per_hour:.2f}/h")
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import re
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .catalog import LABEL_DEPLOYMENT
+from .errors import ConfigError, NotFoundError
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+    from .cost import Cost, Prices
+    from .provision.drivers import Apis
+    from .provision.executor import Report
+
+__all__ = ["Collected", "Deployment", "FoundResource", "collect_garbage", "find_deployment", "find_deployments"]
+
+logger = logging.getLogger("rl_lustre.inventory")
+
+# The plan keys the labelled Google Cloud resources stand for, in the plan's order.
+KEYS = ("network", "subnet", "psa-range", "firewall-lustre", "lustre", "gke-cluster", "cpu-pool", "gpu-pool")
+# A placeholder region for a deployment of which only global resources are left: the
+# executor is then given only the keys of those resources, so nothing regional is named.
+_ANY_REGION = "us-central1"
+
+
+@attrs.frozen(kw_only=True)
+class FoundResource:
+    """One resource found by its labels.
+
+    Attributes:
+        key: the plan key it stands for (``"lustre"``, ``"gpu-pool"``, ``"network"``...).
+        kind: its API type (``"lustre.v1.Instance"``).
+        name: its full resource name.
+        deployment: the deployment its labels name.
+        location: zone, region or ``"global"``.
+        state: its state in its API's words (``"ACTIVE"``, ``"RUNNING"``, ``"READY"``).
+        created: when it was created (UTC), when the API says.
+        details: what it is (machine type and node count, capacity and tier, network).
+    """
+
+    key: str
+    kind: str
+    name: str
+    deployment: str
+    location: str
+    state: str
+    created: datetime.datetime | None = None
+    details: dict[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def short_name(self) -> str:
+        """The last part of ``name``."""
+        return self.name.rsplit("/", 1)[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resource as JSON data."""
+        return {"key": self.key, "kind": self.kind, "name": self.name, "location": self.location,
+                "state": self.state, "created": None if self.created is None else self.created.isoformat(),
+                "details": dict(self.details)}
+
+
+@attrs.frozen(kw_only=True)
+class Deployment:
+    """A deployment as found in a project by its labels.
+
+    Example::
+
+        d = find_deployment("demo", project="my-project")
+        d.state, [r.key for r in d.resources]
+        # ('RUNNING', ['network', 'subnet', 'psa-range', 'firewall-lustre', 'lustre', 'gke-cluster', ...])
+
+    Attributes:
+        name: the deployment's name (its ``rl-lustre-deployment`` label).
+        project: the project.
+        resources: what was found, in plan order.
+    """
+
+    name: str
+    project: str
+    resources: tuple[FoundResource, ...] = attrs.field(converter=lambda rs: tuple(rs))
+
+    def get(self, key: str) -> FoundResource | None:
+        """The resource found for plan key ``key``, or None."""
+        return next((r for r in self.resources if r.key == key), None)
+
+    def plan_keys(self) -> list[str]:
+        """The plan keys of what was found."""
+        return [r.key for r in self.resources]
+
+    @property
+    def whole(self) -> bool:
+        """Whether its GKE cluster exists (what jobs run on); otherwise it is partial."""
+        return self.get("gke-cluster") is not None
+
+    @property
+    def state(self) -> str:
+        """The GKE cluster's status, or ``"PARTIAL"`` without one."""
+        cluster = self.get("gke-cluster")
+        return cluster.state if cluster is not None else "PARTIAL"
+
+    @property
+    def zone(self) -> str | None:
+        """The zone of its Lustre instance or node pools."""
+        for key in ("lustre", "gpu-pool", "cpu-pool"):
+            found = self.get(key)
+            if found is not None and found.location.count("-") == 2:
+                return found.location
+        return None
+
+    @property
+    def region(self) -> str | None:
+        """Its region, from any regional or zonal resource."""
+        zone = self.zone
+        if zone is not None:
+            return zone.rsplit("-", 1)[0]
+        for key in ("gke-cluster", "subnet"):
+            found = self.get(key)
+            if found is not None:
+                return found.location if found.location.count("-") == 1 else found.location.rsplit("-", 1)[0]
+        return None
+
+    @property
+    def created(self) -> datetime.datetime | None:
+        """When its oldest resource was created."""
+        times = [r.created for r in self.resources if r.created is not None]
+        return min(times) if times else None
+
+    def age_seconds(self, now: float | None = None) -> float | None:
+        """Seconds since :attr:`created`."""
+        created = self.created
+        if created is None:
+            return None
+        return (now if now is not None else time.time()) - created.timestamp()
+
+    def cost(self, prices: Prices | None = None) -> Cost:
+        """What what was found costs per hour (node pools, Lustre, the GKE fee).
+
+        Example::
+
+            find_deployment("demo", project="my-project").cost().total_usd_per_hour
+            # 305.53
+        """
+        from .cost import Cost, Prices, gke_cluster_item, lustre_item, node_pool_item
+
+        prices = prices or Prices()
+        items = []
+        for r in self.resources:
+            d = r.details
+            if r.key in ("gpu-pool", "cpu-pool"):
+                items.append(node_pool_item(r.key, r.short_name, d["machine_type"], d["node_count"],
+                                            d["provisioning"], self.region, prices))
+            elif r.key == "lustre":
+                items.append(lustre_item(r.key, r.short_name, d["capacity_gib"], d["tier"], prices))
+            elif r.key == "gke-cluster":
+                items.append(gke_cluster_item(r.key, r.short_name, prices))
+        return Cost(items=items, prices_as_of=prices.table.as_of, sources=prices.table.sources)
+
+    def cluster(self) -> Cluster:
+        """A ``Cluster`` spec whose plan names exactly the resources found, for tearing them down.
+
+        Only the names matter: the volume is the Lustre instance found, the network the
+        one the resources are on (ours, or yours when only our firewall rule and range
+        are on it).
+        """
+        from .cluster import Cluster
+        from .volume import LustreVolume
+
+        region = self.region or _ANY_REGION
+        zone = self.zone or f"{region}-b"
+        kwargs: dict[str, Any] = {}
+        lustre = self.get("lustre")
+        if lustre is not None:
+            kwargs["volume"] = LustreVolume(name=lustre.short_name, capacity_gib=lustre.details["capacity_gib"],
+                                            throughput_mbps_per_tib=lustre.details["tier"])
+        if self.get("network") is None:
+            on = next((r.details["network"] for r in self.resources if r.details.get("network")), None)
+            if on is not None and on != f"{self.name}-net":
+                kwargs["network"] = on
+        return Cluster(name=self.name, project=self.project, region=region, zone=zone, **kwargs)
+
+    def down(self, *, keys: Sequence[str] | None = None, apis: Apis | None = None) -> Report:
+        """Delete the deployment (or only the plan nodes ``keys``) through its plan's executor.
+
+        Raises:
+            TeardownError: something could not be deleted; everything else was.
+        """
+        from .backends.gke import GKEBackend
+
+        cluster = self.cluster()
+        backend = GKEBackend(cluster, apis=apis)
+        return backend.down(keys=keys)
+
+    def to_dict(self, prices: Prices | None = None) -> dict[str, Any]:
+        """The deployment as JSON data, with its cost."""
+        age = self.age_seconds()
+        return {"name": self.name, "project": self.project, "state": self.state, "whole": self.whole,
+                "region": self.region, "zone": self.zone,
+                "created": None if self.created is None else self.created.isoformat(),
+                "age_seconds": None if age is None else round(age),
+                "usd_per_hour": round(self.cost(prices).total_usd_per_hour, 4),
+                "resources": [r.to_dict() for r in self.resources]}
+
+
+def _timestamp(value: Any) -> datetime.datetime | None:
+    """A UTC datetime from a protobuf timestamp, an RFC 3339 string, or None."""
+    if not value:
+        return None
+    if isinstance(value, datetime.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
+    try:
+        parsed = datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
+
+
+def _last(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _compute(apis: Apis, project: str) -> Iterable[FoundResource]:
+    from .gcp._ownership import labels_from_description
+
+    kinds = (("network", "compute.v1.Network", apis.networks), ("subnet", "compute.v1.Subnetwork", apis.subnetworks),
+             ("psa-range", "compute.v1.GlobalAddress", apis.addresses),
+             ("firewall-lustre", "compute.v1.Firewall", apis.firewalls))
+    for key, kind, api in kinds:
+        for r in api.list_ours(project):
+            labels = labels_from_description(r.description)
+            region = _last(r.region) if api.regional else "global"
+            scope = f"regions/{region}" if api.regional else "global"
+            state = getattr(r, "state", "") or getattr(r, "status", "") or "READY"
+            yield FoundResource(key=key, kind=kind, name=f"projects/{project}/{scope}/{api.collection}/{r.name}",
+                                deployment=labels[LABEL_DEPLOYMENT], location=region, state=str(state),
+                                created=_timestamp(r.creation_timestamp),
+                                details={} if key == "network" else {"network": _last(r.network)})
+
+
+def _lustre(apis: Apis, project: str) -> Iterable[FoundResource]:
+    from google.cloud import lustre_v1
+
+    for i in apis.lustre.list_ours(project):
+        zone = i.name.split("/")[3]
+        yield FoundResource(key="lustre", kind="lustre.v1.Instance", name=i.name,
+                            deployment=i.labels[LABEL_DEPLOYMENT], location=zone,
+                            state=lustre_v1.Instance.State(i.state).name, created=_timestamp(i.create_time),
+                            details={"capacity_gib": i.capacity_gib, "tier": i.per_unit_storage_throughput,
+                                     "network": _last(i.network), "mount_point": i.mount_point})
+
+
+def _provisioning(pool: Any) -> str:
+    from google.cloud import container_v1
+
+    if pool.config.spot or pool.config.preemptible:
+        return "Spot"
+    specific = container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION
+    return "reserved" if pool.config.reservation_affinity.consume_reservation_type == specific else "on-demand"
+
+
+def _gke(apis: Apis, project: str) -> Iterable[FoundResource]:
+    from google.cloud import container_v1
+
+    for c in apis.clusters.list_ours(project):
+        deployment = c.resource_labels[LABEL_DEPLOYMENT]
+        path = f"projects/{project}/locations/{c.location}/clusters/{c.name}"
+        yield FoundResource(key="gke-cluster", kind="container.v1.Cluster", name=path, deployment=deployment,
+                            location=c.location, state=container_v1.Cluster.Status(c.status).name,
+                            created=_timestamp(c.create_time), details={"network": c.network})
+        for pool in c.node_pools:
+            yield FoundResource(
+                key="gpu-pool" if pool.config.accelerators else "cpu-pool", kind="container.v1.NodePool",
+                name=f"{path}/nodePools/{pool.name}", deployment=deployment,
+                location=pool.locations[0] if pool.locations else c.location,
+                state=container_v1.NodePool.Status(pool.status).name, created=_timestamp(c.create_time),
+                details={"machine_type": pool.config.machine_type, "node_count": pool.initial_node_count,
+                         "provisioning": _provisioning(pool)})
+
+
+def find_deployments(project: str, *, apis: Apis | None = None) -> list[Deployment]:
+    """Every deployment in ``project`` found by our labels, in every zone, partial ones too.
+
+    Example::
+
+        [(d.name, d.state) for d in find_deployments("my-project")]
+        # [('demo', 'RUNNING'), ('crashed', 'PARTIAL')]
+
+    Args:
+        project: the Google Cloud project id.
+        apis: the adapters; by default those of this environment (the emulators' when set).
+
+    Raises:
+        ConfigError: ``project`` is not a project id.
+        GCPError: a list call failed.
+    """
+    from .provision.drivers import Apis
+    from .volume import PROJECT_PATTERN, PROJECT_RULE
+
+    if not isinstance(project, str) or re.fullmatch(PROJECT_PATTERN, project) is None:
+        raise ConfigError("rl-lustre", "project", project, PROJECT_RULE)
+    apis = apis or Apis.from_env()
+    found = [*_compute(apis, project), *_lustre(apis, project), *_gke(apis, project)]
+    order = {k: i for i, k in enumerate(KEYS)}
+    by_name: dict[str, list[FoundResource]] = {}
+    for r in found:
+        by_name.setdefault(r.deployment, []).append(r)
+    return [Deployment(name=name, project=project,
+                       resources=sorted(rs, key=lambda r: (order.get(r.key, len(KEYS)), r.name)))
+            for name, rs in sorted(by_name.items())]
+
+
+def find_deployment(name: str, *, project: str, zone: str | None = None, apis: Apis | None = None) -> Deployment:
+    """The deployment ``name`` in ``project``, found by its labels.
+
+    Args:
+        zone: if given, the deployment must be in it.
+
+    Raises:
+        NotFoundError: nothing in ``project`` carries ``rl-lustre-deployment=name`` (in ``zone``).
+    """
+    for d in find_deployments(project, apis=apis):
+        if d.name == name:
+            if zone is not None and d.zone not in (None, zone):
+                raise NotFoundError(f"deployment {name!r} in project {project} is in zone {d.zone}, not {zone}")
+            return d
+    raise NotFoundError(f"no resource in project {project} carries the label {LABEL_DEPLOYMENT}={name}")
+
+
+@attrs.frozen
+class Collected:
+    """A partial deployment :func:`collect_garbage` found, and what became of it.
+
+    Attributes:
+        deployment: what was found.
+        report: the executor's report of its deletion; None when nothing was deleted.
+        left: what still carries its labels after the deletion (a resource whose name is
+            not the one its plan gives it); empty without deletion.
+    """
+
+    deployment: Deployment
+    report: Report | None = None
+    left: tuple[FoundResource, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON data."""
+        return {**self.deployment.to_dict(), "report": None if self.report is None else self.report.to_dict(),
+                "left": [r.to_dict() for r in self.left]}
+
+
+def collect_garbage(project: str, *, delete: bool = False, older_than: float = 900.0,
+                    apis: Apis | None = None) -> list[Collected]:
+    """The partial deployments of ``project`` (labelled resources without their GKE cluster),
+    and, with ``delete``, their deletion through the executor.
+
+    Only deployments older than ``older_than`` seconds count, so that one whose
+    ``up()`` is under way right now (its cluster not requested yet) is left alone.
+
+    Example::
+
+        for c in collect_garbage("my-project", delete=True):
+            print(c.deployment.name, c.report.keys("deleted"), c.left)
+
+    Raises:
+        TeardownError: a resource could not be deleted (the others were).
+    """
+    now = time.time()
+    out: list[Collected] = []
+    for d in find_deployments(project, apis=apis):
+        if d.whole:
+            continue
+        age = d.age_seconds(now)
+        if age is not None and age < older_than:
+            logger.info("deployment %r is partial but only %.0fs old; it may be coming up: left alone", d.name, age)
+            continue
+        if not delete:
+            out.append(Collected(d))
+            continue
+        keys = [k for k in d.plan_keys() if k in KEYS]
+        if "psa-range" in keys:
+            keys.append("psa-peering")
+        logger.info("collecting the partial deployment %r: %s", d.name, ", ".join(keys))
+        report = d.down(keys=keys, apis=apis)
+        after = [x for x in find_deployments(project, apis=apis) if x.name == d.name]
+        left = after[0].resources if after else ()
+        for r in left:
+            logger.warning("%s %s still carries the labels of %r (not the name its plan gives it): delete it by hand",
+                           r.kind, r.name, d.name)
+        out.append(Collected(d, report, left))
+    return out
