@@ -89,6 +89,6 @@ def gc(project: str, as_json: bool, yes: bool, older_than: float) -> None:
     emit(data, as_json, text)
     if any(c.left for c in collected):
         from ..errors import TeardownError
-        from ._errors import exit_code
+        from ._errors import EXIT_CODES
 
-        raise click.exceptions.Exit(exit_code(TeardownError.__new__(TeardownError)))
+        raise click.exceptions.Exit(dict(EXIT_CODES)[TeardownError])
