@@ -25,7 +25,7 @@ JOB_NAME_RULE = (
 _NO_CONTROL = r"[^\x00-\x1f\x7f-\x9f]"
 _REL_PATH_RULE = "must be a relative path inside the volume (no leading '/', no '..')"
 _REL_PATH = r"(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_.@+-][A-Za-z0-9_.@+/-]*"
-_OVERRIDE_KEY = re.compile(r"(?:\+\+?)?[A-Za-z_][\w-]*(?:\.[A-Za-z0-9_][\w-]*)*")
+_OVERRIDE_KEY = re.compile(r"(?:\+\+?|~)?[A-Za-z_][\w-]*(?:\.[A-Za-z0-9_][\w-]*)*")
 
 log = logging.getLogger("rl_lustre.job")
 
@@ -90,7 +90,7 @@ def _check_overrides(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(key, str) or not _OVERRIDE_KEY.fullmatch(key):
             v.fail(inst, "overrides", key,
                    "keys are dotted NeMo-RL config keys like 'grpo.val_period'; prefix '+' to add a key "
-                   "the recipe lacks ('++' adds or replaces)")
+                   "the recipe lacks ('++' adds or replaces, '~' deletes: {'~key': None})")
         field = f"overrides[{key!r}]"
         if not _override_value_ok(val):
             v.fail(inst, field, val,
@@ -98,14 +98,15 @@ def _check_overrides(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
         _refuse_secret_value(inst, field, key, val)
         if secret_key(key) and val is not None and not isinstance(val, bool):
             v.fail(inst, field, "<redacted>", f"{key.lstrip('+')!r} names a secret; {_SECRETS_ADVICE}")
-        for name in env_references(val):
+        for name in env_references(val) if getattr(inst, "interpolate_overrides", True) else ():
             if looks_secret(name):
                 v.fail(inst, field, val,
                        f"reads the secret {name!r} into the config, which NeMo-RL prints in full at "
                        "start-up and saves with every checkpoint; code that needs it reads it from "
                        "the environment (list it in Cluster.secrets)")
         v.no_control(type(inst).__name__, field, val)
-        for where, bad, rule in broken_rules(key, val):
+        literal = not getattr(inst, "interpolate_overrides", True)
+        for where, bad, rule in broken_rules(key, val, literal=literal):
             v.fail(inst, f"overrides[{where!r}]", bad, rule + " (the same rule as the GRPOJob field)")
 
 
@@ -150,8 +151,15 @@ class GRPOJob:
         wandb: ``logger.wandb_enabled``; needs ``WANDB_API_KEY`` among the cluster's secrets.
         wandb_project: ``logger.wandb.project``.
         overrides: more NeMo-RL overrides, dotted key → value; prefix a key with ``+``
-            to add one the recipe lacks. Read back as :attr:`extra_overrides`, since
-            :meth:`overrides` returns every override the job passes.
+            to add one the recipe lacks, ``++`` to add or replace, ``~`` to delete one
+            (``{"~policy.dynamic_batching": None}``). Read back as :attr:`extra_overrides`,
+            since :meth:`overrides` returns every override the job passes.
+        interpolate_overrides: whether ``${...}`` in the string values of ``overrides``
+            is an OmegaConf interpolation that NeMo-RL resolves, as in its YAML recipes
+            (True, the default: ``"${policy.max_total_sequence_length}"`` is that key's
+            value), or literal text (False: the string reaches NeMo-RL exactly as
+            written). The job's own fields (``model``, ``metric_name``, paths ...) are
+            always literal.
         env: non-secret environment variables for the job.
         working_dir: a local directory uploaded with the job.
         excludes: ``.rayignore``-style patterns left out of ``working_dir``.
@@ -200,6 +208,7 @@ class GRPOJob:
     extra_overrides: Mapping[str, Any] = attrs.field(
         alias="overrides", factory=dict, converter=v.to_frozen_mapping, validator=_check_overrides
     )
+    interpolate_overrides: bool = attrs.field(default=True, validator=v.boolean)
     env: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=_check_env)
     working_dir: str | None = attrs.field(
         default=None,

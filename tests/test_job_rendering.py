@@ -14,7 +14,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from rl_lustre import Cluster, GRPOJob
-from rl_lustre.errors import ConfigError
+from rl_lustre.errors import ConfigError, PreflightError
 from rl_lustre.nemo_rl.overrides import same_value
 
 PARSER = OverridesParser.create()
@@ -241,7 +241,37 @@ def test_override_values_and_keys_are_validated_on_construction() -> None:
     with pytest.raises(ConfigError, match="values must be"):
         reference_job(overrides={"grpo.max_num_steps": object()})
     with pytest.raises(ConfigError, match="dotted"):
-        reference_job(overrides={"~grpo.seed": None})
+        reference_job(overrides={"~+grpo.seed": None})
+
+
+def test_tilde_deletes_a_key_as_in_nemo_rl() -> None:
+    # "~key" is a valid NeMo-RL (Hydra) override: it deletes the key from the recipe.
+    job = reference_job(recipe="grpo_math_1B", overrides={"~policy.dynamic_batching": None,
+                                                         "~logger.wandb.name": None})
+    resolved = job.resolve(reference_cluster())
+    assert "~policy.dynamic_batching" in resolved.override_args
+    # A key we set is deleted in its place, not set and then deleted.
+    assert "~logger.wandb.name" in resolved.override_args
+    assert not any(a.startswith("logger.wandb.name=") for a in resolved.override_args)
+    assert resolved.problems == ()
+    assert resolved.config is not None
+    assert "dynamic_batching" not in resolved.config["policy"]
+    assert "name" not in resolved.config["logger"]["wandb"]
+    assert "~policy.dynamic_batching" in shlex.split(job.entrypoint(reference_cluster()))
+    # Deleting what the recipe lacks is what NeMo-RL refuses.
+    with pytest.raises(PreflightError, match="has no 'policy.no_such_key'"):
+        reference_job(overrides={"~policy.no_such_key": None}).preflight(reference_cluster())
+
+
+def test_entry_script_follows_the_nemo_rl_version() -> None:
+    # v0.6.0 removed examples/run_grpo_math.py; examples/run_grpo.py runs GRPO from then on.
+    for version, script in (("0.4.0", "examples/run_grpo_math.py"), ("0.5.0", "examples/run_grpo_math.py"),
+                            ("0.6.0", "examples/run_grpo.py"), ("0.7.0", "examples/run_grpo.py")):
+        tokens = shlex.split(reference_job(nemo_rl_version=version).entrypoint(reference_cluster()))
+        assert tokens[6] == script, version
+    from_image = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
+                         image="nvcr.io/nvidia/nemo-rl:v0.6.0", ray_version="2.49.2")
+    assert shlex.split(reference_job().entrypoint(from_image))[6] == "examples/run_grpo.py"
 
 
 def test_secret_in_an_override_never_reaches_the_command() -> None:
@@ -257,3 +287,48 @@ def test_local_rehearsal_runs_the_jobs_nemo_rl_version(tmp_path: Path) -> None:
     tokens = shlex.split(reference_job(nemo_rl_version="0.6.0").entrypoint(cluster))
     assert tokens[tokens.index("--nemo-rl-version") + 1] == "0.6.0"
     assert "data.train.dataset_name=DeepScaler" in tokens
+
+
+def test_interpolations_in_override_strings_follow_interpolate_overrides() -> None:
+    """``${...}`` in the job's overrides: interpolated by default (as in NeMo-RL's YAML),
+    literal with ``interpolate_overrides=False``; the job's own fields are always literal."""
+    cluster = Cluster.local("demo", volume_dir="/tmp/rl-lustre-${HOME}")
+    overrides = {"+logger.wandb.tags": ["${policy.model_name}"], "grpo.seed": "${grpo.max_num_steps}"}
+    model = "Qwen/Qwen2.5-${x}-1.5B"
+
+    interpolated = reference_job(recipe="grpo_math_1B", model=model, overrides=overrides).resolve(cluster)
+    assert interpolated.config is not None
+    assert interpolated.config["logger"]["wandb"]["tags"] == [model]
+    assert interpolated.config["grpo"]["seed"] == interpolated.config["grpo"]["max_num_steps"] == 20
+
+    literal = reference_job(recipe="grpo_math_1B", model=model, overrides=overrides,
+                            interpolate_overrides=False).resolve(cluster)
+    assert literal.config is not None
+    assert literal.config["logger"]["wandb"]["tags"] == ["${policy.model_name}"]
+    assert literal.config["grpo"]["seed"] == "${grpo.max_num_steps}"
+    for resolved in (interpolated, literal):
+        assert resolved.config is not None
+        assert resolved.config["policy"]["model_name"] == model
+        assert resolved.config["checkpointing"]["checkpoint_dir"].startswith("/tmp/rl-lustre-${HOME}/")
+    # What the rehearsal driver (NeMo-RL's stand-in) resolves from the command line agrees.
+    tokens = shlex.split(reference_job(recipe="grpo_math_1B", model=model, overrides=overrides,
+                                       interpolate_overrides=False).entrypoint(cluster))
+    args = tokens[tokens.index("--config") + 2:]
+    from rl_lustre.nemo_rl import resolve_config
+
+    assert resolve_config("grpo_math_1B", args)["logger"]["wandb"]["tags"] == ["${policy.model_name}"]
+    # In literal mode a "${...}" string is text like any other, so value rules apply to it.
+    with pytest.raises(ConfigError, match="whole number"):
+        reference_job(overrides={"grpo.max_num_steps": "${x}"}, interpolate_overrides=False)
+
+
+def test_preflight_never_reads_the_local_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RL_LUSTRE_TEST_PRIVATE", "value-from-this-machine")
+    job = reference_job(recipe="grpo_math_1B",
+                        overrides={"+logger.wandb.tags": ["${oc.env:RL_LUSTRE_TEST_PRIVATE}"],
+                                   "logger.wandb.name": "run-${oc.env:RL_LUSTRE_TEST_PRIVATE,x}"})
+    resolved = job.resolve(reference_cluster())
+    assert resolved.config is not None
+    assert resolved.config["logger"]["wandb"]["tags"] == ["${oc.env:RL_LUSTRE_TEST_PRIVATE}"]
+    assert "value-from-this-machine" not in json.dumps(resolved.config)
+    assert "value-from-this-machine" not in repr(job.preflight(reference_cluster()))

@@ -130,8 +130,19 @@ def test_metric_name_prefix_rule(metric: str) -> None:
 def test_datasets() -> None:
     assert job(dataset="DAPOMath17K").preflight(cluster()) == []
     assert job(dataset="OpenMathInstruct-2").preflight(cluster()) == []
-    (typo,) = job(dataset="DeepScaleR").preflight(cluster())
-    assert "'DeepScaler'" in typo
+    # NeMo-RL 0.4.0's loader refuses a name it does not know: an error, not a warning.
+    typo = only_problem(job(dataset="DeepScaleR"))
+    assert (typo.field, typo.value) == ("data.dataset_name", "DeepScaleR")
+    assert "'DeepScaler'" in typo.rule
+    # A preference dataset is for DPO / reward models; GRPO's loader refuses it.
+    for preference in ("HelpSteer3", "Tulu3Preference"):
+        p = only_problem(job(dataset=preference))
+        assert (p.field, p.value) == ("data.dataset_name", preference)
+        assert "preference dataset" in p.rule
+    p = only_problem(job(dataset="HelpSteer3", nemo_rl_version="0.6.0"))
+    assert (p.field, p.value) == ("data.train.dataset_name", "HelpSteer3")
+    # For a version whose loader rl_lustre does not know, an unknown name is a warning.
+    assert any("DeepScaleR" in w for w in job(dataset="DeepScaleR", nemo_rl_version="0.6.0").preflight(cluster()))
     (other,) = job(dataset="squad").preflight(cluster())
     assert "not a math dataset" in other
     p = only_problem(job(dataset="ResponseDataset"))

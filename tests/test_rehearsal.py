@@ -226,12 +226,14 @@ def test_unknown_checkpoint_metric_fails_before_training(tmp_path: Path) -> None
 
 
 def test_keep_top_k_by_metric_never_deletes_the_newest(tmp_path: Path) -> None:
-    r = _run(tmp_path, "grpo.max_num_steps=6", "grpo.val_period=1", "checkpointing.save_period=1",
+    # Validation every 2nd step, a save every step: odd steps are saved without the
+    # metric, rank worst, and the saves after them still record it.
+    r = _run(tmp_path, "grpo.max_num_steps=6", "grpo.val_period=2", "checkpointing.save_period=1",
              "checkpointing.keep_top_k=2", "checkpointing.metric_name=val:accuracy")
     assert r.returncode == 0, r.stderr
 
-    accuracy = {s.step: s.validation["accuracy"] for s in parse_log(r.stdout).steps}
-    assert sorted(accuracy) == [1, 2, 3, 4, 5, 6]
+    accuracy = {s.step: s.validation["accuracy"] for s in parse_log(r.stdout).steps if s.validation}
+    assert sorted(accuracy) == [2, 4, 6]
     best_two = sorted(accuracy, key=lambda step: (accuracy[step], step), reverse=True)[:2]
     kept = {c.step for c in list_checkpoints(tmp_path / "ckpt")}
     assert kept == set(best_two) | {6}
@@ -273,3 +275,38 @@ def test_bad_scale_is_refused(tmp_path: Path) -> None:
     r = _run(tmp_path, "grpo.max_num_steps=1", scale=2.0)
     assert r.returncode == 2
     assert "--checkpoint-scale" in r.stderr
+
+
+def test_keep_top_k_ranks_a_checkpoint_without_the_metric_worst_as_nemo_rl_0_4_0(tmp_path: Path) -> None:
+    # nemo_rl/utils/checkpoint.py (v0.4.0) remove_old_checkpoints sorts by
+    # info.get(metric, -inf) (higher is better) or +inf (lower is better): a checkpoint
+    # saved without the metric ranks worst, and the ranking by metric goes on.
+    infos = {1: {"val:accuracy": 0.9}, 2: {}, 3: {"val:accuracy": 0.1}, 4: {"val:accuracy": 0.5}, 5: {}}
+    for higher, kept in ((True, {1, 4, 5}), (False, {3, 4, 5})):
+        ckpt = tmp_path / f"higher-{higher}"
+        for step, info in infos.items():
+            (ckpt / f"step_{step}").mkdir(parents=True)
+            (ckpt / f"step_{step}" / "training_info.json").write_text(json.dumps(info))
+        cfg = resolve_config(RECIPE, [f"checkpointing.checkpoint_dir={ckpt}", "checkpointing.keep_top_k=2",
+                                      "checkpointing.metric_name=val:accuracy",
+                                      f"checkpointing.higher_is_better={higher}"])
+        rehearsal = driver.Rehearsal(cfg, scale=1e-5, step_seconds=0, param_count=PARAMS_1B_RECIPE)
+        with contextlib.redirect_stdout(io.StringIO()):
+            rehearsal._remove_old_checkpoints()
+        # The newest (5) is never deleted, even though it lacks the metric.
+        assert {int(p.name.split("_")[1]) for p in ckpt.iterdir()} == kept
+        assert rehearsal.metric_name == "val:accuracy"
+
+
+def test_exp_numbering_is_nemo_rl_get_next_experiment_dir(tmp_path: Path) -> None:
+    # v0.4.0 searches each globbed path, base directory included, for exp_(\d+), and
+    # files count as well as directories.
+    base = tmp_path / "exp_5-sweep"
+    base.mkdir()
+    assert driver.next_experiment_dir(base) == base / "exp_001"
+    assert driver.next_experiment_dir(base) == base / "exp_006"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "exp_1000").mkdir()
+    (plain / "exp_0042.txt").write_text("")
+    assert driver.next_experiment_dir(plain) == plain / "exp_1001"

@@ -22,6 +22,7 @@ import difflib
 import functools
 import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -350,6 +351,40 @@ def resolve(cfg: DictConfig, *, owner: str) -> dict[str, Any]:
     return out
 
 
+_ENV_READ = re.compile(r"oc\.env\s*:")
+_INTERPOLATION = re.compile(r"(?<!\\)\$\{")
+
+
+def defer_env_reads(cfg: DictConfig) -> DictConfig:
+    """A copy of ``cfg`` in which every string reading ``${oc.env:...}`` is kept literally.
+
+    Resolving it then shows ``${oc.env:HF_TOKEN}`` as written instead of this process's
+    ``HF_TOKEN``; interpolations that point at such a value get the same text.
+
+    Example:
+        >>> from omegaconf import OmegaConf
+        >>> cfg = OmegaConf.create({"token": "${oc.env:HOME}", "copy": "${token}", "n": "${mul:2,3}"})
+        >>> register_resolvers()
+        >>> OmegaConf.to_container(defer_env_reads(cfg), resolve=True)
+        {'token': '${oc.env:HOME}', 'copy': '${oc.env:HOME}', 'n': 6}
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str) and _ENV_READ.search(node):
+            return _INTERPOLATION.sub(lambda _: "\\${", node)
+        if isinstance(node, dict):
+            return {k: walk(x) for k, x in node.items()}
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        return node
+
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    out = OmegaConf.create(walk(raw))
+    assert isinstance(out, DictConfig)
+    return out
+
+
 def resolve_overrides(
     recipe: DictConfig,
     overrides: Sequence[str],
@@ -357,11 +392,17 @@ def resolve_overrides(
     owner: str,
     values: Sequence[Any] | None = None,
     version: str = DEFAULT_VERSION,
+    read_env: bool = False,
 ) -> tuple[dict[str, Any] | None, list[ConfigError], list[ConfigError]]:
     """``recipe`` with Hydra ``overrides`` applied as NeMo-RL does, then resolved; ``recipe`` is left unchanged.
 
     Bad overrides are skipped (see :func:`apply_overrides`) and the rest still resolve, so
     every problem is reported at once.
+
+    ``${oc.env:...}`` is read from this process's environment only with ``read_env``
+    (the job's own process, where NeMo-RL would read it). Otherwise such values stay
+    as written (see :func:`defer_env_reads`): preflight runs on the user's machine,
+    whose environment holds their tokens, and its findings are printed.
 
     Example:
         >>> cfg, bad, unresolved = resolve_overrides(shared_recipe("grpo_math_1B")[0],
@@ -376,7 +417,7 @@ def resolve_overrides(
     cfg = copy.deepcopy(recipe)
     applied = apply_overrides(cfg, list(overrides), owner=owner, values=values, version=version)
     try:
-        return resolve(cfg, owner=owner), applied, []
+        return resolve(cfg if read_env else defer_env_reads(cfg), owner=owner), applied, []
     except PreflightError as exc:
         return None, applied, exc.problems
 
@@ -424,7 +465,7 @@ def resolve_config(
                           "must be a recipe name, a YAML path, a DictConfig or a mapping")
     if isinstance(overrides, str):
         raise ConfigError(owner, "overrides", overrides, "must be a sequence of override strings, not one string")
-    resolved, applied, unresolved = resolve_overrides(cfg, overrides, owner=owner, version=version)
+    resolved, applied, unresolved = resolve_overrides(cfg, overrides, owner=owner, version=version, read_env=True)
     if applied or unresolved:
         raise PreflightError(applied or unresolved)
     assert resolved is not None

@@ -128,7 +128,7 @@ def render_override(key: str, value: Any, *, add: bool = False) -> str:
 
     Strings stay unquoted when Hydra reads them back unchanged (so model ids and paths
     stay readable) and are quoted otherwise. ``${...}`` in a string is an OmegaConf
-    interpolation, as in NeMo-RL's YAML files; write ``\\${`` for a literal ``${``.
+    interpolation, as in NeMo-RL's YAML files; :func:`literal` escapes it for literal text.
     Tuples render as lists. Shell-quote the result separately (:func:`shlex.quote`).
 
     Example:
@@ -140,9 +140,12 @@ def render_override(key: str, value: Any, *, add: bool = False) -> str:
         'logger.wandb.name="true"'
         >>> render_override("logger.mlflow.tracking_uri", "http://mlflow:5000", add=True)
         '+logger.mlflow.tracking_uri=http://mlflow:5000'
+        >>> render_override("~policy.dynamic_batching", None)
+        '~policy.dynamic_batching'
 
     Args:
-        key: the dotted key; a leading ``+`` or ``++`` is kept as given.
+        key: the dotted key; a leading ``+``, ``++`` or ``~`` is kept as given (``~key``
+            with value None deletes the key; with a value, only if it holds that value).
         value: None, bool, int, float (including inf and nan), str, or a list, tuple
             or dict of those.
         add: prefix ``+`` (add a key the recipe lacks).
@@ -152,20 +155,43 @@ def render_override(key: str, value: Any, *, add: bool = False) -> str:
             that Hydra reads back the same value and type.
     """
     prefix, bare = split_prefix(key) if isinstance(key, str) else ("", key)
-    if prefix == "~":
-        raise ConfigError("override", key, value, "deletions ('~key') carry no value; render them as '~key'")
     if add and not prefix:
         prefix = "+"
     if not isinstance(bare, str) or not _KEY.fullmatch(bare) or ".." in bare or bare.endswith("."):
         raise ConfigError("override", str(key), value, "must be a dotted key like 'grpo.max_num_steps'")
-    text = f"{prefix}{bare}={_render(value, bare)}"
+    # "~key" deletes the key; "~key=value" deletes it only if it holds that value.
+    text = f"~{bare}" if prefix == "~" and value is None else f"{prefix}{bare}={_render(value, bare)}"
     try:
         parsed = _hydra_parse(text)
     except Exception as exc:
         raise ConfigError("override", bare, value, f"cannot be written as a Hydra override: {syntax_rule(exc)}") from exc
+    if parsed.is_delete() and value is None and parsed.key_or_group == bare:
+        return text
     if parsed.key_or_group != bare or parsed.is_sweep_override() or not same_value(parsed.value(), _normalise(value)):
         raise ConfigError("override", bare, value, "cannot be written so that Hydra reads back the same value")
     return text
+
+
+_INTERPOLATION = re.compile(r"(\\*)\$\{")
+
+
+def literal(value: Any) -> Any:
+    r"""``value`` with every ``${`` in its strings escaped, so that OmegaConf (and so
+    NeMo-RL) reads the text as written instead of resolving an interpolation.
+
+    Backslashes right before ``${`` are doubled, so they survive as written too.
+
+    Example:
+        >>> literal("run-${oc.env:USER}"), literal(["${x}", 3])
+        ('run-\\${oc.env:USER}', ['\\${x}', 3])
+    """
+    if isinstance(value, str):
+        return _INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", value)
+    if isinstance(value, (list, tuple)):
+        return [literal(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: literal(v) for k, v in value.items()}
+    return value
 
 
 def render_value(value: Any) -> str:

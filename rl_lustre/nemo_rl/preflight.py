@@ -31,8 +31,11 @@ OWNER = "GRPOJob"
 # response_datasets: load_response_dataset); "ResponseDataset" reads your own files.
 MATH_DATASETS = ("OpenMathInstruct-2", "DeepScaler", "DAPOMath17K")
 # Names that loader also knows, meant for SFT or vision-language runs rather than math GRPO.
-OTHER_DATASETS = ("open_assistant", "squad", "openmathinstruct2", "tulu3", "clevr_cogent",
+OTHER_DATASETS = ("open_assistant", "squad", "openmathinstruct2", "clevr_cogent",
                   "openai_format", "clevr-cogent", "refcoco", "geometry3k")
+# Preference (chosen/rejected) datasets of v0.4.0 (nemo_rl/data/datasets/preference_datasets:
+# load_preference_dataset), for DPO and reward models; GRPO's loader refuses them.
+PREFERENCE_DATASETS = ("HelpSteer3", "Tulu3Preference", "BinaryPreferenceDataset", "PreferenceDataset")
 
 _MISSING: Any = object()
 
@@ -272,6 +275,12 @@ def _check_dataset(flat: Mapping[str, Any], key: str, exact: bool, found: _Findi
     name = _get(flat, key)
     if name is _MISSING or name in MATH_DATASETS:
         return
+    if name in PREFERENCE_DATASETS:
+        found.problem(key, name,
+                      "is a preference dataset (chosen/rejected pairs, for DPO or reward models); GRPO "
+                      "loads response datasets only and NeMo-RL stops with 'Unsupported dataset_name' "
+                      f"(math datasets: {', '.join(MATH_DATASETS)}, or ResponseDataset for your own files)")
+        return
     if name == "ResponseDataset":
         if exact and _get(flat, "data.train_data_path") is _MISSING:
             found.problem(key, name,
@@ -286,12 +295,17 @@ def _check_dataset(flat: Mapping[str, Any], key: str, exact: bool, found: _Findi
         return
     lowered = {d.lower(): d for d in (*MATH_DATASETS, "ResponseDataset")}
     near = [lowered[m] for m in difflib.get_close_matches(str(name).lower(), list(lowered), n=2, cutoff=0.6)]
-    found.warnings.append(
-        f"{key}={name!r} is not a dataset NeMo-RL 0.4.0's GRPO math example knows "
+    unknown = (
+        f"is not a dataset NeMo-RL 0.4.0's GRPO math example knows "
         f"({', '.join(MATH_DATASETS)}, or ResponseDataset for your own files)"
         + (f"; did you mean {' or '.join(map(repr, near))}?" if near else "")
-        + " NeMo-RL stops with 'Unsupported dataset_name' unless your image adds it."
     )
+    if exact:
+        # The version whose loader we know: it raises ValueError("Unsupported dataset_name").
+        found.problem(key, name, unknown + "; NeMo-RL stops with 'Unsupported dataset_name'")
+    else:
+        found.warnings.append(f"{key}={name!r} {unknown} NeMo-RL stops with 'Unsupported dataset_name' "
+                              "unless this version or your image adds it.")
 
 
 def _check_storage(flat: Mapping[str, Any], cluster: Cluster, found: _Findings) -> None:

@@ -201,7 +201,7 @@ def resolve_job(job: GRPOJob, cluster: Cluster) -> ResolvedJob:
             f"NeMo-RL will look for examples/configs/{name}.yaml, and only the values "
             "this job sets are checked"
         )
-        flat = {key.lstrip("+"): value for key, value in overrides.items()}
+        flat = {key.lstrip("+"): value for key, value in overrides.items() if not key.startswith("~")}
     else:
         warnings.extend(notes)
         config, applied, unresolved = resolve_overrides(
@@ -240,6 +240,7 @@ def _overrides(
     """The reference command's overrides, then ``logger.log_dir`` (and the W&B project), then
     the job's own; a key of ours the job also sets takes the job's value in our place."""
     from .models import converter_for
+    from .overrides import literal
 
     out: dict[str, Any] = {"policy.model_name": job.model}
     if megatron:
@@ -265,9 +266,14 @@ def _overrides(
     })
     if job.wandb_project is not None:
         out["logger.wandb.project"] = job.wandb_project
+    # Our values are literal text; the job's follow GRPOJob.interpolate_overrides.
+    out = {k: literal(v) for k, v in out.items()}
     result: dict[str, Any] = {}
     users = dict(job.extra_overrides)
-    bare_users = {k.lstrip("+"): k for k in users}
+    if not job.interpolate_overrides:
+        users = {k: literal(v) for k, v in users.items()}
+    # "+key", "++key" and "~key" (a deletion) take the place of our "key".
+    bare_users = {k.lstrip("+~"): k for k in users}
     for key, value in out.items():
         if key in bare_users:
             user_key = bare_users.pop(key)
@@ -298,7 +304,7 @@ def _render(
         try:
             text = render_override(key, value)
         except ConfigError as exc:
-            problems.append(ConfigError(OWNER, key.lstrip("+"), shown_value(key, value), exc.rule))
+            problems.append(ConfigError(OWNER, key.lstrip("+~"), shown_value(key, value), exc.rule))
             if error is None:
                 error = (ConfigError(OWNER, f"overrides[{key!r}]", "<redacted>", _secret_rule(secret[0])) if secret
                          else _with_cause(ConfigError(OWNER, f"overrides[{key!r}]", value, exc.rule), exc))
@@ -336,7 +342,7 @@ def _entrypoint(job: GRPOJob, cluster: Cluster, version: NemoRLVersion, name: st
         )
     root = cluster.nemo_rl_path if cluster.backend == "local" else job.nemo_rl_dir
     assert root is not None
-    return (f"cd {shlex.quote(root)} && uv run python examples/run_grpo_math.py "
+    return (f"cd {shlex.quote(root)} && uv run python {version.entry_script} "
             f"--config examples/configs/{name}.yaml {quoted}")
 
 

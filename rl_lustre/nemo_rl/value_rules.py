@@ -88,10 +88,11 @@ def _interpolated(value: Any) -> bool:
     return isinstance(value, str) and "${" in value
 
 
-def broken_rules(key: str, value: Any) -> list[tuple[str, Any, str]]:
+def broken_rules(key: str, value: Any, *, literal: bool = False) -> list[tuple[str, Any, str]]:
     """``(key, value, rule)`` for each value under ``key`` that breaks its rule.
 
     A mapping value is walked, so ``{"grpo": {"max_num_steps": -1}}`` is caught too.
+    With ``literal``, a string holding ``${...}`` is text like any other.
 
     Example:
         >>> broken_rules("checkpointing.keep_top_k", 0)
@@ -103,10 +104,10 @@ def broken_rules(key: str, value: Any) -> list[tuple[str, Any, str]]:
     if isinstance(value, Mapping):
         prefix = key.lstrip("+")
         for k, v in value.items():
-            out += broken_rules(f"{prefix}.{k}", v)
+            out += broken_rules(f"{prefix}.{k}", v, literal=literal)
         return out
     rule = rule_for(key)
-    if rule is None or _interpolated(value):
+    if rule is None or (_interpolated(value) and not literal):
         return out
     text, check = rule
     if not check(value):

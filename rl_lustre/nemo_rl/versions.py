@@ -67,6 +67,17 @@ class NemoRLVersion:
     renames: tuple[KeyRename, ...] = ()
 
     @property
+    def entry_script(self) -> str:
+        """The GRPO entry script of this version, relative to the NeMo-RL checkout.
+
+        Example:
+            >>> nemo_rl_version("0.4.0").entry_script, nemo_rl_version("0.6.0").entry_script
+            ('examples/run_grpo_math.py', 'examples/run_grpo.py')
+        """
+        vt = _version_tuple(self.version)
+        return [script for since, script in ENTRY_SCRIPTS if vt >= _version_tuple(since)][-1]
+
+    @property
     def has_recipes(self) -> bool:
         """Whether rl_lustre ships this version's recipe files."""
         return self.version == RECIPE_VERSION
@@ -84,6 +95,16 @@ class NemoRLVersion:
             if key == r.old or key.startswith(r.old + "."):
                 return r
         return None
+
+
+# NeMo-RL's GRPO entry script, by the version that introduced it. Source: the release
+# tags of github.com/NVIDIA-NeMo/RL: v0.4.0 has examples/run_grpo_math.py; v0.5.0 adds
+# examples/run_grpo.py next to it; v0.6.0 removes run_grpo_math.py (and moves the dataset
+# settings under data.train, see KEY_RENAMES).
+ENTRY_SCRIPTS: tuple[tuple[str, str], ...] = (
+    ("0.0.0", "examples/run_grpo_math.py"),
+    ("0.6.0", "examples/run_grpo.py"),
+)
 
 
 # Pins from each release's pyproject.toml / container (Ray, Python).

@@ -25,8 +25,9 @@ output quoted in public guides. Later versions (2026 ``main``) are noted where t
     when checkpointing is enabled, ``📊 Using checkpoint directory: …``.
 
 ``nemo_rl/utils/logger.py`` ``get_next_experiment_dir(base_log_dir)``
-    globs ``base_log_dir/exp_*``, takes the highest number found by ``exp_(\\d+)`` plus
-    one (1 when none) and creates ``base_log_dir/exp_{n:03d}``: every start, including a
+    globs ``base_log_dir/exp_*``, searches each match's whole path for ``exp_(\\d+)``
+    (so a number in ``base_log_dir`` itself is what it finds), takes the highest plus one
+    (1 when none) and creates ``base_log_dir/exp_{n:03d}``: every start, including a
     resume, logs into a new ``exp_NNN``.
 
 ``nemo_rl/algorithms/grpo.py`` ``grpo_train``
@@ -88,11 +89,11 @@ output quoted in public guides. Later versions (2026 ``main``) are noted where t
     (an existing ``step_N`` is first renamed ``old_step_N`` and deleted afterwards), then
     ``remove_old_checkpoints(exclude_latest=True)``: with ``keep_top_k`` None nothing is
     removed; with ``metric_name`` None the newest ``keep_top_k`` steps are kept; with a
-    metric, the order is by ``(training_info[metric], step)`` (descending when
-    ``higher_is_better``, else metric ascending and newer first), and a checkpoint lacking
-    the metric (a ``KeyError``) makes it warn ``Metric … not found in checkpoint history.
-    Keeping most recent k checkpoints.`` and fall back to newest-k for the rest of the
-    run (2026 ``main`` ranks such checkpoints last instead); the newest step is never
+    metric, the order is by ``(training_info.get(metric, worst), step)`` (descending when
+    ``higher_is_better``, with ``-inf`` for a checkpoint lacking the metric; else metric
+    ascending with ``+inf`` for a lacking one, newer first): a checkpoint saved without
+    the metric ranks worst, and later saves keep writing it when they have it. The newest
+    step is never
     deleted, so up to ``keep_top_k + 1`` remain; each deletion prints
     ``Removing checkpoint <path> due to being outside top-<k>``.
     ``get_latest_checkpoint_path`` is the highest ``step_N`` by number.
@@ -129,6 +130,7 @@ What the rehearsal writes
 from __future__ import annotations
 
 import argparse
+import glob
 import io
 import json
 import math
@@ -191,9 +193,10 @@ def next_experiment_dir(base_log_dir: str | os.PathLike[str]) -> Path:
         >>> next_experiment_dir(base).name, next_experiment_dir(base).name
         ('exp_001', 'exp_002')
     """
-    base = Path(base_log_dir)
-    numbers = [int(m.group(1)) for p in base.glob("exp_*") if (m := re.search(r"exp_(\d+)", p.name))]
-    path = base / f"exp_{max(numbers, default=0) + 1:03d}"
+    base = os.fspath(base_log_dir)
+    pattern = re.compile(r"exp_(\d+)")
+    numbers = [int(m.group(1)) for p in glob.glob(os.path.join(base, "exp_*")) if (m := pattern.search(p))]
+    path = Path(base) / f"exp_{max(numbers, default=0) + 1:03d}"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -512,19 +515,10 @@ class Rehearsal:
         metric = self.metric_name
         if metric is None:
             history.sort(key=lambda h: h[0], reverse=True)
+        elif self.higher_is_better:
+            history.sort(key=lambda h: (h[2].get(metric, -math.inf), h[0]), reverse=True)
         else:
-            try:
-                if self.higher_is_better:
-                    history.sort(key=lambda h: (h[2][metric], h[0]), reverse=True)
-                else:
-                    history.sort(key=lambda h: (h[2][metric], -h[0]))
-            except KeyError:
-                warnings.warn(
-                    f"Metric {metric} not found in checkpoint history. Keeping most recent k checkpoints.",
-                    stacklevel=1,
-                )
-                history.sort(key=lambda h: h[0], reverse=True)
-                self.metric_name = None
+            history.sort(key=lambda h: (h[2].get(metric, math.inf), -h[0]))
         for step, path, _ in history[self.keep_top_k:]:
             if step == latest:
                 continue
