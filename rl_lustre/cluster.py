@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from .backends import Backend
     from .job import GRPOJob
+    from .metrics import ClusterMetrics
     from .plan import Plan
     from .run import Run
 
@@ -519,6 +520,29 @@ class Cluster:
         if not job_id or v.control_char(job_id) is not None:
             raise ConfigError("Cluster.attach", "job_id", job_id, "must be a non-empty id without control characters")
         return self._backend().attach(job_id)
+
+    def metrics(self, start: Any = None, end: Any = None, *, step: int = 60, monitoring: Any = None) -> ClusterMetrics:
+        """GPU utilisation of the deployment's pods and its Lustre throughput, from Cloud Monitoring.
+
+        Example::
+
+            m = cluster.metrics()                # the last hour, one point a minute
+            m.gpu_utilization.mean(), m.volume.write_mbps.max()
+
+        Args:
+            start: the window's start (an aware ``datetime`` or seconds since the epoch);
+                by default an hour before ``end``.
+            end: the window's end; by default now.
+            step: seconds per point (at least 60).
+            monitoring: a :class:`rl_lustre.gcp.Monitoring`; by default one from the environment.
+
+        Raises:
+            ConfigError: a local cluster, or a bad window or step.
+            GCPError: Cloud Monitoring refused (e.g. no ``roles/monitoring.viewer``).
+        """
+        from .metrics import cluster_metrics
+
+        return cluster_metrics(self, start=start, end=end, step=step, monitoring=monitoring)
 
     def use_kubeconfig(self, path: str | Path | None = None, context: str | None = None) -> Cluster:
         """Reach the RayCluster through a kubeconfig context instead of through the GKE API.

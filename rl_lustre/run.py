@@ -20,6 +20,7 @@ from . import _output
 from .errors import JobFailedError, RayError, WaitTimeoutError
 
 if TYPE_CHECKING:
+    from .metrics import ClusterMetrics
     from .nemo_rl.checkpoints import Checkpoint
     from .nemo_rl.logs import CheckpointSave, LogParser, StepRecord
     from .ray.jobs import JobInfo, JobsClient
@@ -74,6 +75,7 @@ class Run:
         total_steps: the number of steps, until the log says.
         list_checkpoints: returns the run's complete checkpoints, oldest first.
         usd_per_hour: returns what the deployment costs per hour (see :meth:`cost_so_far`).
+        cluster_metrics: reads the deployment's Cloud Monitoring metrics (GKE only).
     """
 
     def __init__(
@@ -84,12 +86,14 @@ class Run:
         total_steps: int | None = None,
         list_checkpoints: Callable[[], list[Checkpoint]] | None = None,
         usd_per_hour: Callable[[], float] | None = None,
+        cluster_metrics: Callable[..., ClusterMetrics] | None = None,
     ) -> None:
         self.job_id = job_id
         self._jobs = jobs
         self._total = total_steps
         self._list_checkpoints = list_checkpoints
         self._usd_per_hour = usd_per_hour
+        self._cluster_metrics = cluster_metrics
         self._lock = threading.Lock()
         self._parser: LogParser | None = None
         self._fed = 0
@@ -221,6 +225,29 @@ class Run:
             return 0.0
         end = info.end_time if info.end_time is not None else time.time()
         return max(0.0, end - info.start_time) / 3600 * self._usd_per_hour()
+
+    def cluster_metrics(self, *, step: int = 60) -> ClusterMetrics | None:
+        """GPU utilisation and Lustre throughput while this run ran, from Cloud Monitoring.
+
+        The window is the run's: from its start to its end, or to now while it runs.
+
+        Example::
+
+            m = run.cluster_metrics()
+            m.gpu_utilization.mean(), m.volume.write_mbps.max()
+
+        Returns:
+            None on a backend without Cloud Monitoring (local), or before the run starts.
+        """
+        if self._cluster_metrics is None:
+            return None
+        info = self.info()
+        if info.start_time is None:
+            return None
+        end = info.end_time if info.end_time is not None else time.time()
+        # The API aligns to whole steps: the window covers at least one.
+        start = min(info.start_time, end - step)
+        return self._cluster_metrics(start=start, end=end, step=step)
 
     def wait(self, timeout: float | None = None, *, poll: float = 0.5) -> str:
         """Block until the run ends; return ``"SUCCEEDED"``. A progress bar shows when output is on.

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from . import _validate as v
 from .catalog import LUSTRE_TIERS, LustreTier
 from .errors import NotReadyError
+
+if TYPE_CHECKING:
+    from .metrics import VolumeMetrics
 
 _log = logging.getLogger("rl_lustre.volume")
 
@@ -315,6 +318,29 @@ class LustreVolume:
         """
         self._check_transfer(gcs_uri, path)
         return self._api(api).export_data(self.resource_name(), path, gcs_uri, timeout=timeout)
+
+    def metrics(self, start: Any = None, end: Any = None, *, step: int = 60, monitoring: Any = None) -> VolumeMetrics:
+        """The instance's read and write throughput (MB/s) from Cloud Monitoring.
+
+        Example::
+
+            m = volume.metrics()                 # the last hour, one point a minute
+            m.write_mbps.max(), m.read_mbps.mean()
+
+        Args:
+            start: the window's start (an aware ``datetime`` or seconds since the epoch);
+                by default an hour before ``end``.
+            end: the window's end; by default now.
+            step: seconds per point (at least 60).
+            monitoring: a :class:`rl_lustre.gcp.Monitoring`; by default one from the environment.
+
+        Raises:
+            ConfigError: the project or zone is unset, or a bad window or step.
+            GCPError: Cloud Monitoring refused (e.g. no ``roles/monitoring.viewer``).
+        """
+        from .metrics import volume_metrics
+
+        return volume_metrics(self, start=start, end=end, step=step, monitoring=monitoring)
 
     def _check_transfer(self, gcs_uri: str, path: str) -> None:
         import re

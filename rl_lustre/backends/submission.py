@@ -253,4 +253,5 @@ class JobsBackend:
         lister = None if checkpoint_dir is None else functools.partial(self.list_checkpoints, checkpoint_dir)
         cluster = self.cluster
         return Run(self.jobs, job_id, total_steps=total_steps, list_checkpoints=lister,
-                   usd_per_hour=lambda: cluster.plan().cost().total_usd_per_hour)
+                   usd_per_hour=lambda: cluster.plan().cost().total_usd_per_hour,
+                   cluster_metrics=cluster.metrics if cluster.backend == "gke" else None)

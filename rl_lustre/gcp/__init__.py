@@ -7,6 +7,7 @@ module                 API and resources
 ``container``          GKE clusters and node pools, GKE operations (gRPC)
 ``compute``            VPC network, subnetwork, PSA range, firewall rule (REST)
 ``servicenetworking``  the private services access connection (plain REST)
+``monitoring``         time series of Cloud Monitoring metrics (gRPC, read only)
 ``_errors``            the one place Google errors become :mod:`rl_lustre.errors`
 ``_resource``          create-or-adopt and delete-if-ours, shared by the labelled adapters
 ``_wait``              polling with capped backoff, deadlines and progress
@@ -35,6 +36,7 @@ _EXPORTS = {
     "GkeNodePools": ".container",
     "GlobalAddresses": ".compute",
     "LustreInstances": ".lustre",
+    "Monitoring": ".monitoring",
     "Networks": ".compute",
     "Projects": ".compute",
     "PsaConnections": ".servicenetworking",

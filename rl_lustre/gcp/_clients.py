@@ -181,6 +181,21 @@ def cluster_manager() -> Any:
     return grpc_client(ClusterManagerClient, ClusterManagerGrpcTransport)
 
 
+def monitoring() -> Any:
+    """The cached ``google.cloud.monitoring_v3.MetricServiceClient``.
+
+    Example::
+
+        monitoring().list_time_series(request={"name": "projects/my-project", ...})
+    """
+    from google.cloud.monitoring_v3 import MetricServiceClient
+    from google.cloud.monitoring_v3.services.metric_service.transports import (
+        MetricServiceGrpcTransport,
+    )
+
+    return grpc_client(MetricServiceClient, MetricServiceGrpcTransport)
+
+
 def compute(client_cls: type[T]) -> T:
     """A cached Compute Engine REST client, e.g. ``compute(compute_v1.NetworksClient)``.
 

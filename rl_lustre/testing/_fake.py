@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..catalog import LABEL_MANAGED_BY, MANAGED_BY, ownership_labels
@@ -15,6 +16,7 @@ from ._core import Core, Faults, RequestRecord, project_number
 from ._gke import GkeFake, node_labels
 from ._grpc import GrpcServer
 from ._lustre import LustreFake
+from ._monitoring import MonitoringFake
 from ._rest import RestFake
 
 if TYPE_CHECKING:
@@ -99,13 +101,51 @@ class FakeGCP:
         self._grpc = GrpcServer(self._core)
         self._lustre = LustreFake(self._core)
         self._gke = GkeFake(self._core)
+        self._monitoring = MonitoringFake(self._core)
         self._lustre.register(self._grpc)
         self._gke.register(self._grpc)
+        self._monitoring.register(self._grpc)
         self._rest = RestFake(self._core)
         self._set_env = set_env
         self._saved_env: dict[str, str | None] = {}
         self.grpc_address = ""
         self.rest_url = ""
+
+    def add_time_series(
+        self,
+        metric_type: str,
+        points: Sequence[tuple[datetime.datetime, float]],
+        *,
+        kind: str = "GAUGE",
+        resource_type: str = "global",
+        resource_labels: Mapping[str, str] | None = None,
+        metric_labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """Store raw points of a Cloud Monitoring series for ``ListTimeSeries`` to serve.
+
+        Example:
+            >>> import datetime as dt
+            >>> from rl_lustre.testing import FakeGCP
+            >>> t = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+            >>> with FakeGCP() as gcp:
+            ...     gcp.add_time_series("kubernetes.io/container/accelerator/duty_cycle", [(t, 87.0)],
+            ...                         resource_type="k8s_container", resource_labels={"pod_name": "w-0"})
+
+        Args:
+            metric_type: the metric (``"lustre.googleapis.com/instance/write_bytes_count"``).
+            points: ``(time, value)`` pairs; for a DELTA metric, each value counts since the previous point.
+            kind: ``"GAUGE"``, ``"DELTA"`` or ``"CUMULATIVE"``, as the metric's descriptor says.
+            resource_type: the monitored resource type (``"k8s_container"``).
+            resource_labels: the monitored resource's labels (``project_id`` restricts the project).
+            metric_labels: the metric's labels.
+        """
+        self._monitoring.add(metric_type, points, kind=kind, resource_type=resource_type,
+                             resource_labels=resource_labels or {}, metric_labels=metric_labels or {})
+
+    @property
+    def time_series_requests(self) -> list[Any]:
+        """Every ``ListTimeSeriesRequest`` received, as sent (filter, interval, aggregation)."""
+        return list(self._monitoring.requests)
 
     @property
     def faults(self) -> Faults:

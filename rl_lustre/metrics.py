@@ -1,0 +1,234 @@
+"""What Cloud Monitoring says about a deployment: Lustre throughput and GPU utilisation.
+
+The metric types are Google's own (see the pages below); each query lets the server
+align the series to ``step`` seconds and reduce them, so the data that comes back is
+small whatever the window:
+
+=========================  ==============================================  ======================
+series                     metric type, filter                             aggregation
+=========================  ==============================================  ======================
+Lustre read / write MB/s   ``lustre.googleapis.com/instance/read_bytes_count``  ALIGN_RATE, REDUCE_SUM
+                           / ``.../write_bytes_count``, on the instance's
+                           ``instance_id`` and ``location`` (its zone)
+GPU utilisation %          ``kubernetes.io/container/accelerator/duty_cycle``  ALIGN_MEAN, REDUCE_MEAN
+                           on the GKE cluster's ``cluster_name``,          grouped by pod (one
+                           ``location`` and the RayCluster's namespace     Ray worker per node)
+=========================  ==============================================  ======================
+
+Sources: https://cloud.google.com/managed-lustre/docs/monitoring and
+https://cloud.google.com/monitoring/api/metrics_kubernetes (GKE system metrics).
+
+Use :meth:`LustreVolume.metrics <rl_lustre.LustreVolume.metrics>`,
+:meth:`Cluster.metrics <rl_lustre.Cluster.metrics>` or, for the window a run ran in,
+:meth:`Run.cluster_metrics <rl_lustre.run.Run.cluster_metrics>`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+    from .gcp.monitoring import Monitoring, TimeSeries
+    from .volume import LustreVolume
+
+__all__ = ["GPU_DUTY_CYCLE", "LUSTRE_READ_BYTES", "LUSTRE_WRITE_BYTES", "ClusterMetrics", "Series", "VolumeMetrics"]
+
+LUSTRE_READ_BYTES = "lustre.googleapis.com/instance/read_bytes_count"
+LUSTRE_WRITE_BYTES = "lustre.googleapis.com/instance/write_bytes_count"
+GPU_DUTY_CYCLE = "kubernetes.io/container/accelerator/duty_cycle"
+DEFAULT_WINDOW = 3600.0
+
+When = datetime.datetime | float | int
+
+
+@attrs.frozen
+class Series:
+    """A named series of ``(time, value)`` points, oldest first.
+
+    Example:
+        >>> import datetime as dt
+        >>> t = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+        >>> s = Series("read", "MB/s", ((t, 100.0), (t + dt.timedelta(minutes=1), 300.0)))
+        >>> s.mean(), s.max(), len(s)
+        (200.0, 300.0, 2)
+    """
+
+    name: str
+    unit: str
+    points: tuple[tuple[datetime.datetime, float], ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    @property
+    def times(self) -> list[datetime.datetime]:
+        return [t for t, _ in self.points]
+
+    @property
+    def values(self) -> list[float]:
+        return [v for _, v in self.points]
+
+    def mean(self) -> float | None:
+        """The mean value, or None without points."""
+        return sum(self.values) / len(self.points) if self.points else None
+
+    def max(self) -> float | None:
+        """The largest value, or None without points."""
+        return max(self.values) if self.points else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON data (times in ISO 8601)."""
+        return {"name": self.name, "unit": self.unit, "points": [[t.isoformat(), v] for t, v in self.points]}
+
+
+@attrs.frozen
+class VolumeMetrics:
+    """A Lustre instance's read and write throughput over a window.
+
+    Attributes:
+        read_mbps: MB/s read from the instance (all its storage targets together).
+        write_mbps: MB/s written to it.
+        start: the window's start.
+        end: the window's end.
+        step: seconds per point.
+    """
+
+    read_mbps: Series
+    write_mbps: Series
+    start: datetime.datetime
+    end: datetime.datetime
+    step: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON data."""
+        return {"start": self.start.isoformat(), "end": self.end.isoformat(), "step": self.step,
+                "read_mbps": self.read_mbps.to_dict(), "write_mbps": self.write_mbps.to_dict()}
+
+
+@attrs.frozen
+class ClusterMetrics:
+    """A GKE deployment's GPU utilisation and its volume's throughput over a window.
+
+    Attributes:
+        gpu_utilization: the mean duty cycle (%) of the GPUs of the RayCluster's pods.
+        gpu_utilization_by_pod: the same, pod by pod (one Ray worker per GPU node).
+        volume: the Lustre instance's throughput.
+    """
+
+    gpu_utilization: Series
+    gpu_utilization_by_pod: dict[str, Series]
+    volume: VolumeMetrics
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON data."""
+        return {"gpu_utilization": self.gpu_utilization.to_dict(),
+                "gpu_utilization_by_pod": {k: s.to_dict() for k, s in self.gpu_utilization_by_pod.items()},
+                "volume": self.volume.to_dict()}
+
+
+def _utc(value: When | None, field: str) -> datetime.datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            raise ConfigError("metrics", field, value, "must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        return value.astimezone(datetime.timezone.utc)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.datetime.fromtimestamp(float(value), datetime.timezone.utc)
+    raise ConfigError("metrics", field, value, "must be a datetime or seconds since the epoch")
+
+
+def window(start: When | None, end: When | None) -> tuple[datetime.datetime, datetime.datetime]:
+    """``(start, end)`` in UTC: by default the last hour up to now.
+
+    Example:
+        >>> s, e = window(0, 3600)
+        >>> (e - s).total_seconds()
+        3600.0
+    """
+    end_utc = _utc(end, "end") or datetime.datetime.now(datetime.timezone.utc)
+    start_utc = _utc(start, "start") or end_utc - datetime.timedelta(seconds=DEFAULT_WINDOW)
+    return start_utc, end_utc
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _filter(metric_type: str, **resource_labels: str) -> str:
+    terms = [f"metric.type = {_quoted(metric_type)}"]
+    terms += [f"resource.labels.{k} = {_quoted(v)}" for k, v in resource_labels.items()]
+    return " AND ".join(terms)
+
+
+def _one(found: Sequence[TimeSeries], name: str, unit: str, scale: float = 1.0) -> Series:
+    points: dict[datetime.datetime, float] = {}
+    for series in found:
+        for t, v in series.points:
+            points[t] = points.get(t, 0.0) + v * scale
+    return Series(name, unit, tuple(sorted(points.items())))
+
+
+def volume_metrics(volume: LustreVolume, *, start: When | None = None, end: When | None = None, step: int = 60,
+                   monitoring: Monitoring | None = None) -> VolumeMetrics:
+    """Read and write MB/s of ``volume``'s instance over ``[start, end]``.
+
+    Raises:
+        ConfigError: the volume's project or zone is not set, or a bad window or step.
+    """
+    from .gcp.monitoring import Monitoring
+
+    for field in ("project", "zone"):
+        if getattr(volume, field) is None:
+            raise ConfigError("LustreVolume", field, None, "must be set to read the volume's metrics")
+    assert volume.project is not None
+    assert volume.zone is not None
+    api = monitoring or Monitoring()
+    t0, t1 = window(start, end)
+    out = {}
+    for key, metric in (("read", LUSTRE_READ_BYTES), ("write", LUSTRE_WRITE_BYTES)):
+        found = api.time_series(volume.project, _filter(metric, instance_id=volume.name, location=volume.zone),
+                                start=t0, end=t1, step=step, aligner="ALIGN_RATE", reducer="REDUCE_SUM")
+        out[key] = _one(found, f"Lustre {key}", "MB/s", scale=1e-6)
+    return VolumeMetrics(out["read"], out["write"], t0, t1, step)
+
+
+def cluster_metrics(cluster: Cluster, *, start: When | None = None, end: When | None = None, step: int = 60,
+                    monitoring: Monitoring | None = None) -> ClusterMetrics:
+    """GPU utilisation of ``cluster``'s pods and its volume's throughput over ``[start, end]``.
+
+    Raises:
+        ConfigError: a local cluster (Cloud Monitoring knows only GKE deployments), or a
+            bad window or step.
+    """
+    from .gcp.monitoring import Monitoring
+
+    if cluster.backend != "gke":
+        raise ConfigError("Cluster", "backend", cluster.backend,
+                          "Cloud Monitoring metrics exist only for GKE deployments")
+    assert cluster.project is not None
+    assert cluster.region is not None
+    assert cluster.volume is not None
+    api = monitoring or Monitoring()
+    t0, t1 = window(start, end)
+    pod = "resource.labels.pod_name"
+    found = api.time_series(
+        cluster.project,
+        _filter(GPU_DUTY_CYCLE, cluster_name=cluster.name, location=cluster.region, namespace_name=cluster.namespace),
+        start=t0, end=t1, step=step, aligner="ALIGN_MEAN", reducer="REDUCE_MEAN", group_by=[pod])
+    by_pod = {s.labels.get(pod, "?"): Series(f"GPU utilisation {s.labels.get(pod, '?')}", "%", s.points)
+              for s in found}
+    sums: dict[datetime.datetime, list[float]] = {}
+    for series in by_pod.values():
+        for t, v in series.points:
+            sums.setdefault(t, []).append(v)
+    mean = Series("GPU utilisation", "%", tuple(sorted((t, sum(vs) / len(vs)) for t, vs in sums.items())))
+    volume = volume_metrics(cluster.volume, start=t0, end=t1, step=step, monitoring=api)
+    return ClusterMetrics(mean, dict(sorted(by_pod.items())), volume)
