@@ -172,6 +172,7 @@ def gcp_labels(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
                 v,
                 "label values are at most 63 lowercase letters, digits, '_' or '-'",
             )
+        not_secret(inst, f"{attr.name}[{k!r}]", v)
 
 
 def cidr(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
