@@ -194,13 +194,15 @@ class JobFailedError(RayError):
     Attributes:
         job_id: the Ray submission id.
         status: the final status.
-        last_lines: the last lines of the job's log.
+        last_lines: the last lines of the job's log (anything secret-shaped redacted).
     """
 
     def __init__(self, job_id: str, status: str, last_lines: Sequence[str] = ()) -> None:
         self.job_id = job_id
         self.status = status
-        self.last_lines = list(last_lines)
+        from ._secrets import redact
+
+        self.last_lines = [redact(line) for line in last_lines]
         tail = "\n".join(f"  | {line}" for line in self.last_lines)
         msg = f"job {job_id} ended {status}"
         super().__init__(f"{msg}; last log lines:\n{tail}" if tail else msg)

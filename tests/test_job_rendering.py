@@ -259,7 +259,7 @@ def test_tilde_deletes_a_key_as_in_nemo_rl() -> None:
     assert "name" not in resolved.config["logger"]["wandb"]
     assert "~policy.dynamic_batching" in shlex.split(job.entrypoint(reference_cluster()))
     # Deleting what the recipe lacks is what NeMo-RL refuses.
-    with pytest.raises(PreflightError, match="has no 'policy.no_such_key'"):
+    with pytest.raises(PreflightError, match=r"has no 'policy\.no_such_key'"):
         reference_job(overrides={"~policy.no_such_key": None}).preflight(reference_cluster())
 
 

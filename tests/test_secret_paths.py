@@ -137,5 +137,6 @@ def test_a_declared_secret_reaches_the_job_and_none_of_its_records(
     ]
     leaks = [text for text in seen if FAKE_HF_TOKEN in text]
     assert not leaks, leaks[0][:500]
-    # It did reach the job: the head (and so the driver) has it in its environment.
+    # It travels by the head's environment, never the runtime env (that the job sees it
+    # is test_local_backend's secrets test).
     assert "HF_TOKEN" not in json.dumps(record.runtime_env or {})
