@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-BENCHMARKS = ("provisioning",)
+BENCHMARKS = ("provisioning", "startup")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,6 +143,8 @@ def nemo_rl_version_for_image(image: str) -> str | None:
 # The default on-demand CPU machine for the Ray head (16 vCPU, 128 GiB): it holds the
 # NeMo-RL driver, which must survive a Spot preemption of the GPU nodes.
 HEAD_MACHINE_TYPE = "n2-highmem-16"
+# The reference workflow's model (its `policy.model_name`).
+REFERENCE_MODEL = "Qwen/Qwen2.5-72B-Instruct"
 
 MANAGED_BY = "rl-lustre"
 LABEL_MANAGED_BY = "managed-by"

@@ -6,6 +6,7 @@ import atexit
 import logging
 import os
 import posixpath
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -16,6 +17,7 @@ from . import _validate as v
 from .catalog import (
     GPU_MACHINE_TYPES,
     HEAD_MACHINE_TYPE,
+    REFERENCE_MODEL,
     nemo_rl_version_for_image,
     ray_version_for_image,
 )
@@ -61,6 +63,21 @@ def _check_secret_names(inst: Any, attr: attrs.Attribute[Any], value: Any) -> No
                    "secrets, like ('HF_TOKEN', 'WANDB_API_KEY'); set the value in the environment "
                    "(export HF_TOKEN=...) and list only its name here")
     v.env_name(inst, attr, value)
+
+
+_HF_REPO_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+HF_REPO_ID_RULE = ("must be a Hugging Face model id like 'Qwen/Qwen2.5-72B-Instruct' (letters, digits, '_', '.', "
+                   "'-', at most one '/', no '--' or '..')")
+
+
+def _hf_repo_ids(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, tuple):
+        v.fail(inst, attr.name, value, "must be a list of Hugging Face model ids")
+    for repo in value:
+        if not isinstance(repo, str) or not _HF_REPO_ID.fullmatch(repo) or "--" in repo or ".." in repo:
+            v.fail(inst, attr.name, repo, HF_REPO_ID_RULE)
+    if len(set(value)) != len(value):
+        v.fail(inst, attr.name, value, "model ids must be unique")
 
 
 @attrs.define
@@ -111,6 +128,13 @@ class Cluster:
         secrets: names of environment variables copied into a Kubernetes Secret and
             exposed to the pods (never to the job's runtime env).
         labels: extra labels for every resource.
+        prefetch_models: Hugging Face model ids that ``up()`` downloads into the volume's
+            Hugging Face cache (a Kubernetes Job on the CPU pool, while the RayCluster
+            starts), so that jobs on them start without a download; a model already in
+            the cache is not fetched again. ``()`` turns the prefetch off.
+        prepull_image: pull ``image`` onto every GPU node as soon as the GPU pool exists
+            (a DaemonSet, removed once the RayCluster's workers run), while Lustre is
+            still being created.
         keep: leave everything running at the end of a ``with`` block.
     """
 
@@ -166,6 +190,9 @@ class Cluster:
     public_control_plane: bool = attrs.field(default=False, validator=v.boolean)
     secrets: tuple[str, ...] = attrs.field(default=DEFAULT_SECRETS, converter=v.to_tuple, validator=_check_secret_names)
     labels: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=v.gcp_labels)
+    prefetch_models: tuple[str, ...] = attrs.field(default=(REFERENCE_MODEL,), converter=v.to_tuple,
+                                                   validator=_hf_repo_ids)
+    prepull_image: bool = attrs.field(default=True, validator=v.boolean)
     keep: bool = attrs.field(default=False, validator=v.boolean)
     backend: Literal["gke", "local"] = attrs.field(default="gke", validator=v.one_of(["gke", "local"]))
     nemo_rl_path: str | None = attrs.field(

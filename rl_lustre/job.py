@@ -13,6 +13,8 @@ import attrs
 from . import _validate as v
 from ._secrets import looks_secret
 from .nemo_rl.resolved import RESERVED_ENV as _RESERVED_ENV
+from .catalog import REFERENCE_MODEL
+from .nemo_rl.caches import HF_HOME_DIR
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -175,7 +177,7 @@ class GRPOJob:
         default=None, validator=v.matches(r"\d+\.\d+\.\d+", "must be a version like '0.4.0'", optional=True)
     )
     model: str = attrs.field(
-        default="Qwen/Qwen2.5-72B-Instruct",
+        default=REFERENCE_MODEL,
         validator=v.matches(r"[^\s'\"\\\x00-\x1f\x7f]+",
                             "must be a Hugging Face model id or path without spaces, quotes or control characters"),
     )
@@ -198,7 +200,7 @@ class GRPOJob:
     )
     checkpoint_root: str = attrs.field(default="checkpoints", validator=v.matches(_REL_PATH, _REL_PATH_RULE))
     log_root: str = attrs.field(default="logs", validator=v.matches(_REL_PATH, _REL_PATH_RULE))
-    hf_home: str = attrs.field(default="huggingface_cache", validator=v.matches(_REL_PATH, _REL_PATH_RULE))
+    hf_home: str = attrs.field(default=HF_HOME_DIR, validator=v.matches(_REL_PATH, _REL_PATH_RULE))
     wandb: bool = attrs.field(default=False, validator=v.boolean)
     wandb_project: str | None = attrs.field(
         default=None, validator=v.matches(r"[A-Za-z0-9_.-]{1,128}", "must be a W&B project name", optional=True)
@@ -335,14 +337,18 @@ class GRPOJob:
         """The Ray runtime env of the job: ``env_vars`` and, when set, ``working_dir``/``excludes``.
 
         Holds ``RAY_OVERRIDE_JOB_RUNTIME_ENV=1`` (NeMo-RL needs it under ``ray job submit``),
-        ``HF_HOME`` on the volume and :attr:`env`. Never a secret: those reach the pods
-        through the cluster's Kubernetes Secret (:attr:`Cluster.secrets`).
+        every cache NeMo-RL keeps, on the volume (``HF_HOME``, the converted Megatron
+        checkpoints, the compile caches: :func:`~rl_lustre.nemo_rl.caches.nemo_rl_cache_env`),
+        so a second submit or a restart computes none of it again, and :attr:`env`. Never a
+        secret: those reach the pods through the cluster's Kubernetes Secret
+        (:attr:`Cluster.secrets`).
 
         Example:
             >>> from rl_lustre import Cluster, GRPOJob
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
-            >>> GRPOJob(name="run-1").runtime_env(c)
-            {'env_vars': {'RAY_OVERRIDE_JOB_RUNTIME_ENV': '1', 'HF_HOME': '/lustre/huggingface_cache'}}
+            >>> env = GRPOJob(name="run-1").runtime_env(c)["env_vars"]
+            >>> env["RAY_OVERRIDE_JOB_RUNTIME_ENV"], env["HF_HOME"], env["NRL_MEGATRON_CHECKPOINT_DIR"]
+            ('1', '/lustre/huggingface_cache', '/lustre/huggingface_cache/nemo_rl')
 
         Raises:
             ConfigError: an :attr:`env` name is one of ``cluster.secrets``.

@@ -51,5 +51,13 @@ def secret_name(cluster: Cluster) -> str:
     return f"{cluster.name}-job-secrets"
 
 
+def prepull_name(cluster: Cluster) -> str:
+    return f"{cluster.name}-image-prepull"
+
+
+def prefetch_name(cluster: Cluster) -> str:
+    return f"{cluster.name}-model-prefetch"
+
+
 def raycluster_name(cluster: Cluster) -> str:
     return cluster.name

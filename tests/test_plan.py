@@ -36,6 +36,8 @@ KINDS = {
     "pvc": "v1/PersistentVolumeClaim",
     "secret": "v1/Secret",
     "raycluster": "ray.io/v1/RayCluster",
+    "image-prepull": "apps/v1/DaemonSet",
+    "model-prefetch": "batch/v1/Job",
 }
 
 
@@ -118,7 +120,9 @@ def test_dependencies_match_the_architecture(plan: Plan) -> None:
     assert plan.get("pvc").depends_on == ("pv",)
     assert plan.get("secret").depends_on == ("gke-cluster",)
     assert set(plan.get("raycluster").depends_on) == {"pvc", "secret", "cpu-pool", "gpu-pool"}
-    assert plan.upstream("raycluster") == set(KINDS) - {"raycluster"}
+    assert plan.upstream("raycluster") == set(KINDS) - {"raycluster", "image-prepull", "model-prefetch"}
+    assert plan.get("image-prepull").depends_on == ("cpu-pool", "gpu-pool")
+    assert plan.get("model-prefetch").depends_on == ("pvc", "cpu-pool", "secret")
     assert sorted(plan.dependents("gke-cluster")) == ["cpu-pool", "gpu-pool", "pv", "secret"]
 
 
@@ -143,6 +147,9 @@ def test_waves_put_the_lustre_and_gke_chains_side_by_side(plan: Plan) -> None:
     assert wave_of["psa-range"] == wave_of["gke-cluster"]
     assert wave_of["psa-peering"] == wave_of["gpu-pool"] == wave_of["cpu-pool"]
     assert wave_of["lustre"] < wave_of["pv"] < wave_of["pvc"] < wave_of["raycluster"] == len(waves) - 1
+    # The start-up work overlaps: the image pull with Lustre, the model download with the RayCluster.
+    assert wave_of["image-prepull"] == wave_of["lustre"]
+    assert wave_of["model-prefetch"] == wave_of["raycluster"]
 
 
 def test_teardown_order_deletes_dependents_first(plan: Plan) -> None:
@@ -152,7 +159,7 @@ def test_teardown_order_deletes_dependents_first(plan: Plan) -> None:
     for r in plan:
         for dep in r.depends_on:
             assert pos[r.key] < pos[dep], (r.key, dep)
-    assert order[0] == "raycluster"
+    assert order[0] == "model-prefetch"
     assert order[-1] == "network"
     waves = plan.teardown_waves()
     wave_of = {k: i for i, w in enumerate(waves) for k in w}

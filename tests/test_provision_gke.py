@@ -393,7 +393,8 @@ def test_with_the_kubernetes_part_up_applies_the_objects_and_waits_for_the_raycl
 
     with KubeFake() as kube, FakeGCP(kube_endpoint=None) as gcp:
         gcp.kube_endpoint, gcp.kube_ca_pem = kube.endpoint, kube.ca_pem.decode()
-        cluster = spec(secrets=("HF_TOKEN",))
+        # The image pre-pull and model prefetch nodes have their own tests (test_startup.py).
+        cluster = spec(secrets=("HF_TOKEN",), prefetch_models=(), prepull_image=False)
         os.environ["HF_TOKEN"] = "hf_test_value_123"
         try:
             b = GKEBackend(cluster, backoff=FAST, retry=RETRY)

@@ -59,6 +59,7 @@ _PENDING_ANNOTATION = "rl-lustre/mount-point-pending"
 # Deletion order when collecting by labels: dependents first.
 _DELETE_ORDER = ("RayCluster", "Secret", "PersistentVolumeClaim", "PersistentVolume")
 _WATCH_CHUNK = 60.0
+_OWNS_PODS = frozenset({"RayCluster", "Job", "DaemonSet"})
 
 
 @attrs.frozen
@@ -495,9 +496,9 @@ def _delete(api_client: ApiClient, targets: Iterable[tuple[str, str | None, str]
             continue
         if not (existing.get("metadata") or {}).get("deletionTimestamp"):
             with translate_errors(f"delete {what}"):
-                # Foreground: the RayCluster disappears only after its pods, so "gone"
-                # also means the pods no longer hold the claim.
-                res.delete(name, propagation="Foreground" if kind == "RayCluster" else "Background")
+                # Foreground: a RayCluster, Job or DaemonSet disappears only after its pods,
+                # so "gone" also means no pod of it holds the claim or is left behind.
+                res.delete(name, propagation="Foreground" if kind in _OWNS_PODS else "Background")
             logger.info("deleting %s", what)
         _wait(res, name, lambda obj: obj is None, deadline, f"{what} to be deleted", timeout)
         logger.debug("%s is gone", what)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .. import naming
 from ..catalog import GPU_MACHINE_TYPES, ownership_labels
 from ..errors import ConfigError, GCPError, NotReadyError
+from ..nemo_rl.caches import HF_HOME_DIR
 from .schema import validate_raycluster
 
 if TYPE_CHECKING:
@@ -269,7 +270,7 @@ def _secret(
 
 def _env(cluster: Cluster) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
-        {"name": "HF_HOME", "value": f"{cluster.mount_path}/huggingface_cache"},
+        {"name": "HF_HOME", "value": f"{cluster.mount_path}/{HF_HOME_DIR}"},
         {"name": "GLOO_SOCKET_IFNAME", "value": "eth0"},
         {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
     ]

@@ -352,7 +352,10 @@ def _runtime_env(job: GRPOJob, cluster: Cluster, hf_home: str) -> tuple[Mapping[
             return {}, ConfigError(OWNER, "env", name,
                                    "is one of the cluster's secrets; it reaches the job through the "
                                    "Kubernetes Secret, never through the job's environment")
-    out: dict[str, Any] = {"env_vars": {**RESERVED_ENV, "HF_HOME": hf_home, **job.env}}
+    from .caches import nemo_rl_cache_env
+
+    # Every cache NeMo-RL keeps goes on the volume: one function owns those variables.
+    out: dict[str, Any] = {"env_vars": {**RESERVED_ENV, **nemo_rl_cache_env(cluster.mount_path, hf_home), **job.env}}
     if job.working_dir is not None:
         out["working_dir"] = job.working_dir
         # Bytecode a local run left in the working_dir is for this machine's Python, not the image's.

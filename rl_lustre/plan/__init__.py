@@ -14,9 +14,12 @@ For GKE the graph is::
                                       ├─ secret ────────────────────────────────┤
                                       ├─ cpu-pool ──────────────────────────────┼─ raycluster
                                       └─ gpu-pool ──────────────────────────────┘
+                                           └─ image-prepull     pvc, cpu-pool, secret ─ model-prefetch
 
 The Lustre branch never waits for the GKE cluster or its pools: it is the slowest
-resource and must start as early as the network allows.
+resource and must start as early as the network allows. The image pre-pull and the model
+prefetch (:mod:`rl_lustre.plan.startup`) move the image pull and the model download of
+the first step onto branches that would otherwise wait.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .. import naming
 from ..catalog import GPU_MACHINE_TYPES, ownership_labels
 from .graph import Plan, PlannedResource
+from .startup import startup_nodes
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
@@ -251,5 +252,6 @@ def gke_plan(cluster: Cluster) -> Plan:
         },
         **created,
     ))
+    resources += startup_nodes(cluster)
     return Plan(cluster_name=cluster.name, backend="gke", resources=resources,
                 project=project, region=region, zone=zone)

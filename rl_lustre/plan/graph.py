@@ -251,7 +251,7 @@ class Plan:
             >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
             ...                zone="us-east1-b").plan()
             >>> sorted(plan.downstream("lustre"))
-            ['pv', 'pvc', 'raycluster']
+            ['model-prefetch', 'pv', 'pvc', 'raycluster']
         """
         self.get(key)
         return frozenset(r.key for r in self.resources if key in self.upstream(r.key))
@@ -293,7 +293,7 @@ class Plan:
             >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
             ...                zone="us-east1-b").plan()
             >>> sorted(plan.teardown_waves()[0])
-            ['raycluster']
+            ['image-prepull', 'model-prefetch', 'raycluster']
         """
         height: dict[str, int] = {}
         for r in reversed(self.resources):
@@ -313,7 +313,7 @@ class Plan:
             ...                zone="us-east1-b").plan()
             >>> plan.critical_path({"network": 1, "subnet": 1, "psa-range": 1, "psa-peering": 1,
             ...                     "lustre": 20, "gke-cluster": 8, "gpu-pool": 6})
-            (24.0, ['network', 'subnet', 'psa-range', 'psa-peering', 'lustre', 'pv', 'pvc', 'raycluster'])
+            (24.0, ['network', 'subnet', 'psa-range', 'psa-peering', 'lustre', 'pv', 'pvc', 'model-prefetch'])
 
         Raises:
             ConfigError: a key that is not in the plan, or a negative or non-finite duration.

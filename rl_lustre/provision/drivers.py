@@ -17,6 +17,8 @@ cpu-pool          :class:`NodePoolDriver`: came with the cluster, or created / a
 gpu-pool          :class:`NodePoolDriver`
 pv, pvc, secret,  :class:`KubeObjectDriver` (``rl_lustre.kube.apply``), or
 raycluster        :class:`SkippedDriver` when the Kubernetes part is switched off
+image-prepull,    :mod:`rl_lustre.provision.startup` (likewise skipped without the
+model-prefetch    Kubernetes part)
 ================  =======================================================================
 
 Every driver checks before it creates: a resource that exists is adopted through the
@@ -557,4 +559,7 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
         if key in plan:
             drivers[key] = KubeObjectDriver(ctx, key) if kube else SkippedDriver(
                 "Kubernetes part switched off (gcp_only=True)")
+    from .startup import startup_drivers
+
+    drivers.update(startup_drivers(ctx, kube=kube))
     return drivers

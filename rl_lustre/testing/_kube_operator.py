@@ -98,6 +98,8 @@ class KubeTimings:
     bind: float = 0.05
     deletion: float = 0.1
     job_run: float = 0.15
+    # Pulling an image onto a node that does not have it yet (once per node and image).
+    image_pull: float = 0.0
 
 
 def _containers(pod: Obj) -> list[Obj]:
@@ -478,7 +480,8 @@ class Controllers:
                     self.event(pod, autoscaler[0], autoscaler[1], warning=autoscaler[0] == "FailedScaleUp", component="cluster-autoscaler")
                 return
             self._ips += 1
-            node = f"gke-fake-{'gpu' if _wants_gpu(pod) else 'cpu'}-pool-{self._ips % 7}"
+            node = self.workloads.pick_node(pod, gpu=_wants_gpu(pod)) or (
+                f"gke-fake-{'gpu' if _wants_gpu(pod) else 'cpu'}-pool-{self._ips % 7}")
 
             def schedule(o: Obj) -> None:
                 o["spec"]["nodeName"] = node
@@ -495,7 +498,11 @@ class Controllers:
         bad = [c for c in _containers(pod) if self._image_fails(c.get("image", ""))]
         if bad:
             self._image_pull_failed(pod, bad, backoff=age >= self.timings.schedule + 2 * self.timings.start)
-        elif self.faults.crash_loop is not None:
+            return
+        pulled = self.workloads.pulled_at(pod)
+        if pulled is None or time.monotonic() < pulled + self.timings.start:
+            return  # the kubelet is pulling an image the node does not have yet
+        if self.faults.crash_loop is not None:
             self._crash_looping(pod)
         else:
             self._running(pod)

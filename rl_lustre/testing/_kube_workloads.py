@@ -89,10 +89,50 @@ class Workloads:
         # (namespace, pod) -> log text, served by pods/<name>/log.
         self.logs: dict[tuple[str, str], str] = {}
         self._running_since: dict[str, float] = {}
+        # (node, image) -> when its pull started; a node keeps what it pulled.
+        self._pulls: dict[tuple[str, str], float] = {}
 
     def reset(self) -> None:
         self.logs.clear()
         self._running_since.clear()
+        self._pulls.clear()
+
+    # the kubelet's image store
+
+    def pulled_at(self, pod: Obj) -> float | None:
+        """When the images of ``pod`` were on its node (``None`` while a pull runs), starting
+        the pulls the node lacks. Pods on one node share one pull per image, and a node keeps
+        what it pulled, as the kubelet does."""
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        now = time.monotonic()
+        done = 0.0
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            end = self._pulls.setdefault((node, c.get("image", "")), now) + self.timings.image_pull
+            if end > now:
+                return None
+            done = max(done, end)
+        return done
+
+    # the scheduler's choice among registered nodes
+
+    def pick_node(self, pod: Obj, *, gpu: bool) -> str | None:
+        """A Ready node matching the pod's ``nodeSelector`` with room for it (one GPU pod per
+        node), fewest pods first; None when no Node is registered that fits."""
+        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+        nodes = [n["metadata"]["name"] for n in self.store.find("Node")
+                 if all(labels_of(n).get(k) == v for k, v in selector.items())]
+        if not nodes:
+            return None
+        load = dict.fromkeys(nodes, 0)
+        gpu_taken: set[str] = set()
+        for other in self.store.find("Pod"):
+            where = (other.get("spec") or {}).get("nodeName")
+            if where in load and (other.get("status") or {}).get("phase") not in _TERMINAL:
+                load[where] += 1
+                if _gpu_pod(other):
+                    gpu_taken.add(str(where))
+        free = [n for n in nodes if not gpu or n not in gpu_taken]
+        return min(free, key=lambda n: (load[n], n)) if free else None
 
     def step(self) -> None:
         for ds in self.store.find("DaemonSet"):
@@ -138,9 +178,7 @@ class Workloads:
         meta = ds["metadata"]
         ns = meta.get("namespace") or "default"
         template = ds["spec"].get("template") or {}
-        selector = (template.get("spec") or {}).get("nodeSelector") or {}
-        nodes = [n for n in self.store.find("Node")
-                 if all(labels_of(n).get(k) == v for k, v in selector.items())]
+        nodes = [n for n in self.store.find("Node") if _fits(template.get("spec") or {}, labels_of(n))]
         pods = [p for p in self.store.find("Pod", ns, lambda o: owned_by(o, meta["uid"]))
                 if not p["metadata"].get("deletionTimestamp")]
         on_node = {p["spec"].get("nodeName"): p for p in pods}
@@ -275,6 +313,29 @@ class Workloads:
             o["status"] = new
 
         self.store.update("Pod", pod["metadata"].get("namespace"), pod["metadata"]["name"], finish)
+
+
+def _fits(pod_spec: Obj, labels: dict[str, str]) -> bool:
+    """Whether a node with ``labels`` matches the pod's ``nodeSelector`` and required node
+    affinity (``In``, ``NotIn``, ``Exists``, ``DoesNotExist`` terms; any term may match)."""
+    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return False
+    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+
+    def holds(expr: Obj) -> bool:
+        key, op, values = str(expr.get("key")), str(expr.get("operator")), expr.get("values") or []
+        if op in ("In", "NotIn"):
+            return (labels.get(key) in values) == (op == "In")
+        return (key in labels) == (op == "Exists") if op in ("Exists", "DoesNotExist") else False
+
+    return not terms or any(all(holds(e) for e in t.get("matchExpressions") or []) for t in terms)
+
+
+def _gpu_pod(pod: Obj) -> bool:
+    return any("nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {})
+               for c in (pod.get("spec") or {}).get("containers") or [])
 
 
 def _ready(pod: Obj) -> bool:
