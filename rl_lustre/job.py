@@ -12,9 +12,9 @@ import attrs
 
 from . import _validate as v
 from ._secrets import looks_secret
-from .nemo_rl.resolved import RESERVED_ENV as _RESERVED_ENV
 from .catalog import REFERENCE_MODEL
 from .nemo_rl.caches import HF_HOME_DIR
+from .nemo_rl.resolved import RESERVED_ENV as _RESERVED_ENV
 
 if TYPE_CHECKING:
     from .cluster import Cluster
