@@ -62,9 +62,12 @@ def backend(c: Cluster) -> GKEBackend:
     return GKEBackend(c, backoff=FAST, retry=RETRY)
 
 
-def leftovers(gcp: FakeGCP, kube: KubeFake) -> tuple[list[str], list[str]]:
+def leftovers(gcp: FakeGCP, kube: KubeFake, name: str) -> tuple[list[str], list[str]]:
+    """What of deployment ``name`` is still there, on the Google side and in Kubernetes."""
     gcp.settle()
-    return gcp.leaked(), [f"{o['kind']} {o['metadata']['name']}" for o in kube.objects()]
+    return gcp.leaked(name), [f"{o['kind']} {o['metadata']['name']}" for o in kube.objects()
+                              if o["metadata"].get("labels", {}).get("rl-lustre-deployment") == name
+                              or o["metadata"]["name"].startswith(f"{name}-")]
 
 
 def test_prepull_starts_with_the_gpu_pool_and_prefetch_with_the_claim_progress_shows_and_down_leaves_nothing(
@@ -75,10 +78,10 @@ def test_prepull_starts_with_the_gpu_pool_and_prefetch_with_the_claim_progress_s
     c = cluster()
     progress = f"{MARK} {MODEL}: 0.4 of 1.0 GB (80 MB/s)\n"
     written: list[str] = []
+    finished = threading.Event()
 
     def print_progress() -> None:  # what the prefetch program prints while it downloads
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not written:
+        while not finished.is_set() and not written:
             for pod in kube.objects("Pod"):
                 if pod["metadata"]["name"].startswith("boot-model-prefetch") and \
                         pod.get("status", {}).get("phase") == "Running":
@@ -88,8 +91,11 @@ def test_prepull_starts_with_the_gpu_pool_and_prefetch_with_the_claim_progress_s
 
     printer = threading.Thread(target=print_progress, daemon=True)
     printer.start()
-    report = backend(c).up()
-    printer.join(5)
+    try:
+        report = backend(c).up()
+    finally:
+        finished.set()
+        printer.join(5)
     rec = report.records
     # The pre-pull starts once the GPU pool is there, long before Lustre is ready.
     assert rec["image-prepull"].started >= rec["gpu-pool"].finished
@@ -131,7 +137,7 @@ def test_prepull_starts_with_the_gpu_pool_and_prefetch_with_the_claim_progress_s
     assert [r.path for r in kube.requests[before:] if r.method == "POST" and r.status != 409] == []
 
     backend(c).down()
-    assert leftovers(gcp, kube) == ([], [])
+    assert leftovers(gcp, kube, "boot") == ([], [])
 
 
 def test_a_failed_prefetch_reports_the_pods_reason_and_rolls_back(world: tuple[FakeGCP, KubeFake]) -> None:
@@ -144,7 +150,7 @@ def test_a_failed_prefetch_reports_the_pods_reason_and_rolls_back(world: tuple[F
     assert "container prefetch exited 1 (Error): 401 Client Error: Unauthorized" in text
     assert "failed after 3 attempt(s)" in text
     assert err.value.report.get("model-prefetch").outcome == "failed"
-    assert leftovers(gcp, kube) == ([], [])
+    assert leftovers(gcp, kube, "boot2") == ([], [])
 
 
 def test_switched_off_there_is_neither_node() -> None:

@@ -57,7 +57,7 @@ _MUTABLE_SPEC: dict[str, frozenset[str] | None] = {
 }
 _PENDING_ANNOTATION = "rl-lustre/mount-point-pending"
 # Deletion order when collecting by labels: dependents first.
-_DELETE_ORDER = ("RayCluster", "Secret", "PersistentVolumeClaim", "PersistentVolume")
+_DELETE_ORDER = ("Job", "DaemonSet", "RayCluster", "Secret", "PersistentVolumeClaim", "PersistentVolume")
 _WATCH_CHUNK = 60.0
 _OWNS_PODS = frozenset({"RayCluster", "Job", "DaemonSet"})
 
@@ -450,7 +450,8 @@ def delete_manifests(
 
 
 def delete_deployment(api_client: ApiClient, deployment: str, *, namespace: str = "default", timeout: float = 600.0) -> list[str]:
-    """Delete every RayCluster, Secret, claim and volume labelled with ``deployment``.
+    """Delete every prefetch Job, pre-pull DaemonSet, RayCluster, Secret, claim and volume
+    labelled with ``deployment``.
 
     For clean-up without the manifests (another process, a leak); waits until each is gone.
     A cluster without the KubeRay CRD simply has no RayClusters.
