@@ -20,12 +20,13 @@ from rl_lustre.kube.client import (
     kube_api_client_from_kubeconfig,
     translate_errors,
 )
-from rl_lustre.testing.kube import KubeFake
+from rl_lustre.testing.kube import DEFAULT_TOKEN, KubeFake
 
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[KubeFake]:
-    with KubeFake() as server:
+    # The tokens this cluster issued: the fake's own, the emulator's, and the ones below.
+    with KubeFake(tokens={DEFAULT_TOKEN, EMULATOR_TOKEN, "t", "ya29.token-1", "ya29.token-2"}) as server:
         yield server
 
 
@@ -118,6 +119,13 @@ def test_gke_clusters_are_reached_through_the_dns_endpoint_when_it_is_open(fake:
     closed = container_v1.Cluster(both)
     closed.control_plane_endpoints_config.dns_endpoint_config.allow_external_traffic = False
     assert gke_api_client(closed, StaticTokenSource("t")).configuration.host == fake.url
+
+
+def test_a_token_the_cluster_did_not_issue_is_refused(fake: KubeFake) -> None:
+    api = kube_api_client(fake.endpoint, fake.ca_pem, StaticTokenSource("made-up"))
+    with pytest.raises(KubernetesError, match="401"), translate_errors("read Secret default/x"):
+        ResourceClient(api, "Secret", "default").get("x")
+    assert fake.requests[-1].status == 401
 
 
 def test_rejected_token_is_a_kubernetes_error_naming_401() -> None:

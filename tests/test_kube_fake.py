@@ -226,8 +226,12 @@ def test_operator_brings_a_raycluster_up(fake: KubeFake, api) -> None:
     assert all(p["status"]["phase"] == "Running" for p in pods)
     svc = fake.get("Service", "rc-head-svc")
     assert svc is not None
-    assert svc["spec"]["selector"] == {"ray.io/cluster": "rc", "ray.io/node-type": "head"}
-    assert {p["port"] for p in svc["spec"]["ports"]} == {8265}
+    # As KubeRay v1.x makes it: headless, its identity labels, the head's ports plus metrics.
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == {"ray.io/cluster": "rc", "ray.io/node-type": "head", "ray.io/identifier": "rc-head"}
+    assert svc["metadata"]["labels"]["app.kubernetes.io/created-by"] == "kuberay-operator"
+    assert {(p["name"], p["port"], p["appProtocol"]) for p in svc["spec"]["ports"]} == {
+        ("dashboard", 8265, "tcp"), ("metrics", 8080, "tcp")}
 
 
 def test_objects_the_fake_creates_pass_the_real_schemas(fake: KubeFake, api) -> None:
@@ -280,3 +284,96 @@ def test_claim_protection_holds_deletion_while_a_pod_uses_it(fake: KubeFake, api
     assert fake.get("PersistentVolumeClaim", "c") is not None, "pvc-protection keeps a claim in use"
     fake.delete("Pod", "user")
     wait_for(lambda: fake.get("PersistentVolumeClaim", "c") is None)
+
+
+def _request(fake: KubeFake, method: str, path: str, body: object = None,
+             content_type: str = "application/json") -> tuple[int, dict]:
+    """A raw HTTPS request with the fake's token: (status, JSON body)."""
+    import json
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    context = ssl.create_default_context(cadata=fake.ca_pem.decode())
+    request = urllib.request.Request(
+        fake.url + path, method=method, data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": "Bearer kube-fake-token", "Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+            return answer.status, json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def test_delete_answers_with_a_status_unless_the_object_lingers(fake: KubeFake, api) -> None:
+    ResourceClient(api, "Secret", "default").create(secret("s"))
+    code, body = _request(fake, "DELETE", "/api/v1/namespaces/default/secrets/s")
+    assert (code, body["kind"], body["status"], body["details"]["name"]) == (200, "Status", "Success", "s")
+    assert fake.get("Secret", "s") is None, "no finalizers: gone at once"
+    ResourceClient(api, "PersistentVolumeClaim", "default").create({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c"},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+    code, body = _request(fake, "DELETE", "/api/v1/namespaces/default/persistentvolumeclaims/c")
+    assert (code, body["kind"]) == (200, "PersistentVolumeClaim")  # held by pvc-protection: the object
+    assert body["metadata"]["deletionTimestamp"]
+
+
+def test_put_replaces_with_optimistic_concurrency(fake: KubeFake, api) -> None:
+    created = ResourceClient(api, "Secret", "default").create(secret("s"))
+    created["metadata"]["labels"] = {"new": "label"}
+    code, body = _request(fake, "PUT", "/api/v1/namespaces/default/secrets/s", created)
+    assert (code, body["metadata"]["labels"]) == (200, {"new": "label"})
+    code, body = _request(fake, "PUT", "/api/v1/namespaces/default/secrets/s", created)  # stale resourceVersion
+    assert (code, body["reason"]) == (409, "Conflict")
+
+
+def test_strategic_merge_patch_merges_lists_by_key_for_builtin_kinds_only(fake: KubeFake, api) -> None:
+    fake.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                 "spec": {"containers": [{"name": "a", "image": "x", "env": [{"name": "A", "value": "1"}]},
+                                         {"name": "b", "image": "y"}]}})
+    patch = {"spec": {"containers": [{"name": "a", "env": [{"name": "B", "value": "2"}]}]}}
+    path = "/api/v1/namespaces/default/pods/p"
+    code, body = _request(fake, "PATCH", path, patch, "application/strategic-merge-patch+json")
+    assert code == 200
+    a, b = body["spec"]["containers"]
+    assert (a["image"], [e["name"] for e in a["env"]], b["name"]) == ("x", ["A", "B"], "b")
+    code, body = _request(fake, "PATCH", path, patch, "application/merge-patch+json")
+    assert [c["name"] for c in body["spec"]["containers"]] == ["a"], "a merge patch replaces lists"
+    ResourceClient(api, "RayCluster", "default").create(raycluster("rc"))
+    code, _ = _request(fake, "PATCH", "/apis/ray.io/v1/namespaces/default/rayclusters/rc", {"metadata": {}},
+                       "application/strategic-merge-patch+json")
+    assert code == 415, "custom resources take no strategic merge patches"
+
+
+def test_unsupported_field_selector_is_a_400(api) -> None:
+    with pytest.raises(ApiException) as info:
+        ResourceClient(api, "Secret", "default").list(field_selector="data.KEY=x")
+    assert info.value.status == 400
+    assert "field label not supported: data.KEY" in info.value.body
+    assert ResourceClient(api, "Secret", "default").list(field_selector="type=Opaque")[0] == []
+
+
+def test_selector_watch_sees_objects_enter_and_leave(fake: KubeFake, api) -> None:
+    secrets = ResourceClient(api, "Secret", "default")
+    _, version = secrets.list()
+    secrets.create(secret("s", team="a"))
+    secrets.patch("s", {"metadata": {"labels": {"team": "b"}}})
+    secrets.patch("s", {"metadata": {"labels": {"team": "a", "x": "y"}}})
+    secrets.patch("s", {"metadata": {"labels": {"x": "z"}}})
+    events = [(t, o["metadata"]["labels"]) for t, o in
+              secrets.watch(resource_version=version, timeout=1, label_selector="team=a")]
+    assert events == [("ADDED", {"team": "a"}), ("DELETED", {"team": "b"}), ("ADDED", {"team": "a", "x": "y"}),
+                      ("MODIFIED", {"team": "a", "x": "z"})]
+
+
+def test_builtin_kinds_drop_empty_omitempty_strings(fake: KubeFake, api) -> None:
+    pv = ResourceClient(api, "PersistentVolume").create({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "v", "labels": {"empty": ""}},
+        "spec": {"storageClassName": "", "capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteMany"],
+                 "csi": {"driver": "d", "volumeHandle": "h"}}})
+    assert "storageClassName" not in pv["spec"]
+    assert pv["metadata"]["labels"] == {"empty": ""}, "map values are values, not omitted fields"
+    pvc = ResourceClient(api, "PersistentVolumeClaim", "default").create({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c"},
+        "spec": {"storageClassName": "", "accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Ti"}}}})
+    assert pvc["spec"]["storageClassName"] == "", "a pointer in the Go types: kept"

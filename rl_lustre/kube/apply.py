@@ -148,7 +148,14 @@ def _desired(manifest: Mapping[str, Any], deployment: str, ns: str | None) -> Ob
 
 
 def _subset(want: Any, have: Any) -> bool:
-    """Whether ``have`` already holds everything ``want`` asks for (server defaults aside)."""
+    """Whether ``have`` (as the server stored it) already holds everything ``want`` asks for.
+
+    Server defaults (fields we did not send) are ignored, and so is an empty string we
+    sent that the server did not keep: built-in kinds drop empty ``omitempty`` fields
+    (a PersistentVolume's ``storageClassName: ""`` is stored without it).
+    """
+    if want == "" and have is None:
+        return True
     if isinstance(want, Mapping):
         return isinstance(have, Mapping) and all(_subset(v, have.get(k)) for k, v in want.items())
     if isinstance(want, list):

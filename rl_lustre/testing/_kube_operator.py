@@ -26,6 +26,7 @@ from ._kube_store import (
 from ._kube_workloads import Workloads
 
 GPU = "nvidia.com/gpu"
+METRICS_PORT = 8080
 HEAD_SERVICE_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080, "serve": 8000}
 
 UNSCHEDULABLE_MESSAGES = {
@@ -265,6 +266,7 @@ class Controllers:
     # PV binder
 
     def _bind_volumes(self) -> None:
+        self._release_volumes()
         for pvc in self.store.find("PersistentVolumeClaim"):
             meta = pvc["metadata"]
             if meta.get("deletionTimestamp") or (pvc.get("status") or {}).get("phase") == "Bound":
@@ -273,6 +275,10 @@ class Controllers:
                 continue
             pv = self._matching_volume(pvc)
             if pv is None:
+                wanted = (pvc.get("spec") or {}).get("volumeName")
+                if wanted and self.store.get("PersistentVolume", None, wanted) is not None:
+                    self.event(pvc, "FailedBinding", f'volume "{wanted}" already bound to a different claim.',
+                               warning=True, component="persistentvolume-controller")
                 continue
             if self.faults.pvc_never_binds:
                 self.event(
@@ -283,12 +289,33 @@ class Controllers:
                 continue
             self._bind(pvc, pv)
 
+    def _release_volumes(self) -> None:
+        """A volume whose claim is gone is Released (it keeps the old claim's uid and binds
+        to no other claim); one whose claimRef lost its uid becomes Available again."""
+        for pv in self.store.find("PersistentVolume"):
+            ref = (pv.get("spec") or {}).get("claimRef") or {}
+            phase = (pv.get("status") or {}).get("phase")
+            claim = self.store.get("PersistentVolumeClaim", ref.get("namespace"), ref.get("name", ""))
+            if ref.get("uid") and phase == "Bound" and (claim is None or claim["metadata"]["uid"] != ref["uid"]):
+                new_phase = "Released"
+            elif not ref.get("uid") and phase == "Released":
+                new_phase = "Available"
+            else:
+                continue
+
+            def set_phase(o: Obj, phase: str = new_phase) -> None:
+                o["status"] = {"phase": phase}
+
+            self.store.update("PersistentVolume", None, pv["metadata"]["name"], set_phase)
+
     def _matching_volume(self, pvc: Obj) -> Obj | None:
         wanted = (pvc.get("spec") or {}).get("volumeName")
         for pv in self.store.find("PersistentVolume"):
-            if pv["metadata"].get("deletionTimestamp"):
+            if pv["metadata"].get("deletionTimestamp") or (pv.get("status") or {}).get("phase") == "Released":
                 continue
             ref = (pv.get("spec") or {}).get("claimRef") or {}
+            if ref.get("uid") and ref["uid"] != pvc["metadata"]["uid"]:
+                continue  # bound (or was) to another claim
             if wanted == pv["metadata"]["name"] or (
                 ref.get("name") == pvc["metadata"]["name"] and ref.get("namespace") == pvc["metadata"].get("namespace")
             ):
@@ -326,22 +353,7 @@ class Controllers:
         head_group = spec.get("headGroupSpec") or {}
         service_name = f"{name}-head-svc"
         if not any(o["kind"] == "Service" for o in owned):
-            head_ports = [
-                {"name": p.get("name") or f"port-{p['containerPort']}", "port": p["containerPort"],
-                 "protocol": "TCP", "targetPort": p["containerPort"]}
-                for c in _containers({"spec": (head_group.get("template") or {}).get("spec") or {}})
-                for p in c.get("ports") or []
-            ] or [{"name": n, "port": p, "protocol": "TCP", "targetPort": p} for n, p in HEAD_SERVICE_PORTS.items()]
-            self.store.create({
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {
-                    "name": service_name, "namespace": ns,
-                    "labels": {"ray.io/cluster": name, "ray.io/node-type": "head", "app.kubernetes.io/created-by": "kuberay-operator"},
-                    "ownerReferences": [owner_reference(rc)],
-                },
-                "spec": {"selector": {"ray.io/cluster": name, "ray.io/node-type": "head"}, "ports": head_ports},
-            })
+            self.store.create(_head_service(rc, service_name, head_group))
             self.event(rc, "CreatedService", f"Created service {ns}/{service_name}", component="raycluster-controller")
         live_pods = [o for o in owned if o["kind"] == "Pod" and not o["metadata"].get("deletionTimestamp")]
         groups: list[tuple[str, str, Obj, int]] = [("headgroup", "head", head_group, 1)]
@@ -421,8 +433,10 @@ class Controllers:
             },
             "head": {"serviceName": f"{name}-head-svc"},
         }
-        if service is not None:
-            status["head"]["serviceIP"] = service["spec"].get("clusterIP", "")
+        if service is not None and service["spec"].get("clusterIP") not in (None, "", "None"):
+            status["head"]["serviceIP"] = service["spec"]["clusterIP"]
+        elif head is not None and (head.get("status") or {}).get("podIP"):
+            status["head"]["serviceIP"] = head["status"]["podIP"]  # headless: the head pod's address
         if head is not None:
             status["head"]["podName"] = head["metadata"]["name"]
             if (head.get("status") or {}).get("podIP"):
@@ -621,6 +635,35 @@ class Controllers:
             self.event(pod, "Started", f"Started container {c['name']}", component="kubelet")
         status["containerStatuses"] = statuses
         self._set_status(pod, status)
+
+
+def _head_service(rc: Obj, service_name: str, head_group: Obj) -> Obj:
+    """The head Service as KubeRay v1.x makes it: headless (``clusterIP: None``), its
+    labels and selector, the head container's ports (``appProtocol: tcp``) plus metrics."""
+    name, ns = rc["metadata"]["name"], rc["metadata"].get("namespace") or "default"
+    ports = {
+        str(p.get("name") or f"port-{p['containerPort']}"): int(p["containerPort"])
+        for c in _containers({"spec": (head_group.get("template") or {}).get("spec") or {}})[:1]
+        for p in c.get("ports") or []
+    } or {n: p for n, p in HEAD_SERVICE_PORTS.items() if n != "metrics"}
+    if METRICS_PORT not in ports.values():
+        ports["metrics"] = METRICS_PORT
+    identity = {"ray.io/cluster": name, "ray.io/node-type": "head", "ray.io/identifier": f"{name}-head"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name, "namespace": ns,
+            "labels": {**identity, "app.kubernetes.io/name": "kuberay", "app.kubernetes.io/created-by": "kuberay-operator"},
+            "ownerReferences": [owner_reference(rc)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": identity,
+            "ports": [{"name": n, "port": p, "protocol": "TCP", "targetPort": p, "appProtocol": "tcp"}
+                      for n, p in ports.items()],
+        },
+    }
 
 
 def _pod_ready(pod: Obj) -> bool:

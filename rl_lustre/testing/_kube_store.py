@@ -1,6 +1,8 @@
 """The object store behind :class:`rl_lustre.testing.kube.KubeFake`: what an API server
 keeps (objects, resource versions, watch history) and the rules it applies to them.
 
+The kinds it serves are the table in :mod:`._kube_kinds` (:data:`KINDS`, :func:`register_kind`).
+
 Everything here runs on the fake's event loop thread; readers on other threads take
 ``Store.lock``.
 """
@@ -21,18 +23,31 @@ from typing import Any
 
 import attrs
 
+from ._kube_kinds import (
+    BY_PATH,
+    KINDS,
+    MERGED_SCALAR_LISTS,
+    META_MERGE_KEYS,
+    KindInfo,
+    pod_merge_keys,
+    register_kind,
+)
+from ._kube_patch import merge_patch, omit_empty, strategic_merge
+
+__all__ = ["BY_PATH", "KINDS", "ApiError", "Gone", "KindInfo", "Obj", "Store", "Watcher", "labels_of", "merge_patch",
+           "owned_by", "owner_reference", "parse_field_selector", "parse_label_selector", "pod_merge_keys",
+           "register_kind"]
+
 Obj = dict[str, Any]
 Key = tuple[str, "str | None", str]  # (kind, namespace, name)
 
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 # PV and PVC specs are immutable except for these fields (API server validation).
 MUTABLE_SPEC = {
-    "PersistentVolume": {"capacity", "mountOptions", "persistentVolumeReclaimPolicy", "claimRef", "nodeAffinity"},
+    "PersistentVolume": {"capacity", "mountOptions", "persistentVolumeReclaimPolicy", "claimRef", "nodeAffinity",
+                         "storageClassName", "volumeAttributesClassName"},
     "PersistentVolumeClaim": {"resources", "volumeAttributesClassName"},
 }
-# Kinds whose status only the status subresource (here: the simulated controllers) may write.
-STATUS_SUBRESOURCE = {"RayCluster", "Pod", "PersistentVolume", "PersistentVolumeClaim", "Service", "Node",
-                      "DaemonSet", "Job"}
 
 
 def now_rfc3339() -> str:
@@ -68,36 +83,6 @@ class ApiError(Exception):
         return body
 
 
-@attrs.frozen
-class KindInfo:
-    kind: str
-    api_version: str
-    plural: str
-    namespaced: bool
-
-    @property
-    def resource(self) -> str:
-        """``secrets`` or ``rayclusters.ray.io``, as the server names it in messages."""
-        group = self.api_version.rpartition("/")[0]
-        return f"{self.plural}.{group}" if group else self.plural
-
-
-KINDS = {
-    k.kind: k
-    for k in [
-        KindInfo("PersistentVolume", "v1", "persistentvolumes", False),
-        KindInfo("PersistentVolumeClaim", "v1", "persistentvolumeclaims", True),
-        KindInfo("Secret", "v1", "secrets", True),
-        KindInfo("Pod", "v1", "pods", True),
-        KindInfo("Service", "v1", "services", True),
-        KindInfo("Event", "v1", "events", True),
-        KindInfo("RayCluster", "ray.io/v1", "rayclusters", True),
-        KindInfo("Node", "v1", "nodes", False),
-        KindInfo("DaemonSet", "apps/v1", "daemonsets", True),
-        KindInfo("Job", "batch/v1", "jobs", True),
-    ]
-}
-BY_PATH = {(k.api_version, k.plural): k for k in KINDS.values()}
 
 
 # --- selectors -------------------------------------------------------------------
@@ -154,8 +139,12 @@ def _field(obj: Obj, path: str) -> str:
     return "" if value is None else str(value)
 
 
-def parse_field_selector(text: str | None) -> Callable[[Obj], bool]:
-    """A predicate on objects for a field selector (``metadata.name=x,status.phase!=Running``)."""
+def parse_field_selector(text: str | None, info: KindInfo | None = None) -> Callable[[Obj], bool]:
+    """A predicate on objects for a field selector (``metadata.name=x,status.phase!=Running``).
+
+    With ``info``, selecting by a field the real server does not index for that kind is
+    a 400 (``field label not supported``), as there.
+    """
     terms: list[tuple[str, bool, str]] = []  # (path, equal, value)
     for term in (text or "").split(","):
         if not term.strip():
@@ -163,24 +152,14 @@ def parse_field_selector(text: str | None) -> Callable[[Obj], bool]:
         m = re.fullmatch(r"\s*([A-Za-z0-9_.]+)\s*(==|=|!=)\s*(.*?)\s*", term)
         if m is None:
             raise ApiError(400, "BadRequest", f"invalid field selector {text!r}")
+        if info is not None and m[1] not in info.selectable_fields:
+            raise ApiError(400, "BadRequest", f'"{m[1]}" is not a known field selector: only '
+                           f'"{", ".join(sorted(info.selectable_fields))}" (field label not supported: {m[1]})')
         terms.append((m[1], m[2] != "!=", m[3]))
     return lambda obj: all((_field(obj, path) == value) == equal for path, equal, value in terms)
 
 
 # --- patches ---------------------------------------------------------------------
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 def _fold_string_data(obj: Obj) -> None:
@@ -204,6 +183,30 @@ class Watcher:
     match: Callable[[Obj], bool]
     queue: asyncio.Queue[tuple[str, Obj] | None]
 
+    def event(self, typ: str, obj: Obj, old: Obj | None) -> str | None:
+        """The event this watch sees for a change, or None.
+
+        As the real server does for a selector watch: an object that starts matching
+        arrives as ADDED, one that stops matching leaves as DELETED.
+        """
+        if obj.get("kind") != self.kind:
+            return None
+        if self.namespace is not None and obj["metadata"].get("namespace") != self.namespace:
+            return None
+        now = self.match(obj)
+        if typ != "MODIFIED" or old is None:
+            return typ if now else None
+        before = self.match(old)
+        if now and before:
+            return "MODIFIED"
+        if now:
+            return "ADDED"
+        return "DELETED" if before else None
+
+
+# Pods end gracefully (the kubelet stops their containers): never removed at once.
+_GRACEFUL = frozenset({"Pod"})
+
 
 class Gone(Exception):
     """A watch asked for history the store no longer keeps."""
@@ -217,7 +220,8 @@ class Store:
         self.lock = threading.RLock()
         self.objects: dict[Key, Obj] = {}
         self.rv = 0
-        self.history: collections.deque[tuple[int, str, Obj]] = collections.deque(maxlen=history)
+        # (resourceVersion, type, object, the object before a MODIFIED)
+        self.history: collections.deque[tuple[int, str, Obj, Obj | None]] = collections.deque(maxlen=history)
         self.oldest_rv = 0
         self.watchers: set[Watcher] = set()
         # Called with (event type, object) after every change; the controllers hook in.
@@ -262,24 +266,17 @@ class Store:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
 
-    def _emit(self, typ: str, obj: Obj) -> None:
+    def _emit(self, typ: str, obj: Obj, old: Obj | None = None) -> None:
         snapshot = copy.deepcopy(obj)
-        self.history.append((self.rv, typ, snapshot))
+        self.history.append((self.rv, typ, snapshot, old))
         if len(self.history) == self.history.maxlen:
             self.oldest_rv = self.history[0][0] - 1
         for w in list(self.watchers):
-            if self._watch_match(w, snapshot):
-                w.queue.put_nowait((typ, snapshot))
+            seen = w.event(typ, snapshot, old)
+            if seen is not None:
+                w.queue.put_nowait((seen, snapshot))
         for listener in self.listeners:
             listener(typ, snapshot)
-
-    @staticmethod
-    def _watch_match(w: Watcher, obj: Obj) -> bool:
-        if obj.get("kind") != w.kind:
-            return False
-        if w.namespace is not None and obj["metadata"].get("namespace") != w.namespace:
-            return False
-        return w.match(obj)
 
     def create(self, obj: Obj) -> Obj:
         """Store a new object, filling what the server fills; 409 if the name is taken."""
@@ -306,8 +303,11 @@ class Store:
             for server_field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
                 meta.pop(server_field, None)
             obj["apiVersion"] = info.api_version
-            if info.kind in STATUS_SUBRESOURCE and info.kind != "Node":
+            if info.status and not info.status_on_create:
                 obj.pop("status", None)
+            if info.builtin:
+                obj = omit_empty(obj, info.kind)
+                meta = obj["metadata"]
             if info.kind in ("DaemonSet", "Job"):
                 from ._kube_workloads import server_defaults
 
@@ -339,11 +339,12 @@ class Store:
         info = KINDS[obj["kind"]]
         key = (info.kind, meta.get("namespace") if info.namespaced else None, meta["name"])
         with self.lock:
+            old = self.objects.get(key)
             if spec_changed:
                 meta["generation"] = int(meta.get("generation", 1)) + 1
             self._bump(obj)
             self.objects[key] = obj
-            self._emit("MODIFIED", obj)
+            self._emit("MODIFIED", obj, copy.deepcopy(old) if old is not None else None)
             return obj
 
     def update(self, kind: str, namespace: str | None, name: str, change: Callable[[Obj], None]) -> Obj | None:
@@ -358,52 +359,94 @@ class Store:
                 return current
             return self.replace(new, spec_changed=new.get("spec") != current.get("spec"))
 
-    def patch(self, kind: str, namespace: str | None, name: str, patch: Obj, validate: Callable[[Obj], None] | None) -> Obj:
-        """A merge patch from a client, with the server's immutability rules."""
+    def patch(self, kind: str, namespace: str | None, name: str, patch: Obj, validate: Callable[[Obj], None] | None,
+              *, strategic: bool = False) -> Obj:
+        """A merge patch (or, for built-in kinds, a strategic merge patch) from a client."""
+        info = KINDS[kind]
+        if strategic and not info.builtin:
+            raise ApiError(415, "UnsupportedMediaType",
+                           f"the body of the request was in an unknown format - accepted media types include: "
+                           f"application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml "
+                           f"(strategic merge patch is not supported for {info.resource})")
         with self.lock:
             current = self.require(kind, namespace, name)
-            info = KINDS[kind]
-            new = merge_patch(current, patch)
-            meta = new.setdefault("metadata", {})
+            if strategic:
+                new = strategic_merge(current, patch, {**META_MERGE_KEYS, **info.merge_keys}, MERGED_SCALAR_LISTS) or {}
+            else:
+                new = merge_patch(current, patch)
             want_rv = (patch.get("metadata") or {}).get("resourceVersion")
-            if want_rv is not None and want_rv != current["metadata"]["resourceVersion"]:
+            return self._write(info, current, new, want_rv, validate)
+
+    def put(self, kind: str, namespace: str | None, name: str, body: Obj, validate: Callable[[Obj], None] | None) -> Obj:
+        """A client's update (PUT): the whole object, optimistic on ``metadata.resourceVersion``."""
+        info = KINDS[kind]
+        meta = body.get("metadata") or {}
+        if body.get("kind") != kind or body.get("apiVersion") != info.api_version:
+            raise ApiError(400, "BadRequest", f"the body's {body.get('apiVersion')}/{body.get('kind')} does not "
+                           f"match {info.api_version}/{kind}")
+        if meta.get("name") != name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        with self.lock:
+            current = self.require(kind, namespace, name)
+            return self._write(info, current, copy.deepcopy(body), meta.get("resourceVersion"), validate)
+
+    def _write(self, info: KindInfo, current: Obj, new: Obj, want_rv: Any, validate: Callable[[Obj], None] | None) -> Obj:
+        """Store a client's new version of ``current`` with the server's rules: server-set
+        metadata kept, status only through the subresource, immutable fields, omitempty."""
+        kind, name = info.kind, current["metadata"]["name"]
+        if want_rv is not None and str(want_rv) != current["metadata"]["resourceVersion"]:
+            raise ApiError(
+                409, "Conflict",
+                f'Operation cannot be fulfilled on {info.resource} "{name}": the object has been modified; '
+                "please apply your changes to the latest version and try again",
+            )
+        meta = new.setdefault("metadata", {})
+        for field in ("uid", "creationTimestamp", "name", "namespace", "generation", "deletionTimestamp",
+                      "deletionGracePeriodSeconds", "resourceVersion"):
+            if field in current["metadata"]:
+                meta[field] = current["metadata"][field]
+            else:
+                meta.pop(field, None)
+        new["kind"], new["apiVersion"] = current["kind"], current["apiVersion"]
+        if info.status:
+            if "status" in current:
+                new["status"] = current["status"]
+            else:
+                new.pop("status", None)
+        if kind == "Secret":
+            _fold_string_data(new)
+            if new.get("type") != current.get("type"):
+                raise ApiError(422, "Invalid", f'Secret "{name}" is invalid: type: Invalid value: field is immutable')
+        if info.builtin:
+            new = omit_empty(new, kind)
+        frozen = MUTABLE_SPEC.get(kind)
+        if frozen is not None:
+            old_spec, new_spec = current.get("spec") or {}, new.get("spec") or {}
+            changed = sorted(
+                k for k in set(old_spec) | set(new_spec) if k not in frozen and old_spec.get(k) != new_spec.get(k)
+            )
+            if changed:
                 raise ApiError(
-                    409, "Conflict",
-                    f'Operation cannot be fulfilled on {info.resource} "{name}": the object has been modified; '
-                    "please apply your changes to the latest version and try again",
+                    422, "Invalid",
+                    f'{kind} "{name}" is invalid: spec: Forbidden: spec is immutable after creation '
+                    f"except {', '.join(sorted(frozen))} (changed: {', '.join(changed)})",
                 )
-            for field in ("uid", "creationTimestamp", "name", "namespace", "generation", "deletionTimestamp"):
-                if field in current["metadata"]:
-                    meta[field] = current["metadata"][field]
-                else:
-                    meta.pop(field, None)
-            new["kind"], new["apiVersion"] = current["kind"], current["apiVersion"]
-            if kind in STATUS_SUBRESOURCE:
-                if "status" in current:
-                    new["status"] = current["status"]
-                else:
-                    new.pop("status", None)
-            if kind == "Secret":
-                _fold_string_data(new)
-                if new.get("type") != current.get("type"):
-                    raise ApiError(422, "Invalid", f'Secret "{name}" is invalid: type: Invalid value: field is immutable')
-            frozen = MUTABLE_SPEC.get(kind)
-            if frozen is not None:
-                old_spec, new_spec = current.get("spec") or {}, new.get("spec") or {}
-                changed = sorted(
-                    k for k in set(old_spec) | set(new_spec) if k not in frozen and old_spec.get(k) != new_spec.get(k)
-                )
-                if changed:
-                    raise ApiError(
-                        422, "Invalid",
-                        f'{kind} "{name}" is invalid: spec: Forbidden: spec is immutable after creation '
-                        f"except {', '.join(sorted(frozen))} (changed: {', '.join(changed)})",
-                    )
-            if validate is not None:
-                validate(new)
-            if new == current:
-                return current
-            return self.replace(new, spec_changed=new.get("spec") != current.get("spec"))
+        if validate is not None:
+            validate(new)
+        if new == current:
+            return current
+        return self.replace(new, spec_changed=new.get("spec") != current.get("spec"))
+
+    def delete(self, kind: str, namespace: str | None, name: str, *, foreground: bool) -> tuple[Obj, bool]:
+        """A client's DELETE: ``(object, removed)``. An object without finalizers goes at once
+        (``removed``); otherwise (finalizers, foreground propagation, a pod's graceful
+        termination) it is marked and the controllers finish the deletion later."""
+        with self.lock:
+            current = self.require(kind, namespace, name)
+            if not current["metadata"].get("finalizers") and not foreground and kind not in _GRACEFUL:
+                self.remove(current)
+                return current, True
+            return self.mark_deleted(kind, namespace, name, foreground=foreground), False
 
     def mark_deleted(self, kind: str, namespace: str | None, name: str, *, foreground: bool) -> Obj:
         """Begin a deletion: set deletionTimestamp; the garbage collector finishes it."""
@@ -440,7 +483,8 @@ class Store:
         with self.lock:
             if rv < self.oldest_rv:
                 raise Gone(f"too old resource version: {rv} ({self.oldest_rv + 1})")
-            return [(typ, obj) for (at, typ, obj) in self.history if at > rv and self._watch_match(w, obj)]
+            seen = ((w.event(typ, obj, old), obj) for (at, typ, obj, old) in self.history if at > rv)
+            return [(typ, obj) for typ, obj in seen if typ is not None]
 
     def compact(self) -> None:
         """Forget the watch history, as etcd compaction does."""

@@ -1,28 +1,39 @@
 """A Kubernetes API server fake, served over TLS, that simulates the KubeRay operator.
 
-:class:`KubeFake` speaks the real wire protocol, so the real ``kubernetes`` client
-and rl_lustre's own code paths run unchanged against it:
+:class:`KubeFake` speaks the real wire protocol, so the real ``kubernetes`` client,
+rl_lustre's own code paths and the real ``kubectl`` (``tests/test_kubectl.py``) run
+unchanged against it:
 
 - HTTPS on ``127.0.0.1:<free port>`` with a CA generated at start; :attr:`KubeFake.endpoint`
   and :attr:`KubeFake.ca_b64` are what a (fake) GKE cluster reports as its endpoint
   and ``master_auth.cluster_ca_certificate``;
-- a bearer token is required on every request;
-- PersistentVolumes, PersistentVolumeClaims, Secrets, Pods, Services, Events, Nodes,
-  ``apps/v1`` DaemonSets, ``batch/v1`` Jobs and ``ray.io/v1`` RayClusters are stored as an API server stores them: ``201`` with
-  ``uid``/``resourceVersion``/``creationTimestamp``/``namespace`` filled in, ``409``
-  AlreadyExists, ``404``, label and field selectors, JSON merge patch with the
-  immutability rules of PV/PVC specs, status subresources, finalizers
-  (``pvc-protection``, ``pv-protection``, ``foregroundDeletion``) and owner references;
-- watches honour ``resourceVersion`` and ``timeoutSeconds`` and answer a compacted
-  version with ``410 Gone`` (:meth:`KubeFake.compact`);
+- a bearer token the cluster issued is required on every request (``401`` otherwise):
+  see :attr:`KubeFake.tokens`;
+- discovery (``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>/<version>``, ``/openapi/v3``)
+  built from the kind table in ``_kube_kinds`` (one ``register_kind`` call per kind);
+- the kinds are stored as an API server stores them: ``201`` with
+  ``uid``/``resourceVersion``/``creationTimestamp``/``namespace`` filled in, empty
+  ``omitempty`` strings of built-in kinds dropped, ``409`` AlreadyExists, ``404``; label
+  selectors and the field selectors each kind supports (others: ``400``); PUT with
+  optimistic concurrency; JSON merge patches and, for built-in kinds, strategic merge
+  patches (``415`` for custom resources), with the immutability rules of PV/PVC specs;
+  status subresources; DELETE answered with a ``Status`` when the object goes at once and
+  with the object while finalizers (``pvc-protection``, ``pv-protection``,
+  ``foregroundDeletion``) or a pod's graceful termination hold it; owner references;
+- watches honour ``resourceVersion`` and ``timeoutSeconds``, send ``ADDED``/``DELETED``
+  when an object enters or leaves a selector, and answer a compacted version with
+  ``410 Gone`` (:meth:`KubeFake.compact`);
 - simulated controllers (KubeRay operator, scheduler, kubelet, PV binder, garbage
-  collector) turn a RayCluster into a head Service, head and worker Pods that go
-  Running and Ready, a bound PVC and a ready RayCluster status, or fail in the ways
-  :class:`KubeFaults` asks for; DaemonSets get a pod per matching Node, Jobs a pod
-  that runs and completes or fails (see ``_kube_workloads``);
+  collector) turn a RayCluster into a headless head Service as KubeRay v1.x makes it,
+  head and worker Pods that go Running and Ready, a bound PVC and a ready RayCluster
+  status, or fail in the ways :class:`KubeFaults` asks for; a volume whose claim is
+  deleted is ``Released`` (bound to no other claim until its ``claimRef`` is cleared);
+  DaemonSets get a pod per matching Node, Jobs a pod that runs and completes or fails
+  (see ``_kube_workloads``);
 - ``pods/<name>/log`` returns what :meth:`KubeFake.write_log` wrote for the pod;
-- ``pods/<name>/portforward`` (websocket, ``v4.channel.k8s.io``) connects to a real
-  local TCP target: :attr:`KubeFake.head_target` for the head's dashboard port 8265.
+- ``pods/<name>/portforward`` over a websocket, as ``v4.channel.k8s.io`` (rl_lustre's)
+  or as kubectl's tunnelled ``SPDY/3.1+portforward.k8s.io``, connects to a real local
+  TCP target: :attr:`KubeFake.head_target` for the head's dashboard port 8265.
 
 Example:
     >>> from rl_lustre.testing.kube import KubeFake
@@ -54,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from . import _kube_discovery as _discovery
 from ._kube_certs import make_certs
 from ._kube_operator import Controllers, KubeFaults, KubeTimings
 from ._kube_store import (
@@ -74,7 +86,7 @@ if TYPE_CHECKING:
     from aiohttp import web
     from kubernetes.client import ApiClient
 
-__all__ = ["KubeFake", "KubeFaults", "KubeTimings", "RequestRecord", "schema_validator"]
+__all__ = ["DEFAULT_TOKEN", "KubeFake", "KubeFaults", "KubeTimings", "RequestRecord", "schema_validator"]
 
 logger = logging.getLogger("rl_lustre.testing.kube")
 
@@ -85,7 +97,11 @@ _GROUP = re.compile(
     r"/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)"
     r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?)?"
 )
-_MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+_MERGE_PATCH = "application/merge-patch+json"
+_STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+_DISCOVERY = re.compile(
+    r"/api(?:/v1)?|/apis(?:/[a-z0-9.-]+/v[0-9a-z]+)?|/openapi/v3(?:/api/v1|/apis/[a-z0-9.-]+/v[0-9a-z]+)?"
+)
 
 
 @attrs.define
@@ -164,7 +180,9 @@ class KubeFake:
         True
 
     Args:
-        tokens: bearer tokens accepted; by default any non-empty token.
+        tokens: the bearer tokens this cluster accepts (any other gets 401): by default
+            ``kube-fake-token`` (what :meth:`api_client` and :meth:`write_kubeconfig` use)
+            and the token rl_lustre sends under the GCP emulators.
         validate: called with every object a client creates or patches (the merged
             result); an exception rejects the request with ``422 Invalid`` and is
             listed in :attr:`rejected`. See :func:`schema_validator`.
@@ -186,7 +204,9 @@ class KubeFake:
         timings: KubeTimings | None = None,
         watch_timeout: float = 300.0,
     ) -> None:
-        self.tokens = None if tokens is None else set(tokens)
+        from ..kube.client import EMULATOR_TOKEN
+
+        self.tokens = {DEFAULT_TOKEN, EMULATOR_TOKEN} if tokens is None else set(tokens)
         self.validate = validate
         self.head_target = head_target
         self.port_targets = dict(port_targets or {})
@@ -326,14 +346,17 @@ class KubeFake:
         return base64.b64encode(self._ca_pem).decode()
 
     def api_client(self, token: str = DEFAULT_TOKEN) -> ApiClient:
-        """A kubernetes ``ApiClient`` for this fake, made by :func:`rl_lustre.kube.client.kube_api_client`."""
+        """A kubernetes ``ApiClient`` for this fake, made by :func:`rl_lustre.kube.client.kube_api_client`
+        (``token`` becomes one the fake accepts)."""
         from ..kube.client import StaticTokenSource, kube_api_client
 
+        self.tokens.add(token)  # the cluster issued it
         return kube_api_client(self.endpoint, self.ca_pem, StaticTokenSource(token))
 
     def write_kubeconfig(self, path: str | os.PathLike[str], *, token: str = DEFAULT_TOKEN, context: str = "kube-fake",
                          namespace: str = "default") -> Path:
-        """Write a kubeconfig for this fake (JSON, which is valid YAML) and return its path."""
+        """Write a kubeconfig for this fake (JSON, which is valid YAML) and return its path
+        (``token`` becomes one the fake accepts)."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -342,6 +365,7 @@ class KubeFake:
             "contexts": [{"name": context, "context": {"cluster": "kube-fake", "user": "kube-fake-user", "namespace": namespace}}],
             "current-context": context,
         }
+        self.tokens.add(token)  # the cluster issued it
         out = Path(path)
         out.write_text(json.dumps(config, indent=2))
         out.chmod(0o600)
@@ -374,7 +398,7 @@ class KubeFake:
     def delete(self, kind: str, name: str, namespace: str | None = "default") -> None:
         """Start deleting an object as a client would (background propagation)."""
         ns = namespace if KINDS[kind].namespaced else None
-        self._on_loop(lambda: self._store.mark_deleted(kind, ns, name, foreground=False))
+        self._on_loop(lambda: self._store.delete(kind, ns, name, foreground=False))
 
     def add_nodes(self, pool: str, count: int, labels: Mapping[str, str] | None = None) -> list[str]:
         """Register ``count`` Ready ``v1`` Nodes of GKE node pool ``pool`` (DaemonSets then
@@ -458,18 +482,41 @@ class KubeFake:
         record = RequestRecord(request.method, request.path, request.query_string, token)
         self.requests.append(record)
         try:
-            if (self.tokens is None and not token) or (self.tokens is not None and token not in self.tokens):
+            if token is None or token not in self.tokens:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             if request.path == "/version" and request.method == "GET":
                 response: web.StreamResponse = web.json_response(
                     {"major": "1", "minor": "33", "gitVersion": "v1.33.0-kube-fake", "platform": "linux/amd64"}
                 )
+            elif request.path == "/openapi/v2":
+                raise ApiError(404, "NotFound", "the server could not find the requested resource (OpenAPI v3 only)")
+            elif request.method == "GET" and _DISCOVERY.fullmatch(request.path.rstrip("/")):
+                response = web.json_response(self._discovery(request.path.rstrip("/")))
             else:
                 response = await self._dispatch(request, record)
         except ApiError as err:
             response = web.json_response(err.status(), status=err.code)
         record.status = response.status
         return response
+
+    def _discovery(self, path: str) -> Obj:
+        """Discovery documents (see :mod:`._kube_discovery`); RayClusters vanish with ``no_crd``."""
+        hidden = {"ray.io"} if self.faults.no_crd else set()
+        roots = {"/api": lambda: _discovery.api_versions(self.endpoint),
+                 "/apis": lambda: _discovery.api_group_list(hidden),
+                 "/openapi/v3": _discovery.openapi_v3_index}
+        body: Obj | None
+        if path in roots:
+            body = roots[path]()
+        else:
+            openapi = path.startswith("/openapi/v3/")
+            rest = path.removeprefix("/openapi/v3")
+            gv = "v1" if rest == "/api/v1" else rest.removeprefix("/apis/")
+            hide = gv.partition("/")[0] in hidden
+            body = None if hide else _discovery.openapi_v3(gv) if openapi else _discovery.api_resource_list(gv)
+        if body is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return body
 
     async def _dispatch(self, request: web.Request, record: RequestRecord) -> web.StreamResponse:
         from aiohttp import web
@@ -506,16 +553,28 @@ class KubeFake:
             return web.json_response(self._store.require(info.kind, ns, name))
         if method == "PATCH":
             ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
-            if ctype not in _MERGE_PATCH_TYPES:
-                raise ApiError(415, "UnsupportedMediaType", f"the KubeFake applies merge patches only, not {ctype!r}")
+            if ctype not in (_MERGE_PATCH, _STRATEGIC_PATCH):
+                raise ApiError(415, "UnsupportedMediaType",
+                               f"the KubeFake applies merge and strategic merge patches, not {ctype!r}")
             patch = await self._json_body(request)
-            return web.json_response(self._store.patch(info.kind, ns, name, patch, self._validator(info, name)))
+            return web.json_response(self._store.patch(info.kind, ns, name, patch, self._validator(info, name),
+                                                       strategic=ctype == _STRATEGIC_PATCH))
+        if method == "PUT":
+            body = await self._json_body(request)
+            return web.json_response(self._store.put(info.kind, ns, name, body, self._validator(info, name)))
         if method == "DELETE":
             options = await self._json_body(request, optional=True)
             policy = query.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
             if policy == "Orphan":
                 raise ApiError(400, "BadRequest", "the KubeFake does not implement propagationPolicy=Orphan")
-            return web.json_response(self._store.mark_deleted(info.kind, ns, name, foreground=policy == "Foreground"))
+            obj, removed = self._store.delete(info.kind, ns, name, foreground=policy == "Foreground")
+            if not removed:
+                return web.json_response(obj)
+            # Gone at once: the server answers with a Status, not the object.
+            return web.json_response({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {"name": name, "group": info.group, "kind": info.plural, "uid": obj["metadata"]["uid"]},
+            })
         return self._unhandled(request)
 
     def _log(self, ns: str, name: str, query: Mapping[str, str]) -> web.StreamResponse:
@@ -594,7 +653,7 @@ class KubeFake:
 
     def _list(self, info: KindInfo, ns: str | None, query: Mapping[str, str]) -> Obj:
         labels = parse_label_selector(query.get("labelSelector"))
-        fields = parse_field_selector(query.get("fieldSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"), info)
         with self._store.lock:
             items = self._store.find(info.kind, ns, lambda o: labels(labels_of(o)) and fields(o))
             rv = str(self._store.rv)
@@ -608,7 +667,7 @@ class KubeFake:
 
         query = request.query
         labels = parse_label_selector(query.get("labelSelector"))
-        fields = parse_field_selector(query.get("fieldSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"), info)
         queue: asyncio.Queue[tuple[str, Obj] | None] = asyncio.Queue()
         watcher = Watcher(info.kind, ns, lambda o: labels(labels_of(o)) and fields(o), queue)
         timeout = float(query.get("timeoutSeconds") or self.watch_timeout)
@@ -661,65 +720,33 @@ class KubeFake:
         return self.port_targets.get(port)
 
     async def _portforward(self, request: web.Request, ns: str, name: str) -> web.StreamResponse:
-        from aiohttp import WSMsgType, web
+        """``pods/<name>/portforward`` over a websocket: ``v4.channel.k8s.io`` (ours) or
+        kubectl's tunnelled SPDY (see :mod:`._kube_portforward`)."""
+        from aiohttp import web
+
+        from . import _kube_portforward as pf
 
         pod = self._store.require("Pod", ns, name)
         if (pod.get("status") or {}).get("phase") != "Running":
             raise ApiError(400, "BadRequest", f"unable to upgrade connection: pod {name} is not running")
+        offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
         ports = [int(p) for value in request.query.getall("ports", []) for p in value.split(",") if p.strip()]
-        if len(ports) != 1:
-            raise ApiError(400, "BadRequest", f"the KubeFake forwards exactly one port per connection, not {ports}")
-        port = ports[0]
-        ws = web.WebSocketResponse(protocols=("v4.channel.k8s.io",), max_msg_size=16 * 1024 * 1024, autoping=True)
+        if pf.SPDY_TUNNEL not in offered and len(ports) != 1:
+            raise ApiError(400, "BadRequest", f"the KubeFake forwards exactly one port per v4 connection, not {ports}")
+        ws = web.WebSocketResponse(protocols=pf.PROTOCOLS, max_msg_size=16 * 1024 * 1024, autoping=True)
         if not ws.can_prepare(request).ok:
-            raise ApiError(400, "BadRequest", "port-forward needs a websocket upgrade (subprotocol v4.channel.k8s.io)")
+            raise ApiError(400, "BadRequest", f"port-forward needs a websocket upgrade (subprotocol {' or '.join(pf.PROTOCOLS)})")
         await ws.prepare(request)
-        if ws.ws_protocol != "v4.channel.k8s.io":
+        if ws.ws_protocol not in pf.PROTOCOLS:
             await ws.close(message=b"unsupported subprotocol")
             return ws
         self.portforwards += 1
         self._sockets.add(ws)
         try:
-            prefix = port.to_bytes(2, "little")
-            await ws.send_bytes(b"\x00" + prefix)
-            await ws.send_bytes(b"\x01" + prefix)
-            target = self._target(pod, port)
-            try:
-                if target is None:
-                    raise ConnectionRefusedError("connection refused")
-                reader, writer = await asyncio.open_connection(*target)
-            except OSError as exc:
-                why = "connect: connection refused" if isinstance(exc, ConnectionRefusedError) else str(exc)
-                message = (
-                    f"an error occurred forwarding {port} -> {port}: error forwarding port {port} to pod "
-                    f"{pod['metadata']['uid']}, uid : failed to connect to localhost:{port} inside namespace "
-                    f'"{name}": dial tcp4 127.0.0.1:{port}: {why}'
-                )
-                await ws.send_bytes(b"\x01" + message.encode())
-                await ws.close()
-                return ws
-
-            async def upstream() -> None:
-                try:
-                    while data := await reader.read(65536):
-                        await ws.send_bytes(b"\x00" + data)
-                except (ConnectionError, RuntimeError):
-                    pass
-                await ws.close()
-
-            pump = asyncio.get_running_loop().create_task(upstream())
-            try:
-                async for msg in ws:
-                    if msg.type == WSMsgType.BINARY and msg.data[:1] == b"\x00" and len(msg.data) > 1:
-                        writer.write(msg.data[1:])
-                        await writer.drain()
-                    elif msg.type in (WSMsgType.CLOSE, WSMsgType.ERROR):
-                        break
-            except (ConnectionError, RuntimeError):
-                pass
-            finally:
-                pump.cancel()
-                writer.close()
+            if ws.ws_protocol == pf.SPDY_TUNNEL:
+                await pf.SpdySession(ws, pod, lambda port: self._target(pod, port)).run()
+            else:
+                await pf.serve_v4(ws, pod, ports[0], lambda port: self._target(pod, port))
         finally:
             self._sockets.discard(ws)
         return ws
