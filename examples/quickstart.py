@@ -2,13 +2,13 @@
 
 Starts a local cluster (a real Ray head on 127.0.0.1 and a directory as the volume),
 submits the reference workflow's job with fewer steps, shows progress, prints a table
-of the checkpoints it wrote and tears everything down.
+of the checkpoints it wrote, draws a PNG of the run and tears everything down.
 
 Without a NeMo-RL installation the job runs in *rehearsal* mode: NeMo-RL's command
 line, config rules, log lines and checkpoint layout at a small fraction of the real
 checkpoint size. It rehearses orchestration and storage; it does not train a model.
 
-    uv run examples/quickstart.py [--steps 8] [--volume-dir DIR] [--nemo-rl PATH]
+    uv run examples/quickstart.py [--steps 8] [--volume-dir DIR] [--nemo-rl PATH] [--plot FILE.png]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def main() -> None:
     parser.add_argument("--volume-dir", default=".rl_lustre/quickstart/volume", help="the directory that plays Lustre")
     parser.add_argument("--nemo-rl", default=None, help="a NeMo-RL checkout: run the real entrypoint instead")
     parser.add_argument("--scale", type=float, default=2e-5, help="rehearsal checkpoint size / real size")
+    parser.add_argument("--plot", default=".rl_lustre/quickstart/run.png", help="where to write the run's PNG")
     args = parser.parse_args()
 
     rl_lustre.enable_output()
@@ -61,10 +62,14 @@ def main() -> None:
         run.wait(timeout=600)
         checkpoints = run.checkpoints()
         last = run.metrics().get(args.steps, {})
+        # Reward and loss per step, checkpoint write time and MB/s per save.
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        picture = run.plot(args.plot)
 
     _print_table(checkpoints)
     if last:
         print("last step: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(last.items())))
+    print(f"plot of the run: {picture}")
     print(f"done in {time.monotonic() - started:.1f}s; checkpoints are in {Path(job.checkpoint_dir(cluster))}")
 
 

@@ -9,9 +9,11 @@ from the job's own log, parsed as NeMo-RL prints it.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal, overload
 
 import attrs
@@ -248,6 +250,27 @@ class Run:
         # The API aligns to whole steps: the window covers at least one.
         start = min(info.start_time, end - step)
         return self._cluster_metrics(start=start, end=end, step=step)
+
+    def plot(self, path: str | os.PathLike[str], *, cluster_metrics: bool = True) -> Path:
+        """Write a PNG of the run: reward and loss per step, checkpoint write time and MB/s
+        per save, and on GKE Lustre throughput and GPU utilisation over the run's window.
+
+        Example:
+            >>> run.plot("run.png")  # doctest: +SKIP
+            PosixPath('run.png')
+
+        Args:
+            path: where to write it (``.png``; its directory must exist).
+            cluster_metrics: on GKE, read Cloud Monitoring for the lower two panels.
+
+        Raises:
+            ConfigError: ``path`` is not a ``.png`` in an existing directory (checked first).
+        """
+        from . import plot
+
+        target = Path(path)
+        plot.save_check(target)
+        return plot.save(plot.figure(plot.collect(self, cluster_metrics=cluster_metrics)), target)
 
     def wait(self, timeout: float | None = None, *, poll: float = 0.5) -> str:
         """Block until the run ends; return ``"SUCCEEDED"``. A progress bar shows when output is on.

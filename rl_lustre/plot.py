@@ -1,0 +1,191 @@
+"""A picture of a run: reward and loss per step, checkpoint writes, and on GKE, Lustre
+throughput and GPU utilisation over time.
+
+:func:`collect` gathers the data from a :class:`~rl_lustre.run.Run` (its log, its
+checkpoints and, on GKE, Cloud Monitoring); :func:`figure` draws it on a matplotlib
+``Figure`` (Agg canvas, no display, imported only here); :meth:`Run.plot
+<rl_lustre.run.Run.plot>` does both and writes a PNG.
+
+Example::
+
+    run.wait()
+    run.plot("run.png")
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from .metrics import ClusterMetrics
+    from .run import Run
+
+__all__ = ["RunData", "SaveRecord", "collect", "figure", "save", "save_check"]
+
+REWARD_KEYS = ("avg_reward", "reward", "mean_reward")
+WIDTH_IN, ROW_IN, DPI = 12.0, 4.0, 100
+
+
+@attrs.frozen
+class SaveRecord:
+    """One checkpoint save: its step, how long it took and its write rate."""
+
+    step: int
+    seconds: float | None
+    mb_per_second: float | None
+    size_mb: float
+
+
+@attrs.frozen
+class RunData:
+    """Everything a run's plot shows.
+
+    Attributes:
+        title: the plot's title (the job id).
+        steps: the completed steps, in order.
+        reward: the average reward of each step (None where not printed).
+        loss: the loss of each step.
+        saves: the checkpoint saves.
+        cluster: Lustre throughput and GPU utilisation while it ran (GKE), or None.
+    """
+
+    title: str
+    steps: tuple[int, ...] = ()
+    reward: tuple[float | None, ...] = ()
+    loss: tuple[float | None, ...] = ()
+    saves: tuple[SaveRecord, ...] = ()
+    cluster: ClusterMetrics | None = None
+
+
+def _first(metrics: Mapping[str, float], keys: Sequence[str]) -> float | None:
+    return next((float(metrics[k]) for k in keys if k in metrics), None)
+
+
+def collect(run: Run, *, cluster_metrics: bool = True) -> RunData:
+    """The data of ``run``'s plot, read now.
+
+    Args:
+        cluster_metrics: read Cloud Monitoring too (GKE runs only).
+    """
+    per_step = run.metrics()
+    steps = tuple(sorted(per_step))
+    try:
+        checkpoints = run.checkpoints()
+    except NotImplementedError:
+        checkpoints = []
+    saves = tuple(SaveRecord(c.step, c.save_seconds, c.mb_per_second, c.size_bytes / 1e6) for c in checkpoints)
+    return RunData(
+        title=run.job_id,
+        steps=steps,
+        reward=tuple(_first(per_step[s], REWARD_KEYS) for s in steps),
+        loss=tuple(_first(per_step[s], ("loss",)) for s in steps),
+        saves=saves,
+        cluster=run.cluster_metrics() if cluster_metrics else None,
+    )
+
+
+def _xy(xs: Sequence[Any], ys: Sequence[float | None]) -> tuple[list[Any], list[float]]:
+    pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
+    return [x for x, _ in pairs], [y for _, y in pairs]
+
+
+def figure(data: RunData) -> Figure:
+    """``data`` drawn on a new matplotlib ``Figure`` (Agg canvas): 2 panels, 4 with cluster metrics.
+
+    Every line and bar carries a label (``"reward"``, ``"loss"``, ``"save seconds"``,
+    ``"write MB/s"``, ``"Lustre read MB/s"``, ``"Lustre write MB/s"``, ``"GPU utilisation %"``).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows = 2 if data.cluster is not None else 1
+    fig = Figure(figsize=(WIDTH_IN, ROW_IN * rows + 0.5), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    fig.suptitle(data.title)
+    axes = fig.subplots(rows, 2, squeeze=False)
+
+    ax = axes[0][0]
+    ax.set_title("Training, per step")
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward")
+    xs, ys = _xy(data.steps, data.reward)
+    lines = ax.plot(xs, ys, marker="o", color="tab:blue", label="reward")
+    twin = ax.twinx()
+    twin.set_ylabel("loss")
+    xs, ys = _xy(data.steps, data.loss)
+    lines += twin.plot(xs, ys, marker=".", color="tab:orange", label="loss")
+    ax.legend(lines, [line.get_label() for line in lines], loc="best")
+    if not data.steps:
+        ax.text(0.5, 0.5, "no completed step yet", transform=ax.transAxes, ha="center")
+
+    ax = axes[0][1]
+    ax.set_title("Checkpoint saves")
+    ax.set_xlabel("step")
+    ax.set_ylabel("seconds")
+    steps = [s.step for s in data.saves]
+    ax.bar(steps, [s.seconds or 0.0 for s in data.saves], color="tab:green", alpha=0.6, label="save seconds")
+    twin = ax.twinx()
+    twin.set_ylabel("MB/s")
+    xs, ys = _xy(steps, [s.mb_per_second for s in data.saves])
+    twin.plot(xs, ys, marker="s", color="tab:red", label="write MB/s")
+    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    ax.legend(handles, [h.get_label() for h in handles], loc="best")
+    if not data.saves:
+        ax.text(0.5, 0.5, "no checkpoint yet", transform=ax.transAxes, ha="center")
+
+    if data.cluster is not None:
+        volume = data.cluster.volume
+        ax = axes[1][0]
+        ax.set_title("Lustre throughput")
+        ax.set_ylabel("MB/s")
+        for series, color in ((volume.read_mbps, "tab:blue"), (volume.write_mbps, "tab:red")):
+            ax.plot(series.times, series.values, color=color, label=f"{series.name} MB/s")
+        ax.legend(loc="best")
+        ax = axes[1][1]
+        ax.set_title("GPU utilisation")
+        ax.set_ylabel("%")
+        ax.set_ylim(0, 100)
+        for pod, series in data.cluster.gpu_utilization_by_pod.items():
+            ax.plot(series.times, series.values, color="0.75", linewidth=0.8, label=f"_{pod}")
+        gpu = data.cluster.gpu_utilization
+        ax.plot(gpu.times, gpu.values, color="tab:purple", linewidth=2, label="GPU utilisation %")
+        ax.legend(loc="best")
+        for ax in axes[1]:
+            ax.tick_params(axis="x", labelrotation=30)
+    return fig
+
+
+def save_check(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a ``Path``, checked before anything is read or drawn.
+
+    Example:
+        >>> save_check("/tmp/run.pdf")
+        Traceback (most recent call last):
+        ...
+        rl_lustre.errors.ConfigError: Run.plot.path='/tmp/run.pdf': must end in .png
+
+    Raises:
+        ConfigError: ``path`` does not end in ``.png`` or its directory does not exist.
+    """
+    out = Path(path)
+    if out.suffix.lower() != ".png":
+        raise ConfigError("Run.plot", "path", str(path), "must end in .png")
+    if not out.parent.is_dir():
+        raise ConfigError("Run.plot", "path", str(path), f"its directory {str(out.parent)!r} does not exist")
+    return out
+
+
+def save(fig: Figure, path: str | os.PathLike[str]) -> Path:
+    """Write ``fig`` as a PNG at ``path`` (checked by :func:`save_check`)."""
+    out = save_check(path)
+    fig.savefig(out, format="png", dpi=DPI)
+    return out
