@@ -18,6 +18,46 @@ def fail(instance: Any, field: str, value: Any, rule: str) -> None:
     raise ConfigError(type(instance).__name__, field, value, rule)
 
 
+def keyword_errors(cls: type) -> type:
+    """Class decorator: a call that does not fit ``cls``'s signature (a misspelt keyword,
+    a missing required field, a positional argument) is a ConfigError naming the
+    parameter, like any other bad input, instead of Python's ``TypeError``.
+
+    Apply it outside ``@attrs.frozen`` (so that it wraps the generated ``__init__``).
+    """
+    import difflib
+    import functools
+    import inspect
+
+    init = cls.__init__
+    sig = inspect.signature(init)
+    params = [p for name, p in sig.parameters.items() if name != "self"]
+    keywords = [p.name for p in params if p.kind is not p.VAR_KEYWORD]
+    required = [p.name for p in params if p.default is p.empty and p.kind is p.KEYWORD_ONLY]
+    owner = cls.__name__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            sig.bind(self, *args, **kwargs)
+        except TypeError:
+            if args:
+                raise ConfigError(owner, "arguments", args,
+                                  f"{owner} takes keyword arguments only, like {owner}(name=...)") from None
+            for key in kwargs:
+                if key not in keywords:
+                    near = difflib.get_close_matches(key, keywords, n=1)
+                    hint = f"; did you mean {near[0]!r}?" if near else f" (its parameters: {', '.join(keywords)})"
+                    raise ConfigError(owner, key, kwargs[key], f"is not a parameter of {owner}{hint}") from None
+            missing = [name for name in required if name not in kwargs]
+            raise ConfigError(owner, ", ".join(missing) or "arguments", None,
+                              f"{'are' if len(missing) > 1 else 'is'} required") from None
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls
+
+
 def type_name(value: Any) -> str:
     """``'a str'``, ``'None'``, ``'an int'``: how a value's type reads in a message."""
     if value is None:

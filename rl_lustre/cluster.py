@@ -87,6 +87,7 @@ class _ClusterState:
     backend: Any = None
 
 
+@v.keyword_errors
 @attrs.frozen(kw_only=True)
 class Cluster:
     """A GKE cluster with a Spot GPU pool, Managed Lustre and a KubeRay RayCluster.

@@ -112,6 +112,7 @@ def _check_overrides(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
             v.fail(inst, f"overrides[{where!r}]", bad, rule + " (the same rule as the GRPOJob field)")
 
 
+@v.keyword_errors
 @attrs.frozen(kw_only=True)
 class GRPOJob:
     """A NeMo-RL GRPO run.

@@ -40,6 +40,7 @@ class _VolumeState:
     created_by_us: bool = False
 
 
+@v.keyword_errors
 @attrs.frozen(kw_only=True)
 class LustreVolume:
     """A Managed Lustre instance used as the checkpoint and model cache store.

@@ -8,10 +8,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import rl_lustre
-from rl_lustre import Cluster, GRPOJob, LustreVolume, run_sweep, size_lustre, wait_all
+from rl_lustre import Cluster, GRPOJob, LustreVolume, nemo_rl, run_sweep, size_lustre, wait_all
 from rl_lustre.catalog import LUSTRE_TIERS
 from rl_lustre.errors import ConfigError, RLLustreError
 
@@ -119,6 +122,11 @@ BAD: list[tuple[str, Callable[[], Any], str, tuple[str, ...]]] = [
      "min_lr", ("at least 0",)),
     ("overrides enabled=1", lambda: GRPOJob(name="j", overrides={"checkpointing.enabled": 1}),
      "checkpointing.enabled", ("True or False",)),
+    # calls that do not fit the signature
+    ("misspelt keyword", lambda: Cluster(**GKE, nmu_nodes=2), "nmu_nodes", ("did you mean 'num_nodes'",)),
+    ("misspelt local keyword", lambda: Cluster.local(volume_dir="/tmp/v", secret=()), "secret", ("'secrets'",)),
+    ("missing name", lambda: GRPOJob(), "name", ("is required",)),
+    ("positional", lambda: LustreVolume("v"), "arguments", ("keyword arguments only",)),
     # messages
     ("look-alike name", lambda: Cluster(**{**GKE, "name": "d\u0435mo"}), "name", ("U+0435 CYRILLIC SMALL LETTER IE",)),
     ("look-alike zone", lambda: Cluster(**{**GKE, "zone": "us-east1-\u0432"}), "zone", ("U+0432",)),
@@ -281,6 +289,22 @@ def test_no_public_call_raises_a_foreign_error_for_wrongly_typed_input() -> None
         ("size_lustre.model", lambda x: size_lustre(x)),
         ("size_lustre.params", lambda x: size_lustre(params=x)),
         ("size_lustre.checkpoints_kept", lambda x: size_lustre("Qwen2.5-7B", checkpoints_kept=x)),
+        ("size_lustre.headroom", lambda x: size_lustre("Qwen2.5-7B", headroom=x)),
+        ("size_lustre.extra_gib", lambda x: size_lustre("Qwen2.5-7B", extra_gib=x)),
+        ("LustreSizing.volume", lambda x: size_lustre("Qwen2.5-7B").volume(x)),
+        ("Plan.cost", lambda x: gke.plan().cost(x)),
+        ("enable_output", lambda x: rl_lustre.enable_output(x)),
+        ("nemo_rl.render_override.key", lambda x: nemo_rl.render_override(x, 1)),
+        ("nemo_rl.render_override.value", lambda x: nemo_rl.render_override("a.b", x)),
+        ("nemo_rl.parse_override", lambda x: nemo_rl.parse_override(x)),
+        ("nemo_rl.resolve_config.recipe", lambda x: nemo_rl.resolve_config(x)),
+        ("nemo_rl.resolve_config.overrides", lambda x: nemo_rl.resolve_config("grpo_math_1B", x)),
+        ("nemo_rl.resolve_config.version", lambda x: nemo_rl.resolve_config("grpo_math_1B", [], x)),
+        ("nemo_rl.load_recipe", lambda x: nemo_rl.load_recipe(x)),
+        ("nemo_rl.flatten", lambda x: nemo_rl.flatten(x)),
+        ("nemo_rl.nemo_rl_version", lambda x: nemo_rl.nemo_rl_version(x)),
+        ("nemo_rl.version_for", lambda x: nemo_rl.version_for(x, gke)),
+        ("attrs.evolve", lambda x: attrs.evolve(job, max_num_steps=x)),
     ]
     foreign: list[str] = []
     for where, call in entry_points:
@@ -298,3 +322,36 @@ def test_volume_dir_errors_name_volume_dir() -> None:
     err = _raises(lambda: Cluster.local(volume_dir="/tmp/with space"), "volume_dir")
     assert err.owner == "Cluster.local"
     assert os.sep in str(err)
+
+
+_SCALARS = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+            | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=40) | st.binary(max_size=8))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3)
+                       | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
+_KEYS = st.sampled_from(["grpo.max_num_steps", "+logger.wandb.tags", "~policy.dynamic_batching",
+                         "checkpointing.keep_top_k", "policy.optimizer.kwargs.lr", "++grpo"]) | st.text(max_size=20)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(key=_KEYS, value=_VALUES, text=st.text(max_size=30))
+def test_any_input_is_refused_with_a_config_error_or_renders_exactly(key: str, value: Any, text: str) -> None:
+    """Arbitrary overrides and strings: refused at construction with a ConfigError, or
+    written in Hydra syntax that parses back to the same value; never a foreign exception."""
+    for build in (lambda: GRPOJob(name="j", overrides={key: value}),
+                  lambda: GRPOJob(name="j", model=text, metric_name=text or None),
+                  lambda: Cluster(**GKE, authorized_networks=[text]),
+                  lambda: Cluster.local(volume_dir=text or None, secrets=(text,))):
+        try:
+            built = build()
+        except RLLustreError:
+            continue
+        if not isinstance(built, GRPOJob):
+            continue
+        for k, v in built.extra_overrides.items():
+            try:
+                arg = nemo_rl.render_override(k, v)
+            except RLLustreError:
+                continue
+            parsed = nemo_rl.parse_override(arg)
+            if parsed.kind != "delete":
+                assert nemo_rl.overrides.same_value(parsed.value, nemo_rl.overrides._normalise(v)), (k, v, arg)

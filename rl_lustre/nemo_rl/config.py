@@ -170,6 +170,10 @@ def shared_recipe(recipe: str | os.PathLike[str], version: str = DEFAULT_VERSION
     Raises:
         ConfigError: unknown recipe, unreadable YAML, or a broken ``defaults:`` chain.
     """
+    from .._validate import need
+
+    need("recipe", "recipe", recipe, (str, os.PathLike), "a recipe name or the path of a YAML file")
+    need("recipe", "version", version, str, "a NeMo-RL version like '0.4.0'")
     if is_recipe_path(recipe):
         return _load_chain(recipe_path(recipe)), ()
     return _shipped(recipe_name(recipe), version)
@@ -179,6 +183,7 @@ def load_recipe_with_notes(
     recipe: str | os.PathLike[str], version: str = DEFAULT_VERSION
 ) -> tuple[DictConfig, list[str]]:
     """:func:`load_recipe`, plus warnings about how well the recipe matches ``version``."""
+    shared_recipe(recipe, version)  # checks the arguments
     if is_recipe_path(recipe):
         return _load_chain(recipe_path(recipe)), []
     cfg, notes = _shipped(recipe_name(recipe), version)
@@ -463,8 +468,11 @@ def resolve_config(
     else:
         raise ConfigError("resolve_config", "recipe_or_cfg", recipe_or_cfg,
                           "must be a recipe name, a YAML path, a DictConfig or a mapping")
-    if isinstance(overrides, str):
-        raise ConfigError(owner, "overrides", overrides, "must be a sequence of override strings, not one string")
+    if isinstance(overrides, (str, bytes)) or not isinstance(overrides, (list, tuple)):
+        raise ConfigError(owner, "overrides", overrides, "must be a list of override strings like ['grpo.seed=1']")
+    for text in overrides:
+        if not isinstance(text, str):
+            raise ConfigError(owner, "overrides", text, "each override must be a string like 'grpo.seed=1'")
     resolved, applied, unresolved = resolve_overrides(cfg, overrides, owner=owner, version=version, read_env=True)
     if applied or unresolved:
         raise PreflightError(applied or unresolved)
@@ -479,6 +487,8 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         >>> flatten({"a": {"b": 1, "c": {}}, "d": [1, 2]})
         {'a.b': 1, 'a.c': {}, 'd': [1, 2]}
     """
+    if not isinstance(d, Mapping):
+        raise ConfigError("flatten", "d", d, "must be a mapping")
     out: dict[str, Any] = {}
     for k, v in d.items():
         path = f"{prefix}{k}"

@@ -138,4 +138,10 @@ def version_for(job: GRPOJob, cluster: Cluster) -> str:
         >>> version_for(GRPOJob(name="run-1"), c)
         '0.4.0'
     """
+    from .._validate import need
+    from ..cluster import Cluster
+    from ..job import GRPOJob
+
+    need("version_for", "job", job, GRPOJob, "a GRPOJob")
+    need("version_for", "cluster", cluster, Cluster, "a Cluster")
     return job.nemo_rl_version or cluster.nemo_rl_version or DEFAULT_VERSION

@@ -410,8 +410,10 @@ class Plan:
             >>> round(plan.cost().get("gpu-pool").usd_per_hour, 2)
             296.0
         """
-        from ..cost import plan_cost
+        from .._validate import need
+        from ..cost import Prices, plan_cost
 
+        need("Plan.cost", "prices", prices, Prices, "a rl_lustre.cost.Prices", optional=True)
         return plan_cost(self, prices)
 
     def __str__(self) -> str:
