@@ -29,7 +29,7 @@ def keyword_errors(cls: type) -> type:
     import functools
     import inspect
 
-    init = cls.__init__
+    init = cls.__init__  # type: ignore[misc]
     sig = inspect.signature(init)
     params = [p for name, p in sig.parameters.items() if name != "self"]
     keywords = [p.name for p in params if p.kind is not p.VAR_KEYWORD]
