@@ -65,9 +65,16 @@ class Outcome:
 
 @attrs.frozen
 class SweepResult:
-    """The outcomes of a sweep, in submission order; ``str()`` is a table."""
+    """The outcomes of a sweep, in submission order; ``str()`` is a table.
+
+    Attributes:
+        outcomes: one per run.
+        submit_seconds: how long :func:`run_sweep` took to check and submit every job
+            (0 from :func:`wait_all`, which submits nothing).
+    """
 
     outcomes: tuple[Outcome, ...]
+    submit_seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -242,6 +249,7 @@ def run_sweep(
     from .cluster import Cluster
     from .job import GRPOJob
 
+    start = time.monotonic()
     v.need("run_sweep", "cluster", cluster, Cluster, "a Cluster")
     jobs = _sequence("run_sweep", "jobs", jobs, GRPOJob, "GRPOJob specs")
     _check_wait("run_sweep", timeout, poll)
@@ -253,5 +261,8 @@ def run_sweep(
         seen.add(job.name)
     for job in jobs:
         job.preflight(cluster)
-    runs = [cluster.submit(job) for job in jobs]
-    return wait_all(runs, names=[j.name for j in jobs], timeout=timeout, poll=poll)
+    runs = cluster._backend().submit_all(jobs)
+    submitted = time.monotonic() - start
+    logger.info("sweep: %d jobs checked and submitted in %.2fs", len(runs), submitted)
+    result = wait_all(runs, names=[j.name for j in jobs], timeout=timeout, poll=poll)
+    return attrs.evolve(result, submit_seconds=submitted)

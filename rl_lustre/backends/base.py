@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -30,6 +31,9 @@ class Backend(Protocol):
 
     def submit(self, job: GRPOJob) -> Run:
         """Submit ``job``, or attach to the same job when it is still running."""
+
+    def submit_all(self, jobs: Sequence[GRPOJob]) -> list[Run]:
+        """Submit every job (as ``submit``), checking them all before sending any."""
 
     def attach(self, job_id: str) -> Run:
         """A handle on an existing job by its submission id."""

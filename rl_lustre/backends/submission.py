@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -161,14 +161,24 @@ def check_no_secrets(
             )  # fmt: skip
 
 
-def submit(jobs: JobsClient, submission: Submission, make_run: Callable[[str], Any]) -> Any:
+def submit(
+    jobs: JobsClient,
+    submission: Submission,
+    make_run: Callable[[str], Any],
+    *,
+    known: Sequence[JobInfo] | None = None,
+) -> Any:
     """Submit, or attach to the attempt still running; returns ``make_run(job_id)``.
+
+    ``known`` is a recent ``jobs.list()`` to look for earlier attempts in (a sweep lists
+    once for all its jobs); should the id turn out to be taken, the cluster is asked again.
 
     Example:
         >>> run = submit(jobs, prepare(cluster, job), make_run)  # doctest: +SKIP
     """
     for _ in range(_RETRIES):
-        latest, number = _latest_attempt(jobs, submission.base_id)
+        latest, number = _latest_attempt(jobs.list() if known is None else known, submission.base_id)
+        known = None
         if latest is not None and not latest.terminal:
             logger.info(
                 "job %s is already %s; attaching to it", latest.submission_id, latest.status
@@ -200,12 +210,12 @@ def submit(jobs: JobsClient, submission: Submission, make_run: Callable[[str], A
     raise RayError(f"could not submit {submission.base_id}: its submission id kept being taken")
 
 
-def _latest_attempt(jobs: JobsClient, base_id: str) -> tuple[JobInfo | None, int]:
-    """The newest attempt of ``base_id`` on the cluster and its number (0 when none)."""
+def _latest_attempt(listing: Iterable[JobInfo], base_id: str) -> tuple[JobInfo | None, int]:
+    """The newest attempt of ``base_id`` in a job listing and its number (0 when none)."""
     pattern = re.compile(re.escape(base_id) + r"(?:-r(\d+))?")
     latest: JobInfo | None = None
     number = 0
-    for info in jobs.list():
+    for info in listing:
         m = pattern.fullmatch(info.submission_id)
         if m is None:
             continue
@@ -233,12 +243,25 @@ class JobsBackend:
         raise NotImplementedError
 
     def submit(self, job: GRPOJob) -> Run:
-        prepared = prepare(self.cluster, job)
-        return submit(
-            self.jobs,
-            prepared,
-            functools.partial(self._run, checkpoint_dir=prepared.checkpoint_dir, total_steps=prepared.total_steps),
-        )
+        return self.submit_all([job])[0]
+
+    def submit_all(self, jobs: Sequence[GRPOJob]) -> list[Run]:
+        """Prepare every job (none is sent if one fails), then submit each in order.
+
+        The cluster's jobs are listed once for all of them, to find earlier attempts.
+        """
+        prepared = [prepare(self.cluster, job) for job in jobs]
+        client = self.jobs
+        known = client.list() if prepared else []
+        return [
+            submit(
+                client,
+                p,
+                functools.partial(self._run, checkpoint_dir=p.checkpoint_dir, total_steps=p.total_steps),
+                known=known,
+            )
+            for p in prepared
+        ]
 
     def attach(self, job_id: str) -> Run:
         info = self.jobs.info(job_id)

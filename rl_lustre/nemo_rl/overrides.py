@@ -8,6 +8,7 @@ passes is exactly what NeMo-RL will see. Shell quoting is a separate, final step
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import re
@@ -67,8 +68,10 @@ def split_prefix(key: str) -> tuple[str, str]:
     return m.group(1) or "", m.group(2)
 
 
+@functools.lru_cache(maxsize=4096)
 def _hydra_parse(text: str) -> Any:
-    """Hydra's parse of ``text`` (raising Hydra's own exceptions)."""
+    """Hydra's parse of ``text`` (raising Hydra's own exceptions); each text is parsed once
+    per process, so treat the result as read-only."""
     return _parser().parse_override(text)
 
 
@@ -105,7 +108,7 @@ def parse_override(text: str, *, owner: str = "override") -> Override:
         kind = "add"
     else:
         kind = "set"
-    return Override(key=parsed.key_or_group, value=parsed.value(), kind=kind, text=text)
+    return Override(key=parsed.key_or_group, value=copy.deepcopy(parsed.value()), kind=kind, text=text)
 
 
 SWEEP_RULE = (
@@ -159,6 +162,17 @@ def render_override(key: str, value: Any, *, add: bool = False) -> str:
         prefix = "+"
     if not isinstance(bare, str) or not _KEY.fullmatch(bare) or ".." in bare or bare.endswith("."):
         raise ConfigError("override", str(key), value, "must be a dotted key like 'grpo.max_num_steps'")
+    if isinstance(value, str) and prefix != "~":
+        # One parse per candidate spelling, of the override itself (value parsing does not
+        # depend on the key); when none reads back, the general path below says why.
+        for cand in _str_candidates(value):
+            text = f"{prefix}{bare}={cand}"
+            try:
+                parsed = _hydra_parse(text)
+            except Exception:
+                continue
+            if parsed.key_or_group == bare and not parsed.is_sweep_override() and same_value(parsed.value(), value):
+                return text
     # "~key" deletes the key; "~key=value" deletes it only if it holds that value.
     text = f"~{bare}" if prefix == "~" and value is None else f"{prefix}{bare}={_render(value, bare)}"
     try:
@@ -264,11 +278,7 @@ def _render_element(value: Any, where: str, context: str) -> str:
 
 def _render_str(s: str, context: str) -> str:
     """The most readable spelling of ``s`` that Hydra reads back as ``s`` inside ``context``."""
-    candidates = [s] if _PLAIN.fullmatch(s) else []
-    # Double quotes first: the shell quoting that follows then stays a plain '...'.
-    quotes = ["'", '"'] if '"' in s else ['"', "'"]
-    candidates += [_quote(s, q) for q in quotes]
-    for cand in candidates:
+    for cand in _str_candidates(s):
         try:
             parsed = _hydra_parse("k=" + context.format(cand))
         except Exception:
@@ -281,6 +291,14 @@ def _render_str(s: str, context: str) -> str:
         if same_value(got, s):
             return cand
     raise ConfigError("override", "value", s, "this string cannot be written as a Hydra override value")
+
+
+def _str_candidates(s: str) -> list[str]:
+    """Spellings of ``s``, most readable first."""
+    candidates = [s] if _PLAIN.fullmatch(s) else []
+    # Double quotes first: the shell quoting that follows then stays a plain '...'.
+    quotes = ["'", '"'] if '"' in s else ['"', "'"]
+    return candidates + [_quote(s, q) for q in quotes]
 
 
 def _quote(s: str, q: str) -> str:

@@ -205,7 +205,7 @@ def resolve_job(job: GRPOJob, cluster: Cluster) -> ResolvedJob:
     else:
         warnings.extend(notes)
         config, applied, unresolved = resolve_overrides(
-            recipe, texts, owner=OWNER, values=shown, version=version.version
+            recipe, texts, owner=OWNER, values=shown, version=version.version, shared=True
         )
         problems += applied + unresolved
         flat = None if config is None else flatten(config)
