@@ -176,3 +176,27 @@ def test_nemo_rl_never_calls_back_into_the_job_spec() -> None:
     for module in sorted(root.glob("*.py")):
         imports = _runtime_imports(module)
         assert "rl_lustre.job" not in imports, module.name
+
+
+@pytest.mark.parametrize("overrides", [
+    ["e.f=3", "g=x"],
+    ["c=5", "e.f=3"],
+    ["a.b=2", "e.f=3"],
+    ["e=4", "e.f=3"],
+    ["~e.f", "e.f=1"],
+    ["+e.f=1", "g=y"],
+    ["e.f=1", "e.f=2"],
+    ["g=${c}", "e.f=3"],
+    ["h=1", "g=???"],
+    ["d=7", "g='a b'"],
+])
+def test_shared_resolution_matches_the_full_one_on_edge_cases(overrides: list[str]) -> None:
+    from omegaconf import OmegaConf
+
+    recipe = OmegaConf.create({"a": [{"b": 1}], "c": 1, "d": "${c}", "e": {"f": 2}, "g": "s", "h": "${e}"})
+
+    def outcome(shared: bool) -> Any:
+        config, applied, unresolved = nemo_config.resolve_overrides(recipe, overrides, owner="t", shared=shared)
+        return config, [(p.field, p.rule) for p in applied], [(p.field, p.rule) for p in unresolved]
+
+    assert outcome(shared=True) == outcome(shared=False)

@@ -68,40 +68,51 @@ class _LRU:
 
 # Both are keyed by id(recipe) and hold the recipe itself, so an id is never reused
 # while its entry lives.
-_REFERENCES = _LRU(_MAX)
+_RECIPES = _LRU(_MAX)
 _SHARED = _LRU(_MAX)
 
 
-def _referenced(recipe: DictConfig) -> frozenset[str] | None:
-    """Every name the recipe's interpolations mention, or None when that cannot be told
-    (a relative interpolation, or an interpolation in a key)."""
-    cached = _REFERENCES.get(id(recipe))
-    if cached is not None and cached[0] is recipe:
-        return cached[1]
-    from omegaconf import OmegaConf
+class _Recipe:
+    """What the fast path needs to know of one recipe: the names its interpolations
+    mention and the dotted keys that hold plain values (not mappings or lists)."""
 
-    names: set[str] = set()
-    known = True
+    def __init__(self, recipe: DictConfig) -> None:
+        from omegaconf import OmegaConf
 
-    def walk(node: Any) -> None:
-        nonlocal known
+        self.recipe = recipe
+        self.names: set[str] = set()
+        self.leaves: set[str] = set()
+        # False when that cannot be told: a relative interpolation, or a key with '$' or '.'.
+        self.known = True
+        self._walk(OmegaConf.to_container(recipe, resolve=False), "")
+
+    def _walk(self, node: Any, prefix: str | None) -> None:
+        """``prefix`` is None inside lists, whose items dotted keys do not reach."""
         if isinstance(node, Mapping):
             for k, v in node.items():
-                if "$" in str(k):
-                    known = False
-                walk(v)
+                if not isinstance(k, str) or "$" in k or "." in k:
+                    self.known = False
+                    continue
+                path = None if prefix is None else f"{prefix}{k}"
+                if path is not None and not isinstance(v, (Mapping, list)):
+                    self.leaves.add(path)
+                self._walk(v, None if path is None else path + ".")
         elif isinstance(node, list):
             for v in node:
-                walk(v)
+                self._walk(v, None)
         elif isinstance(node, str) and "$" in node:
             if "${." in node.replace(" ", ""):
-                known = False
-            names.update(_NAME.findall(node))
+                self.known = False
+            self.names.update(_NAME.findall(node))
 
-    walk(OmegaConf.to_container(recipe, resolve=False))
-    result = frozenset(names) if known else None
-    _REFERENCES.put(id(recipe), (recipe, result))
-    return result
+
+def _recipe(recipe: DictConfig) -> _Recipe:
+    cached: _Recipe | None = _RECIPES.get(id(recipe))
+    if cached is not None and cached.recipe is recipe:
+        return cached
+    info = _Recipe(recipe)
+    _RECIPES.put(id(recipe), info)
+    return info
 
 
 def _plain(value: Any) -> bool:
@@ -110,7 +121,7 @@ def _plain(value: Any) -> bool:
     return not (isinstance(value, str) and ("$" in value or "\\" in value or value == "???"))
 
 
-def _mentioned(key: str, names: frozenset[str]) -> bool:
+def _mentioned(key: str, names: set[str]) -> bool:
     parts = key.split(".")
     return any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1))
 
@@ -138,8 +149,8 @@ def resolve_patched(
     from .config import apply_overrides, defer_env_reads, resolve
     from .overrides import _hydra_parse
 
-    names = _referenced(recipe)
-    if names is None:
+    info = _recipe(recipe)
+    if not info.known:
         return None
     parsed = []
     for text in overrides:
@@ -152,12 +163,9 @@ def resolve_patched(
     for i, p in enumerate(parsed):
         if (p is None or p.package is not None or p.is_delete() or p.is_add() or p.is_force_add()
                 or p.is_sweep_override() or not _plain(p.value()) or keys.count(p.key_or_group) != 1
-                or _mentioned(p.key_or_group, names)):
+                or p.key_or_group not in info.leaves or _mentioned(p.key_or_group, info.names)):
             continue
-        path = p.key_or_group.split(".")
-        if not _is_leaf(recipe, path):
-            continue
-        leaves[i] = (path, p.value())
+        leaves[i] = (p.key_or_group.split("."), p.value())
     structural = [i for i in range(len(overrides)) if i not in leaves]
     if any("$" in overrides[i] for i in structural):
         return None
@@ -186,18 +194,6 @@ def resolve_patched(
         if not _is_plain_at(config, path):
             return None
     return _patch(config, list(leaves.values())), [copy.copy(p) for p in problems]
-
-
-def _is_leaf(recipe: DictConfig, path: list[str]) -> bool:
-    """Whether ``path`` holds a value (not a mapping or list) in the unresolved recipe."""
-    from omegaconf import DictConfig, ListConfig
-
-    node: Any = recipe
-    for part in path:
-        if not isinstance(node, DictConfig) or part not in node:
-            return False
-        node = node._get_node(part)
-    return not isinstance(node, (DictConfig, ListConfig))
 
 
 def _is_plain_at(config: Mapping[str, Any], path: list[str]) -> bool:
