@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-BENCHMARKS = ("provisioning", "startup")
+BENCHMARKS = ("provisioning", "startup", "submit")
 
 
 def main(argv: list[str] | None = None) -> int:
