@@ -599,6 +599,9 @@ class Cluster:
         v.need("Cluster.use_kubeconfig", "path", path, (str, os.PathLike), "a kubeconfig path (str or Path)",
                optional=True)
         v.need("Cluster.use_kubeconfig", "context", context, str, "a context name (str)", optional=True)
+        for param, value in (("path", path), ("context", context)):
+            if value is not None:
+                v.no_control("Cluster.use_kubeconfig", param, os.fspath(value))
         if self.backend != "gke":
             v.fail(self, "backend", self.backend, "only a GKE cluster is reached through a kubeconfig")
         self._backend().use_kubeconfig(path, context)  # type: ignore[attr-defined]

@@ -14,12 +14,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import attrs
 
 from . import _output
-from .errors import JobFailedError, RayError, WaitTimeoutError
+from . import _validate as _v
+from .errors import ConfigError, JobFailedError, RayError, WaitTimeoutError
 
 if TYPE_CHECKING:
     from .metrics import ClusterMetrics
@@ -143,6 +144,7 @@ class Run:
             >>> for line in run.logs(follow=True):  # doctest: +SKIP
             ...     print(line)
         """
+        _v.need("Run.logs", "follow", follow, bool, "True or False")
         if follow:
             return self._jobs.follow(self.job_id)
         return self._jobs.logs(self.job_id)
@@ -287,6 +289,7 @@ class Run:
             JobFailedError: the run ended FAILED or STOPPED; carries its last log lines.
             WaitTimeoutError: ``timeout`` passed; carries the last status and progress.
         """
+        _check_seconds("Run.wait", timeout=timeout, poll=poll)
         deadline = None if timeout is None else time.monotonic() + timeout
         with _output.progress(self.job_id, total=self._total) as update:
             while True:
@@ -322,6 +325,8 @@ class Run:
         Raises:
             WaitTimeoutError: ``wait`` and the run still had not stopped after ``timeout``.
         """
+        _v.need("Run.stop", "wait", wait, bool, "True or False")
+        _check_seconds("Run.stop", timeout=timeout)
         if self._jobs.stop(self.job_id):
             logger.info("asked job %s to stop", self.job_id)
         if not wait:
@@ -346,3 +351,16 @@ class Run:
             for line in lines:
                 self._parser.feed(line)
             return self._parser
+
+
+def _check_seconds(owner: str, **values: Any) -> None:
+    """Each value is a number of seconds (``timeout`` may be None: no limit), ``poll`` positive."""
+    import math
+
+    for name, value in values.items():
+        if value is None and name == "timeout":
+            continue
+        _v.need(owner, name, value, (int, float), "a number of seconds" + (" or None" if name == "timeout" else ""))
+        if math.isnan(value) or value < 0 or (name == "poll" and not 0 < value < math.inf):
+            raise ConfigError(owner, name, value, "must be a positive number of seconds" if name == "poll"
+                              else "must be a number of seconds of at least 0")

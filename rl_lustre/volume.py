@@ -350,6 +350,7 @@ class LustreVolume:
             v.fail(self, "gcs_uri", gcs_uri, "must be a Cloud Storage URI like 'gs://bucket/prefix'")
         if not isinstance(path, str) or not path.startswith("/") or "/../" in f"{path}/":
             v.fail(self, "path", path, "must be an absolute path inside the volume, like '/models'")
+        v.no_control(type(self).__name__, "path", path)
         self.resource_name()
 
     def _with_defaults(self, **defaults: Any) -> LustreVolume:

@@ -17,6 +17,8 @@ import rl_lustre
 from rl_lustre import Cluster, GRPOJob, LustreVolume, nemo_rl, run_sweep, size_lustre, wait_all
 from rl_lustre.catalog import LUSTRE_TIERS
 from rl_lustre.errors import ConfigError, RLLustreError
+from rl_lustre.ray.jobs import JobsClient
+from rl_lustre.run import Run
 
 GKE = {"name": "demo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b"}
 # Shaped like the real thing (documented prefixes and lengths); none is a live credential.
@@ -221,11 +223,18 @@ def test_no_public_call_raises_a_foreign_error_for_wrongly_typed_input() -> None
     local = _local()
     gke = Cluster(**GKE)
     job = GRPOJob(name="j", recipe="grpo_math_1B")
+    run = Run(JobsClient("http://127.0.0.1:9"), "rl-lustre-j-0")
     wrong = [None, 5, 2.5, True, "x", b"x", ["x"], {"x": 1}, object(), float("nan"), ("a", 1)]
     # Methods that would go on to a remote call with a right value get only wrong ones.
     not_str = [v for v in wrong if not isinstance(v, str) and v is not None]
     not_bool = [v for v in wrong if not isinstance(v, bool)]
+    not_number = [v for v in wrong if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v]
     remote: dict[str, list[Any]] = {
+        "Run.logs": not_bool,
+        "Run.wait.timeout": [v for v in not_number if v is not None],
+        "Run.wait.poll": not_number,
+        "Run.stop.wait": not_bool,
+        "Run.stop.timeout": not_number,
         "Cluster.attach": not_str,
         "Cluster.up": not_bool,
         "Cluster.use_kubeconfig.path": not_str,
@@ -305,6 +314,12 @@ def test_no_public_call_raises_a_foreign_error_for_wrongly_typed_input() -> None
         ("nemo_rl.nemo_rl_version", lambda x: nemo_rl.nemo_rl_version(x)),
         ("nemo_rl.version_for", lambda x: nemo_rl.version_for(x, gke)),
         ("attrs.evolve", lambda x: attrs.evolve(job, max_num_steps=x)),
+        # A run handle on a closed port: its arguments are checked before any request.
+        ("Run.logs", lambda x: run.logs(follow=x)),
+        ("Run.wait.timeout", lambda x: run.wait(timeout=x)),
+        ("Run.wait.poll", lambda x: run.wait(timeout=0, poll=x)),
+        ("Run.stop.wait", lambda x: run.stop(wait=x)),
+        ("Run.stop.timeout", lambda x: run.stop(timeout=x)),
     ]
     foreign: list[str] = []
     for where, call in entry_points:
