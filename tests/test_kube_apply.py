@@ -118,6 +118,44 @@ def test_reapply_adopts_changes_and_leaves_the_rest(fake: KubeFake, api, caplog)
     assert "hf_first_value" not in caplog.text
 
 
+def wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def test_a_released_volume_of_ours_binds_the_new_claim(fake: KubeFake, api, caplog) -> None:
+    """Teardown stopped after the claim was deleted and before the volume: the volume is
+    Released, naming the old claim's uid. The next apply makes it bindable again."""
+    ms = manifests()
+    apply_manifests(api, ms, deployment=DEPLOYMENT)
+    wait_ready(api, ms, timeout=20)
+    old_uid = fake.get("PersistentVolumeClaim", f"{DEPLOYMENT}-lustre-pvc")["metadata"]["uid"]
+    delete_manifests(api, ms[1:], deployment=DEPLOYMENT, timeout=20)  # claim, secret, RayCluster; not the volume
+    wait_for(lambda: fake.get("PersistentVolume", f"{DEPLOYMENT}-lustre-pv", None)["status"]["phase"] == "Released")
+    assert fake.get("PersistentVolume", f"{DEPLOYMENT}-lustre-pv", None)["spec"]["claimRef"]["uid"] == old_uid
+
+    caplog.set_level(logging.INFO, logger="rl_lustre")
+    applied = {a.kind: a.action for a in apply_manifests(api, ms, deployment=DEPLOYMENT)}
+    assert applied["PersistentVolume"] == "adopted"
+    wait_ready(api, ms, timeout=20)
+    pv = fake.get("PersistentVolume", f"{DEPLOYMENT}-lustre-pv", None)
+    claim = fake.get("PersistentVolumeClaim", f"{DEPLOYMENT}-lustre-pvc")
+    assert pv["status"]["phase"] == "Bound"
+    assert pv["spec"]["claimRef"]["uid"] == claim["metadata"]["uid"] != old_uid
+    assert any("is Released" in r.getMessage() and old_uid in r.getMessage() for r in caplog.records)
+
+
+def test_reapply_of_an_unchanged_deployment_sends_no_change(fake: KubeFake, api) -> None:
+    """The PersistentVolume goes out with storageClassName "", which the server drops."""
+    ms = manifests()
+    assert ms[0]["spec"]["storageClassName"] == ""
+    apply_manifests(api, ms, deployment=DEPLOYMENT)
+    assert "storageClassName" not in fake.get("PersistentVolume", f"{DEPLOYMENT}-lustre-pv", None)["spec"]
+    assert {a.action for a in apply_manifests(api, ms, deployment=DEPLOYMENT)} == {"unchanged"}
+
+
 def test_two_deployments_share_a_namespace(fake: KubeFake, api) -> None:
     """A shared cluster reached with use_kubeconfig: each deployment has its own claim."""
     first, second = make_cluster(), make_cluster(name="rl-other")

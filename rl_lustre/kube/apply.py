@@ -293,6 +293,14 @@ def _apply_one(api_client: ApiClient, desired: Obj, kind: str, ns: str | None, n
             _wait(res, name, lambda obj: obj is None, deadline, f"{what} to finish deleting before it is created again", timeout)
             continue
         patch, drift = _adoption_patch(kind, desired, existing)
+        if kind == "PersistentVolume" and _stale_claim(api_client, existing):
+            # A teardown stopped between deleting the claim and the volume: the volume is
+            # Released and still names the old claim's uid, so no new claim would bind.
+            # It is ours; forgetting the old claim makes it Available to the new one.
+            ref = existing["spec"]["claimRef"]
+            logger.info("%s is Released (its claim %s/%s uid %s is gone); clearing the stale claimRef",
+                        what, ref.get("namespace"), ref.get("name"), ref.get("uid"))
+            patch.setdefault("spec", {})["claimRef"] = {"uid": None, "resourceVersion": None}
         if drift:
             raise KubernetesError(
                 f"{what} exists (ours) but differs in fields Kubernetes does not let us change: "
@@ -305,6 +313,17 @@ def _apply_one(api_client: ApiClient, desired: Obj, kind: str, ns: str | None, n
             patched = res.patch(name, patch)
         logger.info("adopted %s (updated %s)", what, ", ".join(_changed_fields(patch)))
         return Applied(kind, ns, name, "adopted", patched)
+
+
+def _stale_claim(api_client: ApiClient, pv: Mapping[str, Any]) -> bool:
+    """Whether a PersistentVolume is Released and bound to a claim uid that no longer exists."""
+    ref = (pv.get("spec") or {}).get("claimRef") or {}
+    if (pv.get("status") or {}).get("phase") != "Released" or not ref.get("uid"):
+        return False
+    claims = ResourceClient(api_client, "PersistentVolumeClaim", ref.get("namespace") or "default")
+    with translate_errors(f"read {claims.describe(str(ref.get('name')))}"):
+        claim = claims.get(str(ref.get("name")))
+    return claim is None or (claim.get("metadata") or {}).get("uid") != ref["uid"]
 
 
 def _changed_fields(patch: Mapping[str, Any]) -> list[str]:
