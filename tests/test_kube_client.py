@@ -238,3 +238,50 @@ def test_schema_error_message_never_quotes_secret_values(fake: KubeFake) -> None
     assert "hf_do_not_leak" not in str(info.value)
     assert info.value.__cause__ is None
     assert info.value.__suppress_context__
+
+
+def test_a_server_that_never_answers_costs_a_bounded_time(fake: KubeFake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It accepts the connection and then says nothing: every call ends with a clear error."""
+    import threading
+
+    from rl_lustre.kube import client as kube_client
+    from rl_lustre.kube.portforward import PortForward
+
+    monkeypatch.setattr(kube_client, "REQUEST_TIMEOUT", (0.3, 0.3))
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.extend(iter(lambda: silent.accept()[0], None)), daemon=True).start()
+    api = kube_api_client(f"127.0.0.1:{silent.getsockname()[1]}", fake.ca_pem, StaticTokenSource("t"))
+    secrets = ResourceClient(api, "Secret", "default")
+    calls = {
+        "get": lambda: secrets.get("x"),
+        "list": lambda: secrets.list(),
+        "create": lambda: secrets.create(_secret("x")),
+        "port-forward resolution": lambda: PortForward(api, "demo-head-svc", resolve_timeout=0.1)._resolve_once(),
+    }
+    outcomes: dict[str, BaseException | None] = {}
+
+    def run(name: str) -> None:
+        try:
+            with translate_errors(name):
+                calls[name]()
+            outcomes[name] = None
+        except BaseException as exc:
+            outcomes[name] = exc
+
+    threads = [threading.Thread(target=run, args=(name,), daemon=True) for name in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    try:
+        assert set(outcomes) == set(calls), f"still blocked: {set(calls) - set(outcomes)}"
+        for name, exc in outcomes.items():
+            assert isinstance(exc, KubernetesError), (name, exc)
+            assert "did not answer in time" in str(exc), (name, exc)
+    finally:
+        silent.close()
+        for conn in held:
+            conn.close()

@@ -42,6 +42,7 @@ __all__ = [
     "CLOUD_PLATFORM_SCOPE",
     "EMULATOR_TOKEN",
     "KINDS",
+    "REQUEST_TIMEOUT",
     "GoogleTokenSource",
     "Kind",
     "ResourceClient",
@@ -66,6 +67,11 @@ _EMULATOR_ENV = "RL_LUSTRE_GCP_EMULATOR_HOST"
 
 TokenSource = Callable[[], str]
 """Anything that returns a current bearer token when called (cheaply, when it is still valid)."""
+
+REQUEST_TIMEOUT: tuple[float, float] = (10.0, 60.0)
+"""``(connect, read)`` seconds allowed to every request but a watch (whose read timeout
+follows its ``timeoutSeconds``): a server that accepts the connection and never answers
+costs at most this, then a :class:`~rl_lustre.errors.KubernetesError` says so."""
 
 _ENDPOINT = re.compile(r"(?:https://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::(?P<port>\d{1,5}))?/?")
 _PEM_BEGIN = "-----BEGIN CERTIFICATE-----"
@@ -376,6 +382,12 @@ def translate_errors(action: str) -> Iterator[None]:
     except OpenApiException as exc:
         raise KubernetesError(f"{action}: {exc}") from exc
     except urllib3.exceptions.HTTPError as exc:
+        if isinstance(exc, urllib3.exceptions.TimeoutError) or isinstance(
+                getattr(exc, "reason", None), urllib3.exceptions.TimeoutError):
+            raise KubernetesError(
+                f"{action}: the Kubernetes API did not answer in time (connect/read timeout "
+                f"{REQUEST_TIMEOUT[0]:g}s/{REQUEST_TIMEOUT[1]:g}s); it may be restarting or unreachable"
+            ) from exc
         raise KubernetesError(f"{action}: cannot reach the Kubernetes API: {exc}") from exc
     except websocket.WebSocketException as exc:
         raise KubernetesError(f"{action}: websocket to the Kubernetes API failed: {exc}") from exc
@@ -461,6 +473,7 @@ class ResourceClient:
 
     def _call(self, verb: str, *args: Any, **kwargs: Any) -> Any:
         kwargs["_preload_content"] = False
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
         k = self.kind
         if k.core is not None:
             scope = "namespaced_" if k.namespaced else ""
