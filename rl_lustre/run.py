@@ -21,6 +21,7 @@ import attrs
 from . import _output
 from . import _validate as _v
 from .errors import ConfigError, JobFailedError, RayError, WaitTimeoutError
+from .outages import TRANSIENT, Outage, OutageBudget
 
 if TYPE_CHECKING:
     from .metrics import ClusterMetrics
@@ -79,6 +80,8 @@ class Run:
         list_checkpoints: returns the run's complete checkpoints, oldest first.
         usd_per_hour: returns what the deployment costs per hour (see :meth:`cost_so_far`).
         cluster_metrics: reads the deployment's Cloud Monitoring metrics (GKE only).
+        outage_budget: how long :meth:`wait` and ``logs(follow=True)`` ride out an
+            unreachable cluster (see :mod:`rl_lustre.outages`).
     """
 
     def __init__(
@@ -90,8 +93,10 @@ class Run:
         list_checkpoints: Callable[[], list[Checkpoint]] | None = None,
         usd_per_hour: Callable[[], float] | None = None,
         cluster_metrics: Callable[..., ClusterMetrics] | None = None,
+        outage_budget: OutageBudget | None = None,
     ) -> None:
         self.job_id = job_id
+        self.outage_budget = outage_budget if outage_budget is not None else OutageBudget()
         self._jobs = jobs
         self._total = total_steps
         self._list_checkpoints = list_checkpoints
@@ -138,7 +143,10 @@ class Run:
         """The run's log: all of it so far, or (``follow=True``) its lines as they come.
 
         Following starts from the beginning and ends when the run does; ``break``
-        out of the loop to stop early.
+        out of the loop to stop early. A dropped stream (a port-forward or API server
+        outage) is reopened and resumed after the last character already returned: no
+        line twice, none missing. Retries are logged and bounded by
+        :attr:`outage_budget`.
 
         Example:
             >>> for line in run.logs(follow=True):  # doctest: +SKIP
@@ -146,7 +154,7 @@ class Run:
         """
         _v.need("Run.logs", "follow", follow, bool, "True or False")
         if follow:
-            return self._jobs.follow(self.job_id)
+            return self._jobs.follow(self.job_id, outage_budget=self.outage_budget)
         return self._jobs.logs(self.job_id)
 
     @property
@@ -281,6 +289,11 @@ class Run:
             >>> run.wait(timeout=900)  # doctest: +SKIP
             'SUCCEEDED'
 
+        A failed status check (the cluster unreachable: a dropped port-forward, an API
+        server restarting) does not end the wait: it is retried with backoff and logged
+        at WARNING, for up to ``outage_budget.max_outage`` seconds of continuous failure
+        (600 by default; see :mod:`rl_lustre.outages`).
+
         Args:
             timeout: seconds; None waits for ever.
             poll: seconds between status checks.
@@ -288,15 +301,29 @@ class Run:
         Raises:
             JobFailedError: the run ended FAILED or STOPPED; carries its last log lines.
             WaitTimeoutError: ``timeout`` passed; carries the last status and progress.
+            RayError: the cluster stayed unreachable longer than the outage budget, or
+                no longer knows the job.
         """
         _check_seconds("Run.wait", timeout=timeout, poll=poll)
         deadline = None if timeout is None else time.monotonic() + timeout
+        outage = Outage(self.outage_budget, f"waiting for job {self.job_id}")
+        last = "unknown"
         with _output.progress(self.job_id, total=self._total) as update:
             while True:
-                info = self.info()
-                if _output.output_enabled():
-                    p = self.progress
-                    update(completed=p.completed, total=p.total)
+                try:
+                    found = self._jobs.info(self.job_id)
+                    if found is not None and _output.output_enabled():
+                        p = self.progress
+                        update(completed=p.completed, total=p.total)
+                except TRANSIENT as exc:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise WaitTimeoutError(f"job {self.job_id}", timeout or 0, f"{last} (then: {exc})") from exc
+                    outage.failed(exc, deadline=deadline)
+                    continue
+                outage.ok()
+                if found is None:
+                    raise RayError(f"the cluster has no job {self.job_id!r}")
+                info, last = found, found.status
                 if info.terminal:
                     break
                 if deadline is not None and time.monotonic() >= deadline:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import RayError, RLLustreError, WaitTimeoutError
+from ..outages import Outage, OutageBudget
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
@@ -269,17 +270,50 @@ class JobsClient:
         except RLLustreError as exc:
             logger.warning("helper job %s stays in the job list: %s", submission_id, exc)
 
-    def follow(self, submission_id: str) -> Iterator[str]:
+    def follow(self, submission_id: str, *, outage_budget: OutageBudget | None = None) -> Iterator[str]:
         """The job's log from the start, line by line, until the job ends.
 
-        Streams over the Jobs API's websocket. Closing the iterator early (``break``)
-        closes the stream.
+        Streams over the Jobs API's websocket. A stream that breaks while the job runs
+        (close code 1006 from a dropped port-forward, an unreachable head) is opened
+        again; the Jobs API sends the log from its start, so what was already returned
+        is skipped: no line twice, none missing. Retries back off, are logged, and stop
+        after ``outage_budget.max_outage`` seconds of continuous failure. Closing the
+        iterator early (``break``) closes the stream.
 
         Example:
             >>> for line in jobs.follow("hello"):  # doctest: +SKIP
             ...     print(line)
+
+        Raises:
+            RayError: the job could not be followed for longer than the outage budget.
         """
-        return _LogStream(self._sdk(), submission_id).lines()
+        outage = Outage(outage_budget or OutageBudget(), f"following the logs of job {submission_id}")
+        delivered = 0  # characters of the log handed out (complete lines and the pending part)
+        pending = ""
+        while True:
+            skip = delivered
+            try:
+                for chunk in _LogStream(self._sdk(), submission_id).chunks():
+                    if skip:
+                        cut = min(skip, len(chunk))
+                        chunk, skip = chunk[cut:], skip - cut
+                        if not chunk:
+                            continue
+                    delivered += len(chunk)
+                    pending += chunk
+                    *complete, pending = pending.split("\n")
+                    outage.ok()
+                    yield from complete
+                info = self.info(submission_id)
+            except RayError as exc:
+                outage.failed(exc)
+                continue
+            if info is None or info.terminal:
+                break
+            # The stream ended while the job runs: it was cut, not finished.
+            outage.failed(RayError(f"the log stream of job {submission_id} ended while the job is {info.status}"))
+        if pending:
+            yield pending
 
 
 def _connect(address: str, headers: dict[str, str]) -> JobSubmissionClient:
@@ -314,10 +348,10 @@ class _LogStream:
         self._task: asyncio.Task[None] | None = None
         self._ready = threading.Event()
 
-    def lines(self) -> Iterator[str]:
+    def chunks(self) -> Iterator[str]:
+        """The log's text as the Jobs API sends it, until the stream ends."""
         thread = threading.Thread(target=self._run, name=f"rl_lustre-logs-{self._id}", daemon=True)
         thread.start()
-        pending = ""
         try:
             while True:
                 item = self._queue.get()
@@ -326,11 +360,7 @@ class _LogStream:
                 if isinstance(item, BaseException):
                     with ray_errors(f"follow the logs of job {self._id}"):
                         raise item
-                pending += item
-                *complete, pending = pending.split("\n")
-                yield from complete
-            if pending:
-                yield pending
+                yield item
         finally:
             self._cancel()
             thread.join(timeout=5)

@@ -218,6 +218,7 @@ class KubeFake:
         self.unhandled: list[str] = []
         self.controller_errors: list[str] = []
         self.portforwards = 0
+        self.outages: list[Any] = []  # futures of outage(): done once the fake is back
         self._store = Store()
         self._controllers = Controllers(self._store, self.faults, self.timings)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -293,6 +294,7 @@ class KubeFake:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ctx)
         await site.start()
+        self._site, self._ssl = site, ctx
         self._port = site.port
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
 
@@ -458,6 +460,36 @@ class KubeFake:
         self.requests.clear()
         self.rejected.clear()
         self.unhandled.clear()
+
+    def outage(self, seconds: float) -> None:
+        """Go away for ``seconds`` and come back on the same address, as a restarting control
+        plane does: connections are refused, open connections (watches, port-forwards,
+        idle keep-alive ones) are dropped. Returns at once; objects are kept.
+
+        Example:
+            >>> fake.outage(5.0)   # doctest: +SKIP
+        """
+        from aiohttp import web
+
+        async def down() -> None:
+            site = self._site
+            await site.stop()
+            for w in list(self._store.watchers):
+                w.queue.put_nowait(None)
+            for ws in list(self._sockets):
+                await ws.close()
+            server = self._runner.server if self._runner is not None else None
+            for handler in list(getattr(server, "_connections", ())):
+                handler.force_close()
+            await asyncio.sleep(seconds)
+            assert self._runner is not None
+            self._site = web.TCPSite(self._runner, "127.0.0.1", self._port, ssl_context=self._ssl)
+            await self._site.start()
+            logger.debug("KubeFake is back after a %.1fs outage", seconds)
+
+        if self._loop is None:
+            raise RuntimeError("KubeFake is not running: call start() or use it as a context manager")
+        self.outages.append(asyncio.run_coroutine_threadsafe(down(), self._loop))
 
     def kill_portforwards(self) -> int:
         """Drop every open port-forward stream, as a restarting API server would."""
