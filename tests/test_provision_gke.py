@@ -24,6 +24,7 @@ from rl_lustre._output import enable_output
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import GCPError, OperationFailedError, OwnershipError, RollbackError
 from rl_lustre.gcp import Backoff, GkeClusters, RetryPolicy
+from rl_lustre.plan.startup import PREFETCH_KEY, PREPULL_KEY
 from rl_lustre.provision.drivers import KUBE_KEYS
 from rl_lustre.provision.executor import ProvisioningError
 from rl_lustre.testing import FakeGCP
@@ -44,6 +45,8 @@ FAKE_KIND = {
     "cpu-pool": "gke.nodePools",
     "gpu-pool": "gke.nodePools",
 }
+# Every plan node on the Kubernetes side (switched off with gcp_only=True).
+K8S_KEYS = (*KUBE_KEYS, PREPULL_KEY, PREFETCH_KEY)
 CREATES = re.compile(r"\.insert$|\.Create|connections\.(create|patch)$")
 
 
@@ -93,9 +96,9 @@ def test_up_creates_exactly_the_plans_create_nodes_and_down_from_a_fresh_process
     report = backend(cluster).up()
 
     plan = cluster.plan()
-    gcp_nodes = [r.key for r in plan if r.action == "create" and r.key not in KUBE_KEYS]
+    gcp_nodes = [r.key for r in plan if r.action == "create" and r.key not in K8S_KEYS]
     assert report.keys("created") == gcp_nodes
-    assert report.keys("skipped") == [r.key for r in plan if r.key in KUBE_KEYS]
+    assert report.keys("skipped") == [r.key for r in plan if r.key in K8S_KEYS]
     assert all("gcp_only" in report.get(k).note for k in report.keys("skipped"))
     # What exists remotely is exactly those nodes, each carrying our labels.
     expected = sorted(f"{FAKE_KIND[k]} {remote_name(k, cluster)}" for k in gcp_nodes)
@@ -280,7 +283,7 @@ STEP_FAULTS = {
 
 
 def test_the_fault_table_covers_every_google_cloud_step_of_the_plan() -> None:
-    gcp_steps = {r.key for r in spec().plan() if r.action == "create" and r.key not in KUBE_KEYS}
+    gcp_steps = {r.key for r in spec().plan() if r.action == "create" and r.key not in K8S_KEYS}
     # cpu-pool has no request of its own: it is created by CreateCluster (see below).
     assert gcp_steps == {*STEP_FAULTS, "cpu-pool"}
 
