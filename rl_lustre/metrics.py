@@ -141,7 +141,10 @@ def _utc(value: When | None, field: str) -> datetime.datetime | None:
             raise ConfigError("metrics", field, value, "must be timezone-aware (e.g. datetime.now(timezone.utc))")
         return value.astimezone(datetime.timezone.utc)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.datetime.fromtimestamp(float(value), datetime.timezone.utc)
+        try:
+            return datetime.datetime.fromtimestamp(float(value), datetime.timezone.utc)
+        except (ValueError, OverflowError, OSError) as exc:
+            raise ConfigError("metrics", field, value, f"must be a real point in time ({exc})") from exc
     raise ConfigError("metrics", field, value, "must be a datetime or seconds since the epoch")
 
 
@@ -176,6 +179,14 @@ def _one(found: Sequence[TimeSeries], name: str, unit: str, scale: float = 1.0) 
     return Series(name, unit, tuple(sorted(points.items())))
 
 
+def _monitoring(monitoring: Any) -> Monitoring:
+    from ._validate import need
+    from .gcp.monitoring import Monitoring
+
+    need("metrics", "monitoring", monitoring, Monitoring, "a rl_lustre.gcp.Monitoring", optional=True)
+    return monitoring or Monitoring()
+
+
 def volume_metrics(volume: LustreVolume, *, start: When | None = None, end: When | None = None, step: int = 60,
                    monitoring: Monitoring | None = None) -> VolumeMetrics:
     """Read and write MB/s of ``volume``'s instance over ``[start, end]``.
@@ -183,15 +194,14 @@ def volume_metrics(volume: LustreVolume, *, start: When | None = None, end: When
     Raises:
         ConfigError: the volume's project or zone is not set, or a bad window or step.
     """
-    from .gcp.monitoring import Monitoring
 
     for field in ("project", "zone"):
         if getattr(volume, field) is None:
             raise ConfigError("LustreVolume", field, None, "must be set to read the volume's metrics")
     assert volume.project is not None
     assert volume.zone is not None
-    api = monitoring or Monitoring()
     t0, t1 = window(start, end)
+    api = _monitoring(monitoring)
     out = {}
     for key, metric in (("read", LUSTRE_READ_BYTES), ("write", LUSTRE_WRITE_BYTES)):
         found = api.time_series(volume.project, _filter(metric, instance_id=volume.name, location=volume.zone),
@@ -208,7 +218,6 @@ def cluster_metrics(cluster: Cluster, *, start: When | None = None, end: When | 
         ConfigError: a local cluster (Cloud Monitoring knows only GKE deployments), or a
             bad window or step.
     """
-    from .gcp.monitoring import Monitoring
 
     if cluster.backend != "gke":
         raise ConfigError("Cluster", "backend", cluster.backend,
@@ -216,8 +225,8 @@ def cluster_metrics(cluster: Cluster, *, start: When | None = None, end: When | 
     assert cluster.project is not None
     assert cluster.region is not None
     assert cluster.volume is not None
-    api = monitoring or Monitoring()
     t0, t1 = window(start, end)
+    api = _monitoring(monitoring)
     pod = "resource.labels.pod_name"
     found = api.time_series(
         cluster.project,

@@ -353,7 +353,7 @@ class Run:
             WaitTimeoutError: ``wait`` and the run still had not stopped after ``timeout``.
         """
         _v.need("Run.stop", "wait", wait, bool, "True or False")
-        _check_seconds("Run.stop", timeout=timeout)
+        _check_seconds("Run.stop", timeout=timeout, none_ok=False)
         if self._jobs.stop(self.job_id):
             logger.info("asked job %s to stop", self.job_id)
         if not wait:
@@ -380,14 +380,16 @@ class Run:
             return self._parser
 
 
-def _check_seconds(owner: str, **values: Any) -> None:
-    """Each value is a number of seconds (``timeout`` may be None: no limit), ``poll`` positive."""
+def _check_seconds(owner: str, *, none_ok: bool = True, **values: Any) -> None:
+    """Each value is a number of seconds (``timeout`` may be None, no limit, when ``none_ok``),
+    ``poll`` positive."""
     import math
 
     for name, value in values.items():
-        if value is None and name == "timeout":
+        optional = none_ok and name == "timeout"
+        if value is None and optional:
             continue
-        _v.need(owner, name, value, (int, float), "a number of seconds" + (" or None" if name == "timeout" else ""))
+        _v.need(owner, name, value, (int, float), "a number of seconds" + (" or None" if optional else ""))
         if math.isnan(value) or value < 0 or (name == "poll" and not 0 < value < math.inf):
             raise ConfigError(owner, name, value, "must be a positive number of seconds" if name == "poll"
                               else "must be a number of seconds of at least 0")

@@ -230,6 +230,9 @@ def test_no_public_call_raises_a_foreign_error_for_wrongly_typed_input() -> None
     not_bool = [v for v in wrong if not isinstance(v, bool)]
     not_number = [v for v in wrong if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v]
     remote: dict[str, list[Any]] = {
+        "Cluster.metrics.start": [v for v in not_number if v is not None],
+        "Cluster.metrics.monitoring": [v for v in wrong if v is not None],
+        "LustreVolume.metrics.end": [v for v in not_number if v is not None],
         "Run.logs": not_bool,
         "Run.wait.timeout": [v for v in not_number if v is not None],
         "Run.wait.poll": not_number,
@@ -314,6 +317,9 @@ def test_no_public_call_raises_a_foreign_error_for_wrongly_typed_input() -> None
         ("nemo_rl.nemo_rl_version", lambda x: nemo_rl.nemo_rl_version(x)),
         ("nemo_rl.version_for", lambda x: nemo_rl.version_for(x, gke)),
         ("attrs.evolve", lambda x: attrs.evolve(job, max_num_steps=x)),
+        ("Cluster.metrics.start", lambda x: gke.metrics(start=x)),
+        ("Cluster.metrics.monitoring", lambda x: gke.metrics(start=0, end=60, monitoring=x)),
+        ("LustreVolume.metrics.end", lambda x: gke.volume.metrics(end=x)),
         # A run handle on a closed port: its arguments are checked before any request.
         ("Run.logs", lambda x: run.logs(follow=x)),
         ("Run.wait.timeout", lambda x: run.wait(timeout=x)),
