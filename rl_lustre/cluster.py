@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from .backends import Backend
+    from .check import CheckReport
     from .job import GRPOJob
     from .metrics import ClusterMetrics
     from .plan import Plan
@@ -432,10 +433,12 @@ class Cluster:
 
         return build_manifests(self)
 
-    def up(self, *, keep_on_failure: bool = False) -> Cluster:
+    def up(self, *, keep_on_failure: bool = False, check: bool = True) -> Cluster:
         """Create the deployment (or adopt the one already running) and wait until it takes jobs.
 
-        Idempotent. Locally: the volume directory and a Ray head on 127.0.0.1. On GKE, if
+        Idempotent. Locally: the volume directory and a Ray head on 127.0.0.1. On GKE it
+        first runs :meth:`check` (read-only) and creates nothing when the zone does not
+        offer what the cluster asks for or the region's GPU quota falls short; then, if
         a step fails (or the process gets SIGINT/SIGTERM), everything this call created is
         deleted again unless ``keep_on_failure``.
 
@@ -450,23 +453,55 @@ class Cluster:
 
         Args:
             keep_on_failure: leave what was created in place when ``up()`` fails, to debug it.
+            check: run :meth:`check` first (GKE); ``False`` skips it.
 
         Returns:
             The cluster itself, for chaining.
 
         Raises:
+            CapacityError: the check found a problem; nothing was created.
             RollbackError: provisioning failed; says what failed and what was cleaned up.
         """
         v.need("Cluster.up", "keep_on_failure", keep_on_failure, bool, "True or False")
-        self._up(keep_on_failure=keep_on_failure)
+        v.need("Cluster.up", "check", check, bool, "True or False")
+        self._up(keep_on_failure=keep_on_failure, check=check)
         if self.backend != "local":
             logger.info("cluster %r is up and stays up until down(). %s", self.name, self._backend().cleanup_hint())
         return self
 
-    def _up(self, *, keep_on_failure: bool = False) -> None:
+    def _up(self, *, keep_on_failure: bool = False, check: bool = True) -> None:
+        if check and self.backend != "local":
+            self.check().raise_for_problems()
         self._backend().up(keep_on_failure=keep_on_failure)
         if self.backend == "local" and not self.keep:
             atexit.register(self._down_at_exit)
+
+    def check(self) -> CheckReport:
+        """Ask Google Cloud, read-only, whether this deployment can be created where it asks.
+
+        Confirms that the zone offers the GPU machine type, its GPU type and the head's
+        machine type, that Managed Lustre runs in the zone, and that the region's GPU quota
+        (Spot: ``PREEMPTIBLE_<GPU>_GPUS``, else ``<GPU>_GPUS``) covers every node; each
+        problem names its fix (the quota to raise, zones that work). ``up()`` runs it first.
+        Also on the command line: ``rl-lustre check path/to/script.py:cluster``.
+
+        Example:
+            >>> report = Cluster(name="demo", project="my-project", region="us-east1",
+            ...                  zone="us-east1-b").check()  # doctest: +SKIP
+            >>> print(report)  # doctest: +SKIP
+            check of 'demo': ok
+            ok       zone us-east1-b offers machine type a4-highgpu-8g
+            ...
+
+        Returns:
+            A :class:`~rl_lustre.check.CheckReport` (``report.ok``, ``report.problems``).
+
+        Raises:
+            GCPError: a question could not be asked (credentials, permissions).
+        """
+        from .check import check_cluster
+
+        return check_cluster(self)
 
     def down(self) -> None:
         """Tear down what :meth:`up` created; what you own is never deleted. A no-op when nothing runs.
@@ -507,18 +542,30 @@ class Cluster:
         _output.echo(message)
         self.down()
 
-    def submit(self, job: GRPOJob) -> Run:
+    def submit(self, job: GRPOJob, *, fresh: bool = False) -> Run:
         """Submit ``job``; returns its run handle. The cluster must be up.
 
         Checks the job offline first (see :meth:`GRPOJob.preflight`). Submitting a job
         that is still running attaches to it rather than starting a second copy;
         submitting it again after it ended starts a new attempt, which NeMo-RL resumes
-        from the newest checkpoint.
+        from the newest checkpoint. When that checkpoint already reaches
+        ``max_num_steps`` the run has nothing left to do and ends SUCCEEDED at once:
+        that is reported with a :class:`~rl_lustre.errors.NothingToDoWarning` (at submit
+        where the volume is readable from here, as on the local backend; otherwise when
+        :meth:`Run.wait` sees the run end without a step) and in the run's ``repr``.
 
         Example:
             >>> with Cluster.local("demo") as cluster:  # doctest: +SKIP
             ...     run = cluster.submit(GRPOJob(name="tiny", recipe="grpo_math_1B", max_num_steps=4))
             ...     run.wait()
+            ...     again = cluster.submit(GRPOJob(name="tiny", recipe="grpo_math_1B", max_num_steps=4),
+            ...                            fresh=True)   # trains from step 0 again
+
+        Args:
+            job: the job.
+            fresh: start over: the job's command first moves its checkpoint directory
+                aside (``<dir>.before-fresh-<UTC time>``; nothing is deleted), so NeMo-RL
+                does not resume.
 
         Raises:
             ConfigError: the job is invalid for this cluster or would carry a secret.
@@ -528,7 +575,7 @@ class Cluster:
         from .job import GRPOJob
 
         v.need("Cluster.submit", "job", job, GRPOJob, "a GRPOJob")
-        return self._backend().submit(job)
+        return self._backend().submit(job, fresh=fresh)
 
     def attach(self, job_id: str) -> Run:
         """The run handle of a job already submitted to this cluster, by its id.

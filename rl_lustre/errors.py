@@ -13,6 +13,7 @@ so callers may catch either (``except ValueError`` works for bad configuration):
     │   ├── GCPError
     │   │   ├── PermissionDeniedError (PermissionError)
     │   │   ├── QuotaExceededError         quota, rate limits, GPU/Spot stock-outs
+    │   │   │   └── CapacityError          the check before up(): zone or quota cannot host it
     │   │   ├── NotFoundError (LookupError)
     │   │   └── OperationFailedError       a long-running operation ended in error
     │   ├── KubernetesError
@@ -22,6 +23,9 @@ so callers may catch either (``except ValueError`` works for bad configuration):
     └── RollbackError                      provisioning failed; says what was cleaned up
         └── ProvisioningError              up() failed at a step (names it) and rolled back
             └── ProvisioningInterrupted (KeyboardInterrupt)   SIGINT/SIGTERM during up()
+
+Warnings: :class:`NothingToDoWarning` (a ``UserWarning``): a submitted run found its
+checkpoint directory already at ``max_num_steps`` and ends SUCCEEDED without training.
 
 Foreign exceptions (``google.*``, ``kubernetes.*``, ``ray.*``) are translated at the
 boundary and chained with ``raise ... from exc``; none reaches a caller unwrapped.
@@ -36,12 +40,14 @@ if TYPE_CHECKING:
     from .provision.executor import Report
 
 __all__ = [
+    "CapacityError",
     "ConfigError",
     "GCPError",
     "JobFailedError",
     "KubernetesError",
     "NotFoundError",
     "NotReadyError",
+    "NothingToDoWarning",
     "OperationFailedError",
     "OwnershipError",
     "PermissionDeniedError",
@@ -170,6 +176,21 @@ class PermissionDeniedError(GCPError, PermissionError):
 
 class QuotaExceededError(GCPError):
     """Quota, rate limit, or capacity (GPU / Spot stock-out) exhausted."""
+
+
+class CapacityError(QuotaExceededError):
+    """The online check before ``up()`` found that the zone or the region's quotas cannot
+    host the deployment; nothing was created. ``report`` is the whole
+    :class:`~rl_lustre.check.CheckReport`; the message lists each problem and its fix.
+    """
+
+    def __init__(self, report: Any) -> None:
+        self.report = report
+        lines = [f"the check before up() of {report.cluster!r} found {len(report.problems)} problem(s); "
+                 "nothing was created:"]
+        lines += [f"  - {item.what}: {item.detail}" + (f"\n    -> {item.fix}" if item.fix else "")
+                  for item in report.problems]
+        super().__init__("\n".join(lines))
 
 
 class NotFoundError(GCPError, LookupError):
@@ -325,3 +346,13 @@ def _one_line(exc: BaseException) -> str:
         return text
     # A foreign error here is a bug or an interrupt: its type says more than its text.
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class NothingToDoWarning(UserWarning):
+    """A run that ends, or will end, SUCCEEDED without training a step.
+
+    NeMo-RL resumes from the newest ``step_N`` in the job's checkpoint directory; when
+    that step already reaches ``max_num_steps`` there is nothing left to do. Submit with
+    ``cluster.submit(job, fresh=True)`` to start over (the old checkpoints are moved
+    aside, not deleted), or give the job another name.
+    """

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -20,7 +21,7 @@ import attrs
 
 from . import _output
 from . import _validate as _v
-from .errors import ConfigError, JobFailedError, RayError, WaitTimeoutError
+from .errors import ConfigError, JobFailedError, NothingToDoWarning, RayError, WaitTimeoutError
 from .outages import TRANSIENT, Outage, OutageBudget
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ logger = logging.getLogger("rl_lustre.run")
 
 _FAILED = ("FAILED", "STOPPED")
 _TAIL_LINES = 30
+REHEARSAL_NOTE = "rehearsal: no model is trained and its metrics are synthetic"
 
 
 @attrs.frozen
@@ -106,9 +108,48 @@ class Run:
         self._parser: LogParser | None = None
         self._fed = 0
         self._partial = ""
+        self._idle: str | None = None
 
     def __repr__(self) -> str:
-        return f"Run(job_id={self.job_id!r})"
+        # Only what is already known: a repr makes no remote call.
+        notes = "".join(f", {n.split(':', 1)[0]}" for n in self._known_notes())
+        return f"Run(job_id={self.job_id!r}{notes})"
+
+    def notes(self) -> list[str]:
+        """What to know about this run beyond its status, read from its log so far.
+
+        ``"rehearsal: ..."`` when it runs the rehearsal driver (no model is trained; its
+        metrics are synthetic), and ``"nothing left to do: ..."`` when it ended SUCCEEDED
+        without training a step (its checkpoint directory already reached
+        ``max_num_steps``; ``cluster.submit(job, fresh=True)`` starts over). The repr
+        shows their first words.
+
+        Example:
+            >>> run.notes()  # doctest: +SKIP
+            ['rehearsal: no model is trained and its metrics are synthetic']
+        """
+        parser = self._refresh()
+        if self._idle is None and parser.current_step is None and self.info().status == "SUCCEEDED":
+            self._idle = self._idle_note(self._refresh())
+        return self._known_notes()
+
+    def _known_notes(self) -> list[str]:
+        notes = []
+        if self._parser is not None and self._parser.rehearsal:
+            notes.append(REHEARSAL_NOTE)
+        if self._idle is not None:
+            notes.append(self._idle)
+        return notes
+
+    def _idle_note(self, parser: LogParser) -> str | None:
+        """The nothing-left-to-do note, for a run that SUCCEEDED: None when it trained."""
+        from .backends.submission import NOTHING_TO_DO_ADVICE
+
+        if parser.current_step is not None:
+            return None
+        return (f"nothing left to do: job {self.job_id} SUCCEEDED without training a step (the newest "
+                f"checkpoint in its checkpoint directory already reaches max_num_steps), so "
+                f"{NOTHING_TO_DO_ADVICE}")
 
     def info(self) -> JobInfo:
         """The Jobs API's record of this run (status, message, times).
@@ -338,6 +379,11 @@ class Run:
             tail = self._jobs.logs(self.job_id).splitlines()[-_TAIL_LINES:]
             raise JobFailedError(self.job_id, info.status, tail)
         logger.info("job %s %s", self.job_id, info.status)
+        if self._idle is None:
+            self._idle = self._idle_note(self._refresh())
+            if self._idle is not None:
+                logger.warning("%s", self._idle)
+                warnings.warn(self._idle, NothingToDoWarning, stacklevel=2)
         return info.status
 
     def stop(self, *, wait: bool = True, timeout: float = 60.0) -> str:

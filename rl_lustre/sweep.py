@@ -8,6 +8,10 @@ checkpoint and log directories on the volume::
     with cluster:
         result = run_sweep(cluster, jobs)
     print(result)
+
+The table has a column per field that differs between the jobs (``num_generations_per_prompt``
+above; an override key such as ``policy.optimizer.kwargs.lr`` when ``overrides`` differ),
+and marks the metrics of rehearsal runs as synthetic.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import attrs
 
 from . import _validate as v
 from .errors import ConfigError, JobFailedError, RLLustreError, WaitTimeoutError
+from .run import REHEARSAL_NOTE
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -46,6 +51,8 @@ class Outcome:
         checkpoints: the steps of its complete checkpoints.
         seconds: from the start of the wait until the run was seen to end.
         error: the error message, for runs that did not succeed.
+        varied: the job's values of the fields that differ between the sweep's jobs.
+        synthetic: the run is a rehearsal: its metrics are synthetic, no model was trained.
     """
 
     name: str
@@ -57,6 +64,8 @@ class Outcome:
     checkpoints: tuple[int, ...] = ()
     seconds: float = 0.0
     error: str | None = None
+    varied: Mapping[str, Any] = attrs.field(factory=dict)
+    synthetic: bool = False
 
     @property
     def ok(self) -> bool:
@@ -93,15 +102,37 @@ class SweepResult:
             names.update(dict.fromkeys(o.metrics))
         return sorted(names)
 
+    def varied_names(self) -> list[str]:
+        """The fields that differ between the runs' jobs, in the order first seen."""
+        names: dict[str, None] = {}
+        for o in self.outcomes:
+            names.update(dict.fromkeys(o.varied))
+        return list(names)
+
+    @property
+    def synthetic(self) -> bool:
+        """Whether any run is a rehearsal, whose metrics are synthetic."""
+        return any(o.synthetic for o in self.outcomes)
+
     def rows(self, metrics: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """One plain dict per run (for pandas, CSV or JSON)."""
+        """One plain dict per run (for pandas, CSV or JSON): name, the varied fields,
+        status, steps, metrics, whether those are synthetic, checkpoints, seconds, job id.
+
+        Example:
+            >>> result.rows()[0]  # doctest: +SKIP
+            {'name': 'lr-1e-06', 'policy.optimizer.kwargs.lr': 1e-06, 'status': 'SUCCEEDED',
+             'steps': '4/4', 'avg_reward': 0.31, 'loss': 0.02, 'synthetic': True, ...}
+        """
         names = list(metrics) if metrics is not None else self.metric_names()
+        varied = self.varied_names()
         return [
             {
                 "name": o.name,
+                **{v: o.varied.get(v) for v in varied},
                 "status": o.status,
                 "steps": f"{o.steps}/{o.total if o.total is not None else '?'}",
                 **{m: o.metrics.get(m) for m in names},
+                "synthetic": o.synthetic,
                 "checkpoints": ",".join(map(str, o.checkpoints)) or "-",
                 "seconds": round(o.seconds, 1),
                 "job_id": o.job_id,
@@ -113,14 +144,57 @@ class SweepResult:
         rows = self.rows()
         if not rows:
             return "(empty sweep)"
-        columns = list(rows[0])
+        synthetic = self.synthetic
+        metrics = set(self.metric_names())
+        columns = [c for c in rows[0] if c != "synthetic"]
+        headers = [f"{c}*" if synthetic and c in metrics else c for c in columns]
         cells = [[_cell(r[c]) for c in columns] for r in rows]
-        widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+        widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(headers)]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
         lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+        if synthetic:
+            lines.append("* synthetic: rehearsal runs train no model; their metrics only exercise the pipeline")
         failed = [o for o in self.outcomes if not o.ok and o.error]
         lines += [f"{o.name}: {o.error.splitlines()[0]}" for o in failed if o.error]
         return "\n".join(lines)
+
+
+def varied_fields(jobs: Sequence[GRPOJob]) -> list[dict[str, Any]]:
+    """Per job, its values of the fields that differ between ``jobs`` (not the name).
+
+    An ``overrides`` (or ``env``) mapping counts key by key, so a sweep over one override
+    shows that key.
+
+    Example:
+        >>> import attrs
+        >>> from rl_lustre import GRPOJob
+        >>> base = GRPOJob(name="b", recipe="grpo_math_1B")
+        >>> varied_fields([attrs.evolve(base, name=f"lr-{lr}",
+        ...                             overrides={"policy.optimizer.kwargs.lr": lr}) for lr in (1e-6, 3e-6)])
+        [{'policy.optimizer.kwargs.lr': 1e-06}, {'policy.optimizer.kwargs.lr': 3e-06}]
+    """
+    flat = [_flat_fields(job) for job in jobs]
+    keys: dict[str, None] = {}
+    for f in flat:
+        keys.update(dict.fromkeys(f))
+    differ = [k for k in keys if len({repr(f.get(k, _MISSING)) for f in flat}) > 1]
+    return [{k: f.get(k) for k in differ} for f in flat]
+
+
+_MISSING = object()
+
+
+def _flat_fields(job: GRPOJob) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field in attrs.fields(type(job)):
+        if field.name == "name":
+            continue
+        value = getattr(job, field.name)
+        if isinstance(value, Mapping):
+            out.update({str(k): v for k, v in value.items()})
+        else:
+            out[field.name] = value
+    return out
 
 
 def _cell(value: Any) -> str:
@@ -137,6 +211,7 @@ def wait_all(
     names: Sequence[str] | None = None,
     timeout: float | None = None,
     poll: float = 1.0,
+    jobs: Sequence[GRPOJob] | None = None,
 ) -> SweepResult:
     """Wait until every run has ended; never raises for a failed run.
 
@@ -150,6 +225,8 @@ def wait_all(
         names: a display name per run (default: the job ids).
         timeout: seconds for the whole sweep; runs still going then are ``TIMEOUT``.
         poll: seconds between status checks.
+        jobs: the runs' jobs, in the same order: the fields that differ between them
+            become columns of the result.
     """
     from .run import Run
 
@@ -161,6 +238,9 @@ def wait_all(
     labels = list(names) if names is not None else [r.job_id for r in runs]
     if len(labels) != len(runs):
         raise ConfigError("wait_all", "names", len(labels), f"must name each of the {len(runs)} runs")
+    if jobs is not None and len(jobs) != len(runs):
+        raise ConfigError("wait_all", "jobs", len(jobs), f"must give the job of each of the {len(runs)} runs")
+    varied = varied_fields(jobs) if jobs is not None else [{} for _ in runs]
     start = time.monotonic()
     deadline = None if timeout is None else start + timeout
     ended: dict[int, float] = {}
@@ -174,11 +254,12 @@ def wait_all(
         if deadline is not None and time.monotonic() >= deadline:
             break
         time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
-    return SweepResult(tuple(_outcome(run, labels[i], ended.get(i), time.monotonic() - start)
+    return SweepResult(tuple(_outcome(run, labels[i], ended.get(i), time.monotonic() - start, varied[i])
                              for i, run in enumerate(runs)))
 
 
-def _outcome(run: Run, name: str, seconds: float | None, elapsed: float) -> Outcome:
+def _outcome(run: Run, name: str, seconds: float | None, elapsed: float,
+             varied: Mapping[str, Any]) -> Outcome:
     status = run.status() if seconds is not None else "TIMEOUT"
     error: str | None = None
     if status in ("FAILED", "STOPPED"):
@@ -207,6 +288,8 @@ def _outcome(run: Run, name: str, seconds: float | None, elapsed: float) -> Outc
         checkpoints=steps,
         seconds=seconds if seconds is not None else elapsed,
         error=error,
+        varied=varied,
+        synthetic=REHEARSAL_NOTE in run.notes(),
     )
 
 
@@ -231,7 +314,8 @@ def _check_wait(owner: str, timeout: Any, poll: Any) -> None:
 
 
 def run_sweep(
-    cluster: Cluster, jobs: Iterable[GRPOJob], *, timeout: float | None = None, poll: float = 1.0
+    cluster: Cluster, jobs: Iterable[GRPOJob], *, timeout: float | None = None, poll: float = 1.0,
+    fresh: bool = False,
 ) -> SweepResult:
     """Submit every job to ``cluster`` (which must be up), then :func:`wait_all`.
 
@@ -241,6 +325,14 @@ def run_sweep(
     Example:
         >>> with Cluster.local("sweep") as cluster:  # doctest: +SKIP
         ...     print(run_sweep(cluster, [attrs.evolve(base, name=f"s{i}") for i in range(3)]))
+
+    Args:
+        cluster: a cluster that is up.
+        jobs: the jobs, each with its own name.
+        timeout: seconds for the whole sweep (see :func:`wait_all`).
+        poll: seconds between status checks.
+        fresh: start every job over (see :meth:`Cluster.submit`) instead of resuming
+            from checkpoints an earlier sweep left.
 
     Raises:
         ConfigError: two jobs share a name (they would share checkpoint directories),
@@ -261,8 +353,8 @@ def run_sweep(
         seen.add(job.name)
     for job in jobs:
         job.preflight(cluster)
-    runs = cluster._backend().submit_all(jobs)
+    runs = cluster._backend().submit_all(jobs, fresh=fresh)
     submitted = time.monotonic() - start
     logger.info("sweep: %d jobs checked and submitted in %.2fs", len(runs), submitted)
-    result = wait_all(runs, names=[j.name for j in jobs], timeout=timeout, poll=poll)
+    result = wait_all(runs, names=[j.name for j in jobs], timeout=timeout, poll=poll, jobs=jobs)
     return attrs.evolve(result, submit_seconds=submitted)

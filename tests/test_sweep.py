@@ -48,8 +48,16 @@ def test_sweep_runs_each_job_in_its_own_directories(local_cluster: Cluster) -> N
     for job in jobs:
         steps = sorted(p.name for p in Path(job.checkpoint_dir(local_cluster)).iterdir())
         assert steps == [f"step_{s}" for s in by_name[job.name].checkpoints]
+    # The swept field is a column; rehearsal metrics are marked synthetic.
+    assert [o.varied for o in result] == [{"keep_top_k": 1}, {"keep_top_k": 2}, {"keep_top_k": 2}]
+    assert by_name["sweep-k2"].synthetic
     table = str(result)
-    assert table.splitlines()[0].split()[:3] == ["name", "status", "steps"]
+    header = table.splitlines()[0].split()
+    assert header[:4] == ["name", "keep_top_k", "status", "steps"]
+    assert "loss*" in header
+    assert "* synthetic: rehearsal runs train no model" in table
+    assert result.rows()[0]["keep_top_k"] == 1
+    assert result.rows()[0]["synthetic"] is True
     assert "sweep-broken: job" in table
     assert result.rows()[1]["checkpoints"] == "2,3"
 

@@ -29,10 +29,10 @@ class Backend(Protocol):
     def down(self) -> object:
         """Tear the deployment down; a no-op when nothing runs."""
 
-    def submit(self, job: GRPOJob) -> Run:
+    def submit(self, job: GRPOJob, *, fresh: bool = False) -> Run:
         """Submit ``job``, or attach to the same job when it is still running."""
 
-    def submit_all(self, jobs: Sequence[GRPOJob]) -> list[Run]:
+    def submit_all(self, jobs: Sequence[GRPOJob], *, fresh: bool = False) -> list[Run]:
         """Submit every job (as ``submit``), checking them all before sending any."""
 
     def attach(self, job_id: str) -> Run:

@@ -22,9 +22,11 @@ from . import submission
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
+    from ..job import GRPOJob
     from ..nemo_rl.checkpoints import Checkpoint
     from ..ray.head import AuthMode, LocalHead
     from ..ray.jobs import JobsClient
+    from ..run import Run
 
 __all__ = ["LocalBackend"]
 
@@ -50,6 +52,7 @@ class LocalBackend(submission.JobsBackend):
     """
 
     _where = "local Ray head"
+    cheap_listing = True
 
     def __init__(self, cluster: Cluster, *, auth: AuthMode | None = None) -> None:
         from ..ray.head import head_dir
@@ -114,6 +117,17 @@ class LocalBackend(submission.JobsBackend):
             f"(pid {head.pid}). The same Cluster.local(...) adopts it on up() or attach(); "
             f"stop it with its down(), or with `kill -TERM {head.pid}` and `rm -rf {head.temp_dir}`."
         )
+
+    def submit(self, job: GRPOJob, *, fresh: bool = False) -> Run:
+        run = super().submit(job, fresh=fresh)
+        if self.cluster.nemo_rl_path is None:
+            # Visible without enable_output(): logging's last-resort handler prints warnings.
+            logger.warning(
+                "job %s runs in REHEARSAL mode (no NeMo-RL checkout was given): no model is "
+                "trained and its metrics are synthetic; Cluster.local(..., nemo_rl_path=...) runs "
+                "NeMo-RL itself", run.job_id,
+            )
+        return run
 
     def list_checkpoints(self, checkpoint_dir: str) -> list[Checkpoint]:
         """The checkpoints in ``checkpoint_dir``, read straight from the volume directory."""

@@ -5,6 +5,11 @@ Shared by every backend. The submission id is derived from the job, so a retried
 second copy. Submitting it again after it ended is a new attempt, ``<id>-r2``,
 ``<id>-r3``, ...: NeMo-RL resumes from the newest checkpoint in the same
 ``checkpoint_dir``, so a new attempt continues the run.
+
+``fresh=True`` starts over instead: the job's command first moves the checkpoint
+directory aside (``<dir>.before-fresh-<UTC time>``; nothing is deleted), so NeMo-RL
+finds no checkpoint. A run that finds nothing left to do (the newest checkpoint already
+at ``max_num_steps``) is reported with a :class:`~rl_lustre.errors.NothingToDoWarning`.
 """
 
 from __future__ import annotations
@@ -15,12 +20,15 @@ import json
 import logging
 import os
 import re
+import shlex
+import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..errors import ConfigError, RayError
+from ..errors import ConfigError, NothingToDoWarning, RayError
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
@@ -61,11 +69,12 @@ class Submission:
     total_steps: int | None
 
 
-def prepare(cluster: Cluster, job: GRPOJob) -> Submission:
+def prepare(cluster: Cluster, job: GRPOJob, *, fresh: bool = False) -> Submission:
     """Render and check ``job`` for ``cluster``; makes no remote call.
 
     Runs the job's preflight (a job NeMo-RL would reject fails here) and refuses any
-    secret in the command, runtime env or metadata.
+    secret in the command, runtime env or metadata. With ``fresh``, the command first
+    moves the checkpoint directory aside (see :func:`fresh_entrypoint`).
 
     Example:
         >>> from rl_lustre import Cluster, GRPOJob
@@ -82,12 +91,14 @@ def prepare(cluster: Cluster, job: GRPOJob) -> Submission:
     entrypoint = resolved.entrypoint
     runtime_env = resolved.runtime_env
     overrides = resolved.overrides
+    enabled = overrides.get("checkpointing.enabled", True)
+    checkpoint_dir = overrides.get("checkpointing.checkpoint_dir") if enabled else None
+    if fresh and checkpoint_dir is not None:
+        entrypoint = fresh_entrypoint(entrypoint, str(checkpoint_dir))
     digest = hashlib.sha256(
         json.dumps([entrypoint, runtime_env], sort_keys=True, default=str).encode()
     ).hexdigest()[:8]
     base_id = f"rl-lustre-{job.name}-{digest}"
-    enabled = overrides.get("checkpointing.enabled", True)
-    checkpoint_dir = overrides.get("checkpointing.checkpoint_dir") if enabled else None
     steps = overrides.get("grpo.max_num_steps")
     metadata = {
         "rl_lustre.cluster": cluster.name,
@@ -107,6 +118,48 @@ def prepare(cluster: Cluster, job: GRPOJob) -> Submission:
         checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
         total_steps=steps if isinstance(steps, int) else None,
     )
+
+
+def fresh_entrypoint(entrypoint: str, checkpoint_dir: str, *, now: float | None = None) -> str:
+    """``entrypoint``, preceded by moving ``checkpoint_dir`` aside so that the run starts over.
+
+    The old directory becomes ``<checkpoint_dir>.before-fresh-<UTC time>``; nothing is
+    deleted. A later submit without ``fresh`` resumes from the fresh run's checkpoints.
+
+    Example:
+        >>> fresh_entrypoint("python train.py", "/v/checkpoints/demo", now=0)
+        '{ [ ! -e /v/checkpoints/demo ] || mv /v/checkpoints/demo /v/checkpoints/demo.before-fresh-19700101T000000Z; } && python train.py'
+    """
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    old, aside = shlex.quote(checkpoint_dir), shlex.quote(f"{checkpoint_dir}.before-fresh-{stamp}")
+    return f"{{ [ ! -e {old} ] || mv {old} {aside}; }} && {entrypoint}"
+
+
+def nothing_to_do(checkpoints: list[Checkpoint], total_steps: int | None) -> str | None:
+    """Why a run with these checkpoints would train nothing, or None when it has work left.
+
+    Example:
+        >>> from rl_lustre.nemo_rl.checkpoints import Checkpoint
+        >>> from pathlib import Path
+        >>> step_6 = Checkpoint(step=6, path=Path("/v/c/step_6"), size_bytes=1, finished_at=0.0, save_seconds=None)
+        >>> nothing_to_do([step_6], 6)
+        'its checkpoint directory already holds step_6 and max_num_steps is 6'
+        >>> nothing_to_do([], 6) is None
+        True
+    """
+    if not checkpoints or total_steps is None:
+        return None
+    newest = max(c.step for c in checkpoints)
+    if newest < total_steps:
+        return None
+    return f"its checkpoint directory already holds step_{newest} and max_num_steps is {total_steps}"
+
+
+NOTHING_TO_DO_ADVICE = (
+    "it ends SUCCEEDED without training a step. To start over, submit with "
+    "cluster.submit(job, fresh=True) (the old checkpoints are moved aside, not deleted), "
+    "or raise max_num_steps to train further"
+)
 
 
 def recorded(info: JobInfo) -> tuple[str | None, int | None]:
@@ -234,6 +287,9 @@ class JobsBackend:
 
     cluster: Cluster
     _where: str
+    # Whether list_checkpoints is cheap (a directory listing) rather than a helper job:
+    # then submit() looks before it leaps and warns about a run with nothing to do.
+    cheap_listing = False
 
     @property
     def jobs(self) -> JobsClient:
@@ -242,15 +298,20 @@ class JobsBackend:
     def list_checkpoints(self, checkpoint_dir: str) -> list[Checkpoint]:
         raise NotImplementedError
 
-    def submit(self, job: GRPOJob) -> Run:
-        return self.submit_all([job])[0]
+    def submit(self, job: GRPOJob, *, fresh: bool = False) -> Run:
+        return self.submit_all([job], fresh=fresh)[0]
 
-    def submit_all(self, jobs: Sequence[GRPOJob]) -> list[Run]:
+    def submit_all(self, jobs: Sequence[GRPOJob], *, fresh: bool = False) -> list[Run]:
         """Prepare every job (none is sent if one fails), then submit each in order.
 
         The cluster's jobs are listed once for all of them, to find earlier attempts.
+        Where the volume is cheap to read (locally), a job whose newest checkpoint already
+        reaches ``max_num_steps`` is reported with a :class:`NothingToDoWarning` first.
         """
-        prepared = [prepare(self.cluster, job) for job in jobs]
+        prepared = [prepare(self.cluster, job, fresh=fresh) for job in jobs]
+        if not fresh and self.cheap_listing:
+            for job, p in zip(jobs, prepared, strict=True):
+                self._warn_if_nothing_to_do(job, p)
         client = self.jobs
         known = client.list() if prepared else []
         return [
@@ -262,6 +323,15 @@ class JobsBackend:
             )
             for p in prepared
         ]
+
+    def _warn_if_nothing_to_do(self, job: GRPOJob, prepared: Submission) -> None:
+        if prepared.checkpoint_dir is None:
+            return
+        why = nothing_to_do(self.list_checkpoints(prepared.checkpoint_dir), prepared.total_steps)
+        if why is not None:
+            message = f"job {job.name!r} has nothing left to do: {why}, so {NOTHING_TO_DO_ADVICE}."
+            logger.warning("%s", message)
+            warnings.warn(message, NothingToDoWarning, stacklevel=5)
 
     def attach(self, job_id: str) -> Run:
         info = self.jobs.info(job_id)

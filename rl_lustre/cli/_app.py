@@ -13,6 +13,7 @@ from ._errors import INTERRUPTED, exit_code
 # (or when the top-level --help lists the verbs).
 VERBS: dict[str, str] = {
     "plan": "rl_lustre.cli.deploy:plan",
+    "check": "rl_lustre.cli.check:check",
     "up": "rl_lustre.cli.deploy:up",
     "down": "rl_lustre.cli.deploy:down",
     "ls": "rl_lustre.cli.inventory:ls",

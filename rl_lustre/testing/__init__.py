@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from ..gcp._errors import RetryPolicy
 from ..gcp._wait import Backoff
+from ._capacity import Catalog
 from ._core import DEFAULT_LATENCY, FakeError, Faults, RequestRecord, project_number
 from ._fake import FakeGCP
 from .kube import KubeFake, KubeFaults, KubeTimings
@@ -34,6 +35,7 @@ __all__ = [
     "DEFAULT_LATENCY",
     "FAST_BACKOFF",
     "FAST_RETRY",
+    "Catalog",
     "FakeError",
     "FakeGCP",
     "Faults",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..catalog import LABEL_MANAGED_BY, MANAGED_BY, ownership_labels
 from ..gcp import _clients
 from ..gcp._ownership import describe_ownership, labels_from_description
+from ._capacity import Catalog
 from ._core import Core, Faults, RequestRecord, project_number
 from ._gke import GkeFake, node_labels
 from ._grpc import GrpcServer
@@ -106,6 +107,8 @@ class FakeGCP:
         self._gke.register(self._grpc)
         self._monitoring.register(self._grpc)
         self._rest = RestFake(self._core)
+        self._catalog = Catalog(self._core)
+        self._register_catalog()
         self._set_env = set_env
         self._saved_env: dict[str, str | None] = {}
         self.grpc_address = ""
@@ -146,6 +149,25 @@ class FakeGCP:
     def time_series_requests(self) -> list[Any]:
         """Every ``ListTimeSeriesRequest`` received, as sent (filter, interval, aggregation)."""
         return list(self._monitoring.requests)
+
+    def _register_catalog(self) -> None:
+        from google.cloud.location import locations_pb2
+
+        cat, zone = self._catalog, "/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)"
+        self._rest.add_route("GET", zone + "/machineTypes/(?P<name>[^/]+)", "compute.machineTypes.get",
+                             cat.machine_type_get)
+        self._rest.add_route("GET", zone + "/acceleratorTypes/(?P<name>[^/]+)", "compute.acceleratorTypes.get",
+                             cat.accelerator_type_get)
+        self._rest.add_route("GET", "/compute/v1/projects/(?P<project>[^/]+)/regions/(?P<region>[^/]+)",
+                             "compute.regions.get", cat.region_get)
+        self._grpc.add("google.cloud.location.Locations", "ListLocations", "lustre.ListLocations",
+                       cat.list_locations, locations_pb2.ListLocationsRequest, locations_pb2.ListLocationsResponse)
+
+    @property
+    def catalog(self) -> Catalog:
+        """What zones offer and regions allow (machine/GPU types, Lustre zones, quotas);
+        generous by default, narrowed with ``withdraw``, ``set_quota``, ``lustre_zones``."""
+        return self._catalog
 
     @property
     def faults(self) -> Faults:

@@ -82,6 +82,11 @@ class RestFake:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
+    def add_route(self, verb: str, path: str, method: str, fn: Handler) -> None:
+        """Serve ``verb path`` (a regex with named groups) with ``fn(params, query, body)``."""
+        self._routes.append((verb, re.compile(path), method, fn))
+        self.core.methods.add(method)
+
     def start(self) -> str:
         fake = self
 

@@ -1,0 +1,112 @@
+"""Read-only questions to Google Cloud before anything is created: what a zone offers and
+what a region's quotas allow.
+
+- Compute ``machineTypes.get`` and ``acceleratorTypes.get`` in the zone (the
+  ``google-cloud-compute`` client): does the zone offer the machine and GPU type?
+- Managed Lustre's ``ListLocations`` (the ``google-cloud-lustre`` client's location
+  mixin): does Managed Lustre run in the zone?
+- Compute ``regions.get``, read as plain JSON: the region's quotas, ``metric`` →
+  ``limit`` and ``usage``. Plain JSON because the client library's ``Quota.Metric`` enum
+  predates the newer GPU families (no ``NVIDIA_B200_GPUS``); it would drop those entries.
+
+Nothing here changes anything; the viewer roles suffice.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import attrs
+
+from ..errors import NotFoundError
+from . import _clients
+from ._errors import Api, Call, RetryPolicy, call
+
+__all__ = ["COMPUTE_URL", "Capacity", "Quota"]
+
+logger = logging.getLogger("rl_lustre.gcp.capacity")
+
+COMPUTE_URL = "https://compute.googleapis.com"
+COMPUTE_VIEW = Api("Compute Engine API", "compute.googleapis.com", "roles/compute.viewer")
+LUSTRE_VIEW = Api("Managed Lustre API", "lustre.googleapis.com", "roles/lustre.viewer")
+
+
+@attrs.frozen
+class Quota:
+    """One regional quota: its metric, limit and current usage."""
+
+    metric: str
+    limit: float
+    usage: float
+
+    @property
+    def free(self) -> float:
+        """``limit - usage``, never below 0."""
+        return max(0.0, self.limit - self.usage)
+
+
+class Capacity:
+    """What a project can get in a zone and a region, asked read-only.
+
+    Example::
+
+        cap = Capacity()
+        cap.offers_machine_type("my-project", "us-east1-b", "a4-highgpu-8g")   # True
+        cap.region_quotas("my-project", "us-east1")["PREEMPTIBLE_NVIDIA_B200_GPUS"].free
+
+    Args:
+        retry: retries of transient errors; by default the adapters' policy.
+    """
+
+    def __init__(self, *, retry: RetryPolicy | None = None) -> None:
+        self._retry = retry
+
+    def offers_machine_type(self, project: str, zone: str, machine_type: str) -> bool:
+        """Whether ``zone`` offers ``machine_type`` (``machineTypes.get``; 404 means no)."""
+        from google.cloud import compute_v1
+
+        client = _clients.compute(compute_v1.MachineTypesClient)
+        try:
+            call(Call(COMPUTE_VIEW, "get", f"machine type {machine_type} in {zone}"),
+                 client.get, project=project, zone=zone, machine_type=machine_type, policy=self._retry)
+        except NotFoundError:
+            return False
+        return True
+
+    def offers_accelerator(self, project: str, zone: str, accelerator: str) -> bool:
+        """Whether ``zone`` offers the GPU type ``accelerator`` (``acceleratorTypes.get``)."""
+        from google.cloud import compute_v1
+
+        client = _clients.compute(compute_v1.AcceleratorTypesClient)
+        try:
+            call(Call(COMPUTE_VIEW, "get", f"accelerator type {accelerator} in {zone}"),
+                 client.get, project=project, zone=zone, accelerator_type=accelerator, policy=self._retry)
+        except NotFoundError:
+            return False
+        return True
+
+    def lustre_locations(self, project: str) -> set[str]:
+        """The locations (zones) where Managed Lustre runs for ``project``."""
+        from google.cloud.location import locations_pb2
+
+        client = _clients.lustre()
+        request = locations_pb2.ListLocationsRequest(name=f"projects/{project}")
+        found = call(Call(LUSTRE_VIEW, "list", f"Managed Lustre locations of {project}"),
+                     client.list_locations, request=request, policy=self._retry)
+        return {loc.location_id for loc in found.locations}
+
+    def region_quotas(self, project: str, region: str) -> dict[str, Quota]:
+        """The quotas of ``region`` by metric name (``regions.get``)."""
+        session, base = _clients.http_session("compute-json", COMPUTE_URL)
+
+        def get() -> dict[str, Any]:
+            response = session.get(f"{base}/compute/v1/projects/{project}/regions/{region}", timeout=60)
+            response.raise_for_status()
+            return dict(response.json())
+
+        body = call(Call(COMPUTE_VIEW, "get", f"region {region} of {project}"), get, policy=self._retry)
+        return {
+            q["metric"]: Quota(q["metric"], float(q.get("limit", 0)), float(q.get("usage", 0)))
+            for q in body.get("quotas", []) if "metric" in q
+        }

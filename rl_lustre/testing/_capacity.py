@@ -1,0 +1,110 @@
+"""What zones offer and what regions allow, as the fakes answer it.
+
+Serves, read-only: Compute ``machineTypes.get`` and ``acceleratorTypes.get`` (REST),
+``regions.get`` with its ``quotas`` (REST), and ``google.cloud.location.Locations/
+ListLocations`` on the Lustre gRPC endpoint.
+
+By default every zone offers every machine and GPU type, Managed Lustre runs in every
+zone of the common regions (:data:`DEFAULT_LUSTRE_ZONES`), and every quota has a generous limit with nothing in use: a deployment
+that passes elsewhere passes here. Tests narrow that down with :meth:`Catalog.withdraw`,
+:meth:`Catalog.set_quota` and :meth:`Catalog.lustre_zones`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.cloud.location import locations_pb2
+
+from ._core import Core, FakeError
+
+__all__ = ["DEFAULT_LUSTRE_ZONES", "DEFAULT_QUOTA", "Catalog"]
+
+DEFAULT_QUOTA = 4096.0
+# Where the fake's Managed Lustre runs unless a test says otherwise: every zone of the
+# regions the tests and docs use (the real list is longer and changes; the server decides).
+DEFAULT_LUSTRE_ZONES = frozenset(
+    f"{region}-{suffix}"
+    for region in ("us-east1", "us-east4", "us-east5", "us-central1", "us-west1", "us-west4", "us-south1",
+                   "europe-west1", "europe-west4", "asia-southeast1", "asia-northeast1")
+    for suffix in "abcdf"
+)
+_GPU_METRICS = ("NVIDIA_B200_GPUS", "PREEMPTIBLE_NVIDIA_B200_GPUS", "NVIDIA_H100_GPUS",
+                "PREEMPTIBLE_NVIDIA_H100_GPUS", "NVIDIA_H200_GPUS", "PREEMPTIBLE_NVIDIA_H200_GPUS",
+                "NVIDIA_L4_GPUS", "PREEMPTIBLE_NVIDIA_L4_GPUS", "CPUS", "N2_CPUS")
+
+
+class Catalog:
+    """The fake's answer to "what can this project get where".
+
+    Example:
+        >>> from rl_lustre.testing import FakeGCP
+        >>> with FakeGCP() as gcp:
+        ...     gcp.catalog.withdraw("us-east1-b", "a4-highgpu-8g")
+        ...     gcp.catalog.set_quota("us-east1", "PREEMPTIBLE_NVIDIA_B200_GPUS", limit=16)
+        ...     gcp.catalog.lustre_zones(["us-central1-a"])
+    """
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self._withdrawn: set[tuple[str, str]] = set()
+        self._quotas: dict[tuple[str, str], tuple[float, float]] = {}
+        self._lustre_zones: set[str] | None = None
+
+    def reset(self) -> None:
+        """Back to the generous defaults."""
+        with self.core.lock:
+            self._withdrawn.clear()
+            self._quotas.clear()
+            self._lustre_zones = None
+
+    def withdraw(self, zone: str, name: str) -> None:
+        """Make ``zone`` not offer the machine type or GPU type ``name`` (404 on get)."""
+        with self.core.lock:
+            self._withdrawn.add((zone, name))
+
+    def set_quota(self, region: str, metric: str, *, limit: float, usage: float = 0.0) -> None:
+        """Give ``region`` the quota ``metric`` with this limit and usage (absent: generous)."""
+        with self.core.lock:
+            self._quotas[(region, metric)] = (float(limit), float(usage))
+
+    def drop_quota(self, region: str, metric: str) -> None:
+        """Leave ``metric`` out of the region's quota list, as for a GPU family it has none of."""
+        with self.core.lock:
+            self._quotas[(region, metric)] = (-1.0, -1.0)
+
+    def lustre_zones(self, zones: list[str] | None) -> None:
+        """The zones where Managed Lustre runs (None: every zone asked about)."""
+        with self.core.lock:
+            self._lustre_zones = None if zones is None else set(zones)
+
+    # -- handlers (under the core's lock) ------------------------------------------------
+
+    def machine_type_get(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
+        return self._zonal("machineTypes", p, {"guestCpus": 224, "isSharedCpu": False})
+
+    def accelerator_type_get(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
+        return self._zonal("acceleratorTypes", p, {"maximumCardsPerInstance": 8})
+
+    def _zonal(self, kind: str, p: dict[str, str], extra: dict[str, Any]) -> dict[str, Any]:
+        zone, name = p["zone"], p["name"]
+        if (zone, name) in self._withdrawn:
+            raise FakeError(404, f"The resource 'projects/{p['project']}/zones/{zone}/{kind}/{name}' was not found",
+                            reason="notFound")
+        return {"kind": f"compute#{kind[:-1]}", "name": name, "zone": zone,
+                "selfLink": f"projects/{p['project']}/zones/{zone}/{kind}/{name}", **extra}
+
+    def region_get(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
+        region = p["region"]
+        metrics = dict.fromkeys(_GPU_METRICS, (DEFAULT_QUOTA, 0.0))
+        metrics.update({m: v for (r, m), v in self._quotas.items() if r == region})
+        quotas = [{"metric": m, "limit": lim, "usage": use} for m, (lim, use) in metrics.items() if lim >= 0]
+        return {"kind": "compute#region", "name": region, "status": "UP", "quotas": quotas,
+                "selfLink": f"projects/{p['project']}/regions/{region}"}
+
+    def list_locations(self, request: locations_pb2.ListLocationsRequest) -> locations_pb2.ListLocationsResponse:
+        project = request.name.removeprefix("projects/")
+        zones = self._lustre_zones if self._lustre_zones is not None else DEFAULT_LUSTRE_ZONES
+        return locations_pb2.ListLocationsResponse(locations=[
+            locations_pb2.Location(name=f"projects/{project}/locations/{z}", location_id=z) for z in sorted(zones)
+        ])
