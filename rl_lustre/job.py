@@ -120,16 +120,26 @@ class GRPOJob:
     Defaults reproduce the reference workflow's job: the v0.4.0 recipe
     ``grpo_math_70B_megatron`` on ``Qwen/Qwen2.5-72B-Instruct`` with DeepScaler,
     20 steps of 32 prompts x 8 generations, global batch 256, a checkpoint every
-    2 steps keeping 2. Vary it with ``attrs.evolve``::
-
-        sweep = [attrs.evolve(base, name=f"lr-{i}", overrides={"policy.megatron_cfg.optimizer.lr": lr})
-                 for i, lr in enumerate([1e-7, 3e-7])]
+    2 steps keeping 2. Vary it with ``attrs.evolve``. Which key sets a knob depends on
+    the recipe's training backend: the learning rate is ``policy.megatron_cfg.optimizer.lr``
+    on the Megatron recipes (the default) and ``policy.optimizer.kwargs.lr`` on
+    ``grpo_math_1B``, which trains with DTensor; preflight names an override under a section
+    the recipe disables.
 
     Example:
-        >>> from rl_lustre import GRPOJob
+        >>> import attrs
+        >>> from rl_lustre import Cluster, GRPOJob
         >>> job = GRPOJob(name="nemo-rl-grpo-test1")
         >>> job.recipe, job.max_num_steps
         ('grpo_math_70B_megatron', 20)
+        >>> sweep = [attrs.evolve(job, name=f"lr-{i}", overrides={"policy.megatron_cfg.optimizer.lr": lr})
+        ...          for i, lr in enumerate([1e-7, 3e-7])]
+        >>> small = GRPOJob(name="small", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B")
+        >>> small_sweep = [attrs.evolve(small, name=f"lr-{i}", overrides={"policy.optimizer.kwargs.lr": lr})
+        ...                for i, lr in enumerate([1e-6, 3e-6])]
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> [j.preflight(c) for j in sweep + small_sweep]
+        [[], [], [], []]
 
     Args:
         name: the run name; names its checkpoint and log directories, the W&B run

@@ -58,7 +58,26 @@ def test_unknown_key_names_the_nearest_keys_and_the_plus_advice() -> None:
     assert p.value == 16
     assert "grpo.num_prompts_per_step" in p.rule
     assert "+grpo.num_prompts_per_stepp=" in p.rule
+    # "Did you mean" comes first; adding a new key is the fallback advice.
+    assert p.rule.index("did you mean 'grpo.num_prompts_per_step'") < p.rule.index("+grpo.num_prompts_per_stepp=")
     assert job(overrides={"+grpo.my_new_knob": 16}).preflight(cluster()) == []
+
+
+def test_an_override_under_a_section_the_recipe_disables_is_named_with_the_key_that_acts() -> None:
+    small = {"recipe": "grpo_math_1B", "model": "Qwen/Qwen2.5-1.5B"}
+    p = only_problem(job(**small, overrides={"policy.megatron_cfg.optimizer.lr": 3e-7}))
+    assert p.field == "policy.megatron_cfg.optimizer.lr"
+    assert p.value == 3e-7
+    assert "grpo_math_1B' disables (policy.megatron_cfg.enabled=false)" in p.rule
+    assert "did you mean 'policy.optimizer.kwargs.lr'?" in p.rule
+    # The key that acts on this recipe passes; so does the Megatron key where Megatron trains,
+    # or where the job switches the section on itself.
+    assert job(**small, overrides={"policy.optimizer.kwargs.lr": 3e-7}).preflight(cluster()) == []
+    assert job(overrides={"policy.megatron_cfg.optimizer.lr": 3e-7}).preflight(cluster()) == []
+    assert job(**small, overrides={"policy.megatron_cfg.optimizer.lr": 3e-7,
+                                   "policy.megatron_cfg.enabled": True}).preflight(cluster()) is not None
+    p = only_problem(job(**small, overrides={"policy.dynamic_batching.train_mb_tokens": 4096}))
+    assert "policy.dynamic_batching.enabled=false" in p.rule
 
 
 def test_plus_on_an_existing_key_is_a_problem() -> None:

@@ -260,9 +260,9 @@ def nearest_keys(key: str, known: Sequence[str], n: int = 3) -> list[str]:
 
 def missing_key_rule(key: str, known: Sequence[str]) -> str:
     near = nearest_keys(key, known)
-    hint = f"nearest known keys: {', '.join(near)}" if near else "no similar key exists"
+    hint = f"did you mean {' or '.join(map(repr, near))}? " if near else "no similar key exists. "
     return (
-        f"the recipe has no key {key!r} ({hint}); to add a new key write '+{key}=value' "
+        f"the recipe has no key {key!r}; {hint}If it is a new key, add it with '+{key}=value' "
         "(in GRPOJob.overrides: {'+" + key + "': value})"
     )
 

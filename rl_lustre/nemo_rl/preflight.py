@@ -81,12 +81,49 @@ def check_config(
     _check_secrets(job, cluster, overrides, found)
     _check_versions(cluster, version, found)
     if flat is not None:
+        _check_disabled_sections(job, flat, found)
         _check_converter(job, flat, found)
         _check_batches(flat, found)
         _check_parallelism(flat, cluster, found)
         _check_metric(flat, found)
         _check_dataset(flat, version.key("data.dataset_name"), version.has_recipes, found)
     return found
+
+
+def disabled_sections(flat: Mapping[str, Any]) -> list[str]:
+    """The sections the resolved config ``flat`` switches off (``<section>.enabled: false``).
+
+    Example:
+        >>> disabled_sections({"policy.megatron_cfg.enabled": False, "policy.dtensor_cfg.enabled": True,
+        ...                    "policy.megatron_cfg.optimizer.lr": 1e-6})
+        ['policy.megatron_cfg']
+    """
+    return sorted(k.removesuffix(".enabled") for k, value in flat.items()
+                  if k.endswith(".enabled") and value is False)
+
+
+def _check_disabled_sections(job: GRPOJob, flat: Mapping[str, Any], found: _Findings) -> None:
+    """A job override under a section the recipe (as overridden) disables changes nothing
+    NeMo-RL runs: the classic is a Megatron optimizer key on a DTensor recipe."""
+    from .config import nearest_keys
+
+    disabled = disabled_sections(flat)
+    if not disabled:
+        return
+    live = [k for k in flat if not any(k.startswith(d + ".") for d in disabled)]
+    for raw, value in job.extra_overrides.items():
+        key = raw.lstrip("+~")
+        section = next((d for d in disabled if key.startswith(d + ".")), None)
+        if section is None:
+            continue
+        near = [k for k in nearest_keys(key, live) if k.rsplit(".", 1)[-1] == key.rsplit(".", 1)[-1]]
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        found.problem(
+            key, shown_value(key, value),
+            f"is under {section}, which the recipe {job.recipe!r} disables ({section}.enabled=false), "
+            f"so it would have no effect; {hint}To use that section, also set "
+            f"overrides={{{section + '.enabled'!r}: True}}",
+        )
 
 
 def check_storage(flat: Mapping[str, Any], cluster: Cluster) -> tuple[list[ConfigError], list[str]]:
