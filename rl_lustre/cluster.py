@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import posixpath
@@ -81,6 +82,30 @@ def _hf_repo_ids(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
         v.fail(inst, attr.name, value, "model ids must be unique")
 
 
+@functools.lru_cache(maxsize=1)
+def _default_sizing() -> tuple[int, int]:
+    from .job import GRPOJob
+    from .sizing import size_lustre
+
+    fields = attrs.fields(GRPOJob)
+    sizing = size_lustre(fields.model.default, checkpoints_kept=fields.keep_top_k.default or 2)
+    return sizing.capacity_gib, sizing.throughput_mbps_per_tib
+
+
+def default_volume(name: str) -> LustreVolume:
+    """The volume a ``Cluster`` gets when given none: what :func:`~rl_lustre.size_lustre`
+    picks for the default job (``GRPOJob()``'s model and ``keep_top_k``, a checkpoint
+    written in 300 s).
+
+    Example:
+        >>> v = default_volume("rl-demo-lustre")
+        >>> v.capacity_gib, v.throughput_mbps_per_tib
+        (9000, 1000)
+    """
+    capacity, tier = _default_sizing()
+    return LustreVolume(name=name, capacity_gib=capacity, throughput_mbps_per_tib=tier)
+
+
 @attrs.define
 class _ClusterState:
     """Live state of a deployment (backend handle); not part of the spec's identity."""
@@ -110,7 +135,9 @@ class Cluster:
         project: the Google Cloud project id.
         region: the region (``us-east1``).
         zone: the zone of the node pools and the Lustre instance (``us-east1-b``).
-        volume: the Lustre volume; by default ``<name>-lustre`` at the smallest 500 MB/s/TiB size.
+        volume: the Lustre volume; by default ``<name>-lustre`` sized by :func:`~rl_lustre.size_lustre`
+            for the default job (9,000 GiB at 1000 MB/s/TiB for Qwen2.5-72B); pass one sized for
+            your jobs (``size_lustre(model).volume(name)``) when they differ.
         machine_type: GPU node machine type.
         accelerator_type: GPU type; derived from ``machine_type`` when omitted.
         gpus_per_node: GPUs per node; derived from ``machine_type`` when omitted.
@@ -261,7 +288,7 @@ class Cluster:
             v.fail(self, "volume", vol, "must be a LustreVolume")
         if vol is None or "name" in vol._filled:
             # The default volume follows the cluster (also through attrs.evolve).
-            vol = LustreVolume(name=f"{self.name}-lustre")
+            vol = default_volume(f"{self.name}-lustre")
             object.__setattr__(vol, "_filled", frozenset({"name"}))
         else:
             vol = vol._unfilled()
@@ -470,9 +497,7 @@ class Cluster:
         return self
 
     def _up(self, *, keep_on_failure: bool = False, check: bool = True) -> None:
-        if check and self.backend != "local":
-            self.check().raise_for_problems()
-        self._backend().up(keep_on_failure=keep_on_failure)
+        self._backend().up(keep_on_failure=keep_on_failure, check=check)
         if self.backend == "local" and not self.keep:
             atexit.register(self._down_at_exit)
 

@@ -16,7 +16,7 @@ Example:
     >>> cost = Cluster(name="demo", project="my-project", region="us-east1",
     ...                zone="us-east1-b").plan().cost()
     >>> [(i.key, round(i.usd_per_hour, 2)) for i in cost.items]
-    [('gpu-pool', 296.0), ('cpu-pool', 1.05), ('lustre', 8.38), ('gke-cluster', 0.1)]
+    [('gpu-pool', 296.0), ('cpu-pool', 1.05), ('lustre', 7.4), ('gke-cluster', 0.1)]
     >>> round(cost.total_usd_per_hour, 2)
     305.53
 """
@@ -221,7 +221,7 @@ class Cost:
         >>> cost.get("gpu-pool").description
         '8 × a4-highgpu-8g, on-demand'
         >>> round(cost.for_hours(24))
-        19650
+        19626
 
     Attributes:
         items: one per priced resource.

@@ -24,7 +24,8 @@ def test_every_priced_resource_of_the_plan_and_the_total() -> None:
     assert [i.key for i in cost.items] == ["gpu-pool", "cpu-pool", "lustre", "gke-cluster"]
     assert cost.get("gpu-pool").usd_per_hour == pytest.approx(8 * a4.spot)
     assert cost.get("cpu-pool").usd_per_hour == pytest.approx(PRICES.machines["n2-highmem-16"].on_demand)
-    assert cost.get("lustre").usd_per_hour == pytest.approx(18_000 * PRICES.lustre_gib_month[500] / 730)
+    # The default volume: what size_lustre picks for the default job (9,000 GiB at 1000 MB/s/TiB).
+    assert cost.get("lustre").usd_per_hour == pytest.approx(9_000 * PRICES.lustre_gib_month[1000] / 730)
     assert cost.get("gke-cluster").usd_per_hour == pytest.approx(0.10)
     assert cost.total_usd_per_hour == pytest.approx(sum(i.usd_per_hour or 0 for i in cost.items))
     assert cost.complete
@@ -100,11 +101,11 @@ def test_bad_prices_are_config_errors(kwargs: dict, field: str) -> None:  # type
 def test_prices_from_a_file(tmp_path: Path) -> None:
     path = tmp_path / "prices.json"
     path.write_text(json.dumps({"compute_discount": 0.25, "machines": {"a4-highgpu-8g": {"on_demand": 80, "spot": 30}},
-                                "lustre_gib_month": {"500": 0.365}}))
+                                "lustre_gib_month": {"1000": 0.73}}))
     prices = Prices.from_file(path)
     cost = BASE.plan().cost(prices)
     assert cost.get("gpu-pool").usd_per_hour == pytest.approx(240.0)
-    assert cost.get("lustre").usd_per_hour == pytest.approx(18_000 * 0.365 / 730)
+    assert cost.get("lustre").usd_per_hour == pytest.approx(9_000 * 0.73 / 730)
     path.write_text(json.dumps({"discount": 0.2}))
     with pytest.raises(ConfigError, match=r"Prices\.discount=0\.2: is not a price field"):
         Prices.from_file(path)

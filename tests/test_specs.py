@@ -215,7 +215,7 @@ class _RecordingBackend:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def up(self, *, keep_on_failure: bool = False) -> None:
+    def up(self, *, keep_on_failure: bool = False, check: bool = True) -> None:
         self.calls.append(f"up(keep_on_failure={keep_on_failure})")
 
     def down(self) -> None:

@@ -20,8 +20,9 @@ class Backend(Protocol):
     network, an ``existing=True`` volume, the local volume directory).
     """
 
-    def up(self, *, keep_on_failure: bool = False) -> object:
-        """Create (or adopt) the deployment and wait until it accepts jobs.
+    def up(self, *, keep_on_failure: bool = False, check: bool = True) -> object:
+        """Create (or adopt) the deployment and wait until it accepts jobs; with ``check``,
+        first ask whatever the backend can ask, read-only, about capacity.
 
         May return a report of what it did; ``Cluster.up()`` does not use it.
         """

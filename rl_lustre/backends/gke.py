@@ -121,7 +121,7 @@ class GKEBackend(submission.JobsBackend):
         ctx = Context(self.cluster, plan, apis, backoff=self._backoff)
         return Executor(plan, gke_drivers(ctx, kube=not self.gcp_only), display=self._display)
 
-    def up(self, *, keep_on_failure: bool = False) -> Report:
+    def up(self, *, keep_on_failure: bool = False, check: bool = True) -> Report:
         """Create or adopt the whole deployment and wait until it is ready.
 
         In the main thread, SIGINT and SIGTERM stop it the same way a failure does:
@@ -136,8 +136,11 @@ class GKEBackend(submission.JobsBackend):
         Args:
             keep_on_failure: keep what this run created when it fails (``down()``
                 removes it later).
+            check: first ask, read-only, whether the zone and the region's quotas can
+                host the deployment (:func:`rl_lustre.check.check_cluster`).
 
         Raises:
+            CapacityError: the check found a problem; nothing was created.
             ProvisioningError: a step failed; it names the step, what was cleaned up,
                 kept and left.
             ProvisioningInterrupted: SIGINT or SIGTERM arrived; likewise.
@@ -148,6 +151,10 @@ class GKEBackend(submission.JobsBackend):
             from ..kube.manifests import build_manifests
 
             build_manifests(self.cluster)  # checks the RayCluster against KubeRay's schema: before any remote call
+        if check:
+            from ..check import check_cluster
+
+            check_cluster(self.cluster).raise_for_problems()
         executor = self.executor()
         cancel, abandon = threading.Event(), threading.Event()
         stages = (

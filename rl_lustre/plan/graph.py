@@ -352,7 +352,7 @@ class Plan:
             >>> t = Cluster(name="demo", project="my-project", region="us-east1",
             ...             zone="us-east1-b").plan().totals()
             >>> t["gpus"], t["lustre_capacity_gib"], t["lustre_throughput_mbps"]
-            (64, 18000, 8789.0625)
+            (64, 9000, 8789.0625)
         """
         out: dict[str, Any] = {
             "resources": len(self.resources),
