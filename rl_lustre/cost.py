@@ -18,7 +18,7 @@ Example:
     >>> [(i.key, round(i.usd_per_hour, 2)) for i in cost.items]
     [('gpu-pool', 296.0), ('cpu-pool', 1.05), ('lustre', 7.4), ('gke-cluster', 0.1)]
     >>> round(cost.total_usd_per_hour, 2)
-    305.53
+    304.55
 """
 
 from __future__ import annotations

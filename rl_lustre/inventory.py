@@ -164,7 +164,7 @@ class Deployment:
         Example::
 
             find_deployment("demo", project="my-project").cost().total_usd_per_hour
-            # 305.53
+            # 304.55
         """
         from .cost import Cost, Prices, gke_cluster_item, lustre_item, node_pool_item
 
