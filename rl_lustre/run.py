@@ -148,8 +148,8 @@ class Run:
         if parser.current_step is not None:
             return None
         return (f"nothing left to do: job {self.job_id} SUCCEEDED without training a step (the newest "
-                f"checkpoint in its checkpoint directory already reaches max_num_steps), so "
-                f"{NOTHING_TO_DO_ADVICE}")
+                f"checkpoint in its checkpoint directory already reaches max_num_steps). "
+                f"{NOTHING_TO_DO_ADVICE}.")
 
     def info(self) -> JobInfo:
         """The Jobs API's record of this run (status, message, times).
@@ -382,7 +382,7 @@ class Run:
         if self._idle is None:
             self._idle = self._idle_note(self._refresh())
             if self._idle is not None:
-                logger.warning("%s", self._idle)
+                logger.info("%s", self._idle)
                 warnings.warn(self._idle, NothingToDoWarning, stacklevel=2)
         return info.status
 

@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
@@ -107,9 +108,12 @@ def _run(block: Block) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, Future[subprocess.CompletedProcess[str]]]:
+def results(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[subprocess.CompletedProcess[str]]]]:
+    # Only the blocks this session selected (``-k``) are run.
+    selected = {item.callspec.params["block"].id for item in request.session.items
+                if hasattr(item, "callspec") and isinstance(item.callspec.params.get("block"), Block)}
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="doc-block")
-    futures = {b.id: pool.submit(_run, b) for b in RUNNABLE}
+    futures = {b.id: pool.submit(_run, b) for b in RUNNABLE if b.id in selected}
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
 

@@ -156,9 +156,8 @@ def nothing_to_do(checkpoints: list[Checkpoint], total_steps: int | None) -> str
 
 
 NOTHING_TO_DO_ADVICE = (
-    "it ends SUCCEEDED without training a step. To start over, submit with "
-    "cluster.submit(job, fresh=True) (the old checkpoints are moved aside, not deleted), "
-    "or raise max_num_steps to train further"
+    "To start over, submit with cluster.submit(job, fresh=True) (the old checkpoints are "
+    "moved aside, not deleted), or raise max_num_steps to train further"
 )
 
 
@@ -329,8 +328,9 @@ class JobsBackend:
             return
         why = nothing_to_do(self.list_checkpoints(prepared.checkpoint_dir), prepared.total_steps)
         if why is not None:
-            message = f"job {job.name!r} has nothing left to do: {why}, so {NOTHING_TO_DO_ADVICE}."
-            logger.warning("%s", message)
+            message = (f"job {job.name!r} has nothing left to do: {why}, so its run will end "
+                       f"SUCCEEDED without training a step. {NOTHING_TO_DO_ADVICE}.")
+            logger.info("%s", message)
             warnings.warn(message, NothingToDoWarning, stacklevel=5)
 
     def attach(self, job_id: str) -> Run:
