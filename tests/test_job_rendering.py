@@ -265,10 +265,13 @@ def test_tilde_deletes_a_key_as_in_nemo_rl() -> None:
 
 def test_entry_script_follows_the_nemo_rl_version() -> None:
     # v0.6.0 removed examples/run_grpo_math.py; examples/run_grpo.py runs GRPO from then on.
+    from rl_lustre.nemo_rl import nemo_rl_version
+
     for version, script in (("0.4.0", "examples/run_grpo_math.py"), ("0.5.0", "examples/run_grpo_math.py"),
                             ("0.6.0", "examples/run_grpo.py"), ("0.7.0", "examples/run_grpo.py")):
-        tokens = shlex.split(reference_job(nemo_rl_version=version).entrypoint(reference_cluster()))
-        assert tokens[6] == script, version
+        assert nemo_rl_version(version).entry_script == script, version
+    tokens = shlex.split(reference_job(nemo_rl_version="0.6.0").entrypoint(reference_cluster()))
+    assert tokens[6] == "examples/run_grpo.py"
     from_image = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
                          image="nvcr.io/nvidia/nemo-rl:v0.6.0", ray_version="2.49.2")
     assert shlex.split(reference_job().entrypoint(from_image))[6] == "examples/run_grpo.py"
