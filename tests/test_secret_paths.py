@@ -83,6 +83,12 @@ def test_a_planted_token_reaches_no_plan_manifest_repr_log_or_error(
     # The Secret's manifest carries names only; its values are redacted.
     secret = next(m for m in gke.manifests() if m["kind"] == "Secret")
     assert set(secret.get("stringData") or secret.get("data") or {}) == {"HF_TOKEN", "WANDB_API_KEY"}
+    # What up() applies holds the values, for the API only: printed or logged, they are redacted.
+    from rl_lustre.kube.manifests import build_manifests
+
+    applied = build_manifests(gke, secret_values={"HF_TOKEN": token, "WANDB_API_KEY": token}, redact=False)
+    assert token in json.dumps(applied)
+    seen += [repr(applied), str(applied)]
 
     # The console script's plan of a deployment script.
     from click.testing import CliRunner
