@@ -629,12 +629,8 @@ class Cluster:
             m = cluster.metrics()                # the last hour, one point a minute
             m.gpu_utilization.mean(), m.volume.write_mbps.max()
 
-        Args:
-            start: the window's start (an aware ``datetime`` or seconds since the epoch);
-                by default an hour before ``end``.
-            end: the window's end; by default now.
-            step: seconds per point (at least 60).
-            monitoring: a :class:`rl_lustre.gcp.Monitoring`; by default one from the environment.
+        ``start``, ``end``, ``step`` and ``monitoring`` are as for
+        :meth:`LustreVolume.metrics <rl_lustre.LustreVolume.metrics>` (default: the last hour).
 
         Raises:
             ConfigError: a local cluster, or a bad window or step.
