@@ -131,3 +131,23 @@ def test_the_console_script_is_installed(script: Path) -> None:
                           text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert "there is no file" in textwrap.dedent(done.stderr)
+
+
+def test_ctrl_c_exits_130_with_what_the_library_says(script: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rl_lustre.cli import _target
+
+    def interrupted(target: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_target, "load_target", interrupted)
+    code, out, err = invoke("plan", f"{script}:gke")
+    assert (code, out, err) == (130, "", "interrupted\n")
+
+    def rolled_back(target: str) -> None:
+        raise ProvisioningInterrupted(KeyboardInterrupt("SIGINT received"), step=None, cleaned=["network"])
+
+    monkeypatch.setattr(_target, "load_target", rolled_back)
+    code, _, err = invoke("up", f"{script}:gke")
+    assert code == 130
+    assert err.startswith("error: up() was stopped (SIGINT received)")
+    assert "cleaned up: network" in err
