@@ -37,12 +37,13 @@ WIDTH_IN, ROW_IN, DPI = 12.0, 4.0, 100
 
 @attrs.frozen
 class SaveRecord:
-    """One checkpoint save: its step, how long it took and its write rate."""
+    """One checkpoint save: its step, how long it took, its write rate and size (None where
+    the checkpoint was since deleted by ``keep_top_k``)."""
 
     step: int
     seconds: float | None
     mb_per_second: float | None
-    size_mb: float
+    size_mb: float | None
 
 
 @attrs.frozen
@@ -79,10 +80,18 @@ def collect(run: Run, *, cluster_metrics: bool = True) -> RunData:
     per_step = run.metrics()
     steps = tuple(sorted(per_step))
     try:
-        checkpoints = run.checkpoints()
+        checkpoints = {c.step: c for c in run.checkpoints()}
     except NotImplementedError:
-        checkpoints = []
-    saves = tuple(SaveRecord(c.step, c.save_seconds, c.mb_per_second, c.size_bytes / 1e6) for c in checkpoints)
+        checkpoints = {}
+    # Every save the log reports (keep_top_k may have deleted the older checkpoints since),
+    # with size and MB/s where the checkpoint is still there to measure.
+    logged = {s.step: s.timed_seconds for s in run.saves()}
+    saves = tuple(
+        SaveRecord(step,
+                   checkpoints[step].save_seconds if step in checkpoints else logged.get(step),
+                   checkpoints[step].mb_per_second if step in checkpoints else None,
+                   checkpoints[step].size_bytes / 1e6 if step in checkpoints else None)
+        for step in sorted(set(logged) | set(checkpoints)))
     return RunData(
         title=run.job_id,
         steps=steps,
@@ -106,6 +115,7 @@ def figure(data: RunData) -> Figure:
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     rows = 2 if data.cluster is not None else 1
     fig = Figure(figsize=(WIDTH_IN, ROW_IN * rows + 0.5), dpi=DPI, layout="constrained")
@@ -124,6 +134,7 @@ def figure(data: RunData) -> Figure:
     xs, ys = _xy(data.steps, data.loss)
     lines += twin.plot(xs, ys, marker=".", color="tab:orange", label="loss")
     ax.legend(lines, [line.get_label() for line in lines], loc="best")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if not data.steps:
         ax.text(0.5, 0.5, "no completed step yet", transform=ax.transAxes, ha="center")
 
@@ -139,6 +150,7 @@ def figure(data: RunData) -> Figure:
     twin.plot(xs, ys, marker="s", color="tab:red", label="write MB/s")
     handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
     ax.legend(handles, [h.get_label() for h in handles], loc="best")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if not data.saves:
         ax.text(0.5, 0.5, "no checkpoint yet", transform=ax.transAxes, ha="center")
 
