@@ -187,7 +187,8 @@ _MISSING = object()
 def _flat_fields(job: GRPOJob) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for field in attrs.fields(type(job)):
-        if field.name == "name":
+        # Only what the user set: not the name, not caches (init=False, eq=False).
+        if field.name == "name" or not field.init or not field.eq:
             continue
         value = getattr(job, field.name)
         if isinstance(value, Mapping):

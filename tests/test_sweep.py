@@ -70,3 +70,15 @@ def test_sweep_refuses_shared_names_before_submitting(local_cluster: Cluster) ->
         run_sweep(local_cluster, [attrs.evolve(BASE, name="fine"), bad])
     # Nothing of either sweep reached the cluster.
     assert not Path(attrs.evolve(BASE, name="fine").log_dir(local_cluster)).exists()
+
+
+def test_the_varied_fields_are_what_the_jobs_set_not_what_they_cached(tmp_path: Path) -> None:
+    from rl_lustre.sweep import varied_fields
+
+    cluster = Cluster.local("varied", volume_dir=tmp_path)
+    jobs = [attrs.evolve(BASE, name=f"v{k}", keep_top_k=k, overrides={"policy.optimizer.kwargs.lr": k * 1e-6})
+            for k in (1, 2)]
+    jobs[0].preflight(cluster)  # renders and caches the job for this cluster
+    assert varied_fields(jobs) == [{"keep_top_k": 1, "policy.optimizer.kwargs.lr": 1e-6},
+                                   {"keep_top_k": 2, "policy.optimizer.kwargs.lr": 2e-6}]
+    assert varied_fields([jobs[0], attrs.evolve(jobs[0], name="same")]) == [{}, {}]
