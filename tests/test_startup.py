@@ -24,7 +24,7 @@ from rl_lustre.kube.prefetch import MARK, repo_folder
 from rl_lustre.kube.startup import prefetch_command, prefetch_job
 from rl_lustre.provision.executor import ProvisioningError
 from rl_lustre.testing import FakeGCP
-from rl_lustre.testing.kube import KubeFake
+from rl_lustre.testing.kube import KubeFake, schema_validator
 
 FAST = Backoff(initial=0.01, maximum=0.05, multiplier=1.5)
 RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
@@ -37,7 +37,8 @@ LATENCY = {"lustre.create": 1.0, "gke.create_cluster": 0.1, "gke.create_node_poo
 def fakes() -> Iterator[tuple[FakeGCP, KubeFake]]:
     from rl_lustre.kube.client import ResourceClient
 
-    with KubeFake() as kube, FakeGCP(kube=kube, latency=LATENCY) as gcp:
+    # Every object is checked against the real schemas on arrival (strict: unknown fields fail).
+    with KubeFake(validate=schema_validator()) as kube, FakeGCP(kube=kube, latency=LATENCY) as gcp:
         # Import the Kubernetes client now: its first import is not provisioning time.
         ResourceClient(kube.api_client(), "Job", "default")
         yield gcp, kube
@@ -74,6 +75,7 @@ def test_prepull_starts_with_the_gpu_pool_and_prefetch_with_the_claim_progress_s
         world: tuple[FakeGCP, KubeFake], caplog: pytest.LogCaptureFixture) -> None:
     gcp, kube = world
     caplog.set_level(logging.INFO, logger="rl_lustre")
+    kube.rejected.clear()
     kube.timings.job_run = 1.5
     c = cluster()
     progress = f"{MARK} {MODEL}: 0.4 of 1.0 GB (80 MB/s)\n"
@@ -104,6 +106,7 @@ def test_prepull_starts_with_the_gpu_pool_and_prefetch_with_the_claim_progress_s
     assert rec["model-prefetch"].started >= rec["pvc"].finished
     assert rec["model-prefetch"].started < rec["raycluster"].finished
     assert report.keys("created") == [r.key for r in c.plan() if r.action == "create"]
+    assert kube.rejected == []
     # Its pod ran where the plan says, with the token from the Secret, never as a literal.
     job = kube.get("Job", "boot-model-prefetch")
     assert job is not None
