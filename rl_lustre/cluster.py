@@ -229,6 +229,7 @@ class Cluster:
     )
     rehearsal_scale: float = attrs.field(default=1e-5, validator=v.number(gt=0, le=1))
     rehearsal_step_seconds: float = attrs.field(default=0.5, validator=v.number(ge=0, le=3600))
+    worker_nodes: int = attrs.field(default=0, validator=v.integer(min=0, max=16))
     _live: _ClusterState = attrs.field(factory=_ClusterState, init=False, repr=False, eq=False, hash=False)
 
     def __attrs_post_init__(self) -> None:
@@ -250,6 +251,9 @@ class Cluster:
         if self.zone.rsplit("-", 1)[0] != self.region:
             v.fail(self, "zone", self.zone, f"must be a zone of region {self.region!r} (like '{self.region}-b')")
         self._check_mount_path(gke=True)
+        if self.worker_nodes:
+            v.fail(self, "worker_nodes", self.worker_nodes,
+                   "is for Cluster.local(); a GKE cluster's worker nodes are its num_nodes GPU nodes")
 
         known = GPU_MACHINE_TYPES.get(self.machine_type)
         if known is None:
@@ -310,6 +314,9 @@ class Cluster:
             object.__setattr__(self, "gpus_per_node", 1)
         if self.nemo_rl_path is not None and not Path(self.nemo_rl_path).is_absolute():
             v.fail(self, "nemo_rl_path", self.nemo_rl_path, "must be an absolute path to a NeMo-RL checkout")
+        if self.worker_nodes and self.num_nodes > self.worker_nodes:
+            v.fail(self, "num_nodes", self.num_nodes,
+                   f"must be at most worker_nodes={self.worker_nodes}: each node of a job is one worker raylet")
 
     def _check_mount_path(self, *, gke: bool) -> None:
         p = self.mount_path
@@ -347,6 +354,7 @@ class Cluster:
         keep: bool = False,
         rehearsal_scale: float = 1e-5,
         rehearsal_step_seconds: float = 0.5,
+        worker_nodes: int = 0,
         **kwargs: Any,
     ) -> Cluster:
         """A deployment on this machine: a real local Ray head and a directory as the volume.
@@ -372,6 +380,11 @@ class Cluster:
             keep: leave the head running at the end of a ``with`` block.
             rehearsal_scale: rehearsal checkpoints are this fraction of the real size.
             rehearsal_step_seconds: how long a rehearsed training step takes.
+            worker_nodes: real Ray worker nodes to start next to the head: each a raylet of
+                its own (``ray start --address=...``) declaring ``gpus_per_node`` GPUs, so that
+                jobs place per-node work on them as NeMo-RL does, and
+                :func:`rl_lustre.testing.preempt` can take them away as a Spot preemption
+                does. 0 (the default) runs the head alone.
         """
         owner = "Cluster.local"
         v.need(owner, "name", name, str, "a deployment name (str)")
@@ -405,6 +418,7 @@ class Cluster:
             keep=keep,
             rehearsal_scale=rehearsal_scale,
             rehearsal_step_seconds=rehearsal_step_seconds,
+            worker_nodes=worker_nodes,
             **kwargs,
         )
 

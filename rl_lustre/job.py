@@ -177,6 +177,11 @@ class GRPOJob:
         working_dir: a local directory uploaded with the job.
         excludes: ``.rayignore``-style patterns left out of ``working_dir``.
         nemo_rl_dir: where NeMo-RL lives in the image.
+        max_restarts: how many times the run is started again, on the cluster, after
+            worker nodes were lost (a Spot preemption); 0 turns recovery off. A failure
+            with every node alive is never retried. See :mod:`rl_lustre.recovery`.
+        capacity_timeout: seconds to wait, after a loss, for the GPU nodes to be back
+            before giving up (the run then ends FAILED).
     """
 
     name: str = attrs.field(validator=v.matches(r"[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?", JOB_NAME_RULE))
@@ -238,6 +243,8 @@ class GRPOJob:
         default="/opt/nemo-rl",
         validator=v.matches(r"/[^\s'\"\x00-\x1f\x7f]*", "must be an absolute path without spaces or control characters")
     )
+    max_restarts: int = attrs.field(default=3, validator=v.integer(min=0, max=100))
+    capacity_timeout: float = attrs.field(default=1800.0, validator=v.number(gt=0, le=7 * 24 * 3600))
     # Resolutions of this job by cluster (see resolve); not part of the spec.
     _resolved: _Resolutions = attrs.field(factory=lambda: _Resolutions(), init=False, repr=False, eq=False, hash=False)
 

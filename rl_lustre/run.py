@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .nemo_rl.checkpoints import Checkpoint
     from .nemo_rl.logs import CheckpointSave, LogParser, StepRecord
     from .ray.jobs import JobInfo, JobsClient
+    from .recovery import Restart
 
 __all__ = ["Progress", "Run"]
 
@@ -231,6 +232,21 @@ class Run:
     def saves(self) -> list[CheckpointSave]:
         """The checkpoint saves this attempt's log reports, with NeMo-RL's own timing."""
         return list(self._refresh().saves)
+
+    def restarts(self) -> list[Restart]:
+        """Every recovery from lost nodes so far, oldest first: when, which nodes and why,
+        the step resumed from, and the seconds from the loss to the rerun's first step.
+
+        The supervisor that runs the job on the cluster records them in the job's log, so
+        any process that attaches to the run later reads the same list.
+
+        Example:
+            >>> [(r.number, r.resumed_from_step, round(r.seconds_lost or 0)) for r in run.restarts()]  # doctest: +SKIP
+            [(1, 4, 38)]
+        """
+        from .recovery import parse_restarts
+
+        return parse_restarts(self._jobs.logs(self.job_id))
 
     def checkpoints(self) -> list[Checkpoint]:
         """The run's complete checkpoints (``step_N``), oldest first, with size and write time.

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..nemo_rl.checkpoints import Checkpoint
     from ..ray.head import AuthMode, LocalHead
     from ..ray.jobs import JobsClient
+    from ..ray.workers import LocalWorker
     from ..run import Run
 
 __all__ = ["LocalBackend"]
@@ -76,11 +77,41 @@ class LocalBackend(submission.JobsBackend):
             logger.info(
                 "adopted the running local Ray head of %r at %s", self.cluster.name, self.head_url
             )
-            return
-        num_cpus = _REHEARSAL_CPUS if self.cluster.nemo_rl_path is None else None
-        self.head = start_local_head(
-            self.temp_dir, num_cpus=num_cpus, env=self._head_env(), auth=self._auth
-        )
+        else:
+            num_cpus = _REHEARSAL_CPUS if self.cluster.nemo_rl_path is None else None
+            # With worker nodes, GPU work belongs on them, never on the head.
+            num_gpus = 0 if self.cluster.worker_nodes else None
+            self.head = start_local_head(
+                self.temp_dir, num_cpus=num_cpus, num_gpus=num_gpus, env=self._head_env(), auth=self._auth
+            )
+        try:
+            self.start_workers()
+        except BaseException:
+            self.down()
+            raise
+
+    def start_workers(self, count: int | None = None) -> list[LocalWorker]:
+        """Start worker nodes until ``count`` (by default ``worker_nodes``) run; returns those started.
+
+        Example:
+            >>> backend.start_workers()  # doctest: +SKIP
+            [LocalWorker('worker-1', pid=4321, num_gpus=1)]
+        """
+        from ..ray.workers import live_workers, start_local_worker
+
+        head = self._head()
+        want = self.cluster.worker_nodes if count is None else count
+        started = []
+        assert self.cluster.gpus_per_node is not None
+        for _ in range(want - len(live_workers(head))):
+            started.append(start_local_worker(head, num_gpus=self.cluster.gpus_per_node, env=self._head_env()))
+        return started
+
+    def workers(self) -> list[LocalWorker]:
+        """The worker nodes running now, oldest first."""
+        from ..ray.workers import live_workers
+
+        return live_workers(self._head())
 
     def down(self) -> None:
         head = self.head if self.head is not None else self._find()
@@ -88,6 +119,10 @@ class LocalBackend(submission.JobsBackend):
         if head is None:
             logger.info("no local Ray head of %r is running", self.cluster.name)
             return
+        from ..ray.workers import live_workers
+
+        for worker in live_workers(head):
+            worker.kill()
         head.stop()
 
     @property

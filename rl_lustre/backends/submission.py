@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import shlex
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import ConfigError, NothingToDoWarning, RayError
+from ..recovery import shipped_module, supervised
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
@@ -54,8 +56,9 @@ class Submission:
 
     Attributes:
         base_id: the id of the first attempt; later ones add ``-r2``, ``-r3``, ...
-        entrypoint: the shell command.
-        runtime_env: Ray's runtime env (no secrets).
+        entrypoint: the shell command: the recovery supervisor running the job's
+            :meth:`~rl_lustre.GRPOJob.entrypoint`.
+        runtime_env: Ray's runtime env (no secrets); its ``py_modules`` carry the supervisor.
         metadata: stored with the job (no secrets).
         checkpoint_dir: where NeMo-RL saves and resumes, or None without checkpointing.
         total_steps: ``grpo.max_num_steps``.
@@ -88,22 +91,27 @@ def prepare(cluster: Cluster, job: GRPOJob, *, fresh: bool = False) -> Submissio
     """
     resolved = job.resolve(cluster)
     job.preflight(cluster)
-    entrypoint = resolved.entrypoint
-    runtime_env = resolved.runtime_env
     overrides = resolved.overrides
     enabled = overrides.get("checkpointing.enabled", True)
     checkpoint_dir = overrides.get("checkpointing.checkpoint_dir") if enabled else None
+    # NeMo-RL resumes from the newest step_N of this directory whether or not it saves.
+    resume_dir = overrides.get("checkpointing.checkpoint_dir")
+    entrypoint = _supervised(cluster, job, resolved.entrypoint, None if resume_dir is None else str(resume_dir))
     if fresh and checkpoint_dir is not None:
+        # Outside the supervisor: only the first attempt starts over, a recovery resumes.
         entrypoint = fresh_entrypoint(entrypoint, str(checkpoint_dir))
     digest = hashlib.sha256(
-        json.dumps([entrypoint, runtime_env], sort_keys=True, default=str).encode()
+        json.dumps([entrypoint, resolved.runtime_env], sort_keys=True, default=str).encode()
     ).hexdigest()[:8]
+    runtime_env = {**resolved.runtime_env,
+                   "py_modules": [*resolved.runtime_env.get("py_modules", []), shipped_module()]}
     base_id = f"rl-lustre-{job.name}-{digest}"
     steps = overrides.get("grpo.max_num_steps")
     metadata = {
         "rl_lustre.cluster": cluster.name,
         "rl_lustre.job": job.name,
         "rl_lustre.base_id": base_id,
+        "rl_lustre.max_restarts": str(job.max_restarts),
     }
     if checkpoint_dir is not None:
         metadata[_CHECKPOINT_DIR] = str(checkpoint_dir)
@@ -117,6 +125,27 @@ def prepare(cluster: Cluster, job: GRPOJob, *, fresh: bool = False) -> Submissio
         metadata=metadata,
         checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
         total_steps=steps if isinstance(steps, int) else None,
+    )
+
+
+def _supervised(cluster: Cluster, job: GRPOJob, command: str, checkpoint_dir: str | None) -> str:
+    """The Ray job's entrypoint: the recovery supervisor around NeMo-RL's ``command``.
+
+    On GKE it watches the ``num_nodes`` GPU nodes, reading Ray's node table every 2 s; a
+    failure with every node alive is looked at for 30 s more (Ray's default health checks
+    take about 15 s to declare a vanished node dead) before the run ends FAILED. A local
+    cluster with worker nodes declares lost nodes dead within about 2 s (see
+    :func:`rl_lustre.ray.head.node_env`), so it looks faster and for less long.
+    """
+    assert cluster.gpus_per_node is not None
+    if cluster.backend == "gke":
+        python, nodes, poll, settle = "python", cluster.num_nodes, 2.0, 30.0
+    else:
+        python, poll, settle = sys.executable, 0.5, 3.0
+        nodes = cluster.num_nodes if cluster.worker_nodes else 0
+    return supervised(
+        command, python=python, max_restarts=job.max_restarts, nodes=nodes, gpus_per_node=cluster.gpus_per_node,
+        capacity_timeout=job.capacity_timeout, checkpoint_dir=checkpoint_dir, poll=poll, settle=settle,
     )
 
 

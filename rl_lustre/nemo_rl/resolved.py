@@ -334,10 +334,12 @@ def _entrypoint(job: GRPOJob, cluster: Cluster, version: NemoRLVersion, name: st
     if cluster.backend == "local" and cluster.nemo_rl_path is None:
         # The driver applies the overrides with this version's key names.
         pinned = f" --nemo-rl-version {version.version}" if version.version != DEFAULT_VERSION else ""
+        # With worker nodes, the driver places per-node work on them as NeMo-RL does.
+        placed = " --place-workers" if cluster.worker_nodes else ""
         return (
             f"{shlex.quote(sys.executable)} -m rl_lustre.rehearsal"
             f" --checkpoint-scale {_num(cluster.rehearsal_scale)}"
-            f" --step-seconds {_num(cluster.rehearsal_step_seconds)}{pinned}"
+            f" --step-seconds {_num(cluster.rehearsal_step_seconds)}{pinned}{placed}"
             f" --config {shlex.quote(name)} {quoted}"
         )
     root = cluster.nemo_rl_path if cluster.backend == "local" else job.nemo_rl_dir

@@ -41,7 +41,7 @@ import attrs
 
 from ..errors import ConfigError, RayError, WaitTimeoutError
 
-__all__ = ["AuthMode", "LocalHead", "find_local_head", "head_dir", "start_local_head"]
+__all__ = ["AuthMode", "LocalHead", "find_local_head", "head_dir", "node_env", "start_local_head"]
 
 logger = logging.getLogger("rl_lustre.ray.head")
 
@@ -214,6 +214,7 @@ def start_local_head(
     temp_dir: Path,
     *,
     num_cpus: int | None = 2,
+    num_gpus: int | None = None,
     env: Mapping[str, str] | None = None,
     auth: AuthMode | None = None,
     timeout: float = 90.0,
@@ -231,6 +232,8 @@ def start_local_head(
     Args:
         temp_dir: Ray's temp dir (see :func:`head_dir`); created, and removed on stop.
         num_cpus: CPUs the head offers to jobs; None lets Ray count them.
+        num_gpus: GPUs the head offers; None lets Ray count them (0 keeps GPU work
+            on worker nodes).
         env: the environment of the head and so of every job driver; by default this
             process's. Ray address and token variables in it are replaced.
         auth: ``"token"`` or ``"disabled"``; by default ``$RAY_AUTH_MODE``, else token.
@@ -248,29 +251,12 @@ def start_local_head(
     shutil.rmtree(temp_dir, ignore_errors=True)
     temp_dir.mkdir(mode=0o700, parents=True)
 
-    head_env = dict(os.environ if env is None else env)
-    for name in _INHERITED_RAY_VARS:
-        head_env.pop(name, None)
-    head_env.update(
-        {
-            MARK: str(temp_dir),
-            "RAY_AUTH_MODE": mode,
-            # Off macOS/Windows this makes Ray bind every interface; we want loopback.
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            # SIGTERM would otherwise wait for a node drain (meant for Serve on
-            # Kubernetes) before stopping anything.
-            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
-            "RAY_USAGE_STATS_ENABLED": "0",
-            # The start-up message we wait for must reach head.log while we wait.
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
+    head_env = node_env(temp_dir, env, mode)
     if mode == "token":
         token_path = temp_dir / _TOKEN_FILE
         fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
-        head_env["RAY_AUTH_TOKEN_PATH"] = str(token_path)
 
     ports = _free_ports(10)
     worker_lo = _free_port_range(_WORKER_PORTS, exclude=ports)
@@ -296,6 +282,8 @@ def start_local_head(
     ]  # fmt: skip
     if num_cpus is not None:
         command += ["--num-cpus", str(num_cpus)]
+    if num_gpus is not None:
+        command += ["--num-gpus", str(num_gpus)]
     with open(temp_dir / _LOG_FILE, "wb") as log:
         process = subprocess.Popen(
             command,
@@ -328,6 +316,41 @@ def start_local_head(
         raise
     logger.info("local Ray head is up at %s", head.dashboard_url)
     return head
+
+
+def node_env(temp_dir: Path, env: Mapping[str, str] | None, mode: AuthMode) -> dict[str, str]:
+    """The environment of every ``ray start`` of the head in ``temp_dir`` (head or worker node).
+
+    Example:
+        >>> e = node_env(Path("/tmp/rll-x"), {"RAY_ADDRESS": "elsewhere:6379", "A": "1"}, "token")
+        >>> e["A"], "RAY_ADDRESS" in e, e["RAY_AUTH_TOKEN_PATH"]
+        ('1', False, '/tmp/rll-x/auth_token')
+    """
+    out = dict(os.environ if env is None else env)
+    for name in _INHERITED_RAY_VARS:
+        out.pop(name, None)
+    out.update(
+        {
+            MARK: str(temp_dir),
+            "RAY_AUTH_MODE": mode,
+            # Off macOS/Windows this makes Ray bind every interface; we want loopback.
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            # SIGTERM would otherwise wait for a node drain (meant for Serve on
+            # Kubernetes) before stopping anything.
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            # The start-up message we wait for must reach the node's log while we wait.
+            "PYTHONUNBUFFERED": "1",
+            # A worker node that vanishes is declared dead after about 1.5 s rather than
+            # Ray's default 15 s (GCS health checks: every 0.5 s, dead after 3 refused);
+            # a slow but living raylet still has Ray's 10 s timeout per check.
+            "RAY_health_check_period_ms": "500",
+            "RAY_health_check_failure_threshold": "3",
+        }
+    )
+    if mode == "token":
+        out["RAY_AUTH_TOKEN_PATH"] = str(temp_dir / _TOKEN_FILE)
+    return out
 
 
 def find_local_head(temp_dir: Path) -> LocalHead | None:

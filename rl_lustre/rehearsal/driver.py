@@ -144,9 +144,12 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from .placement import NodeWorkers
 
 __all__ = ["PREFIX", "main", "next_experiment_dir"]
 
@@ -232,7 +235,8 @@ def _get(cfg: dict[str, Any], dotted: str) -> Any:
 class Rehearsal:
     """One start of the driver: resume, step, save, exit."""
 
-    def __init__(self, cfg: dict[str, Any], *, scale: float, step_seconds: float, param_count: int) -> None:
+    def __init__(self, cfg: dict[str, Any], *, scale: float, step_seconds: float, param_count: int,
+                 place_workers: bool = False) -> None:
         from ..sizing import checkpoint_bytes
 
         self.cfg = cfg
@@ -259,6 +263,8 @@ class Rehearsal:
         }
         self.metrics_log: TextIO | None = None
         self.step = 0
+        self.place_workers = place_workers
+        self.workers: NodeWorkers | None = None
         self._check_metric_name()
 
     def _check_metric_name(self) -> None:
@@ -288,9 +294,17 @@ class Rehearsal:
             _say(f"📊 Using checkpoint directory: {self.checkpoint_dir}")
         self.metrics_log = open(log_dir / "rehearsal_metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         _say("\n▶ Setting up compute cluster...")
-        _say(f"  ✓ Ray cluster for policy initialized with {self.num_nodes} nodes")
-        _say(f"{PREFIX} cluster.num_nodes={self.num_nodes} x cluster.gpus_per_node={self.gpus_per_node} "
-             f"({self.num_nodes * self.gpus_per_node} GPUs) are shown, not used: nothing runs on a GPU.")
+        if self.place_workers:
+            from .placement import NodeWorkers
+
+            self.workers = NodeWorkers(self.num_nodes, self.gpus_per_node)
+            _say(f"  ✓ Ray cluster for policy initialized with {self.num_nodes} nodes")
+            _say(f"{PREFIX} one worker per node holds its {self.gpus_per_node} GPU(s) as Ray resources, on nodes "
+                 f"{', '.join(self.workers.nodes)}; each step waits on all of them, nothing runs on a GPU.")
+        else:
+            _say(f"  ✓ Ray cluster for policy initialized with {self.num_nodes} nodes")
+            _say(f"{PREFIX} cluster.num_nodes={self.num_nodes} x cluster.gpus_per_node={self.gpus_per_node} "
+                 f"({self.num_nodes * self.gpus_per_node} GPUs) are shown, not used: nothing runs on a GPU.")
         _say("\n▶ Setting up model and training...")
         model = self.cfg["policy"].get("model_name")
         _say(f"{PREFIX} {model} ({self.param_count / 1e9:.3g}B parameters) is not loaded; each checkpoint "
@@ -362,6 +376,8 @@ class Rehearsal:
                     _say(line)
             t0 = time.perf_counter()
             time.sleep(self.step_seconds * share * rng.uniform(0.9, 1.1))
+            if timer == "policy_training" and self.workers is not None:
+                self.workers.step(k)
             timings[timer] = time.perf_counter() - t0
         train = _train_metrics(rng, k, prompts * gens)
         val: dict[str, float] = {}
@@ -531,6 +547,8 @@ class Rehearsal:
     def close(self) -> None:
         if self.metrics_log is not None:
             self.metrics_log.close()
+        if self.workers is not None:
+            self.workers.close()
 
 
 def _write_filler(path: Path, size: int, block: bytes) -> None:
@@ -598,6 +616,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="how long a rehearsed step takes (default: %(default)g)")
     p.add_argument("--param-count", type=int, default=None, metavar="N",
                    help="the model's parameter count, when policy.model_name does not state it")
+    p.add_argument("--place-workers", action="store_true",
+                   help="place one Ray actor per node holding its GPUs, as NeMo-RL places its workers; "
+                   "a lost node then fails the run as it fails NeMo-RL")
     p.add_argument("--nemo-rl-version", default="0.4.0", metavar="V",
                    help="the NeMo-RL version whose config rules apply (default: %(default)s)")
     return p
@@ -642,7 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = _resolve(args.config, overrides, args.nemo_rl_version)
         params = args.param_count or _param_count(cfg)
         rehearsal = Rehearsal(cfg, scale=args.checkpoint_scale, step_seconds=args.step_seconds,
-                              param_count=params)
+                              param_count=params, place_workers=args.place_workers)
         rehearsal.setup()
         status = rehearsal.run()
         _say(f"{PREFIX} finished at step {rehearsal.step or rehearsal.state.get('total_steps', 0)}/"

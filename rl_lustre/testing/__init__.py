@@ -15,6 +15,9 @@ and forwards the head's dashboard port to a real local Ray head.
 
 Every method they do not implement fails loudly (gRPC UNIMPLEMENTED / HTTP 501,
 naming the method). Faults are injected with ``gcp.faults``.
+
+:func:`preempt` takes worker nodes of a running local or fake-GKE deployment away, as a
+Spot preemption does, and brings replacements back.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ..gcp._wait import Backoff
 from ._capacity import Catalog
 from ._core import DEFAULT_LATENCY, FakeError, Faults, RequestRecord, project_number
 from ._fake import FakeGCP
+from ._preempt import Preemption, preempt
 from .kube import KubeFake, KubeFaults, KubeTimings
 from .kube import schema_validator as kube_schema_validator
 
@@ -42,7 +46,9 @@ __all__ = [
     "KubeFake",
     "KubeFaults",
     "KubeTimings",
+    "Preemption",
     "RequestRecord",
     "kube_schema_validator",
+    "preempt",
     "project_number",
 ]

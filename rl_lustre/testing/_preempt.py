@@ -1,0 +1,134 @@
+"""``preempt``: take worker nodes away the way a Spot preemption does, and bring replacements back."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+
+__all__ = ["Preemption", "preempt"]
+
+logger = logging.getLogger("rl_lustre.testing.preempt")
+
+
+class Preemption:
+    """What :func:`preempt` did, and the replacements it brings back.
+
+    Attributes:
+        nodes: the names of the nodes taken away (local: ``worker-<n>``; fake GKE: the pods).
+        at: when they were taken away (seconds since the epoch).
+        back_after: seconds until replacements start, or None when capacity never returns.
+        replacements: the names of the replacement nodes, once started.
+        error: why starting a replacement failed, if it did.
+    """
+
+    def __init__(self, nodes: list[str], at: float, back_after: float | None) -> None:
+        self.nodes = tuple(nodes)
+        self.at = at
+        self.back_after = back_after
+        self.replacements: list[str] = []
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        if back_after is None:
+            self._done.set()
+
+    def __repr__(self) -> str:
+        return f"Preemption(nodes={self.nodes}, back_after={self.back_after}, replacements={self.replacements})"
+
+    def wait(self, timeout: float | None = None) -> list[str]:
+        """Wait until the replacements run (immediately when none come); return their names.
+
+        Raises:
+            TimeoutError: they were not up within ``timeout``.
+        """
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the replacements of {self.nodes} were not up after {timeout}s")
+        if self.error is not None:
+            raise self.error
+        return list(self.replacements)
+
+    def _bring_back(self, start: object) -> None:
+        def run() -> None:
+            assert self.back_after is not None
+            time.sleep(self.back_after)
+            try:
+                self.replacements = list(start())  # type: ignore[operator]
+                logger.info("preemption of %s: replacements %s are up", self.nodes, self.replacements)
+            except BaseException as exc:  # reported through wait()
+                self.error = exc
+            finally:
+                self._done.set()
+
+        threading.Thread(target=run, name="rl_lustre-preempt", daemon=True).start()
+
+
+def preempt(cluster: Cluster, nodes: int = 1, back_after: float | None = 5.0) -> Preemption:
+    """Preempt ``nodes`` worker nodes of a running local or fake-GKE deployment, as Spot does.
+
+    Local (``Cluster.local(..., worker_nodes=N)``): the worker raylets' process groups
+    are killed at once (raylet, agents and the job's workers on them), as a vanishing
+    VM takes them; Ray declares the nodes dead when their health checks fail. After
+    ``back_after`` seconds as many new worker raylets start.
+
+    Fake GKE (a cluster whose Kubernetes API is a :class:`~rl_lustre.testing.KubeFake`
+    backing its worker pods with local raylets): the fake does what GKE does to a Spot
+    node: see :meth:`KubeFake.preempt <rl_lustre.testing.kube.KubeFake.preempt>`.
+
+    Returns at once; the replacements come in the background.
+
+    Example:
+        >>> with Cluster.local("demo", num_nodes=2, worker_nodes=2) as cluster:  # doctest: +SKIP
+        ...     run = cluster.submit(job)
+        ...     gone = preempt(cluster, nodes=1, back_after=5)
+        ...     run.wait()
+        ...     run.restarts()[0].nodes
+
+    Args:
+        cluster: a running deployment.
+        nodes: how many worker nodes to take away.
+        back_after: seconds until replacements start; None: capacity never returns.
+
+    Raises:
+        ValueError: fewer than ``nodes`` worker nodes run, or the backend has none.
+    """
+    from ..backends.local import LocalBackend
+
+    if nodes < 1:
+        raise ValueError(f"nodes={nodes!r}: must be at least 1")
+    backend = cluster._backend()
+    if isinstance(backend, LocalBackend):
+        return _preempt_local(backend, nodes, back_after)
+    from .kube import KubeFake
+
+    fake = KubeFake.serving(cluster)
+    if fake is None:
+        raise ValueError(
+            f"cluster {cluster.name!r} is neither local nor served by a KubeFake in this process: "
+            "only those can be preempted on purpose"
+        )
+    return fake.preempt(cluster.name, nodes=nodes, back_after=back_after, namespace=cluster.namespace)
+
+
+def _preempt_local(backend: object, nodes: int, back_after: float | None) -> Preemption:
+    from ..backends.local import LocalBackend
+
+    assert isinstance(backend, LocalBackend)
+    running = backend.workers()
+    if len(running) < nodes:
+        raise ValueError(
+            f"cannot preempt {nodes} worker node(s) of {backend.cluster.name!r}: {len(running)} run "
+            "(start them with Cluster.local(..., worker_nodes=N))"
+        )
+    victims = running[:nodes]
+    at = time.time()
+    for worker in victims:
+        worker.kill()
+    logger.info("preempted local worker node(s) %s", [w.name for w in victims])
+    preemption = Preemption([w.name for w in victims], at, back_after)
+    if back_after is not None:
+        preemption._bring_back(lambda: [w.name for w in backend.start_workers(len(running))])
+    return preemption
