@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 # A real local Ray head shared by the whole session (and process-table helpers).
-pytest_plugins = ["ray_fixtures"]
+pytest_plugins = ["ray_fixtures", "preemption_report"]
 
 # Upstream reference data, vendored as data only (provenance and licences in its README).
 REF = Path(__file__).resolve().parent / "ref"

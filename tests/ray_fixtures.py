@@ -53,7 +53,7 @@ def ray_processes(temp_dir: Path) -> list[tuple[int, str]]:
 
 
 def image_tools(directory: Path) -> Path:
-    """Write the stand-in for the NeMo-RL image's ``uv`` into ``directory`` and return it.
+    """Write the stand-ins for the NeMo-RL image's ``uv`` and ``python`` into ``directory``.
 
     It knows exactly one command, ``uv run python ARGS...``, which it runs with this
     test run's Python (where rl_lustre is importable); anything else fails loudly.
@@ -70,6 +70,14 @@ def image_tools(directory: Path) -> Path:
         "exit 2\n"
     )
     uv.chmod(0o755)
+    # The image's python is the one Ray runs on (the job supervisor imports ray).
+    python = directory / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        "# Test double of the NeMo-RL container image's python (tests/ray_fixtures.py).\n"
+        f'exec {shlex.quote(sys.executable)} "$@"\n'
+    )
+    python.chmod(0o755)
     return directory
 
 

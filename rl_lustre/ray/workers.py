@@ -27,7 +27,16 @@ from pathlib import Path
 import attrs
 
 from ..errors import RayError, WaitTimeoutError
-from .head import _STARTED, LocalHead, _free_port_range, _free_ports, _indent, _ray_cli, _running, node_env
+from .head import (
+    _STARTED,
+    LocalHead,
+    _free_port_range,
+    _free_ports,
+    _indent,
+    _ray_cli,
+    _running,
+    node_env,
+)
 
 __all__ = ["LocalWorker", "live_workers", "start_local_worker"]
 

@@ -84,7 +84,7 @@ def _stamp(t: float) -> str:
 class NodeTable:
     """Ray's node table, as ``{node_id: record}`` of the worker nodes (the head left out)."""
 
-    def __init__(self, timeout: float = 10.0) -> None:
+    def __init__(self, timeout: int = 10) -> None:
         from ray.util.state import list_nodes
 
         self._list = list_nodes
@@ -155,8 +155,8 @@ class Supervisor:
                     self.first_step = (step, time.time())
                     self._report_resumed(*self.first_step)
 
-    def attempt(self) -> tuple[int, list[dict[str, Any]], float]:
-        """Run the command once; return its exit code, the nodes lost meanwhile, and when it ended."""
+    def attempt(self) -> tuple[int, list[dict[str, Any]]]:
+        """Run the command once; return its exit code and the nodes lost meanwhile."""
         watched: dict[str, dict[str, Any]] = {}
         while (baseline := self._workers()) is None:
             time.sleep(self.args.poll)
@@ -187,7 +187,6 @@ class Supervisor:
                     _say(f"the command is still running {self.args.hang_grace:g}s after losing a node; killing it")
                     self._signal_child(signal.SIGKILL)
                     killed_at = time.time()
-        ended = time.time()
         copier.join(timeout=5)
         if code != 0 and not self.stopping.is_set():
             # The command may fail a moment before the node table says why: look once more.
@@ -197,7 +196,7 @@ class Supervisor:
                 if lost or time.monotonic() >= deadline:
                     break
                 time.sleep(min(0.5, self.args.poll))
-        return code, sorted(lost.values(), key=lambda n: n["detected_at"]), ended
+        return code, sorted(lost.values(), key=lambda n: n["detected_at"])
 
     def _look(self, watched: dict[str, dict[str, Any]], lost: dict[str, dict[str, Any]]) -> None:
         now = self._workers()
@@ -282,7 +281,7 @@ class Supervisor:
         _say(f"running the command with recovery from lost nodes (max_restarts={args.max_restarts}; "
              f"watching {watching} in Ray's node table)")
         while True:
-            code, lost, ended = self.attempt()
+            code, lost = self.attempt()
             if self.stopping.is_set():
                 _say(f"stopped; the command exited with code {code}")
                 return 128 + signal.SIGTERM if code == 0 else code if code > 0 else 128 - code

@@ -15,6 +15,7 @@ GPU nodes; it waits for them as NeMo-RL waits for its placement groups.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -32,7 +33,7 @@ class NodeWorkers:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self._ray = ray
-        ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), logging_level="WARNING", log_to_driver=False)
+        ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), logging_level=logging.WARNING, log_to_driver=False)
         bundles = [{"GPU": float(gpus_per_node), "CPU": 1.0} for _ in range(num_nodes)]
         self._group = placement_group(bundles, strategy="STRICT_SPREAD", name="rl_lustre-rehearsal")
         try:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 
+from ._kube_spot import SpotCapacity, is_ray_worker
 from ._kube_store import (
     Obj,
     Store,
@@ -140,7 +143,8 @@ def _same_conditions(old: list[Obj], new: list[Obj]) -> list[Obj]:
 class Controllers:
     """All simulated controllers; :meth:`step` runs one pass."""
 
-    def __init__(self, store: Store, faults: KubeFaults, timings: KubeTimings) -> None:
+    def __init__(self, store: Store, faults: KubeFaults, timings: KubeTimings,
+                 raylets: Callable[[str], Any] | None = None) -> None:
         self.store = store
         self.faults = faults
         self.timings = timings
@@ -149,6 +153,9 @@ class Controllers:
         self._recorded: set[tuple[str, str, str]] = set()
         self._ips = 0
         self.workloads = Workloads(store, faults, timings, self.event)
+        self.spot = SpotCapacity(store, raylets)
+        # Node pools whose preempted nodes come back (as new nodes) with the capacity.
+        self._replace_nodes: list[tuple[str, dict[str, str]]] = []
 
     def reset(self) -> None:
         self._born.clear()
@@ -160,6 +167,10 @@ class Controllers:
         return time.monotonic() - self._born.setdefault(uid, time.monotonic())
 
     def step(self) -> None:
+        if self._replace_nodes and not self.spot.gpu_capacity_gone():
+            for pool, labels in self._replace_nodes:
+                self.workloads.add_nodes(pool, 1, labels)
+            self._replace_nodes.clear()
         self._collect_garbage()
         self._bind_volumes()
         if not self.faults.no_operator:
@@ -242,6 +253,8 @@ class Controllers:
                 o["metadata"]["finalizers"] = finalizers
             self.store.update(obj["kind"], meta.get("namespace"), meta["name"], set_finalizers)
         if not finalizers:
+            if obj["kind"] == "Pod":
+                self.spot.release(meta["name"])
             self.store.remove(obj)
             self._born.pop(uid, None)
             self._born.pop(f"deleted:{uid}", None)
@@ -356,6 +369,12 @@ class Controllers:
             self.store.create(_head_service(rc, service_name, head_group))
             self.event(rc, "CreatedService", f"Created service {ns}/{service_name}", component="raycluster-controller")
         live_pods = [o for o in owned if o["kind"] == "Pod" and not o["metadata"].get("deletionTimestamp")]
+        for pod in [p for p in live_pods if is_ray_worker(p) and (p.get("status") or {}).get("phase") == "Failed"]:
+            # KubeRay deletes a worker pod that ended Failed, and creates a new one.
+            self.store.mark_deleted("Pod", ns, pod["metadata"]["name"], foreground=False)
+            self.event(rc, "DeletedWorkerPod", f"Deleted worker Pod {ns}/{pod['metadata']['name']}; Pod status: "
+                       "Failed; Pod restart policy: Always", component="raycluster-controller")
+            live_pods.remove(pod)
         groups: list[tuple[str, str, Obj, int]] = [("headgroup", "head", head_group, 1)]
         for group in spec.get("workerGroupSpecs") or []:
             replicas = int(group.get("replicas", group.get("minReplicas", 0)) or 0)
@@ -510,6 +529,8 @@ class Controllers:
         if age < self.timings.schedule + self.timings.start:
             return
         bad = [c for c in _containers(pod) if self._image_fails(c.get("image", ""))]
+        if not bad and self.faults.crash_loop is None and not self.spot.ready(pod):
+            return  # the raylet behind this worker pod is still starting
         if bad:
             self._image_pull_failed(pod, bad, backoff=age >= self.timings.schedule + 2 * self.timings.start)
             return
@@ -520,6 +541,16 @@ class Controllers:
             self._crash_looping(pod)
         else:
             self._running(pod)
+
+    def preempt(self, pods: list[Obj], back_after: float | None) -> None:
+        """Preempt the Spot nodes of ``pods``; see :mod:`rl_lustre.testing._kube_spot`."""
+        for pod in pods:
+            node = self.store.get("Node", None, (pod.get("spec") or {}).get("nodeName") or "")
+            if node is not None:
+                labels = {k: v for k, v in labels_of(node).items()
+                          if k not in ("kubernetes.io/hostname", "cloud.google.com/gke-nodepool")}
+                self._replace_nodes.append((labels_of(node).get("cloud.google.com/gke-nodepool", "gpu"), labels))
+        self.spot.preempt(pods, back_after, self.event)
 
     def _unschedulable(self, pod: Obj) -> tuple[str, tuple[str, str] | None] | None:
         ns = pod["metadata"].get("namespace")
@@ -535,6 +566,8 @@ class Controllers:
                     "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
                     "0/3 nodes are available: 3 Preemption is not helpful for scheduling."
                 ), None
+        if _wants_gpu(pod) and self.spot.gpu_capacity_gone():
+            return UNSCHEDULABLE_MESSAGES["spot-stockout"], AUTOSCALER_EVENTS.get("spot-stockout")
         fault = self.faults.unschedulable
         if fault is not None and _wants_gpu(pod):
             return UNSCHEDULABLE_MESSAGES[fault], AUTOSCALER_EVENTS.get(fault)

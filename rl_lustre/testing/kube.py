@@ -59,9 +59,11 @@ import re
 import ssl
 import tempfile
 import threading
+import time
+import weakref
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -85,6 +87,8 @@ from ._kube_store import (
 if TYPE_CHECKING:
     from aiohttp import web
     from kubernetes.client import ApiClient
+
+    from ._preempt import Preemption
 
 __all__ = ["DEFAULT_TOKEN", "KubeFake", "KubeFaults", "KubeTimings", "RequestRecord", "schema_validator"]
 
@@ -191,7 +195,13 @@ class KubeFake:
         faults: fault knobs (also settable later through :attr:`faults`).
         timings: how fast the simulated cluster moves.
         watch_timeout: how long a watch without ``timeoutSeconds`` stays open.
+        raylets: ``start(pod_name)`` joins a real Ray worker node to the head behind
+            ``head_target`` and returns a handle with ``kill()``; with it, every RayCluster
+            worker pod is backed by such a raylet (Ready once it runs, killed with the pod),
+            and :meth:`preempt` takes them away as Spot does.
     """
+
+    _serving: ClassVar[weakref.WeakSet[KubeFake]] = weakref.WeakSet()
 
     def __init__(
         self,
@@ -203,6 +213,7 @@ class KubeFake:
         faults: KubeFaults | None = None,
         timings: KubeTimings | None = None,
         watch_timeout: float = 300.0,
+        raylets: Callable[[str], Any] | None = None,
     ) -> None:
         from ..kube.client import EMULATOR_TOKEN
 
@@ -220,7 +231,7 @@ class KubeFake:
         self.portforwards = 0
         self.outages: list[Any] = []  # futures of outage(): done once the fake is back
         self._store = Store()
-        self._controllers = Controllers(self._store, self.faults, self.timings)
+        self._controllers = Controllers(self._store, self.faults, self.timings, raylets=raylets)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -267,15 +278,20 @@ class KubeFake:
             self._thread = None
             raise RuntimeError(f"KubeFake did not start: {failure[0]}") from failure[0]
         logger.debug("KubeFake serving on %s", self.url)
+        KubeFake._serving.add(self)
         return self
 
     def stop(self) -> None:
         """Stop serving; raises if a simulated controller failed during the run."""
         if self._thread is None or self._loop is None:
             return
+        KubeFake._serving.discard(self)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
         self._thread = None
+        self._controllers.spot.close()
+        if self._controllers.spot.failures:
+            self.controller_errors += [f"raylet behind pod {f}" for f in self._controllers.spot.failures]
         if self.controller_errors:
             raise RuntimeError("KubeFake controllers failed:\n" + "\n".join(self.controller_errors))
 
@@ -410,6 +426,68 @@ class KubeFake:
     def remove_nodes(self, pool: str) -> None:
         """Drop the Nodes of node pool ``pool``, as deleting the pool does."""
         self._on_loop(lambda: self._controllers.workloads.remove_nodes(pool))
+
+    @classmethod
+    def serving(cls, cluster: Any) -> KubeFake | None:
+        """The KubeFake of this process that serves ``cluster``'s Kubernetes API, if any."""
+        host = cluster._backend()._kube_api().configuration.host.rstrip("/")
+        return next((fake for fake in list(cls._serving) if fake.url.rstrip("/") == host), None)
+
+    def preempt(self, raycluster: str, *, nodes: int = 1, back_after: float | None = 5.0,
+                namespace: str = "default") -> Preemption:
+        """Preempt the Spot nodes of ``nodes`` Ready worker pods of ``raycluster``, as GKE does.
+
+        Their Nodes get the impending-termination taint and go NotReady, the pods end
+        ``Failed`` (``Terminated``, ``DisruptionTarget``/``TerminationByKubelet``), their
+        raylets are killed and the Nodes removed; new worker pods stay unschedulable (no
+        Spot capacity) for ``back_after`` seconds (None: for ever), then land on new
+        nodes. Returns at once; :meth:`Preemption.wait` waits for the replacements.
+
+        Example:
+            >>> gone = fake.preempt("rl-e2e", nodes=1, back_after=3)  # doctest: +SKIP
+            >>> gone.wait(timeout=60)  # doctest: +SKIP
+            ['rl-e2e-gpu-workers-worker-x7k2p']
+
+        Raises:
+            ValueError: fewer than ``nodes`` worker pods are Ready.
+        """
+        from ._kube_operator import _pod_ready
+        from ._preempt import Preemption
+
+        def choose() -> list[Obj]:
+            workers = sorted(
+                (p for p in self._store.find("Pod", namespace)
+                 if labels_of(p).get("ray.io/cluster") == raycluster and labels_of(p).get("ray.io/node-type") == "worker"
+                 and _pod_ready(p) and not p["metadata"].get("deletionTimestamp")),
+                key=lambda p: p["metadata"]["name"])
+            if len(workers) < nodes:
+                raise ValueError(f"cannot preempt {nodes} worker node(s) of RayCluster {raycluster!r}: "
+                                 f"{len(workers)} worker pod(s) are Ready")
+            victims = workers[:nodes]
+            self._controllers.preempt(victims, back_after)
+            return copy.deepcopy(victims)
+
+        victims = self._on_loop(choose)
+        names = [p["metadata"]["name"] for p in victims]
+        logger.info("preempted the Spot nodes of %s", names)
+        preemption = Preemption(names, time.time(), back_after)
+        if back_after is not None:
+            def replacements() -> list[str]:
+                deadline = time.monotonic() + 300
+                while time.monotonic() < deadline:
+                    ready = self._on_loop(lambda: [
+                        p["metadata"]["name"] for p in self._store.find("Pod", namespace)
+                        if labels_of(p).get("ray.io/cluster") == raycluster and _pod_ready(p)
+                        and labels_of(p).get("ray.io/node-type") == "worker" and p["metadata"]["name"] not in names])
+                    fresh = [n for n in ready if n not in before]
+                    if len(fresh) >= len(names):
+                        return fresh[: len(names)]
+                    time.sleep(0.1)
+                raise TimeoutError(f"the replacements of {names} were not Ready after 300 s")
+
+            before = set(self._on_loop(lambda: [p["metadata"]["name"] for p in self._store.find("Pod", namespace)]))
+            preemption._bring_back(replacements)
+        return preemption
 
     def write_log(self, pod: str, text: str, namespace: str = "default") -> None:
         """Append ``text`` to what ``pods/<pod>/log`` returns, as the pod's container printing it."""

@@ -1,0 +1,154 @@
+"""Spot GPU nodes for :class:`~rl_lustre.testing.kube.KubeFake`: worker pods backed by real
+local raylets, and GKE's Spot preemption of the nodes they run on.
+
+Backing
+    With ``KubeFake(raylets=start)``, every RayCluster worker pod that the simulated
+    kubelet would start gets a real Ray worker node first: ``start(pod_name)`` (run in a
+    thread; it returns a handle with ``kill()``) joins a raylet to the real local head
+    that the fake's head service forwards to. The pod goes Running and Ready once that
+    raylet runs, and its raylet is killed when the pod goes away.
+
+Preemption (what GKE does to a Spot VM, see GKE's "Spot VMs" and "graceful node
+shutdown" pages)
+    The node gets the ``cloud.google.com/impending-node-termination:NoSchedule`` taint and
+    turns ``Ready=False``; the kubelet's graceful shutdown marks its pods ``Failed`` with
+    reason ``Terminated``, message ``Pod was terminated in response to imminent node
+    shutdown.`` and a ``DisruptionTarget`` condition (reason ``TerminationByKubelet``);
+    then the VM is gone -- the raylet with it (its process group is killed) -- and so is
+    the Node object. KubeRay deletes a worker pod that ended ``Failed`` and creates a new
+    one, which stays Pending (``FailedScheduling``, the autoscaler's ``FailedScaleUp``: GCE
+    is out of Spot capacity) until the capacity is back; then it lands on a new node.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from ._kube_store import Obj, Store, labels_of, now_rfc3339
+
+IMPENDING_TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
+SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+
+
+def is_ray_worker(pod: Obj) -> bool:
+    return labels_of(pod).get("ray.io/node-type") == "worker"
+
+
+class SpotCapacity:
+    """Raylets behind worker pods, and the Spot capacity GPU pods wait for."""
+
+    def __init__(self, store: Store, start: Callable[[str], Any] | None) -> None:
+        self.store = store
+        self._start = start
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kube-fake-raylet") if start else None
+        self._raylets: dict[str, Future[Any]] = {}
+        self._lock = threading.Lock()
+        # monotonic time when Spot GPU capacity is back (inf: never); None: it is there.
+        self.back_at: float | None = None
+        self.failures: list[str] = []
+
+    # capacity
+
+    def gpu_capacity_gone(self) -> bool:
+        if self.back_at is None:
+            return False
+        if time.monotonic() >= self.back_at:
+            self.back_at = None
+            return False
+        return True
+
+    # raylets behind worker pods
+
+    def ready(self, pod: Obj) -> bool:
+        """Whether the pod's raylet runs (starting it on first call); pods without backing are ready."""
+        if self._pool is None or self._start is None or not is_ray_worker(pod):
+            return True
+        name = pod["metadata"]["name"]
+        with self._lock:
+            future = self._raylets.get(name)
+            if future is None:
+                self._raylets[name] = self._pool.submit(self._start, name)
+                return False
+        if not future.done():
+            return False
+        if future.exception() is not None:
+            self.failures.append(f"{name}: {future.exception()}")
+            with self._lock:
+                del self._raylets[name]
+            return False
+        return True
+
+    def release(self, pod_name: str) -> None:
+        """Kill the raylet behind ``pod_name``, if any (now, or once it has started)."""
+        with self._lock:
+            future = self._raylets.pop(pod_name, None)
+        if future is not None:
+            future.add_done_callback(lambda f: f.exception() is None and f.result().kill())
+
+    def close(self) -> None:
+        with self._lock:
+            names = list(self._raylets)
+        for name in names:
+            self.release(name)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    # preemption
+
+    def preempt(self, pods: list[Obj], back_after: float | None, event: Callable[..., None]) -> None:
+        """Do to the nodes of ``pods`` what a Spot preemption does (see the module docstring)."""
+        self.back_at = time.monotonic() + (math.inf if back_after is None else back_after)
+        for pod in pods:
+            node_name = (pod.get("spec") or {}).get("nodeName") or ""
+            node = self.store.get("Node", None, node_name)
+            if node is not None:
+                self._taint(node)
+                event(node, "PreemptionNotice", f"Node {node_name} is a Spot VM that Compute Engine is reclaiming",
+                      warning=True, component="node-controller")
+            self._terminated(pod)
+            event(pod, "TerminationByKubelet", SHUTDOWN_MESSAGE, warning=True, component="kubelet")
+            self.release(pod["metadata"]["name"])
+            if node is not None:
+                self.store.remove(self.store.get("Node", None, node_name) or node)
+
+    def _taint(self, node: Obj) -> None:
+        stamp = now_rfc3339()
+
+        def taint(o: Obj) -> None:
+            spec = o.setdefault("spec", {})
+            taints = [t for t in spec.get("taints") or [] if t.get("key") != IMPENDING_TERMINATION_TAINT]
+            spec["taints"] = [*taints, {"key": IMPENDING_TERMINATION_TAINT, "value": "true", "effect": "NoSchedule",
+                                        "timeAdded": stamp}]
+            o.setdefault("status", {})["conditions"] = [{
+                "type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                "message": "node is shutting down", "lastTransitionTime": stamp,
+            }]
+
+        self.store.update("Node", None, node["metadata"]["name"], taint)
+
+    def _terminated(self, pod: Obj) -> None:
+        stamp = now_rfc3339()
+
+        def terminate(o: Obj) -> None:
+            old = o.get("status") or {}
+            conditions = [c for c in old.get("conditions") or [] if c.get("type") not in ("Ready", "ContainersReady")]
+            conditions += [
+                {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+                 "message": SHUTDOWN_MESSAGE, "lastTransitionTime": stamp},
+                {"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp},
+                {"type": "ContainersReady", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp},
+            ]
+            statuses = []
+            for c in old.get("containerStatuses") or []:
+                started = ((c.get("state") or {}).get("running") or {}).get("startedAt", stamp)
+                statuses.append({**c, "ready": False, "started": False, "state": {"terminated": {
+                    "exitCode": 137, "reason": "Error", "startedAt": started, "finishedAt": stamp}}})
+            o["status"] = {**old, "phase": "Failed", "reason": "Terminated", "message": SHUTDOWN_MESSAGE,
+                           "conditions": conditions, "containerStatuses": statuses}
+
+        self.store.update("Pod", pod["metadata"].get("namespace"), pod["metadata"]["name"], terminate)

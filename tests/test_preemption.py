@@ -1,0 +1,250 @@
+"""Spot preemption and recovery, with real Ray worker nodes taken away and brought back.
+
+Local: ``Cluster.local(..., worker_nodes=2)`` runs two real worker raylets next to its
+head; the rehearsal driver places one actor per node on them (``--place-workers``), as
+NeMo-RL places its workers, so killing a raylet's process group fails the run the way a
+lost node fails NeMo-RL. Fake GKE: the KubeFake backs each worker pod of the RayCluster
+with a real raylet joined to the session's head and preempts its node as GKE does.
+
+Every recovery's lost time (from the loss to the rerun's first step) is reported at the
+end of the test session (``preemption_report``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from rl_lustre import Cluster, GRPOJob
+from rl_lustre.errors import JobFailedError
+from rl_lustre.testing import preempt
+
+REPO = Path(__file__).resolve().parents[1]
+STEP = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
+JOB_ARGS: dict[str, Any] = {
+    "name": "preempt",
+    "recipe": "grpo_math_1B",
+    "model": "Qwen/Qwen2.5-1.5B",
+    "max_num_steps": 10,
+    "save_period": 2,
+    "keep_top_k": 2,
+    "num_prompts_per_step": 4,
+    "num_generations_per_prompt": 4,
+    "train_global_batch_size": 16,
+}
+JOB = GRPOJob(**JOB_ARGS)
+STEP_SECONDS = 0.6
+
+
+@pytest.fixture(scope="module")
+def workers_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A local cluster with two real worker nodes of one GPU each, for this module."""
+    if not Path("/proc/self/environ").exists():
+        pytest.skip("the local backend reads the process table from /proc (Linux)")
+    cluster = Cluster.local(
+        f"rll-preempt-{os.getpid()}",
+        volume_dir=tmp_path_factory.mktemp("preempt-volume"),
+        num_nodes=2,
+        gpus_per_node=1,
+        worker_nodes=2,
+        rehearsal_step_seconds=STEP_SECONDS,
+    )
+    with cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster(workers_cluster: Cluster) -> Cluster:
+    """The module's cluster with both worker nodes running (a test may leave one down)."""
+    workers_cluster._backend().start_workers()  # type: ignore[attr-defined]
+    return workers_cluster
+
+
+def _steps_done(job: GRPOJob, cluster: Cluster) -> list[int]:
+    """The steps whose results every attempt has printed so far, from the run's metrics files."""
+    done = []
+    for path in sorted(Path(job.log_dir(cluster)).glob("exp_*/rehearsal_metrics.jsonl")):
+        done += [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
+    return done
+
+
+def _wait_done(job: GRPOJob, cluster: Cluster, step: int, *, attempt: int = 1, timeout: float = 180) -> None:
+    """Until attempt ``attempt`` (its ``exp_NNN``) has finished ``step``."""
+    deadline = time.monotonic() + timeout
+    metrics = Path(job.log_dir(cluster)) / f"exp_{attempt:03d}" / "rehearsal_metrics.jsonl"
+    while time.monotonic() < deadline:
+        if metrics.is_file() and any(json.loads(line)["step"] >= step
+                                     for line in metrics.read_text().splitlines() if line.strip()):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"attempt {attempt} of {job.name} did not finish step {step} in {timeout}s")
+
+
+def _attempts(log: str) -> int:
+    return log.count("Loaded configuration from:")
+
+
+def test_a_run_preempted_after_step_5_resumes_from_step_4_and_ends_as_without_preemption(
+        cluster: Cluster, preemption_report: list[str]) -> None:
+    job = attrs.evolve(JOB, name=f"pre-one-{uuid.uuid4().hex[:6]}")
+    run = cluster.submit(job)
+    assert run.info().metadata["rl_lustre.max_restarts"] == "3"
+    _wait_done(job, cluster, 5)
+    gone = preempt(cluster, nodes=1, back_after=1.0)
+    assert run.wait(timeout=240) == "SUCCEEDED"
+
+    [restart] = run.restarts()
+    assert restart.number == 1
+    assert restart.resumed_from_step == 4
+    assert restart.first_step == 5
+    assert restart.last_step == 6
+    assert len(restart.nodes) == 1
+    assert restart.nodes[0].reason
+    # Ray declares the node dead a moment after its raylet vanished.
+    assert gone.at - 1 <= restart.lost_at <= gone.at + 30
+    assert restart.seconds_lost is not None
+    assert 0 < restart.seconds_lost < 200
+    assert restart.capacity_seconds is not None
+    assert restart.capacity_seconds <= restart.seconds_lost
+    preemption_report.append(f"local, 1 node: lost {restart.seconds_lost:.1f}s (waited {restart.capacity_seconds:.1f}s "
+                             f"for capacity), redid {restart.steps_redone} step(s)")
+
+    # The same checkpoints as an uninterrupted run: keep_top_k=2 of saves 2, 4, 6, 8, 10.
+    checkpoints = run.checkpoints()
+    assert [c.step for c in checkpoints] == [8, 10]
+    assert [c.training_info["consumed_samples"] for c in checkpoints] == [8 * 4, 10 * 4]
+    assert not [p.name for p in Path(job.checkpoint_dir(cluster)).iterdir() if not p.name.startswith("step_")]
+    # One job id, one log: both attempts and the recovery line in it.
+    log = run.logs()
+    assert _attempts(log) == 2
+    assert "rl_lustre supervisor: recovery 1 of at most 3" in log
+    assert f"resuming from {job.checkpoint_dir(cluster)}/step_4" in log
+    assert [int(m[1]) for m in STEP.finditer(log)] == [1, 2, 3, 4, 5, 6, 5, 6, 7, 8, 9, 10]
+
+
+def test_two_preemptions_while_the_users_process_is_gone_are_recovered_and_seen_by_a_later_attach(
+        cluster: Cluster, preemption_report: list[str]) -> None:
+    job = attrs.evolve(JOB, name=f"pre-two-{uuid.uuid4().hex[:6]}")
+    spec = {"name": cluster.name, "volume_dir": cluster.mount_path, "num_nodes": 2, "gpus_per_node": 1,
+            "worker_nodes": 2, "rehearsal_step_seconds": STEP_SECONDS}
+    # The user's script submits and exits; nothing of it is left to recover anything.
+    submitted = _python(f"""
+        run = Cluster.local(**spec).submit(attrs.evolve(JOB, name={job.name!r}))
+        print(run.job_id)
+    """, spec)
+    job_id = submitted.strip().splitlines()[-1]
+
+    _wait_done(job, cluster, 3, attempt=1)
+    preempt(cluster, nodes=1, back_after=0.5)
+    _wait_done(job, cluster, 5, attempt=2)
+    preempt(cluster, nodes=2, back_after=0.5)
+
+    # Later, another process attaches and finds the run recovered, with both restarts.
+    seen = json.loads(_python(f"""
+        run = Cluster.local(**spec).attach({job_id!r})
+        run.wait(timeout=300)
+        print(json.dumps({{"status": run.status(), "checkpoints": [c.step for c in run.checkpoints()],
+                          "restarts": [[r.number, r.resumed_from_step, len(r.nodes), r.seconds_lost]
+                                       for r in run.restarts()]}}))
+    """, spec).strip().splitlines()[-1])
+    assert seen["status"] == "SUCCEEDED"
+    assert seen["checkpoints"] == [8, 10]
+    assert [r[:3] for r in seen["restarts"]] == [[1, 2, 1], [2, 4, 2]]
+    for number, _, nodes, lost in seen["restarts"]:
+        assert lost is not None
+        assert lost > 0
+        preemption_report.append(f"local, {nodes} node(s), restart {number} of a run with no user process: "
+                                 f"lost {lost:.1f}s")
+
+
+def test_a_run_that_fails_with_every_node_alive_is_not_restarted(cluster: Cluster) -> None:
+    job = attrs.evolve(JOB, name=f"pre-bug-{uuid.uuid4().hex[:6]}", max_num_steps=4)
+    # A file where the checkpoint directory should be: the first save fails, a bug of the run's own.
+    Path(job.checkpoint_dir(cluster)).parent.mkdir(parents=True, exist_ok=True)
+    Path(job.checkpoint_dir(cluster)).write_text("not a directory")
+    run = cluster.submit(job)
+    with pytest.raises(JobFailedError):
+        run.wait(timeout=120)
+    log = run.logs()
+    assert run.restarts() == []
+    assert _attempts(log) == 1
+    assert "while every worker node was alive: not restarted" in log
+
+
+def test_max_restarts_0_turns_recovery_off(cluster: Cluster) -> None:
+    job = attrs.evolve(JOB, name=f"pre-off-{uuid.uuid4().hex[:6]}", max_restarts=0)
+    run = cluster.submit(job)
+    _wait_done(job, cluster, 2)
+    preempt(cluster, nodes=1, back_after=0.5)
+    with pytest.raises(JobFailedError) as failed:
+        run.wait(timeout=120)
+    assert failed.value.status == "FAILED"
+    assert run.restarts() == []
+    assert _attempts(run.logs()) == 1
+    assert "recovery is off (max_restarts=0): not restarted" in run.logs()
+
+
+def test_capacity_that_never_returns_fails_the_run_after_the_timeout(cluster: Cluster) -> None:
+    job = attrs.evolve(JOB, name=f"pre-gone-{uuid.uuid4().hex[:6]}", capacity_timeout=2.0)
+    run = cluster.submit(job)
+    _wait_done(job, cluster, 2)
+    preempt(cluster, nodes=1, back_after=None)
+    with pytest.raises(JobFailedError) as failed:
+        run.wait(timeout=120)
+    assert "did not come back within capacity_timeout=2s: giving up" in "\n".join(failed.value.tail)
+    [restart] = run.restarts()
+    assert restart.first_step is None
+    assert restart.seconds_lost is None
+    assert _attempts(run.logs()) == 1
+
+
+def test_stopping_a_run_stops_supervisor_and_driver_and_nothing_reruns(cluster: Cluster) -> None:
+    job = attrs.evolve(JOB, name=f"pre-stop-{uuid.uuid4().hex[:6]}", max_num_steps=50)
+    run = cluster.submit(job)
+    _wait_done(job, cluster, 1)
+    assert run.stop(timeout=60) == "STOPPED"
+    log = run.logs()
+    assert "SIGTERM received: stopping the run; no rerun follows" in log
+    assert _attempts(log) == 1
+    time.sleep(1.0)
+    assert not [p for p in _cmdlines() if job.name in p], "a driver of the stopped run still runs"
+
+
+def _cmdlines() -> list[str]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    out.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
+            except OSError:
+                pass
+    return out
+
+
+def _python(body: str, spec: dict[str, Any]) -> str:
+    script = "\n".join([
+        "import json, sys",
+        "import attrs",
+        "from rl_lustre import Cluster, GRPOJob",
+        f"JOB = GRPOJob(**{JOB_ARGS!r})",
+        f"spec = {spec!r}",
+        textwrap.dedent(body),
+    ])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
