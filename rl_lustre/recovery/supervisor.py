@@ -188,7 +188,7 @@ class Supervisor:
                     self._signal_child(signal.SIGKILL)
                     killed_at = time.time()
         copier.join(timeout=5)
-        if code != 0 and not self.stopping.is_set():
+        if code != 0 and not self.stopping.is_set() and self.table is not None:
             # The command may fail a moment before the node table says why: look once more.
             deadline = time.monotonic() + self.args.settle
             while True:
