@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -210,8 +211,11 @@ def test_a_grpo_job_runs_end_to_end_on_the_gke_backend(world: World, tmp_path: P
         assert [j.submission_id for j in backend.jobs.list() if j.submission_id.startswith("rl-lustre-e2e-grpo-")
                 ] == [run.job_id]
         # The entrypoint is NeMo-RL's, run in the "image".
-        assert run.info().entrypoint == job.entrypoint(cluster)
-        assert run.info().entrypoint.startswith(f"cd {world.image} && uv run python examples/run_grpo_math.py")
+        # The Ray job is the recovery supervisor (on the head), running NeMo-RL's command in the "image".
+        supervised = shlex.split(run.info().entrypoint)
+        assert supervised[:3] == ["python", "-m", "rl_lustre_supervisor"]
+        assert supervised[-2:] == ["--", job.entrypoint(cluster)]
+        assert job.entrypoint(cluster).startswith(f"cd {world.image} && uv run python examples/run_grpo_math.py")
 
         # Dropped port-forward streams cost nothing: the next request opens a new one.
         forward = backend._forward

@@ -248,3 +248,125 @@ def _python(body: str, spec: dict[str, Any]) -> str:
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def test_the_kube_fake_preempts_a_spot_node_the_way_gke_does() -> None:
+    from rl_lustre.kube.client import ResourceClient
+    from rl_lustre.testing import KubeFake, KubeTimings
+
+    selector = {"cloud.google.com/gke-accelerator": "nvidia-b200"}
+    worker = {"name": "ray-worker", "image": "rayproject/ray:2.46.0",
+              "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8"}}}
+    rc = {
+        "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc", "namespace": "default"},
+        "spec": {
+            "rayVersion": "2.46.0",
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                {"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}},
+            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 2, "maxReplicas": 2,
+                                  "rayStartParams": {},
+                                  "template": {"spec": {"nodeSelector": selector, "containers": [worker]}}}],
+        },
+    }
+    # Terminating pods linger a while, so that the preempted pod's last status can be read.
+    with KubeFake(timings=KubeTimings(deletion=1.5)) as fake:
+        fake.add_nodes("gpu-pool", 2, {**selector, "cloud.google.com/gke-spot": "true"})
+        ResourceClient(fake.api_client(), "RayCluster", "default").create(rc)
+        _until(lambda: (fake.get("RayCluster", "rc") or {}).get("status", {}).get("readyWorkerReplicas") == 2)
+        before = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in fake.objects("Pod")
+                  if p["metadata"]["labels"]["ray.io/node-type"] == "worker"}
+        assert sorted(before.values()) == ["gke-gpu-pool-0000", "gke-gpu-pool-0001"]
+
+        gone = fake.preempt("rc", nodes=1, back_after=1.0)
+        [victim] = gone.nodes
+        pod = fake.get("Pod", victim)
+        assert pod is not None
+        assert (pod["status"]["phase"], pod["status"]["reason"]) == ("Failed", "Terminated")
+        assert pod["status"]["message"] == "Pod was terminated in response to imminent node shutdown."
+        disruption = next(c for c in pod["status"]["conditions"] if c["type"] == "DisruptionTarget")
+        assert (disruption["status"], disruption["reason"]) == ("True", "TerminationByKubelet")
+        # The VM is gone, and with it its Node; KubeRay replaces the Failed pod, which waits for Spot capacity.
+        assert fake.get("Node", before[victim], namespace=None) is None
+        events = fake.objects("Event", include_events=True)
+        reasons = {(e["involvedObject"]["name"], e["reason"]) for e in events}
+        assert (before[victim], "PreemptionNotice") in reasons
+        assert (victim, "TerminationByKubelet") in reasons
+        _until(lambda: any(r == "FailedScaleUp" for _, r in {(e["involvedObject"]["name"], e["reason"])
+                                                            for e in fake.objects("Event", include_events=True)}))
+        assert ("rc", "DeletedWorkerPod") in {(e["involvedObject"]["name"], e["reason"])
+                                              for e in fake.objects("Event", include_events=True)}
+        [replacement] = gone.wait(timeout=30)
+        assert replacement not in before
+        nodes = {n["metadata"]["name"]: n for n in fake.objects("Node")}
+        assert fake.get("Pod", replacement)["spec"]["nodeName"] in nodes
+        assert len(nodes) == 2
+        assert all(n["metadata"]["labels"]["cloud.google.com/gke-spot"] == "true" for n in nodes.values())
+
+
+def _until(predicate: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.02)
+
+
+GKE_SHIM = f"""\
+import sys
+
+from rl_lustre.rehearsal import main
+
+sys.exit(main(["--step-seconds", "{STEP_SECONDS}", "--place-workers", *sys.argv[1:]]))
+"""
+
+
+def test_on_the_gke_fakes_a_preempted_spot_node_is_recovered_on_the_cluster(
+        local_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        preemption_report: list[str]) -> None:
+    import shutil
+
+    from rl_lustre.backends.gke import GKEBackend
+    from rl_lustre.gcp import Backoff, RetryPolicy
+    from rl_lustre.ray.workers import start_local_worker
+    from rl_lustre.testing import FakeGCP, KubeFake
+
+    backend = local_cluster._backend()
+    head = backend.head  # type: ignore[attr-defined]
+    token = head.headers().get("Authorization", "").removeprefix("Bearer ")
+    if not token:
+        pytest.skip("the session's Ray head does not run in token mode")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", token)
+    image = tmp_path / "nemo-rl"
+    (image / "examples" / "configs").mkdir(parents=True)
+    (image / "examples" / "run_grpo_math.py").write_text(GKE_SHIM)
+    for recipe in (REPO / "rl_lustre" / "nemo_rl" / "recipes" / "v0.4.0").glob("*.yaml"):
+        shutil.copy(recipe, image / "examples" / "configs" / recipe.name)
+    spec = {"name": "rl-spot", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 1,
+            "image": "rayproject/ray:2.60.0", "mount_path": str(tmp_path / "lustre"), "secrets": ["RAY_AUTH_TOKEN"]}
+    job = GRPOJob(**{**JOB_ARGS, "name": "spot", "num_generations_per_prompt": 8, "train_global_batch_size": 32,
+                     "nemo_rl_dir": str(image)})
+
+    def raylet(pod: str) -> Any:
+        # The pod's GPUs, as the node's raylet declares them, joined to the session's head.
+        return start_local_worker(head, num_gpus=8, env=backend._head_env())  # type: ignore[attr-defined]
+
+    host, port = head.dashboard_url.removeprefix("http://").rsplit(":", 1)
+    with KubeFake(head_target=(host, int(port)), raylets=raylet) as kube, FakeGCP(kube=kube):
+        cluster = Cluster(**spec)
+        cluster._live.backend = GKEBackend(cluster, backoff=Backoff(initial=0.005, maximum=0.05, multiplier=1.5),
+                                           retry=RetryPolicy(attempts=3, initial=0.005, maximum=0.01))
+        with cluster:
+            run = cluster.submit(job)
+            _wait_done(job, cluster, 5)
+            gone = preempt(cluster, nodes=1, back_after=1.0)
+            victim = kube.get("Pod", gone.nodes[0])
+            assert victim is not None
+            assert any(c["type"] == "DisruptionTarget" for c in victim["status"]["conditions"])
+            assert run.wait(timeout=300) == "SUCCEEDED"
+            [restart] = run.restarts()
+            assert restart.resumed_from_step == 4
+            assert restart.first_step == 5
+            assert [c.step for c in run.checkpoints()] == [8, 10]
+            assert restart.seconds_lost is not None
+            preemption_report.append(f"fake GKE, 1 Spot node: lost {restart.seconds_lost:.1f}s "
+                                     f"(waited {restart.capacity_seconds:.1f}s for capacity)")

@@ -190,8 +190,8 @@ def shipped_module() -> str:
     Example:
         >>> import os
         >>> d = shipped_module()
-        >>> sorted(os.listdir(os.path.join(d, "rl_lustre_supervisor")))
-        ['__init__.py', '__main__.py']
+        >>> os.path.basename(d), sorted(os.listdir(d))
+        ('rl_lustre_supervisor', ['__init__.py', '__main__.py'])
     """
     source = (Path(__file__).parent / "supervisor.py").read_bytes()
     main = b"import sys\n\nfrom . import main\n\nsys.exit(main())\n"

@@ -115,7 +115,12 @@ class Supervisor:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.command: str = args.command
-        self.table = NodeTable() if args.nodes > 0 else None
+        self.table: NodeTable | None = None
+        if args.nodes > 0:
+            try:
+                self.table = NodeTable()
+            except ImportError as exc:
+                _say(f"cannot read Ray's node table ({exc}): this run is not watched for lost nodes")
         self.stopping = threading.Event()
         self.child: subprocess.Popen[bytes] | None = None
         self.restarts: list[dict[str, Any]] = []
@@ -157,10 +162,8 @@ class Supervisor:
 
     def attempt(self) -> tuple[int, list[dict[str, Any]]]:
         """Run the command once; return its exit code and the nodes lost meanwhile."""
-        watched: dict[str, dict[str, Any]] = {}
-        while (baseline := self._workers()) is None:
-            time.sleep(self.args.poll)
-        watched.update({k: n for k, n in baseline.items() if n["alive"]})
+        # Nodes that are alive at the start or join later are watched (see _look).
+        watched = {k: n for k, n in (self._workers() or {}).items() if n["alive"]}
         self.first_step, self.last_step = None, 0
         self.child = subprocess.Popen(
             ["/bin/sh", "-c", self.command],

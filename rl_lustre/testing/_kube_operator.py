@@ -161,6 +161,8 @@ class Controllers:
         self._born.clear()
         self._recorded.clear()
         self.workloads.reset()
+        self.spot.back_at = None
+        self._replace_nodes.clear()
 
     def _age(self, obj: Obj) -> float:
         uid = obj["metadata"]["uid"]
