@@ -45,7 +45,7 @@ JOB_ARGS: dict[str, Any] = {
     "train_global_batch_size": 16,
 }
 JOB = GRPOJob(**JOB_ARGS)
-STEP_SECONDS = 0.6
+STEP_SECONDS = 0.5
 
 
 @pytest.fixture(scope="module")
