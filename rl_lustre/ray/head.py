@@ -346,6 +346,9 @@ def node_env(temp_dir: Path, env: Mapping[str, str] | None, mode: AuthMode) -> d
             # a slow but living raylet still has Ray's 10 s timeout per check.
             "RAY_health_check_period_ms": "500",
             "RAY_health_check_failure_threshold": "3",
+            # On a loaded machine the raylet's dashboard agent (a Python process) can take
+            # longer than the raylet's default wait for it, which then takes the node down.
+            "RAY_agent_register_timeout_ms": "120000",
         }
     )
     if mode == "token":
