@@ -295,7 +295,7 @@ def test_the_kube_fake_preempts_a_spot_node_the_way_gke_does() -> None:
                                                             for e in fake.objects("Event", include_events=True)}))
         assert ("rc", "DeletedWorkerPod") in {(e["involvedObject"]["name"], e["reason"])
                                               for e in fake.objects("Event", include_events=True)}
-        [replacement] = gone.wait(timeout=30)
+        [replacement] = gone.wait(timeout=120)
         assert replacement not in before
         nodes = {n["metadata"]["name"]: n for n in fake.objects("Node")}
         assert fake.get("Pod", replacement)["spec"]["nodeName"] in nodes
@@ -303,7 +303,7 @@ def test_the_kube_fake_preempts_a_spot_node_the_way_gke_does() -> None:
         assert all(n["metadata"]["labels"]["cloud.google.com/gke-spot"] == "true" for n in nodes.values())
 
 
-def _until(predicate: Any, timeout: float = 30.0) -> None:
+def _until(predicate: Any, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
