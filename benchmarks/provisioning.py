@@ -54,27 +54,39 @@ DELETE_MINUTES = {
     "gke.delete_cluster": 5.0,
     "gke.delete_node_pool": 4.0,
 }
-# Which latency each plan node's creation / deletion takes. The CPU pool is created by
-# the cluster's own operation, and both pools go with the cluster's deletion.
-CREATE_OF = {
-    "network": "compute.create_network",
-    "subnet": "compute.create_subnetwork",
-    "psa-range": "compute.create_address",
-    "psa-peering": "servicenetworking.connect",
-    "firewall-lustre": "compute.create_firewall",
-    "lustre": "lustre.create",
-    "gke-cluster": "gke.create_cluster",
-    "gpu-pool": "gke.create_node_pool",
+# Which latency each plan node's creation / deletion takes, by the node's kind (the
+# fabric's two extra VPCs and nine subnets take a network's and a subnet's). The CPU
+# pool is created by the cluster's own operation, and both pools go with the cluster's
+# deletion.
+CREATE_OF_KIND = {
+    "compute.v1.Network": "compute.create_network",
+    "compute.v1.Subnetwork": "compute.create_subnetwork",
+    "compute.v1.GlobalAddress": "compute.create_address",
+    "servicenetworking.v1.Connection": "servicenetworking.connect",
+    "compute.v1.Firewall": "compute.create_firewall",
+    "lustre.v1.Instance": "lustre.create",
+    "container.v1.Cluster": "gke.create_cluster",
+    "container.v1.NodePool": "gke.create_node_pool",
 }
-DELETE_OF = {
-    "network": "compute.delete_network",
-    "subnet": "compute.delete_subnetwork",
-    "psa-range": "compute.delete_address",
-    "psa-peering": "servicenetworking.disconnect",
-    "firewall-lustre": "compute.delete_firewall",
-    "lustre": "lustre.delete",
-    "gke-cluster": "gke.delete_cluster",
+DELETE_OF_KIND = {
+    "compute.v1.Network": "compute.delete_network",
+    "compute.v1.Subnetwork": "compute.delete_subnetwork",
+    "compute.v1.GlobalAddress": "compute.delete_address",
+    "servicenetworking.v1.Connection": "servicenetworking.disconnect",
+    "compute.v1.Firewall": "compute.delete_firewall",
+    "lustre.v1.Instance": "lustre.delete",
+    "container.v1.Cluster": "gke.delete_cluster",
 }
+# Nodes whose time is another's: the CPU pool comes with the cluster's creation.
+NO_TIME_OF_ITS_OWN = {"cpu-pool"}
+
+
+def durations(plan: Any, of_kind: Mapping[str, str], minutes: Mapping[str, float]) -> dict[str, float]:
+    """Simulated minutes of each plan node, by its kind."""
+    return {r.key: minutes[of_kind[r.kind]] for r in plan
+            if r.kind in of_kind and r.key not in NO_TIME_OF_ITS_OWN}
+
+
 RATIO_TARGET = 1.10
 POLLS_PER_MINUTE_TARGET = 4.0
 LONG_WAIT_MINUTES = 5.0
@@ -194,8 +206,8 @@ def run(unit: float = 0.25, *, project: str = "bench-project") -> Result:
                       multiplier=DEFAULT_BACKOFF.multiplier)
     cluster = Cluster(name="bench", project=project, region="us-east1", zone="us-east1-b")
     plan = cluster.plan()
-    create_minutes = {k: CREATE_MINUTES[v] for k, v in CREATE_OF.items()}
-    delete_minutes = {k: DELETE_MINUTES[v] for k, v in DELETE_OF.items()}
+    create_minutes = durations(plan, CREATE_OF_KIND, CREATE_MINUTES)
+    delete_minutes = durations(plan, DELETE_OF_KIND, DELETE_MINUTES)
 
     with FakeGCP(latency={**CREATE_MINUTES, **DELETE_MINUTES}, time_scale=unit) as gcp:
         phases = []

@@ -22,14 +22,26 @@ class MachineType:
     # What one Ray worker pod requests, leaving room for kubelet and daemonsets.
     worker_cpu: str
     worker_memory: str
+    # GPU NICs for GPUDirect-RDMA (RoCE, NIC type MRDMA); 0 = no RDMA fabric.
+    rdma_nics: int = 0
+    # 375 GB local SSDs that come with the machine and GKE can use as ephemeral storage.
+    local_ssds: int = 0
+
+    @property
+    def local_ssd_gib(self) -> int:
+        """Raw local SSD capacity in GiB (375 GB per disk)."""
+        return self.local_ssds * 375 * 10**9 // 2**30
 
 
-# Sources: cloud.google.com/compute/docs/gpus and the reference workflow's pod requests.
+# Sources: cloud.google.com/compute/docs/gpus and the reference workflow's pod requests;
+# RDMA NICs from cloud.google.com/vpc/docs/rdma-network-profiles (A3 Ultra, A4: 8 x MRDMA),
+# local SSDs from Cluster Toolkit's gke-node-pool disk_definitions.tf (a4-highgpu-8g: 32).
 GPU_MACHINE_TYPES: dict[str, MachineType] = {
     m.name: m
     for m in [
-        MachineType("a4-highgpu-8g", "nvidia-b200", 8, 224, 3968, "100", "1000Gi"),
-        MachineType("a3-ultragpu-8g", "nvidia-h200-141gb", 8, 224, 2952, "100", "1000Gi"),
+        MachineType("a4-highgpu-8g", "nvidia-b200", 8, 224, 3968, "100", "1000Gi", rdma_nics=8, local_ssds=32),
+        MachineType("a3-ultragpu-8g", "nvidia-h200-141gb", 8, 224, 2952, "100", "1000Gi", rdma_nics=8,
+                    local_ssds=32),
         MachineType("a3-megagpu-8g", "nvidia-h100-mega-80gb", 8, 208, 1872, "100", "1000Gi"),
         MachineType("a3-highgpu-8g", "nvidia-h100-80gb", 8, 208, 1872, "100", "1000Gi"),
         MachineType("a3-highgpu-4g", "nvidia-h100-80gb", 4, 104, 936, "48", "480Gi"),
@@ -116,6 +128,37 @@ LUSTRE_TIERS: dict[int, LustreTier] = {
         LustreTier(125, 72_000, 72_000, 12_240_000, 12_240_000, 72_000),
     ]
 }
+
+# GPUDirect-RDMA fabric facts (Cluster Toolkit gke-a4 blueprint and its modules).
+FABRIC_MTU = 8896
+# The Lustre CSI driver reaches Managed Lustre on port 988 from this GKE version on.
+LUSTRE_PORT_988_MIN_GKE = "1.33.2-gke.4780000"
+
+
+def rdma_machine_types() -> list[str]:
+    """Machine types with RDMA NICs, where ``Cluster.fabric`` defaults to ``"rdma"``.
+
+    Example:
+        >>> rdma_machine_types()
+        ['a3-ultragpu-8g', 'a4-highgpu-8g']
+    """
+    return sorted(m.name for m in GPU_MACHINE_TYPES.values() if m.rdma_nics)
+
+
+def gke_version_key(version: str) -> tuple[int, ...]:
+    """A sortable key for a GKE version (``1.33.2-gke.4780000`` -> ``(1, 33, 2, 4780000)``).
+
+    Example:
+        >>> gke_version_key("1.33.5-gke.1162000") >= gke_version_key(LUSTRE_PORT_988_MIN_GKE)
+        True
+        >>> gke_version_key("1.33.2-gke.1000") >= gke_version_key(LUSTRE_PORT_988_MIN_GKE)
+        False
+    """
+    m = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?", version)
+    if m is None:
+        raise ValueError(f"{version!r} is not a GKE version like 1.33.2-gke.4780000")
+    return tuple(int(g or 0) for g in m.groups())
+
 
 # Images whose Ray version we know. The RayCluster's rayVersion must equal the image's Ray,
 # otherwise KubeRay and the Ray inside disagree (a flaw of the reference workflow).

@@ -21,6 +21,7 @@ from .catalog import (
     REFERENCE_MODEL,
     nemo_rl_version_for_image,
     ray_version_for_image,
+    rdma_machine_types,
 )
 from .errors import ConfigError
 from .volume import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE, LustreVolume
@@ -42,6 +43,9 @@ CLUSTER_NAME_RULE = (
 _SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run",
                 "/sbin", "/sys", "/usr", "/var", "/opt/nemo-rl")
 DEFAULT_SECRETS = ("HF_TOKEN", "WANDB_API_KEY")
+# GKE's maintenance exclusion scopes (MaintenanceExclusionOptions.Scope). NO_UPGRADES
+# lasts at most 30 days and must end at a fixed time, so it is not offered here.
+MAINTENANCE_EXCLUSIONS = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES")
 
 logger = logging.getLogger("rl_lustre.cluster")
 
@@ -156,6 +160,16 @@ class Cluster:
         public_control_plane: must be True to allow ``0.0.0.0/0``.
         secrets: names of environment variables copied into a Kubernetes Secret and
             exposed to the pods (never to the job's runtime env).
+        fabric: ``"rdma"``: the GPUs talk over GPUDirect-RDMA (a gVNIC VPC and a RoCE VPC
+            with one subnet per GPU NIC, multi-networking, the gIB NCCL plugin), as the
+            Cluster Toolkit A4 blueprint builds it; ``"tcp"``: one gVNIC, as the reference
+            workflow. Defaults to ``"rdma"`` on machine types with RDMA NICs
+            (``a4-highgpu-8g``, ``a3-ultragpu-8g``), ``"tcp"`` otherwise.
+        maintenance_exclusion: the scope of the GKE maintenance exclusion set at creation,
+            from then until the cluster version's end of support: ``"NO_MINOR_OR_NODE_UPGRADES"``
+            (default: GKE never upgrades, so never recreates, the nodes under a run;
+            control-plane patches still apply), ``"NO_MINOR_UPGRADES"`` (node patch
+            upgrades allowed), or None (GKE's normal auto-upgrades).
         labels: extra labels for every resource.
         prefetch_models: Hugging Face model ids that ``up()`` downloads into the volume's
             Hugging Face cache (a Kubernetes Job on the CPU pool, while the RayCluster
@@ -218,6 +232,10 @@ class Cluster:
     authorized_networks: tuple[str, ...] = attrs.field(default=(), converter=v.to_tuple, validator=v.cidr)
     public_control_plane: bool = attrs.field(default=False, validator=v.boolean)
     secrets: tuple[str, ...] = attrs.field(default=DEFAULT_SECRETS, converter=v.to_tuple, validator=_check_secret_names)
+    fabric: Literal["rdma", "tcp"] | None = attrs.field(
+        default=None, validator=v.one_of(["rdma", "tcp"], optional=True))
+    maintenance_exclusion: str | None = attrs.field(
+        default=MAINTENANCE_EXCLUSIONS[0], validator=v.one_of(MAINTENANCE_EXCLUSIONS, optional=True))
     labels: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=v.gcp_labels)
     prefetch_models: tuple[str, ...] = attrs.field(default=(REFERENCE_MODEL,), converter=v.to_tuple,
                                                    validator=_hf_repo_ids)
@@ -275,6 +293,7 @@ class Cluster:
                        f"{self.machine_type} has exactly {known.gpus} GPU(s) per node")
         if self.gpus_per_node == 0:
             v.fail(self, "gpus_per_node", 0, "a GPU node pool needs at least 1 GPU per node")
+        self._check_fabric(known.rdma_nics if known is not None else 0)
         if self.spot and self.reservation is not None:
             v.fail(self, "reservation", self.reservation,
                    "Spot VMs cannot consume a reservation; pass spot=False to use one")
@@ -306,7 +325,16 @@ class Cluster:
             v.fail(self, "volume", f"{vol.name} (network={vol.network})", f"the volume must be on the cluster's network {net!r}")
         object.__setattr__(self, "volume", vol._with_defaults(project=self.project, zone=self.zone, network=net))
 
+    def _check_fabric(self, rdma_nics: int) -> None:
+        if self.fabric is None:
+            object.__setattr__(self, "fabric", "rdma" if rdma_nics else "tcp")
+        elif self.fabric == "rdma" and not rdma_nics:
+            v.fail(self, "fabric", "rdma",
+                   f"machine type {self.machine_type!r} has no RDMA NICs; GPUDirect-RDMA needs one of "
+                   f"{', '.join(rdma_machine_types())} (use fabric='tcp')")
+
     def _check_local(self) -> None:
+        self._check_fabric(0)
         if self.volume is not None:
             v.fail(self, "volume", self.volume, "a local cluster uses a directory, not a LustreVolume")
         self._check_mount_path(gke=False)
@@ -461,13 +489,18 @@ class Cluster:
     def manifests(self) -> list[dict[str, Any]]:
         """The Kubernetes objects this deployment applies, as plain dicts.
 
-        PersistentVolume, PersistentVolumeClaim, Secret (values redacted) and the
-        ``ray.io/v1`` RayCluster. Before the volume exists its IP is a placeholder.
+        With ``fabric="rdma"``, first a GKENetworkParamSet and a Network per extra node
+        network and the gIB NCCL installer DaemonSet; then the PersistentVolume,
+        PersistentVolumeClaim, Secret (values redacted) and the ``ray.io/v1`` RayCluster.
+        Before the volume exists its IP is a placeholder.
 
         Example:
+            >>> from attrs import evolve
             >>> from rl_lustre import Cluster
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
-            >>> [m["kind"] for m in c.manifests()]
+            >>> [m["kind"] for m in c.manifests()][-5:]
+            ['DaemonSet', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'RayCluster']
+            >>> [m["kind"] for m in evolve(c, fabric="tcp").manifests()]
             ['PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'RayCluster']
         """
         from .kube.manifests import build_manifests

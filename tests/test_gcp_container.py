@@ -34,8 +34,9 @@ from rl_lustre.gcp.container import (
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
 PROJECT = "my-project"
+# The reference graph (one NIC); the fabric's requests are tested in test_fabric.py.
 BASE = Cluster(name="demo", project=PROJECT, region="us-east1", zone="us-east1-b",
-               authorized_networks=["203.0.113.7/32", "198.51.100.0/24"], labels={"team": "rl"})
+               authorized_networks=["203.0.113.7/32", "198.51.100.0/24"], labels={"team": "rl"}, fabric="tcp")
 PLAN = BASE.plan()
 
 

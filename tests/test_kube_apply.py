@@ -45,7 +45,8 @@ def api(fake: KubeFake):
 
 
 def make_cluster(**changes: object) -> Cluster:
-    cluster = Cluster(name=DEPLOYMENT, project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2)
+    cluster = Cluster(name=DEPLOYMENT, project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2,
+                      fabric="tcp")
     if changes:
         cluster = attrs.evolve(cluster, **changes)
     cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"  # as LustreVolume.refresh() would
@@ -206,7 +207,7 @@ def test_immutable_difference_is_reported_not_patched(fake: KubeFake, api) -> No
 
 
 def test_pv_without_a_lustre_address_is_refused_before_any_request(fake: KubeFake, api) -> None:
-    cluster = Cluster(name=DEPLOYMENT, project="my-project", region="us-east1", zone="us-east1-b")
+    cluster = Cluster(name=DEPLOYMENT, project="my-project", region="us-east1", zone="us-east1-b", fabric="tcp")
     with pytest.raises(NotReadyError, match="no Lustre address"):
         apply_manifests(api, build_manifests(cluster), deployment=DEPLOYMENT)
     assert fake.requests == []

@@ -25,8 +25,9 @@ PLANTED = "hf_PLANTED-s3cr3t-9f8e7d"
 
 
 def gke(**kwargs: Any) -> Cluster:
+    # The reference workflow's objects; fabric="rdma" adds its own (see the rdma variants).
     base: dict[str, Any] = {"name": "ray-a4-gpu-spot", "project": "my-project", "region": "us-east1",
-                            "zone": "us-east1-b"}
+                            "zone": "us-east1-b", "fabric": "tcp"}
     return Cluster(**(base | kwargs))
 
 
@@ -62,8 +63,12 @@ def raycluster_schema() -> Any:
 def validate_all(manifests: list[dict[str, Any]], raycluster_schema: Any) -> None:
     """Core objects strictly against Kubernetes' schemas; the RayCluster against the CRD,
     and its pod templates as strict core Pods (the CRD embeds PodSpec loosely)."""
+    from rl_lustre.kube.schema import validate_networking
+
     for m in manifests:
-        if m["apiVersion"] == "ray.io/v1":
+        if m["apiVersion"] == "networking.gke.io/v1":
+            validate_networking(m)
+        elif m["apiVersion"] == "ray.io/v1":
             raycluster_schema.validate(m)
             groups = [head_of(m), *m["spec"]["workerGroupSpecs"]]
             for group in groups:
@@ -93,16 +98,19 @@ def validate_all(manifests: list[dict[str, Any]], raycluster_schema: Any) -> Non
             id="a3-custom-namespace-no-secrets",
         ),
         pytest.param({"head_machine_type": "e2-standard-4"}, id="small-head"),
+        pytest.param({"fabric": "rdma"}, id="rdma-fabric"),
     ],
 )
 def test_manifests_validate(variant: dict[str, Any], raycluster_schema: Any) -> None:
     manifests = build_manifests(gke(**variant))
-    assert [m["kind"] for m in manifests] == ["PersistentVolume", "PersistentVolumeClaim", "Secret", "RayCluster"]
+    kinds = [m["kind"] for m in manifests]
+    assert kinds[-4:] == ["PersistentVolume", "PersistentVolumeClaim", "Secret", "RayCluster"]
+    assert len(kinds) == (4 + 9 + 9 + 1 if variant.get("fabric") == "rdma" else 4)
     validate_all(manifests, raycluster_schema)
 
 
 def test_live_volume_and_unredacted_secret_validate(raycluster_schema: Any) -> None:
-    cluster = gke()
+    cluster = gke(fabric="rdma")
     assert cluster.volume is not None
     cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"
     validate_all(build_manifests(cluster, secret_values={"HF_TOKEN": PLANTED}, redact=False), raycluster_schema)

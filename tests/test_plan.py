@@ -18,7 +18,10 @@ from rl_lustre.catalog import LABEL_DEPLOYMENT, LABEL_MANAGED_BY
 from rl_lustre.errors import ConfigError, RLLustreError
 from rl_lustre.plan import Plan, PlanGraphError, PlannedResource
 
-REFERENCE = {"name": "ray-a4-gpu-spot", "project": "my-project", "region": "us-east1", "zone": "us-east1-b"}
+# The reference workflow's graph: one NIC (fabric="tcp"); the GPUDirect-RDMA fabric that
+# is the default on A4 adds its own nodes, tested in test_fabric.py.
+REFERENCE = {"name": "ray-a4-gpu-spot", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
+             "fabric": "tcp"}
 HEAVY = ("ray", "kubernetes", "grpc", "google.cloud", "google.api_core", "google.auth", "hydra", "omegaconf", "rich")
 LUSTRE_CHAIN = {"psa-range", "psa-peering", "firewall-lustre", "lustre"}
 GKE_CHAIN = {"gke-cluster", "cpu-pool", "gpu-pool"}
@@ -78,6 +81,8 @@ text = str(p)
 blob = json.dumps(p.to_dict())
 local = rl_lustre.Cluster.local("x", volume_dir="/tmp/rl-plan-x").plan()
 str(local); json.dumps(local.to_dict())
+rdma = rl_lustre.Cluster(**{{**{REFERENCE!r}, "fabric": "rdma"}}).plan()
+str(rdma); json.dumps(rdma.to_dict())
 heavy = {HEAVY!r}
 loaded = sorted(m for m in sys.modules if any(m == h or m.startswith(h + ".") for h in heavy))
 print(json.dumps({{"loaded": loaded, "keys": p.keys(), "chars": len(text) + len(blob)}}))

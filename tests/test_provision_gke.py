@@ -24,8 +24,7 @@ from rl_lustre._output import enable_output
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import GCPError, OperationFailedError, OwnershipError, RollbackError
 from rl_lustre.gcp import Backoff, GkeClusters, RetryPolicy
-from rl_lustre.plan.startup import PREFETCH_KEY, PREPULL_KEY
-from rl_lustre.provision.drivers import KUBE_KEYS
+from rl_lustre.provision.drivers import kube_keys
 from rl_lustre.provision.executor import ProvisioningError
 from rl_lustre.testing import FakeGCP
 
@@ -33,20 +32,17 @@ REPO = Path(__file__).resolve().parents[1]
 FAST = Backoff(initial=0.005, maximum=0.02, multiplier=1.5)
 RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
 PROJECT = "my-project"
-# Where each plan node shows up in FakeGCP.resources().
-FAKE_KIND = {
-    "network": "compute.networks",
-    "subnet": "compute.subnetworks",
-    "psa-range": "compute.globalAddresses",
-    "firewall-lustre": "compute.firewalls",
-    "psa-peering": "servicenetworking.connections",
-    "lustre": "lustre.instances",
-    "gke-cluster": "gke.clusters",
-    "cpu-pool": "gke.nodePools",
-    "gpu-pool": "gke.nodePools",
+# Where each kind of plan node shows up in FakeGCP.resources().
+FAKE_OF_KIND = {
+    "compute.v1.Network": "compute.networks",
+    "compute.v1.Subnetwork": "compute.subnetworks",
+    "compute.v1.GlobalAddress": "compute.globalAddresses",
+    "compute.v1.Firewall": "compute.firewalls",
+    "servicenetworking.v1.Connection": "servicenetworking.connections",
+    "lustre.v1.Instance": "lustre.instances",
+    "container.v1.Cluster": "gke.clusters",
+    "container.v1.NodePool": "gke.nodePools",
 }
-# Every plan node on the Kubernetes side (switched off with gcp_only=True).
-K8S_KEYS = (*KUBE_KEYS, PREPULL_KEY, PREFETCH_KEY)
 CREATES = re.compile(r"\.insert$|\.Create|connections\.(create|patch)$")
 
 
@@ -56,6 +52,13 @@ def spec(**kw: object) -> Cluster:
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
 
 
+# Where each plan node of the default (fabric="rdma") deployment shows up in FakeGCP.resources().
+FAKE_KIND = {r.key: FAKE_OF_KIND[r.kind] for r in spec().plan() if r.kind in FAKE_OF_KIND}
+# Every plan node on the Kubernetes side (switched off with gcp_only=True): the fabric's
+# network objects and installer, PV, PVC, Secret, RayCluster, image pre-pull, model prefetch.
+KUBE_KEYS = K8S_KEYS = kube_keys(spec().plan())
+
+
 def backend(cluster: Cluster, **kw: object) -> GKEBackend:
     return GKEBackend(cluster, gcp_only=True, backoff=FAST, retry=RETRY, **kw)  # type: ignore[arg-type]
 
@@ -63,9 +66,13 @@ def backend(cluster: Cluster, **kw: object) -> GKEBackend:
 def remote_name(plan_key: str, cluster: Cluster) -> str:
     plan = cluster.plan()
     node = plan.get(plan_key)
+    by_kind = {
+        "compute.v1.Network": f"projects/{PROJECT}/global/networks/{node.name}",
+        "compute.v1.Subnetwork": f"projects/{PROJECT}/regions/us-east1/subnetworks/{node.name}",
+    }
+    if node.kind in by_kind:
+        return by_kind[node.kind]
     full = {
-        "network": f"projects/{PROJECT}/global/networks/{node.name}",
-        "subnet": f"projects/{PROJECT}/regions/us-east1/subnetworks/{node.name}",
         "psa-range": f"projects/{PROJECT}/global/addresses/{node.name}",
         "firewall-lustre": f"projects/{PROJECT}/global/firewalls/{node.name}",
         "psa-peering": f"projects/{PROJECT}/global/networks/{plan.get('network').name}/peerings/{node.name}",
@@ -172,10 +179,11 @@ def test_a_rollback_keeps_resources_an_earlier_up_created() -> None:
 
 
 def _rollback_keeps_adopted(gcp: FakeGCP) -> None:
+    # The reference graph (fabric="tcp"); the fabric's own rollbacks are tested below.
     gcp.seed_network(PROJECT, "demo-net", subnet="demo-subnet", psa_range=None, deployment="demo")
     gcp.faults.fail_operation("gke.CreateNodePool", message="ZONE_RESOURCE_POOL_EXHAUSTED: no a4-highgpu-8g")
     with pytest.raises(ProvisioningError) as info:
-        backend(spec()).up()
+        backend(spec(fabric="tcp")).up()
     err = info.value
     assert err.step == "gpu-pool"
     assert "us-east1-b" in str(err)  # the stock-out names the zone
@@ -189,7 +197,7 @@ def _rollback_keeps_adopted(gcp: FakeGCP) -> None:
         "compute.subnetworks": [remote_name("subnet", spec())],
     }
     # They carry our labels, so down() removes them.
-    backend(spec()).down()
+    backend(spec(fabric="tcp")).down()
     assert existing(gcp) == {}
 
 
@@ -197,7 +205,7 @@ def test_a_same_named_network_without_our_labels_is_refused_and_left_alone(gcp: 
     gcp.seed_network(PROJECT, "demo-net", subnet="demo-subnet", psa_range=None)
     mine = existing(gcp)
     with pytest.raises(ProvisioningError) as info:
-        backend(spec()).up()
+        backend(spec(fabric="tcp")).up()
     assert info.value.step == "network"
     assert isinstance(info.value.cause, OwnershipError)
     assert "demo-net" in str(info.value)
@@ -206,7 +214,7 @@ def test_a_same_named_network_without_our_labels_is_refused_and_left_alone(gcp: 
     assert gcp.leaked() == []
     assert existing(gcp) == mine
     # down() does not take it either.
-    report = backend(spec()).down()
+    report = backend(spec(fabric="tcp")).down()
     assert report.get("network").outcome == "not-ours"
     assert existing(gcp) == mine
 
@@ -228,7 +236,7 @@ def test_an_unlabelled_lustre_instance_is_refused_and_everything_this_up_made_is
     _user_lustre(gcp, "demo-lustre", "user-net")
     theirs = existing(gcp)
     with pytest.raises(ProvisioningError) as info:
-        backend(spec(network="user-net")).up()
+        backend(spec(network="user-net", fabric="tcp")).up()
     err = info.value
     assert err.step == "lustre"
     assert isinstance(err.cause, OwnershipError)
@@ -280,22 +288,32 @@ STEP_FAULTS = {
     "gke-cluster": "gke.CreateCluster",
     "gpu-pool": "gke.CreateNodePool",
 }
+OWN_RESOURCE = {"network": "*/networks/demo-net", "subnet": "*/subnetworks/demo-subnet"}
+# The fabric's steps share their create method with the cluster's network and subnet:
+# the fault is aimed at the one resource.
+FABRIC_STEPS = {
+    "gvnic-network": ("compute.networks.insert", "*/networks/demo-gvnic-net"),
+    "rdma-network": ("compute.networks.insert", "*/networks/demo-rdma-net"),
+    "gvnic-subnet": ("compute.subnetworks.insert", "*/subnetworks/demo-gvnic-sub"),
+    **{f"rdma-subnet-{i}": ("compute.subnetworks.insert", f"*/subnetworks/demo-rdma-sub-{i}") for i in range(8)},
+}
 
 
 def test_the_fault_table_covers_every_google_cloud_step_of_the_plan() -> None:
     gcp_steps = {r.key for r in spec().plan() if r.action == "create" and r.key not in K8S_KEYS}
     # cpu-pool has no request of its own: it is created by CreateCluster (see below).
-    assert gcp_steps == {*STEP_FAULTS, "cpu-pool"}
+    assert gcp_steps == {*STEP_FAULTS, *FABRIC_STEPS, "cpu-pool"}
 
 
+# The fabric's subnets are alike: the first and the last stand for the eight.
 @pytest.mark.parametrize("how", ["call", "operation"])
-@pytest.mark.parametrize("step", sorted(STEP_FAULTS))
+@pytest.mark.parametrize("step", sorted({*STEP_FAULTS, *FABRIC_STEPS} - {f"rdma-subnet-{i}" for i in range(1, 7)}))
 def test_a_fault_at_any_step_rolls_back_to_nothing(gcp: FakeGCP, step: str, how: str) -> None:
-    method = STEP_FAULTS[step]
+    method, resource = FABRIC_STEPS.get(step, (STEP_FAULTS.get(step, ""), OWN_RESOURCE.get(step, "*")))
     if how == "call":
-        gcp.faults.fail_call(method, grpc.StatusCode.INTERNAL, message=f"boom in {method}")
+        gcp.faults.fail_call(method, grpc.StatusCode.INTERNAL, message=f"boom in {method}", resource=resource)
     else:
-        gcp.faults.fail_operation(method, message=f"operation of {method} failed")
+        gcp.faults.fail_operation(method, message=f"operation of {method} failed", resource=resource)
     with pytest.raises(ProvisioningError) as info:
         backend(spec()).up()
     err = info.value

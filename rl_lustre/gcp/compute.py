@@ -55,14 +55,15 @@ TIMEOUT = 15 * 60.0
 OpStatus = compute_v1.Operation.Status
 
 
-def network_path(plan: Plan) -> str:
-    """``projects/P/global/networks/NAME`` of the plan's network."""
-    return f"projects/{plan.project}/global/networks/{plan.get('network').name}"
+def network_path(plan: Plan, key: str = "network") -> str:
+    """``projects/P/global/networks/NAME`` of the plan's network ``key`` (the cluster's
+    VPC, or one of the fabric's: ``gvnic-network``, ``rdma-network``)."""
+    return f"projects/{plan.project}/global/networks/{plan.get(key).name}"
 
 
-def subnetwork_path(plan: Plan) -> str:
-    """``projects/P/regions/R/subnetworks/NAME`` of the plan's subnetwork."""
-    return f"projects/{plan.project}/regions/{plan.region}/subnetworks/{plan.get('subnet').name}"
+def subnetwork_path(plan: Plan, key: str = "subnet") -> str:
+    """``projects/P/regions/R/subnetworks/NAME`` of the plan's subnetwork ``key``."""
+    return f"projects/{plan.project}/regions/{plan.region}/subnetworks/{plan.get(key).name}"
 
 
 def psa_range_path(plan: Plan) -> str:
@@ -79,25 +80,43 @@ def _describe(plan: Plan, text: str) -> str:
     return describe_ownership(plan.cluster_name, text)
 
 
-def network_request(plan: Plan) -> compute_v1.Network:
-    """The custom-mode VPC ``Network`` of the plan."""
-    node = plan.get("network")
-    return compute_v1.Network(
-        name=node.name,
-        description=_describe(plan, f"VPC of rl_lustre deployment {plan.cluster_name}"),
-        auto_create_subnetworks=node.settings["auto_create_subnetworks"],
-        routing_config=compute_v1.NetworkRoutingConfig(routing_mode=node.settings["routing_mode"]),
-    )
+def network_request(plan: Plan, key: str = "network") -> compute_v1.Network:
+    """The custom-mode VPC ``Network`` of the plan's node ``key``, with its MTU and, for
+    the RoCE network, its RDMA network profile.
 
-
-def subnetwork_request(plan: Plan) -> compute_v1.Subnetwork:
-    """The ``Subnetwork`` of the plan, with the secondary ranges GKE uses for pods and services."""
-    node = plan.get("subnet")
+    Example:
+        >>> from rl_lustre import Cluster
+        >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
+        >>> roce = network_request(plan, "rdma-network")
+        >>> roce.mtu, roce.network_profile
+        (8896, 'projects/my-project/global/networkProfiles/us-east1-b-vpc-roce')
+    """
+    node = plan.get(key)
     s = node.settings
+    what = s.get("purpose", "VPC")
+    network = compute_v1.Network(
+        name=node.name,
+        description=_describe(plan, f"{what} of rl_lustre deployment {plan.cluster_name}"),
+        auto_create_subnetworks=s["auto_create_subnetworks"],
+        routing_config=compute_v1.NetworkRoutingConfig(routing_mode=s["routing_mode"]),
+    )
+    if "mtu" in s:
+        network.mtu = s["mtu"]
+    if "network_profile" in s:
+        network.network_profile = s["network_profile"]
+    return network
+
+
+def subnetwork_request(plan: Plan, key: str = "subnet") -> compute_v1.Subnetwork:
+    """The ``Subnetwork`` of the plan's node ``key``; the cluster's carries the secondary
+    ranges GKE uses for pods and services."""
+    node = plan.get(key)
+    s = node.settings
+    network_key = next(d for d in node.depends_on if plan.get(d).kind == "compute.v1.Network")
     return compute_v1.Subnetwork(
         name=node.name,
-        description=_describe(plan, f"GKE nodes, pods and services of {plan.cluster_name}"),
-        network=network_path(plan),
+        description=_describe(plan, f"{node.key} of {plan.cluster_name}"),
+        network=network_path(plan, network_key),
         region=s["region"],
         ip_cidr_range=s["ip_cidr_range"],
         secondary_ip_ranges=[

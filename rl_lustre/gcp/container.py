@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import datetime
 import logging
 import re
 from collections.abc import Mapping
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from google.cloud import container_v1
 
 from ..catalog import ownership_labels
-from ..errors import ConfigError, NotFoundError, OperationFailedError
+from ..errors import ConfigError, GCPError, NotFoundError, OperationFailedError
 from . import _clients
 from ._errors import CONTAINER, Call, RetryPolicy, call, operation_error
 from ._ownership import Ensured, is_ours
@@ -106,13 +107,79 @@ def node_pool_request(plan: Plan, key: str) -> container_v1.NodePool:
         ]
     if s.get("gvnic"):
         config.gvnic = container_v1.VirtualNIC(enabled=True)
-    return container_v1.NodePool(
+    if s.get("ephemeral_storage_local_ssd_count"):
+        config.ephemeral_storage_local_ssd_config = container_v1.EphemeralStorageLocalSsdConfig(
+            local_ssd_count=s["ephemeral_storage_local_ssd_count"])
+    pool = container_v1.NodePool(
         name=node.name,
         initial_node_count=s["node_count"],
         locations=[s["location"]],
         config=config,
         management=container_v1.NodeManagement(auto_repair=True, auto_upgrade=True),
     )
+    if "upgrade_settings" in s:
+        up = s["upgrade_settings"]
+        pool.upgrade_settings = container_v1.NodePool.UpgradeSettings(
+            strategy=container_v1.NodePoolUpdateStrategy.__members__[up["strategy"]],
+            max_surge=up["max_surge"], max_unavailable=up["max_unavailable"])
+    if s.get("additional_node_networks"):
+        # By name, in NIC order: the first becomes eth1, the next eth2, and so on.
+        pool.network_config = container_v1.NodeNetworkConfig(additional_node_network_configs=[
+            container_v1.AdditionalNodeNetworkConfig(network=n["network"], subnetwork=n["subnetwork"])
+            for n in s["additional_node_networks"]])
+    return pool
+
+
+def maintenance_policy(settings: Mapping[str, Any], now: datetime.datetime | None = None) -> container_v1.MaintenancePolicy:
+    """The cluster's ``MaintenancePolicy``: one exclusion from ``now`` until the cluster
+    version's end of support, of the plan's scope.
+
+    Example:
+        >>> import datetime
+        >>> from rl_lustre import Cluster
+        >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
+        >>> policy = maintenance_policy(plan.get("gke-cluster").settings,
+        ...                             datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc))
+        >>> window = policy.window.maintenance_exclusions["rl-lustre-no-node-recreation"]
+        >>> window.maintenance_exclusion_options.scope.name, window.start_time.isoformat()
+        ('NO_MINOR_OR_NODE_UPGRADES', '2026-01-01T00:00:00+00:00')
+    """
+    ex = settings["maintenance_exclusion"]
+    options = container_v1.MaintenanceExclusionOptions
+    start = now or datetime.datetime.now(datetime.timezone.utc)
+    return container_v1.MaintenancePolicy(window=container_v1.MaintenanceWindow(maintenance_exclusions={
+        ex["name"]: container_v1.TimeWindow(
+            start_time=start,
+            maintenance_exclusion_options=options(
+                scope=options.Scope.__members__[ex["scope"]],
+                end_time_behavior=options.EndTimeBehavior.__members__[ex["end_time_behavior"]]),
+        )}))
+
+
+def check_version(cluster: container_v1.Cluster, minimum: str) -> None:
+    """Refuse a cluster whose control plane is older than ``minimum``.
+
+    Example:
+        >>> check_version(container_v1.Cluster(name="c", current_master_version="1.33.2-gke.1000"),
+        ...               "1.33.2-gke.4780000")
+        Traceback (most recent call last):
+        ...
+        rl_lustre.errors.GCPError: GKE cluster c runs 1.33.2-gke.1000; the Lustre CSI driver reaches Managed Lustre on port 988 only from GKE 1.33.2-gke.4780000 (the legacy port is off). Upgrade the control plane, or pick a newer release channel.
+
+    Raises:
+        GCPError: the version is older (or unreadable).
+    """
+    from ..catalog import gke_version_key
+
+    version = cluster.current_master_version
+    try:
+        old = gke_version_key(version) < gke_version_key(minimum)
+    except ValueError:
+        old = True
+    if old:
+        raise GCPError(f"{CLUSTER} {cluster.name} runs {version or 'an unknown version'}; the Lustre CSI driver "
+                       f"reaches Managed Lustre on port 988 only from GKE {minimum} (the legacy port is off). "
+                       "Upgrade the control plane, or pick a newer release channel.")
 
 
 def cluster_request(plan: Plan) -> container_v1.Cluster:
@@ -128,7 +195,7 @@ def cluster_request(plan: Plan) -> container_v1.Cluster:
         raise ConfigError("Plan", "project", None, "a GKE plan has a project")
     man = s["master_authorized_networks"]
     addons = s["addons"]
-    return container_v1.Cluster(
+    request = container_v1.Cluster(
         name=node.name,
         description=f"rl_lustre deployment {plan.cluster_name}",
         network=s["network"],
@@ -154,6 +221,14 @@ def cluster_request(plan: Plan) -> container_v1.Cluster:
             channel=container_v1.ReleaseChannel.Channel.__members__[s["release_channel"]]
         ),
     )
+    if "network_config" in s:
+        nc = s["network_config"]
+        request.network_config = container_v1.NetworkConfig(
+            datapath_provider=container_v1.DatapathProvider.__members__[nc["datapath_provider"]],
+            enable_multi_networking=nc["enable_multi_networking"])
+    if "maintenance_exclusion" in s:
+        request.maintenance_policy = maintenance_policy(s)
+    return request
 
 
 def _split_cluster(name: str) -> re.Match[str]:

@@ -54,10 +54,17 @@ _MUTABLE_SPEC: dict[str, frozenset[str] | None] = {
     "PersistentVolume": frozenset({"capacity", "mountOptions", "persistentVolumeReclaimPolicy"}),
     "PersistentVolumeClaim": frozenset({"resources"}),
     "RayCluster": None,  # all of it
+    "DaemonSet": frozenset({"template", "updateStrategy", "minReadySeconds", "revisionHistoryLimit"}),
+    # GKE refuses changes to a network that pods may be attached to.
+    "GKENetworkParamSet": frozenset(),
+    "Network": frozenset(),
 }
 _PENDING_ANNOTATION = "rl-lustre/mount-point-pending"
 # Deletion order when collecting by labels: dependents first.
-_DELETE_ORDER = ("Job", "DaemonSet", "RayCluster", "Secret", "PersistentVolumeClaim", "PersistentVolume")
+_DELETE_ORDER = ("Job", "DaemonSet", "RayCluster", "Secret", "PersistentVolumeClaim", "PersistentVolume", "Network",
+                 "GKENetworkParamSet")
+# Kinds a cluster may lack (no KubeRay add-on, no multi-networking): none of ours then.
+_OPTIONAL_KINDS = frozenset({"RayCluster", "GKENetworkParamSet", "Network"})
 _WATCH_CHUNK = 60.0
 _OWNS_PODS = frozenset({"RayCluster", "Job", "DaemonSet"})
 
@@ -242,8 +249,12 @@ def apply_manifests(
         KubernetesError: the API refused a request, or an immutable field of an
             adopted object differs from the manifest.
     """
+    from .schema import NETWORKING_API, validate_networking
+
     targets = [_target(m, namespace) for m in manifests]
     for manifest, (kind, _, name) in zip(manifests, targets, strict=True):
+        if manifest.get("apiVersion") == NETWORKING_API:
+            validate_networking(manifest)
         annotations = (manifest.get("metadata") or {}).get("annotations") or {}
         if kind == "PersistentVolume" and _PENDING_ANNOTATION in annotations:
             raise NotReadyError(
@@ -492,15 +503,20 @@ def delete_deployment(api_client: ApiClient, deployment: str, *, namespace: str 
     from kubernetes.client.exceptions import ApiException
 
     selector = ",".join(f"{k}={v}" for k, v in ownership_labels(deployment).items())
+    from .fabric import INSTALLER_NAMESPACE
+
     targets: list[tuple[str, str | None, str]] = []
-    for kind in _DELETE_ORDER:
-        res = ResourceClient(api_client, kind, namespace)
+    # The gIB installer DaemonSet lives in kube-system, beside GKE's own node agents.
+    scopes = [(kind, namespace) for kind in _DELETE_ORDER]
+    scopes.insert(scopes.index(("DaemonSet", namespace)) + 1, ("DaemonSet", INSTALLER_NAMESPACE))
+    for kind, ns in dict.fromkeys(scopes):
+        res = ResourceClient(api_client, kind, ns)
         with translate_errors(f"list {kind} labelled {selector}"):
             try:
                 items, _ = res.list(label_selector=selector)
             except ApiException as exc:
-                if exc.status == 404 and kind == "RayCluster":
-                    items = []  # no KubeRay CRD installed
+                if exc.status == 404 and kind in _OPTIONAL_KINDS:
+                    items = []  # no such CRD installed
                 else:
                     raise
         targets += [(kind, res.namespace, str(item["metadata"]["name"])) for item in items]

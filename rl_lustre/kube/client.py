@@ -430,6 +430,8 @@ KINDS: dict[str, Kind] = {
         Kind("DaemonSet", "apps/v1", "daemonsets"),
         Kind("Job", "batch/v1", "jobs"),
         Kind("Node", "v1", "nodes", namespaced=False, core="node"),
+        Kind("GKENetworkParamSet", "networking.gke.io/v1", "gkenetworkparamsets", namespaced=False),
+        Kind("Network", "networking.gke.io/v1", "networks", namespaced=False),
     ]
 }
 
@@ -486,6 +488,8 @@ class ResourceClient:
             return method(*args, **kwargs)
         group, version = k.group_version
         custom_verb = {"read": "get"}.get(verb, verb)
+        if not k.namespaced:
+            return getattr(self._custom, f"{custom_verb}_cluster_custom_object")(group, version, k.plural, *args, **kwargs)
         method = getattr(self._custom, f"{custom_verb}_namespaced_custom_object")
         return method(group, version, self.namespace, k.plural, *args, **kwargs)
 
@@ -565,8 +569,12 @@ class ResourceClient:
                 args = (self.namespace,) if self.kind.namespaced else ()
             else:
                 group, version = self.kind.group_version
-                func = self._custom.list_namespaced_custom_object
-                args = (group, version, self.namespace, self.kind.plural)
+                if self.kind.namespaced:
+                    func = self._custom.list_namespaced_custom_object
+                    args = (group, version, self.namespace, self.kind.plural)
+                else:
+                    func = self._custom.list_cluster_custom_object
+                    args = (group, version, self.kind.plural)
             for event in w.stream(func, *args, **kwargs):
                 yield str(event["type"]), dict(event["raw_object"])
         except ApiException as exc:

@@ -101,14 +101,16 @@ def build_manifests(
 ) -> list[dict[str, Any]]:
     """The Kubernetes objects of a GKE deployment, in apply order.
 
-    PersistentVolume (Lustre CSI driver), PersistentVolumeClaim, Secret and
-    ``ray.io/v1`` RayCluster. Before the Lustre instance exists its IP is
+    With ``fabric="rdma"`` first the fabric's objects (see
+    :func:`rl_lustre.kube.fabric.fabric_manifests`), then the PersistentVolume (Lustre
+    CSI driver), PersistentVolumeClaim, Secret and ``ray.io/v1`` RayCluster. Before the Lustre instance exists its IP is
     :data:`PLACEHOLDER_IP` and the PersistentVolume carries :data:`PENDING_ANNOTATION`.
 
     Example:
         >>> from rl_lustre import Cluster
         >>> from rl_lustre.kube.manifests import build_manifests
-        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
+        ...             fabric="tcp")
         >>> pv, pvc, secret, ray = build_manifests(c, secret_values={"HF_TOKEN": "hf_x"})
         >>> pv["spec"]["csi"]["volumeHandle"], secret["stringData"]
         ('my-project/us-east1-b/demo-lustre', {'HF_TOKEN': '<redacted>'})
@@ -134,11 +136,14 @@ def build_manifests(
             "a local cluster runs Ray on this machine and has no Kubernetes objects; "
             "manifests exist only for backend='gke'",
         )
+    from .fabric import fabric_manifests
+
     labels = _labels(cluster)
     _check_ray_auth(cluster)
     ray_cluster = _ray_cluster(cluster, labels)
     validate_raycluster(ray_cluster)
     return [
+        *fabric_manifests(cluster, labels),
         _persistent_volume(cluster, labels),
         _persistent_volume_claim(cluster, labels),
         _secret(cluster, labels, secret_values, redact),
@@ -398,43 +403,56 @@ def _head_group(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _worker_group(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
-    return {
+def _worker_group(cluster: Cluster, labels: dict[str, str]) -> tuple[dict[str, Any], bool]:
+    from .fabric import fabric_worker_pod
+
+    pod: dict[str, Any] = {
+        "nodeSelector": _gpu_node_selector(cluster),
+        "tolerations": [dict(t) for t in _GPU_TOLERATIONS],
+        "containers": [{
+            "name": "ray-worker",
+            "image": cluster.image,
+            "env": _env(cluster),
+            "resources": _worker_resources(cluster),
+            "volumeMounts": _volume_mounts(cluster),
+        }],
+        "volumes": _volumes(cluster),
+    }
+    annotations, keep_command = fabric_worker_pod(cluster, pod)
+    metadata: dict[str, Any] = {"labels": dict(labels)}
+    if annotations:
+        metadata["annotations"] = annotations
+    group = {
         "groupName": "gpu-workers",
         "replicas": cluster.num_nodes,
         "minReplicas": cluster.num_nodes,
         "maxReplicas": cluster.num_nodes,
         "rayStartParams": {},
-        "template": {
-            "metadata": {"labels": dict(labels)},
-            "spec": {
-                "nodeSelector": _gpu_node_selector(cluster),
-                "tolerations": [dict(t) for t in _GPU_TOLERATIONS],
-                "containers": [{
-                    "name": "ray-worker",
-                    "image": cluster.image,
-                    "env": _env(cluster),
-                    "resources": _worker_resources(cluster),
-                    "volumeMounts": _volume_mounts(cluster),
-                }],
-                "volumes": _volumes(cluster),
-            },
-        },
+        "template": {"metadata": metadata, "spec": pod},
     }
+    return group, keep_command
 
 
 def _ray_cluster(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
+    from .fabric import OVERWRITE_CMD_ANNOTATION
+
+    head = _head_group(cluster, labels)
+    workers, keep_command = _worker_group(cluster, labels)
+    metadata: dict[str, Any] = {"name": naming.raycluster_name(cluster), "namespace": cluster.namespace,
+                                "labels": dict(labels)}
+    if keep_command:
+        # KubeRay then runs each container's own command; the head's does what KubeRay's would.
+        metadata["annotations"] = {OVERWRITE_CMD_ANNOTATION: "true"}
+        head_container = head["template"]["spec"]["containers"][0]
+        head_container["command"] = ["/bin/bash", "-lc", "--"]
+        head_container["args"] = ["ulimit -n 65536; exec ${KUBERAY_GEN_RAY_START_CMD}"]
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
-        "metadata": {
-            "name": naming.raycluster_name(cluster),
-            "namespace": cluster.namespace,
-            "labels": dict(labels),
-        },
+        "metadata": metadata,
         "spec": {
             "rayVersion": cluster.ray_version,
-            "headGroupSpec": _head_group(cluster, labels),
-            "workerGroupSpecs": [_worker_group(cluster, labels)],
+            "headGroupSpec": head,
+            "workerGroupSpecs": [workers],
         },
     }

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from collections.abc import Mapping
@@ -26,9 +27,20 @@ from typing import Any
 
 from ..errors import ConfigError
 
-__all__ = ["CRD_FILE", "forbid_unknown_fields", "raycluster_crd", "raycluster_schema", "validate_raycluster"]
+__all__ = [
+    "CRD_FILE",
+    "NETWORKING_API",
+    "NETWORKING_FILE",
+    "forbid_unknown_fields",
+    "raycluster_crd",
+    "raycluster_schema",
+    "validate_networking",
+    "validate_raycluster",
+]
 
 CRD_FILE = Path(__file__).with_name("crds") / "ray.io_rayclusters.v1.json"
+NETWORKING_FILE = Path(__file__).with_name("crds") / "networking.gke.io_v1.json"
+NETWORKING_API = "networking.gke.io/v1"
 
 _SUBSCHEMA_MAPS = ("properties", "patternProperties")
 _SUBSCHEMAS = ("items", "additionalProperties", "not")
@@ -126,3 +138,40 @@ def validate_raycluster(obj: Mapping[str, Any]) -> None:
         value = error.instance if len(text) <= 80 else text[:77] + "..."
         rule = f"the KubeRay RayCluster schema requires it: {error.message if len(error.message) <= 200 else error.message[:197] + '...'}"
     raise ConfigError("RayCluster", path or "<root>", value, rule)
+
+
+@functools.lru_cache(maxsize=1)
+def _networking_schemas() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(NETWORKING_FILE.read_text())
+    return loaded
+
+
+def validate_networking(obj: Mapping[str, Any]) -> None:
+    """Check a ``networking.gke.io/v1`` object (GKENetworkParamSet, Network) against the
+    schemas in ``crds/networking.gke.io_v1.json`` (provenance in ``crds/NOTICE``).
+
+    Example:
+        >>> validate_networking({"apiVersion": "networking.gke.io/v1", "kind": "GKENetworkParamSet",
+        ...                      "metadata": {"name": "rdma-0"},
+        ...                      "spec": {"vpc": "n", "vpcSubnet": "s", "deviceMode": "RMDA"}})
+        Traceback (most recent call last):
+        ...
+        rl_lustre.errors.ConfigError: GKENetworkParamSet.spec.deviceMode='RMDA': must match the networking.gke.io/v1 schema: 'RMDA' is not one of ['RDMA', 'NetDevice']
+
+    Raises:
+        ConfigError: a kind without a schema, or an object the schema rejects (naming the
+            field, the value and the rule).
+    """
+    import jsonschema
+
+    kind = str(obj.get("kind"))
+    schemas = _networking_schemas()["kinds"]
+    if obj.get("apiVersion") != NETWORKING_API or kind not in schemas:
+        raise ConfigError("manifest", "kind", f"{obj.get('apiVersion')}/{kind}",
+                          f"must be one of {', '.join(f'{NETWORKING_API}/{k}' for k in sorted(schemas))}")
+    validator = jsonschema.Draft202012Validator(schemas[kind])
+    error = jsonschema.exceptions.best_match(validator.iter_errors(copy.deepcopy(dict(obj))))
+    if error is not None:
+        where = ".".join(str(p) for p in error.absolute_path) or "(object)"
+        raise ConfigError(kind, where, error.instance if error.absolute_path else None,
+                          f"must match the {NETWORKING_API} schema: {error.message}")

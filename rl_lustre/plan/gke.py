@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
-from ..catalog import GPU_MACHINE_TYPES, ownership_labels
+from ..catalog import FABRIC_MTU, GPU_MACHINE_TYPES, LUSTRE_PORT_988_MIN_GKE, ownership_labels
+from .fabric import extra_networks, fabric_nodes, gpu_pool_subnet_keys, ray_dependency_keys
 from .graph import Plan, PlannedResource
 from .startup import startup_nodes
 
@@ -29,6 +30,7 @@ LUSTRE_PORT = 988
 LUSTRE_CSI_DRIVER = "lustre.csi.storage.gke.io"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
 RELEASE_CHANNEL = "REGULAR"
+MAINTENANCE_EXCLUSION_NAME = "rl-lustre-no-node-recreation"
 
 
 def gke_plan(cluster: Cluster) -> Plan:
@@ -50,7 +52,9 @@ def gke_plan(cluster: Cluster) -> Plan:
     created: dict[str, Any] = {"action": "create", "labels": ours}
     if own_network:
         net_fields: dict[str, Any] = created
-        net_settings: dict[str, Any] = {"auto_create_subnetworks": False, "routing_mode": "REGIONAL"}
+        # Jumbo frames: Managed Lustre documents up to 10% more throughput at 8896.
+        net_settings: dict[str, Any] = {"auto_create_subnetworks": False, "routing_mode": "REGIONAL",
+                                        "mtu": FABRIC_MTU}
         subnet_settings: dict[str, Any] = {
             "region": region,
             "ip_cidr_range": SUBNET_CIDR,
@@ -111,10 +115,28 @@ def gke_plan(cluster: Cluster) -> Plan:
         ),
         "taints": [GPU_TAINT],
         "gvnic": True,
+        # One node at a time, never a surge node: a spare A4 is rarely to be had.
+        "upgrade_settings": {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1},
         "hosts": ["Ray workers", *(["Ray head"] if cluster.head_on_gpu_pool else [])],
     }
     if known is not None:
         pool_settings["vcpus_per_node"] = known.vcpus
+        if known.local_ssds and cluster.fabric == "rdma":
+            # Image layers, emptyDirs, /tmp and Ray's spill go to the local SSDs, not the boot disk.
+            pool_settings["ephemeral_storage_local_ssd_count"] = known.local_ssds
+    extra = extra_networks(cluster)
+    if extra:
+        by_key = {n.key: n for n in fabric_nodes(cluster, {})}
+        pool_settings["additional_node_networks"] = [
+            {"network": by_key[n["network_key"]].name, "subnetwork": by_key[n["subnet_key"]].name,
+             "interface": n["interface"]} for n in extra]
+    cluster_fabric: dict[str, Any] = {}
+    if cluster.fabric == "rdma":
+        cluster_fabric["network_config"] = {"datapath_provider": "ADVANCED_DATAPATH", "enable_multi_networking": True}
+    if cluster.maintenance_exclusion is not None:
+        cluster_fabric["maintenance_exclusion"] = {
+            "name": MAINTENANCE_EXCLUSION_NAME, "scope": cluster.maintenance_exclusion,
+            "start": "when the cluster is created", "end_time_behavior": "UNTIL_END_OF_SUPPORT"}
 
     resources: list[PlannedResource] = [
         PlannedResource(key="network", kind="compute.v1.Network", name=net,
@@ -178,6 +200,9 @@ def gke_plan(cluster: Cluster) -> Plan:
                 },
                 "workload_identity_pool": f"{project}.svc.id.goog",
                 "release_channel": RELEASE_CHANNEL,
+                # The Lustre CSI driver reaches Lustre on port 988 (legacy port off) from here on.
+                "min_version": LUSTRE_PORT_988_MIN_GKE,
+                **cluster_fabric,
                 # GKE needs a node pool at creation: the CPU pool is that pool, so no
                 # default pool is created and then deleted.
                 "initial_node_pool": "cpu-pool (created with the cluster; hosts system pods)",
@@ -199,7 +224,8 @@ def gke_plan(cluster: Cluster) -> Plan:
             **created,
         ),
         PlannedResource(key="gpu-pool", kind="container.v1.NodePool", name=naming.gpu_pool_name(cluster),
-                        depends_on=("gke-cluster",), settings=pool_settings, **created),
+                        depends_on=("gke-cluster", *gpu_pool_subnet_keys(cluster)), settings=pool_settings,
+                        **created),
         # Needs only the API server and the instance's address, not the node pools.
         PlannedResource(
             key="pv", kind="v1/PersistentVolume", name=naming.pv_name(cluster),
@@ -223,6 +249,9 @@ def gke_plan(cluster: Cluster) -> Plan:
             **created,
         ),
     ]
+    # Listed after Lustre so that the plan reads storage first; the graph decides the order.
+    after_lustre = [r.key for r in resources].index("lustre") + 1
+    resources[after_lustre:after_lustre] = fabric_nodes(cluster, ours)
     ray_deps = ["pvc", "cpu-pool", "gpu-pool"]
     if cluster.secrets:
         resources.append(PlannedResource(
@@ -232,6 +261,7 @@ def gke_plan(cluster: Cluster) -> Plan:
             **created,
         ))
         ray_deps.insert(1, "secret")
+    ray_deps += ray_dependency_keys(cluster)
     resources.append(PlannedResource(
         key="raycluster", kind="ray.io/v1/RayCluster", name=naming.raycluster_name(cluster),
         depends_on=tuple(ray_deps),
@@ -246,6 +276,7 @@ def gke_plan(cluster: Cluster) -> Plan:
                         "tolerations": ["nvidia.com/gpu"]},
             "volume": {"claim": naming.pvc_name(cluster), "mount_path": cluster.mount_path},
             "shm": "memory-backed emptyDir at /dev/shm",
+            **_fabric_ray_settings(cluster),
             "head_service": cluster.head_service,
             **({"secrets": {"secret": naming.secret_name(cluster), "env_from_secret_key_ref": list(cluster.secrets)}}
                if cluster.secrets else {}),
@@ -255,3 +286,9 @@ def gke_plan(cluster: Cluster) -> Plan:
     resources += startup_nodes(cluster)
     return Plan(cluster_name=cluster.name, backend="gke", resources=resources,
                 project=project, region=region, zone=zone)
+
+
+def _fabric_ray_settings(cluster: Cluster) -> dict[str, Any]:
+    from ..kube.fabric import worker_fabric_summary
+
+    return worker_fabric_summary(cluster)

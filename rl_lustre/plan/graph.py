@@ -152,7 +152,7 @@ class Plan:
     Example:
         >>> from rl_lustre import Cluster
         >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
-        ...                zone="us-east1-b").plan()
+        ...                zone="us-east1-b", fabric="tcp").plan()
         >>> plan.get("gpu-pool").depends_on
         ('gke-cluster',)
         >>> sorted(plan.dependents("gke-cluster"))
@@ -291,7 +291,7 @@ class Plan:
         Example:
             >>> from rl_lustre import Cluster
             >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
-            ...                zone="us-east1-b").plan()
+            ...                zone="us-east1-b", fabric="tcp").plan()
             >>> sorted(plan.teardown_waves()[0])
             ['image-prepull', 'model-prefetch', 'raycluster']
         """

@@ -8,6 +8,7 @@ the Kubernetes layer of :mod:`rl_lustre.kube`:
 plan key          driver
 ================  =======================================================================
 network, subnet   :class:`ComputeDriver` (a user's network: checked, never changed)
+gvnic-*, rdma-*   :class:`ComputeDriver`: the fabric's VPCs and subnets (``fabric="rdma"``)
 psa-range         :class:`ComputeDriver`; its allocated block feeds the firewall rule
 firewall-lustre   :class:`ComputeDriver`, tcp:988 from the PSA block
 psa-peering       :class:`PeeringDriver`: adds our range to the network's connection
@@ -16,7 +17,10 @@ gke-cluster       :class:`GkeClusterDriver`, created with the CPU pool as its on
 cpu-pool          :class:`NodePoolDriver`: came with the cluster, or created / adopted
 gpu-pool          :class:`NodePoolDriver`
 pv, pvc, secret,  :class:`KubeObjectDriver` (``rl_lustre.kube.apply``), or
-raycluster        :class:`SkippedDriver` when the Kubernetes part is switched off
+raycluster,       :class:`SkippedDriver` when the Kubernetes part is switched off
+netparams-*,
+podnet-*,
+nccl-installer
 image-prepull,    :mod:`rl_lustre.provision.startup` (likewise skipped without the
 model-prefetch    Kubernetes part)
 ================  =======================================================================
@@ -32,6 +36,7 @@ deleted one by one.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -72,12 +77,27 @@ __all__ = [
     "PeeringDriver",
     "SkippedDriver",
     "gke_drivers",
+    "kube_keys",
 ]
 
 logger = logging.getLogger("rl_lustre.provision")
 
-# The plan's Kubernetes nodes, in the order build_manifests returns their objects.
+# The plan's core Kubernetes nodes; the fabric adds its own (see kube_keys).
 KUBE_KEYS = ("pv", "pvc", "secret", "raycluster")
+_GOOGLE_KINDS = ("compute.", "container.", "lustre.", "servicenetworking.")
+
+
+def kube_keys(plan: Plan) -> tuple[str, ...]:
+    """The plan's Kubernetes nodes, in plan order.
+
+    Example:
+        >>> from rl_lustre import Cluster
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> keys = kube_keys(c.plan())
+        >>> keys[:3], keys[-1], len(keys)
+        (('netparams-gvnic-1', 'podnet-gvnic-1', 'netparams-rdma-0'), 'raycluster', 23)
+    """
+    return tuple(r.key for r in plan if not r.kind.startswith(_GOOGLE_KINDS))
 # Claims and RayClusters are waited for until Bound / ready.
 _KUBE_WAITED = frozenset({"pvc", "raycluster"})
 KUBE_TIMEOUT = 1800.0
@@ -373,10 +393,18 @@ class GkeClusterDriver:
         return request
 
     def ensure(self, step: Step) -> Done:
+        from ..gcp.container import check_version
+
         api = self.ctx.apis.clusters
         found = api.get_or_none(self.path)
-        return _ensure(step, found is not None, lambda: api.create(
+        done = _ensure(step, found is not None, lambda: api.create(
             self.request(), parent=self.parent, deployment=self.ctx.deployment))
+        # GKE picks the version from the release channel; one too old for the Lustre CSI
+        # driver's port 988 could never mount the volume, so up() fails here (and rolls back).
+        minimum = self.ctx.plan.get("gke-cluster").settings.get("min_version")
+        if minimum:
+            check_version(done.value, minimum)
+        return done
 
     def delete(self, step: Step) -> Literal["deleted", "absent"]:
         from ..gcp._ownership import check_owned
@@ -469,8 +497,12 @@ class KubeObjectDriver:
         from ..kube.manifests import build_manifests
 
         cluster = self.ctx.cluster
-        values = {name: os.environ[name] for name in cluster.secrets if name in os.environ}
-        return build_manifests(cluster, secret_values=values, redact=False)[KUBE_KEYS.index(self.key)]
+        node = self.ctx.plan.get(self.key)
+        values = {name: os.environ[name] for name in cluster.secrets if name in os.environ} if self.key == "secret" else None
+        for manifest in build_manifests(cluster, secret_values=values, redact=False):
+            if f"{manifest['apiVersion']}/{manifest['kind']}" == node.kind and manifest["metadata"]["name"] == node.name:
+                return manifest
+        raise NotFoundError(f"no manifest for plan node {self.key!r} ({node.kind} {node.name})")
 
     def ensure(self, step: Step) -> Done:
         from ..kube import apply
@@ -521,6 +553,10 @@ class SkippedDriver:
         return "skipped"
 
 
+def _body(build: Callable[[Plan, str], Any], plan: Plan, key: str) -> Callable[[Step], Any]:
+    return lambda step: build(plan, key)
+
+
 def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
     """One driver per node of a GKE plan.
 
@@ -539,11 +575,16 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
     from ..gcp import compute
 
     plan, apis = ctx.plan, ctx.apis
-    drivers: dict[str, Driver] = {
-        "network": ComputeDriver(ctx, apis.networks, compute.network_path,
-                                 lambda step: compute.network_request(plan)),
-        "subnet": ComputeDriver(ctx, apis.subnetworks, compute.subnetwork_path,
-                                lambda step: compute.subnetwork_request(plan)),
+    drivers: dict[str, Driver] = {}
+    for node in plan:
+        if node.kind == "compute.v1.Network":
+            drivers[node.key] = ComputeDriver(ctx, apis.networks, functools.partial(compute.network_path, key=node.key),
+                                              _body(compute.network_request, plan, node.key))
+        elif node.kind == "compute.v1.Subnetwork":
+            drivers[node.key] = ComputeDriver(ctx, apis.subnetworks,
+                                              functools.partial(compute.subnetwork_path, key=node.key),
+                                              _body(compute.subnetwork_request, plan, node.key))
+    drivers |= {
         "psa-range": ComputeDriver(ctx, apis.addresses, compute.psa_range_path,
                                    lambda step: compute.psa_range_request(plan)),
         "firewall-lustre": ComputeDriver(ctx, apis.firewalls, compute.firewall_path,
@@ -555,11 +596,11 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
         "cpu-pool": NodePoolDriver(ctx, "cpu-pool"),
         "gpu-pool": NodePoolDriver(ctx, "gpu-pool"),
     }
-    for key in KUBE_KEYS:
-        if key in plan:
-            drivers[key] = KubeObjectDriver(ctx, key) if kube else SkippedDriver(
-                "Kubernetes part switched off (gcp_only=True)")
+    for key in kube_keys(plan):
+        drivers[key] = KubeObjectDriver(ctx, key) if kube else SkippedDriver(
+            "Kubernetes part switched off (gcp_only=True)")
     from .startup import startup_drivers
 
+    # The start-up nodes have drivers of their own.
     drivers.update(startup_drivers(ctx, kube=kube))
     return drivers

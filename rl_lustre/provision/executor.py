@@ -480,7 +480,10 @@ class Executor:
         # finishes when that one does.
         riders = {k: self.drivers[k].deleted_with for k in wanted if self.drivers[k].deleted_with in wanted}
         todo = wanted - set(riders)
-        blockers = {k: set(self.plan.downstream(k) & todo) for k in todo}
+        # Waiting for a rider means waiting for its host: the GPU pool's extra subnets go
+        # only once the pool has gone with its cluster.
+        blockers = {k: {riders.get(d, d) for d in self.plan.downstream(k) if d in todo or d in riders} - {k}
+                    for k in todo}
         display = self._display or display_for(operation, self.plan)
         abandon = cancel if cancel is not None else threading.Event()
         with display, concurrent.futures.ThreadPoolExecutor(self._workers, f"rl-lustre-{operation}") as pool:

@@ -111,10 +111,11 @@ class _Fault:
     message: str
     after: int
     times: int
+    resource: str = "*"
     seen: int = 0
 
-    def hit(self, method: str) -> bool:
-        if not fnmatch.fnmatchcase(method, self.pattern):
+    def hit(self, method: str, resource: str = "") -> bool:
+        if not fnmatch.fnmatchcase(method, self.pattern) or not fnmatch.fnmatchcase(resource, self.resource):
             return False
         self.seen += 1
         return self.after < self.seen <= self.after + self.times
@@ -164,9 +165,12 @@ class Faults:
         times: int = 1,
         after: int = 0,
         message: str | None = None,
+        resource: str = "*",
     ) -> None:
         """Make calls of ``method`` fail with ``code``: the ``after+1``-th to the
-        ``after+times``-th call from now.
+        ``after+times``-th call from now. ``resource`` narrows it to calls on resources
+        whose path matches (REST inserts: the collection path and the new name,
+        ``*/subnetworks/demo-rdma-sub-3``).
 
         Example:
             >>> import grpc
@@ -174,7 +178,7 @@ class Faults:
             >>> with FakeGCP() as gcp:
             ...     gcp.faults.fail_call("gke.GetCluster", grpc.StatusCode.PERMISSION_DENIED, after=2)
         """
-        self._add(_Fault(method, "call", code, message or f"fault injected into {method}", after, times))
+        self._add(_Fault(method, "call", code, message or f"fault injected into {method}", after, times, resource))
 
     def fail_operation(
         self,
@@ -184,8 +188,10 @@ class Faults:
         times: int = 1,
         after: int = 0,
         message: str | None = None,
+        resource: str = "*",
     ) -> None:
-        """Make the long-running operations started by ``method`` end with an error.
+        """Make the long-running operations started by ``method`` end with an error
+        (only those on resources matching ``resource``, for the REST APIs).
 
         The call itself succeeds; the operation runs its latency and then fails. A
         failed GKE cluster or node pool is left in status ERROR (as GKE does); other
@@ -197,7 +203,7 @@ class Faults:
             ...     gcp.faults.fail_operation("lustre.CreateInstance", message="internal error")
         """
         self._add(_Fault(method, "operation", code, message or f"operation of {method} failed (injected)",
-                         after, times))
+                         after, times, resource))
 
     def rate_limit(self, method: str = "*", *, times: int = 1) -> None:
         """Answer the next ``times`` calls of ``method`` with RESOURCE_EXHAUSTED / HTTP 429.
@@ -215,10 +221,10 @@ class Faults:
         with self._lock:
             self._faults.clear()
 
-    def _take(self, method: str, kind: str) -> FakeError | None:
+    def _take(self, method: str, kind: str, resource: str = "") -> FakeError | None:
         with self._lock:
             for fault in self._faults:
-                if fault.kind == kind and fault.hit(method):
+                if fault.kind == kind and fault.hit(method, resource):
                     return FakeError(fault.code, fault.message)
         return None
 
@@ -307,7 +313,7 @@ class Core:
                 raise TimeoutError("the fake still has pending changes")
             time.sleep(max(wait, 0.001))
 
-    def handle(self, method: str, target: str, fn: Callable[[], Any]) -> Any:
+    def handle(self, method: str, target: str, fn: Callable[[], Any], resource: str | None = None) -> Any:
         """Handle one request: apply due events, log it, raise an injected fault or run ``fn``
         under the lock. :class:`FakeError` propagates, and is recorded as the outcome."""
         with self.lock:
@@ -315,7 +321,7 @@ class Core:
             index = len(self.log)
             self.log.append(RequestRecord(self.now(), method, target))
             try:
-                fault = self.faults._take(method, "call")
+                fault = self.faults._take(method, "call", target if resource is None else resource)
                 if fault is not None:
                     raise fault
                 return fn()
@@ -323,8 +329,8 @@ class Core:
                 self.log[index] = attrs.evolve(self.log[index], outcome=err.grpc_code.name)
                 raise
 
-    def operation_fault(self, method: str) -> FakeError | None:
-        return self.faults._take(method, "operation")
+    def operation_fault(self, method: str, resource: str = "") -> FakeError | None:
+        return self.faults._take(method, "operation", resource)
 
     def counts(self, prefix: str = "") -> Counter[str]:
         with self.lock:

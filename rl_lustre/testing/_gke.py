@@ -124,6 +124,66 @@ class GkeFake:
                 raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"Subnetwork {cluster.subnetwork!r} has no secondary range {wanted!r}.")
 
+    def _check_cluster_fabric(self, spec: container_v1.Cluster) -> None:
+        nc = spec.network_config
+        if nc.enable_multi_networking and nc.datapath_provider != container_v1.DatapathProvider.ADVANCED_DATAPATH:
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                            "Multi-networking requires GKE Dataplane V2 (datapath_provider=ADVANCED_DATAPATH).")
+        options = container_v1.MaintenanceExclusionOptions
+        for name, window in spec.maintenance_policy.window.maintenance_exclusions.items():
+            opts = window.maintenance_exclusion_options
+            if not name or "start_time" not in window:
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"Maintenance exclusion {name!r} needs a name and a start_time.")
+            until_eos = opts.end_time_behavior == options.EndTimeBehavior.UNTIL_END_OF_SUPPORT
+            if until_eos == ("end_time" in window):
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"Maintenance exclusion {name!r} needs exactly one of end_time and "
+                                "end_time_behavior=UNTIL_END_OF_SUPPORT.")
+            if until_eos and opts.scope == options.Scope.NO_UPGRADES:
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                "A NO_UPGRADES exclusion cannot last until the end of support (30 days at most).")
+
+    def _check_pool_fabric(self, project: str, location: str, cluster: container_v1.Cluster,
+                           pool: container_v1.NodePool) -> None:
+        known = GPU_MACHINE_TYPES.get(pool.config.machine_type)
+        ssds = pool.config.ephemeral_storage_local_ssd_config.local_ssd_count
+        if ssds and (known is None or ssds != known.local_ssds):
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"Machine type {pool.config.machine_type} cannot have {ssds} local SSDs.")
+        up = pool.upgrade_settings
+        if up.max_surge == 0 and up.max_unavailable == 0 and "strategy" in up and \
+                up.strategy == container_v1.NodePoolUpdateStrategy.SURGE:
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, "max_surge and max_unavailable cannot both be 0.")
+        extras = pool.network_config.additional_node_network_configs
+        if not extras:
+            return
+        if not cluster.network_config.enable_multi_networking:
+            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION,
+                            "additional_node_network_configs needs a cluster with multi-networking enabled.")
+        region = _region(location)
+        seen = set()
+        rdma = 0
+        for extra in extras:
+            net = self.core.networks.get((project, extra.network))
+            subnet = self.core.subnetworks.get((project, region, extra.subnetwork))
+            if net is None or subnet is None or not subnet["network"].endswith(f"/networks/{extra.network}"):
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"Additional network {extra.network}/{extra.subnetwork} does not exist in {region}.")
+            if extra.network == (cluster.network or "default") or extra.subnetwork in seen:
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"Additional network {extra.network}/{extra.subnetwork} is the cluster's or repeated.")
+            seen.add(extra.subnetwork)
+            if "networkProfile" in net:
+                rdma += 1
+                if not net["networkProfile"].endswith(f"/{pool.locations[0] if pool.locations else ''}-vpc-roce"):
+                    raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"RDMA network {extra.network} is not in the pool's zone.")
+        if rdma and (known is None or rdma != known.rdma_nics):
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"Machine type {pool.config.machine_type} has {known.rdma_nics if known else 0} RDMA NICs; "
+                            f"{rdma} RDMA networks were given.")
+
     def _check_pool(self, pool: container_v1.NodePool) -> None:
         if pool.initial_node_count < 1 or not pool.config.machine_type:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
@@ -154,6 +214,9 @@ class GkeFake:
         if name in self.core.clusters:
             raise FakeError(grpc.StatusCode.ALREADY_EXISTS, f"Already exists: {name}.")
         self._check_network(m[1], m[2], spec)
+        self._check_cluster_fabric(spec)
+        for pool in spec.node_pools:
+            self._check_pool_fabric(m[1], m[2], spec, pool)
         cluster = container_v1.Cluster(spec)
         cluster.status = ClusterStatus.PROVISIONING
         cluster.location = m[2]
@@ -268,6 +331,7 @@ class GkeFake:
                             f"Cluster is running incompatible operation (status "
                             f"{ClusterStatus(cluster.status).name}). Please wait and try again once it is done.")
         self._check_pool(spec)
+        self._check_pool_fabric(m[1], m[2], cluster, spec)
         cluster.node_pools.append(container_v1.NodePool(spec))
         pool = cluster.node_pools[-1]
         pool.status = PoolStatus.PROVISIONING

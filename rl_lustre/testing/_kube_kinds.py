@@ -148,5 +148,8 @@ for _info in (
     KindInfo("Job", "batch/v1", "jobs", True, status=True, field_selectors=frozenset({"status.successful"}),
              merge_keys=pod_merge_keys("spec.template.spec")),
     KindInfo("RayCluster", "ray.io/v1", "rayclusters", True, status=True, builtin=False),
+    # GKE's multi-networking CRDs (cluster-scoped); GKE's controller writes their status.
+    KindInfo("GKENetworkParamSet", "networking.gke.io/v1", "gkenetworkparamsets", False, status=True, builtin=False),
+    KindInfo("Network", "networking.gke.io/v1", "networks", False, status=True, builtin=False),
 ):
     register_kind(_info)

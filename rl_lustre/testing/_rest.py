@@ -22,6 +22,7 @@ from ._filters import compute_filter
 _NAME = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
 _NETWORK_URL = re.compile(r"(?:.*/)?projects/([^/]+)/global/networks/([^/]+)$")
 _PSA_POOL = ipaddress.ip_network("10.90.0.0/15")
+_PROFILE = re.compile(r"(?:.*/)?projects/([^/]+)/global/networkProfiles/(([a-z]+-[a-z]+[0-9]+)-[a-z])-vpc-roce$")
 Handler = Callable[[dict[str, str], dict[str, str], dict[str, Any]], Any]
 # Compute's collection for each kind, as it names methods ("compute.globalAddresses.insert").
 _COLLECTION = {"network": "networks", "subnetwork": "subnetworks", "address": "globalAddresses",
@@ -141,7 +142,9 @@ class RestFake:
                 def run(fn: Handler = fn, params: dict[str, str] = params, body: Any = body) -> Any:
                     return fn(params, query, body)
 
-                return 200, self.core.handle(method, url.path, run)
+                named = verb == "POST" and isinstance(body, dict) and isinstance(body.get("name"), str)
+                resource = f"{url.path}/{body['name']}" if named else url.path
+                return 200, self.core.handle(method, url.path, run, resource=resource)
             except FakeError as err:
                 return err.http_code, self._error(err)
             except json.JSONDecodeError as err:
@@ -174,7 +177,7 @@ class RestFake:
         if region:
             op["region"] = self._link(f"projects/{project}/regions/{region}")
         self._compute_ops[f"{scope}/operations/{name}"] = op
-        fault = self.core.operation_fault(method)
+        fault = self.core.operation_fault(method, f"/compute/v1/{target}")
         if pending is not None:
             self._pending.add(pending)
 
@@ -281,8 +284,25 @@ class RestFake:
     def network_insert(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         name = self._check_name(b)
         path = f"projects/{p['project']}/global/networks/{name}"
+        body = dict(b)
+        mtu = body.setdefault("mtu", 1460)
+        if not isinstance(mtu, int) or not 1300 <= mtu <= 8896:
+            raise FakeError(400, f"Invalid value for field 'resource.mtu': {mtu!r}. Must be between 1300 and 8896.",
+                            "invalid")
+        if "networkProfile" in body:
+            m = _PROFILE.fullmatch(body["networkProfile"])
+            if m is None or m[1] != p["project"]:
+                raise FakeError(400, f"Invalid value for field 'resource.networkProfile': {body['networkProfile']!r}",
+                                "invalid")
+            if body.get("autoCreateSubnetworks", True):
+                raise FakeError(400, "A network with an RDMA network profile must be in custom subnet mode", "invalid")
         return self._insert(self.core.networks, (p["project"], name), path, p["project"], None, "network",
-                            "compute.create_network", b)
+                            "compute.create_network", body)
+
+    def _profile_zone(self, project: str, network: str) -> tuple[str, str] | None:
+        """``(zone, region)`` of a RoCE network's profile, or None for an ordinary network."""
+        m = _PROFILE.fullmatch(self.core.networks[(project, network)].get("networkProfile", ""))
+        return (m[2], m[3]) if m else None
 
     def network_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         key = (p["project"], p["name"])
@@ -323,6 +343,10 @@ class RestFake:
             for c in blocks[i + 1:]:
                 if a.overlaps(c):
                     raise FakeError(400, f"IP range {a} overlaps with {c}", "invalid")
+        roce = self._profile_zone(*net)
+        if roce is not None and (secondary or roce[1] != region):
+            raise FakeError(400, f"Subnetworks of RDMA network {net[1]!r} must be in region {roce[1]} (the profile's "
+                            f"zone {roce[0]}) and have no secondary ranges", "invalid")
         path = f"projects/{project}/regions/{region}/subnetworks/{name}"
         body = {**b, "network": self._link(f"projects/{net[0]}/global/networks/{net[1]}"),
                 "region": self._link(f"projects/{project}/regions/{region}")}
@@ -339,6 +363,12 @@ class RestFake:
                  for n, c in sorted(self.core.clusters.items())
                  if n.startswith(f"projects/{project}/") and c.subnetwork == name
                  and c.location.startswith(region)]
+        # Nodes of a pool with an extra NIC on the subnet hold addresses in it.
+        users += [f"projects/{project}/locations/{c.location}/clusters/{c.name}/nodePools/{pool.name}"
+                  for n, c in sorted(self.core.clusters.items())
+                  if n.startswith(f"projects/{project}/") and c.location.startswith(region)
+                  for pool in c.node_pools
+                  if any(extra.subnetwork == name for extra in pool.network_config.additional_node_network_configs)]
         return self._delete(self.core.subnetworks, (project, region, name),
                             f"projects/{project}/regions/{region}/subnetworks/{name}", project, region,
                             "subnetwork", "compute.delete_subnetwork", users)
@@ -385,6 +415,9 @@ class RestFake:
         name = self._check_name(b)
         project = p["project"]
         net = self._network_key(b.get("network", ""))
+        if self._profile_zone(*net) is not None:
+            raise FakeError(400, f"Firewall rules cannot be applied to network {net[1]!r}: it has an RDMA network "
+                            "profile", "invalid")
         if not b.get("allowed") and not b.get("denied"):
             raise FakeError(400, "A firewall rule needs 'allowed' or 'denied'", "invalid")
         for block in b.get("sourceRanges", []):

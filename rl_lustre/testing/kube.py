@@ -127,6 +127,8 @@ def schema_validator(crd_path: str | os.PathLike[str] | None = None, *, kubernet
     are errors). RayClusters go through ``jsonschema`` against KubeRay's CRD with
     unknown fields forbidden, as the API server prunes and rejects them: the schema
     shipped in :mod:`rl_lustre.kube.schema`, or the CRD YAML at ``crd_path``.
+    ``networking.gke.io/v1`` objects go through the schemas shipped in
+    ``rl_lustre/kube/crds`` (:func:`rl_lustre.kube.schema.validate_networking`).
 
     Example:
         >>> check = schema_validator()
@@ -145,6 +147,11 @@ def schema_validator(crd_path: str | os.PathLike[str] | None = None, *, kubernet
     ray_validator = _crd_validator(os.fspath(crd_path) if crd_path is not None else None)
 
     def validate(obj: Obj) -> None:
+        if obj.get("apiVersion") == "networking.gke.io/v1":
+            from ..kube.schema import validate_networking
+
+            validate_networking(obj)
+            return
         if obj.get("apiVersion") == "ray.io/v1":
             ray_validator.validate(obj)
             return
