@@ -370,7 +370,8 @@ SIGNAL_SCRIPT = textwrap.dedent("""
     from rl_lustre.gcp import Backoff, RetryPolicy
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    cluster = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2)
+    cluster = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2,
+                      fabric="tcp")
     GKEBackend(cluster, gcp_only=True, backoff=Backoff(0.01, 0.05), retry=RetryPolicy(3, 0.01, 0.02)).up()
     print("UP FINISHED", flush=True)
 """)
