@@ -437,7 +437,7 @@ def test_with_the_kubernetes_part_up_applies_the_objects_and_waits_for_the_raycl
         assert set(b.up().keys("adopted")) == set(cluster.plan().keys())
         assert creates(gcp.requests[count:]) == []
         down = b.down()
-        assert {down.get(k).note for k in KUBE_KEYS} == {"with gke-cluster"}
+        assert {down.get(k).note for k in kube_keys(cluster.plan())} == {"with gke-cluster"}
         assert existing(gcp) == {}
 
 

@@ -54,8 +54,11 @@ def world(fakes: tuple[FakeGCP, KubeFake], monkeypatch: pytest.MonkeyPatch) -> I
 
 
 def cluster(**kw: object) -> Cluster:
+    # One NIC: these tests share one Kubernetes fake between deployments, and the fabric's
+    # cluster-scoped network objects have fixed names (one GKE cluster per deployment).
     base: dict[str, object] = {"name": "boot", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
-                               "num_nodes": 2, "secrets": ("HF_TOKEN",), "prefetch_models": (MODEL,)}
+                               "num_nodes": 2, "secrets": ("HF_TOKEN",), "prefetch_models": (MODEL,),
+                               "fabric": "tcp"}
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
 
 
