@@ -16,7 +16,10 @@ GPU utilisation %          ``kubernetes.io/container/accelerator/duty_cycle``  A
 =========================  ==============================================  ======================
 
 Sources: https://cloud.google.com/managed-lustre/docs/monitoring and
-https://cloud.google.com/monitoring/api/metrics_kubernetes (GKE system metrics).
+https://cloud.google.com/monitoring/api/metrics_kubernetes (GKE system metrics). The
+Lustre metric names could not be re-checked against the live page when this was written;
+they are module constants, read at each call, so a corrected name is one assignment
+(``rl_lustre.metrics.LUSTRE_WRITE_BYTES = "..."``).
 
 Use :meth:`LustreVolume.metrics <rl_lustre.LustreVolume.metrics>`,
 :meth:`Cluster.metrics <rl_lustre.Cluster.metrics>` or, for the window a run ran in,
