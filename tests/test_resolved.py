@@ -155,14 +155,16 @@ def test_a_command_line_error_is_raised_each_time_it_is_read() -> None:
     assert [p.field for p in found.value.problems] == ["policy.extra"]
 
 
-def _runtime_imports(path: Path) -> set[str]:
-    """Modules ``path`` imports at run time (not under ``if TYPE_CHECKING:``), as absolute names."""
+def _imports(path: Path, *, top_level_only: bool) -> set[str]:
+    """Modules ``path`` imports at run time (not under ``if TYPE_CHECKING:``), as absolute
+    names; with ``top_level_only``, only those imported when the module is."""
     tree = ast.parse(path.read_text())
     package = "rl_lustre." + ".".join(path.relative_to(Path(rl_lustre.__file__).parent).with_suffix("").parts[:-1])
     typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
                    and getattr(node.test, "id", "") == "TYPE_CHECKING" for n in ast.walk(node)}
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
     out = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.ImportFrom) and id(node) not in typing_only:
             base = package.rstrip(".").split(".")
             if node.level:
@@ -173,13 +175,18 @@ def _runtime_imports(path: Path) -> set[str]:
     return out
 
 
+# The modules a submission walks through, from GRPOJob.resolve down.
+WALK = ("resolved.py", "config.py", "config_cache.py", "overrides.py", "preflight.py", "models.py")
+
+
 def test_nemo_rl_never_calls_back_into_the_job_spec() -> None:
-    """The walk reads top-down: specs -> resolved job -> backend; nothing in nemo_rl/
-    imports job.py at run time."""
+    """The walk reads top-down: specs -> resolved job -> backend. The modules of the walk
+    never import job.py at run time, and no nemo_rl module needs it to be imported."""
     root = Path(rl_lustre.__file__).parent / "nemo_rl"
+    for name in WALK:
+        assert "rl_lustre.job" not in _imports(root / name, top_level_only=False), name
     for module in sorted(root.glob("*.py")):
-        imports = _runtime_imports(module)
-        assert "rl_lustre.job" not in imports, module.name
+        assert "rl_lustre.job" not in _imports(module, top_level_only=True), module.name
 
 
 @pytest.mark.parametrize("overrides", [

@@ -28,7 +28,7 @@ import attrs
 
 from .._validate import FrozenDict
 from ..errors import ConfigError, PreflightError
-from .versions import DEFAULT_VERSION, NemoRLVersion, nemo_rl_version, version_for
+from .versions import DEFAULT_VERSION, NemoRLVersion, choose_version, nemo_rl_version
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
@@ -173,7 +173,7 @@ def resolve_job(job: GRPOJob, cluster: Cluster) -> ResolvedJob:
     from .config import available_recipes, flatten, recipe_name, resolve_overrides, shared_recipe
     from .preflight import check_config
 
-    version = nemo_rl_version(version_for(job, cluster))
+    version = nemo_rl_version(choose_version(job.nemo_rl_version, cluster.nemo_rl_version))
     name = recipe_name(job.recipe)
     try:
         recipe, notes = shared_recipe(job.recipe, version.version)

@@ -144,4 +144,14 @@ def version_for(job: GRPOJob, cluster: Cluster) -> str:
 
     need("version_for", "job", job, GRPOJob, "a GRPOJob")
     need("version_for", "cluster", cluster, Cluster, "a Cluster")
-    return job.nemo_rl_version or cluster.nemo_rl_version or DEFAULT_VERSION
+    return choose_version(job.nemo_rl_version, cluster.nemo_rl_version)
+
+
+def choose_version(job_version: str | None, image_version: str | None) -> str:
+    """The job's version, else the image's, else :data:`DEFAULT_VERSION`.
+
+    Example:
+        >>> choose_version(None, "0.6.0"), choose_version(None, None)
+        ('0.6.0', '0.4.0')
+    """
+    return job_version or image_version or DEFAULT_VERSION
