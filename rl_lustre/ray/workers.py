@@ -152,10 +152,13 @@ def start_local_worker(
         "--log-style", "record",
     ]  # fmt: skip
     log_path = temp_dir / f"{name}.log"
+    worker_env = node_env(temp_dir, env, head.auth_mode)
+    # The head sets it to 0 to stay on loopback; a worker node refuses to start with it.
+    worker_env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             command,
-            env=node_env(temp_dir, env, head.auth_mode),
+            env=worker_env,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
