@@ -2,9 +2,9 @@
 
 On one real local Ray head (``Cluster.local``), in one run:
 
-- *raw*: N jobs sent with Ray's ``JobSubmissionClient.submit_job``, given entrypoints
-  and runtime envs rendered beforehand (untimed) by rl_lustre for a twin sweep: the same
-  commands and environments, under other run names;
+- *raw*: N jobs sent with Ray's ``JobSubmissionClient.submit_job``, given the entrypoints
+  and runtime envs rl_lustre sends for a twin sweep (``submission.prepare``, untimed): the
+  same commands and environments, under other run names;
 - *sdk*: the N jobs of the sweep through :func:`rl_lustre.run_sweep`, whose
   ``SweepResult.submit_seconds`` is the time it took to check every job (preflight
   on: recipe, overrides, batch arithmetic, volume space, secrets) and submit it.
@@ -129,6 +129,7 @@ def _measure(cluster: Cluster, n: int) -> Result:
     from ray.job_submission import JobSubmissionClient
 
     from rl_lustre import run_sweep
+    from rl_lustre.backends.submission import prepare
 
     tag = uuid.uuid4().hex[:6]
     backend: Any = cluster._backend()
@@ -136,7 +137,9 @@ def _measure(cluster: Cluster, n: int) -> Result:
     raw_client = JobSubmissionClient(head.dashboard_url, headers=head.headers(), verify=False)
     sdk_jobs = sweep(f"bench-{tag}-sdk", n + 1)
     raw_jobs = sweep(f"bench-{tag}-raw", n + 1)
-    raw_payloads = [(j.entrypoint(cluster), j.runtime_env(cluster)) for j in raw_jobs]
+    # What the SDK sends for the twin sweep (the supervisor around the job's command, its
+    # runtime env with the supervisor's module), rendered untimed.
+    raw_payloads = [(p.entrypoint, dict(p.runtime_env)) for p in (prepare(cluster, j) for j in raw_jobs)]
     raw_ids = [f"bench-{tag}-raw-{i}" for i in range(n + 1)]
 
     # Warm-up, untimed: one job each way.

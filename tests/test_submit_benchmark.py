@@ -23,11 +23,13 @@ def test_both_ways_send_the_same_commands_and_envs(result: submit.Result, local_
         assert sdk is not None
         assert raw is not None
         # The same sweep under other run names; both were stopped once timed.
-        assert sdk.entrypoint.replace("-sdk-", "-raw-") == raw.entrypoint
         assert "rl_lustre.rehearsal" in sdk.entrypoint
+        assert "rl_lustre.rehearsal" in raw.entrypoint
+        twin = sdk.metadata["rl_lustre.job"].replace("-sdk-", "-raw-")
+        assert f"/checkpoints/{twin}" in raw.entrypoint
         assert sdk.terminal
         assert raw.terminal
-        assert sdk.metadata["rl_lustre.job"] in sdk.entrypoint
+        assert f"/checkpoints/{sdk.metadata['rl_lustre.job']}" in sdk.entrypoint
 
 
 def test_the_report_ends_with_the_ratio(result: submit.Result) -> None:
