@@ -27,7 +27,7 @@ SCRIPT = """\
 from rl_lustre import Cluster
 
 cluster = Cluster(name="cli-e2e", project="my-project", region="us-east1", zone="us-east1-b",
-                  num_nodes=2, secrets=[])
+                  num_nodes=2, secrets=[], fabric="tcp")
 """
 
 
@@ -47,7 +47,7 @@ def run(*args: str, code: int = 0) -> Any:
 
 def _plant_leftover(gcp: FakeGCP) -> Cluster:
     """What a crash leaves: a deployment's network, PSA range, firewall and Lustre, no GKE cluster."""
-    crashed = Cluster(name="crashed", project="my-project", region="us-east1", zone="us-east1-b",
+    crashed = Cluster(name="crashed", project="my-project", region="us-east1", zone="us-east1-b", fabric="tcp",
                       volume=LustreVolume(name="crashed-lustre", capacity_gib=9_000, throughput_mbps_per_tib=1000))
     backend = GKEBackend(crashed, gcp_only=True, backoff=FAST_BACKOFF, retry=FAST_RETRY)
     backend.up()
@@ -69,7 +69,8 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     target = f"{script}:cluster"
 
     plan = run("plan", target, "--json")
-    spec = Cluster(name="cli-e2e", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2, secrets=[])
+    spec = Cluster(name="cli-e2e", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2, secrets=[],
+                   fabric="tcp")
     assert plan == json.loads(json.dumps(spec.plan().to_dict()))
     # Nothing was asked of the fakes to make the plan.
     assert fakes.requests == []
