@@ -40,4 +40,11 @@ def test_reference_workflow_manifests_are_json() -> None:
     start = out.index("[\n")
     end = out.index("\n]\n", start) + 2
     kinds = [m["kind"] for m in json.loads(out[start:end])]
-    assert kinds == ["PersistentVolume", "PersistentVolumeClaim", "Secret", "RayCluster"]
+    # The reference workflow's four objects, in dependency order, after the A4 fabric's
+    # (fabric="rdma" is the default on a4-highgpu-8g): 9 parameter sets, 9 networks, the
+    # gIB installer.
+    core = [k for k in kinds if k in {"PersistentVolume", "PersistentVolumeClaim", "Secret", "RayCluster"}]
+    assert core == ["PersistentVolume", "PersistentVolumeClaim", "Secret", "RayCluster"]
+    assert kinds.count("GKENetworkParamSet") == 9
+    assert kinds.count("Network") == 9
+    assert kinds.count("DaemonSet") >= 1
