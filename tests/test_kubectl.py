@@ -75,7 +75,8 @@ def kubectl(fake: KubeFake, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def manifest_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cluster = Cluster(name=NAME, project="my-project", region="us-east1", zone="us-east1-b", num_nodes=1)
+    cluster = Cluster(name=NAME, project="my-project", region="us-east1", zone="us-east1-b", num_nodes=1,
+                      fabric="tcp")  # the reference objects; the fabric's have their own tests
     cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"  # as LustreVolume.refresh() would
     objects = json.loads(json.dumps(build_manifests(cluster, secret_values={"HF_TOKEN": "hf_kubectl"}, redact=False)))
     path = tmp_path_factory.mktemp("manifests") / "deployment.yaml"
