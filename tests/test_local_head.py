@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -256,8 +257,14 @@ def test_keep_leaves_the_head_up_and_ctrl_c_in_a_process_that_adopted_it_stops_e
             if line.startswith("RUNNING "):
                 break
         assert adopted == f"HEAD {head.pid} {temp_dir}\n", proc.stderr.read() if proc.stderr else ""
-        running = ray_processes(temp_dir)
-        drivers = [pid for pid, cmd in running if "rl_lustre.rehearsal" in cmd]
+        # The job's driver is the recovery supervisor, which then starts the rehearsal.
+        deadline = time.monotonic() + 30
+        while True:
+            running = ray_processes(temp_dir)
+            drivers = [pid for pid, cmd in running if "rl_lustre.rehearsal" in cmd]
+            if drivers or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert drivers, f"the job driver should be running: {running}"
         # Ray starts each job driver in a session of its own, outside the head's process group.
         assert all(os.getsid(pid) != os.getsid(head.pid) for pid in drivers)
