@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,16 @@ pytest_plugins = ["ray_fixtures", "preemption_report"]
 
 # Upstream reference data, vendored as data only (provenance and licences in its README).
 REF = Path(__file__).resolve().parent / "ref"
+
+
+@pytest.fixture(autouse=True)
+def _output_setting_restored() -> Iterator[None]:
+    """A test that turns output on for its process (the CLI's verbs do) leaves it as it was."""
+    from rl_lustre import _output
+
+    saved = list(_output._forced)
+    yield
+    _output._forced[:] = saved
 
 
 @pytest.fixture(scope="session")
