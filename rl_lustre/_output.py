@@ -26,7 +26,7 @@ _forced: list[bool] = []
 class enable_output:  # lower case: used like a function, as modal.enable_output() is
     """Turn console output on (or off) for this process, or for a ``with`` block.
 
-    Example:
+    Examples:
         >>> import rl_lustre._output as out
         >>> with out.enable_output():
         ...     out.output_enabled()
@@ -58,7 +58,7 @@ class enable_output:  # lower case: used like a function, as modal.enable_output
 def output_enabled() -> bool:
     """Whether progress bars and messages are shown.
 
-    Example:
+    Examples:
         >>> import rl_lustre._output as out
         >>> with out.enable_output(False):
         ...     out.output_enabled()
@@ -85,7 +85,7 @@ def _console() -> Console:
 def echo(message: str, *, style: str | None = None) -> None:
     """Print ``message`` when output is on.
 
-    Example:
+    Examples:
         >>> import rl_lustre._output as out
         >>> with out.enable_output(False):
         ...     out.echo("nobody sees this")
@@ -100,7 +100,7 @@ def progress(description: str, total: int | None = None) -> Iterator[Callable[..
 
     When output is off the update function does nothing and rich is not imported.
 
-    Example:
+    Examples:
         >>> import rl_lustre._output as out
         >>> with out.enable_output(False), out.progress("steps", total=3) as update:
         ...     update(completed=1)

@@ -61,7 +61,7 @@ def looks_secret(name: str) -> bool:
     Whole words count (``HF_TOKEN``, ``WANDB_API_KEY``, ``DB_PASSWORD``), so that
     ``TOKENIZERS_PARALLELISM`` or ``MONKEY_PATCH`` do not.
 
-    Example:
+    Examples:
         >>> looks_secret("HF_TOKEN"), looks_secret("wandb_api_key"), looks_secret("TOKENIZERS_PARALLELISM")
         (True, True, False)
     """
@@ -72,7 +72,7 @@ def looks_secret(name: str) -> bool:
 def secret_key(key: str) -> bool:
     """Whether a dotted config key names a secret (its last part: ``hf_token``, ``api_key``).
 
-    Example:
+    Examples:
         >>> secret_key("+policy.hf_token"), secret_key("policy.tokenizer.pad_token"), secret_key("data.input_key")
         (True, False, False)
     """
@@ -83,7 +83,7 @@ def secret_key(key: str) -> bool:
 def secret_shape(value: Any) -> str | None:
     """What kind of secret ``value`` (or any string nested in it) looks like, or None.
 
-    Example:
+    Examples:
         >>> secret_shape("hf_" + "a" * 34)
         'a Hugging Face token'
         >>> secret_shape({"x": ["fine", "ghp_" + "b" * 36]})
@@ -101,7 +101,7 @@ def secret_shape(value: Any) -> str | None:
 def redact(text: str) -> str:
     """``text`` with every secret-shaped part replaced by ``<redacted>``.
 
-    Example:
+    Examples:
         >>> redact("token hf_" + "x" * 34 + " rejected")
         'token <redacted> rejected'
     """
@@ -141,7 +141,7 @@ ENV_INTERPOLATION = re.compile(r"\$\{\s*oc\.env\s*:\s*([^,}\s]*)")
 def env_references(value: Any) -> list[str]:
     """Environment variables a value reads through ``${oc.env:...}`` interpolations.
 
-    Example:
+    Examples:
         >>> env_references("${oc.env:HF_TOKEN}"), env_references(["${oc.env:HOME,/root}"])
         (['HF_TOKEN'], ['HOME'])
     """

@@ -72,7 +72,7 @@ def need(owner: str, param: str, value: Any, types: type | tuple[type, ...], wha
 
     For the parameters of public functions and methods, checked before anything else runs.
 
-    Example:
+    Examples:
         >>> need("Cluster.submit", "job", "x", object, "a GRPOJob")
         >>> need("Cluster.submit", "job", None, int, "a GRPOJob")
         Traceback (most recent call last):
@@ -253,7 +253,7 @@ def whole_internet(blocks: Iterable[str]) -> str | None:
     ``::/0`` and ``::0/0``, the IPv4-mapped ``::ffff:0:0/96``, and blocks that only
     together cover everything (``0.0.0.0/1`` with ``128.0.0.0/1``).
 
-    Example:
+    Examples:
         >>> whole_internet(["0.0.0.0/1", "128.0.0.0/1"])
         '0.0.0.0/1, 128.0.0.0/1'
         >>> whole_internet(["10.0.0.0/8"]) is None

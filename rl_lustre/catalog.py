@@ -85,7 +85,7 @@ class LustreTier:
     def valid(self, capacity_gib: int) -> bool:
         """Whether the service accepts ``capacity_gib`` on this tier.
 
-        Example:
+        Examples:
             >>> t = LUSTRE_TIERS[1000]
             >>> t.valid(18_000), t.valid(1_539_000), t.valid(1_584_000), t.valid(10_080_000)
             (True, False, True, False)
@@ -98,7 +98,7 @@ class LustreTier:
     def round_up(self, capacity_gib: float) -> int | None:
         """The smallest valid capacity of at least ``capacity_gib``; None above the maximum.
 
-        Example:
+        Examples:
             >>> LUSTRE_TIERS[500].round_up(20_000), LUSTRE_TIERS[500].round_up(3.1e6)
             (36000, 3168000)
         """
@@ -138,7 +138,7 @@ LUSTRE_PORT_988_MIN_GKE = "1.33.2-gke.4780000"
 def rdma_machine_types() -> list[str]:
     """Machine types with RDMA NICs, where ``Cluster.fabric`` defaults to ``"rdma"``.
 
-    Example:
+    Examples:
         >>> rdma_machine_types()
         ['a3-ultragpu-8g', 'a4-highgpu-8g']
     """
@@ -148,7 +148,7 @@ def rdma_machine_types() -> list[str]:
 def gke_version_key(version: str) -> tuple[int, ...]:
     """A sortable key for a GKE version (``1.33.2-gke.4780000`` -> ``(1, 33, 2, 4780000)``).
 
-    Example:
+    Examples:
         >>> gke_version_key("1.33.5-gke.1162000") >= gke_version_key(LUSTRE_PORT_988_MIN_GKE)
         True
         >>> gke_version_key("1.33.2-gke.1000") >= gke_version_key(LUSTRE_PORT_988_MIN_GKE)

@@ -48,7 +48,7 @@ _METRICS = {
 def quota_metric(accelerator: str, *, spot: bool) -> str:
     """The regional Compute quota that GPUs of type ``accelerator`` count against.
 
-    Example:
+    Examples:
         >>> quota_metric("nvidia-b200", spot=True), quota_metric("nvidia-h100-80gb", spot=False)
         ('PREEMPTIBLE_NVIDIA_B200_GPUS', 'NVIDIA_H100_GPUS')
     """
@@ -85,7 +85,7 @@ class CheckItem:
 class CheckReport:
     """What :func:`check_cluster` found; ``str()`` is one line per question.
 
-    Example:
+    Examples:
         >>> report = CheckReport("demo", (CheckItem("zone offers x", "ok"),))
         >>> report.ok, str(report).splitlines()[1]
         (True, 'ok       zone offers x')

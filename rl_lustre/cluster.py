@@ -101,7 +101,7 @@ def default_volume(name: str) -> LustreVolume:
     picks for the default job (``GRPOJob()``'s model and ``keep_top_k``, a checkpoint
     written in 300 s).
 
-    Example:
+    Examples:
         >>> v = default_volume("rl-demo-lustre")
         >>> v.capacity_gib, v.throughput_mbps_per_tib
         (9000, 1000)
@@ -127,7 +127,7 @@ class Cluster:
     Unlike it, the Ray head runs on a small on-demand CPU pool so that a Spot
     preemption cannot kill the job driver.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="ray-a4-gpu-spot", project="my-project",
         ...             region="us-east1", zone="us-east1-b")
@@ -391,7 +391,7 @@ class Cluster:
         checkout, otherwise the rehearsal driver (``python -m rl_lustre.rehearsal``),
         which rehearses orchestration and checkpoint storage but does not train.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster
             >>> c = Cluster.local("demo", volume_dir="/tmp/rl-demo-volume")
             >>> c.backend, c.mount_path
@@ -475,7 +475,7 @@ class Cluster:
 
         Makes no remote call.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster
             >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
             ...                zone="us-east1-b").plan()
@@ -494,7 +494,7 @@ class Cluster:
         PersistentVolumeClaim, Secret (values redacted) and the ``ray.io/v1`` RayCluster.
         Before the volume exists its IP is a placeholder.
 
-        Example:
+        Examples:
             >>> from attrs import evolve
             >>> from rl_lustre import Cluster
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
@@ -521,7 +521,7 @@ class Cluster:
         ``with cluster:`` for one that tears itself down. A local head is a child of
         this machine's session: unless ``keep``, it is stopped when the interpreter exits.
 
-        Example:
+        Examples:
             >>> cluster = Cluster.local("demo").up()  # doctest: +SKIP
             >>> cluster.down()  # doctest: +SKIP
 
@@ -557,7 +557,7 @@ class Cluster:
         problem names its fix (the quota to raise, zones that work). ``up()`` runs it first.
         Also on the command line: ``rl-lustre check path/to/script.py:cluster``.
 
-        Example:
+        Examples:
             >>> report = Cluster(name="demo", project="my-project", region="us-east1",
             ...                  zone="us-east1-b").check()  # doctest: +SKIP
             >>> print(report)  # doctest: +SKIP
@@ -582,7 +582,7 @@ class Cluster:
         it: use ``LustreVolume(existing=True)`` for a volume that outlives the cluster, or
         ``volume.export_data()`` first. Locally the volume directory is kept.
 
-        Example:
+        Examples:
             >>> Cluster.local("demo").down()  # doctest: +SKIP
         """
         atexit.unregister(self._down_at_exit)
@@ -626,7 +626,7 @@ class Cluster:
         where the volume is readable from here, as on the local backend; otherwise when
         :meth:`Run.wait` sees the run end without a step) and in the run's ``repr``.
 
-        Example:
+        Examples:
             >>> with Cluster.local("demo") as cluster:  # doctest: +SKIP
             ...     run = cluster.submit(GRPOJob(name="tiny", recipe="grpo_math_1B", max_num_steps=4))
             ...     run.wait()
@@ -654,7 +654,7 @@ class Cluster:
 
         Works from another process too, while the deployment runs.
 
-        Example:
+        Examples:
             >>> run = Cluster.local("demo").attach("rl-lustre-tiny-0f3a9c1e")  # doctest: +SKIP
             >>> run.status()  # doctest: +SKIP
             'RUNNING'
@@ -695,7 +695,7 @@ class Cluster:
         kubeconfig. ``submit``, ``attach`` and the run handles then go through it;
         ``up()`` and ``down()`` still work through the Google Cloud APIs.
 
-        Example:
+        Examples:
             >>> cluster = Cluster(name="demo", project="my-project", region="us-east1",
             ...                   zone="us-east1-b")
             >>> run = cluster.use_kubeconfig("~/.kube/config", "gke_my-project_us-east1_demo").submit(job)  # doctest: +SKIP

@@ -11,7 +11,7 @@ Managed Lustre by tier and GiB, and GKE's cluster management fee. Networking
 resources (VPC, subnet, PSA range, firewall rule) carry no hourly charge of their own;
 traffic, boot disks and logging are not included.
 
-Example:
+Examples:
     >>> from rl_lustre import Cluster
     >>> cost = Cluster(name="demo", project="my-project", region="us-east1",
     ...                zone="us-east1-b").plan().cost()
@@ -63,7 +63,7 @@ def _rates(instance: Any, attribute: attrs.Attribute[Any], value: Mapping[Any, A
 class Prices:
     """The prices a cost is computed with: the dated table, your own rates, your discounts.
 
-    Example:
+    Examples:
         >>> from rl_lustre.catalog import MachinePrice
         >>> mine = Prices(compute_discount=0.2,
         ...               machines={"a4-highgpu-8g": MachinePrice(on_demand=90.0, spot=30.0, reserved=55.0)})
@@ -128,7 +128,7 @@ class Prices:
     def machine_rate(self, machine_type: str, provisioning: Provisioning, region: str | None) -> tuple[float | None, str]:
         """USD per hour of one VM, and a note when the price is a stand-in or unknown.
 
-        Example:
+        Examples:
             >>> Prices().machine_rate("a4-highgpu-8g", "Spot", "us-east1")
             (37.0, '')
             >>> Prices().machine_rate("a4-highgpu-8g", "Spot", "europe-west4")[1]
@@ -149,7 +149,7 @@ class Prices:
     def lustre_rate(self, tier: int) -> tuple[float | None, str]:
         """USD per GiB-hour of Managed Lustre at ``tier`` (MB/s per TiB), and a note.
 
-        Example:
+        Examples:
             >>> round(Prices().lustre_rate(500)[0] * 18000, 2)
             8.38
         """
@@ -214,7 +214,7 @@ class CostItem:
 class Cost:
     """USD per hour of a deployment, per resource and in total.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> cost = Cluster(name="demo", project="my-project", region="us-east1",
         ...                zone="us-east1-b", spot=False).plan().cost()
@@ -285,7 +285,7 @@ def node_pool_item(key: str, name: str, machine_type: str, nodes: int, provision
                    region: str | None, prices: Prices) -> CostItem:
     """The cost of a node pool of ``nodes`` VMs.
 
-    Example:
+    Examples:
         >>> node_pool_item("gpu-pool", "p", "a4-highgpu-8g", 2, "Spot", "us-east1", Prices()).usd_per_hour
         74.0
     """
@@ -297,7 +297,7 @@ def node_pool_item(key: str, name: str, machine_type: str, nodes: int, provision
 def lustre_item(key: str, name: str, capacity_gib: int, tier: int, prices: Prices, *, counted: bool = True) -> CostItem:
     """The cost of a Managed Lustre instance of ``capacity_gib`` at ``tier`` MB/s per TiB.
 
-    Example:
+    Examples:
         >>> round(lustre_item("lustre", "v", 18000, 500, Prices()).usd_per_hour, 2)
         8.38
     """
@@ -315,7 +315,7 @@ def gke_cluster_item(key: str, name: str, prices: Prices) -> CostItem:
 def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
     """What ``plan``'s deployment costs per hour once it is up.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> plan_cost(Cluster.local("demo", volume_dir="/tmp/v").plan()).total_usd_per_hour
         0

@@ -323,7 +323,7 @@ class TeardownError(RemoteError):
 def describe(value: Any) -> str:
     """``repr(value)``, naming each non-ASCII character of a string so look-alikes show.
 
-    Example:
+    Examples:
         >>> describe("d\u0435mo").endswith("(U+0435 CYRILLIC SMALL LETTER IE))")
         True
     """

@@ -126,7 +126,7 @@ class GRPOJob:
     ``grpo_math_1B``, which trains with DTensor; preflight names an override under a section
     the recipe disables.
 
-    Example:
+    Examples:
         >>> import attrs
         >>> from rl_lustre import Cluster, GRPOJob
         >>> job = GRPOJob(name="nemo-rl-grpo-test1")
@@ -263,7 +263,7 @@ class GRPOJob:
         ``cluster.submit`` and sweeps all read it. See
         :class:`~rl_lustre.nemo_rl.resolved.ResolvedJob`.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster, GRPOJob
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
             >>> job = GRPOJob(name="run-1")
@@ -282,7 +282,7 @@ class GRPOJob:
     def checkpoint_dir(self, cluster: Cluster) -> str:
         """``<mount>/<checkpoint_root>/<name>``: where NeMo-RL saves and resumes this run.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster, GRPOJob
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
             >>> GRPOJob(name="run-1").checkpoint_dir(c)
@@ -310,7 +310,7 @@ class GRPOJob:
         those that we also set replaces our value in place; a key written ``+key`` is
         added to the recipe (the ``+`` stays in the key).
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster, GRPOJob
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
             >>> o = GRPOJob(name="run-1", overrides={"grpo.max_num_steps": 5}).overrides(c)
@@ -322,7 +322,7 @@ class GRPOJob:
     def override_args(self, cluster: Cluster) -> list[str]:
         """:meth:`overrides` as Hydra override strings (not yet shell-quoted).
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster, GRPOJob
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
             >>> GRPOJob(name="run-1").override_args(c)[:2]
@@ -340,7 +340,7 @@ class GRPOJob:
         On GKE (and locally with ``nemo_rl_path``) NeMo-RL's own GRPO example; locally
         without NeMo-RL, the rehearsal driver with the same config and overrides.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster, GRPOJob
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
             >>> GRPOJob(name="run-1").entrypoint(c)[:112]
@@ -361,7 +361,7 @@ class GRPOJob:
         secret: those reach the pods through the cluster's Kubernetes Secret
         (:attr:`Cluster.secrets`).
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster, GRPOJob
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
             >>> env = GRPOJob(name="run-1").runtime_env(c)["env_vars"]
@@ -381,7 +381,7 @@ class GRPOJob:
         the dataset name and whether the checkpoints fit the volume. See
         :mod:`rl_lustre.nemo_rl.preflight`.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster, GRPOJob
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
             >>> GRPOJob(name="run-1").preflight(c)

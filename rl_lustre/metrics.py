@@ -55,7 +55,7 @@ When = datetime.datetime | float | int
 class Series:
     """A named series of ``(time, value)`` points, oldest first.
 
-    Example:
+    Examples:
         >>> import datetime as dt
         >>> t = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
         >>> s = Series("read", "MB/s", ((t, 100.0), (t + dt.timedelta(minutes=1), 300.0)))
@@ -154,7 +154,7 @@ def _utc(value: When | None, field: str) -> datetime.datetime | None:
 def window(start: When | None, end: When | None) -> tuple[datetime.datetime, datetime.datetime]:
     """``(start, end)`` in UTC: by default the last hour up to now.
 
-    Example:
+    Examples:
         >>> s, e = window(0, 3600)
         >>> (e - s).total_seconds()
         3600.0

@@ -8,7 +8,7 @@ with exponential backoff and logged at WARNING (``rl_lustre.outages``); the outa
 at the first success (logged at INFO). Only a continuous outage longer than
 :attr:`OutageBudget.max_outage` (default 600 s) ends the wait, with the last error.
 
-Example:
+Examples:
     >>> budget = OutageBudget(max_outage=120)
     >>> budget.delay(0), budget.delay(3), budget.delay(10)
     (0.5, 4.0, 15.0)
@@ -57,7 +57,7 @@ class Outage:
     transient error (it sleeps, or raises once the budget is spent) and :meth:`ok` after
     each success.
 
-    Example:
+    Examples:
         >>> outage = Outage(OutageBudget(max_outage=0), "waiting for job j")
         >>> outage.failed(RayError("connection refused"))
         Traceback (most recent call last):

@@ -179,7 +179,7 @@ def figure(data: RunData) -> Figure:
 def save_check(path: str | os.PathLike[str]) -> Path:
     """``path`` as a ``Path``, checked before anything is read or drawn.
 
-    Example:
+    Examples:
         >>> save_check("/tmp/run.pdf")
         Traceback (most recent call last):
         ...

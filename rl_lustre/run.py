@@ -70,7 +70,7 @@ class Run:
     Get one from :meth:`Cluster.submit <rl_lustre.Cluster.submit>` or
     :meth:`Cluster.attach <rl_lustre.Cluster.attach>`.
 
-    Example:
+    Examples:
         >>> with Cluster.local("demo") as cluster:  # doctest: +SKIP
         ...     run = cluster.submit(GRPOJob(name="tiny", recipe="grpo_math_1B", max_num_steps=4))
         ...     run.wait(timeout=600)
@@ -125,7 +125,7 @@ class Run:
         ``max_num_steps``; ``cluster.submit(job, fresh=True)`` starts over). The repr
         shows their first words.
 
-        Example:
+        Examples:
             >>> run.notes()  # doctest: +SKIP
             ['rehearsal: no model is trained and its metrics are synthetic']
         """
@@ -166,7 +166,7 @@ class Run:
     def status(self) -> str:
         """``PENDING``, ``RUNNING``, ``SUCCEEDED``, ``FAILED`` or ``STOPPED``.
 
-        Example:
+        Examples:
             >>> run.status()  # doctest: +SKIP
             'RUNNING'
         """
@@ -190,7 +190,7 @@ class Run:
         line twice, none missing. Retries are logged and bounded by
         :attr:`outage_budget`.
 
-        Example:
+        Examples:
             >>> for line in run.logs(follow=True):  # doctest: +SKIP
             ...     print(line)
         """
@@ -203,7 +203,7 @@ class Run:
     def progress(self) -> Progress:
         """Where the run is, from its latest step lines.
 
-        Example:
+        Examples:
             >>> run.progress  # doctest: +SKIP
             Progress(step=3, completed=2, total=10)
         """
@@ -223,7 +223,7 @@ class Run:
     def metrics(self) -> dict[int, dict[str, float]]:
         """Per-step training results (``loss``, ``avg_reward``, ...), by step.
 
-        Example:
+        Examples:
             >>> run.metrics()[1]["avg_reward"]  # doctest: +SKIP
             0.3125
         """
@@ -240,7 +240,7 @@ class Run:
         The supervisor that runs the job on the cluster records them in the job's log, so
         any process that attaches to the run later reads the same list.
 
-        Example:
+        Examples:
             >>> [(r.number, r.resumed_from_step, round(r.seconds_lost or 0)) for r in run.restarts()]  # doctest: +SKIP
             [(1, 4, 38)]
         """
@@ -255,7 +255,7 @@ class Run:
         ``checkpointing`` timer (``save_seconds_from == "log"``); the others from the files'
         modification times, which Lustre keeps in whole seconds.
 
-        Example:
+        Examples:
             >>> [(c.step, c.size_bytes, c.save_seconds) for c in run.checkpoints()]  # doctest: +SKIP
             [(4, 1048576, 0.02), (6, 1048576, 0.02)]
 
@@ -280,7 +280,7 @@ class Run:
         """USD the deployment has cost while this run ran: its hourly cost (``plan.cost()``)
         times the hours from the run's start to its end, or to now while it runs.
 
-        Example:
+        Examples:
             >>> round(run.cost_so_far(), 2)  # doctest: +SKIP
             152.77
 
@@ -322,7 +322,7 @@ class Run:
         """Write a PNG of the run: reward and loss per step, checkpoint write time and MB/s
         per save, and on GKE Lustre throughput and GPU utilisation over the run's window.
 
-        Example:
+        Examples:
             >>> run.plot("run.png")  # doctest: +SKIP
             PosixPath('run.png')
 
@@ -342,7 +342,7 @@ class Run:
     def wait(self, timeout: float | None = None, *, poll: float = 0.5) -> str:
         """Block until the run ends; return ``"SUCCEEDED"``. A progress bar shows when output is on.
 
-        Example:
+        Examples:
             >>> run.wait(timeout=900)  # doctest: +SKIP
             'SUCCEEDED'
 
@@ -407,7 +407,7 @@ class Run:
 
         Stopping a run that already ended changes nothing.
 
-        Example:
+        Examples:
             >>> run.stop()  # doctest: +SKIP
             'STOPPED'
 

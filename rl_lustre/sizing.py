@@ -75,7 +75,7 @@ def parse_param_count(model: str) -> int | None:
     for sizing. Names that state only active parameters (``-A3B``) or experts
     (``-16E``) are not multiplied out; pass the real count to :func:`size_lustre`.
 
-    Example:
+    Examples:
         >>> parse_param_count("Qwen/Qwen2.5-72B-Instruct")
         72000000000
         >>> parse_param_count("meta-llama/Llama-3.1-8B"), parse_param_count("Qwen2.5-0.5B")
@@ -99,7 +99,7 @@ def parse_param_count(model: str) -> int | None:
 def checkpoint_bytes(params: float, bytes_per_param: float = CHECKPOINT_BYTES_PER_PARAM) -> int:
     """Bytes of one full training checkpoint of a model with ``params`` parameters.
 
-    Example:
+    Examples:
         >>> checkpoint_bytes(72e9)
         1152000000000
 
@@ -121,7 +121,7 @@ def _positive(owner: str, field: str, value: Any) -> None:
 class LustreSizing:
     """The smallest valid Managed Lustre instance for a model's checkpoints.
 
-    Example:
+    Examples:
         >>> from rl_lustre.sizing import size_lustre
         >>> s = size_lustre("Qwen/Qwen2.5-72B-Instruct")
         >>> s.capacity_gib, s.throughput_mbps_per_tib
@@ -166,7 +166,7 @@ class LustreSizing:
     def volume(self, name: str, **kwargs: Any) -> LustreVolume:
         """A :class:`~rl_lustre.volume.LustreVolume` of the chosen capacity and tier.
 
-        Example:
+        Examples:
             >>> from rl_lustre.sizing import size_lustre
             >>> size_lustre(params=8e9).volume("rl-8b", filesystem="ckpt").filesystem
             'ckpt'
@@ -244,7 +244,7 @@ def size_lustre(
     documentation). Each tier's maximum capacity and its larger steps above a threshold
     are respected (see :class:`rl_lustre.catalog.LustreTier`).
 
-    Example:
+    Examples:
         >>> from rl_lustre.sizing import size_lustre
         >>> s = size_lustre("Qwen/Qwen2.5-72B-Instruct", checkpoints_kept=2, target_write_seconds=300)
         >>> s.capacity_gib, s.throughput_mbps_per_tib, round(s.estimated_write_seconds)

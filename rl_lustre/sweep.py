@@ -118,7 +118,7 @@ class SweepResult:
         """One plain dict per run (for pandas, CSV or JSON): name, the varied fields,
         status, steps, metrics, whether those are synthetic, checkpoints, seconds, job id.
 
-        Example:
+        Examples:
             >>> result.rows()[0]  # doctest: +SKIP
             {'name': 'lr-1e-06', 'policy.optimizer.kwargs.lr': 1e-06, 'status': 'SUCCEEDED',
              'steps': '4/4', 'avg_reward': 0.31, 'loss': 0.02, 'synthetic': True, ...}
@@ -165,7 +165,7 @@ def varied_fields(jobs: Sequence[GRPOJob]) -> list[dict[str, Any]]:
     An ``overrides`` (or ``env``) mapping counts key by key, so a sweep over one override
     shows that key.
 
-    Example:
+    Examples:
         >>> import attrs
         >>> from rl_lustre import GRPOJob
         >>> base = GRPOJob(name="b", recipe="grpo_math_1B")
@@ -216,7 +216,7 @@ def wait_all(
 ) -> SweepResult:
     """Wait until every run has ended; never raises for a failed run.
 
-    Example:
+    Examples:
         >>> result = wait_all([run_a, run_b], timeout=3600)  # doctest: +SKIP
         >>> result.ok  # doctest: +SKIP
         True
@@ -323,7 +323,7 @@ def run_sweep(
     All jobs are checked first (names unique, each passes preflight), so a bad one
     stops the sweep before anything is submitted.
 
-    Example:
+    Examples:
         >>> with Cluster.local("sweep") as cluster:  # doctest: +SKIP
         ...     print(run_sweep(cluster, [attrs.evolve(base, name=f"s{i}") for i in range(3)]))
 

@@ -48,7 +48,7 @@ class LustreVolume:
     Capacity defaults to the tier's minimum. The tier is fixed at creation and
     capacity can only grow, so size with :func:`rl_lustre.sizing.size_lustre`.
 
-    Example:
+    Examples:
         >>> from rl_lustre import LustreVolume
         >>> vol = LustreVolume(name="rl-demo-lustre", throughput_mbps_per_tib=500)
         >>> vol.capacity_gib, vol.throughput_mbps
@@ -183,7 +183,7 @@ class LustreVolume:
         ``deployment`` is adopted. With ``existing=True`` nothing is created: the
         instance must exist, and is read and awaited.
 
-        Example:
+        Examples:
             >>> from rl_lustre import LustreVolume
             >>> from rl_lustre.testing import FakeGCP
             >>> with FakeGCP() as gcp:
@@ -203,7 +203,10 @@ class LustreVolume:
             ConfigError: project, zone or network is not set.
             OwnershipError: a same-named instance exists without our labels.
             NotFoundError: ``existing=True`` and there is no such instance.
-            QuotaExceededError, PermissionDeniedError, OperationFailedError, WaitTimeoutError.
+            QuotaExceededError: the project has no room for the instance.
+            PermissionDeniedError: the credentials may not create Lustre instances.
+            OperationFailedError: the create operation failed.
+            WaitTimeoutError: the instance did not become ACTIVE in time.
         """
         from .gcp.lustre import instance_request
 

@@ -19,7 +19,7 @@ __all__ = ["Backend", "backend_for"]
 def backend_for(cluster: Cluster) -> Backend:
     """A new backend for ``cluster`` (no remote call is made).
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> type(backend_for(Cluster.local("demo", volume_dir="/tmp/rl-demo"))).__name__
         'LocalBackend'

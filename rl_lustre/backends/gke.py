@@ -59,7 +59,7 @@ _LISTING_TIMEOUT = 300.0
 class GKEBackend(submission.JobsBackend):
     """The live side of a GKE ``Cluster``.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> backend = GKEBackend(Cluster(name="demo", project="my-project", region="us-east1",
         ...                              zone="us-east1-b"))
@@ -129,7 +129,7 @@ class GKEBackend(submission.JobsBackend):
         created is deleted again before :class:`ProvisioningInterrupted` (also a
         ``KeyboardInterrupt``) is raised. A third signal abandons that clean-up.
 
-        Example:
+        Examples:
             >>> report = GKEBackend(cluster).up()  # doctest: +SKIP
             >>> print(report)  # doctest: +SKIP
 
@@ -185,7 +185,7 @@ class GKEBackend(submission.JobsBackend):
         volume) are never touched. A first SIGINT or SIGTERM does not stop it
         half-way (it is logged); a second abandons it, reporting what is left.
 
-        Example:
+        Examples:
             >>> GKEBackend(cluster).down().keys("deleted")  # doctest: +SKIP
             ['gke-cluster', 'lustre', ...]
 
@@ -216,7 +216,7 @@ class GKEBackend(submission.JobsBackend):
         kubeconfig (a DNS endpoint, a proxy). It changes how jobs are submitted, attached and
         listed; ``up()`` and ``down()`` still work through the Google Cloud APIs.
 
-        Example:
+        Examples:
             >>> backend.use_kubeconfig("~/.kube/config", context="gke_my-project_us-east1_demo")  # doctest: +SKIP
 
         Raises:
@@ -256,7 +256,7 @@ class GKEBackend(submission.JobsBackend):
         Runs :func:`~rl_lustre.nemo_rl.checkpoints.listing_command` as a helper job named
         ``rl-lustre-ls-<id>``, which holds no secret and is deleted once read.
 
-        Example:
+        Examples:
             >>> [c.step for c in backend.list_checkpoints("/lustre/checkpoints/run-1")]  # doctest: +SKIP
             [4, 6]
 

@@ -40,7 +40,7 @@ _REHEARSAL_CPUS = 2
 class LocalBackend(submission.JobsBackend):
     """The live side of a ``Cluster.local(...)``.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> backend = LocalBackend(Cluster.local("demo", volume_dir="/tmp/rl-demo"))
         >>> backend.up()  # doctest: +SKIP
@@ -93,7 +93,7 @@ class LocalBackend(submission.JobsBackend):
     def start_workers(self, count: int | None = None) -> list[LocalWorker]:
         """Start worker nodes until ``count`` (by default ``worker_nodes``) run; returns those started.
 
-        Example:
+        Examples:
             >>> backend.start_workers()  # doctest: +SKIP
             [LocalWorker('worker-1', pid=4321, num_gpus=1)]
         """

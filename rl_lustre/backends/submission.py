@@ -79,7 +79,7 @@ def prepare(cluster: Cluster, job: GRPOJob, *, fresh: bool = False) -> Submissio
     secret in the command, runtime env or metadata. With ``fresh``, the command first
     moves the checkpoint directory aside (see :func:`fresh_entrypoint`).
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster, GRPOJob
         >>> c = Cluster.local("demo", volume_dir="/tmp/rl-demo")
         >>> s = prepare(c, GRPOJob(name="tiny", recipe="grpo_math_1B", max_num_steps=4))
@@ -155,7 +155,7 @@ def fresh_entrypoint(entrypoint: str, checkpoint_dir: str, *, now: float | None 
     The old directory becomes ``<checkpoint_dir>.before-fresh-<UTC time>``; nothing is
     deleted. A later submit without ``fresh`` resumes from the fresh run's checkpoints.
 
-    Example:
+    Examples:
         >>> fresh_entrypoint("python train.py", "/v/checkpoints/demo", now=0)
         '{ [ ! -e /v/checkpoints/demo ] || mv /v/checkpoints/demo /v/checkpoints/demo.before-fresh-19700101T000000Z; } && python train.py'
     """
@@ -167,7 +167,7 @@ def fresh_entrypoint(entrypoint: str, checkpoint_dir: str, *, now: float | None 
 def nothing_to_do(checkpoints: list[Checkpoint], total_steps: int | None) -> str | None:
     """Why a run with these checkpoints would train nothing, or None when it has work left.
 
-    Example:
+    Examples:
         >>> from rl_lustre.nemo_rl.checkpoints import Checkpoint
         >>> from pathlib import Path
         >>> step_6 = Checkpoint(step=6, path=Path("/v/c/step_6"), size_bytes=1, finished_at=0.0, save_seconds=None)
@@ -195,7 +195,7 @@ def recorded(info: JobInfo) -> tuple[str | None, int | None]:
 
     Lets :meth:`Cluster.attach` rebuild a full run handle from a submission id alone.
 
-    Example:
+    Examples:
         >>> from rl_lustre.ray.jobs import JobInfo
         >>> recorded(JobInfo("x", "RUNNING", metadata={"rl_lustre.checkpoint_dir": "/v/c", "rl_lustre.total_steps": "8"}))
         ('/v/c', 8)
@@ -213,7 +213,7 @@ def check_no_secrets(
     those names have in this process's environment may appear in the entrypoint, the
     runtime env or the metadata. The error never contains the value.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> c = Cluster.local("demo", volume_dir="/tmp/rl-demo", secrets=("HF_TOKEN",))
         >>> check_no_secrets(c, "echo hi", {"env_vars": {"HF_TOKEN": "x"}}, {})  # doctest: +ELLIPSIS
@@ -254,7 +254,7 @@ def submit(
     ``known`` is a recent ``jobs.list()`` to look for earlier attempts in (a sweep lists
     once for all its jobs); should the id turn out to be taken, the cluster is asked again.
 
-    Example:
+    Examples:
         >>> run = submit(jobs, prepare(cluster, job), make_run)  # doctest: +SKIP
     """
     for _ in range(_RETRIES):

@@ -46,7 +46,7 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
 def exit_code(exc: BaseException) -> int:
     """The exit code for ``exc``.
 
-    Example:
+    Examples:
         >>> from rl_lustre.errors import ConfigError, TeardownError
         >>> exit_code(ConfigError("Cluster", "zone", "x", "must be a zone"))
         2

@@ -57,7 +57,7 @@ def _load_module(target: str, where: str) -> Any:
 def load_target(target: str) -> Any:
     """The ``Cluster`` that ``target`` names.
 
-    Example:
+    Examples:
         >>> load_target("nowhere.py")
         Traceback (most recent call last):
         ...

@@ -131,7 +131,7 @@ def grpc_client(client_cls: type[T], transport_cls: type[Any]) -> T:
     With ``RL_LUSTRE_GCP_EMULATOR_HOST`` set, the client's transport is built on an
     insecure channel to the emulator (an ``api_endpoint`` option would build TLS).
 
-    Example:
+    Examples:
         >>> from google.cloud.lustre_v1 import LustreClient
         >>> from google.cloud.lustre_v1.services.lustre.transports import LustreGrpcTransport
         >>> import os; os.environ["RL_LUSTRE_GCP_EMULATOR_HOST"] = "127.0.0.1:9"
@@ -202,7 +202,7 @@ def compute(client_cls: type[T]) -> T:
     With ``RL_LUSTRE_GCP_REST_EMULATOR`` set, its REST transport points at the
     emulator over plain HTTP.
 
-    Example:
+    Examples:
         >>> from google.cloud import compute_v1
         >>> import os; os.environ["RL_LUSTRE_GCP_REST_EMULATOR"] = "http://127.0.0.1:9"
         >>> compute(compute_v1.FirewallsClient).transport._host
@@ -251,7 +251,7 @@ def http_session(api: str, google_url: str) -> tuple[Any, str]:
 def clear_cache(endpoint: str | None = None) -> None:
     """Forget cached clients (those of one emulator ``endpoint``, or all) and close their channels.
 
-    Example:
+    Examples:
         >>> clear_cache()
     """
     with _lock:

@@ -107,7 +107,7 @@ class RetryPolicy:
     A GKE cluster busy with another operation (which can last minutes) is retried for
     up to ``busy_timeout`` seconds instead of ``attempts`` times.
 
-    Example:
+    Examples:
         >>> RetryPolicy(attempts=3, initial=0.01, maximum=0.05).attempts
         3
     """
@@ -219,7 +219,7 @@ def is_transient(exc: BaseException) -> bool:
     """True for failures worth retrying: unavailable, deadline exceeded, rate limited,
     a GKE cluster busy with another operation, or a Compute resource not ready yet.
 
-    Example:
+    Examples:
         >>> from google.api_core import exceptions
         >>> is_transient(exceptions.ServiceUnavailable("try later"))
         True
@@ -250,7 +250,7 @@ def _stockout_advice(call: Call) -> str:
 def translate(exc: BaseException, call: Call, *, attempts: int = 1) -> RLLustreError:
     """The rl_lustre error for a foreign exception raised while doing ``call``.
 
-    Example:
+    Examples:
         >>> from google.api_core import exceptions
         >>> err = translate(exceptions.PermissionDenied("denied"),
         ...                 Call(LUSTRE, "create", "Lustre instance projects/p/locations/z/instances/x"))
@@ -309,7 +309,7 @@ def operation_error(call: Call, message: str, code: Any = None) -> RLLustreError
     :class:`~rl_lustre.errors.QuotaExceededError` (so the advice applies); anything
     else an :class:`~rl_lustre.errors.OperationFailedError`.
 
-    Example:
+    Examples:
         >>> err = operation_error(Call(CONTAINER, "create", "node pool gpu-pool", zone="us-east1-b"),
         ...                       "ZONE_RESOURCE_POOL_EXHAUSTED: no a4-highgpu-8g", code=8)
         >>> type(err).__name__, "us-east1-b" in str(err)
@@ -327,7 +327,7 @@ def operation_error(call: Call, message: str, code: Any = None) -> RLLustreError
 def translated(call: Call) -> Iterator[None]:
     """Translate foreign exceptions raised in the block (no retry).
 
-    Example:
+    Examples:
         >>> from google.api_core import exceptions
         >>> try:
         ...     with translated(Call(CONTAINER, "get", "cluster c")):
@@ -352,7 +352,7 @@ def call(call: Call, fn: Callable[..., T], *args: Any, policy: RetryPolicy | Non
     Pass ``retry=None`` through ``kwargs`` to a Google client method so that its own
     retry is off and this is the only retry layer.
 
-    Example:
+    Examples:
         >>> from google.api_core import exceptions
         >>> tries = []
         >>> def flaky():

@@ -39,7 +39,7 @@ class Ensured(Generic[T]):
 def describe_ownership(deployment: str, text: str = "") -> str:
     """A Compute description recording our labels, optionally after free ``text``.
 
-    Example:
+    Examples:
         >>> describe_ownership("demo", "Lustre traffic")
         'Lustre traffic [managed-by=rl-lustre rl-lustre-deployment=demo]'
     """
@@ -50,7 +50,7 @@ def describe_ownership(deployment: str, text: str = "") -> str:
 def labels_from_description(description: str | None) -> dict[str, str]:
     """The ``key=value`` pairs inside the last ``[...]`` of a Compute description.
 
-    Example:
+    Examples:
         >>> labels_from_description("Lustre traffic [managed-by=rl-lustre rl-lustre-deployment=demo]")
         {'managed-by': 'rl-lustre', 'rl-lustre-deployment': 'demo'}
         >>> labels_from_description("made by hand")
@@ -71,7 +71,7 @@ DESCRIPTION_FILTER = f'description eq ".*{LABEL_MANAGED_BY}={MANAGED_BY}.*"'
 def is_ours(labels: Mapping[str, str], deployment: str | None = None) -> bool:
     """Whether ``labels`` mark a resource as rl_lustre's (and, if given, ``deployment``'s).
 
-    Example:
+    Examples:
         >>> is_ours({"managed-by": "rl-lustre", "rl-lustre-deployment": "demo"}, "demo")
         True
         >>> is_ours({"managed-by": "someone-else"}), is_ours({"managed-by": "rl-lustre"})
@@ -85,7 +85,7 @@ def is_ours(labels: Mapping[str, str], deployment: str | None = None) -> bool:
 def check_owned(kind: str, name: str, labels: Mapping[str, str], deployment: str) -> None:
     """Raise unless ``labels`` mark the resource as belonging to ``deployment``.
 
-    Example:
+    Examples:
         >>> check_owned("GKE cluster", "demo", {"managed-by": "rl-lustre",
         ...             "rl-lustre-deployment": "demo"}, "demo")
         >>> check_owned("GKE cluster", "demo", {}, "demo")

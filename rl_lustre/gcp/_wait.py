@@ -34,7 +34,7 @@ T = TypeVar("T")
 class Backoff:
     """Delays between polls: ``initial`` growing by ``multiplier`` up to ``maximum`` seconds.
 
-    Example:
+    Examples:
         >>> import itertools
         >>> list(itertools.islice(Backoff(initial=1, maximum=5, multiplier=2).delays(), 5))
         [1.0, 2.0, 4.0, 5.0, 5.0]
@@ -64,7 +64,7 @@ def default_backoff() -> Backoff:
     (``RL_LUSTRE_GCP_EMULATOR_HOST`` or ``RL_LUSTRE_GCP_REST_EMULATOR``), whose fakes
     answer in milliseconds: then 20 ms growing to 0.5 s.
 
-    Example:
+    Examples:
         >>> default_backoff().initial in (DEFAULT_BACKOFF.initial, EMULATOR_BACKOFF.initial)
         True
     """
@@ -104,7 +104,7 @@ _hook: contextvars.ContextVar[ProgressCallback | None] = contextvars.ContextVar(
 def progress_hook(callback: ProgressCallback) -> Iterator[None]:
     """Send the progress of every wait started in this context to ``callback``.
 
-    Example:
+    Examples:
         >>> seen = []
         >>> with progress_hook(seen.append):
         ...     wait_for("a thing", lambda: "READY", done=lambda s: s == "READY", timeout=1)
@@ -135,7 +135,7 @@ def wait_for(
 
     Errors raised by ``poll`` propagate (it should retry transient ones itself).
 
-    Example:
+    Examples:
         >>> states = iter(["CREATING", "CREATING", "ACTIVE"])
         >>> wait_for("instance x to be ACTIVE", lambda: next(states), done=lambda s: s == "ACTIVE",
         ...          timeout=5, backoff=Backoff(initial=0.001, maximum=0.001))

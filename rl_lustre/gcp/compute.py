@@ -6,7 +6,7 @@ These resources carry no labels, so ownership is recorded in their description
 (``[managed-by=rl-lustre rl-lustre-deployment=NAME]``) and read back from there.
 Requests are built from the deployment's :class:`~rl_lustre.plan.Plan`.
 
-Example:
+Examples:
     >>> from rl_lustre import Cluster
     >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
     >>> sub = subnetwork_request(plan)
@@ -84,7 +84,7 @@ def network_request(plan: Plan, key: str = "network") -> compute_v1.Network:
     """The custom-mode VPC ``Network`` of the plan's node ``key``, with its MTU and, for
     the RoCE network, its RDMA network profile.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
         >>> roce = network_request(plan, "rdma-network")
@@ -158,7 +158,7 @@ def firewall_request(plan: Plan, source_range: str) -> compute_v1.Firewall:
 def cidr_of(address: compute_v1.Address) -> str:
     """The CIDR block an allocated range covers (``address/prefix_length``).
 
-    Example:
+    Examples:
         >>> cidr_of(compute_v1.Address(address="10.90.0.0", prefix_length=22))
         '10.90.0.0/22'
     """

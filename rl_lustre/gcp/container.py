@@ -8,7 +8,7 @@ The cluster is created with the CPU pool as its only pool: GKE needs one pool at
 creation, and making it the pool we want avoids creating and then deleting a default
 pool. The ``cpu-pool`` node of the plan then finds that pool and adopts it.
 
-Example:
+Examples:
     >>> from rl_lustre import Cluster
     >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
     ...                authorized_networks=["203.0.113.7/32"]).plan()
@@ -134,7 +134,7 @@ def maintenance_policy(settings: Mapping[str, Any], now: datetime.datetime | Non
     """The cluster's ``MaintenancePolicy``: one exclusion from ``now`` until the cluster
     version's end of support, of the plan's scope.
 
-    Example:
+    Examples:
         >>> import datetime
         >>> from rl_lustre import Cluster
         >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
@@ -159,7 +159,7 @@ def maintenance_policy(settings: Mapping[str, Any], now: datetime.datetime | Non
 def check_version(cluster: container_v1.Cluster, minimum: str) -> None:
     """Refuse a cluster whose control plane is older than ``minimum``.
 
-    Example:
+    Examples:
         >>> check_version(container_v1.Cluster(name="c", current_master_version="1.33.2-gke.1000"),
         ...               "1.33.2-gke.4780000")
         Traceback (most recent call last):
@@ -599,7 +599,7 @@ class GkeNodePools(_Gke):
 def parent_of(name: str) -> str:
     """``projects/P/locations/L`` of a cluster's full name.
 
-    Example:
+    Examples:
         >>> parent_of("projects/p/locations/us-east1/clusters/demo")
         'projects/p/locations/us-east1'
     """

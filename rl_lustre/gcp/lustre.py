@@ -5,7 +5,7 @@ Long-running operations are awaited by polling ``google.longrunning.Operations``
 ourselves (capped backoff, deadline), not with the client's own poller, so that one
 retry policy and one timeout apply everywhere.
 
-Example:
+Examples:
     >>> from rl_lustre import LustreVolume
     >>> vol = LustreVolume(name="demo-lustre", project="my-project", zone="us-east1-b",
     ...                    network="demo-net")

@@ -32,7 +32,7 @@ TIMEOUT = 15 * 60.0
 def connection_name(project: str, network: str) -> str:
     """The name rl_lustre reports for the connection: that of the VPC peering it creates.
 
-    Example:
+    Examples:
         >>> connection_name("my-project", "demo-net")
         'projects/my-project/global/networks/demo-net/peerings/servicenetworking-googleapis-com'
     """

@@ -102,7 +102,7 @@ def raycluster_ready(rc: Mapping[str, Any] | None) -> bool:
     conditions (v1.2+), otherwise ``status.state == "ready"``; never from a status
     older than the current spec (``observedGeneration``).
 
-    Example:
+    Examples:
         >>> raycluster_ready({"metadata": {"generation": 1}, "status": {"state": "ready"}})
         True
         >>> raycluster_ready({"status": {"state": "ready", "conditions": [
@@ -227,7 +227,7 @@ def apply_manifests(
     labels are added to each. An object being deleted is waited for, then created
     again.
 
-    Example:
+    Examples:
         >>> from rl_lustre.kube.manifests import build_manifests        # doctest: +SKIP
         >>> applied = apply_manifests(api, build_manifests(cluster, secret_values=values, redact=False),
         ...                           deployment=cluster.name)            # doctest: +SKIP
@@ -412,7 +412,7 @@ def wait_ready(
 ) -> Obj | None:
     """Watch until every claim in ``manifests`` is Bound and every RayCluster is ready.
 
-    Example:
+    Examples:
         >>> rc = wait_ready(api, manifests, timeout=900)                  # doctest: +SKIP
         >>> rc["status"]["head"]["serviceName"]                             # doctest: +SKIP
         'demo-head-svc'
@@ -471,7 +471,7 @@ def delete_manifests(
     object is left alone with a warning. The RayCluster is deleted in the foreground,
     so it is gone only once its pods are.
 
-    Example:
+    Examples:
         >>> delete_manifests(api, manifests, deployment="demo")     # doctest: +SKIP
         ['RayCluster default/demo', 'Secret default/demo-job-secrets', ...]
 
@@ -493,7 +493,7 @@ def delete_deployment(api_client: ApiClient, deployment: str, *, namespace: str 
     For clean-up without the manifests (another process, a leak); waits until each is gone.
     A cluster without the KubeRay CRD simply has no RayClusters.
 
-    Example:
+    Examples:
         >>> delete_deployment(api, "demo")      # doctest: +SKIP
         ['RayCluster default/demo', 'Secret default/demo-job-secrets', ...]
 

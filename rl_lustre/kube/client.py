@@ -81,7 +81,7 @@ _PEM_BEGIN = "-----BEGIN CERTIFICATE-----"
 class StaticTokenSource:
     """A fixed bearer token (tests, or a token you manage yourself).
 
-    Example:
+    Examples:
         >>> source = StaticTokenSource("t0k3n")
         >>> source(), repr(source)
         ('t0k3n', 'StaticTokenSource(token=<redacted>)')
@@ -100,7 +100,7 @@ class GoogleTokenSource:
     thread at a time) when it is within google-auth's refresh margin of expiring,
     so long watches and port-forwards never present an expired token.
 
-    Example:
+    Examples:
         >>> source = GoogleTokenSource()     # doctest: +SKIP
         >>> source().startswith("ya29.")      # doctest: +SKIP
         True
@@ -149,7 +149,7 @@ def default_token_source() -> TokenSource:
     credentials; the Kubernetes API then gets :data:`EMULATOR_TOKEN` instead of a
     Google token, so that nothing reaches Google.
 
-    Example:
+    Examples:
         >>> source = default_token_source()   # no Google call until it is asked for a token
         >>> callable(source)
         True
@@ -190,7 +190,7 @@ def kube_api_client(
     carries a bearer token from ``token_source``, asked again per request so that a
     refreshed token is used as soon as it exists.
 
-    Example:
+    Examples:
         >>> from rl_lustre.testing.kube import KubeFake   # doctest: +SKIP
         >>> with KubeFake() as fake:                       # doctest: +SKIP
         ...     api = kube_api_client(fake.endpoint, fake.ca_pem, StaticTokenSource("t"))
@@ -237,7 +237,7 @@ def gke_api_client(gke_cluster: Any, token_source: TokenSource | None = None) ->
     certificate is publicly signed. Otherwise the IP endpoint is used with the
     cluster's own CA (reachable from ``authorized_networks`` only).
 
-    Example:
+    Examples:
         >>> from google.cloud import container_v1  # doctest: +SKIP
         >>> api = gke_api_client(container_v1.ClusterManagerClient().get_cluster(name=path))  # doctest: +SKIP
 
@@ -258,7 +258,7 @@ def kube_api_client_from_kubeconfig(path: str | os.PathLike[str] | None = None, 
     Exec credential plugins (``gke-gcloud-auth-plugin``) and client certificates work
     as they do for ``kubectl``.
 
-    Example:
+    Examples:
         >>> api = kube_api_client_from_kubeconfig("~/.kube/config", context="gke_p_z_c")  # doctest: +SKIP
 
     Args:
@@ -357,7 +357,7 @@ def translate_errors(action: str) -> Iterator[None]:
 
     Our own errors pass through unchanged.
 
-    Example:
+    Examples:
         >>> with translate_errors("read Secret default/x"):   # doctest: +SKIP
         ...     core.read_namespaced_secret("x", "default")
     """
@@ -448,7 +448,7 @@ class ResourceClient:
     Errors are not translated here: callers decide what a 404 or 409 means and wrap
     the rest in :func:`translate_errors`.
 
-    Example:
+    Examples:
         >>> secrets = ResourceClient(api, "Secret", "default")   # doctest: +SKIP
         >>> secrets.get("missing") is None                          # doctest: +SKIP
         True

@@ -141,7 +141,7 @@ def _unschedulable(obj_name: str, message: str, pod: Obj, events: Sequence[Obj])
 def explain_pod(pod: Obj, events: Iterable[Obj] = ()) -> list[Problem]:
     """The problems of one pod, from its status and its events (no remote call).
 
-    Example:
+    Examples:
         >>> pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
         ...        "status": {"phase": "Pending", "containerStatuses": [{"name": "ray-head",
         ...        "image": "repo/img:bad", "state": {"waiting": {"reason": "ImagePullBackOff",
@@ -211,7 +211,7 @@ def explain_pod(pod: Obj, events: Iterable[Obj] = ()) -> list[Problem]:
 def explain_claim(claim: Obj, events: Iterable[Obj] = (), *, volume_exists: bool | None = None) -> list[Problem]:
     """The problems of a PersistentVolumeClaim that is not Bound (no remote call).
 
-    Example:
+    Examples:
         >>> pvc = {"kind": "PersistentVolumeClaim", "metadata": {"name": "c", "namespace": "ns"},
         ...        "spec": {"volumeName": "pv"}, "status": {"phase": "Pending"}}
         >>> explain_claim(pvc, volume_exists=False)[0].reason
@@ -255,7 +255,7 @@ def diagnose(
 ) -> Diagnosis:
     """Read the cluster and say why the RayCluster or claims are not ready.
 
-    Example:
+    Examples:
         >>> d = diagnose(api, namespace="default", raycluster="demo", claims=["lustre-pvc"])  # doctest: +SKIP
         >>> print(d)                                                                            # doctest: +SKIP
         RayCluster default/demo: state=None, HeadPodReady=True, RayClusterProvisioned=False; 1/3 pods ready

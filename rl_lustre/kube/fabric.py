@@ -68,7 +68,7 @@ def fabric_manifests(cluster: Cluster, labels: Mapping[str, str]) -> list[dict[s
     """The fabric's Kubernetes objects in apply order (none for ``fabric="tcp"``): the
     GKENetworkParamSets, the Networks, then the installer DaemonSet.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> objs = fabric_manifests(c, {})
@@ -156,7 +156,7 @@ def _ephemeral_request(cluster: Cluster) -> str | None:
 def worker_fabric_summary(cluster: Cluster) -> dict[str, Any]:
     """What the plan shows about the Ray workers' fabric settings.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> s = worker_fabric_summary(c)
@@ -180,7 +180,7 @@ def fabric_worker_pod(cluster: Cluster, pod: dict[str, Any]) -> tuple[dict[str, 
 
     ``fabric="tcp"`` (the reference workflow's pod) changes nothing.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> pod = {"containers": [{"name": "ray-worker", "env": [], "resources": {"limits": {}, "requests": {}}}]}

@@ -106,7 +106,7 @@ def build_manifests(
     CSI driver), PersistentVolumeClaim, Secret and ``ray.io/v1`` RayCluster. Before the Lustre instance exists its IP is
     :data:`PLACEHOLDER_IP` and the PersistentVolume carries :data:`PENDING_ANNOTATION`.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> from rl_lustre.kube.manifests import build_manifests
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",

@@ -56,7 +56,7 @@ def _pod_ready(pod: Mapping[str, Any]) -> bool:
 class PortForward:
     """A local TCP port forwarded to ``service:remote_port`` through the Kubernetes API.
 
-    Example:
+    Examples:
         >>> with PortForward(api, "demo-head-svc", namespace="default") as pf:   # doctest: +SKIP
         ...     JobSubmissionClient(pf.url).list_jobs()
 
@@ -361,7 +361,7 @@ def _shutdown(conn: socket.socket) -> None:
 def port_forward(api_client: ApiClient, service: str, *, namespace: str = "default", remote_port: int = 8265) -> PortForward:
     """Start a :class:`PortForward` (close it, or use it as a context manager).
 
-    Example:
+    Examples:
         >>> pf = port_forward(api, "demo-head-svc")     # doctest: +SKIP
         >>> pf.url                                       # doctest: +SKIP
         'http://127.0.0.1:41235'

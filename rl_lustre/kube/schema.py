@@ -7,7 +7,7 @@ way the API server does for a client: a field the schema does not know is an err
 (the server would prune it silently, which loses settings), and so is a wrong type or a
 missing required field. ``jsonschema`` is imported on first use.
 
-Example:
+Examples:
     >>> from rl_lustre.kube.schema import validate_raycluster
     >>> validate_raycluster({"apiVersion": "ray.io/v1", "kind": "RayCluster",
     ...                      "metadata": {"name": "demo"}, "spec": {"headGroupSpec": {"rayStartparams": {}}}})
@@ -52,7 +52,7 @@ def raycluster_crd() -> dict[str, Any]:
     """The vendored CRD facts: ``group``, ``kind``, ``plural``, ``version``,
     ``subresources`` and ``openAPIV3Schema``.
 
-    Example:
+    Examples:
         >>> crd = raycluster_crd()
         >>> crd["group"], crd["kind"], sorted(crd["subresources"])
         ('ray.io', 'RayCluster', ['status'])
@@ -66,7 +66,7 @@ def forbid_unknown_fields(schema: Any) -> Any:
     properties are listed and unknown fields are not explicitly preserved: what the API
     server's pruning amounts to for a client that sends an unknown field.
 
-    Example:
+    Examples:
         >>> forbid_unknown_fields({"type": "object", "properties": {"a": {"type": "string"}}})["additionalProperties"]
         False
     """
@@ -91,7 +91,7 @@ def forbid_unknown_fields(schema: Any) -> Any:
 def raycluster_schema() -> dict[str, Any]:
     """The RayCluster schema with unknown fields forbidden (see :func:`forbid_unknown_fields`).
 
-    Example:
+    Examples:
         >>> raycluster_schema()["properties"]["spec"]["additionalProperties"]
         False
     """
@@ -110,7 +110,7 @@ def _validator() -> Any:
 def validate_raycluster(obj: Mapping[str, Any]) -> None:
     """Check a ``ray.io/v1`` RayCluster against KubeRay's CRD schema (no remote call).
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> from rl_lustre.kube.manifests import build_manifests
         >>> ray = build_manifests(Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b"))[-1]
@@ -150,7 +150,7 @@ def validate_networking(obj: Mapping[str, Any]) -> None:
     """Check a ``networking.gke.io/v1`` object (GKENetworkParamSet, Network) against the
     schemas in ``crds/networking.gke.io_v1.json`` (provenance in ``crds/NOTICE``).
 
-    Example:
+    Examples:
         >>> validate_networking({"apiVersion": "networking.gke.io/v1", "kind": "GKENetworkParamSet",
         ...                      "metadata": {"name": "rdma-0"},
         ...                      "spec": {"vpc": "n", "vpcSubnet": "s", "deviceMode": "RMDA"}})

@@ -58,7 +58,7 @@ _MISSING_IMAGE = ("not found", "manifest unknown", "repository does not exist")
 def prefetch_command(python: str = "python") -> list[str]:
     """The container command of the prefetch Job: the prefetch program as ``python -c``.
 
-    Example:
+    Examples:
         >>> cmd = prefetch_command()
         >>> cmd[:2], "def fetch(" in cmd[2]
         (['python', '-c'], True)
@@ -69,7 +69,7 @@ def prefetch_command(python: str = "python") -> list[str]:
 def prepull_daemonset(cluster: Cluster) -> dict[str, Any]:
     """The image pre-pull DaemonSet for ``cluster``'s GPU and CPU pools.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> ds = prepull_daemonset(Cluster(name="demo", project="my-project", region="us-east1",
         ...                                zone="us-east1-b"))
@@ -128,7 +128,7 @@ def prepull_node_count(cluster: Cluster) -> int:
 def prefetch_job(cluster: Cluster) -> dict[str, Any]:
     """The model prefetch Job for ``cluster`` (its ``prefetch_models``).
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> job = prefetch_job(Cluster(name="demo", project="my-project", region="us-east1",
         ...                            zone="us-east1-b"))
@@ -188,7 +188,7 @@ def pod_problem(pod: Mapping[str, Any]) -> tuple[str, bool] | None:
     ``hopeless`` is True when waiting cannot help (an image that does not exist, a
     container that cannot be configured, a container that exited non-zero).
 
-    Example:
+    Examples:
         >>> pod_problem({"metadata": {"name": "p"}, "status": {"phase": "Failed", "containerStatuses": [
         ...     {"name": "prefetch", "state": {"terminated": {"exitCode": 1, "reason": "Error",
         ...                                                    "message": "401 Unauthorized"}}}]}})
@@ -218,7 +218,7 @@ def pod_problem(pod: Mapping[str, Any]) -> tuple[str, bool] | None:
 def daemonset_progress(ds: Mapping[str, Any] | None, nodes: int) -> tuple[int, int]:
     """``(nodes that hold the image, nodes it should be on)`` from a DaemonSet's status.
 
-    Example:
+    Examples:
         >>> daemonset_progress({"metadata": {"generation": 1}, "status": {"observedGeneration": 1,
         ...     "desiredNumberScheduled": 8, "numberReady": 5}}, 8)
         (5, 8)
@@ -235,7 +235,7 @@ def daemonset_progress(ds: Mapping[str, Any] | None, nodes: int) -> tuple[int, i
 def job_state(job: Mapping[str, Any] | None) -> str:
     """``"complete"``, ``"failed"``, ``"running"`` or ``"absent"``, from a Job's conditions.
 
-    Example:
+    Examples:
         >>> job_state({"status": {"conditions": [{"type": "Complete", "status": "True"}]}})
         'complete'
     """

@@ -56,7 +56,7 @@ def nemo_rl_cache_env(mount_path: str, hf_home: str | None = None) -> dict[str, 
     One function owns these variables: the job's runtime env and the model-prefetch
     Job both take them from here, so the prefetch fills exactly the cache the job reads.
 
-    Example:
+    Examples:
         >>> env = nemo_rl_cache_env("/lustre")
         >>> env["HF_HOME"], env["NRL_MEGATRON_CHECKPOINT_DIR"]
         ('/lustre/huggingface_cache', '/lustre/huggingface_cache/nemo_rl')

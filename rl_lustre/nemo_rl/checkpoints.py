@@ -72,7 +72,7 @@ class Checkpoint:
     def to_dict(self) -> dict[str, Any]:
         """The checkpoint as JSON data (``training_info`` included as parsed).
 
-        Example:
+        Examples:
             >>> c = Checkpoint(step=2, path=Path("/v/step_2"), size_bytes=2_000_000, finished_at=0.0,
             ...                save_seconds=0.5)
             >>> c.to_dict()["mb_per_second"]
@@ -89,7 +89,7 @@ def list_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> list[Checkpoint]
 
     A missing directory has no checkpoints. ``tmp_step_*`` and ``old_step_*`` are ignored.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> root = Path(tempfile.mkdtemp())
         >>> for name in ("step_2", "step_10", "tmp_step_12"):
@@ -104,7 +104,7 @@ def list_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> list[Checkpoint]
 def latest_checkpoint(checkpoint_dir: str | os.PathLike[str]) -> Checkpoint | None:
     """The checkpoint NeMo-RL resumes from: the highest ``step_N``, or None.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> latest_checkpoint(tempfile.mkdtemp()) is None
         True
@@ -119,7 +119,7 @@ def listing_command(checkpoint_dir: str, *, python: str = "python3") -> str:
     Needs only a Python 3 standard library (any NeMo-RL or Ray image has one). It prints
     one line, :data:`LISTING_MARK` followed by JSON, that :func:`parse_listing` reads.
 
-    Example:
+    Examples:
         >>> import subprocess, tempfile
         >>> root = Path(tempfile.mkdtemp())
         >>> (root / "step_3").mkdir()
@@ -139,7 +139,7 @@ def listing_command(checkpoint_dir: str, *, python: str = "python3") -> str:
 def parse_listing(output: str) -> list[Checkpoint]:
     """The checkpoints in what :func:`listing_command` printed (other lines are ignored).
 
-    Example:
+    Examples:
         >>> parse_listing('noise\\nRL_LUSTRE_CHECKPOINTS [{"step": 4, "path": "/lustre/c/step_4", '
         ...               '"size_bytes": 10, "finished_at": 1.0, "save_seconds": 0.0, "training_info": {}}]')
         [Checkpoint(step=4, path=PosixPath('/lustre/c/step_4'), size_bytes=10, finished_at=1.0, save_seconds=0.0, save_seconds_from='files')]

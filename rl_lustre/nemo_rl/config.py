@@ -42,7 +42,7 @@ RECIPES_DIR = Path(__file__).parent / "recipes"
 def available_recipes(version: str = RECIPE_VERSION) -> tuple[str, ...]:
     """Names of the recipes shipped for ``version`` (only ``0.4.0`` ships any).
 
-    Example:
+    Examples:
         >>> "grpo_math_70B_megatron" in available_recipes()
         True
     """
@@ -53,7 +53,7 @@ def available_recipes(version: str = RECIPE_VERSION) -> tuple[str, ...]:
 def recipe_name(recipe: str | os.PathLike[str]) -> str:
     """A recipe's name, without directory or YAML suffix.
 
-    Example:
+    Examples:
         >>> recipe_name("/x/grpo_math_1B.yaml"), recipe_name("grpo_math_1B")
         ('grpo_math_1B', 'grpo_math_1B')
     """
@@ -73,7 +73,7 @@ def is_recipe_path(recipe: str | os.PathLike[str]) -> bool:
 def recipe_path(recipe: str | os.PathLike[str]) -> Path:
     """The YAML file of a shipped recipe (by name) or a recipe file on disk.
 
-    Example:
+    Examples:
         >>> recipe_path("grpo_math_1B").name
         'grpo_math_1B.yaml'
 
@@ -198,7 +198,7 @@ def load_recipe(recipe: str | os.PathLike[str], version: str = DEFAULT_VERSION) 
     than 0.4.0, the 0.4.0 recipe is returned with the known key renames applied, and a
     warning is logged.
 
-    Example:
+    Examples:
         >>> cfg = load_recipe("grpo_math_70B_megatron")
         >>> cfg.policy.megatron_cfg.tensor_model_parallel_size, cfg.policy.model_name
         (4, 'meta-llama/Llama-3.3-70B-Instruct')
@@ -220,7 +220,7 @@ def register_resolvers() -> None:
 def config_keys(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
     """Every dotted path in ``cfg``: leaves and the mappings above them.
 
-    Example:
+    Examples:
         >>> config_keys({"a": {"b": 1}, "c": None})
         ['a', 'a.b', 'c']
     """
@@ -244,7 +244,7 @@ def config_keys(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
 def nearest_keys(key: str, known: Sequence[str], n: int = 3) -> list[str]:
     """The known keys closest to ``key`` (by spelling, then by last component).
 
-    Example:
+    Examples:
         >>> nearest_keys("grpo.max_steps", ["grpo.max_num_steps", "grpo.seed", "policy.max_grad_norm"])
         ['grpo.max_num_steps', 'grpo.seed']
     """
@@ -281,7 +281,7 @@ def apply_overrides(
     at once. ``values`` (parallel to ``overrides``) are what errors show as the value;
     by default, the text after ``=``.
 
-    Example:
+    Examples:
         >>> cfg = load_recipe("grpo_math_1B")
         >>> [p.field for p in apply_overrides(cfg, ["grpo.seed=1", "grpo.sed=2"], owner="demo")]
         ['grpo.sed']
@@ -366,7 +366,7 @@ def defer_env_reads(cfg: DictConfig) -> DictConfig:
     Resolving it then shows ``${oc.env:HF_TOKEN}`` as written instead of this process's
     ``HF_TOKEN``; interpolations that point at such a value get the same text.
 
-    Example:
+    Examples:
         >>> from omegaconf import OmegaConf
         >>> cfg = OmegaConf.create({"token": "${oc.env:HOME}", "copy": "${token}", "n": "${mul:2,3}"})
         >>> register_resolvers()
@@ -412,7 +412,7 @@ def resolve_overrides(
     as written (see :func:`defer_env_reads`): preflight runs on the user's machine,
     whose environment holds their tokens, and its findings are printed.
 
-    Example:
+    Examples:
         >>> cfg, bad, unresolved = resolve_overrides(shared_recipe("grpo_math_1B")[0],
         ...                                          ["grpo.seed=7", "grpo.sed=2"], owner="demo")
         >>> cfg["grpo"]["seed"], [p.field for p in bad], unresolved
@@ -444,7 +444,7 @@ def resolve_config(
 ) -> dict[str, Any]:
     """The config NeMo-RL would run: recipe + Hydra overrides, interpolations resolved.
 
-    Example:
+    Examples:
         >>> cfg = resolve_config("grpo_math_70B_megatron",
         ...                      ["policy.max_total_sequence_length=8192", "grpo.max_num_steps=20"])
         >>> cfg["policy"]["generation"]["vllm_cfg"]["max_model_len"], cfg["grpo"]["max_num_steps"]
@@ -493,7 +493,7 @@ def resolve_config(
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Dotted keys → leaf values; empty mappings and all lists are leaves.
 
-    Example:
+    Examples:
         >>> flatten({"a": {"b": 1, "c": {}}, "d": [1, 2]})
         {'a.b': 1, 'a.c': {}, 'd': [1, 2]}
     """

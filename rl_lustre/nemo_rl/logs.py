@@ -156,7 +156,7 @@ class LogParser:
         clock: where a line's arrival time comes from when :meth:`feed` is not
             given one; None records no times.
 
-    Example:
+    Examples:
         >>> p = LogParser()
         >>> p.feed("========================= Step 1/2 =========================", at=100.0)
         []
@@ -301,7 +301,7 @@ def parse_log(text: str | Iterable[str]) -> ParsedLog:
     Args:
         text: the log as one string, or an iterable of lines.
 
-    Example:
+    Examples:
         >>> log = '''
         ... ========================= Step 1/1 =========================
         ... Saving checkpoint for step 1...

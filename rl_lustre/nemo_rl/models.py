@@ -22,7 +22,7 @@ _CONVERTERS: tuple[tuple[str, str], ...] = (
 def converter_for(model: str) -> str | None:
     """The Megatron converter (HF architecture) for a model id or path, if the family is known.
 
-    Example:
+    Examples:
         >>> converter_for("Qwen/Qwen2.5-72B-Instruct"), converter_for("meta-llama/Llama-3.3-70B-Instruct")
         ('Qwen2ForCausalLM', 'LlamaForCausalLM')
         >>> converter_for("acme/secret-sauce-7b") is None

@@ -59,7 +59,7 @@ def _parser() -> OverridesParser:
 def split_prefix(key: str) -> tuple[str, str]:
     """``"+a.b"`` → ``("+", "a.b")``; ``"a.b"`` → ``("", "a.b")``.
 
-    Example:
+    Examples:
         >>> split_prefix("++policy.generation.vllm_kwargs.x")
         ('++', 'policy.generation.vllm_kwargs.x')
     """
@@ -78,7 +78,7 @@ def _hydra_parse(text: str) -> Any:
 def parse_override(text: str, *, owner: str = "override") -> Override:
     """Parse one override string exactly as NeMo-RL's Hydra parser does.
 
-    Example:
+    Examples:
         >>> o = parse_override("checkpointing.metric_name=null")
         >>> o.key, o.value, o.kind
         ('checkpointing.metric_name', None, 'set')
@@ -134,7 +134,7 @@ def render_override(key: str, value: Any, *, add: bool = False) -> str:
     interpolation, as in NeMo-RL's YAML files; :func:`literal` escapes it for literal text.
     Tuples render as lists. Shell-quote the result separately (:func:`shlex.quote`).
 
-    Example:
+    Examples:
         >>> render_override("policy.model_name", "Qwen/Qwen2.5-72B-Instruct")
         'policy.model_name=Qwen/Qwen2.5-72B-Instruct'
         >>> render_override("checkpointing.metric_name", None)
@@ -195,7 +195,7 @@ def literal(value: Any) -> Any:
 
     Backslashes right before ``${`` are doubled, so they survive as written too.
 
-    Example:
+    Examples:
         >>> literal("run-${oc.env:USER}"), literal(["${x}", 3])
         ('run-\\${oc.env:USER}', ['\\${x}', 3])
     """
@@ -211,7 +211,7 @@ def literal(value: Any) -> Any:
 def render_value(value: Any) -> str:
     """The value part of :func:`render_override`.
 
-    Example:
+    Examples:
         >>> render_value([1, "a b", {"x": None}])
         '[1,"a b",{x:null}]'
     """

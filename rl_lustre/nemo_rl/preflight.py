@@ -52,7 +52,7 @@ class _Findings:
 def check_job(job: GRPOJob, cluster: Cluster) -> list[str]:
     """Every check :meth:`GRPOJob.preflight` runs; returns warnings, raises on problems.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster, GRPOJob
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> check_job(GRPOJob(name="run-1", recipe="grpo_math_8B_megatron",
@@ -93,7 +93,7 @@ def check_config(
 def disabled_sections(flat: Mapping[str, Any]) -> list[str]:
     """The sections the resolved config ``flat`` switches off (``<section>.enabled: false``).
 
-    Example:
+    Examples:
         >>> disabled_sections({"policy.megatron_cfg.enabled": False, "policy.dtensor_cfg.enabled": True,
         ...                    "policy.megatron_cfg.optimizer.lr": 1e-6})
         ['policy.megatron_cfg']

@@ -52,7 +52,7 @@ class ResolvedJob:
     (the command line, the runtime env, preflight) raise when read, as the job's own
     methods do.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster, GRPOJob
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> r = GRPOJob(name="run-1").resolve(c)
@@ -164,7 +164,7 @@ def resolve_job(job: GRPOJob, cluster: Cluster) -> ResolvedJob:
 
     Prefer ``job.resolve(cluster)``, which caches the result on the job.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster, GRPOJob
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> resolve_job(GRPOJob(name="run-1"), c).override_args[:1]

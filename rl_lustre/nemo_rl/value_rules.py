@@ -67,7 +67,7 @@ _LR_RULE: Rule = ("a learning rate must be a finite number of at least 0 (not Na
 def rule_for(key: str) -> Rule | None:
     """The rule for a dotted key (a leading ``+``/``++`` ignored), if rl_lustre knows one.
 
-    Example:
+    Examples:
         >>> rule_for("grpo.max_num_steps")[0]
         'must be a whole number of at least 1'
         >>> rule_for("+policy.megatron_cfg.optimizer.lr")[0].startswith("a learning rate")
@@ -94,7 +94,7 @@ def broken_rules(key: str, value: Any, *, literal: bool = False) -> list[tuple[s
     A mapping value is walked, so ``{"grpo": {"max_num_steps": -1}}`` is caught too.
     With ``literal``, a string holding ``${...}`` is text like any other.
 
-    Example:
+    Examples:
         >>> broken_rules("checkpointing.keep_top_k", 0)
         [('checkpointing.keep_top_k', 0, 'must be a whole number of at least 1 or None')]
         >>> broken_rules("grpo", {"max_num_steps": 5, "val_period": -1})[0][:2]

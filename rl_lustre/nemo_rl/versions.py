@@ -47,7 +47,7 @@ KEY_RENAMES: tuple[KeyRename, ...] = (
 class NemoRLVersion:
     """One NeMo-RL release and the facts rl_lustre relies on.
 
-    Example:
+    Examples:
         >>> v = nemo_rl_version("0.6.0")
         >>> v.key("data.dataset_name")
         'data.train.dataset_name'
@@ -70,7 +70,7 @@ class NemoRLVersion:
     def entry_script(self) -> str:
         """The GRPO entry script of this version, relative to the NeMo-RL checkout.
 
-        Example:
+        Examples:
             >>> nemo_rl_version("0.4.0").entry_script, nemo_rl_version("0.6.0").entry_script
             ('examples/run_grpo_math.py', 'examples/run_grpo.py')
         """
@@ -116,7 +116,7 @@ _PINS: dict[str, tuple[str | None, str | None]] = {
 def nemo_rl_version(version: str) -> NemoRLVersion:
     """The facts for ``version``; unknown pins are None, known renames always apply.
 
-    Example:
+    Examples:
         >>> nemo_rl_version("0.4.0").python_version
         '3.12'
 
@@ -132,7 +132,7 @@ def nemo_rl_version(version: str) -> NemoRLVersion:
 def version_for(job: GRPOJob, cluster: Cluster) -> str:
     """The NeMo-RL version a job runs: the job's, else the cluster image's, else the default.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster, GRPOJob
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> version_for(GRPOJob(name="run-1"), c)
@@ -150,7 +150,7 @@ def version_for(job: GRPOJob, cluster: Cluster) -> str:
 def choose_version(job_version: str | None, image_version: str | None) -> str:
     """The job's version, else the image's, else :data:`DEFAULT_VERSION`.
 
-    Example:
+    Examples:
         >>> choose_version(None, "0.6.0"), choose_version(None, None)
         ('0.6.0', '0.4.0')
     """

@@ -39,7 +39,7 @@ __all__ = ["Plan", "PlanGraphError", "PlannedResource", "build_plan"]
 def build_plan(cluster: Cluster) -> Plan:
     """The plan of ``cluster``'s deployment, derived offline from the spec alone.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> from rl_lustre.plan import build_plan
         >>> plan = build_plan(Cluster(name="demo", project="my-project", region="us-east1",

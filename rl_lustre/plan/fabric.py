@@ -49,7 +49,7 @@ def extra_networks(cluster: Cluster) -> list[dict[str, Any]]:
     """The extra node networks in NIC order (eth1, eth2, ...): for each, the Kubernetes
     network name, the plan keys of its VPC and subnet, and the GKENetworkParamSet device mode.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> [n["k8s_name"] for n in extra_networks(c)][:3], len(extra_networks(c))
@@ -85,7 +85,7 @@ def ray_dependency_keys(cluster: Cluster) -> tuple[str, ...]:
 def fabric_nodes(cluster: Cluster, labels: dict[str, str]) -> list[PlannedResource]:
     """The fabric's plan nodes (none for ``fabric="tcp"``).
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> nodes = {n.key: n for n in fabric_nodes(c, {})}

@@ -70,7 +70,7 @@ def _resource_tuple(resources: Iterable[PlannedResource]) -> tuple[PlannedResour
 class PlannedResource:
     """One node of the plan: a resource ``up()`` creates, or one it uses as it is.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
         ...                zone="us-east1-b").plan()
@@ -149,7 +149,7 @@ def _toposort(resources: tuple[PlannedResource, ...]) -> tuple[PlannedResource, 
 class Plan:
     """Every resource of a deployment, in dependency order, with no remote call made.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
         ...                zone="us-east1-b", fabric="tcp").plan()
@@ -201,7 +201,7 @@ class Plan:
     def get(self, key: str) -> PlannedResource:
         """The node with this key.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster
             >>> Cluster.local("demo", volume_dir="/tmp/v").plan().get("ray-head").kind
             'local.RayHead'
@@ -217,7 +217,7 @@ class Plan:
     def dependents(self, key: str) -> tuple[str, ...]:
         """Keys of the nodes that depend directly on ``key``, in plan order.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster
             >>> Cluster.local("demo", volume_dir="/tmp/v").plan().dependents("volume-dir")
             ('ray-head',)
@@ -228,7 +228,7 @@ class Plan:
     def upstream(self, key: str) -> frozenset[str]:
         """Every node ``key`` waits for, directly or through others.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster
             >>> sorted(Cluster.local("demo", volume_dir="/tmp/v").plan().upstream("ray-head"))
             ['volume-dir']
@@ -246,7 +246,7 @@ class Plan:
         """Every node that waits for ``key``, directly or through others; if ``key``
         fails, these cannot be created.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster
             >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
             ...                zone="us-east1-b").plan()
@@ -263,7 +263,7 @@ class Plan:
         An executor does better than wave by wave: it starts each node as soon as its
         own dependencies are done. The waves show which branches run side by side.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster
             >>> [sorted(w) for w in Cluster.local("demo", volume_dir="/tmp/v").plan().waves()]
             [['volume-dir'], ['ray-head']]
@@ -277,7 +277,7 @@ class Plan:
         """All keys in an order safe for deletion: every node before the nodes it
         depends on. Nodes whose action is ``"use"`` are listed but never deleted.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster
             >>> Cluster.local("demo", volume_dir="/tmp/v").plan().teardown_order()
             ['ray-head', 'volume-dir']
@@ -288,7 +288,7 @@ class Plan:
         """Nodes grouped for concurrent deletion: each wave's members have no
         dependents left once the earlier waves are deleted.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster
             >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
             ...                zone="us-east1-b", fabric="tcp").plan()
@@ -307,7 +307,7 @@ class Plan:
         the lower bound that ``up()``'s wall time is measured against. Keys missing
         from ``durations`` take no time (for instance ``"use"`` nodes).
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster
             >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
             ...                zone="us-east1-b").plan()
@@ -347,7 +347,7 @@ class Plan:
     def totals(self) -> dict[str, Any]:
         """Headline numbers: resources by action, GPUs, and Lustre capacity and throughput.
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster
             >>> t = Cluster(name="demo", project="my-project", region="us-east1",
             ...             zone="us-east1-b").plan().totals()
@@ -376,7 +376,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON data (``json.dumps(plan.to_dict())`` works).
 
-        Example:
+        Examples:
             >>> import json
             >>> from rl_lustre import Cluster
             >>> d = Cluster.local("demo", volume_dir="/tmp/v").plan().to_dict()
@@ -403,7 +403,7 @@ class Plan:
         From the dated list prices in :mod:`rl_lustre.catalog`; ``prices`` overrides
         rates and applies discounts (see :class:`rl_lustre.cost.Prices`).
 
-        Example:
+        Examples:
             >>> from rl_lustre import Cluster
             >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
             ...                zone="us-east1-b").plan()

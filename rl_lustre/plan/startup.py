@@ -36,7 +36,7 @@ PREFETCH_KEY = "model-prefetch"
 def startup_nodes(cluster: Cluster) -> list[PlannedResource]:
     """The image pre-pull and model prefetch nodes of a GKE plan (none when switched off).
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> [(n.key, n.kind, n.depends_on) for n in startup_nodes(c)]  # doctest: +NORMALIZE_WHITESPACE

@@ -90,7 +90,7 @@ _GOOGLE_KINDS = ("compute.", "container.", "lustre.", "servicenetworking.")
 def kube_keys(plan: Plan) -> tuple[str, ...]:
     """The plan's Kubernetes nodes, in plan order.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> keys = kube_keys(c.plan())
@@ -110,7 +110,7 @@ OPERATION_TIMEOUT = 3600.0
 class Apis:
     """The Google Cloud adapters the drivers use.
 
-    Example:
+    Examples:
         >>> from rl_lustre.gcp import Backoff
         >>> apis = Apis.from_env(backoff=Backoff(initial=0.01, maximum=0.05))
         >>> type(apis.lustre).__name__
@@ -219,7 +219,7 @@ def _gone(deleted: bool) -> Literal["deleted", "absent"]:
 class ComputeDriver:
     """A Compute resource: network, subnet, PSA range or firewall rule.
 
-    Example:
+    Examples:
         >>> from rl_lustre.gcp import compute
         >>> driver = ComputeDriver(ctx, ctx.apis.networks, compute.network_path,
         ...                        lambda step: compute.network_request(ctx.plan))  # doctest: +SKIP
@@ -339,7 +339,7 @@ def control_plane_endpoints(settings: Mapping[str, Any]) -> Any:
     the DNS endpoint open to IAM-authorised clients, the IP endpoint limited to the
     authorised networks.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
         >>> cfg = control_plane_endpoints(plan.get("gke-cluster").settings)
@@ -533,7 +533,7 @@ class KubeObjectDriver:
 class SkippedDriver:
     """A node deliberately not provisioned; ``up()`` and ``down()`` report it as skipped.
 
-    Example:
+    Examples:
         >>> driver = SkippedDriver("Kubernetes part switched off")
         >>> driver.ensure(None)
         Done(outcome='skipped', value=None, note='Kubernetes part switched off')
@@ -560,7 +560,7 @@ def _body(build: Callable[[Plan, str], Any], plan: Plan, key: str) -> Callable[[
 def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
     """One driver per node of a GKE plan.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> drivers = gke_drivers(Context(c, c.plan(), Apis.from_env()), kube=False)

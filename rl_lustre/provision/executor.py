@@ -125,7 +125,7 @@ class NodeRecord:
 class Report:
     """The records of one ``up()`` or ``down()``.
 
-    Example:
+    Examples:
         >>> rec = NodeRecord("network", "compute.v1.Network", "demo-net", "create", outcome="created",
         ...                  started=0.0, finished=1.5)
         >>> report = Report("up", {"network": rec}, wall=1.6)
@@ -156,7 +156,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON data: the operation, its wall time and one entry per node.
 
-        Example:
+        Examples:
             >>> rec = NodeRecord("network", "compute.v1.Network", "demo-net", "create", outcome="created",
             ...                  started=0.0, finished=1.5)
             >>> Report("up", {"network": rec}, wall=1.6).to_dict()["resources"][0]["outcome"]
@@ -271,7 +271,7 @@ class Driver(Protocol):
 class Executor:
     """Runs a plan's nodes through their drivers: concurrently, in dependency order.
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> from rl_lustre.provision.executor import Done, Executor
         >>> class Noop:
@@ -324,7 +324,7 @@ class Executor:
     ) -> Report:
         """Create or adopt every node; on failure or cancellation, roll back.
 
-        Example:
+        Examples:
             >>> report = Executor(plan, drivers).up()  # doctest: +SKIP
             >>> report.keys("created")  # doctest: +SKIP
             ['network', 'subnet', ...]
@@ -454,7 +454,7 @@ class Executor:
         Setting ``abandon`` stops it: no new deletion starts, waits end, and what is
         still there is reported as left.
 
-        Example:
+        Examples:
             >>> Executor(plan, drivers).down().keys("deleted")  # doctest: +SKIP
             ['raycluster', 'secret', ...]
 
@@ -576,7 +576,7 @@ def cancel_on_signals(*stages: tuple[threading.Event | None, str]) -> Iterator[l
     the last stage are logged. Outside the main thread, handlers cannot be installed
     and nothing changes.
 
-    Example:
+    Examples:
         >>> import os, signal, threading
         >>> stop, abandon = threading.Event(), threading.Event()
         >>> with cancel_on_signals((stop, "stopping"), (None, "press again to abandon"),

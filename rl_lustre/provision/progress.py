@@ -32,7 +32,7 @@ def _seconds(rec: NodeRecord) -> str:
 class Display:
     """Reports each node's progress to the log.
 
-    Example:
+    Examples:
         >>> from rl_lustre.provision.executor import NodeRecord
         >>> rec = NodeRecord("network", "compute.v1.Network", "demo-net", "create", outcome="created",
         ...                  started=0.0, finished=2.0)
@@ -140,7 +140,7 @@ class LiveDisplay(Display):
 def display_for(operation: str, plan: Plan) -> Display:
     """A :class:`LiveDisplay` when console output is on, else a :class:`Display` (log only).
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> from rl_lustre._output import enable_output
         >>> with enable_output(False):

@@ -224,7 +224,7 @@ class PrefetchDriver(_KubeNode):
 def startup_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
     """Drivers for the start-up nodes of ``ctx.plan`` (skipped ones when ``kube`` is off).
 
-    Example:
+    Examples:
         >>> from rl_lustre import Cluster
         >>> from rl_lustre.provision.drivers import Apis, Context
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")

@@ -71,7 +71,7 @@ def head_dir(key: str) -> Path:
     Being deterministic is what lets a later process find (and adopt or stop) a head
     that an earlier one left running.
 
-    Example:
+    Examples:
         >>> head_dir("local:/data/volume") == head_dir("local:/data/volume")
         True
         >>> len(str(head_dir("x"))) < 32
@@ -117,7 +117,7 @@ class LocalHead:
     def headers(self) -> dict[str, str]:
         """HTTP headers for the Jobs API: the bearer token in token mode, else none.
 
-        Example:
+        Examples:
             >>> head.headers()  # doctest: +SKIP
             {'Authorization': 'Bearer 3f9c...'}
         """
@@ -152,7 +152,7 @@ class LocalHead:
         process group after ``grace`` seconds, then SIGKILL to any process still
         carrying this head's mark. A second Ctrl-C while waiting skips to SIGKILL.
 
-        Example:
+        Examples:
             >>> head = start_local_head(head_dir("demo"))  # doctest: +SKIP
             >>> head.stop()  # doctest: +SKIP
         """
@@ -224,7 +224,7 @@ def start_local_head(
     Any earlier head in ``temp_dir`` must be stopped first (see :func:`find_local_head`);
     leftovers of a dead one are cleared.
 
-    Example:
+    Examples:
         >>> head = start_local_head(head_dir("demo"), auth="token")  # doctest: +SKIP
         >>> head.dashboard_url  # doctest: +SKIP
         'http://127.0.0.1:45123'
@@ -321,7 +321,7 @@ def start_local_head(
 def node_env(temp_dir: Path, env: Mapping[str, str] | None, mode: AuthMode) -> dict[str, str]:
     """The environment of every ``ray start`` of the head in ``temp_dir`` (head or worker node).
 
-    Example:
+    Examples:
         >>> e = node_env(Path("/tmp/rll-x"), {"RAY_ADDRESS": "elsewhere:6379", "A": "1"}, "token")
         >>> e["A"], "RAY_ADDRESS" in e, e["RAY_AUTH_TOKEN_PATH"]
         ('1', False, '/tmp/rll-x/auth_token')
@@ -361,7 +361,7 @@ def find_local_head(temp_dir: Path) -> LocalHead | None:
 
     A head counts only if its ``ray start`` process is alive and carries our mark.
 
-    Example:
+    Examples:
         >>> find_local_head(head_dir("nothing-runs-here")) is None
         True
     """

@@ -39,7 +39,7 @@ _env_lock = threading.Lock()
 def ray_errors(action: str) -> Iterator[None]:
     """Translate whatever Ray's Jobs client raises into :class:`RayError`.
 
-    Example:
+    Examples:
         >>> with ray_errors("list jobs"):
         ...     raise ConnectionError("refused")
         Traceback (most recent call last):
@@ -110,7 +110,7 @@ class JobsClient:
 
     The underlying ``JobSubmissionClient`` is created on first use and kept.
 
-    Example:
+    Examples:
         >>> jobs = JobsClient("http://127.0.0.1:8265", headers={"Authorization": "Bearer ..."})
         >>> jobs.submit("echo hi", submission_id="hello")  # doctest: +SKIP
         'hello'
@@ -229,7 +229,7 @@ class JobsClient:
         afterwards (stopped first, if the wait ran out), so it does not linger in the job
         list; should that fail, it stays, under its own ``submission_id``.
 
-        Example:
+        Examples:
             >>> info, log = jobs.run("echo hi", submission_id="rl-lustre-echo-1")  # doctest: +SKIP
             >>> info.status, log  # doctest: +SKIP
             ('SUCCEEDED', 'hi\\n')
@@ -280,7 +280,7 @@ class JobsClient:
         after ``outage_budget.max_outage`` seconds of continuous failure. Closing the
         iterator early (``break``) closes the stream.
 
-        Example:
+        Examples:
             >>> for line in jobs.follow("hello"):  # doctest: +SKIP
             ...     print(line)
 

@@ -75,7 +75,7 @@ class LocalWorker:
     def kill(self) -> None:
         """SIGKILL the node's whole process group: raylet, agents and workers, at once.
 
-        Example:
+        Examples:
             >>> worker.kill()  # doctest: +SKIP
         """
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -111,7 +111,7 @@ def start_local_worker(
 ) -> LocalWorker:
     """Start a worker node for ``head`` and wait until its raylet runs.
 
-    Example:
+    Examples:
         >>> worker = start_local_worker(head, num_gpus=8)  # doctest: +SKIP
         >>> worker.alive()  # doctest: +SKIP
         True
@@ -188,7 +188,7 @@ def start_local_worker(
 def live_workers(head: LocalHead) -> list[LocalWorker]:
     """The worker nodes of ``head`` still running, oldest first (from any process).
 
-    Example:
+    Examples:
         >>> [w.name for w in live_workers(head)]  # doctest: +SKIP
         ['worker-1', 'worker-2']
     """

@@ -92,7 +92,7 @@ class Restart:
 def parse_restarts(log: str) -> list[Restart]:
     """The recoveries the supervisor recorded in a job's log, oldest first.
 
-    Example:
+    Examples:
         >>> log = ('RL_LUSTRE_RESTART {"restart": 1, "lost_at": 100.0, "nodes": [{"node_id": "ab", '
         ...        '"address": "10.0.0.3", "name": "w1", "reason": "health check failed"}], '
         ...        '"resume_step": 4, "last_step": 6, "exit_code": 1}\\n'
@@ -159,7 +159,7 @@ def supervised(
 ) -> str:
     """The Ray job's entrypoint: the supervisor, running ``command``.
 
-    Example:
+    Examples:
         >>> supervised("cd /opt/nemo-rl && uv run python x.py", python="python", max_restarts=3, nodes=8,
         ...            gpus_per_node=8, capacity_timeout=1800, checkpoint_dir="/lustre/c/run", poll=2,
         ...            settle=30)  # doctest: +NORMALIZE_WHITESPACE
@@ -187,7 +187,7 @@ def shipped_module() -> str:
     The package is this installation's ``supervisor.py``; its directory is named by the
     content's hash, so Ray uploads it once per cluster and every process agrees on it.
 
-    Example:
+    Examples:
         >>> import os
         >>> d = shipped_module()
         >>> os.path.basename(d), sorted(os.listdir(d))

@@ -190,7 +190,7 @@ def next_experiment_dir(base_log_dir: str | os.PathLike[str]) -> Path:
 
     Mirrors NeMo-RL's ``get_next_experiment_dir``: every start logs into a new folder.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> base = tempfile.mkdtemp()
         >>> next_experiment_dir(base).name, next_experiment_dir(base).name
@@ -631,7 +631,7 @@ def _signal_stop(signum: int, frame: object) -> NoReturn:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the rehearsal with NeMo-RL's command line; return the exit status.
 
-    Example:
+    Examples:
         >>> import contextlib, io, tempfile
         >>> d = tempfile.mkdtemp()
         >>> out = io.StringIO()

@@ -37,7 +37,7 @@ _GPU_METRICS = ("NVIDIA_B200_GPUS", "PREEMPTIBLE_NVIDIA_B200_GPUS", "NVIDIA_H100
 class Catalog:
     """The fake's answer to "what can this project get where".
 
-    Example:
+    Examples:
         >>> from rl_lustre.testing import FakeGCP
         >>> with FakeGCP() as gcp:
         ...     gcp.catalog.withdraw("us-east1-b", "a4-highgpu-8g")

@@ -131,7 +131,7 @@ class Faults:
     (``"compute.*.insert"``). Codes are ``grpc.StatusCode`` values or HTTP status
     numbers; each side gets its equivalent.
 
-    Example:
+    Examples:
         >>> import grpc
         >>> from rl_lustre.testing import FakeGCP
         >>> with FakeGCP() as gcp:
@@ -172,7 +172,7 @@ class Faults:
         whose path matches (REST inserts: the collection path and the new name,
         ``*/subnetworks/demo-rdma-sub-3``).
 
-        Example:
+        Examples:
             >>> import grpc
             >>> from rl_lustre.testing import FakeGCP
             >>> with FakeGCP() as gcp:
@@ -197,7 +197,7 @@ class Faults:
         failed GKE cluster or node pool is left in status ERROR (as GKE does); other
         failed creations leave nothing behind.
 
-        Example:
+        Examples:
             >>> from rl_lustre.testing import FakeGCP
             >>> with FakeGCP() as gcp:
             ...     gcp.faults.fail_operation("lustre.CreateInstance", message="internal error")
@@ -208,7 +208,7 @@ class Faults:
     def rate_limit(self, method: str = "*", *, times: int = 1) -> None:
         """Answer the next ``times`` calls of ``method`` with RESOURCE_EXHAUSTED / HTTP 429.
 
-        Example:
+        Examples:
             >>> from rl_lustre.testing import FakeGCP
             >>> with FakeGCP() as gcp:
             ...     gcp.faults.rate_limit("compute.networks.get", times=3)
@@ -232,7 +232,7 @@ class Faults:
 def project_number(project: str) -> str:
     """The fake's stable project number for ``project``.
 
-    Example:
+    Examples:
         >>> project_number("my-project") == project_number("my-project")
         True
     """

@@ -51,7 +51,7 @@ class FakeGCP:
     ``"gke.create_cluster"``, ...). Lustre instances get a mount point like
     ``10.90.1.4@tcp:/lustrefs`` when ACTIVE; GKE clusters an endpoint and a CA.
 
-    Example:
+    Examples:
         >>> from rl_lustre.testing import FakeGCP
         >>> from google.cloud import compute_v1
         >>> from rl_lustre.gcp import _clients
@@ -126,7 +126,7 @@ class FakeGCP:
     ) -> None:
         """Store raw points of a Cloud Monitoring series for ``ListTimeSeries`` to serve.
 
-        Example:
+        Examples:
             >>> import datetime as dt
             >>> from rl_lustre.testing import FakeGCP
             >>> t = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -247,7 +247,7 @@ class FakeGCP:
     def request_counts(self, prefix: str = "") -> Counter[str]:
         """Requests per method (those starting with ``prefix``).
 
-        Example:
+        Examples:
             >>> from rl_lustre.testing import FakeGCP
             >>> with FakeGCP() as gcp:
             ...     gcp.request_counts("lustre.")
@@ -298,7 +298,7 @@ class FakeGCP:
     def leaked(self, deployment: str | None = None) -> list[str]:
         """``"<kind> <name>"`` of every resource carrying our labels (of ``deployment``, if given).
 
-        Example:
+        Examples:
             >>> from rl_lustre.testing import FakeGCP
             >>> with FakeGCP() as gcp:
             ...     gcp.leaked()
@@ -330,7 +330,7 @@ class FakeGCP:
         With ``deployment`` the resources carry that deployment's labels; otherwise
         they are a user's own.
 
-        Example:
+        Examples:
             >>> from rl_lustre.testing import FakeGCP
             >>> with FakeGCP() as gcp:
             ...     gcp.seed_network("p", "user-net")

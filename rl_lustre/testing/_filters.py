@@ -29,7 +29,7 @@ _AIP_TERM = re.compile(r"""\(\s*([A-Za-z][A-Za-z0-9_.]*)\s*(=|!=)\s*(?:"([^"]*)"
 def label_filter(expr: str) -> Callable[[Mapping[str, str]], bool]:
     """A predicate on a resource's labels for an AIP-160 filter of ``labels.KEY = "VALUE"`` terms.
 
-    Example:
+    Examples:
         >>> ours = label_filter('labels.managed-by = "rl-lustre" AND labels.rl-lustre-deployment = "demo"')
         >>> ours({"managed-by": "rl-lustre", "rl-lustre-deployment": "demo"}), ours({"managed-by": "rl-lustre"})
         (True, False)
@@ -59,7 +59,7 @@ def _field(resource: Mapping[str, Any], path: str) -> Any:
 def compute_filter(expr: str) -> Callable[[Mapping[str, Any]], bool]:
     """A predicate on a Compute resource (JSON) for a ``filter`` query parameter.
 
-    Example:
+    Examples:
         >>> ours = compute_filter('description eq ".*managed-by=rl-lustre.*"')
         >>> ours({"description": "x [managed-by=rl-lustre]"}), ours({"description": "by hand"}), ours({})
         (True, False, False)
@@ -109,7 +109,7 @@ def monitoring_filter(expr: str) -> Callable[[str, Mapping[str, str], Mapping[st
     ``metric.labels.K = "V"`` terms joined by ``AND``; ``metric.type`` is required, as on
     the real API.
 
-    Example:
+    Examples:
         >>> f = monitoring_filter('metric.type = "a/b" AND resource.labels.zone = "z"')
         >>> f("a/b", {"zone": "z"}, {}), f("a/b", {"zone": "y"}, {}), f("a/c", {"zone": "z"}, {})
         (True, False, False)

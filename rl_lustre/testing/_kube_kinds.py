@@ -88,7 +88,7 @@ def pod_merge_keys(prefix: str) -> dict[str, str]:
     """Strategic-merge keys of a PodSpec's lists, for a PodSpec at ``prefix``
     (``spec`` in a Pod, ``spec.template.spec`` in a DaemonSet or Job).
 
-    Example:
+    Examples:
         >>> pod_merge_keys("spec")["spec.containers.env"]
         'name'
     """
@@ -111,7 +111,7 @@ def register_kind(info: KindInfo) -> KindInfo:
     """Serve a kind (or change how one is served): routing, discovery, selectors,
     status subresource and patches follow from ``info``. Returns ``info``.
 
-    Example:
+    Examples:
         >>> register_kind(KindInfo("ConfigMap", "v1", "configmaps", namespaced=True,
         ...                        short_names=("cm",))).resource
         'configmaps'

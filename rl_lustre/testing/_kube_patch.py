@@ -30,7 +30,7 @@ KEEP_EMPTY_STRINGS = {
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch.
 
-    Example:
+    Examples:
         >>> merge_patch({"a": 1, "b": [1, 2]}, {"a": None, "b": [3]})
         {'b': [3]}
     """
@@ -53,7 +53,7 @@ def strategic_merge(target: Any, patch: Any, merge_keys: Mapping[str, str], merg
     element on that key; lists of scalars in ``merged_lists`` are merged as sets; other
     lists are replaced. Returns None when the patch deletes the whole map.
 
-    Example:
+    Examples:
         >>> keys = {"spec.containers": "name"}
         >>> strategic_merge({"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b"}]}},
         ...                 {"spec": {"containers": [{"name": "a", "image": "y"}]}}, keys)
@@ -149,7 +149,7 @@ def omit_empty(obj: Any, kind: str, path: str = "") -> Any:
     without it). Values inside maps (labels, annotations, data) are kept; ``status`` is
     the controllers' and left alone.
 
-    Example:
+    Examples:
         >>> omit_empty({"spec": {"storageClassName": "", "capacity": {"storage": "1Ti"}},
         ...             "metadata": {"labels": {"empty": ""}}}, "PersistentVolume")
         {'spec': {'capacity': {'storage': '1Ti'}}, 'metadata': {'labels': {'empty': ''}}}

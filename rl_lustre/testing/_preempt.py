@@ -80,7 +80,7 @@ def preempt(cluster: Cluster, nodes: int = 1, back_after: float | None = 5.0) ->
 
     Returns at once; the replacements come in the background.
 
-    Example:
+    Examples:
         >>> with Cluster.local("demo", num_nodes=2, worker_nodes=2) as cluster:  # doctest: +SKIP
         ...     run = cluster.submit(job)
         ...     gone = preempt(cluster, nodes=1, back_after=5)

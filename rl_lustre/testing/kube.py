@@ -35,7 +35,7 @@ unchanged against it:
   or as kubectl's tunnelled ``SPDY/3.1+portforward.k8s.io``, connects to a real local
   TCP target: :attr:`KubeFake.head_target` for the head's dashboard port 8265.
 
-Example:
+Examples:
     >>> from rl_lustre.testing.kube import KubeFake
     >>> with KubeFake() as fake:                                # doctest: +SKIP
     ...     api = fake.api_client()
@@ -130,7 +130,7 @@ def schema_validator(crd_path: str | os.PathLike[str] | None = None, *, kubernet
     ``networking.gke.io/v1`` objects go through the schemas shipped in
     ``rl_lustre/kube/crds`` (:func:`rl_lustre.kube.schema.validate_networking`).
 
-    Example:
+    Examples:
         >>> check = schema_validator()
         >>> check({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "type": "Opaque"})
         >>> check({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "tpye": "Opaque"})
@@ -182,7 +182,7 @@ def _crd_validator(crd_path: str | None) -> Any:
 class KubeFake:
     """A TLS Kubernetes API server with simulated KubeRay, for tests.
 
-    Example:
+    Examples:
         >>> from rl_lustre.kube.client import ResourceClient
         >>> with KubeFake() as fake:                                  # doctest: +SKIP
         ...     secrets = ResourceClient(fake.api_client(), "Secret", "default")
@@ -450,7 +450,7 @@ class KubeFake:
         Spot capacity) for ``back_after`` seconds (None: for ever), then land on new
         nodes. Returns at once; :meth:`Preemption.wait` waits for the replacements.
 
-        Example:
+        Examples:
             >>> gone = fake.preempt("rl-e2e", nodes=1, back_after=3)  # doctest: +SKIP
             >>> gone.wait(timeout=60)  # doctest: +SKIP
             ['rl-e2e-gpu-workers-worker-x7k2p']
@@ -551,7 +551,7 @@ class KubeFake:
         plane does: connections are refused, open connections (watches, port-forwards,
         idle keep-alive ones) are dropped. Returns at once; objects are kept.
 
-        Example:
+        Examples:
             >>> fake.outage(5.0)   # doctest: +SKIP
         """
         from aiohttp import web
