@@ -246,7 +246,7 @@ def test_keep_leaves_the_head_up_and_ctrl_c_in_a_process_that_adopted_it_stops_e
         stderr=subprocess.PIPE,
         text=True,
     )
-    watchdog = threading.Timer(180, proc.kill)  # a hung script must not hang the suite
+    watchdog = threading.Timer(300, proc.kill)  # a hung script must not hang the suite
     watchdog.start()
     adopted = ""
     try:
@@ -270,7 +270,7 @@ def test_keep_leaves_the_head_up_and_ctrl_c_in_a_process_that_adopted_it_stops_e
         assert all(os.getsid(pid) != os.getsid(head.pid) for pid in drivers)
 
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=90)
+        stdout, stderr = proc.communicate(timeout=240)  # stopping the supervised job, then the head
     finally:
         watchdog.cancel()
         if proc.poll() is None:
