@@ -266,7 +266,14 @@ class JobsClient:
                 deadline = time.monotonic() + 10.0
                 while not self._must_info(submission_id).terminal and time.monotonic() < deadline:
                     time.sleep(0.2)
-            self.delete(submission_id)
+            # A job deleted just as it ends can come back: its supervisor actor, exiting, records
+            # the job again as FAILED ("Job supervisor actor died"). Delete until it stays gone.
+            deadline = time.monotonic() + 10.0
+            while True:
+                self.delete(submission_id)
+                time.sleep(0.5)
+                if self.info(submission_id) is None or time.monotonic() >= deadline:
+                    break
         except RLLustreError as exc:
             logger.warning("helper job %s stays in the job list: %s", submission_id, exc)
 
