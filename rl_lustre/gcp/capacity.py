@@ -64,24 +64,21 @@ class Capacity:
 
     def offers_machine_type(self, project: str, zone: str, machine_type: str) -> bool:
         """Whether ``zone`` offers ``machine_type`` (``machineTypes.get``; 404 means no)."""
-        from google.cloud import compute_v1
-
-        client = _clients.compute(compute_v1.MachineTypesClient)
-        try:
-            call(Call(COMPUTE_VIEW, "get", f"machine type {machine_type} in {zone}"),
-                 client.get, project=project, zone=zone, machine_type=machine_type, policy=self._retry)
-        except NotFoundError:
-            return False
-        return True
+        return self._exists("MachineTypesClient", f"machine type {machine_type} in {zone}",
+                            project=project, zone=zone, machine_type=machine_type)
 
     def offers_accelerator(self, project: str, zone: str, accelerator: str) -> bool:
         """Whether ``zone`` offers the GPU type ``accelerator`` (``acceleratorTypes.get``)."""
+        return self._exists("AcceleratorTypesClient", f"accelerator type {accelerator} in {zone}",
+                            project=project, zone=zone, accelerator_type=accelerator)
+
+    def _exists(self, client_name: str, what: str, **request: str) -> bool:
+        """One Compute ``get``: True when it answers, False on 404."""
         from google.cloud import compute_v1
 
-        client = _clients.compute(compute_v1.AcceleratorTypesClient)
+        client = _clients.compute(getattr(compute_v1, client_name))
         try:
-            call(Call(COMPUTE_VIEW, "get", f"accelerator type {accelerator} in {zone}"),
-                 client.get, project=project, zone=zone, accelerator_type=accelerator, policy=self._retry)
+            call(Call(COMPUTE_VIEW, "get", what), client.get, policy=self._retry, **request)
         except NotFoundError:
             return False
         return True
