@@ -12,6 +12,7 @@ value, the head inherits only those named in ``cluster.secrets``. They never ent
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 from pathlib import Path
@@ -103,8 +104,12 @@ class LocalBackend(submission.JobsBackend):
         want = self.cluster.worker_nodes if count is None else count
         started = []
         assert self.cluster.gpus_per_node is not None
-        for _ in range(want - len(live_workers(head))):
-            started.append(start_local_worker(head, num_gpus=self.cluster.gpus_per_node, env=self._head_env()))
+        # One counter at a time (a preemption's replacements start from a thread): two
+        # callers that both saw a node missing would otherwise both start one.
+        with open(head.temp_dir / "workers.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for _ in range(want - len(live_workers(head))):
+                started.append(start_local_worker(head, num_gpus=self.cluster.gpus_per_node, env=self._head_env()))
         return started
 
     def workers(self) -> list[LocalWorker]:

@@ -1,7 +1,7 @@
-"""Worker nodes of a local Ray head: more raylets on this machine, ``ray start --address=...``.
+"""Worker nodes of a local Ray head: more raylets on this machine, on loopback only.
 
-Each worker node is one ``ray start --address=<head GCS> --block`` in a process group
-of its own, declaring the GPUs a GPU node of the cluster has (Ray counts them as
+Each worker node is one process (``_worker_node.py``, which does what
+``ray start --address=<head GCS> --block`` does, on 127.0.0.1) in a process group of its own, declaring the GPUs a GPU node of the cluster has (Ray counts them as
 resources; nothing runs on a GPU). Killing that process group takes the raylet and
 every worker process it started away at once, the way a Spot VM that vanishes does:
 Ray's GCS sees the node's health checks fail, declares it dead, and every actor on it
@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,8 +34,10 @@ from .head import (
     _free_port_range,
     _free_ports,
     _indent,
-    _ray_cli,
+    _proc_pids,
+    _read_proc,
     _running,
+    _signal,
     node_env,
 )
 
@@ -52,9 +55,9 @@ class LocalWorker:
 
     Attributes:
         name: ``worker-<n>``, unique within the head.
-        pid: the ``ray start`` process, leader of the node's own process group.
+        pid: the node's launcher process, leader of the node's own process group.
         num_gpus: the GPUs the node declares.
-        log: where ``ray start`` writes its output.
+        log: where the node's launcher writes its output.
     """
 
     name: str
@@ -67,24 +70,30 @@ class LocalWorker:
         return f"LocalWorker({self.name!r}, pid={self.pid}, num_gpus={self.num_gpus})"
 
     def alive(self) -> bool:
-        """Whether the node's ``ray start`` still runs."""
+        """Whether the node's launcher still runs."""
         if self._process is not None:
             return self._process.poll() is None
         return _running(self.pid)
 
     def kill(self) -> None:
-        """SIGKILL the node's whole process group: raylet, agents and workers, at once.
+        """SIGKILL every process of the node at once: launcher, raylet, agents and workers.
+
+        Ray starts each worker process (and so each actor) in a process group of its own,
+        inside the node's session; a vanishing VM takes them all at the same moment, so
+        the whole session goes, not only the launcher's group.
 
         Examples:
             >>> worker.kill()  # doctest: +SKIP
         """
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
+        for pid in _session_pids(self.pid):
+            _signal(pid, signal.SIGKILL)
         if self._process is not None:
             self._process.wait()
 
     def stop(self, grace: float = 5.0) -> None:
-        """SIGTERM the node's ``ray start`` (it stops the raylet in order), SIGKILL after ``grace``."""
+        """SIGTERM the node's launcher (it stops the raylet and agents), SIGKILL after ``grace``."""
         if not self.alive():
             return
         with contextlib.suppress(ProcessLookupError):
@@ -131,30 +140,27 @@ def start_local_worker(
     known = _read_state(temp_dir)
     number = 1 + max((int(n.rsplit("-", 1)[1]) for n in known), default=0)
     name = f"worker-{number}"
-    ports = _free_ports(7)
+    ports = _free_ports(6)
     worker_lo = _free_port_range(_WORKER_PORTS, exclude=ports)
-    command = [
-        *_ray_cli(), "start", "--block",
-        "--address", head.gcs_address,
-        "--node-ip-address", "127.0.0.1",
-        "--node-manager-port", str(ports[0]),
-        "--object-manager-port", str(ports[1]),
-        "--dashboard-agent-listen-port", str(ports[2]),
-        "--dashboard-agent-grpc-port", str(ports[3]),
-        "--runtime-env-agent-port", str(ports[4]),
-        "--metrics-export-port", str(ports[5]),
-        "--min-worker-port", str(worker_lo),
-        "--max-worker-port", str(worker_lo + _WORKER_PORTS - 1),
-        "--num-cpus", str(num_cpus),
-        "--num-gpus", str(num_gpus),
-        "--object-store-memory", str(80 * 1024 * 1024),
-        "--disable-usage-stats",
-        "--log-style", "record",
-    ]  # fmt: skip
+    spec = {
+        "gcs_address": head.gcs_address,
+        "node_name": name,
+        "node_manager_port": ports[0],
+        "object_manager_port": ports[1],
+        "dashboard_agent_listen_port": ports[2],
+        "metrics_agent_port": ports[3],
+        "runtime_env_agent_port": ports[4],
+        "metrics_export_port": ports[5],
+        "min_worker_port": worker_lo,
+        "max_worker_port": worker_lo + _WORKER_PORTS - 1,
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "object_store_memory": 80 * 1024 * 1024,
+    }
+    # Not `ray start --address`: it cannot join a loopback-only head (see _worker_node.py).
+    command = [sys.executable, str(Path(__file__).with_name("_worker_node.py")), json.dumps(spec)]
     log_path = temp_dir / f"{name}.log"
     worker_env = node_env(temp_dir, env, head.auth_mode)
-    # The head sets it to 0 to stay on loopback; a worker node refuses to start with it.
-    worker_env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             command,
@@ -176,7 +182,7 @@ def start_local_worker(
                     + _indent(worker.output_tail())
                 )
             if time.monotonic() >= deadline:
-                raise WaitTimeoutError(f"the local Ray worker node {name}", timeout, "ray start has not finished")
+                raise WaitTimeoutError(f"the local Ray worker node {name}", timeout, "the node has not started")
             time.sleep(0.1)
     except BaseException:
         worker.kill()
@@ -214,3 +220,17 @@ def _write_state(temp_dir: Path, state: Mapping[str, Mapping[str, int]]) -> None
     tmp = temp_dir / f"{_STATE_FILE}.tmp"
     tmp.write_text(json.dumps(dict(state)))
     os.replace(tmp, temp_dir / _STATE_FILE)
+
+
+def _session_pids(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (Linux ``/proc``; elsewhere none)."""
+    if not Path("/proc").is_dir():
+        return []
+    found = []
+    for pid in _proc_pids():
+        stat = _read_proc(pid, "stat")
+        # After the command name: state, ppid, pgrp, session.
+        fields = stat.rsplit(b")", 1)[-1].split() if stat else []
+        if len(fields) > 3 and fields[3] == str(sid).encode():
+            found.append(pid)
+    return found

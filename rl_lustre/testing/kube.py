@@ -474,6 +474,8 @@ class KubeFake:
             self._controllers.preempt(victims, back_after)
             return copy.deepcopy(victims)
 
+        # The pods there before (the fake operator may create a replacement at once).
+        before = set(self._on_loop(lambda: [p["metadata"]["name"] for p in self._store.find("Pod", namespace)]))
         victims = self._on_loop(choose)
         names = [p["metadata"]["name"] for p in victims]
         logger.info("preempted the Spot nodes of %s", names)
@@ -492,7 +494,6 @@ class KubeFake:
                     time.sleep(0.1)
                 raise TimeoutError(f"the replacements of {names} were not Ready after 300 s")
 
-            before = set(self._on_loop(lambda: [p["metadata"]["name"] for p in self._store.find("Pod", namespace)]))
             preemption._bring_back(replacements)
         return preemption
 
