@@ -7,19 +7,25 @@ small whatever the window:
 =========================  ==============================================  ======================
 series                     metric type, filter                             aggregation
 =========================  ==============================================  ======================
-Lustre read / write MB/s   ``lustre.googleapis.com/instance/read_bytes_count``  ALIGN_RATE, REDUCE_SUM
-                           / ``.../write_bytes_count``, on the instance's
-                           ``instance_id`` and ``location`` (its zone)
+Lustre read / write MB/s   ``lustre.googleapis.com/instance/read_bytes_total``  ALIGN_RATE, REDUCE_SUM
+                           / ``.../write_bytes_total`` (DELTA, bytes, one  (bytes/s over every
+                           series per storage target) on the monitored     storage target)
+                           resource ``lustre.googleapis.com/Instance`` with
+                           the instance's ``instance_id`` and ``location``
 GPU utilisation %          ``kubernetes.io/container/accelerator/duty_cycle``  ALIGN_MEAN, REDUCE_MEAN
-                           on the GKE cluster's ``cluster_name``,          grouped by pod (one
-                           ``location`` and the RayCluster's namespace     Ray worker per node)
+                           (GAUGE, 1-100) on ``k8s_container`` with the    grouped by pod (one
+                           GKE cluster's ``cluster_name``, ``location``    Ray worker per node)
+                           and the RayCluster's namespace
 =========================  ==============================================  ======================
 
-Sources: https://cloud.google.com/managed-lustre/docs/monitoring and
+Sources: Google Cloud's metrics list, https://cloud.google.com/monitoring/api/metrics_gcp
+(the ``lustre`` table: ``instance/read_bytes_total`` and ``instance/write_bytes_total``,
+"Data read bytes" / "Data write bytes", BETA, sampled every 60 s, visible after up to
+120 s; labels ``component``, ``operation``, ``target``), the monitored-resource list,
+https://cloud.google.com/monitoring/api/resources (``lustre.googleapis.com/Instance``:
+``resource_container``, ``location``, ``instance_id``), and
 https://cloud.google.com/monitoring/api/metrics_kubernetes (GKE system metrics). The
-Lustre metric names could not be re-checked against the live page when this was written;
-they are module constants, read at each call, so a corrected name is one assignment
-(``rl_lustre.metrics.LUSTRE_WRITE_BYTES = "..."``).
+types are module constants, read at each call.
 
 Use :meth:`LustreVolume.metrics <rl_lustre.LustreVolume.metrics>`,
 :meth:`Cluster.metrics <rl_lustre.Cluster.metrics>` or, for the window a run ran in,
@@ -43,9 +49,11 @@ if TYPE_CHECKING:
 
 __all__ = ["GPU_DUTY_CYCLE", "LUSTRE_READ_BYTES", "LUSTRE_WRITE_BYTES", "ClusterMetrics", "Series", "VolumeMetrics"]
 
-LUSTRE_READ_BYTES = "lustre.googleapis.com/instance/read_bytes_count"
-LUSTRE_WRITE_BYTES = "lustre.googleapis.com/instance/write_bytes_count"
+LUSTRE_READ_BYTES = "lustre.googleapis.com/instance/read_bytes_total"
+LUSTRE_WRITE_BYTES = "lustre.googleapis.com/instance/write_bytes_total"
+LUSTRE_RESOURCE = "lustre.googleapis.com/Instance"
 GPU_DUTY_CYCLE = "kubernetes.io/container/accelerator/duty_cycle"
+GPU_RESOURCE = "k8s_container"
 DEFAULT_WINDOW = 3600.0
 
 When = datetime.datetime | float | int
@@ -168,8 +176,8 @@ def _quoted(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _filter(metric_type: str, **resource_labels: str) -> str:
-    terms = [f"metric.type = {_quoted(metric_type)}"]
+def _filter(metric_type: str, resource_type: str, **resource_labels: str) -> str:
+    terms = [f"metric.type = {_quoted(metric_type)}", f"resource.type = {_quoted(resource_type)}"]
     terms += [f"resource.labels.{k} = {_quoted(v)}" for k, v in resource_labels.items()]
     return " AND ".join(terms)
 
@@ -207,7 +215,7 @@ def volume_metrics(volume: LustreVolume, *, start: When | None = None, end: When
     api = _monitoring(monitoring)
     out = {}
     for key, metric in (("read", LUSTRE_READ_BYTES), ("write", LUSTRE_WRITE_BYTES)):
-        found = api.time_series(volume.project, _filter(metric, instance_id=volume.name, location=volume.zone),
+        found = api.time_series(volume.project, _filter(metric, LUSTRE_RESOURCE, instance_id=volume.name, location=volume.zone),
                                 start=t0, end=t1, step=step, aligner="ALIGN_RATE", reducer="REDUCE_SUM")
         out[key] = _one(found, f"Lustre {key}", "MB/s", scale=1e-6)
     return VolumeMetrics(out["read"], out["write"], t0, t1, step)
@@ -233,7 +241,7 @@ def cluster_metrics(cluster: Cluster, *, start: When | None = None, end: When | 
     pod = "resource.labels.pod_name"
     found = api.time_series(
         cluster.project,
-        _filter(GPU_DUTY_CYCLE, cluster_name=cluster.name, location=cluster.region, namespace_name=cluster.namespace),
+        _filter(GPU_DUTY_CYCLE, GPU_RESOURCE, cluster_name=cluster.name, location=cluster.region, namespace_name=cluster.namespace),
         start=t0, end=t1, step=step, aligner="ALIGN_MEAN", reducer="REDUCE_MEAN", group_by=[pod])
     by_pod = {s.labels.get(pod, "?"): Series(f"GPU utilisation {s.labels.get(pod, '?')}", "%", s.points)
               for s in found}

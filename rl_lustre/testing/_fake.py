@@ -135,7 +135,7 @@ class FakeGCP:
             ...                         resource_type="k8s_container", resource_labels={"pod_name": "w-0"})
 
         Args:
-            metric_type: the metric (``"lustre.googleapis.com/instance/write_bytes_count"``).
+            metric_type: the metric (``"lustre.googleapis.com/instance/write_bytes_total"``).
             points: ``(time, value)`` pairs; for a DELTA metric, each value counts since the previous point.
             kind: ``"GAUGE"``, ``"DELTA"`` or ``"CUMULATIVE"``, as the metric's descriptor says.
             resource_type: the monitored resource type (``"k8s_container"``).

@@ -100,18 +100,19 @@ def compute_filter(expr: str) -> Callable[[Mapping[str, Any]], bool]:
     return all_terms
 
 
-_MONITORING_TERM = re.compile(r'(metric\.type|(?:resource|metric)\.labels\.[a-z][a-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_MONITORING_TERM = re.compile(
+    r'(metric\.type|resource\.type|(?:resource|metric)\.labels\.[a-z][a-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
-def monitoring_filter(expr: str) -> Callable[[str, Mapping[str, str], Mapping[str, str]], bool]:
-    """A predicate ``(metric_type, resource_labels, metric_labels) -> bool`` for a Cloud
-    Monitoring filter of ``metric.type = "..."`` and ``resource.labels.K = "V"`` /
-    ``metric.labels.K = "V"`` terms joined by ``AND``; ``metric.type`` is required, as on
-    the real API.
+def monitoring_filter(expr: str) -> Callable[[str, str, Mapping[str, str], Mapping[str, str]], bool]:
+    """A predicate ``(metric_type, resource_type, resource_labels, metric_labels) -> bool``
+    for a Cloud Monitoring filter of ``metric.type = "..."``, ``resource.type = "..."`` and
+    ``resource.labels.K = "V"`` / ``metric.labels.K = "V"`` terms joined by ``AND``;
+    ``metric.type`` is required, as on the real API.
 
     Examples:
-        >>> f = monitoring_filter('metric.type = "a/b" AND resource.labels.zone = "z"')
-        >>> f("a/b", {"zone": "z"}, {}), f("a/b", {"zone": "y"}, {}), f("a/c", {"zone": "z"}, {})
+        >>> f = monitoring_filter('metric.type = "a/b" AND resource.type = "r" AND resource.labels.zone = "z"')
+        >>> f("a/b", "r", {"zone": "z"}, {}), f("a/b", "r", {"zone": "y"}, {}), f("a/b", "q", {"zone": "z"}, {})
         (True, False, False)
     """
     terms: list[tuple[str, str]] = []
@@ -119,16 +120,19 @@ def monitoring_filter(expr: str) -> Callable[[str, Mapping[str, str], Mapping[st
         m = _MONITORING_TERM.fullmatch(part.strip())
         if m is None:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"invalid filter {expr!r}: the fake understands metric.type / resource.labels.K / "
+                            f"invalid filter {expr!r}: the fake understands metric.type / resource.type / "
+                            "resource.labels.K / "
                             "metric.labels.K = \"VALUE\" terms joined by AND")
         terms.append((m[1], re.sub(r"\\(.)", r"\1", m[2])))
     if not any(field == "metric.type" for field, _ in terms):
         raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"filter {expr!r} must name a metric.type")
 
-    def matches(metric_type: str, resource: Mapping[str, str], metric: Mapping[str, str]) -> bool:
+    def matches(metric_type: str, resource_type: str, resource: Mapping[str, str], metric: Mapping[str, str]) -> bool:
         for field, want in terms:
             if field == "metric.type":
                 have: str | None = metric_type
+            elif field == "resource.type":
+                have = resource_type
             elif field.startswith("resource.labels."):
                 have = resource.get(field.removeprefix("resource.labels."))
             else:

@@ -85,8 +85,8 @@ class MonitoringFake:
         if reducer != Reducer.REDUCE_NONE and aligner == Aligner.ALIGN_NONE:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, "a cross_series_reducer needs a per_series_aligner")
 
-        picked = [s for s in self.series if s.resource_labels.get("project_id", project) == project
-                  and matches(s.metric_type, s.resource_labels, s.metric_labels)]
+        picked = [s for s in self.series if s.resource_labels.get("project_id", s.resource_labels.get("resource_container", project)) == project
+                  and matches(s.metric_type, s.resource_type, s.resource_labels, s.metric_labels)]
         aligned = [(s, self._align(s, aligner, start, end, period)) for s in picked]
         out: list[monitoring_v3.TimeSeries] = []
         if reducer == Reducer.REDUCE_NONE:
