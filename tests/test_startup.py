@@ -177,6 +177,60 @@ def test_the_job_env_puts_every_nemo_rl_cache_on_the_volume() -> None:
     assert env_of_job["HF_HOME"] == caches["HF_HOME"]
 
 
+
+def _nemo_rl_vllm_seed(node_idx: int, local_bundle_indices: list[int]) -> int:
+    # NVIDIA-NeMo/RL v0.4.0, nemo_rl/models/generation/vllm/vllm_worker.py, configure_worker.
+    if len(local_bundle_indices) == 1:
+        return node_idx * 1024 + local_bundle_indices[0]
+    return node_idx * 1024 + local_bundle_indices[0] // len(local_bundle_indices)
+
+
+def test_every_vllm_worker_compile_cache_nemo_rl_picks_lands_on_the_volume(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from rl_lustre.kube.manifests import build_manifests
+
+    volume = tmp_path / "lustre"
+    c = cluster(num_nodes=2, mount_path=str(volume))
+    [rc] = [m for m in build_manifests(c) if m["kind"] == "RayCluster"]
+    [worker] = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"]
+    hook = worker["lifecycle"]["postStart"]["exec"]["command"]
+    home = tmp_path / "home"
+    (home / ".cache" / "uv").mkdir(parents=True)  # the image's own files stay where they are
+    # The container starts: the kubelet runs the hook in it (twice: a restarted container).
+    for _ in range(2):
+        done = subprocess.run(hook, env={"HOME": str(home), "PATH": os.environ["PATH"]}, capture_output=True, text=True)
+        assert (done.returncode, done.stderr) == (0, "")
+    assert (home / ".cache" / "uv").is_dir() and not (home / ".cache" / "uv").is_symlink()
+
+    # NeMo-RL's vLLM workers, for every tensor-parallel size that fits a node, on both nodes.
+    monkeypatch.setenv("HOME", str(home))
+    seen = set()
+    for tp in (1, 2, 4, 8):
+        for node_idx in range(2):
+            for first in range(0, 8, tp):
+                seed = _nemo_rl_vllm_seed(node_idx, list(range(first, first + tp)))
+                root = os.path.expanduser(f"~/.cache/vllm_{seed}")
+                os.makedirs(root, exist_ok=True)  # what vLLM does with VLLM_CACHE_ROOT
+                (Path(root) / f"graph-tp{tp}").write_text("compiled")
+                assert Path(root).resolve() == (volume / "cache" / "vllm" / f"vllm_{seed}").resolve()
+                seen.add(seed)
+    assert len(seen) == 16
+    assert (volume / "cache" / "vllm" / "vllm_1025" / "graph-tp1").read_text() == "compiled"
+    # The cache root the job's environment names for vLLM is the same directory.
+    assert GRPOJob(name="r").runtime_env(c)["env_vars"]["VLLM_CACHE_ROOT"] == str(volume / "cache" / "vllm")
+
+
+def test_a_vllm_cache_that_cannot_be_linked_never_fails_the_worker_pod(tmp_path: Path) -> None:
+    from rl_lustre.nemo_rl.caches import vllm_seed_links
+
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    done = subprocess.run(["/bin/sh", "-c", vllm_seed_links(str(blocked), 1, 8)],
+                          env={"HOME": str(tmp_path / "home"), "PATH": os.environ["PATH"]})
+    assert done.returncode == 0
+    assert not list((tmp_path / "home" / ".cache").glob("vllm_*"))
+
+
 # The prefetch program, run the way the Job runs it.
 
 FAKE_HUB = '''

@@ -404,6 +404,7 @@ def _head_group(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
 
 
 def _worker_group(cluster: Cluster, labels: dict[str, str]) -> tuple[dict[str, Any], bool]:
+    from ..nemo_rl.caches import vllm_seed_links
     from .fabric import fabric_worker_pod
 
     pod: dict[str, Any] = {
@@ -415,6 +416,9 @@ def _worker_group(cluster: Cluster, labels: dict[str, str]) -> tuple[dict[str, A
             "env": _env(cluster),
             "resources": _worker_resources(cluster),
             "volumeMounts": _volume_mounts(cluster),
+            # vLLM's per-worker compile caches onto the volume (see nemo_rl.caches).
+            "lifecycle": {"postStart": {"exec": {"command": [
+                "/bin/sh", "-c", vllm_seed_links(cluster.mount_path, cluster.num_nodes, cluster.gpus_per_node or 0)]}}},
         }],
         "volumes": _volumes(cluster),
     }

@@ -27,10 +27,14 @@ said otherwise):
 ``TRITON_CACHE_DIR``           compiled Triton kernels; Triton's default is ``~/.triton/cache``.
 ``VLLM_CACHE_ROOT``            vLLM's ``torch.compile`` cache (vLLM points Inductor and Triton into
                                it for its own graphs). NeMo-RL v0.4.0 replaces it for every vLLM
-                               data-parallel group with ``~/.cache/vllm_<seed>``
+                               data-parallel group with ``~/.cache/vllm_<seed>``, where
+                               ``seed = node_idx * 1024 + k`` and ``k < gpus_per_node``
                                (``nemo_rl/models/generation/vllm/vllm_worker.py``,
-                               ``configure_worker``), so for the generation workers it stays in the
-                               pod's home: the one compile cache this cannot move.
+                               ``configure_worker``). So each GPU worker pod links
+                               ``~/.cache/vllm_<seed>`` for every seed this cluster can give to
+                               ``<VLLM_CACHE_ROOT>/vllm_<seed>`` on the volume when it starts
+                               (:func:`vllm_seed_links`, a ``postStart`` hook): the pod's home,
+                               which holds the image's own files, is left as it is.
 =============================  ====================================================================
 
 Not caches to move: NeMo-RL's per-actor virtualenvs are built into the image
@@ -42,8 +46,9 @@ Not caches to move: NeMo-RL's per-actor virtualenvs are built into the image
 from __future__ import annotations
 
 import posixpath
+import shlex
 
-__all__ = ["CACHE_DIR", "HF_HOME_DIR", "nemo_rl_cache_env"]
+__all__ = ["CACHE_DIR", "HF_HOME_DIR", "nemo_rl_cache_env", "vllm_seed_links", "vllm_seeds"]
 
 # Under the mount path.
 HF_HOME_DIR = "huggingface_cache"
@@ -79,3 +84,42 @@ def nemo_rl_cache_env(mount_path: str, hf_home: str | None = None) -> dict[str, 
         "TRITON_CACHE_DIR": posixpath.join(compiled, "triton"),
         "VLLM_CACHE_ROOT": posixpath.join(compiled, "vllm"),
     }
+
+
+# nemo_rl/models/generation/vllm/vllm_worker.py (v0.4.0), configure_worker: the seed of a
+# vLLM worker group is node_idx * 1024 + (its first local bundle index // its size).
+_SEED_NODE_STRIDE = 1024
+
+
+def vllm_seeds(num_nodes: int, gpus_per_node: int) -> list[int]:
+    """Every seed NeMo-RL v0.4.0 can give a vLLM worker group on ``num_nodes`` x ``gpus_per_node``.
+
+    Examples:
+        >>> vllm_seeds(2, 2)
+        [0, 1, 1024, 1025]
+    """
+    return [n * _SEED_NODE_STRIDE + k for n in range(num_nodes) for k in range(gpus_per_node)]
+
+
+def vllm_seed_links(mount_path: str, num_nodes: int, gpus_per_node: int) -> str:
+    """A POSIX shell script that links ``~/.cache/vllm_<seed>`` to the volume, for every seed.
+
+    Run in each GPU worker container as it starts: NeMo-RL then sets
+    ``VLLM_CACHE_ROOT=~/.cache/vllm_<seed>`` for its vLLM workers, and their compile cache
+    lands in ``<VLLM_CACHE_ROOT of nemo_rl_cache_env>/vllm_<seed>`` on the volume, where
+    the next run and a restarted node find it. An existing entry is left alone, and the
+    script always succeeds (a cache that cannot be linked is only recomputed).
+
+    Examples:
+        >>> print(vllm_seed_links("/lustre", 1, 2))  # doctest: +NORMALIZE_WHITESPACE
+        base=/lustre/cache/vllm; mkdir -p "$HOME/.cache" 2>/dev/null; for s in 0 1; do
+        mkdir -p "$base/vllm_$s" 2>/dev/null && { [ -e "$HOME/.cache/vllm_$s" ] ||
+        ln -s "$base/vllm_$s" "$HOME/.cache/vllm_$s"; } 2>/dev/null; done; exit 0
+    """
+    base = nemo_rl_cache_env(mount_path)["VLLM_CACHE_ROOT"]
+    seeds = " ".join(str(s) for s in vllm_seeds(num_nodes, gpus_per_node))
+    return (
+        f'base={shlex.quote(base)}; mkdir -p "$HOME/.cache" 2>/dev/null; for s in {seeds}; do\n'
+        'mkdir -p "$base/vllm_$s" 2>/dev/null && { [ -e "$HOME/.cache/vllm_$s" ] ||\n'
+        'ln -s "$base/vllm_$s" "$HOME/.cache/vllm_$s"; } 2>/dev/null; done; exit 0'
+    )
