@@ -1,6 +1,9 @@
-"""Developer sessions. ``nox -l`` lists them; ``nox -s tests`` is what CI runs.
+"""Developer sessions. ``nox -l`` lists them; CI runs ``nox -s tests-slow`` and ``nox -s tests``.
 
-- tests:     the default test run (unit, doctests, local Ray head, protocol fakes).
+- tests:      the default test run (unit, doctests, local Ray head, protocol fakes), about
+              5 minutes on 2 cores: every test but those marked ``slow``.
+- tests-slow: the tests marked ``slow`` (real Ray worker nodes preempted, whole GKE
+              deployments on the fakes, docs blocks that run jobs), about 8 minutes.
 - lint:      ruff check.
 - typecheck: mypy on the package.
 - docs:      mkdocs build --strict (broken links and missing pages fail).
@@ -27,9 +30,16 @@ def _install(session: nox.Session, *groups: str) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Run the test suite (pass extra pytest arguments after --)."""
+    """The default test run: every test not marked slow (pass extra pytest arguments after --)."""
     _install(session, "test")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", "-m", "not slow", *session.posargs)
+
+
+@nox.session(name="tests-slow", python=PYTHON)
+def tests_slow(session: nox.Session) -> None:
+    """The tests marked slow: multi-process scenarios of tens of seconds each."""
+    _install(session, "test")
+    session.run("pytest", "-m", "slow", *session.posargs)
 
 
 @nox.session(python=PYTHON)

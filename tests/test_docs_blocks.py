@@ -133,7 +133,13 @@ def test_gcp_blocks_compile(block: Block) -> None:
     compile(block.code, block.id, "exec")
 
 
-@pytest.mark.parametrize("block", RUNNABLE, ids=lambda b: b.id)
+def _starts_ray(block: Block) -> bool:
+    """A block that runs a job or a sweep on a local Ray head (tens of seconds each)."""
+    return "Cluster.local(" in block.code and any(w in block.code for w in (".submit(", "sweep(", "run_sweep"))
+
+
+@pytest.mark.parametrize(
+    "block", [pytest.param(b, id=b.id, marks=[pytest.mark.slow] if _starts_ray(b) else []) for b in RUNNABLE])
 def test_block_runs_as_pasted(block: Block, results: dict[str, Future[subprocess.CompletedProcess[str]]]) -> None:
     done = results[block.id].result()
     assert done.returncode == 0, (

@@ -42,6 +42,9 @@ from rl_lustre.nemo_rl.checkpoints import list_checkpoints
 from rl_lustre.run import Progress
 from rl_lustre.testing import FakeGCP, KubeFake, kube_schema_validator
 
+# Whole GKE deployments on the fakes with a real Ray head: the slow set (nox -s tests-slow).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "rl_lustre" / "nemo_rl" / "recipes" / "v0.4.0"
 FAST = Backoff(initial=0.005, maximum=0.05, multiplier=1.5)

@@ -204,6 +204,7 @@ _CTRL_C_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_keep_leaves_the_head_up_and_ctrl_c_in_a_process_that_adopted_it_stops_everything(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -21,6 +21,7 @@ JOB = GRPOJob(
 )
 
 
+@pytest.mark.slow
 def test_nothing_left_to_do_warns_at_submit_and_wait_and_fresh_trains_again(local_cluster: Cluster) -> None:
     checkpoint_dir = Path(JOB.checkpoint_dir(local_cluster))
     first = local_cluster.submit(JOB)

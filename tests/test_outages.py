@@ -51,6 +51,7 @@ def _submit(jobs: JobsClient) -> Run:
     return Run(jobs, job_id, outage_budget=FAST)
 
 
+@pytest.mark.slow
 def test_a_follow_resumes_without_duplicates_or_gaps(world, caplog: pytest.LogCaptureFixture) -> None:
     fake, jobs = world
     caplog.set_level(logging.INFO, logger="rl_lustre.outages")

@@ -84,6 +84,7 @@ def test_a_bad_path_is_refused_before_anything_is_drawn(tmp_path: Path) -> None:
         save(figure(DATA), tmp_path / "missing" / "run.png")
 
 
+@pytest.mark.slow
 def test_a_real_run_plotted_and_inspected_from_the_command_line(local_cluster: Cluster, tmp_path: Path) -> None:
     job = GRPOJob(name="plotted", recipe="grpo_math_1B", max_num_steps=4, save_period=2)
     run = local_cluster.submit(job)

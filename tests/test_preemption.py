@@ -31,6 +31,9 @@ from rl_lustre import Cluster, GRPOJob
 from rl_lustre.errors import JobFailedError
 from rl_lustre.testing import preempt
 
+# Real Ray worker nodes started, killed and replaced: the slow set (nox -s tests-slow).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 STEP = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
 JOB_ARGS: dict[str, Any] = {
@@ -196,8 +199,9 @@ def test_max_restarts_0_turns_recovery_off(cluster: Cluster) -> None:
     assert "recovery is off (max_restarts=0): not restarted" in run.logs()
 
 
-def test_capacity_that_never_returns_fails_the_run_after_the_timeout(cluster: Cluster) -> None:
-    job = attrs.evolve(JOB, name=f"pre-gone-{uuid.uuid4().hex[:6]}", capacity_timeout=2.0)
+def _stranded(job: GRPOJob, cluster: Cluster) -> None:
+    """Preempt a run of ``job`` (capacity_timeout=2) for good: it ends FAILED after the timeout."""
+    job = attrs.evolve(job, capacity_timeout=2.0)
     run = cluster.submit(job)
     _wait_done(job, cluster, 2)
     preempt(cluster, nodes=1, back_after=None)
@@ -208,6 +212,10 @@ def test_capacity_that_never_returns_fails_the_run_after_the_timeout(cluster: Cl
     assert restart.first_step is None
     assert restart.seconds_lost is None
     assert _attempts(run.logs()) == 1
+
+
+def test_capacity_that_never_returns_fails_the_run_after_the_timeout(cluster: Cluster) -> None:
+    _stranded(attrs.evolve(JOB, name=f"pre-gone-{uuid.uuid4().hex[:6]}"), cluster)
 
 
 def test_stopping_a_run_stops_supervisor_and_driver_and_nothing_reruns(cluster: Cluster) -> None:
@@ -408,12 +416,4 @@ def test_on_the_gke_fakes_a_preempted_spot_node_is_recovered_on_the_cluster(
             gone.wait(timeout=120)
 
             # Spot capacity that never comes back: FAILED once capacity_timeout has passed.
-            stranded = attrs.evolve(job, name="spot-stranded", capacity_timeout=2.0)
-            run = cluster.submit(stranded)
-            _wait_done(stranded, cluster, 2)
-            preempt(cluster, nodes=1, back_after=None)
-            with pytest.raises(JobFailedError) as failed:
-                run.wait(timeout=120)
-            assert "did not come back within capacity_timeout=2s: giving up" in "\n".join(failed.value.last_lines)
-            [restart] = run.restarts()
-            assert restart.first_step is None
+            _stranded(attrs.evolve(job, name="spot-stranded"), cluster)

@@ -377,6 +377,7 @@ SIGNAL_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_mid_up_rolls_back_to_nothing(sig: signal.Signals) -> None:
     # Both branches are still being created when the signal arrives. GKE refuses to delete

@@ -103,6 +103,7 @@ def test_a_failed_run_raises_with_its_last_log_lines(local_cluster: Cluster) -> 
     assert str(blocker) in "\n".join(err.value.last_lines)
 
 
+@pytest.mark.slow
 def test_a_stopped_run_resumes_from_its_newest_checkpoint_when_submitted_again(
     local_cluster: Cluster,
 ) -> None:

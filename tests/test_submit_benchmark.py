@@ -14,6 +14,7 @@ def result(local_cluster: Cluster) -> submit.Result:
     return submit.run(3, cluster=local_cluster)
 
 
+@pytest.mark.slow
 def test_both_ways_send_the_same_commands_and_envs(result: submit.Result, local_cluster: Cluster) -> None:
     assert result.jobs == 3
     assert len(result.sdk_ids) == len(result.raw_ids) == 3
