@@ -200,7 +200,8 @@ def test_every_vllm_worker_compile_cache_nemo_rl_picks_lands_on_the_volume(tmp_p
     for _ in range(2):
         done = subprocess.run(hook, env={"HOME": str(home), "PATH": os.environ["PATH"]}, capture_output=True, text=True)
         assert (done.returncode, done.stderr) == (0, "")
-    assert (home / ".cache" / "uv").is_dir() and not (home / ".cache" / "uv").is_symlink()
+    assert (home / ".cache" / "uv").is_dir()
+    assert not (home / ".cache" / "uv").is_symlink()
 
     # NeMo-RL's vLLM workers, for every tensor-parallel size that fits a node, on both nodes.
     monkeypatch.setenv("HOME", str(home))
