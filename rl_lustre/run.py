@@ -148,6 +148,8 @@ class Run:
 
         if parser.current_step is not None:
             return None
+        if "rl_lustre.job" not in (self.info().metadata or {}):
+            return None  # not a NeMo-RL job we submitted (a helper, or someone else's): no steps to expect
         return (f"nothing left to do: job {self.job_id} SUCCEEDED without training a step (the newest "
                 f"checkpoint in its checkpoint directory already reaches max_num_steps). "
                 f"{NOTHING_TO_DO_ADVICE}.")
