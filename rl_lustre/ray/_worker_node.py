@@ -48,8 +48,9 @@ def main(argv: list[str]) -> int:
         num_cpus=spec["num_cpus"],
         num_gpus=spec["num_gpus"],
         object_store_memory=spec["object_store_memory"],
-        # One log monitor per machine is enough (the head's).
-        include_log_monitor=False,
+        # One log monitor per machine is enough (the head's). Ray annotates it as a string
+        # but reads it as a flag (ray.cluster_utils passes False too).
+        include_log_monitor=False,  # type: ignore[arg-type]
     )
     node = ray._private.node.Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
 
