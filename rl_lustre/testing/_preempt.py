@@ -69,8 +69,8 @@ class Preemption:
 def preempt(cluster: Cluster, nodes: int = 1, back_after: float | None = 5.0) -> Preemption:
     """Preempt ``nodes`` worker nodes of a running local or fake-GKE deployment, as Spot does.
 
-    Local (``Cluster.local(..., worker_nodes=N)``): the worker raylets' process groups
-    are killed at once (raylet, agents and the job's workers on them), as a vanishing
+    Local (``Cluster.local(..., worker_nodes=N)``): every process of the worker nodes
+    is killed at once (raylet, agents and the job's workers on them), as a vanishing
     VM takes them; Ray declares the nodes dead when their health checks fail. After
     ``back_after`` seconds as many new worker raylets start.
 
