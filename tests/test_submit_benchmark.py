@@ -8,13 +8,15 @@ import pytest
 from benchmarks import submit
 from rl_lustre import Cluster
 
+# One benchmark run (tens of seconds) feeds both tests: the slow set (nox -s tests-slow).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def result(local_cluster: Cluster) -> submit.Result:
     return submit.run(3, cluster=local_cluster)
 
 
-@pytest.mark.slow
 def test_both_ways_send_the_same_commands_and_envs(result: submit.Result, local_cluster: Cluster) -> None:
     assert result.jobs == 3
     assert len(result.sdk_ids) == len(result.raw_ids) == 3
