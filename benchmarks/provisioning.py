@@ -33,6 +33,8 @@ from typing import Any
 
 import attrs
 
+from benchmarks import report
+
 # Simulated minutes per remote change; the keys are the fake's latency keys.
 CREATE_MINUTES = {
     "compute.create_network": 0.5,
@@ -232,11 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--unit", type=float, default=0.25, help="seconds per simulated minute (default 0.25)")
     args = parser.parse_args(argv)
     result = run(args.unit)
-    print(result.table())
-    missed = result.missed()
-    for line in missed:
-        print(f"MISSED: {line}", file=sys.stderr)
-    return 1 if missed else 0
+    return report(result)
 
 
 if __name__ == "__main__":

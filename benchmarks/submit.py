@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from benchmarks import report
+
 if TYPE_CHECKING:
     from rl_lustre import Cluster, GRPOJob
 
@@ -191,11 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # `python -m benchmarks` hands every benchmark the same arguments.
     args, _ = parser.parse_known_args(argv)
     result = run(args.jobs)
-    print(result.table())
-    missed = result.missed()
-    for line in missed:
-        print(f"MISSED: {line}", file=sys.stderr)
-    return 1 if missed else 0
+    return report(result)
 
 
 if __name__ == "__main__":
