@@ -29,8 +29,9 @@ from rl_lustre.testing.kube import KubeFake, schema_validator
 FAST = Backoff(initial=0.01, maximum=0.05, multiplier=1.5)
 RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
-# Lustre is the long branch, as in a real deployment: the pre-pull must not wait for it.
-LATENCY = {"lustre.create": 1.0, "gke.create_cluster": 0.1, "gke.create_node_pool": 0.1}
+# Lustre is the long branch, as in a real deployment: the pre-pull must not wait for it
+# (2 s leaves the GKE branch a wide margin on a loaded machine).
+LATENCY = {"lustre.create": 2.0, "gke.create_cluster": 0.1, "gke.create_node_pool": 0.1}
 
 
 @pytest.fixture(scope="module")

@@ -235,26 +235,19 @@ class Workloads:
         status.setdefault("startTime", now_rfc3339())
         status.update(succeeded=succeeded, failed=failed, active=len(active), ready=sum(map(_ready, active)))
         stamp = now_rfc3339()
+        def conditions(types: tuple[str, str], reason: str, message: str) -> list[Obj]:
+            # The Job controller sets an interim condition and the terminal one together.
+            return [{"type": t, "status": "True", "reason": reason, "message": message,
+                     "lastProbeTime": stamp, "lastTransitionTime": stamp} for t in types]
+
         if succeeded >= int(spec.get("completions", 1)):
-            status["conditions"] = [
-                {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
-                 "message": "Reached expected number of succeeded pods", "lastProbeTime": stamp,
-                 "lastTransitionTime": stamp},
-                {"type": "Complete", "status": "True", "reason": "CompletionsReached",
-                 "message": "Reached expected number of succeeded pods", "lastProbeTime": stamp,
-                 "lastTransitionTime": stamp},
-            ]
+            status["conditions"] = conditions(("SuccessCriteriaMet", "Complete"), "CompletionsReached",
+                                              "Reached expected number of succeeded pods")
             status["completionTime"] = stamp
             self.event(job, "Completed", "Job completed", component="job-controller")
         elif failed > int(spec.get("backoffLimit", 6)):
-            status["conditions"] = [
-                {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
-                 "message": "Job has reached the specified backoff limit", "lastProbeTime": stamp,
-                 "lastTransitionTime": stamp},
-                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-                 "message": "Job has reached the specified backoff limit", "lastProbeTime": stamp,
-                 "lastTransitionTime": stamp},
-            ]
+            status["conditions"] = conditions(("FailureTarget", "Failed"), "BackoffLimitExceeded",
+                                              "Job has reached the specified backoff limit")
             self.event(job, "BackoffLimitExceeded", "Job has reached the specified backoff limit",
                        warning=True, component="job-controller")
         elif not active:
