@@ -199,6 +199,24 @@ def test_max_restarts_0_turns_recovery_off(cluster: Cluster) -> None:
     assert "recovery is off (max_restarts=0): not restarted" in run.logs()
 
 
+def test_a_loss_after_max_restarts_is_used_up_fails_the_run_listing_its_restarts(cluster: Cluster) -> None:
+    job = attrs.evolve(JOB, name=f"pre-max-{uuid.uuid4().hex[:6]}", max_restarts=1)
+    run = cluster.submit(job)
+    _wait_done(job, cluster, 3, attempt=1)
+    preempt(cluster, nodes=1, back_after=0.5).wait(timeout=120)
+    _wait_done(job, cluster, 5, attempt=2)
+    preempt(cluster, nodes=1, back_after=0.5)
+    with pytest.raises(JobFailedError) as failed:
+        run.wait(timeout=240)
+    assert failed.value.status == "FAILED"
+    [restart] = run.restarts()
+    assert (restart.number, restart.resumed_from_step) == (1, 2)
+    used_up = next(line for line in run.logs().splitlines() if "max_restarts=1 is used up: not restarted" in line)
+    assert "#1 at " in used_up.split("Restarts:", 1)[1]
+    assert "resumed from step 2" in used_up
+    assert _attempts(run.logs()) == 2
+
+
 def _stranded(job: GRPOJob, cluster: Cluster) -> None:
     """Preempt a run of ``job`` (capacity_timeout=2) for good: it ends FAILED after the timeout."""
     job = attrs.evolve(job, capacity_timeout=2.0)
