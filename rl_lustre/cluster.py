@@ -409,7 +409,8 @@ class Cluster:
             rehearsal_scale: rehearsal checkpoints are this fraction of the real size.
             rehearsal_step_seconds: how long a rehearsed training step takes.
             worker_nodes: real Ray worker nodes to start next to the head: each a raylet of
-                its own (``ray start --address=...``) declaring ``gpus_per_node`` GPUs, so that
+                its own on 127.0.0.1 (what ``ray start --address=...`` starts) declaring
+                ``gpus_per_node`` GPUs, so that
                 jobs place per-node work on them as NeMo-RL does, and
                 :func:`rl_lustre.testing.preempt` can take them away as a Spot preemption
                 does. 0 (the default) runs the head alone.
