@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 __all__ = ["TERMINAL", "JobInfo", "JobsClient", "ray_errors"]
 
 logger = logging.getLogger("rl_lustre.ray.jobs")
+# Ray's Jobs API (ray/dashboard/modules/job): the supervisor actor's name and how often the
+# job monitor pings it (JOB_ACTOR_NAME_TEMPLATE, JobManager.JOB_MONITOR_LOOP_PERIOD_S).
+_SUPERVISOR_ACTOR = "_ray_internal_job_actor_{}"
+_MONITOR_PERIOD = 1.0
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 # Ray lets these override the address a client is given; ours must win.
@@ -266,16 +270,42 @@ class JobsClient:
                 deadline = time.monotonic() + 10.0
                 while not self._must_info(submission_id).terminal and time.monotonic() < deadline:
                     time.sleep(0.2)
-            # A job deleted just as it ends can come back: its supervisor actor, exiting, records
-            # the job again as FAILED ("Job supervisor actor died"). Delete until it stays gone.
+            # Ray's job monitor pings the job's supervisor actor about once a second until it
+            # sees it dead; a job deleted before then comes back as FAILED ("Job supervisor
+            # actor died"). So: wait for the actor's death, give the monitor a period to see
+            # it, delete, and delete again should it come back all the same.
+            self._wait_supervisor_dead(submission_id, timeout=10.0)
+            time.sleep(_MONITOR_PERIOD + 0.5)
             deadline = time.monotonic() + 10.0
-            while True:
-                self.delete(submission_id)
-                time.sleep(0.5)
-                if self.info(submission_id) is None or time.monotonic() >= deadline:
+            quiet_since = None
+            while time.monotonic() < deadline:
+                if self.info(submission_id) is not None:
+                    self.delete(submission_id)
+                    quiet_since = None
+                elif quiet_since is None:
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since >= _MONITOR_PERIOD:
                     break
+                time.sleep(0.25)
         except RLLustreError as exc:
             logger.warning("helper job %s stays in the job list: %s", submission_id, exc)
+
+    def _wait_supervisor_dead(self, submission_id: str, timeout: float) -> None:
+        """Until Ray's state API shows the job's supervisor actor dead (or cannot say)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                response = self._sdk()._do_request(
+                    "GET", "/api/v0/actors", timeout=10,
+                    params={"filter_keys": "name", "filter_predicates": "=",
+                            "filter_values": _SUPERVISOR_ACTOR.format(submission_id), "detail": "false"})
+                actors = response.json()["data"]["result"]["result"] if response.status_code == 200 else None
+            except Exception as exc:  # an older or a restricted dashboard: fall back on the re-deletes
+                logger.debug("cannot read the supervisor actor of %s: %s", submission_id, exc)
+                return
+            if actors is None or all(a.get("state") == "DEAD" for a in actors):
+                return
+            time.sleep(0.2)
 
     def follow(self, submission_id: str, *, outage_budget: OutageBudget | None = None) -> Iterator[str]:
         """The job's log from the start, line by line, until the job ends.
