@@ -21,12 +21,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from kube_deploy import deploy_reference
 
 from rl_lustre import Cluster
 from rl_lustre.errors import KubernetesError
-from rl_lustre.kube.apply import apply_manifests, wait_ready
 from rl_lustre.kube.client import kube_api_client_from_kubeconfig
-from rl_lustre.kube.manifests import build_manifests
 from rl_lustre.kube.portforward import PortForward
 from rl_lustre.testing.kube import KubeFake
 
@@ -70,12 +69,7 @@ def echo() -> Iterator[http.server.ThreadingHTTPServer]:
 @pytest.fixture(scope="module")
 def fake(echo: http.server.ThreadingHTTPServer) -> Iterator[KubeFake]:
     with KubeFake(head_target=echo.server_address[:2]) as server:
-        cluster = Cluster(name=NAME, project="my-project", region="us-east1", zone="us-east1-b", num_nodes=1)
-        cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"
-        manifests = build_manifests(cluster, secret_values={"HF_TOKEN": "hf_x"}, redact=False)
-        api = server.api_client()
-        apply_manifests(api, manifests, deployment=NAME)
-        wait_ready(api, manifests, timeout=30)
+        deploy_reference(server, NAME)
         yield server
 
 

@@ -12,11 +12,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from kube_deploy import deploy_reference
 
 from rl_lustre import Cluster
 from rl_lustre.errors import RayError
-from rl_lustre.kube.apply import apply_manifests, wait_ready
-from rl_lustre.kube.manifests import build_manifests
 from rl_lustre.kube.portforward import PortForward
 from rl_lustre.outages import OutageBudget
 from rl_lustre.ray.jobs import JobsClient
@@ -35,12 +34,7 @@ def world(local_cluster: Cluster) -> Iterator[tuple[KubeFake, JobsClient]]:
     head = local_cluster._backend().head  # type: ignore[attr-defined]
     host, port = head.dashboard_url.removeprefix("http://").rsplit(":", 1)
     with KubeFake(head_target=(host, int(port))) as fake:
-        cluster = Cluster(name=NAME, project="my-project", region="us-east1", zone="us-east1-b", num_nodes=1)
-        cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"
-        manifests = build_manifests(cluster, secret_values={"HF_TOKEN": "hf_x"}, redact=False)
-        api = fake.api_client()
-        apply_manifests(api, manifests, deployment=NAME)
-        wait_ready(api, manifests, timeout=30)
+        api = deploy_reference(fake, NAME)
         with PortForward(api, f"{NAME}-head-svc", resolve_timeout=120) as pf:
             yield fake, JobsClient(pf.url, headers=head.headers())
 
