@@ -139,11 +139,7 @@ class LocalHead:
 
     def output_tail(self, lines: int = 30) -> list[str]:
         """The last lines ``ray start`` printed (its stdout and stderr)."""
-        try:
-            text = (self.temp_dir / _LOG_FILE).read_text(errors="replace")
-        except OSError:
-            return []
-        return text.splitlines()[-lines:]
+        return _log_tail(self.temp_dir / _LOG_FILE, lines)
 
     def stop(self, grace: float = 15.0) -> None:
         """Stop the head and every process it started, then remove its temp dir.
@@ -470,6 +466,14 @@ def _wait_ready(head: LocalHead, timeout: float) -> None:
                 last,
             )
         time.sleep(0.2)
+
+
+def _log_tail(path: Path, lines: int) -> list[str]:
+    """The last ``lines`` lines of a node's log file; none when it cannot be read."""
+    try:
+        return path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []
 
 
 def _indent(lines: list[str]) -> str:

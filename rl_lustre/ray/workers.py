@@ -28,12 +28,13 @@ from pathlib import Path
 import attrs
 
 from ..errors import RayError, WaitTimeoutError
+from ._worker_node import STARTED
 from .head import (
-    _STARTED,
     LocalHead,
     _free_port_range,
     _free_ports,
     _indent,
+    _log_tail,
     _proc_pids,
     _read_proc,
     _running,
@@ -104,10 +105,8 @@ class LocalWorker:
         self.kill()
 
     def output_tail(self, lines: int = 30) -> list[str]:
-        try:
-            return self.log.read_text(errors="replace").splitlines()[-lines:]
-        except OSError:
-            return []
+        """The last lines the node's launcher printed."""
+        return _log_tail(self.log, lines)
 
 
 def start_local_worker(
@@ -175,7 +174,7 @@ def start_local_worker(
     logger.info("starting local Ray worker node %s (pid %d, %d GPUs)", name, process.pid, num_gpus)
     deadline = time.monotonic() + timeout
     try:
-        while not any(_STARTED in line for line in worker.output_tail(200)):
+        while not any(STARTED in line for line in worker.output_tail(200)):
             if not worker.alive():
                 raise RayError(
                     f"the local Ray worker node {name} exited while starting; its last output:\n"
