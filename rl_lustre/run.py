@@ -130,8 +130,8 @@ class Run:
             ['rehearsal: no model is trained and its metrics are synthetic']
         """
         parser = self._refresh()
-        if self._idle is None and parser.current_step is None and self.info().status == "SUCCEEDED":
-            self._idle = self._idle_note(self._refresh())
+        if self._idle is None and parser.current_step is None and (info := self.info()).status == "SUCCEEDED":
+            self._idle = self._idle_note(self._refresh(), info)
         return self._known_notes()
 
     def _known_notes(self) -> list[str]:
@@ -142,13 +142,13 @@ class Run:
             notes.append(self._idle)
         return notes
 
-    def _idle_note(self, parser: LogParser) -> str | None:
+    def _idle_note(self, parser: LogParser, info: JobInfo) -> str | None:
         """The nothing-left-to-do note, for a run that SUCCEEDED: None when it trained."""
         from .backends.submission import NOTHING_TO_DO_ADVICE
 
         if parser.current_step is not None:
             return None
-        if "rl_lustre.job" not in (self.info().metadata or {}):
+        if "rl_lustre.job" not in (info.metadata or {}):
             return None  # not a NeMo-RL job we submitted (a helper, or someone else's): no steps to expect
         return (f"nothing left to do: job {self.job_id} SUCCEEDED without training a step (the newest "
                 f"checkpoint in its checkpoint directory already reaches max_num_steps). "
@@ -398,7 +398,7 @@ class Run:
             raise JobFailedError(self.job_id, info.status, tail)
         logger.info("job %s %s", self.job_id, info.status)
         if self._idle is None:
-            self._idle = self._idle_note(self._refresh())
+            self._idle = self._idle_note(self._refresh(), info)
             if self._idle is not None:
                 logger.info("%s", self._idle)
                 warnings.warn(self._idle, NothingToDoWarning, stacklevel=2)

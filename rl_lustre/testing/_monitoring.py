@@ -85,7 +85,7 @@ class MonitoringFake:
         if reducer != Reducer.REDUCE_NONE and aligner == Aligner.ALIGN_NONE:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, "a cross_series_reducer needs a per_series_aligner")
 
-        picked = [s for s in self.series if s.resource_labels.get("project_id", s.resource_labels.get("resource_container", project)) == project
+        picked = [s for s in self.series if _project_of(s, project) == project
                   and matches(s.metric_type, s.resource_type, s.resource_labels, s.metric_labels)]
         aligned = [(s, self._align(s, aligner, start, end, period)) for s in picked]
         out: list[monitoring_v3.TimeSeries] = []
@@ -159,3 +159,9 @@ class MonitoringFake:
             points=[{"interval": {"start_time": t - step if period else t, "end_time": t},
                      "value": {"double_value": v}} for t, v in sorted(points.items(), reverse=True)],
         )
+
+
+def _project_of(series: StoredSeries, default: str) -> str:
+    """The series' project: GKE's resources name it ``project_id``, Lustre's ``resource_container``."""
+    labels = series.resource_labels
+    return labels.get("project_id", labels.get("resource_container", default))
