@@ -4,7 +4,9 @@ Each module has a ``main(argv) -> int`` that prints a table and returns non-zero
 a target is missed.
 """
 
+from __future__ import annotations
 
+import sys
 from typing import Protocol
 
 
@@ -15,8 +17,6 @@ class _Result(Protocol):
 
 def report(result: _Result) -> int:
     """Print ``result``'s table and every missed target (on stderr); 1 if any was missed."""
-    import sys
-
     print(result.table())
     missed = result.missed()
     for line in missed:
