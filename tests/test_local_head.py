@@ -283,3 +283,106 @@ def test_keep_leaves_the_head_up_and_ctrl_c_in_a_process_that_adopted_it_stops_e
     assert ray_processes(temp_dir) == []
     assert not temp_dir.exists()
     assert volume.is_dir()  # the volume is user data: kept
+
+
+# A stand-in for a node's launcher: the first FAILS runs print OUTPUT and exit 1, as Ray
+# does when its fixed 30 s wait for a new raylet runs out; later runs exec the real launcher.
+_FLAKY_LAUNCHER = textwrap.dedent(
+    """
+    import os, sys
+    counter, fails, output, *real = sys.argv[1:]
+    runs = int(open(counter).read()) + 1 if os.path.exists(counter) else 1
+    open(counter, "w").write(str(runs))
+    if runs <= int(fails):
+        print("Traceback (most recent call last):")
+        print(output, flush=True)
+        sys.exit(1)
+    os.execv(real[0], real)
+    """
+)
+_RAY_TIMEOUT = (
+    "Exception: The current node timed out during startup. This could happen because some "
+    "of the raylet failed to startup or the GCS has become overloaded."
+)
+
+
+def _flaky(tmp_path: Path, fails: int, output: str) -> tuple[list[str], Path]:
+    script, counter = tmp_path / "flaky.py", tmp_path / "runs"
+    script.write_text(_FLAKY_LAUNCHER)
+    return [sys.executable, str(script), str(counter), str(fails), output], counter
+
+
+@pytest.mark.parametrize(
+    ("fails", "output", "runs", "error"),
+    [
+        (99, _RAY_TIMEOUT, 3, "timed out during startup"),
+        (99, "ValueError: port 6379 is already in use", 1, "already in use"),
+    ],
+    ids=["ray-timeout-every-time", "a-real-fault"],
+)
+def test_a_head_start_is_retried_only_when_ray_ran_out_of_its_raylet_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    fails: int, output: str, runs: int, error: str,
+) -> None:
+    from rl_lustre.ray import head as head_module
+
+    launcher, counter = _flaky(tmp_path, fails, output)
+    monkeypatch.setattr(head_module, "_ray_cli", lambda: launcher)
+    temp_dir = tmp_path / "head"
+    with caplog.at_level(logging.WARNING, logger="rl_lustre.ray.head"), \
+            pytest.raises(RayError, match="exited with code 1") as err:
+        start_local_head(temp_dir, auth="disabled", timeout=30)
+    assert error in str(err.value)
+    assert int(counter.read_text()) == runs
+    retries = [r.getMessage() for r in caplog.records if "starting it again" in r.getMessage()]
+    assert retries == [f"the local Ray head gave up waiting for its own raylet (Ray allows it 30 s; "
+                       f"is the machine overloaded?); starting it again (attempt {n} of 3)"
+                       for n in range(2, runs + 1)]
+    assert not temp_dir.exists()  # every failed attempt cleaned up after itself
+
+
+@pytest.mark.slow
+def test_a_head_whose_raylet_wait_ran_out_once_starts_on_the_second_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rl_lustre.ray import head as head_module
+
+    real = head_module._ray_cli()
+    launcher, counter = _flaky(tmp_path, 1, _RAY_TIMEOUT)
+    monkeypatch.setattr(head_module, "_ray_cli", lambda: [*launcher, *real])
+    temp_dir = Path(f"/tmp/rll-retry-{os.getpid()}")
+    head = start_local_head(temp_dir, auth="disabled", timeout=120)
+    try:
+        assert int(counter.read_text()) == 2
+        with urllib.request.urlopen(f"{head.dashboard_url}/api/version", timeout=10) as response:
+            assert json.loads(response.read())["ray_version"]
+    finally:
+        head.stop()
+    assert not temp_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("output", "runs"),
+    [(_RAY_TIMEOUT, 3), ("RuntimeError: Failed to get the system config from raylet", 1)],
+    ids=["ray-timeout-every-time", "a-real-fault"],
+)
+def test_a_worker_node_start_is_retried_only_when_ray_ran_out_of_its_raylet_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output: str, runs: int
+) -> None:
+    from rl_lustre.ray import workers
+
+    launcher, counter = _flaky(tmp_path, 99, output)
+    # The launcher is run as `python <script> <spec>`: the stand-in takes the script's place.
+    script = tmp_path / "node.py"
+    script.write_text(
+        "import subprocess, sys\n"
+        f"sys.exit(subprocess.call([sys.executable, *{launcher[1:]!r}]))\n"
+    )
+    monkeypatch.setattr(workers, "_NODE_SCRIPT", script)
+    head = LocalHead(pid=os.getpid(), temp_dir=tmp_path, dashboard_url="http://127.0.0.1:1",
+                     gcs_address="127.0.0.1:1", auth_mode="disabled")
+    with pytest.raises(RayError, match="worker node worker-1 exited while starting") as err:
+        workers.start_local_worker(head, num_gpus=8, timeout=30)
+    assert output in str(err.value)
+    assert int(counter.read_text()) == runs
+    assert workers.live_workers(head) == []

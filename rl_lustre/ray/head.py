@@ -55,6 +55,11 @@ _WORKER_PORTS = 100
 # answers earlier, before the raylet exists (and a raylet that fails to start then
 # takes the whole head down).
 _STARTED = "Ray runtime started."
+# Ray waits a fixed 30 s for a new node's raylet to register with the GCS and then gives
+# up with this message; on a loaded machine that is load, not a fault, so a node start that
+# ends this way is tried again, up to START_ATTEMPTS times in all.
+_RAYLET_TIMED_OUT = "timed out during startup"
+START_ATTEMPTS = 3
 # The head's own variables win over these when inherited from the caller: a stray
 # RAY_ADDRESS would point job drivers at someone else's cluster.
 _INHERITED_RAY_VARS = (
@@ -218,7 +223,9 @@ def start_local_head(
     """Start ``ray start --head --block`` and wait until its Jobs API answers.
 
     Any earlier head in ``temp_dir`` must be stopped first (see :func:`find_local_head`);
-    leftovers of a dead one are cleared.
+    leftovers of a dead one are cleared. Ray gives a new node's raylet a fixed 30 s to
+    register; a start that fails that way (a loaded machine) is tried again, up to
+    ``START_ATTEMPTS`` times, each with ``timeout``.
 
     Examples:
         >>> head = start_local_head(head_dir("demo"), auth="token")  # doctest: +SKIP
@@ -243,6 +250,42 @@ def start_local_head(
     existing = find_local_head(temp_dir)
     if existing is not None:
         raise RayError(f"a local Ray head is already running in {temp_dir} (pid {existing.pid})")
+    attempt = 1
+    while True:
+        head = _launch_head(temp_dir, env, mode, num_cpus=num_cpus, num_gpus=num_gpus)
+        try:
+            _wait_ready(head, timeout)
+            head._write_state()
+            break
+        except RayError as exc:
+            overloaded = not head.alive() and overloaded_start(head.output_tail(200))
+            head.stop(grace=5.0)
+            if not overloaded or attempt >= START_ATTEMPTS:
+                raise
+            logger.warning(
+                "the local Ray head gave up waiting for its own raylet (Ray allows it 30 s; "
+                "is the machine overloaded?); starting it again (attempt %d of %d)",
+                attempt + 1,
+                START_ATTEMPTS,
+            )
+            logger.debug("the failed start: %s", exc)
+            attempt += 1
+        except BaseException:
+            head.stop(grace=5.0)
+            raise
+    logger.info("local Ray head is up at %s", head.dashboard_url)
+    return head
+
+
+def _launch_head(
+    temp_dir: Path,
+    env: Mapping[str, str] | None,
+    mode: AuthMode,
+    *,
+    num_cpus: int | None,
+    num_gpus: int | None,
+) -> LocalHead:
+    """Clear ``temp_dir``, write a fresh token and spawn ``ray start --head --block`` there."""
     _sweep(temp_dir, settle=0)
     shutil.rmtree(temp_dir, ignore_errors=True)
     temp_dir.mkdir(mode=0o700, parents=True)
@@ -304,13 +347,6 @@ def start_local_head(
         head.dashboard_url,
         mode,
     )
-    try:
-        _wait_ready(head, timeout)
-        head._write_state()
-    except BaseException:
-        head.stop(grace=5.0)
-        raise
-    logger.info("local Ray head is up at %s", head.dashboard_url)
     return head
 
 
@@ -466,6 +502,18 @@ def _wait_ready(head: LocalHead, timeout: float) -> None:
                 last,
             )
         time.sleep(0.2)
+
+
+def overloaded_start(output: list[str]) -> bool:
+    """Whether a node's start-up output ends in Ray's fixed wait for its raylet running out.
+
+    Examples:
+        >>> overloaded_start(["Exception: The current node timed out during startup. This could"])
+        True
+        >>> overloaded_start(["ValueError: port 6379 is already in use"])
+        False
+    """
+    return any(_RAYLET_TIMED_OUT in line for line in output)
 
 
 def _log_tail(path: Path, lines: int) -> list[str]:

@@ -30,6 +30,7 @@ import attrs
 from ..errors import RayError, WaitTimeoutError
 from ._worker_node import STARTED
 from .head import (
+    START_ATTEMPTS,
     LocalHead,
     _free_port_range,
     _free_ports,
@@ -40,9 +41,12 @@ from .head import (
     _running,
     _signal,
     node_env,
+    overloaded_start,
 )
 
 __all__ = ["LocalWorker", "live_workers", "start_local_worker"]
+
+_NODE_SCRIPT = Path(__file__).with_name("_worker_node.py")
 
 logger = logging.getLogger("rl_lustre.ray.workers")
 
@@ -135,6 +139,28 @@ def start_local_worker(
         RayError: the node exited while starting.
         WaitTimeoutError: it did not start in time.
     """
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return _start_worker(head, num_gpus=num_gpus, num_cpus=num_cpus, env=env, timeout=timeout)
+        except _Overloaded as exc:
+            if attempt == START_ATTEMPTS:
+                raise RayError(str(exc)) from None
+            logger.warning(
+                "local Ray worker node gave up waiting for its raylet (Ray allows it 30 s; is the "
+                "machine overloaded?); starting it again (attempt %d of %d)",
+                attempt + 1,
+                START_ATTEMPTS,
+            )
+    raise AssertionError("unreachable")
+
+
+class _Overloaded(RayError):
+    """A worker node's start ran out of Ray's fixed wait for its raylet."""
+
+
+def _start_worker(
+    head: LocalHead, *, num_gpus: int, num_cpus: int, env: Mapping[str, str] | None, timeout: float
+) -> LocalWorker:
     temp_dir = head.temp_dir
     known = _read_state(temp_dir)
     number = 1 + max((int(n.rsplit("-", 1)[1]) for n in known), default=0)
@@ -157,7 +183,7 @@ def start_local_worker(
         "object_store_memory": 80 * 1024 * 1024,
     }
     # Not `ray start --address`: it cannot join a loopback-only head (see _worker_node.py).
-    command = [sys.executable, str(Path(__file__).with_name("_worker_node.py")), json.dumps(spec)]
+    command = [sys.executable, str(_NODE_SCRIPT), json.dumps(spec)]
     log_path = temp_dir / f"{name}.log"
     worker_env = node_env(temp_dir, env, head.auth_mode)
     with open(log_path, "wb") as log:
@@ -176,7 +202,8 @@ def start_local_worker(
     try:
         while not any(STARTED in line for line in worker.output_tail(200)):
             if not worker.alive():
-                raise RayError(
+                error = _Overloaded if overloaded_start(worker.output_tail(200)) else RayError
+                raise error(
                     f"the local Ray worker node {name} exited while starting; its last output:\n"
                     + _indent(worker.output_tail())
                 )
