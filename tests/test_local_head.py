@@ -188,8 +188,13 @@ def _fail_inside(cluster: Cluster, exc: Exception, seen: list[LocalHead]) -> Non
 
 _CTRL_C_SCRIPT = textwrap.dedent(
     """
-    import sys, time
+    import faulthandler, signal, sys, time
     from rl_lustre import Cluster, GRPOJob
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's view on a hang
+    # As at a terminal, whatever started the tests: a shell without job control starts its
+    # background commands with SIGINT ignored, and that is inherited down to this script.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     cluster = Cluster.local(sys.argv[1], volume_dir=sys.argv[2], rehearsal_step_seconds=120)
     with cluster:
@@ -271,7 +276,14 @@ def test_keep_leaves_the_head_up_and_ctrl_c_in_a_process_that_adopted_it_stops_e
         assert all(os.getsid(pid) != os.getsid(head.pid) for pid in drivers)
 
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=240)  # stopping the supervised job, then the head
+        try:
+            stdout, stderr = proc.communicate(timeout=240)  # stopping the head and its job
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # the script's stacks, to stderr
+            time.sleep(2)
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"Ctrl-C did not end the script in 240 s:\n{stdout}\n{stderr}")
     finally:
         watchdog.cancel()
         if proc.poll() is None:
