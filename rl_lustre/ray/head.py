@@ -33,9 +33,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import attrs
 
@@ -250,30 +250,59 @@ def start_local_head(
     existing = find_local_head(temp_dir)
     if existing is not None:
         raise RayError(f"a local Ray head is already running in {temp_dir} (pid {existing.pid})")
-    attempt = 1
-    while True:
-        head = _launch_head(temp_dir, env, mode, num_cpus=num_cpus, num_gpus=num_gpus)
+    head = retry_overloaded(
+        "the local Ray head",
+        lambda: _start_head_once(temp_dir, env, mode, num_cpus=num_cpus, num_gpus=num_gpus, timeout=timeout),
+    )
+    logger.info("local Ray head is up at %s", head.dashboard_url)
+    return head
+
+
+class OverloadedStart(RayError):
+    """A node's start ran out of Ray's fixed wait for its raylet (see :func:`retry_overloaded`)."""
+
+
+_T = TypeVar("_T")
+
+
+def retry_overloaded(what: str, start: Callable[[], _T]) -> _T:
+    """``start()``, again while it raises :class:`OverloadedStart`, up to ``START_ATTEMPTS`` in all."""
+    for attempt in range(1, START_ATTEMPTS):
         try:
-            _wait_ready(head, timeout)
-            head._write_state()
-            break
-        except RayError as exc:
-            overloaded = not head.alive() and overloaded_start(head.output_tail(200))
-            head.stop(grace=5.0)
-            if not overloaded or attempt >= START_ATTEMPTS:
-                raise
+            return start()
+        except OverloadedStart:
             logger.warning(
-                "the local Ray head gave up waiting for its own raylet (Ray allows it 30 s; "
-                "is the machine overloaded?); starting it again (attempt %d of %d)",
+                "%s gave up waiting for its own raylet (Ray allows it 30 s; is the machine "
+                "overloaded?); starting it again (attempt %d of %d)",
+                what,
                 attempt + 1,
                 START_ATTEMPTS,
             )
-            logger.debug("the failed start: %s", exc)
-            attempt += 1
-        except BaseException:
-            head.stop(grace=5.0)
-            raise
-    logger.info("local Ray head is up at %s", head.dashboard_url)
+    return start()
+
+
+def _start_head_once(
+    temp_dir: Path,
+    env: Mapping[str, str] | None,
+    mode: AuthMode,
+    *,
+    num_cpus: int | None,
+    num_gpus: int | None,
+    timeout: float,
+) -> LocalHead:
+    head = _launch_head(temp_dir, env, mode, num_cpus=num_cpus, num_gpus=num_gpus)
+    try:
+        _wait_ready(head, timeout)
+        head._write_state()
+    except RayError as exc:
+        overloaded = not head.alive() and overloaded_start(head.output_tail(200))
+        head.stop(grace=5.0)
+        if overloaded:
+            raise OverloadedStart(str(exc)) from None
+        raise
+    except BaseException:
+        head.stop(grace=5.0)
+        raise
     return head
 
 

@@ -30,8 +30,8 @@ import attrs
 from ..errors import RayError, WaitTimeoutError
 from ._worker_node import STARTED
 from .head import (
-    START_ATTEMPTS,
     LocalHead,
+    OverloadedStart,
     _free_port_range,
     _free_ports,
     _indent,
@@ -42,6 +42,7 @@ from .head import (
     _signal,
     node_env,
     overloaded_start,
+    retry_overloaded,
 )
 
 __all__ = ["LocalWorker", "live_workers", "start_local_worker"]
@@ -139,23 +140,10 @@ def start_local_worker(
         RayError: the node exited while starting.
         WaitTimeoutError: it did not start in time.
     """
-    for attempt in range(1, START_ATTEMPTS + 1):
-        try:
-            return _start_worker(head, num_gpus=num_gpus, num_cpus=num_cpus, env=env, timeout=timeout)
-        except _Overloaded as exc:
-            if attempt == START_ATTEMPTS:
-                raise RayError(str(exc)) from None
-            logger.warning(
-                "local Ray worker node gave up waiting for its raylet (Ray allows it 30 s; is the "
-                "machine overloaded?); starting it again (attempt %d of %d)",
-                attempt + 1,
-                START_ATTEMPTS,
-            )
-    raise AssertionError("unreachable")
-
-
-class _Overloaded(RayError):
-    """A worker node's start ran out of Ray's fixed wait for its raylet."""
+    return retry_overloaded(
+        "the local Ray worker node",
+        lambda: _start_worker(head, num_gpus=num_gpus, num_cpus=num_cpus, env=env, timeout=timeout),
+    )
 
 
 def _start_worker(
@@ -202,7 +190,7 @@ def _start_worker(
     try:
         while not any(STARTED in line for line in worker.output_tail(200)):
             if not worker.alive():
-                error = _Overloaded if overloaded_start(worker.output_tail(200)) else RayError
+                error = OverloadedStart if overloaded_start(worker.output_tail(200)) else RayError
                 raise error(
                     f"the local Ray worker node {name} exited while starting; its last output:\n"
                     + _indent(worker.output_tail())
