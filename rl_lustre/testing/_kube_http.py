@@ -38,7 +38,7 @@ from ._kube_store import (
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from ._kube_operator import Controllers
+    from ._kube_controllers import Controllers
     from .kube import KubeFake
 
 logger = logging.getLogger("rl_lustre.testing.kube")

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable
-from typing import Any
 
+from ._kube_controller import Controller, Memory, pod_ready
+from ._kube_faults import KubeFaults, KubeTimings
 from ._kube_store import (
     ApiError,
     Obj,
@@ -78,14 +78,11 @@ def server_defaults(obj: Obj) -> None:
         obj["status"] = {}
 
 
-class Workloads:
+class Workloads(Controller):
     """The node, DaemonSet and Job controllers; :meth:`step` runs one pass."""
 
-    def __init__(self, store: Store, faults: Any, timings: Any, event: Callable[..., None]) -> None:
-        self.store = store
-        self.faults = faults
-        self.timings = timings
-        self.event = event
+    def __init__(self, store: Store, faults: KubeFaults, timings: KubeTimings, memory: Memory) -> None:
+        super().__init__(store, faults, timings, memory)
         # (namespace, pod) -> log text, served by pods/<name>/log.
         self.logs: dict[tuple[str, str], str] = {}
         self._running_since: dict[str, float] = {}
@@ -199,7 +196,7 @@ class Workloads:
         for node, pod in on_node.items():
             if node not in node_names:
                 self.store.mark_deleted("Pod", ns, pod["metadata"]["name"], foreground=False)
-        ready = sum(1 for p in pods if p["spec"].get("nodeName") in node_names and _ready(p))
+        ready = sum(1 for p in pods if p["spec"].get("nodeName") in node_names and pod_ready(p))
         status = {
             "currentNumberScheduled": len([p for p in pods if p["spec"].get("nodeName") in node_names]),
             "desiredNumberScheduled": len(node_names),
@@ -233,7 +230,7 @@ class Workloads:
         active = [p for p, ph in zip(pods, phases, strict=True)
                   if ph not in _TERMINAL and not p["metadata"].get("deletionTimestamp")]
         status.setdefault("startTime", now_rfc3339())
-        status.update(succeeded=succeeded, failed=failed, active=len(active), ready=sum(map(_ready, active)))
+        status.update(succeeded=succeeded, failed=failed, active=len(active), ready=sum(map(pod_ready, active)))
         stamp = now_rfc3339()
         def conditions(types: tuple[str, str], reason: str, message: str) -> list[Obj]:
             # The Job controller sets an interim condition and the terminal one together.
@@ -329,10 +326,3 @@ def _fits(pod_spec: Obj, labels: dict[str, str]) -> bool:
 def _gpu_pod(pod: Obj) -> bool:
     return any("nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {})
                for c in (pod.get("spec") or {}).get("containers") or [])
-
-
-def _ready(pod: Obj) -> bool:
-    status = pod.get("status") or {}
-    return status.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )

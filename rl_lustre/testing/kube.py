@@ -47,7 +47,7 @@ listed in :attr:`KubeFake.unhandled`.
 
 This module holds the fake's public face (its knobs, state and fault API); the parts
 behind it: ``_kube_server`` (HTTPS on a thread of its own), ``_kube_http`` (routing,
-watches, logs), ``_kube_store`` (objects), ``_kube_operator`` (simulated controllers),
+watches, logs), ``_kube_store`` (objects), ``_kube_controllers`` (simulated controllers),
 ``_kube_portforward`` and ``_kube_schema`` (:func:`schema_validator`).
 """
 
@@ -65,8 +65,10 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from ._kube_controller import pod_ready
+from ._kube_controllers import Controllers
+from ._kube_faults import KubeFaults, KubeTimings
 from ._kube_http import ApiHandler, RequestRecord
-from ._kube_operator import Controllers, KubeFaults, KubeTimings
 from ._kube_schema import schema_validator
 from ._kube_server import TlsServer
 from ._kube_store import KINDS, Obj, Store, labels_of
@@ -303,14 +305,13 @@ class KubeFake:
         Raises:
             ValueError: fewer than ``nodes`` worker pods are Ready.
         """
-        from ._kube_operator import _pod_ready
         from ._preempt import Preemption
 
         def choose() -> list[Obj]:
             workers = sorted(
                 (p for p in self._store.find("Pod", namespace)
                  if labels_of(p).get("ray.io/cluster") == raycluster and labels_of(p).get("ray.io/node-type") == "worker"
-                 and _pod_ready(p) and not p["metadata"].get("deletionTimestamp")),
+                 and pod_ready(p) and not p["metadata"].get("deletionTimestamp")),
                 key=lambda p: p["metadata"]["name"])
             if len(workers) < nodes:
                 raise ValueError(f"cannot preempt {nodes} worker node(s) of RayCluster {raycluster!r}: "
@@ -331,7 +332,7 @@ class KubeFake:
                 while time.monotonic() < deadline:
                     ready = self._on_loop(lambda: [
                         p["metadata"]["name"] for p in self._store.find("Pod", namespace)
-                        if labels_of(p).get("ray.io/cluster") == raycluster and _pod_ready(p)
+                        if labels_of(p).get("ray.io/cluster") == raycluster and pod_ready(p)
                         and labels_of(p).get("ray.io/node-type") == "worker" and p["metadata"]["name"] not in names])
                     fresh = [n for n in ready if n not in before]
                     if len(fresh) >= len(names):

@@ -1,0 +1,69 @@
+"""All the controllers :class:`~rl_lustre.testing.kube.KubeFake` simulates, one pass at a time.
+
+They are level-triggered like the real ones: each pass looks at the store and moves
+every object one step towards where it should be, so a fault knob changed mid-test
+takes effect on the next pass. In pass order: Spot nodes coming back, the garbage
+collector (``_kube_gc``), the PV binder (``_kube_binder``), the KubeRay operator
+(``_kube_operator``), the node, DaemonSet and Job controllers (``_kube_workloads``), the
+scheduler and kubelet (``_kube_kubelet``), the RayCluster status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ._kube_binder import VolumeBinder
+from ._kube_controller import Controller, Memory
+from ._kube_faults import KubeFaults, KubeTimings
+from ._kube_gc import GarbageCollector
+from ._kube_kubelet import Kubelet
+from ._kube_operator import KubeRayOperator
+from ._kube_spot import SpotCapacity
+from ._kube_store import Obj, Store, labels_of
+from ._kube_workloads import Workloads
+
+
+class Controllers(Controller):
+    """All simulated controllers; :meth:`step` runs one pass."""
+
+    def __init__(self, store: Store, faults: KubeFaults, timings: KubeTimings,
+                 raylets: Callable[[str], Any] | None = None) -> None:
+        super().__init__(store, faults, timings, Memory())
+        self.spot = SpotCapacity(store, raylets)
+        self.workloads = Workloads(store, faults, timings, self.memory)
+        self.gc = GarbageCollector(store, faults, timings, self.memory, self.spot)
+        self.binder = VolumeBinder(store, faults, timings, self.memory)
+        self.operator = KubeRayOperator(store, faults, timings, self.memory)
+        self.kubelet = Kubelet(store, faults, timings, self.memory, self.spot, self.workloads)
+        # Node pools whose preempted nodes come back (as new nodes) with the capacity.
+        self._replace_nodes: list[tuple[str, dict[str, str]]] = []
+
+    def reset(self) -> None:
+        self.memory.clear()
+        self.workloads.reset()
+        self.spot.back_at = None
+        self._replace_nodes.clear()
+
+    def step(self) -> None:
+        if self._replace_nodes and not self.spot.gpu_capacity_gone():
+            for pool, labels in self._replace_nodes:
+                self.workloads.add_nodes(pool, 1, labels)
+            self._replace_nodes.clear()
+        self.gc.step()
+        self.binder.step()
+        self.operator.reconcile()
+        self.workloads.step()
+        self.kubelet.step()
+        self.operator.update_status()
+
+    def preempt(self, pods: list[Obj], back_after: float | None) -> None:
+        """Preempt the Spot nodes of ``pods``; see :mod:`rl_lustre.testing._kube_spot`."""
+        for pod in pods:
+            node = self.store.get("Node", None, (pod.get("spec") or {}).get("nodeName") or "")
+            if node is not None:
+                labels = {k: v for k, v in labels_of(node).items()
+                          if k not in ("kubernetes.io/hostname", "cloud.google.com/gke-nodepool")}
+                self._replace_nodes.append((labels_of(node).get("cloud.google.com/gke-nodepool", "gpu"), labels))
+        self.spot.preempt(pods, back_after, self.event)
+
