@@ -18,7 +18,8 @@ from rl_lustre import Cluster, LustreVolume
 from rl_lustre.catalog import GPU_MACHINE_TYPES, ownership_labels, ray_version_for_image
 from rl_lustre.errors import ConfigError, GCPError
 from rl_lustre.kube import schema as rl_lustre_schema
-from rl_lustre.kube.manifests import CSI_DRIVER, PENDING_ANNOTATION, build_manifests
+from rl_lustre.kube.manifests import build_manifests
+from rl_lustre.kube.persistent_volume import CSI_DRIVER, PENDING_ANNOTATION
 
 K8S_VERSION = "1.33.0"
 PLANTED = "hf_PLANTED-s3cr3t-9f8e7d"
@@ -404,7 +405,7 @@ def test_manifests_are_plain_json_and_fresh_each_call() -> None:
 
 def test_a_raycluster_the_crd_rejects_is_a_config_error_before_anything_is_sent(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from rl_lustre.kube import manifests as module
+    from rl_lustre.kube import raycluster as module
 
     build = module._ray_cluster
 

@@ -327,7 +327,7 @@ class GKEBackend(submission.JobsBackend):
 
 def _ray_headers(cluster: Cluster) -> dict[str, str]:
     """The Jobs API headers: Ray's bearer token when the cluster runs Ray in token mode."""
-    from ..kube.manifests import RAY_AUTH_TOKEN
+    from ..kube.raycluster import RAY_AUTH_TOKEN
 
     if RAY_AUTH_TOKEN not in cluster.secrets:
         return {}

@@ -1,8 +1,11 @@
-"""The Kubernetes objects a GKE deployment applies, as plain dicts.
+"""The Kubernetes objects a GKE deployment applies, as plain dicts, in apply order.
 
-:func:`build_manifests` returns, in apply order, a PersistentVolume for the Managed
-Lustre CSI driver, its PersistentVolumeClaim, a Secret for the job secrets and a
-``ray.io/v1`` RayCluster. It makes no remote call and imports no Kubernetes client.
+:func:`build_manifests` puts them together: the fabric's objects with ``fabric="rdma"``
+(:mod:`rl_lustre.kube.fabric`), the PersistentVolume and PersistentVolumeClaim of the
+Lustre volume (:mod:`rl_lustre.kube.persistent_volume`), the Secret for the job secrets
+(:mod:`rl_lustre.kube.secret`) and the ``ray.io/v1`` RayCluster
+(:mod:`rl_lustre.kube.raycluster`), every one labelled by :func:`deployment_labels`. It
+makes no remote call and imports no Kubernetes client.
 
 Where it departs from the reference workflow, on purpose:
 
@@ -15,82 +18,23 @@ Where it departs from the reference workflow, on purpose:
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .. import naming
-from ..catalog import GPU_MACHINE_TYPES, ownership_labels
-from ..errors import ConfigError, GCPError, NotReadyError
-from ..nemo_rl.caches import HF_HOME_DIR
-from .schema import validate_raycluster
+from ..catalog import ownership_labels
+from ..errors import ConfigError
+from .persistent_volume import pv_manifest, pvc_manifest
+from .raycluster import raycluster_manifest
+from .secret import secret_manifest
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
-    from ..volume import LustreVolume
 
-__all__ = [
-    "CSI_DRIVER",
-    "PENDING_ANNOTATION",
-    "PLACEHOLDER_IP",
-    "RAY_AUTH_TOKEN",
-    "REDACTED",
-    "SecretValue",
-    "build_manifests",
-]
+__all__ = ["build_manifests", "deployment_labels"]
 
-logger = logging.getLogger("rl_lustre.kube.manifests")
-
-CSI_DRIVER = "lustre.csi.storage.gke.io"
-# Set on the PersistentVolume while the Lustre instance has no address yet; the apply
-# path must refuse a PV that carries it (its ip would not mount).
-PENDING_ANNOTATION = "rl-lustre/mount-point-pending"
-PLACEHOLDER_IP = "<pending>"
-REDACTED = "<redacted>"
-
-# Ray token auth (RAY_AUTH_MODE=token) exists from Ray 2.52.0. Naming this key in
-# Cluster.secrets turns it on; the token then comes from the Secret like any other.
-RAY_AUTH_TOKEN = "RAY_AUTH_TOKEN"
-_RAY_TOKEN_AUTH_SINCE = (2, 52, 0)
-
-_LUSTRE_VOLUME = "lustre-storage"
-_SHM_VOLUME = "dshm"
-_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
-_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-_SPOT_LABEL = "cloud.google.com/gke-spot"
-_GPU_RESOURCE = "nvidia.com/gpu"
-_RAY_PORTS = (("gcs-server", 6379), ("dashboard", 8265), ("client", 10001))
-
-# Managed Lustre reports its mount point as IP@tcp:/fsname.
-_MOUNT_POINT = re.compile(r"(?P<ip>[0-9A-Za-z.:-]+?)@tcp:/(?P<fs>[A-Za-z][A-Za-z0-9]{0,7})")
 # Kubernetes label values are stricter than GCP's: they must start and end alphanumeric.
 _K8S_LABEL = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?")
-
-# GiB of memory per vCPU of Compute Engine's predefined shapes; n1 is the odd one out.
-_MEM_PER_VCPU = {"standard": 4.0, "highmem": 8.0, "highcpu": 1.0}
-_N1_MEM_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
-_PREDEFINED = re.compile(r"(?P<family>[a-z][a-z0-9]*)-(?P<shape>standard|highmem|highcpu)-(?P<vcpus>\d+)")
-_CUSTOM = re.compile(r"[a-z][a-z0-9]*-custom-(?P<vcpus>\d+)-(?P<mib>\d+)(?:-ext)?")
-# The reference workflow's head: requests 8 CPU / 64Gi, limits 32 CPU / 1000Gi. These are
-# the ceilings; smaller machines get proportionally less.
-_HEAD_REQUEST_CAP = (8, 64)
-_HEAD_LIMIT_CAP = (32, 1000)
-
-
-class SecretValue(str):
-    """A secret string whose ``repr`` is redacted.
-
-    It serialises as itself (``json.dumps``, the Kubernetes client), so an applied
-    Secret carries the real value, while printing or logging the manifest that holds
-    it shows ``'<redacted>'``. ``yaml.safe_dump`` refuses it, which keeps real values
-    out of YAML files by accident.
-    """
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return repr(REDACTED)
 
 
 def build_manifests(
@@ -103,8 +47,10 @@ def build_manifests(
 
     With ``fabric="rdma"`` first the fabric's objects (see
     :func:`rl_lustre.kube.fabric.fabric_manifests`), then the PersistentVolume (Lustre
-    CSI driver), PersistentVolumeClaim, Secret and ``ray.io/v1`` RayCluster. Before the Lustre instance exists its IP is
-    :data:`PLACEHOLDER_IP` and the PersistentVolume carries :data:`PENDING_ANNOTATION`.
+    CSI driver), PersistentVolumeClaim, Secret and ``ray.io/v1`` RayCluster. Before the
+    Lustre instance exists its IP is
+    :data:`~rl_lustre.kube.persistent_volume.PLACEHOLDER_IP` and the PersistentVolume
+    carries :data:`~rl_lustre.kube.persistent_volume.PENDING_ANNOTATION`.
 
     Examples:
         >>> from rl_lustre import Cluster
@@ -121,13 +67,14 @@ def build_manifests(
             given become Secret keys; a name not in ``cluster.secrets`` is an error.
             When omitted, every name in ``cluster.secrets`` is shown (redacted).
         redact: replace secret values with ``'<redacted>'``. With ``redact=False`` the
-            values are :class:`SecretValue` strings: real when serialised, redacted
-            when printed.
+            values are :class:`~rl_lustre.kube.secret.SecretValue` strings: real when
+            serialised, redacted when printed.
 
     Raises:
         ConfigError: a local cluster (it has no Kubernetes objects), labels Kubernetes
-            rejects, a RayCluster that KubeRay's CRD schema rejects, a secret value for a name the cluster does not declare, or Ray
-            token auth asked of an image whose Ray predates it.
+            rejects, a RayCluster that KubeRay's CRD schema rejects, a secret value for a
+            name the cluster does not declare, or Ray token auth asked of an image whose
+            Ray predates it.
         GCPError: the Lustre API reported a mount point that is not ``IP@tcp:/fsname``.
     """
     if cluster.backend != "gke":
@@ -138,20 +85,19 @@ def build_manifests(
         )
     from .fabric import fabric_manifests
 
-    labels = _labels(cluster)
-    _check_ray_auth(cluster)
-    ray_cluster = _ray_cluster(cluster, labels)
-    validate_raycluster(ray_cluster)
+    labels = deployment_labels(cluster)
+    ray_cluster = raycluster_manifest(cluster, labels)
     return [
         *fabric_manifests(cluster, labels),
-        _persistent_volume(cluster, labels),
-        _persistent_volume_claim(cluster, labels),
-        _secret(cluster, labels, secret_values, redact),
+        pv_manifest(cluster, labels),
+        pvc_manifest(cluster, labels),
+        secret_manifest(cluster, labels, secret_values, redact),
         ray_cluster,
     ]
 
 
-def _labels(cluster: Cluster) -> dict[str, str]:
+def deployment_labels(cluster: Cluster) -> dict[str, str]:
+    """The labels of every Kubernetes object of ``cluster``: its own, then our ownership labels."""
     for key, value in cluster.labels.items():
         if not _K8S_LABEL.fullmatch(key):
             raise ConfigError(
@@ -165,298 +111,3 @@ def _labels(cluster: Cluster) -> dict[str, str]:
             )
     # Ours last: a user label must not disown a resource we created.
     return {**cluster.labels, **ownership_labels(cluster.name)}
-
-
-def _check_ray_auth(cluster: Cluster) -> None:
-    if RAY_AUTH_TOKEN not in cluster.secrets:
-        return
-    assert cluster.ray_version is not None
-    if tuple(int(p) for p in cluster.ray_version.split(".")) < _RAY_TOKEN_AUTH_SINCE:
-        raise ConfigError(
-            "Cluster", "secrets", RAY_AUTH_TOKEN,
-            f"Ray token auth needs Ray 2.52.0 or newer; image {cluster.image!r} has Ray "
-            f"{cluster.ray_version}, which would ignore the token and run unauthenticated",
-        )
-
-
-def _lustre_address(volume: LustreVolume) -> tuple[str, str, bool]:
-    """``(ip, filesystem, pending)`` for the PersistentVolume."""
-    try:
-        mount_point = volume.mount_point
-    except NotReadyError:
-        return PLACEHOLDER_IP, volume.filesystem, True
-    m = _MOUNT_POINT.fullmatch(mount_point)
-    if m is None:
-        raise GCPError(
-            f"Lustre instance {volume.name!r} reported mount point {mount_point!r}, "
-            "which is not of the form IP@tcp:/fsname"
-        )
-    # The mount point is what the server says; it wins over the spec's filesystem,
-    # which for an existing instance may just be our default.
-    return m["ip"], m["fs"], False
-
-
-def _persistent_volume(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
-    volume = cluster.volume
-    assert volume is not None
-    ip, filesystem, pending = _lustre_address(volume)
-    metadata: dict[str, Any] = {"name": naming.pv_name(cluster), "labels": dict(labels)}
-    if pending:
-        logger.debug("PersistentVolume for %s uses a placeholder ip: the instance has no mount point yet", volume.name)
-        metadata["annotations"] = {
-            PENDING_ANNOTATION: (
-                f"Lustre instance {volume.name} has no mount point yet; ip is a placeholder "
-                "until the volume is created or refreshed"
-            )
-        }
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": metadata,
-        "spec": {
-            "storageClassName": "",
-            "capacity": {"storage": f"{volume.capacity_gib}Gi"},
-            "accessModes": ["ReadWriteMany"],
-            # Deleting the PV (or the claim) must never destroy checkpoints.
-            "persistentVolumeReclaimPolicy": "Retain",
-            "volumeMode": "Filesystem",
-            "claimRef": {"namespace": cluster.namespace, "name": naming.pvc_name(cluster)},
-            "csi": {
-                "driver": CSI_DRIVER,
-                "volumeHandle": f"{volume.project}/{volume.zone}/{volume.name}",
-                "volumeAttributes": {"ip": ip, "filesystem": filesystem},
-            },
-        },
-    }
-
-
-def _persistent_volume_claim(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
-    assert cluster.volume is not None
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": naming.pvc_name(cluster), "namespace": cluster.namespace, "labels": dict(labels)},
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": "",
-            "volumeName": naming.pv_name(cluster),
-            "resources": {"requests": {"storage": f"{cluster.volume.capacity_gib}Gi"}},
-        },
-    }
-
-
-def _secret(
-    cluster: Cluster, labels: dict[str, str], secret_values: Mapping[str, str] | None, redact: bool
-) -> dict[str, Any]:
-    data: dict[str, str]
-    if secret_values is None:
-        data = dict.fromkeys(cluster.secrets, REDACTED) if redact else {}
-    else:
-        unknown = sorted(set(secret_values) - set(cluster.secrets))
-        if unknown:
-            # Only the names go into the error: the values are secret.
-            raise ConfigError(
-                "build_manifests", "secret_values", unknown,
-                f"names not declared in Cluster.secrets {list(cluster.secrets)}",
-            )
-        data = {
-            name: REDACTED if redact else SecretValue(secret_values[name])
-            for name in cluster.secrets
-            if name in secret_values
-        }
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": naming.secret_name(cluster), "namespace": cluster.namespace, "labels": dict(labels)},
-        "type": "Opaque",
-        "stringData": data,
-    }
-
-
-def _env(cluster: Cluster) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [
-        {"name": "HF_HOME", "value": f"{cluster.mount_path}/{HF_HOME_DIR}"},
-        {"name": "GLOO_SOCKET_IFNAME", "value": "eth0"},
-        {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
-    ]
-    if RAY_AUTH_TOKEN in cluster.secrets:
-        env.append({"name": "RAY_AUTH_MODE", "value": "token"})
-    for name in cluster.secrets:
-        env.append({
-            "name": name,
-            "valueFrom": {
-                "secretKeyRef": {
-                    "name": naming.secret_name(cluster),
-                    "key": name,
-                    # A missing WANDB key must not keep pods from starting; a missing
-                    # Ray token must, or Ray would come up without it.
-                    "optional": name != RAY_AUTH_TOKEN,
-                }
-            },
-        })
-    return env
-
-
-def _gpu_node_selector(cluster: Cluster) -> dict[str, str]:
-    assert cluster.accelerator_type is not None
-    selector = {_ACCELERATOR_LABEL: cluster.accelerator_type}
-    if cluster.spot:
-        selector[_SPOT_LABEL] = "true"
-    return selector
-
-
-_GPU_TOLERATIONS = [{"key": _GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
-
-
-def _machine_capacity(machine_type: str) -> tuple[float, float] | None:
-    """``(vCPUs, GiB)`` of a predefined or custom Compute Engine CPU machine type."""
-    if m := _PREDEFINED.fullmatch(machine_type):
-        ratios = _N1_MEM_PER_VCPU if m["family"] == "n1" else _MEM_PER_VCPU
-        vcpus = int(m["vcpus"])
-        return vcpus, vcpus * ratios[m["shape"]]
-    if m := _CUSTOM.fullmatch(machine_type):
-        return int(m["vcpus"]), int(m["mib"]) / 1024
-    return None
-
-
-def _head_capacity(cluster: Cluster) -> tuple[float, float] | None:
-    """What the head may use on its node: the CPU machine, or on the GPU pool what the
-    worker sharing the node leaves."""
-    if not cluster.head_on_gpu_pool:
-        return _machine_capacity(cluster.head_machine_type)
-    known = GPU_MACHINE_TYPES.get(cluster.machine_type)
-    if known is None:
-        return None
-    return known.vcpus - float(known.worker_cpu), known.memory_gib - float(known.worker_memory.removesuffix("Gi"))
-
-
-def _head_resources(cluster: Cluster) -> dict[str, dict[str, str]]:
-    capacity = _head_capacity(cluster)
-    if capacity is None:
-        # A machine we cannot size: a request that fits anything, and no limits that
-        # could exceed the node.
-        return {"requests": {"cpu": "1", "memory": "4Gi"}}
-    cpu, mem = capacity
-    # Requests half the node (the reference's 8 CPU / 64Gi on n2-highmem-16); limits
-    # leave a vCPU and a fifth of the memory to kubelet and daemonsets.
-    return {
-        "requests": {
-            "cpu": str(max(1, min(_HEAD_REQUEST_CAP[0], int(cpu // 2)))),
-            "memory": f"{max(1, min(_HEAD_REQUEST_CAP[1], int(mem // 2)))}Gi",
-        },
-        "limits": {
-            "cpu": str(max(1, min(_HEAD_LIMIT_CAP[0], int(cpu - 1)))),
-            "memory": f"{max(1, min(_HEAD_LIMIT_CAP[1], int(mem * 0.8)))}Gi",
-        },
-    }
-
-
-def _worker_resources(cluster: Cluster) -> dict[str, dict[str, str]]:
-    amounts = {_GPU_RESOURCE: str(cluster.gpus_per_node)}
-    known = GPU_MACHINE_TYPES.get(cluster.machine_type)
-    if known is not None:
-        amounts |= {"cpu": known.worker_cpu, "memory": known.worker_memory}
-    # Without a catalogue entry only the GPUs are pinned; Ray sizes CPU and memory from the node.
-    return {"limits": dict(amounts), "requests": dict(amounts)}
-
-
-def _volumes(cluster: Cluster) -> list[dict[str, Any]]:
-    return [
-        {"name": _LUSTRE_VOLUME, "persistentVolumeClaim": {"claimName": naming.pvc_name(cluster)}},
-        # Ray's object store and NCCL need a /dev/shm far larger than the runtime's 64 MiB.
-        {"name": _SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
-    ]
-
-
-def _volume_mounts(cluster: Cluster) -> list[dict[str, str]]:
-    return [
-        {"name": _LUSTRE_VOLUME, "mountPath": cluster.mount_path},
-        {"name": _SHM_VOLUME, "mountPath": "/dev/shm"},
-    ]
-
-
-def _head_group(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
-    pod: dict[str, Any] = {}
-    if cluster.head_on_gpu_pool:
-        pod["nodeSelector"] = _gpu_node_selector(cluster)
-        pod["tolerations"] = [dict(t) for t in _GPU_TOLERATIONS]
-    else:
-        pod["nodeSelector"] = {_NODEPOOL_LABEL: naming.cpu_pool_name(cluster)}
-    pod["containers"] = [{
-        "name": "ray-head",
-        "image": cluster.image,
-        "ports": [{"containerPort": port, "name": name} for name, port in _RAY_PORTS],
-        "env": _env(cluster),
-        "resources": _head_resources(cluster),
-        "volumeMounts": _volume_mounts(cluster),
-    }]
-    pod["volumes"] = _volumes(cluster)
-    return {
-        "rayStartParams": {
-            "dashboard-host": "0.0.0.0",
-            # The head hosts the job driver only; Ray must not place tasks or GPU
-            # work on it.
-            "num-cpus": "0",
-            "num-gpus": "0",
-        },
-        "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
-    }
-
-
-def _worker_group(cluster: Cluster, labels: dict[str, str]) -> tuple[dict[str, Any], bool]:
-    from ..nemo_rl.caches import vllm_seed_links
-    from .fabric import fabric_worker_pod
-
-    pod: dict[str, Any] = {
-        "nodeSelector": _gpu_node_selector(cluster),
-        "tolerations": [dict(t) for t in _GPU_TOLERATIONS],
-        "containers": [{
-            "name": "ray-worker",
-            "image": cluster.image,
-            "env": _env(cluster),
-            "resources": _worker_resources(cluster),
-            "volumeMounts": _volume_mounts(cluster),
-            # vLLM's per-worker compile caches onto the volume (see nemo_rl.caches).
-            "lifecycle": {"postStart": {"exec": {"command": [
-                "/bin/sh", "-c", vllm_seed_links(cluster.mount_path, cluster.num_nodes, cluster.gpus_per_node or 0)]}}},
-        }],
-        "volumes": _volumes(cluster),
-    }
-    annotations, keep_command = fabric_worker_pod(cluster, pod)
-    metadata: dict[str, Any] = {"labels": dict(labels)}
-    if annotations:
-        metadata["annotations"] = annotations
-    group = {
-        "groupName": "gpu-workers",
-        "replicas": cluster.num_nodes,
-        "minReplicas": cluster.num_nodes,
-        "maxReplicas": cluster.num_nodes,
-        "rayStartParams": {},
-        "template": {"metadata": metadata, "spec": pod},
-    }
-    return group, keep_command
-
-
-def _ray_cluster(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
-    from .fabric import OVERWRITE_CMD_ANNOTATION
-
-    head = _head_group(cluster, labels)
-    workers, keep_command = _worker_group(cluster, labels)
-    metadata: dict[str, Any] = {"name": naming.raycluster_name(cluster), "namespace": cluster.namespace,
-                                "labels": dict(labels)}
-    if keep_command:
-        # KubeRay then runs each container's own command; the head's does what KubeRay's would.
-        metadata["annotations"] = {OVERWRITE_CMD_ANNOTATION: "true"}
-        head_container = head["template"]["spec"]["containers"][0]
-        head_container["command"] = ["/bin/bash", "-lc", "--"]
-        head_container["args"] = ["ulimit -n 65536; exec ${KUBERAY_GEN_RAY_START_CMD}"]
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": metadata,
-        "spec": {
-            "rayVersion": cluster.ray_version,
-            "headGroupSpec": head,
-            "workerGroupSpecs": [workers],
-        },
-    }

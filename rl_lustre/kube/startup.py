@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .. import naming
 from ..nemo_rl.caches import nemo_rl_cache_env
 from . import prefetch
-from .manifests import _labels
+from .manifests import deployment_labels
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
@@ -79,7 +79,7 @@ def prepull_daemonset(cluster: Cluster) -> dict[str, Any]:
         >>> pod["containers"][0]["image"]
         'nvcr.io/nvidia/nemo-rl:v0.4.0'
     """
-    labels = _labels(cluster)
+    labels = deployment_labels(cluster)
     name = naming.prepull_name(cluster)
     selector = {_PREPULL_LABEL: name}
     return {
@@ -136,7 +136,7 @@ def prefetch_job(cluster: Cluster) -> dict[str, Any]:
         >>> c["args"], [e["valueFrom"]["secretKeyRef"]["key"] for e in c["env"] if "valueFrom" in e]
         (['Qwen/Qwen2.5-72B-Instruct'], ['HF_TOKEN'])
     """
-    labels = _labels(cluster)
+    labels = deployment_labels(cluster)
     env: list[dict[str, Any]] = [
         {"name": "HF_HOME", "value": nemo_rl_cache_env(cluster.mount_path)["HF_HOME"]},
         # The image's huggingface_hub draws tqdm bars; the program prints its own progress lines.

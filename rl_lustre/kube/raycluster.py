@@ -1,0 +1,270 @@
+"""The ``ray.io/v1`` RayCluster of a GKE deployment, as KubeRay's CRD accepts it.
+
+One head group and one worker group (``gpu-workers``, ``num_nodes`` replicas fixed):
+
+- the head runs on the on-demand CPU pool, so a Spot preemption cannot kill the job
+  driver (``Cluster.head_on_gpu_pool=True`` restores the reference placement), with
+  ``num-cpus``/``num-gpus`` 0 and resources sized from its machine;
+- workers run on the (Spot) GPU pool, selected by accelerator and Spot label with the GPU
+  taint tolerated, their CPU and memory pinned from the machine catalogue;
+- every pod mounts the Lustre claim at ``mount_path`` and a memory-backed ``/dev/shm``;
+  secrets reach the pods through ``secretKeyRef``, never the job's runtime env;
+  ``rayVersion`` is the Ray inside the image. Naming :data:`RAY_AUTH_TOKEN` among the
+  cluster's secrets turns Ray token auth on (Ray 2.52.0 or newer).
+
+:func:`raycluster_manifest` checks the result against KubeRay's CRD schema
+(:mod:`rl_lustre.kube.schema`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from .. import naming
+from ..catalog import GPU_MACHINE_TYPES
+from ..errors import ConfigError
+from ..nemo_rl.caches import HF_HOME_DIR
+from .schema import validate_raycluster
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+
+__all__ = ["RAY_AUTH_TOKEN", "raycluster_manifest"]
+
+# Ray token auth (RAY_AUTH_MODE=token) exists from Ray 2.52.0. Naming this key in
+# Cluster.secrets turns it on; the token then comes from the Secret like any other.
+RAY_AUTH_TOKEN = "RAY_AUTH_TOKEN"
+_RAY_TOKEN_AUTH_SINCE = (2, 52, 0)
+
+_LUSTRE_VOLUME = "lustre-storage"
+_SHM_VOLUME = "dshm"
+_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+_SPOT_LABEL = "cloud.google.com/gke-spot"
+_GPU_RESOURCE = "nvidia.com/gpu"
+_RAY_PORTS = (("gcs-server", 6379), ("dashboard", 8265), ("client", 10001))
+
+# GiB of memory per vCPU of Compute Engine's predefined shapes; n1 is the odd one out.
+_MEM_PER_VCPU = {"standard": 4.0, "highmem": 8.0, "highcpu": 1.0}
+_N1_MEM_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
+_PREDEFINED = re.compile(r"(?P<family>[a-z][a-z0-9]*)-(?P<shape>standard|highmem|highcpu)-(?P<vcpus>\d+)")
+_CUSTOM = re.compile(r"[a-z][a-z0-9]*-custom-(?P<vcpus>\d+)-(?P<mib>\d+)(?:-ext)?")
+# The reference workflow's head: requests 8 CPU / 64Gi, limits 32 CPU / 1000Gi. These are
+# the ceilings; smaller machines get proportionally less.
+_HEAD_REQUEST_CAP = (8, 64)
+_HEAD_LIMIT_CAP = (32, 1000)
+
+
+def raycluster_manifest(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
+    """The RayCluster of ``cluster``, its objects labelled ``labels``, checked against the CRD.
+
+    Raises:
+        ConfigError: Ray token auth asked of an image whose Ray predates it, or a
+            RayCluster that KubeRay's CRD schema rejects.
+    """
+    _check_ray_auth(cluster)
+    ray_cluster = _ray_cluster(cluster, labels)
+    validate_raycluster(ray_cluster)
+    return ray_cluster
+
+
+def _check_ray_auth(cluster: Cluster) -> None:
+    if RAY_AUTH_TOKEN not in cluster.secrets:
+        return
+    assert cluster.ray_version is not None
+    if tuple(int(p) for p in cluster.ray_version.split(".")) < _RAY_TOKEN_AUTH_SINCE:
+        raise ConfigError(
+            "Cluster", "secrets", RAY_AUTH_TOKEN,
+            f"Ray token auth needs Ray 2.52.0 or newer; image {cluster.image!r} has Ray "
+            f"{cluster.ray_version}, which would ignore the token and run unauthenticated",
+        )
+
+
+def _env(cluster: Cluster) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "HF_HOME", "value": f"{cluster.mount_path}/{HF_HOME_DIR}"},
+        {"name": "GLOO_SOCKET_IFNAME", "value": "eth0"},
+        {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
+    ]
+    if RAY_AUTH_TOKEN in cluster.secrets:
+        env.append({"name": "RAY_AUTH_MODE", "value": "token"})
+    for name in cluster.secrets:
+        env.append({
+            "name": name,
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": naming.secret_name(cluster),
+                    "key": name,
+                    # A missing WANDB key must not keep pods from starting; a missing
+                    # Ray token must, or Ray would come up without it.
+                    "optional": name != RAY_AUTH_TOKEN,
+                }
+            },
+        })
+    return env
+
+
+def _gpu_node_selector(cluster: Cluster) -> dict[str, str]:
+    assert cluster.accelerator_type is not None
+    selector = {_ACCELERATOR_LABEL: cluster.accelerator_type}
+    if cluster.spot:
+        selector[_SPOT_LABEL] = "true"
+    return selector
+
+
+_GPU_TOLERATIONS = [{"key": _GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def _machine_capacity(machine_type: str) -> tuple[float, float] | None:
+    """``(vCPUs, GiB)`` of a predefined or custom Compute Engine CPU machine type."""
+    if m := _PREDEFINED.fullmatch(machine_type):
+        ratios = _N1_MEM_PER_VCPU if m["family"] == "n1" else _MEM_PER_VCPU
+        vcpus = int(m["vcpus"])
+        return vcpus, vcpus * ratios[m["shape"]]
+    if m := _CUSTOM.fullmatch(machine_type):
+        return int(m["vcpus"]), int(m["mib"]) / 1024
+    return None
+
+
+def _head_capacity(cluster: Cluster) -> tuple[float, float] | None:
+    """What the head may use on its node: the CPU machine, or on the GPU pool what the
+    worker sharing the node leaves."""
+    if not cluster.head_on_gpu_pool:
+        return _machine_capacity(cluster.head_machine_type)
+    known = GPU_MACHINE_TYPES.get(cluster.machine_type)
+    if known is None:
+        return None
+    return known.vcpus - float(known.worker_cpu), known.memory_gib - float(known.worker_memory.removesuffix("Gi"))
+
+
+def _head_resources(cluster: Cluster) -> dict[str, dict[str, str]]:
+    capacity = _head_capacity(cluster)
+    if capacity is None:
+        # A machine we cannot size: a request that fits anything, and no limits that
+        # could exceed the node.
+        return {"requests": {"cpu": "1", "memory": "4Gi"}}
+    cpu, mem = capacity
+    # Requests half the node (the reference's 8 CPU / 64Gi on n2-highmem-16); limits
+    # leave a vCPU and a fifth of the memory to kubelet and daemonsets.
+    return {
+        "requests": {
+            "cpu": str(max(1, min(_HEAD_REQUEST_CAP[0], int(cpu // 2)))),
+            "memory": f"{max(1, min(_HEAD_REQUEST_CAP[1], int(mem // 2)))}Gi",
+        },
+        "limits": {
+            "cpu": str(max(1, min(_HEAD_LIMIT_CAP[0], int(cpu - 1)))),
+            "memory": f"{max(1, min(_HEAD_LIMIT_CAP[1], int(mem * 0.8)))}Gi",
+        },
+    }
+
+
+def _worker_resources(cluster: Cluster) -> dict[str, dict[str, str]]:
+    amounts = {_GPU_RESOURCE: str(cluster.gpus_per_node)}
+    known = GPU_MACHINE_TYPES.get(cluster.machine_type)
+    if known is not None:
+        amounts |= {"cpu": known.worker_cpu, "memory": known.worker_memory}
+    # Without a catalogue entry only the GPUs are pinned; Ray sizes CPU and memory from the node.
+    return {"limits": dict(amounts), "requests": dict(amounts)}
+
+
+def _volumes(cluster: Cluster) -> list[dict[str, Any]]:
+    return [
+        {"name": _LUSTRE_VOLUME, "persistentVolumeClaim": {"claimName": naming.pvc_name(cluster)}},
+        # Ray's object store and NCCL need a /dev/shm far larger than the runtime's 64 MiB.
+        {"name": _SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+    ]
+
+
+def _volume_mounts(cluster: Cluster) -> list[dict[str, str]]:
+    return [
+        {"name": _LUSTRE_VOLUME, "mountPath": cluster.mount_path},
+        {"name": _SHM_VOLUME, "mountPath": "/dev/shm"},
+    ]
+
+
+def _head_group(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
+    pod: dict[str, Any] = {}
+    if cluster.head_on_gpu_pool:
+        pod["nodeSelector"] = _gpu_node_selector(cluster)
+        pod["tolerations"] = [dict(t) for t in _GPU_TOLERATIONS]
+    else:
+        pod["nodeSelector"] = {_NODEPOOL_LABEL: naming.cpu_pool_name(cluster)}
+    pod["containers"] = [{
+        "name": "ray-head",
+        "image": cluster.image,
+        "ports": [{"containerPort": port, "name": name} for name, port in _RAY_PORTS],
+        "env": _env(cluster),
+        "resources": _head_resources(cluster),
+        "volumeMounts": _volume_mounts(cluster),
+    }]
+    pod["volumes"] = _volumes(cluster)
+    return {
+        "rayStartParams": {
+            "dashboard-host": "0.0.0.0",
+            # The head hosts the job driver only; Ray must not place tasks or GPU
+            # work on it.
+            "num-cpus": "0",
+            "num-gpus": "0",
+        },
+        "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
+    }
+
+
+def _worker_group(cluster: Cluster, labels: dict[str, str]) -> tuple[dict[str, Any], bool]:
+    from ..nemo_rl.caches import vllm_seed_links
+    from .fabric import fabric_worker_pod
+
+    pod: dict[str, Any] = {
+        "nodeSelector": _gpu_node_selector(cluster),
+        "tolerations": [dict(t) for t in _GPU_TOLERATIONS],
+        "containers": [{
+            "name": "ray-worker",
+            "image": cluster.image,
+            "env": _env(cluster),
+            "resources": _worker_resources(cluster),
+            "volumeMounts": _volume_mounts(cluster),
+            # vLLM's per-worker compile caches onto the volume (see nemo_rl.caches).
+            "lifecycle": {"postStart": {"exec": {"command": [
+                "/bin/sh", "-c", vllm_seed_links(cluster.mount_path, cluster.num_nodes, cluster.gpus_per_node or 0)]}}},
+        }],
+        "volumes": _volumes(cluster),
+    }
+    annotations, keep_command = fabric_worker_pod(cluster, pod)
+    metadata: dict[str, Any] = {"labels": dict(labels)}
+    if annotations:
+        metadata["annotations"] = annotations
+    group = {
+        "groupName": "gpu-workers",
+        "replicas": cluster.num_nodes,
+        "minReplicas": cluster.num_nodes,
+        "maxReplicas": cluster.num_nodes,
+        "rayStartParams": {},
+        "template": {"metadata": metadata, "spec": pod},
+    }
+    return group, keep_command
+
+
+def _ray_cluster(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
+    from .fabric import OVERWRITE_CMD_ANNOTATION
+
+    head = _head_group(cluster, labels)
+    workers, keep_command = _worker_group(cluster, labels)
+    metadata: dict[str, Any] = {"name": naming.raycluster_name(cluster), "namespace": cluster.namespace,
+                                "labels": dict(labels)}
+    if keep_command:
+        # KubeRay then runs each container's own command; the head's does what KubeRay's would.
+        metadata["annotations"] = {OVERWRITE_CMD_ANNOTATION: "true"}
+        head_container = head["template"]["spec"]["containers"][0]
+        head_container["command"] = ["/bin/bash", "-lc", "--"]
+        head_container["args"] = ["ulimit -n 65536; exec ${KUBERAY_GEN_RAY_START_CMD}"]
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": metadata,
+        "spec": {
+            "rayVersion": cluster.ray_version,
+            "headGroupSpec": head,
+            "workerGroupSpecs": [workers],
+        },
+    }
