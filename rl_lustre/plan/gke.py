@@ -1,14 +1,16 @@
 """The GKE backend's plan: VPC, private services access, Managed Lustre, the GKE cluster
-and its pools, and the Kubernetes objects, as one dependency graph."""
+and its pools (:mod:`rl_lustre.plan.nodepools`), and the Kubernetes objects, as one
+dependency graph."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
-from ..catalog import FABRIC_MTU, GPU_MACHINE_TYPES, LUSTRE_PORT_988_MIN_GKE, ownership_labels
-from .fabric import extra_networks, fabric_nodes, gpu_pool_subnet_keys, ray_dependency_keys
+from ..catalog import FABRIC_MTU, LUSTRE_PORT_988_MIN_GKE, ownership_labels
+from .fabric import fabric_nodes, ray_dependency_keys
 from .graph import Plan, PlannedResource
+from .nodepools import cpu_pool, gpu_pool
 from .startup import startup_nodes
 
 if TYPE_CHECKING:
@@ -28,7 +30,6 @@ PSA_PREFIX_LENGTH = 22
 PSA_PEERING_NAME = "servicenetworking-googleapis-com"
 LUSTRE_PORT = 988
 LUSTRE_CSI_DRIVER = "lustre.csi.storage.gke.io"
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
 RELEASE_CHANNEL = "REGULAR"
 MAINTENANCE_EXCLUSION_NAME = "rl-lustre-no-node-recreation"
 
@@ -90,46 +91,6 @@ def gke_plan(cluster: Cluster) -> Plan:
                   "List blocks in Cluster(authorized_networks=[...]) to open the IP endpoint to them")
 
     head_pool = naming.gpu_pool_name(cluster) if cluster.head_on_gpu_pool else naming.cpu_pool_name(cluster)
-    if cluster.spot:
-        provisioning = "Spot"
-    elif cluster.reservation is not None:
-        provisioning = "reserved"
-    else:
-        provisioning = "on-demand"
-    known = GPU_MACHINE_TYPES.get(cluster.machine_type)
-    pool_settings: dict[str, Any] = {
-        "machine_type": cluster.machine_type,
-        "location": zone,
-        "node_count": cluster.num_nodes,
-        "accelerator": {
-            "type": cluster.accelerator_type,
-            "count": cluster.gpus_per_node,
-            "gpu_driver_version": "LATEST",
-        },
-        "provisioning": provisioning,
-        "spot": cluster.spot,
-        "reservation_affinity": (
-            {"consume_reservation_type": "SPECIFIC_RESERVATION",
-             "key": "compute.googleapis.com/reservation-name", "values": [cluster.reservation]}
-            if cluster.reservation is not None else {"consume_reservation_type": "NO_RESERVATION"}
-        ),
-        "taints": [GPU_TAINT],
-        "gvnic": True,
-        # One node at a time, never a surge node: a spare A4 is rarely to be had.
-        "upgrade_settings": {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1},
-        "hosts": ["Ray workers", *(["Ray head"] if cluster.head_on_gpu_pool else [])],
-    }
-    if known is not None:
-        pool_settings["vcpus_per_node"] = known.vcpus
-        if known.local_ssds and cluster.fabric == "rdma":
-            # Image layers, emptyDirs, /tmp and Ray's spill go to the local SSDs, not the boot disk.
-            pool_settings["ephemeral_storage_local_ssd_count"] = known.local_ssds
-    extra = extra_networks(cluster)
-    if extra:
-        by_key = {n.key: n for n in fabric_nodes(cluster, {})}
-        pool_settings["additional_node_networks"] = [
-            {"network": by_key[n["network_key"]].name, "subnetwork": by_key[n["subnet_key"]].name,
-             "interface": n["interface"]} for n in extra]
     cluster_fabric: dict[str, Any] = {}
     if cluster.fabric == "rdma":
         cluster_fabric["network_config"] = {"datapath_provider": "ADVANCED_DATAPATH", "enable_multi_networking": True}
@@ -209,23 +170,8 @@ def gke_plan(cluster: Cluster) -> Plan:
             },
             **created,
         ),
-        PlannedResource(
-            key="cpu-pool", kind="container.v1.NodePool", name=naming.cpu_pool_name(cluster),
-            depends_on=("gke-cluster",),
-            settings={
-                "machine_type": cluster.head_machine_type,
-                "location": zone,
-                "node_count": 1,
-                "provisioning": "on-demand",
-                "spot": False,
-                "hosts": ["system pods", *([] if cluster.head_on_gpu_pool else ["Ray head"])],
-                "created_with": "gke-cluster, as its initial node pool",
-            },
-            **created,
-        ),
-        PlannedResource(key="gpu-pool", kind="container.v1.NodePool", name=naming.gpu_pool_name(cluster),
-                        depends_on=("gke-cluster", *gpu_pool_subnet_keys(cluster)), settings=pool_settings,
-                        **created),
+        cpu_pool(cluster, created),
+        gpu_pool(cluster, created),
         # Needs only the API server and the instance's address, not the node pools.
         PlannedResource(
             key="pv", kind="v1/PersistentVolume", name=naming.pv_name(cluster),

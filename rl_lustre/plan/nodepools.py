@@ -1,0 +1,93 @@
+"""The GKE node pools of a deployment, as plan nodes: the CPU pool and the (Spot) GPU pool.
+
+- ``cpu-pool``: one on-demand node of ``head_machine_type``, created with the GKE
+  cluster as its initial pool; it hosts the system pods and the Ray head (unless
+  ``head_on_gpu_pool``).
+- ``gpu-pool``: ``num_nodes`` nodes of ``machine_type`` with their GPUs and driver, Spot,
+  reserved or on-demand, the GPU taint, gVNIC, surge-free upgrades, the local SSDs as
+  ephemeral storage and the extra NICs of the RDMA fabric (:mod:`rl_lustre.plan.fabric`);
+  it hosts the Ray workers.
+
+:func:`rl_lustre.gcp.container.node_pool_request` turns either node into the GKE request.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import naming
+from ..catalog import GPU_MACHINE_TYPES
+from .fabric import extra_networks, fabric_nodes, gpu_pool_subnet_keys
+from .graph import PlannedResource
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+
+__all__ = ["GPU_TAINT", "cpu_pool", "gpu_pool"]
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
+
+
+def cpu_pool(cluster: Cluster, created: dict[str, Any]) -> PlannedResource:
+    """The ``cpu-pool`` node (``created``: its action and labels)."""
+    return PlannedResource(
+        key="cpu-pool", kind="container.v1.NodePool", name=naming.cpu_pool_name(cluster),
+        depends_on=("gke-cluster",),
+        settings={
+            "machine_type": cluster.head_machine_type,
+            "location": cluster.zone,
+            "node_count": 1,
+            "provisioning": "on-demand",
+            "spot": False,
+            "hosts": ["system pods", *([] if cluster.head_on_gpu_pool else ["Ray head"])],
+            "created_with": "gke-cluster, as its initial node pool",
+        },
+        **created,
+    )
+
+
+def gpu_pool(cluster: Cluster, created: dict[str, Any]) -> PlannedResource:
+    """The ``gpu-pool`` node (``created``: its action and labels)."""
+    if cluster.spot:
+        provisioning = "Spot"
+    elif cluster.reservation is not None:
+        provisioning = "reserved"
+    else:
+        provisioning = "on-demand"
+    known = GPU_MACHINE_TYPES.get(cluster.machine_type)
+    pool_settings: dict[str, Any] = {
+        "machine_type": cluster.machine_type,
+        "location": cluster.zone,
+        "node_count": cluster.num_nodes,
+        "accelerator": {
+            "type": cluster.accelerator_type,
+            "count": cluster.gpus_per_node,
+            "gpu_driver_version": "LATEST",
+        },
+        "provisioning": provisioning,
+        "spot": cluster.spot,
+        "reservation_affinity": (
+            {"consume_reservation_type": "SPECIFIC_RESERVATION",
+             "key": "compute.googleapis.com/reservation-name", "values": [cluster.reservation]}
+            if cluster.reservation is not None else {"consume_reservation_type": "NO_RESERVATION"}
+        ),
+        "taints": [GPU_TAINT],
+        "gvnic": True,
+        # One node at a time, never a surge node: a spare A4 is rarely to be had.
+        "upgrade_settings": {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1},
+        "hosts": ["Ray workers", *(["Ray head"] if cluster.head_on_gpu_pool else [])],
+    }
+    if known is not None:
+        pool_settings["vcpus_per_node"] = known.vcpus
+        if known.local_ssds and cluster.fabric == "rdma":
+            # Image layers, emptyDirs, /tmp and Ray's spill go to the local SSDs, not the boot disk.
+            pool_settings["ephemeral_storage_local_ssd_count"] = known.local_ssds
+    extra = extra_networks(cluster)
+    if extra:
+        by_key = {n.key: n for n in fabric_nodes(cluster, {})}
+        pool_settings["additional_node_networks"] = [
+            {"network": by_key[n["network_key"]].name, "subnetwork": by_key[n["subnet_key"]].name,
+             "interface": n["interface"]} for n in extra]
+    return PlannedResource(key="gpu-pool", kind="container.v1.NodePool", name=naming.gpu_pool_name(cluster),
+                           depends_on=("gke-cluster", *gpu_pool_subnet_keys(cluster)), settings=pool_settings,
+                           **created)
