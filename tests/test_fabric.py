@@ -16,7 +16,7 @@ from rl_lustre import Cluster
 from rl_lustre.errors import ConfigError, GCPError, ProvisioningError
 from rl_lustre.gcp import Backoff, GkeClusters, GkeNodePools, Networks, RetryPolicy
 from rl_lustre.gcp.compute import network_request
-from rl_lustre.gcp.container import cluster_request, node_pool_request
+from rl_lustre.gcp.container_requests import cluster_request, node_pool_request
 from rl_lustre.kube.schema import validate_networking
 from rl_lustre.testing import FakeGCP
 

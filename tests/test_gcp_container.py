@@ -22,14 +22,12 @@ from rl_lustre.errors import (
 )
 from rl_lustre.gcp import _clients
 from rl_lustre.gcp._errors import RetryPolicy
-from rl_lustre.gcp.container import (
-    GkeClusters,
-    GkeNodePools,
+from rl_lustre.gcp.container import GkeClusters, GkeNodePools, parent_of
+from rl_lustre.gcp.container_requests import (
     cluster_path,
     cluster_request,
     node_pool_path,
     node_pool_request,
-    parent_of,
 )
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 

@@ -63,7 +63,8 @@ def test_a_backend_without_the_kubernetes_part_has_no_jobs(gcp: FakeGCP) -> None
 
 def test_a_cluster_still_provisioning_is_not_reachable_yet() -> None:
     from rl_lustre.gcp import _clients
-    from rl_lustre.gcp.container import cluster_path, cluster_request, parent_of
+    from rl_lustre.gcp.container import parent_of
+    from rl_lustre.gcp.container_requests import cluster_path, cluster_request
 
     cluster = spec()
     plan = cluster.plan()

@@ -311,7 +311,7 @@ class GKEBackend(submission.JobsBackend):
         if self._kubeconfig is not None:
             return kube_api_client_from_kubeconfig(*self._kubeconfig)
         from ..gcp import GkeClusters
-        from ..gcp.container import cluster_path
+        from ..gcp.container_requests import cluster_path
 
         path = cluster_path(self.plan)
         clusters = self._apis.clusters if self._apis is not None else GkeClusters(backoff=self._backoff,

@@ -1,18 +1,19 @@
 """Google Cloud adapters: one thin module per API, each mapping its errors to ours.
 
-=====================  ==============================================================
-module                 API and resources
-=====================  ==============================================================
-``lustre``             Managed Lustre instances, ImportData / ExportData (gRPC)
-``container``          GKE clusters and node pools, GKE operations (gRPC)
-``compute``            VPC network, subnetwork, PSA range, firewall rule (REST)
-``servicenetworking``  the private services access connection (plain REST)
-``monitoring``         time series of Cloud Monitoring metrics (gRPC, read only)
-``_errors``            the one place Google errors become :mod:`rl_lustre.errors`
-``_resource``          create-or-adopt and delete-if-ours, shared by the labelled adapters
-``_wait``              polling with capped backoff, deadlines and progress
-``_clients``           clients from the environment; the emulator hooks
-=====================  ==============================================================
+========================  ==============================================================
+module                    API and resources
+========================  ==============================================================
+``lustre``                Managed Lustre instances, ImportData / ExportData (gRPC)
+``container``             GKE clusters and node pools, GKE operations (gRPC)
+``container_requests``    the GKE cluster and node pool requests, built from the plan
+``compute``               VPC network, subnetwork, PSA range, firewall rule (REST)
+``servicenetworking``     the private services access connection (plain REST)
+``monitoring``            time series of Cloud Monitoring metrics (gRPC, read only)
+``_errors``               the one place Google errors become :mod:`rl_lustre.errors`
+``_resource``             create-or-adopt and delete-if-ours, shared by the labelled adapters
+``_wait``                 polling with capped backoff, deadlines and progress
+``_clients``              clients from the environment; the emulator hooks
+========================  ==============================================================
 
 Importing this package loads the Google client libraries; ``import rl_lustre`` does not.
 Every adapter takes an optional client (by default the cached one for the environment)

@@ -8,7 +8,7 @@
   ephemeral storage and the extra NICs of the RDMA fabric (:mod:`rl_lustre.plan.fabric`);
   it hosts the Ray workers.
 
-:func:`rl_lustre.gcp.container.node_pool_request` turns either node into the GKE request.
+:func:`rl_lustre.gcp.container_requests.node_pool_request` turns either node into the GKE request.
 """
 
 from __future__ import annotations

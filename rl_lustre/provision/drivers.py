@@ -40,7 +40,7 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -334,38 +334,6 @@ class LustreDriver:
         return _gone(deleted)
 
 
-def control_plane_endpoints(settings: Mapping[str, Any]) -> Any:
-    """The ``ControlPlaneEndpointsConfig`` the plan's ``gke-cluster`` settings ask for:
-    the DNS endpoint open to IAM-authorised clients, the IP endpoint limited to the
-    authorised networks.
-
-    Examples:
-        >>> from rl_lustre import Cluster
-        >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
-        >>> cfg = control_plane_endpoints(plan.get("gke-cluster").settings)
-        >>> cfg.dns_endpoint_config.allow_external_traffic, cfg.ip_endpoints_config.enable_public_endpoint
-        (True, True)
-    """
-    from google.cloud import container_v1
-
-    s = settings["control_plane_endpoints"]
-    man = settings["master_authorized_networks"]
-    return container_v1.ControlPlaneEndpointsConfig(
-        dns_endpoint_config=container_v1.ControlPlaneEndpointsConfig.DNSEndpointConfig(
-            allow_external_traffic=s["dns_endpoint"]["allow_external_traffic"]),
-        ip_endpoints_config=container_v1.ControlPlaneEndpointsConfig.IPEndpointsConfig(
-            enabled=s["ip_endpoint"]["enabled"],
-            enable_public_endpoint=s["ip_endpoint"]["public_endpoint"],
-            authorized_networks_config=container_v1.MasterAuthorizedNetworksConfig(
-                enabled=man["enabled"],
-                cidr_blocks=[container_v1.MasterAuthorizedNetworksConfig.CidrBlock(
-                    display_name=f"rl-lustre-{i}", cidr_block=b) for i, b in enumerate(man["cidr_blocks"])],
-                gcp_public_cidrs_access_enabled=False,
-            ),
-        ),
-    )
-
-
 class GkeClusterDriver:
     """The GKE cluster, created with the CPU pool as its only node pool (one operation
     instead of creating a default pool, then deleting it)."""
@@ -374,7 +342,8 @@ class GkeClusterDriver:
     interruptible = True
 
     def __init__(self, ctx: Context) -> None:
-        from ..gcp.container import cluster_path, parent_of
+        from ..gcp.container import parent_of
+        from ..gcp.container_requests import cluster_path
 
         self.ctx = ctx
         self.path = cluster_path(ctx.plan)
@@ -382,7 +351,7 @@ class GkeClusterDriver:
 
     def request(self) -> Any:
         """The ``container_v1.Cluster`` to create."""
-        from ..gcp.container import cluster_request
+        from ..gcp.container_requests import cluster_request, control_plane_endpoints
 
         request = cluster_request(self.ctx.plan)
         settings = self.ctx.plan.get("gke-cluster").settings
@@ -443,7 +412,7 @@ class NodePoolDriver:
     interruptible = True
 
     def __init__(self, ctx: Context, key: str) -> None:
-        from ..gcp.container import cluster_path, node_pool_path
+        from ..gcp.container_requests import cluster_path, node_pool_path
 
         self.ctx = ctx
         self.key = key
@@ -451,7 +420,7 @@ class NodePoolDriver:
         self.path = node_pool_path(ctx.plan, key)
 
     def ensure(self, step: Step) -> Done:
-        from ..gcp.container import node_pool_request
+        from ..gcp.container_requests import node_pool_request
 
         api = self.ctx.apis.pools
         request = node_pool_request(self.ctx.plan, self.key)

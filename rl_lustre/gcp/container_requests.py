@@ -1,0 +1,229 @@
+"""The GKE requests of a deployment, built from its :class:`~rl_lustre.plan.Plan`.
+
+What is created is exactly what ``plan()`` shows: :func:`cluster_request` turns the plan's
+``gke-cluster`` node into the ``container_v1.Cluster`` to create (with the CPU pool as its
+only pool: GKE needs one pool at creation, and making it the pool we want avoids
+creating and then deleting a default pool), :func:`node_pool_request` turns the
+``cpu-pool`` and ``gpu-pool`` nodes (:mod:`rl_lustre.plan.nodepools`) into
+``container_v1.NodePool`` requests, and :func:`control_plane_endpoints` gives the
+cluster's DNS and IP endpoints. :mod:`rl_lustre.gcp.container` sends them.
+
+Examples:
+    >>> from rl_lustre import Cluster
+    >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
+    ...                authorized_networks=["203.0.113.7/32"]).plan()
+    >>> req = cluster_request(plan)
+    >>> req.addons_config.lustre_csi_driver_config.enabled, req.addons_config.ray_operator_config.enabled
+    (True, True)
+    >>> [b.cidr_block for b in req.master_authorized_networks_config.cidr_blocks]
+    ['203.0.113.7/32']
+    >>> pool = node_pool_request(plan, "gpu-pool")
+    >>> pool.config.accelerators[0].accelerator_type, pool.config.spot, pool.initial_node_count
+    ('nvidia-b200', True, 8)
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from google.cloud import container_v1
+
+from ..catalog import ownership_labels
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+
+__all__ = [
+    "SCOPES",
+    "cluster_path",
+    "cluster_request",
+    "control_plane_endpoints",
+    "maintenance_policy",
+    "node_pool_path",
+    "node_pool_request",
+]
+
+SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+# A4, A4X and A3 Ultra machines boot only from Hyperdisk; GKE's default pd-balanced fails.
+_HYPERDISK_ONLY = re.compile(r"^(a4-|a4x-|a3-ultragpu-)")
+
+
+def _labels(plan: Plan, key: str) -> dict[str, str]:
+    return {**plan.get(key).labels, **ownership_labels(plan.cluster_name)}
+
+
+def cluster_path(plan: Plan) -> str:
+    """``projects/P/locations/LOCATION/clusters/NAME`` of the plan's GKE cluster."""
+    node = plan.get("gke-cluster")
+    return f"projects/{plan.project}/locations/{node.settings['location']}/clusters/{node.name}"
+
+
+def node_pool_path(plan: Plan, key: str) -> str:
+    """The full name of the node pool ``key`` (``"cpu-pool"`` or ``"gpu-pool"``) of the plan."""
+    return f"{cluster_path(plan)}/nodePools/{plan.get(key).name}"
+
+
+def node_pool_request(plan: Plan, key: str) -> container_v1.NodePool:
+    """The ``NodePool`` for the plan's node ``key`` (``"cpu-pool"`` or ``"gpu-pool"``)."""
+    node = plan.get(key)
+    s = node.settings
+    config = container_v1.NodeConfig(
+        machine_type=s["machine_type"],
+        spot=s["spot"],
+        oauth_scopes=SCOPES,
+        resource_labels=_labels(plan, key),
+    )
+    if _HYPERDISK_ONLY.match(s["machine_type"]):
+        config.disk_type = "hyperdisk-balanced"
+    if "accelerator" in s:
+        acc = s["accelerator"]
+        driver = container_v1.GPUDriverInstallationConfig.GPUDriverVersion.__members__[acc["gpu_driver_version"]]
+        config.accelerators = [container_v1.AcceleratorConfig(
+            accelerator_type=acc["type"],
+            accelerator_count=acc["count"],
+            gpu_driver_installation_config=container_v1.GPUDriverInstallationConfig(gpu_driver_version=driver),
+        )]
+    if "reservation_affinity" in s:
+        ra = s["reservation_affinity"]
+        config.reservation_affinity = container_v1.ReservationAffinity(
+            consume_reservation_type=container_v1.ReservationAffinity.Type.__members__[ra["consume_reservation_type"]],
+            key=ra.get("key", ""),
+            values=list(ra.get("values", ())),
+        )
+    if s.get("taints"):
+        config.taints = [
+            container_v1.NodeTaint(key=t["key"], value=t["value"], effect=container_v1.NodeTaint.Effect.__members__[t["effect"]])
+            for t in s["taints"]
+        ]
+    if s.get("gvnic"):
+        config.gvnic = container_v1.VirtualNIC(enabled=True)
+    if s.get("ephemeral_storage_local_ssd_count"):
+        config.ephemeral_storage_local_ssd_config = container_v1.EphemeralStorageLocalSsdConfig(
+            local_ssd_count=s["ephemeral_storage_local_ssd_count"])
+    pool = container_v1.NodePool(
+        name=node.name,
+        initial_node_count=s["node_count"],
+        locations=[s["location"]],
+        config=config,
+        management=container_v1.NodeManagement(auto_repair=True, auto_upgrade=True),
+    )
+    if "upgrade_settings" in s:
+        up = s["upgrade_settings"]
+        pool.upgrade_settings = container_v1.NodePool.UpgradeSettings(
+            strategy=container_v1.NodePoolUpdateStrategy.__members__[up["strategy"]],
+            max_surge=up["max_surge"], max_unavailable=up["max_unavailable"])
+    if s.get("additional_node_networks"):
+        # By name, in NIC order: the first becomes eth1, the next eth2, and so on.
+        pool.network_config = container_v1.NodeNetworkConfig(additional_node_network_configs=[
+            container_v1.AdditionalNodeNetworkConfig(network=n["network"], subnetwork=n["subnetwork"])
+            for n in s["additional_node_networks"]])
+    return pool
+
+
+def maintenance_policy(settings: Mapping[str, Any], now: datetime.datetime | None = None) -> container_v1.MaintenancePolicy:
+    """The cluster's ``MaintenancePolicy``: one exclusion from ``now`` until the cluster
+    version's end of support, of the plan's scope.
+
+    Examples:
+        >>> import datetime
+        >>> from rl_lustre import Cluster
+        >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
+        >>> policy = maintenance_policy(plan.get("gke-cluster").settings,
+        ...                             datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc))
+        >>> window = policy.window.maintenance_exclusions["rl-lustre-no-node-recreation"]
+        >>> window.maintenance_exclusion_options.scope.name, window.start_time.isoformat()
+        ('NO_MINOR_OR_NODE_UPGRADES', '2026-01-01T00:00:00+00:00')
+    """
+    ex = settings["maintenance_exclusion"]
+    options = container_v1.MaintenanceExclusionOptions
+    start = now or datetime.datetime.now(datetime.timezone.utc)
+    return container_v1.MaintenancePolicy(window=container_v1.MaintenanceWindow(maintenance_exclusions={
+        ex["name"]: container_v1.TimeWindow(
+            start_time=start,
+            maintenance_exclusion_options=options(
+                scope=options.Scope.__members__[ex["scope"]],
+                end_time_behavior=options.EndTimeBehavior.__members__[ex["end_time_behavior"]]),
+        )}))
+
+
+def cluster_request(plan: Plan) -> container_v1.Cluster:
+    """The ``Cluster`` to create for the plan, with the CPU pool as its first pool.
+
+    Master authorized networks are always enabled with exactly the plan's blocks (an
+    empty list keeps the control plane closed to public addresses; it is never
+    silently opened to ``0.0.0.0/0``).
+    """
+    node = plan.get("gke-cluster")
+    s = node.settings
+    if plan.project is None:
+        raise ConfigError("Plan", "project", None, "a GKE plan has a project")
+    man = s["master_authorized_networks"]
+    addons = s["addons"]
+    request = container_v1.Cluster(
+        name=node.name,
+        description=f"rl_lustre deployment {plan.cluster_name}",
+        network=s["network"],
+        subnetwork=s["subnetwork"],
+        locations=list(s["node_locations"]),
+        node_pools=[node_pool_request(plan, "cpu-pool")],
+        resource_labels=_labels(plan, "gke-cluster"),
+        ip_allocation_policy=container_v1.IPAllocationPolicy(**dict(s["ip_allocation_policy"])),
+        addons_config=container_v1.AddonsConfig(
+            lustre_csi_driver_config=container_v1.LustreCsiDriverConfig(**dict(addons["lustre_csi_driver_config"])),
+            ray_operator_config=container_v1.RayOperatorConfig(**dict(addons["ray_operator_config"])),
+        ),
+        master_authorized_networks_config=container_v1.MasterAuthorizedNetworksConfig(
+            enabled=man["enabled"],
+            cidr_blocks=[
+                container_v1.MasterAuthorizedNetworksConfig.CidrBlock(display_name=f"rl-lustre-{i}", cidr_block=b)
+                for i, b in enumerate(man["cidr_blocks"])
+            ],
+            gcp_public_cidrs_access_enabled=False,
+        ),
+        workload_identity_config=container_v1.WorkloadIdentityConfig(workload_pool=s["workload_identity_pool"]),
+        release_channel=container_v1.ReleaseChannel(
+            channel=container_v1.ReleaseChannel.Channel.__members__[s["release_channel"]]
+        ),
+    )
+    if "network_config" in s:
+        nc = s["network_config"]
+        request.network_config = container_v1.NetworkConfig(
+            datapath_provider=container_v1.DatapathProvider.__members__[nc["datapath_provider"]],
+            enable_multi_networking=nc["enable_multi_networking"])
+    if "maintenance_exclusion" in s:
+        request.maintenance_policy = maintenance_policy(s)
+    return request
+
+
+def control_plane_endpoints(settings: Mapping[str, Any]) -> container_v1.ControlPlaneEndpointsConfig:
+    """The ``ControlPlaneEndpointsConfig`` the plan's ``gke-cluster`` settings ask for:
+    the DNS endpoint open to IAM-authorised clients, the IP endpoint limited to the
+    authorised networks.
+
+    Examples:
+        >>> from rl_lustre import Cluster
+        >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
+        >>> cfg = control_plane_endpoints(plan.get("gke-cluster").settings)
+        >>> cfg.dns_endpoint_config.allow_external_traffic, cfg.ip_endpoints_config.enable_public_endpoint
+        (True, True)
+    """
+    s = settings["control_plane_endpoints"]
+    man = settings["master_authorized_networks"]
+    return container_v1.ControlPlaneEndpointsConfig(
+        dns_endpoint_config=container_v1.ControlPlaneEndpointsConfig.DNSEndpointConfig(
+            allow_external_traffic=s["dns_endpoint"]["allow_external_traffic"]),
+        ip_endpoints_config=container_v1.ControlPlaneEndpointsConfig.IPEndpointsConfig(
+            enabled=s["ip_endpoint"]["enabled"],
+            enable_public_endpoint=s["ip_endpoint"]["public_endpoint"],
+            authorized_networks_config=container_v1.MasterAuthorizedNetworksConfig(
+                enabled=man["enabled"],
+                cidr_blocks=[container_v1.MasterAuthorizedNetworksConfig.CidrBlock(
+                    display_name=f"rl-lustre-{i}", cidr_block=b) for i, b in enumerate(man["cidr_blocks"])],
+                gcp_public_cidrs_access_enabled=False,
+            ),
+        ),
+    )
