@@ -15,6 +15,7 @@ from . import errors
 from ._output import enable_output
 from .cluster import Cluster
 from .job import GRPOJob
+from .run import Run
 from .sizing import LustreSizing, size_lustre
 from .sweep import SweepResult, run_sweep, wait_all
 from .volume import LustreVolume
@@ -26,6 +27,7 @@ __all__ = [
     "GRPOJob",
     "LustreSizing",
     "LustreVolume",
+    "Run",
     "SweepResult",
     "__version__",
     "enable_output",

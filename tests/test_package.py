@@ -14,6 +14,7 @@ PUBLIC = {
     "GRPOJob",
     "LustreSizing",
     "LustreVolume",
+    "Run",
     "__version__",
     "enable_output",
     "errors",
