@@ -18,7 +18,7 @@ so callers may catch either (``except ValueError`` works for bad configuration):
     │   │   └── OperationFailedError       a long-running operation ended in error
     │   ├── KubernetesError
     │   ├── RayError
-    │   │   └── JobFailedError             a job ended FAILED or STOPPED
+    │   │   └── JobFailedError             a job ended FAILED (a stopped one is not a failure)
     │   └── TeardownError                  down() could not delete everything
     └── RollbackError                      provisioning failed; says what was cleaned up
         └── ProvisioningError              up() failed at a step (names it) and rolled back
@@ -210,7 +210,7 @@ class RayError(RemoteError):
 
 
 class JobFailedError(RayError):
-    """A job ended in FAILED or STOPPED.
+    """A job ended FAILED. (One that was stopped ends STOPPED, which ``Run.wait()`` returns.)
 
     Attributes:
         job_id: the Ray submission id.

@@ -35,7 +35,6 @@ __all__ = ["Progress", "Run"]
 
 logger = logging.getLogger("rl_lustre.run")
 
-_FAILED = ("FAILED", "STOPPED")
 _TAIL_LINES = 30
 REHEARSAL_NOTE = "rehearsal: no model is trained and its metrics are synthetic"
 
@@ -342,7 +341,9 @@ class Run:
         return plot.save(plot.figure(plot.collect(self, cluster_metrics=cluster_metrics)), target)
 
     def wait(self, timeout: float | None = None, *, poll: float = 0.5) -> str:
-        """Block until the run ends; return ``"SUCCEEDED"``. A progress bar shows when output is on.
+        """Block until the run ends; return ``"SUCCEEDED"``, or ``"STOPPED"`` for a run that was
+        stopped (:meth:`stop`, from this process or any other, or ``rl-lustre stop``). A run
+        that FAILED raises. A progress bar shows when output is on.
 
         Examples:
             >>> run.wait(timeout=900)  # doctest: +SKIP
@@ -358,7 +359,7 @@ class Run:
             poll: seconds between status checks.
 
         Raises:
-            JobFailedError: the run ended FAILED or STOPPED; carries its last log lines.
+            JobFailedError: the run ended FAILED; carries its last log lines.
             WaitTimeoutError: ``timeout`` passed; carries the last status and progress.
             RayError: the cluster stayed unreachable longer than the outage budget, or
                 no longer knows the job.
@@ -393,11 +394,11 @@ class Run:
                     poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
                 )
                 time.sleep(remaining)
-        if info.status in _FAILED:
+        if info.status == "FAILED":
             tail = self._jobs.logs(self.job_id).splitlines()[-_TAIL_LINES:]
             raise JobFailedError(self.job_id, info.status, tail)
         logger.info("job %s %s", self.job_id, info.status)
-        if self._idle is None:
+        if self._idle is None and info.status == "SUCCEEDED":
             self._idle = self._idle_note(self._refresh(), info)
             if self._idle is not None:
                 logger.info("%s", self._idle)

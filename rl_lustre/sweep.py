@@ -263,13 +263,15 @@ def _outcome(run: Run, name: str, seconds: float | None, elapsed: float,
              varied: Mapping[str, Any]) -> Outcome:
     status = run.status() if seconds is not None else "TIMEOUT"
     error: str | None = None
-    if status in ("FAILED", "STOPPED"):
+    if status == "FAILED":
         try:
             run.wait(timeout=0)
         except JobFailedError as exc:
             error = str(exc)
         except WaitTimeoutError:
             pass
+    elif status == "STOPPED":
+        error = f"stopped at {run.progress} (run.stop() or `rl-lustre stop`); its checkpoints stay"
     elif status == "TIMEOUT":
         error = f"still {run.status()} after {elapsed:.0f}s"
     progress = run.progress

@@ -15,7 +15,7 @@ import pytest
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre._output import enable_output
 from rl_lustre.errors import JobFailedError, WaitTimeoutError
-from rl_lustre.run import Progress, Run
+from rl_lustre.run import REHEARSAL_NOTE, Progress, Run
 
 STEP = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
 
@@ -103,6 +103,52 @@ def test_a_failed_run_raises_with_its_last_log_lines(local_cluster: Cluster) -> 
     assert str(blocker) in "\n".join(err.value.last_lines)
 
 
+def test_a_run_stopped_from_another_process_ends_the_owners_wait_with_stopped(local_cluster: Cluster) -> None:
+    import warnings
+
+    from rl_lustre.errors import NothingToDoWarning
+
+    job = GRPOJob(name="stopped-elsewhere", recipe="grpo_math_1B", max_num_steps=200, save_period=100)
+    run = local_cluster.submit(job, fresh=True)
+    deadline = time.monotonic() + 90
+    while run.progress.step < 1:
+        assert time.monotonic() < deadline, f"no step yet: {run.status()}"
+        time.sleep(0.2)
+    # Another process knows only the cluster spec and the id, as `rl-lustre stop` does.
+    stop = (
+        "import sys\n"
+        "from rl_lustre import Cluster\n"
+        "print(Cluster.local(sys.argv[1], volume_dir=sys.argv[2]).attach(sys.argv[3]).stop(wait=False))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run([sys.executable, "-c", stop, local_cluster.name, local_cluster.mount_path, run.job_id],
+                   env=env, check=True, capture_output=True, timeout=120)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NothingToDoWarning)   # stopped is not "nothing to do" either
+        assert run.wait(timeout=60) == "STOPPED"
+    assert 1 <= run.progress.completed < 200
+    assert run.notes() == [REHEARSAL_NOTE]
+
+
+def test_a_run_that_failed_still_raises_and_one_that_stopped_does_not() -> None:
+    from rl_lustre.ray.jobs import JobInfo
+
+    class Jobs:
+        def __init__(self, status: str) -> None:
+            self.status = status
+
+        def info(self, job_id: str) -> JobInfo:
+            return JobInfo(job_id, self.status, metadata={"rl_lustre.job": "x"})
+
+        def logs(self, job_id: str) -> str:
+            return "the last line\n"
+
+    assert Run(Jobs("STOPPED"), "s").wait(timeout=1) == "STOPPED"  # type: ignore[arg-type]
+    with pytest.raises(JobFailedError, match="ended FAILED") as failed:
+        Run(Jobs("FAILED"), "f").wait(timeout=1)  # type: ignore[arg-type]
+    assert failed.value.last_lines == ["the last line"]
+
+
 @pytest.mark.slow
 def test_a_stopped_run_resumes_from_its_newest_checkpoint_when_submitted_again(
     local_cluster: Cluster,
@@ -129,9 +175,7 @@ def test_a_stopped_run_resumes_from_its_newest_checkpoint_when_submitted_again(
         first.wait(timeout=0.3)
     assert "RUNNING" in str(timed_out.value.last_state)
     assert first.stop() == "STOPPED"
-    with pytest.raises(JobFailedError) as stopped:
-        first.wait()
-    assert stopped.value.status == "STOPPED"
+    assert first.wait() == "STOPPED"  # a stop asked for is not a failure
     newest = first.checkpoints()[-1].step
     assert 2 <= newest < 12
 
@@ -190,3 +234,28 @@ def test_an_unreachable_jobs_api_raises_our_error_not_rays() -> None:
     assert err.value.__cause__ is not None
     with pytest.raises(NotImplementedError):
         run.checkpoints()
+
+
+@pytest.mark.slow
+def test_after_a_new_head_the_next_attempt_has_the_first_id_again_and_still_resumes(tmp_path: Path) -> None:
+    """What docs/stop-resume.md says of run ids: ``-rN`` counts the attempts the head knows of."""
+    cluster = Cluster.local("ids-across-heads", volume_dir=tmp_path / "volume", rehearsal_step_seconds=0.3)
+    job = GRPOJob(name="across", recipe="grpo_math_1B", max_num_steps=40, save_period=1, keep_top_k=2)
+    with cluster:
+        first = cluster.submit(job)
+        deadline = time.monotonic() + 90
+        while not first.checkpoints():
+            assert time.monotonic() < deadline, f"no checkpoint yet: {first.status()}"
+            time.sleep(0.2)
+        assert first.stop() == "STOPPED"
+        newest = first.checkpoints()[-1].step
+    with cluster:  # a new head: it knows of no attempt
+        again = cluster.submit(job)
+        assert again.job_id == first.job_id
+        deadline = time.monotonic() + 90
+        while again.progress.step <= newest:
+            assert time.monotonic() < deadline, f"no step yet: {again.status()}"
+            time.sleep(0.2)
+        assert again.stop() == "STOPPED"
+        # It resumed: its first step is the one after the newest checkpoint.
+        assert int(next(STEP.finditer(again.logs())).group(1)) == newest + 1

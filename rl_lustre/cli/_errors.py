@@ -14,7 +14,7 @@ code   meaning
 8      a remote API failed (``RemoteError``: GCP, Kubernetes, Ray)
 9      ``up()`` failed and rolled back (``RollbackError``, ``ProvisioningError``)
 10     ``down()`` left something behind (``TeardownError``)
-11     the job ended FAILED or STOPPED (``JobFailedError``)
+11     the job ended FAILED (``JobFailedError``)
 130    interrupted (Ctrl-C, or SIGTERM during ``up``)
 =====  ==========================================================
 """
