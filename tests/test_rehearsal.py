@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import rl_lustre.rehearsal.checkpoints as checkpoints
 import rl_lustre.rehearsal.driver as driver
 from rl_lustre.nemo_rl import resolve_config
 from rl_lustre.nemo_rl.checkpoints import list_checkpoints
@@ -145,7 +146,7 @@ def test_interrupted_save_leaves_only_a_tmp_dir_that_the_next_start_clears(
     args = ["--config", RECIPE, "--step-seconds", "0", "--checkpoint-scale", "1e-6",
             "grpo.max_num_steps=3", "checkpointing.save_period=1", "checkpointing.metric_name=null",
             f"checkpointing.checkpoint_dir={tmp_path / 'ckpt'}", f"logger.log_dir={tmp_path / 'logs'}"]
-    real_write = driver._write_filler
+    real_write = checkpoints.write_filler
     writes = []
 
     def interrupted_in_step_2(path: Path, size: int, block: bytes) -> None:
@@ -154,7 +155,7 @@ def test_interrupted_save_leaves_only_a_tmp_dir_that_the_next_start_clears(
         writes.append(path)
         real_write(path, size, block)
 
-    monkeypatch.setattr(driver, "_write_filler", interrupted_in_step_2)
+    monkeypatch.setattr(checkpoints, "write_filler", interrupted_in_step_2)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert driver.main(args) == 128 + signal.SIGINT
@@ -162,7 +163,7 @@ def test_interrupted_save_leaves_only_a_tmp_dir_that_the_next_start_clears(
     assert _steps(tmp_path) == ["step_1", "tmp_step_2"]
     assert [c.step for c in list_checkpoints(tmp_path / "ckpt")] == [1]
 
-    monkeypatch.setattr(driver, "_write_filler", real_write)
+    monkeypatch.setattr(checkpoints, "write_filler", real_write)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert driver.main(args) == 0
@@ -292,7 +293,8 @@ def test_keep_top_k_ranks_a_checkpoint_without_the_metric_worst_as_nemo_rl_0_4_0
                                       f"checkpointing.higher_is_better={higher}"])
         rehearsal = driver.Rehearsal(cfg, scale=1e-5, step_seconds=0, param_count=PARAMS_1B_RECIPE)
         with contextlib.redirect_stdout(io.StringIO()):
-            rehearsal._remove_old_checkpoints()
+            checkpoints.remove_old_checkpoints(rehearsal.checkpoint_dir, rehearsal.keep_top_k,
+                                               rehearsal.metric_name, rehearsal.higher_is_better)
         # The newest (5) is never deleted, even though it lacks the metric.
         assert {int(p.name.split("_")[1]) for p in ckpt.iterdir()} == kept
         assert rehearsal.metric_name == "val:accuracy"

@@ -6,7 +6,8 @@ Hydra overrides exactly as NeMo-RL would (an unknown key fails the same way), pr
 NeMo-RL-format step lines with synthetic metrics, writes checkpoints in NeMo-RL's layout
 at a chosen fraction of their real size, applies ``save_period`` and ``keep_top_k``, and
 resumes from the newest ``step_N``. It rehearses orchestration and storage; it does not
-train, and its first and last lines say so. See :mod:`rl_lustre.rehearsal.driver` for
+train, and its first and last lines say so. See :mod:`rl_lustre.rehearsal.driver` (the
+loop), :mod:`~rl_lustre.rehearsal.checkpoints` and :mod:`~rl_lustre.rehearsal.metrics` for
 the NeMo-RL behaviour it reproduces and where that was read.
 """
 

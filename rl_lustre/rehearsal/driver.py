@@ -80,51 +80,9 @@ output quoted in public guides. Later versions (2026 ``main``) are noted where t
     step header then starts at the saved step + 1), so the rehearsal prints one,
     prefixed ``rl_lustre rehearsal:``.
 
-``nemo_rl/utils/checkpoint.py`` ``CheckpointManager``
-    ``init_tmp_checkpoint(step, training_info, run_config)`` creates
-    ``checkpoint_dir/tmp_step_{step}`` (``mkdir(parents=True, exist_ok=True)``), writes
-    ``training_info.json`` (``json.dump``, no indent) and ``config.yaml``
-    (``yaml.safe_dump`` of the resolved config, with ``logger.log_dir`` already pointing at
-    the new ``exp_NNN``). ``finalize_checkpoint`` renames ``tmp_step_N`` to ``step_N``
-    (an existing ``step_N`` is first renamed ``old_step_N`` and deleted afterwards), then
-    ``remove_old_checkpoints(exclude_latest=True)``: with ``keep_top_k`` None nothing is
-    removed; with ``metric_name`` None the newest ``keep_top_k`` steps are kept; with a
-    metric, the order is by ``(training_info.get(metric, worst), step)`` (descending when
-    ``higher_is_better``, with ``-inf`` for a checkpoint lacking the metric; else metric
-    ascending with ``+inf`` for a lacking one, newer first): a checkpoint saved without
-    the metric ranks worst, and later saves keep writing it when they have it. The newest
-    step is never
-    deleted, so up to ``keep_top_k + 1`` remain; each deletion prints
-    ``Removing checkpoint <path> due to being outside top-<k>``.
-    ``get_latest_checkpoint_path`` is the highest ``step_N`` by number.
-    Stale ``tmp_step_*`` are not cleared at start in that version: ``init_tmp_checkpoint``
-    reuses the directory when the same step is saved again (2026 ``main`` deletes a stale
-    ``tmp_step_N`` first and prints ``Removed stale tmp_step_N in …s``). The rehearsal
-    clears every stale ``tmp_step_*`` at start, so that an interrupted save never mixes
-    with a new one, and says so.
-
-On-disk layout under ``step_N`` (what ``policy.save_checkpoint`` writes)
-    DTensor policy (``policy.dtensor_cfg.enabled``): ``policy/weights/`` and
-    ``policy/optimizer/`` as torch distributed checkpoints (one ``__<rank>_0.distcp`` per
-    rank plus ``.metadata``), ``policy/tokenizer/`` (Hugging Face tokenizer files).
-    Megatron policy (``policy.megatron_cfg.enabled``): ``policy/weights/iter_0000000/``
-    (``__<rank>_0.distcp`` shards, ``common.pt``, ``metadata.json``) holding the optimizer
-    state too -- ``policy/optimizer`` is then only a flag and not written --, and
-    ``policy/tokenizer/``. Both: ``train_dataloader.pt``, ``training_info.json``,
-    ``config.yaml``.
-
-What the rehearsal writes
-    The same names, with filler bytes. The weight and optimizer files together hold
-    ``--checkpoint-scale`` x the real checkpoint size, ``parse_param_count(policy.model_name)``
-    x :data:`rl_lustre.sizing.CHECKPOINT_BYTES_PER_PARAM` (a quarter as fp32 weights, the
-    rest optimizer state), in at most 128 shards per directory (one per GPU the config
-    names). Every file is fsynced before ``tmp_step_N`` is renamed; a stop during a save
-    leaves at most a ``tmp_step_N`` that the next start clears. keep_top_k renames a
-    checkpoint to ``old_step_N`` before deleting it, so a stop half-way through a deletion
-    never leaves a partial ``step_N``; the next start clears such an ``old_step_N`` too. Metrics are synthetic and
-    a function of ``grpo.seed`` and the step only, so a resumed run prints what an
-    uninterrupted one would have; timings are the rehearsal's own (``--step-seconds``
-    spread over the phases, and the real time of each checkpoint write).
+The checkpoint side (``nemo_rl/utils/checkpoint.py``, the on-disk layout, what the
+rehearsal writes) is in :mod:`rl_lustre.rehearsal.checkpoints`; the synthetic metrics and
+the results printed after each step in :mod:`rl_lustre.rehearsal.metrics`.
 """
 
 from __future__ import annotations
@@ -133,11 +91,9 @@ import argparse
 import glob
 import io
 import json
-import math
 import os
 import random
 import re
-import shutil
 import signal
 import sys
 import time
@@ -147,6 +103,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from ..errors import ConfigError
+from . import checkpoints
+from .metrics import metric_problem, print_results, say, train_metrics, val_metrics
 
 if TYPE_CHECKING:
     from .placement import NodeWorkers
@@ -157,9 +115,6 @@ PREFIX = "rl_lustre rehearsal:"
 DEFAULT_RECIPE = "examples/configs/grpo_math_1B.yaml"
 DEFAULT_SCALE = 1e-5
 DEFAULT_STEP_SECONDS = 0.5
-MAX_SHARDS = 128
-_BLOCK = 1 << 20
-_FILLER_HEADER = b"rl_lustre rehearsal filler: not model weights\n"
 # Shares of --step-seconds per NeMo-RL timer (the rest is loop overhead).
 _PHASES: list[tuple[str, str, float]] = [
     ("data_processing", "▶ Preparing batch...", 0.01),
@@ -181,10 +136,6 @@ class RehearsalError(Exception):
     """The run cannot go on, with NeMo-RL's reason; the driver exits 1."""
 
 
-def _say(line: str = "") -> None:
-    print(line, flush=True)
-
-
 def next_experiment_dir(base_log_dir: str | os.PathLike[str]) -> Path:
     """Create and return ``base_log_dir/exp_NNN``, one past the highest that exists.
 
@@ -202,25 +153,6 @@ def next_experiment_dir(base_log_dir: str | os.PathLike[str]) -> Path:
     path = Path(base) / f"exp_{max(numbers, default=0) + 1:03d}"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _step_dirs(checkpoint_dir: Path, prefix: str) -> dict[int, Path]:
-    pattern = re.compile(rf"{prefix}(\d+)")
-    found = {}
-    if checkpoint_dir.is_dir():
-        for p in checkpoint_dir.iterdir():
-            m = pattern.fullmatch(p.name)
-            if m and p.is_dir():
-                found[int(m.group(1))] = p
-    return found
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _get(cfg: dict[str, Any], dotted: str) -> Any:
@@ -268,62 +200,46 @@ class Rehearsal:
         self._check_metric_name()
 
     def _check_metric_name(self) -> None:
-        name = self.metric_name
-        if name is None:
-            return
-        if not name.startswith(("train:", "val:")):
-            raise RehearsalError(
-                f"metric_name={name} must start with 'val:' or 'train:', followed by the "
-                'corresponding name in the "val" or "train" metrics dictionary.'
-            )
-        prefix, metric = name.split(":", 1)
-        known = _train_metrics(random.Random(0), 0, 1) if prefix == "train" else _val_metrics(0, 1)
-        if metric not in known:
-            raise RehearsalError(
-                f"Metric {metric} not found in {prefix} metrics (checkpointing.metric_name={name}; "
-                f"known {prefix} metrics: {', '.join(sorted(known))})"
-            )
+        problem = None if self.metric_name is None else metric_problem(self.metric_name)
+        if problem is not None:
+            raise RehearsalError(problem)
 
     # -- start-up ---------------------------------------------------------------------
 
     def setup(self) -> None:
         log_dir = next_experiment_dir(str(_get(self.cfg, "logger.log_dir")))
         self.cfg["logger"]["log_dir"] = str(log_dir)
-        _say(f"📊 Using log directory: {log_dir}")
+        say(f"📊 Using log directory: {log_dir}")
         if self.ckpt.get("enabled"):
-            _say(f"📊 Using checkpoint directory: {self.checkpoint_dir}")
+            say(f"📊 Using checkpoint directory: {self.checkpoint_dir}")
         self.metrics_log = open(log_dir / "rehearsal_metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-        _say("\n▶ Setting up compute cluster...")
+        say("\n▶ Setting up compute cluster...")
         if self.place_workers:
             from .placement import NodeWorkers
 
             self.workers = NodeWorkers(self.num_nodes, self.gpus_per_node)
-            _say(f"  ✓ Ray cluster for policy initialized with {self.num_nodes} nodes")
-            _say(f"{PREFIX} one worker per node holds its {self.gpus_per_node} GPU(s) as Ray resources, on nodes "
+            say(f"  ✓ Ray cluster for policy initialized with {self.num_nodes} nodes")
+            say(f"{PREFIX} one worker per node holds its {self.gpus_per_node} GPU(s) as Ray resources, on nodes "
                  f"{', '.join(self.workers.nodes)}; each step waits on all of them, nothing runs on a GPU.")
         else:
-            _say(f"  ✓ Ray cluster for policy initialized with {self.num_nodes} nodes")
-            _say(f"{PREFIX} cluster.num_nodes={self.num_nodes} x cluster.gpus_per_node={self.gpus_per_node} "
+            say(f"  ✓ Ray cluster for policy initialized with {self.num_nodes} nodes")
+            say(f"{PREFIX} cluster.num_nodes={self.num_nodes} x cluster.gpus_per_node={self.gpus_per_node} "
                  f"({self.num_nodes * self.gpus_per_node} GPUs) are shown, not used: nothing runs on a GPU.")
-        _say("\n▶ Setting up model and training...")
+        say("\n▶ Setting up model and training...")
         model = self.cfg["policy"].get("model_name")
-        _say(f"{PREFIX} {model} ({self.param_count / 1e9:.3g}B parameters) is not loaded; each checkpoint "
+        say(f"{PREFIX} {model} ({self.param_count / 1e9:.3g}B parameters) is not loaded; each checkpoint "
              f"is {self.scale:g} x its real size of {self.real_bytes / 1e9:.3g} GB "
              f"= {self.real_bytes * self.scale / 1e6:.3g} MB of filler.")
         self.resume()
-        _say("\n" + "=" * 60)
-        _say(" " * 18 + "SETUP COMPLETE")
-        _say("=" * 60 + "\n")
+        say("\n" + "=" * 60)
+        say(" " * 18 + "SETUP COMPLETE")
+        say("=" * 60 + "\n")
 
     def resume(self) -> None:
         root = self.checkpoint_dir
-        for old in sorted(_step_dirs(root, "old_step_").values()):
-            shutil.rmtree(old)
-            _say(f"{PREFIX} removed {old.name} (keep_top_k was deleting it when the last run stopped)")
-        for tmp in sorted(_step_dirs(root, "tmp_step_").values()):
-            shutil.rmtree(tmp)
-            _say(f"{PREFIX} removed stale {tmp.name} (an interrupted save; it was never a checkpoint)")
-        steps = _step_dirs(root, "step_")
+        for name, why in checkpoints.clear_interrupted(root):
+            say(f"{PREFIX} removed {name} ({why})")
+        steps = checkpoints.step_dirs(root, "step_")
         if not steps:
             return
         latest = steps[max(steps)]
@@ -332,7 +248,7 @@ class Rehearsal:
         except (OSError, ValueError) as exc:
             raise RehearsalError(f"cannot resume from {latest}: training_info.json: {exc}") from exc
         self.state = dict(info)
-        _say(f"{PREFIX} resuming from {latest} (NeMo-RL resumes from the highest step_N): "
+        say(f"{PREFIX} resuming from {latest} (NeMo-RL resumes from the highest step_N): "
              f"total_steps={info.get('total_steps')}, consumed_samples={info.get('consumed_samples')}")
 
     # -- the loop ---------------------------------------------------------------------
@@ -340,13 +256,13 @@ class Rehearsal:
     def run(self) -> int:
         total_steps = int(self.state.get("total_steps", 0))
         if total_steps >= self.max_steps:
-            _say(f"{PREFIX} the newest checkpoint is at step {total_steps}, grpo.max_num_steps is "
+            say(f"{PREFIX} the newest checkpoint is at step {total_steps}, grpo.max_num_steps is "
                  f"{self.max_steps}: nothing left to do.")
             return 0
         current_epoch = int(self.state.get("current_epoch", 0))
         current_step = int(self.state.get("current_step", 0))
         while current_epoch < self.max_epochs and total_steps < self.max_steps:
-            _say(f"\n{'=' * 25} Epoch {current_epoch + 1}/{self.max_epochs} {'=' * 25}")
+            say(f"\n{'=' * 25} Epoch {current_epoch + 1}/{self.max_epochs} {'=' * 25}")
             # The dataset is taken to outlast max_num_steps: one epoch of max_num_steps batches.
             steps_in_epoch = self.max_steps
             while current_step < steps_in_epoch and total_steps < self.max_steps:
@@ -359,13 +275,13 @@ class Rehearsal:
                 total_steps += 1
             current_epoch += 1
             current_step = 0
-        _say("Max number of steps has been reached, stopping training early")
+        say("Max number of steps has been reached, stopping training early")
         return 0
 
     def _train_step(self, step_in_epoch: int, steps_in_epoch: int, epoch: int, is_last: bool) -> None:
         k = self.step
         rng = random.Random(f"{self.seed}:{k}")
-        _say(f"\n{'=' * 25} Step {step_in_epoch}/{min(steps_in_epoch, self.max_steps)} {'=' * 25}")
+        say(f"\n{'=' * 25} Step {step_in_epoch}/{min(steps_in_epoch, self.max_steps)} {'=' * 25}")
         prompts = int(self.grpo.get("num_prompts_per_step", 1))
         gens = int(self.grpo.get("num_generations_per_prompt", 1))
         t_step = time.perf_counter()
@@ -373,13 +289,13 @@ class Rehearsal:
         for timer, message, share in _PHASES:
             if message:
                 for line in message.format(batch=prompts * gens).splitlines():
-                    _say(line)
+                    say(line)
             t0 = time.perf_counter()
             time.sleep(self.step_seconds * share * rng.uniform(0.9, 1.1))
             if timer == "policy_training" and self.workers is not None:
                 self.workers.step(k)
             timings[timer] = time.perf_counter() - t0
-        train = _train_metrics(rng, k, prompts * gens)
+        train = train_metrics(rng, k, prompts * gens)
         val: dict[str, float] = {}
         val_period = int(self.grpo.get("val_period", 0) or 0)
         if val_period > 0 and k % val_period == 0:
@@ -411,182 +327,41 @@ class Rehearsal:
         self._report(k, train, timings, prompts * gens)
 
     def _validate(self, k: int) -> dict[str, float]:
-        _say(f"▶ Starting validation at step {k}...")
+        say(f"▶ Starting validation at step {k}...")
         t0 = time.perf_counter()
         time.sleep(self.step_seconds * 0.1)
-        val = _val_metrics(self.seed, k)
+        val = val_metrics(self.seed, k)
         samples = int(self.grpo.get("max_val_samples", 256) or 256)
-        _say("\n📊 Validation Results:")
-        _say(f"    • Accuracy: {val['accuracy']:.4f}")
-        _say(f"    • Average response length: {val['avg_length']:.1f} tokens")
-        _say(f"    • Samples processed: {samples}")
-        _say("\n  ⏱️  Validation Timing:")
-        _say(f"    • Total validation time: {time.perf_counter() - t0:.2f}s")
+        say("\n📊 Validation Results:")
+        say(f"    • Accuracy: {val['accuracy']:.4f}")
+        say(f"    • Average response length: {val['avg_length']:.1f} tokens")
+        say(f"    • Samples processed: {samples}")
+        say("\n  ⏱️  Validation Timing:")
+        say(f"    • Total validation time: {time.perf_counter() - t0:.2f}s")
         return val
 
     def _report(self, k: int, train: dict[str, float], timings: dict[str, float], samples: int) -> None:
-        _say("\n📊 Training Results:")
-        _say(f"  • Loss: {train['loss']:.4f}")
-        _say(f"  • Generation KL Error: {train['gen_kl_error']:.4f}")
-        _say(f"  • Avg Reward: {train['reward']:.4f}")
-        _say(f"  • Mean Generation Length: {train['mean_gen_tokens_per_sample']:.4f}")
-        _say("\n⏱️  Timing:")
-        total = timings["total_step_time"]
-        _say(f"  • Total step time: {total:.2f}s")
-        for name, seconds in sorted(timings.items(), key=lambda kv: kv[1], reverse=True):
-            if name != "total_step_time":
-                _say(f"  • {name}: {seconds:.2f}s ({seconds / total * 100 if total > 0 else 0:.1f}%)")
-        gpus = self.num_nodes * self.gpus_per_node
-        tokens = train["mean_gen_tokens_per_sample"] + train["mean_prompt_length"]
-        per_second = samples / max(total, 1e-9)
-        _say("\n🔍 Performance Metrics:")
-        _say(f"  • Mean Total Tokens per Sample: {tokens:.2f}")
-        _say("  • Throughputs (per GPU):")
-        _say(f"    - E2E (Samples/sec/gpu): {per_second / gpus:.2f}")
-        _say(f"    - E2E (Tokens/sec/gpu): {per_second * tokens / gpus:.2f}")
-        _say("  • Throughputs (per Group):")
-        _say(f"    - E2E (Samples/sec): {per_second:.2f}")
-        _say(f"    - E2E (Tokens/sec): {per_second * tokens:.2f}")
+        print_results(train, timings, samples, self.num_nodes * self.gpus_per_node)
         if self.metrics_log is not None:
             self.metrics_log.write(json.dumps({"step": k, "train": train, "timing": timings}) + "\n")
             self.metrics_log.flush()
 
     # -- checkpoints ------------------------------------------------------------------
 
-    def _layout(self) -> dict[str, int]:
-        """Relative path → bytes of the weight and optimizer files of one checkpoint."""
-        total = max(1, round(self.real_bytes * self.scale))
-        shards = max(1, min(MAX_SHARDS, self.num_nodes * self.gpus_per_node))
-        weights = total // 4
-        files: dict[str, int] = {}
-
-        def split(directory: str, nbytes: int) -> None:
-            for rank in range(shards):
-                files[f"{directory}/__{rank}_0.distcp"] = nbytes // shards + (1 if rank < nbytes % shards else 0)
-
-        if self.megatron:
-            split("policy/weights/iter_0000000", total)
-        else:
-            split("policy/weights", weights)
-            split("policy/optimizer", total - weights)
-        return files
-
     def _save(self, k: int) -> None:
-        import yaml
-
-        _say(f"Saving checkpoint for step {k}...")
-        tmp = self.checkpoint_dir / f"tmp_step_{k}"
-        tmp.mkdir(parents=True, exist_ok=True)
-        (tmp / "training_info.json").write_text(json.dumps(self.state))
-        (tmp / "config.yaml").write_text(yaml.safe_dump(self.cfg))
-        block = random.Random(f"{self.seed}:filler").randbytes(_BLOCK)
-        small = {
-            "policy/tokenizer/tokenizer_config.json": json.dumps({"rl_lustre_rehearsal": True}),
-            "train_dataloader.pt": json.dumps({"rl_lustre_rehearsal": True, "step": k}),
-        }
-        if self.megatron:
-            small["policy/weights/iter_0000000/common.pt"] = "rl_lustre rehearsal filler\n"
-            small["policy/weights/iter_0000000/metadata.json"] = json.dumps({"rl_lustre_rehearsal": True})
-        else:
-            small["policy/weights/.metadata"] = "rl_lustre rehearsal filler\n"
-            small["policy/optimizer/.metadata"] = "rl_lustre rehearsal filler\n"
-        dirs = {tmp}
-        for rel, size in self._layout().items():
-            path = tmp / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            dirs.add(path.parent)
-            _write_filler(path, size, block)
-        for rel, content in small.items():
-            path = tmp / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            dirs.add(path.parent)
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(content)
-                f.flush()
-                os.fsync(f.fileno())
-        for name in ("training_info.json", "config.yaml"):
-            fd = os.open(tmp / name, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
-            _fsync_dir(d)
-        # Saved steps only ever exceed the newest step_N found at start, so step_k is new.
-        os.rename(tmp, self.checkpoint_dir / f"step_{k}")
-        _fsync_dir(self.checkpoint_dir)
-        self._remove_old_checkpoints()
-
-    def _remove_old_checkpoints(self) -> None:
-        if self.keep_top_k is None:
-            return
-        history = []
-        for step, path in _step_dirs(self.checkpoint_dir, "step_").items():
-            info_file = path / "training_info.json"
-            if info_file.exists():
-                history.append((step, path, json.loads(info_file.read_text())))
-        if not history:
-            return
-        latest = max(step for step, _, _ in history)
-        metric = self.metric_name
-        if metric is None:
-            history.sort(key=lambda h: h[0], reverse=True)
-        elif self.higher_is_better:
-            history.sort(key=lambda h: (h[2].get(metric, -math.inf), h[0]), reverse=True)
-        else:
-            history.sort(key=lambda h: (h[2].get(metric, math.inf), -h[0]))
-        for step, path, _ in history[self.keep_top_k:]:
-            if step == latest:
-                continue
-            _say(f"Removing checkpoint {path} due to being outside top-{self.keep_top_k}")
-            # Renamed first, so that a stop half-way through never leaves a partial step_N.
-            doomed = path.with_name(f"old_step_{step}")
-            os.rename(path, doomed)
-            shutil.rmtree(doomed)
+        total = max(1, round(self.real_bytes * self.scale))
+        shards = max(1, min(checkpoints.MAX_SHARDS, self.num_nodes * self.gpus_per_node))
+        checkpoints.save_checkpoint(self.checkpoint_dir, k, self.state, self.cfg,
+                                    checkpoints.shard_layout(total, shards, megatron=self.megatron),
+                                    megatron=self.megatron, seed=self.seed)
+        checkpoints.remove_old_checkpoints(self.checkpoint_dir, self.keep_top_k, self.metric_name,
+                                           self.higher_is_better)
 
     def close(self) -> None:
         if self.metrics_log is not None:
             self.metrics_log.close()
         if self.workers is not None:
             self.workers.close()
-
-
-def _write_filler(path: Path, size: int, block: bytes) -> None:
-    with open(path, "wb") as f:
-        head = _FILLER_HEADER[:size]
-        f.write(head)
-        left = size - len(head)
-        while left > 0:
-            chunk = block[: min(left, len(block))]
-            f.write(chunk)
-            left -= len(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _train_metrics(rng: random.Random, step: int, samples: int) -> dict[str, float]:
-    """Synthetic training metrics of one step: reward climbs, length grows, loss hovers at 0."""
-    reward = min(1.0, max(0.0, 0.15 + 0.55 * (1 - math.exp(-step / 25)) + rng.gauss(0, 0.02)))
-    length = 350 + 250 * (1 - math.exp(-step / 40)) + rng.gauss(0, 15)
-    prompt = 120 + rng.gauss(0, 5)
-    return {
-        "loss": rng.uniform(-0.02, 0.02),
-        "gen_kl_error": 0.001 + 0.0005 * rng.random(),
-        "reward": reward,
-        "grad_norm": 0.1 + 0.05 * rng.random(),
-        "mean_gen_tokens_per_sample": length,
-        "mean_prompt_length": prompt,
-        "global_valid_toks": float(round(samples * length)),
-        "token_mult_prob_error": 1.0 + 0.01 * rng.random(),
-    }
-
-
-def _val_metrics(seed: int, step: int) -> dict[str, float]:
-    rng = random.Random(f"{seed}:val:{step}")
-    return {
-        "accuracy": min(1.0, max(0.0, 0.2 + 0.5 * (1 - math.exp(-step / 30)) + rng.gauss(0, 0.01))),
-        "avg_length": 400 + 200 * (1 - math.exp(-step / 40)) + rng.gauss(0, 10),
-    }
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -649,9 +424,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(sys.stdout, io.TextIOWrapper):
         # Emoji must not kill the run on a non-UTF-8 terminal or pipe.
         sys.stdout.reconfigure(errors="backslashreplace")
-    _say(f"{PREFIX} REHEARSAL -- no model is trained. This driver stands in for NeMo-RL's GRPO "
+    say(f"{PREFIX} REHEARSAL -- no model is trained. This driver stands in for NeMo-RL's GRPO "
          "entrypoint to rehearse orchestration and checkpoint storage; its metrics are synthetic.")
-    _say(f"{PREFIX} checkpoints are written in NeMo-RL's layout at {args.checkpoint_scale:g} x the real "
+    say(f"{PREFIX} checkpoints are written in NeMo-RL's layout at {args.checkpoint_scale:g} x the real "
          f"size; each step takes {args.step_seconds:g}s.")
     previous = signal.getsignal(signal.SIGTERM)
     in_main_thread = _is_main_thread()
@@ -666,20 +441,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                               param_count=params, place_workers=args.place_workers)
         rehearsal.setup()
         status = rehearsal.run()
-        _say(f"{PREFIX} finished at step {rehearsal.step or rehearsal.state.get('total_steps', 0)}/"
+        say(f"{PREFIX} finished at step {rehearsal.step or rehearsal.state.get('total_steps', 0)}/"
              f"{rehearsal.max_steps}. This was a REHEARSAL: no model was trained.")
     except (RehearsalError, ConfigError) as exc:
         print(f"{PREFIX} error: {exc}", file=sys.stderr, flush=True)
-        _say(f"{PREFIX} failed before training could start or continue. This was a REHEARSAL: no model was trained.")
+        say(f"{PREFIX} failed before training could start or continue. This was a REHEARSAL: no model was trained.")
         status = 1
     except (_Stopped, KeyboardInterrupt) as exc:
         name = str(exc) if isinstance(exc, _Stopped) else "SIGINT"
         step = rehearsal.step if rehearsal is not None else 0
-        _say(f"{PREFIX} stopped by {name} during step {step}; an unfinished tmp_step_{step} is cleared at the "
+        say(f"{PREFIX} stopped by {name} during step {step}; an unfinished tmp_step_{step} is cleared at the "
              "next start. This was a REHEARSAL: no model was trained.")
         status = 128 + signal.Signals[name].value
     except Exception:
-        _say(f"{PREFIX} failed (the traceback is on stderr). This was a REHEARSAL: no model was trained.")
+        say(f"{PREFIX} failed (the traceback is on stderr). This was a REHEARSAL: no model was trained.")
         raise
     finally:
         if rehearsal is not None:
@@ -707,11 +482,11 @@ def _recipe(config: str) -> str:
 def _resolve(config: str, overrides: list[str], version: str) -> dict[str, Any]:
     from ..nemo_rl import resolve_config
 
-    _say(f"Loaded configuration from: {config}")
+    say(f"Loaded configuration from: {config}")
     if overrides:
-        _say(f"Overrides: {overrides}")
+        say(f"Overrides: {overrides}")
     cfg = resolve_config(_recipe(config), overrides, version=version)
-    _say("Applied CLI overrides")
+    say("Applied CLI overrides")
     return cfg
 
 
