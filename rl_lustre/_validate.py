@@ -58,6 +58,11 @@ def keyword_errors(cls: type) -> type:
     return cls
 
 
+def field_name(attr: attrs.Attribute[Any]) -> str:
+    """The name a field has in its class's ``__init__`` (its alias): what the user wrote."""
+    return attr.alias or attr.name
+
+
 def type_name(value: Any) -> str:
     """``'a str'``, ``'None'``, ``'an int'``: how a value's type reads in a message."""
     if value is None:
@@ -116,8 +121,8 @@ def matches(pattern: str, rule: str, *, optional: bool = False) -> Validator:
         if optional and value is None:
             return
         if not isinstance(value, str) or not rx.fullmatch(value):
-            fail(inst, attr.name, value, rule)
-        not_secret(inst, attr.name, value)
+            fail(inst, field_name(attr), value, rule)
+        not_secret(inst, field_name(attr), value)
 
     return check
 
@@ -142,11 +147,11 @@ def integer(
         if optional and value is None:
             return
         if not isinstance(value, int) or isinstance(value, bool):
-            fail(inst, attr.name, value, "must be a whole number")
+            fail(inst, field_name(attr), value, "must be a whole number")
         if min is not None and value < min:
-            fail(inst, attr.name, value, f"must be at least {min}")
+            fail(inst, field_name(attr), value, f"must be at least {min}")
         if max is not None and value > max:
-            fail(inst, attr.name, value, f"must be at most {max}")
+            fail(inst, field_name(attr), value, f"must be at most {max}")
 
     return check
 
@@ -156,20 +161,20 @@ def number(*, gt: float | None = None, ge: float | None = None, le: float | None
 
     def check(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
-            fail(inst, attr.name, value, "must be a number")
+            fail(inst, field_name(attr), value, "must be a number")
         if gt is not None and value <= gt:
-            fail(inst, attr.name, value, f"must be greater than {gt:g}")
+            fail(inst, field_name(attr), value, f"must be greater than {gt:g}")
         if ge is not None and value < ge:
-            fail(inst, attr.name, value, f"must be at least {ge:g}")
+            fail(inst, field_name(attr), value, f"must be at least {ge:g}")
         if le is not None and value > le:
-            fail(inst, attr.name, value, f"must be at most {le:g}")
+            fail(inst, field_name(attr), value, f"must be at most {le:g}")
 
     return check
 
 
 def boolean(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, bool):
-        fail(inst, attr.name, value, "must be True or False")
+        fail(inst, field_name(attr), value, "must be True or False")
 
 
 def one_of(choices: Iterable[Any], *, optional: bool = False) -> Validator:
@@ -179,7 +184,7 @@ def one_of(choices: Iterable[Any], *, optional: bool = False) -> Validator:
         if optional and value is None:
             return
         if value not in allowed:
-            fail(inst, attr.name, value, f"must be one of {', '.join(map(repr, allowed))}")
+            fail(inst, field_name(attr), value, f"must be one of {', '.join(map(repr, allowed))}")
 
     return check
 
@@ -192,27 +197,27 @@ _RESERVED_LABELS = (LABEL_MANAGED_BY, LABEL_DEPLOYMENT)
 
 def gcp_labels(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, Mapping):
-        fail(inst, attr.name, value, "must be a mapping of label key to value")
+        fail(inst, field_name(attr), value, "must be a mapping of label key to value")
     if len(value) > 60:
-        fail(inst, attr.name, value, "at most 60 labels (64 less the ones rl_lustre adds)")
+        fail(inst, field_name(attr), value, "at most 60 labels (64 less the ones rl_lustre adds)")
     for k, v in value.items():
         if k in _RESERVED_LABELS:
-            fail(inst, f"{attr.name}[{k!r}]", k, "is set by rl_lustre itself to mark what it owns")
+            fail(inst, f"{field_name(attr)}[{k!r}]", k, "is set by rl_lustre itself to mark what it owns")
         if not isinstance(k, str) or not _LABEL_KEY.fullmatch(k):
             fail(
                 inst,
-                f"{attr.name}[{k!r}]",
+                f"{field_name(attr)}[{k!r}]",
                 k,
                 "label keys are 1-63 lowercase letters, digits, '_' or '-', starting with a letter",
             )
         if not isinstance(v, str) or not _LABEL_VALUE.fullmatch(v):
             fail(
                 inst,
-                f"{attr.name}[{k!r}]",
+                f"{field_name(attr)}[{k!r}]",
                 v,
                 "label values are at most 63 lowercase letters, digits, '_' or '-'",
             )
-        not_secret(inst, f"{attr.name}[{k!r}]", v)
+        not_secret(inst, f"{field_name(attr)}[{k!r}]", v)
 
 
 def cidr(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -220,10 +225,10 @@ def cidr(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     required (a bare address is refused, with the ``/32`` it probably meant) and host
     bits must be zero."""
     if isinstance(value, str) or not isinstance(value, tuple):
-        fail(inst, attr.name, value,
+        fail(inst, field_name(attr), value,
              f"must be a list of CIDR blocks like ['203.0.113.0/24'] (got {type_name(value)})")
     for block in value:
-        where = attr.name
+        where = field_name(attr)
         if not isinstance(block, str):
             fail(inst, where, block, f"must be a CIDR block string like '203.0.113.0/24' (got {type_name(block)})")
         if block != block.strip() or "/" not in block:
@@ -280,13 +285,13 @@ def whole_internet(blocks: Iterable[str]) -> str | None:
 def names(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     """A list or tuple of strings, never one string (which would become its characters)."""
     if isinstance(value, (str, bytes)):
-        fail(inst, attr.name, value,
+        fail(inst, field_name(attr), value,
              f"must be a list or tuple of names, not one string; write ({value!r},)")
     if not isinstance(value, tuple):
-        fail(inst, attr.name, value, f"must be a list or tuple of names (got {type_name(value)})")
+        fail(inst, field_name(attr), value, f"must be a list or tuple of names (got {type_name(value)})")
     for i, item in enumerate(value):
         if not isinstance(item, str):
-            fail(inst, attr.name, item, f"item {i} must be a string (got {type_name(item)})")
+            fail(inst, field_name(attr), item, f"item {i} must be a string (got {type_name(item)})")
 
 
 def env_name(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -294,7 +299,7 @@ def env_name(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
         names(inst, attr, value)
     for name in value:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            fail(inst, attr.name, name, "environment variable names are letters, digits and '_', not starting with a digit")
+            fail(inst, field_name(attr), name, "environment variable names are letters, digits and '_', not starting with a digit")
 
 
 def to_tuple(value: Any) -> Any:

@@ -6,6 +6,7 @@ Kept in one place so that a new machine type, Lustre tier or image is a one-line
 from __future__ import annotations
 
 import re
+from types import MappingProxyType
 
 import attrs
 
@@ -188,6 +189,11 @@ def nemo_rl_version_for_image(image: str) -> str | None:
 HEAD_MACHINE_TYPE = "n2-highmem-16"
 # The reference workflow's model (its `policy.model_name`).
 REFERENCE_MODEL = "Qwen/Qwen2.5-72B-Instruct"
+# The Hugging Face cache under the mount path (the reference workflow's HF_HOME=/lustre/huggingface_cache).
+HF_HOME_DIR = "huggingface_cache"
+# Environment a job always gets: NeMo-RL re-reads the job's runtime env only with this set
+# (it starts its own actors), so a job may not set it otherwise.
+RESERVED_ENV = MappingProxyType({"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"})
 
 MANAGED_BY = "rl-lustre"
 LABEL_MANAGED_BY = "managed-by"

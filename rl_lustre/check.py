@@ -25,8 +25,8 @@ import attrs
 from .errors import CapacityError
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
     from .gcp.capacity import Capacity
+    from .spec import ClusterSpec
 
 __all__ = ["CheckItem", "CheckReport", "check_cluster", "quota_metric"]
 
@@ -118,7 +118,7 @@ class CheckReport:
         return "\n".join([head, *map(str, self.items)])
 
 
-def check_cluster(cluster: Cluster, *, capacity: Capacity | None = None) -> CheckReport:
+def check_cluster(cluster: ClusterSpec, *, capacity: Capacity | None = None) -> CheckReport:
     """Ask Google Cloud, read-only, whether ``cluster`` can be created where it asks.
 
     Example::
@@ -165,7 +165,7 @@ def check_cluster(cluster: Cluster, *, capacity: Capacity | None = None) -> Chec
     return report
 
 
-def _lustre_item(cluster: Cluster, cap: Capacity) -> CheckItem:
+def _lustre_item(cluster: ClusterSpec, cap: Capacity) -> CheckItem:
     zone = cluster.zone
     what = f"Managed Lustre runs in {zone}"
     volume = cluster.volume
@@ -182,7 +182,7 @@ def _lustre_item(cluster: Cluster, cap: Capacity) -> CheckItem:
     )
 
 
-def _quota_item(cluster: Cluster, cap: Capacity) -> CheckItem:
+def _quota_item(cluster: ClusterSpec, cap: Capacity) -> CheckItem:
     gpus = cluster.num_nodes * (cluster.gpus_per_node or 0)
     region = cluster.region
     if not cluster.accelerator_type or gpus == 0:

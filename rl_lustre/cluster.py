@@ -1,30 +1,32 @@
-"""``Cluster``: a GKE (or local) deployment that runs NeMo-RL jobs on KubeRay."""
+"""``Cluster``: a GKE (or local) deployment that runs NeMo-RL jobs on KubeRay.
+
+The fields, their rules and the values derived from them are
+:class:`~rl_lustre.spec.ClusterSpec`'s; this module adds the lifecycle: ``plan``,
+``up``, ``down``, ``submit``, ``attach``, ``check`` and ``metrics``, through a backend
+(:mod:`rl_lustre.backends`).
+"""
 
 from __future__ import annotations
 
 import atexit
-import functools
 import logging
 import os
-import posixpath
-import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
 from . import _validate as v
-from .catalog import (
-    GPU_MACHINE_TYPES,
-    HEAD_MACHINE_TYPE,
-    REFERENCE_MODEL,
-    nemo_rl_version_for_image,
-    ray_version_for_image,
-    rdma_machine_types,
-)
 from .errors import ConfigError
-from .volume import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE, LustreVolume
+from .spec.cluster import (
+    CLUSTER_NAME_RULE,
+    DEFAULT_SECRETS,
+    HF_REPO_ID_RULE,
+    MAINTENANCE_EXCLUSIONS,
+    ClusterSpec,
+    default_volume_size,
+)
+from .volume import LustreVolume
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -36,64 +38,10 @@ if TYPE_CHECKING:
     from .plan import Plan
     from .run import Run
 
-CLUSTER_NAME_RULE = (
-    "must be 1-40 lowercase letters, digits or hyphens, start with a letter and not end with "
-    "a hyphen (GKE cluster name rule)"
-)
-_SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run",
-                "/sbin", "/sys", "/usr", "/var", "/opt/nemo-rl")
-DEFAULT_SECRETS = ("HF_TOKEN", "WANDB_API_KEY")
-# GKE's maintenance exclusion scopes (MaintenanceExclusionOptions.Scope). NO_UPGRADES
-# lasts at most 30 days and must end at a fixed time, so it is not offered here.
-MAINTENANCE_EXCLUSIONS = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES")
+__all__ = ["CLUSTER_NAME_RULE", "DEFAULT_SECRETS", "HF_REPO_ID_RULE", "MAINTENANCE_EXCLUSIONS", "Cluster",
+           "default_volume"]
 
 logger = logging.getLogger("rl_lustre.cluster")
-
-
-def _default_local_root() -> Path:
-    import os
-
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "rl_lustre"
-
-
-def _check_secret_names(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
-    from ._secrets import secret_shape
-
-    v.names(inst, attr, value)
-    for name in value:
-        what = secret_shape(name)
-        if what is not None:
-            v.fail(inst, attr.name, name,
-                   f"looks like {what}: secrets= takes the NAMES of environment variables that hold "
-                   "secrets, like ('HF_TOKEN', 'WANDB_API_KEY'); set the value in the environment "
-                   "(export HF_TOKEN=...) and list only its name here")
-    v.env_name(inst, attr, value)
-
-
-_HF_REPO_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
-HF_REPO_ID_RULE = ("must be a Hugging Face model id like 'Qwen/Qwen2.5-72B-Instruct' (letters, digits, '_', '.', "
-                   "'-', at most one '/', no '--' or '..')")
-
-
-def _hf_repo_ids(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, tuple):
-        v.fail(inst, attr.name, value, "must be a list of Hugging Face model ids")
-    for repo in value:
-        if not isinstance(repo, str) or not _HF_REPO_ID.fullmatch(repo) or "--" in repo or ".." in repo:
-            v.fail(inst, attr.name, repo, HF_REPO_ID_RULE)
-    if len(set(value)) != len(value):
-        v.fail(inst, attr.name, value, "model ids must be unique")
-
-
-@functools.lru_cache(maxsize=1)
-def _default_sizing() -> tuple[int, int]:
-    from .job import GRPOJob
-    from .sizing import size_lustre
-
-    fields = attrs.fields(GRPOJob)
-    sizing = size_lustre(fields.model.default, checkpoints_kept=fields.keep_top_k.default or 2)
-    return sizing.capacity_gib, sizing.throughput_mbps_per_tib
 
 
 def default_volume(name: str) -> LustreVolume:
@@ -106,7 +54,7 @@ def default_volume(name: str) -> LustreVolume:
         >>> v.capacity_gib, v.throughput_mbps_per_tib
         (9000, 1000)
     """
-    capacity, tier = _default_sizing()
+    capacity, tier = default_volume_size()
     return LustreVolume(name=name, capacity_gib=capacity, throughput_mbps_per_tib=tier)
 
 
@@ -115,17 +63,23 @@ class _ClusterState:
     """Live state of a deployment (backend handle); not part of the spec's identity."""
 
     backend: Any = None
+    # up() ran through this backend and down() has not (use_backend may not swap it then).
+    started: bool = False
 
 
 @v.keyword_errors
 @attrs.frozen(kw_only=True)
-class Cluster:
+class Cluster(ClusterSpec):
     """A GKE cluster with a Spot GPU pool, Managed Lustre and a KubeRay RayCluster.
 
     Defaults reproduce the reference workflow: 8 Spot ``a4-highgpu-8g`` nodes with
     8 ``nvidia-b200`` each, image ``nvcr.io/nvidia/nemo-rl:v0.4.0``, Lustre at ``/lustre``.
     Unlike it, the Ray head runs on a small on-demand CPU pool so that a Spot
     preemption cannot kill the job driver.
+
+    A field left out that follows from others (``accelerator_type``, ``gpus_per_node``,
+    ``fabric``, ``ray_version``, ``mount_path``, ``volume``) is derived from them, and
+    derived again by ``attrs.evolve`` from the new values; a value you set stays.
 
     Examples:
         >>> from rl_lustre import Cluster
@@ -181,295 +135,8 @@ class Cluster:
         keep: leave everything running at the end of a ``with`` block.
     """
 
-    name: str = attrs.field(validator=v.matches(r"[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?", CLUSTER_NAME_RULE))
-    project: str | None = attrs.field(default=None, validator=v.matches(PROJECT_PATTERN, PROJECT_RULE, optional=True))
-    region: str | None = attrs.field(
-        default=None,
-        validator=v.matches(r"[a-z]+-[a-z]+[0-9]+", "must be a region like 'us-east1'", optional=True),
-    )
-    zone: str | None = attrs.field(default=None, validator=v.matches(ZONE_PATTERN, ZONE_RULE, optional=True))
-    volume: LustreVolume | None = attrs.field(default=None)
-    machine_type: str = attrs.field(
-        default="a4-highgpu-8g",
-        validator=v.matches(r"[a-z][a-z0-9]*-[a-z0-9-]+|local", "must be a Compute Engine machine type like 'a4-highgpu-8g'"),
-    )
-    accelerator_type: str | None = attrs.field(
-        default=None,
-        validator=v.matches(r"nvidia-[a-z0-9-]+", "must be a GKE accelerator like 'nvidia-b200'", optional=True),
-    )
-    gpus_per_node: int | None = attrs.field(default=None, validator=v.integer(min=0, max=16, optional=True))
-    num_nodes: int = attrs.field(default=8, validator=v.integer(min=1, max=1000))
-    spot: bool = attrs.field(default=True, validator=v.boolean)
-    reservation: str | None = attrs.field(
-        default=None,
-        validator=v.matches(
-            r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?:/reservationBlocks/[a-z0-9-]+)?",
-            "must be a reservation name (optionally '<name>/reservationBlocks/<block>')",
-            optional=True,
-        ),
-    )
-    head_machine_type: str = attrs.field(
-        default=HEAD_MACHINE_TYPE,
-        validator=v.matches(r"[a-z][a-z0-9]*-[a-z0-9-]+", "must be a Compute Engine machine type like 'n2-highmem-16'"),
-    )
-    head_on_gpu_pool: bool = attrs.field(default=False, validator=v.boolean)
-    image: str = attrs.field(
-        default="nvcr.io/nvidia/nemo-rl:v0.4.0",
-        validator=v.matches(r"[a-z0-9][a-z0-9._/:@-]*[A-Za-z0-9._-]", "must be a container image reference without spaces"),
-    )
-    ray_version: str | None = attrs.field(
-        default=None, validator=v.matches(r"\d+\.\d+\.\d+", "must be a Ray version like '2.46.0'", optional=True)
-    )
-    mount_path: str = attrs.field(default="/lustre")
-    namespace: str = attrs.field(
-        default="default",
-        validator=v.matches(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", "must be a DNS-1123 label (Kubernetes namespace rule)"),
-    )
-    network: str | None = attrs.field(
-        default=None,
-        validator=v.matches(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?", "must be a VPC network name", optional=True),
-    )
-    authorized_networks: tuple[str, ...] = attrs.field(default=(), converter=v.to_tuple, validator=v.cidr)
-    public_control_plane: bool = attrs.field(default=False, validator=v.boolean)
-    secrets: tuple[str, ...] = attrs.field(default=DEFAULT_SECRETS, converter=v.to_tuple, validator=_check_secret_names)
-    fabric: Literal["rdma", "tcp"] | None = attrs.field(
-        default=None, validator=v.one_of(["rdma", "tcp"], optional=True))
-    maintenance_exclusion: str | None = attrs.field(
-        default=MAINTENANCE_EXCLUSIONS[0], validator=v.one_of(MAINTENANCE_EXCLUSIONS, optional=True))
-    labels: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=v.gcp_labels)
-    prefetch_models: tuple[str, ...] = attrs.field(default=(REFERENCE_MODEL,), converter=v.to_tuple,
-                                                   validator=_hf_repo_ids)
-    prepull_image: bool = attrs.field(default=True, validator=v.boolean)
-    keep: bool = attrs.field(default=False, validator=v.boolean)
-    backend: Literal["gke", "local"] = attrs.field(default="gke", validator=v.one_of(["gke", "local"]))
-    nemo_rl_path: str | None = attrs.field(
-        default=None, validator=v.matches(r"[^\x00-\x1f\x7f]+", "must be a path without control characters", optional=True)
-    )
-    rehearsal_scale: float = attrs.field(default=1e-5, validator=v.number(gt=0, le=1))
-    rehearsal_step_seconds: float = attrs.field(default=0.5, validator=v.number(ge=0, le=3600))
-    worker_nodes: int = attrs.field(default=0, validator=v.integer(min=0, max=16))
+    _volume_class: ClassVar[type[LustreVolume]] = LustreVolume
     _live: _ClusterState = attrs.field(factory=_ClusterState, init=False, repr=False, eq=False, hash=False)
-
-    def __attrs_post_init__(self) -> None:
-        if self.backend == "gke":
-            self._check_gke()
-        else:
-            self._check_local()
-        if len(set(self.secrets)) != len(self.secrets):
-            v.fail(self, "secrets", self.secrets, "names must be unique")
-
-    def _check_gke(self) -> None:
-        missing = [f for f in ("project", "region", "zone") if getattr(self, f) is None]
-        if missing:
-            v.fail(self, ", ".join(missing), None,
-                   f"{'are' if len(missing) > 1 else 'is'} required for a GKE cluster "
-                   "(use Cluster.local() for this machine)")
-        assert self.zone is not None
-        assert self.region is not None
-        if self.zone.rsplit("-", 1)[0] != self.region:
-            v.fail(self, "zone", self.zone, f"must be a zone of region {self.region!r} (like '{self.region}-b')")
-        self._check_mount_path(gke=True)
-        if self.worker_nodes:
-            v.fail(self, "worker_nodes", self.worker_nodes,
-                   "is for Cluster.local(); a GKE cluster's worker nodes are its num_nodes GPU nodes")
-
-        known = GPU_MACHINE_TYPES.get(self.machine_type)
-        if known is None:
-            for field in ("accelerator_type", "gpus_per_node"):
-                if getattr(self, field) is None:
-                    v.fail(self, field, None,
-                           f"must be given for machine type {self.machine_type!r}, which rl_lustre does not know "
-                           f"(known: {', '.join(sorted(GPU_MACHINE_TYPES))})")
-        else:
-            if self.accelerator_type is None:
-                object.__setattr__(self, "accelerator_type", known.accelerator)
-            elif self.accelerator_type != known.accelerator:
-                v.fail(self, "accelerator_type", self.accelerator_type,
-                       f"{self.machine_type} carries {known.accelerator!r}")
-            if self.gpus_per_node is None:
-                object.__setattr__(self, "gpus_per_node", known.gpus)
-            elif self.gpus_per_node != known.gpus:
-                v.fail(self, "gpus_per_node", self.gpus_per_node,
-                       f"{self.machine_type} has exactly {known.gpus} GPU(s) per node")
-        if self.gpus_per_node == 0:
-            v.fail(self, "gpus_per_node", 0, "a GPU node pool needs at least 1 GPU per node")
-        self._check_fabric(known.rdma_nics if known is not None else 0)
-        if self.spot and self.reservation is not None:
-            v.fail(self, "reservation", self.reservation,
-                   "Spot VMs cannot consume a reservation; pass spot=False to use one")
-        if self.head_machine_type in GPU_MACHINE_TYPES:
-            v.fail(self, "head_machine_type", self.head_machine_type,
-                   "the head pool is a CPU pool; use head_on_gpu_pool=True to put the head on GPU nodes")
-        everyone = v.whole_internet(self.authorized_networks)
-        if everyone is not None and not self.public_control_plane:
-            v.fail(self, "authorized_networks", everyone,
-                   "opens the control plane to the whole internet; pass public_control_plane=True if you mean it")
-        self._check_image()
-
-        vol = self.volume
-        if vol is not None and not isinstance(vol, LustreVolume):
-            v.fail(self, "volume", vol, "must be a LustreVolume")
-        if vol is None or "name" in vol._filled:
-            # The default volume follows the cluster (also through attrs.evolve).
-            vol = default_volume(f"{self.name}-lustre")
-            object.__setattr__(vol, "_filled", frozenset({"name"}))
-        else:
-            vol = vol._unfilled()
-        for field in ("project", "zone"):
-            theirs = getattr(vol, field)
-            if theirs is not None and theirs != getattr(self, field):
-                v.fail(self, "volume", f"{vol.name} ({field}={theirs})",
-                       f"the volume must be in the cluster's {field} {getattr(self, field)!r}")
-        net = self.network_name
-        if vol.network is not None and vol.network != net:
-            v.fail(self, "volume", f"{vol.name} (network={vol.network})", f"the volume must be on the cluster's network {net!r}")
-        object.__setattr__(self, "volume", vol._with_defaults(project=self.project, zone=self.zone, network=net))
-
-    def _check_fabric(self, rdma_nics: int) -> None:
-        if self.fabric is None:
-            object.__setattr__(self, "fabric", "rdma" if rdma_nics else "tcp")
-        elif self.fabric == "rdma" and not rdma_nics:
-            v.fail(self, "fabric", "rdma",
-                   f"machine type {self.machine_type!r} has no RDMA NICs; GPUDirect-RDMA needs one of "
-                   f"{', '.join(rdma_machine_types())} (use fabric='tcp')")
-
-    def _check_local(self) -> None:
-        self._check_fabric(0)
-        if self.volume is not None:
-            v.fail(self, "volume", self.volume, "a local cluster uses a directory, not a LustreVolume")
-        self._check_mount_path(gke=False)
-        if self.gpus_per_node is None:
-            object.__setattr__(self, "gpus_per_node", 1)
-        if self.nemo_rl_path is not None and not Path(self.nemo_rl_path).is_absolute():
-            v.fail(self, "nemo_rl_path", self.nemo_rl_path, "must be an absolute path to a NeMo-RL checkout")
-        if self.worker_nodes and self.num_nodes > self.worker_nodes:
-            v.fail(self, "num_nodes", self.num_nodes,
-                   f"must be at most worker_nodes={self.worker_nodes}: each node of a job is one worker raylet")
-
-    def _check_mount_path(self, *, gke: bool) -> None:
-        p = self.mount_path
-        if not isinstance(p, str) or not p.startswith("/"):
-            v.fail(self, "mount_path", p, "must be an absolute path")
-        if posixpath.normpath(p) != p or p == "/":
-            v.fail(self, "mount_path", p, "must be a normalised path other than '/' (no trailing '/', '..' or '//')")
-        if any(c.isspace() for c in p) or ":" in p or v.control_char(p) is not None:
-            v.fail(self, "mount_path", p, "must not contain whitespace, control characters or ':'")
-        if gke and any(p == d or p.startswith(d + "/") for d in _SYSTEM_DIRS):
-            v.fail(self, "mount_path", p, f"must not be inside a system directory ({', '.join(_SYSTEM_DIRS)})")
-
-    def _check_image(self) -> None:
-        known = ray_version_for_image(self.image)
-        if self.ray_version is None:
-            if known is None:
-                v.fail(self, "ray_version", None,
-                       f"must be given: rl_lustre does not know which Ray image {self.image!r} contains, and "
-                       "KubeRay's rayVersion must match it")
-            object.__setattr__(self, "ray_version", known)
-        elif known is not None and known != self.ray_version:
-            v.fail(self, "ray_version", self.ray_version,
-                   f"image {self.image!r} contains Ray {known}; rayVersion must match the image")
-
-    @classmethod
-    def local(
-        cls,
-        name: str = "local",
-        *,
-        volume_dir: str | Path | None = None,
-        nemo_rl_path: str | Path | None = None,
-        num_nodes: int = 1,
-        gpus_per_node: int = 1,
-        secrets: tuple[str, ...] = DEFAULT_SECRETS,
-        keep: bool = False,
-        rehearsal_scale: float = 1e-5,
-        rehearsal_step_seconds: float = 0.5,
-        worker_nodes: int = 0,
-        **kwargs: Any,
-    ) -> Cluster:
-        """A deployment on this machine: a real local Ray head and a directory as the volume.
-
-        Jobs run the real NeMo-RL entrypoint when ``nemo_rl_path`` points at a NeMo-RL
-        checkout, otherwise the rehearsal driver (``python -m rl_lustre.rehearsal``),
-        which rehearses orchestration and checkpoint storage but does not train.
-
-        Examples:
-            >>> from rl_lustre import Cluster
-            >>> c = Cluster.local("demo", volume_dir="/tmp/rl-demo-volume")
-            >>> c.backend, c.mount_path
-            ('local', '/tmp/rl-demo-volume')
-
-        Args:
-            name: the deployment name.
-            volume_dir: the directory that plays the volume; by default
-                ``$XDG_DATA_HOME/rl_lustre/<name>/volume``.
-            nemo_rl_path: a NeMo-RL checkout to run real jobs with.
-            num_nodes: nodes the jobs are told they have (``cluster.num_nodes``).
-            gpus_per_node: GPUs per node the jobs are told they have.
-            secrets: environment variables handed to jobs through the head's environment.
-            keep: leave the head running at the end of a ``with`` block.
-            rehearsal_scale: rehearsal checkpoints are this fraction of the real size.
-            rehearsal_step_seconds: how long a rehearsed training step takes.
-            worker_nodes: real Ray worker nodes to start next to the head: each a raylet of
-                its own on 127.0.0.1 (what ``ray start --address=...`` starts) declaring
-                ``gpus_per_node`` GPUs, so that
-                jobs place per-node work on them as NeMo-RL does, and
-                :func:`rl_lustre.testing.preempt` can take them away as a Spot preemption
-                does. 0 (the default) runs the head alone.
-        """
-        owner = "Cluster.local"
-        v.need(owner, "name", name, str, "a deployment name (str)")
-        v.need(owner, "volume_dir", volume_dir, (str, os.PathLike), "a directory path (str or Path)", optional=True)
-        v.need(owner, "nemo_rl_path", nemo_rl_path, (str, os.PathLike), "a NeMo-RL checkout path (str or Path)",
-               optional=True)
-        if volume_dir is None:
-            volume_dir = _default_local_root() / name / "volume"
-        raw = os.fspath(volume_dir)
-        if not isinstance(raw, str) or not raw.strip():
-            raise ConfigError(owner, "volume_dir", raw, "must be a directory path, not empty (the default is "
-                   f"{_default_local_root() / '<name>' / 'volume'})")
-        if v.control_char(raw) is not None:
-            v.no_control(owner, "volume_dir", raw)
-        # expanduser() leaves a path without a leading "~" as it is.
-        mount = posixpath.normpath(str(Path(raw).expanduser().absolute()))
-        if mount == "/" or any(ch.isspace() for ch in mount) or ":" in mount:
-            raise ConfigError(owner, "volume_dir", raw,
-                              "must be a directory other than '/', without whitespace or ':' in its path")
-        return cls(
-            name=name,
-            backend="local",
-            mount_path=mount,
-            num_nodes=num_nodes,
-            gpus_per_node=gpus_per_node,
-            machine_type="local",
-            accelerator_type=None,
-            spot=False,
-            nemo_rl_path=None if nemo_rl_path is None else str(nemo_rl_path),
-            secrets=secrets,
-            keep=keep,
-            rehearsal_scale=rehearsal_scale,
-            rehearsal_step_seconds=rehearsal_step_seconds,
-            worker_nodes=worker_nodes,
-            **kwargs,
-        )
-
-    @property
-    def network_name(self) -> str:
-        """The VPC network: the user's, or ``<name>-net`` which we create."""
-        return self.network if self.network is not None else f"{self.name}-net"
-
-    @property
-    def total_gpus(self) -> int:
-        assert self.gpus_per_node is not None
-        return self.num_nodes * self.gpus_per_node
-
-    @property
-    def nemo_rl_version(self) -> str | None:
-        """The NeMo-RL version the image carries, when its tag says so."""
-        return nemo_rl_version_for_image(self.image)
-
-    @property
-    def head_service(self) -> str:
-        """The Kubernetes service KubeRay creates for the head (``<name>-head-svc``)."""
-        return f"{self.name}-head-svc"
 
     def plan(self) -> Plan:
         """Every resource :meth:`up` would create, with its settings and dependencies.
@@ -545,6 +212,7 @@ class Cluster:
         return self
 
     def _up(self, *, keep_on_failure: bool = False, check: bool = True) -> None:
+        self._live.started = True
         self._backend().up(keep_on_failure=keep_on_failure, check=check)
         if self.backend == "local" and not self.keep:
             atexit.register(self._down_at_exit)
@@ -588,6 +256,7 @@ class Cluster:
         """
         atexit.unregister(self._down_at_exit)
         self._backend().down()
+        self._live.started = False
 
     def __enter__(self) -> Cluster:
         self._up()
@@ -721,6 +390,48 @@ class Cluster:
         if self.backend != "gke":
             v.fail(self, "backend", self.backend, "only a GKE cluster is reached through a kubeconfig")
         self._backend().use_kubeconfig(path, context)  # type: ignore[attr-defined]
+        return self
+
+    def use_backend(self, backend: Backend) -> Cluster:
+        """Run this deployment's lifecycle (``up``, ``down``, ``submit``, ``attach``) through ``backend``.
+
+        The injection point for tests and for deployments of your own: by default the
+        backend is built from ``backend=`` (``"gke"`` or ``"local"``) on first use; here
+        you hand one over, such as a :class:`~rl_lustre.backends.gke.GKEBackend` with
+        its own polling delays or adapters, or any object with the methods of
+        :class:`rl_lustre.backends.Backend`. It belongs to this object: a copy made
+        with ``attrs.evolve`` builds its own.
+
+        Examples:
+            >>> from rl_lustre.backends.gke import GKEBackend
+            >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+            >>> c.use_backend(GKEBackend(c, gcp_only=True)) is c
+            True
+
+        Args:
+            backend: the backend, built for this cluster (or an equal one).
+
+        Returns:
+            The cluster itself, for chaining.
+
+        Raises:
+            ConfigError: ``backend`` lacks a method of the backend protocol, was built for
+                another cluster, or this cluster is already up through another backend.
+        """
+        from .backends.base import missing_methods
+
+        missing = missing_methods(backend)
+        if missing:
+            raise ConfigError("Cluster.use_backend", "backend", backend,
+                              f"must be a backend (rl_lustre.backends.Backend); it lacks {', '.join(missing)}")
+        theirs = getattr(backend, "cluster", self)
+        if theirs != self:
+            raise ConfigError("Cluster.use_backend", "backend", backend,
+                              f"was built for another cluster ({getattr(theirs, 'name', theirs)!r}); build it for this one")
+        if self._live.started and backend is not self._live.backend:
+            raise ConfigError("Cluster.use_backend", "backend", backend,
+                              f"cannot replace the backend of {self.name!r} while it is up; call down() first")
+        self._live.backend = backend
         return self
 
     def _backend(self) -> Backend:

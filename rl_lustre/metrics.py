@@ -43,9 +43,8 @@ import attrs
 from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
     from .gcp.monitoring import Monitoring, TimeSeries
-    from .volume import LustreVolume
+    from .spec import ClusterSpec, VolumeSpec
 
 __all__ = ["GPU_DUTY_CYCLE", "LUSTRE_READ_BYTES", "LUSTRE_WRITE_BYTES", "ClusterMetrics", "Series", "VolumeMetrics"]
 
@@ -198,7 +197,7 @@ def _monitoring(monitoring: Any) -> Monitoring:
     return monitoring or Monitoring()
 
 
-def volume_metrics(volume: LustreVolume, *, start: When | None = None, end: When | None = None, step: int = 60,
+def volume_metrics(volume: VolumeSpec, *, start: When | None = None, end: When | None = None, step: int = 60,
                    monitoring: Monitoring | None = None) -> VolumeMetrics:
     """Read and write MB/s of ``volume``'s instance over ``[start, end]``.
 
@@ -221,7 +220,7 @@ def volume_metrics(volume: LustreVolume, *, start: When | None = None, end: When
     return VolumeMetrics(out["read"], out["write"], t0, t1, step)
 
 
-def cluster_metrics(cluster: Cluster, *, start: When | None = None, end: When | None = None, step: int = 60,
+def cluster_metrics(cluster: ClusterSpec, *, start: When | None = None, end: When | None = None, step: int = 60,
                     monitoring: Monitoring | None = None) -> ClusterMetrics:
     """GPU utilisation of ``cluster``'s pods and its volume's throughput over ``[start, end]``.
 

@@ -9,55 +9,55 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
+    from .spec import ClusterSpec
 
 
-def network_name(cluster: Cluster) -> str:
+def network_name(cluster: ClusterSpec) -> str:
     return cluster.network_name
 
 
-def subnet_name(cluster: Cluster) -> str:
+def subnet_name(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-subnet"
 
 
-def psa_range_name(cluster: Cluster) -> str:
+def psa_range_name(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-psa"
 
 
-def firewall_name(cluster: Cluster) -> str:
+def firewall_name(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-allow-lustre"
 
 
-def cpu_pool_name(cluster: Cluster) -> str:
+def cpu_pool_name(cluster: ClusterSpec) -> str:
     """The on-demand CPU pool that hosts the Ray head."""
     return "ray-head-pool"
 
 
-def gpu_pool_name(cluster: Cluster) -> str:
+def gpu_pool_name(cluster: ClusterSpec) -> str:
     """The (Spot) GPU pool that hosts the Ray workers."""
     return "gpu-pool"
 
 
-def pv_name(cluster: Cluster) -> str:
+def pv_name(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-lustre-pv"
 
 
-def pvc_name(cluster: Cluster) -> str:
+def pvc_name(cluster: ClusterSpec) -> str:
     """Per deployment: two deployments in one namespace (a shared cluster) must not share it."""
     return f"{cluster.name}-lustre-pvc"
 
 
-def secret_name(cluster: Cluster) -> str:
+def secret_name(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-job-secrets"
 
 
-def prepull_name(cluster: Cluster) -> str:
+def prepull_name(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-image-prepull"
 
 
-def prefetch_name(cluster: Cluster) -> str:
+def prefetch_name(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-model-prefetch"
 
 
-def raycluster_name(cluster: Cluster) -> str:
+def raycluster_name(cluster: ClusterSpec) -> str:
     return cluster.name

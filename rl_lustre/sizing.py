@@ -25,13 +25,23 @@ equal capacity the lower tier wins, since it costs less per GiB.
 from __future__ import annotations
 
 import math
-import re
-from decimal import Decimal
-from fractions import Fraction
 from typing import Any
 
 import attrs
 
+from ._sizing import (
+    _MB,
+    CHECKPOINT_BYTES_PER_PARAM,
+    DEFAULT_HEADROOM,
+    DEFAULT_WRITE_SECONDS,
+    IN_FLIGHT_CHECKPOINTS,
+    _positive,
+    best_option,
+    checkpoint_bytes,
+    parse_param_count,
+    requirement,
+    tier_options,
+)
 from .catalog import LUSTRE_TIERS
 from .errors import ConfigError
 from .volume import LustreVolume
@@ -45,77 +55,6 @@ __all__ = [
     "parse_param_count",
     "size_lustre",
 ]
-
-CHECKPOINT_BYTES_PER_PARAM = 16
-"""Bytes per parameter of a full Megatron checkpoint: bf16 weights (2) + fp32 master
-weights (4) + Adam m and v (8) = 14, rounded up to 16 for non-parameter state."""
-
-IN_FLIGHT_CHECKPOINTS = 2
-"""Checkpoints that may exist beyond ``keep_top_k``: the one being written and a stale
-``tmp_step_*`` left by an interrupted save."""
-
-DEFAULT_HEADROOM = 1.25
-"""Capacity over what checkpoints need, so the file system stays at most 80 % full."""
-
-_GIB = 1024**3
-_MB = 10**6
-_SCALE = {"m": 10**6, "b": 10**9, "t": 10**12}
-# A size token such as "72B", "1.5b", "560M" or "8x7B", standing alone between separators,
-# so that "Qwen2.5" (a version) and "A3B" (active parameters of an MoE) do not match.
-_SIZE = re.compile(r"(?<![A-Za-z0-9.])(?:(\d+)x)?(\d+(?:\.\d+)?)([mbt])(?![A-Za-z0-9])", re.IGNORECASE)
-
-
-def parse_param_count(model: str) -> int | None:
-    """The parameter count a model name states, or None when it states none.
-
-    The last path component is searched for size tokens (``72B``, ``1.5b``, ``560M``);
-    when there are several, the largest wins. A mixture-of-experts name ``E x S B``
-    counts ``E x S`` (``8x7B`` → 56 B): an upper bound, since experts share their
-    attention layers (Mixtral 8x7B has 46.7 B), and an overestimate is the safe side
-    for sizing. Names that state only active parameters (``-A3B``) or experts
-    (``-16E``) are not multiplied out; pass the real count to :func:`size_lustre`.
-
-    Examples:
-        >>> parse_param_count("Qwen/Qwen2.5-72B-Instruct")
-        72000000000
-        >>> parse_param_count("meta-llama/Llama-3.1-8B"), parse_param_count("Qwen2.5-0.5B")
-        (8000000000, 500000000)
-        >>> parse_param_count("mistralai/Mixtral-8x7B-v0.1")
-        56000000000
-        >>> parse_param_count("gpt2") is None
-        True
-    """
-    if not isinstance(model, str):
-        return None
-    leaf = model.rstrip("/").rsplit("/", 1)[-1]
-    counts = [
-        int(Decimal(int(experts or 1)) * Decimal(size) * _SCALE[unit.lower()])
-        for experts, size, unit in _SIZE.findall(leaf)
-    ]
-    counts = [c for c in counts if c > 0]
-    return max(counts) if counts else None
-
-
-def checkpoint_bytes(params: float, bytes_per_param: float = CHECKPOINT_BYTES_PER_PARAM) -> int:
-    """Bytes of one full training checkpoint of a model with ``params`` parameters.
-
-    Examples:
-        >>> checkpoint_bytes(72e9)
-        1152000000000
-
-    Raises:
-        ConfigError: ``params`` or ``bytes_per_param`` is not a positive number.
-    """
-    _positive("checkpoint_bytes", "params", params)
-    _positive("checkpoint_bytes", "bytes_per_param", bytes_per_param)
-    return math.ceil(Fraction(params) * Fraction(bytes_per_param))
-
-
-def _positive(owner: str, field: str, value: Any) -> None:
-    if (not isinstance(value, (int, float)) or isinstance(value, bool)
-            or not math.isfinite(value) or value <= 0):
-        raise ConfigError(owner, field, value, "must be a finite number greater than 0")
-
 
 @attrs.frozen(kw_only=True)
 class LustreSizing:
@@ -213,20 +152,12 @@ def _bytes(n: float) -> str:
     return f"{n:,.0f} B"
 
 
-def _smallest_capacity(tier: int, need_gib: Fraction, need_mbps: Fraction) -> int | None:
-    """The smallest valid capacity of ``tier`` meeting both needs; None when none does."""
-    spec = LUSTRE_TIERS[tier]
-    # Aggregate throughput is tier x capacity / 1024 MB/s.
-    need = max(math.ceil(need_gib), math.ceil(need_mbps * 1024 / tier))
-    return spec.round_up(need)
-
-
 def size_lustre(
     model: str | None = None,
     *,
     params: float | None = None,
     checkpoints_kept: int = 2,
-    target_write_seconds: float = 300.0,
+    target_write_seconds: float = DEFAULT_WRITE_SECONDS,
     bytes_per_param: float = CHECKPOINT_BYTES_PER_PARAM,
     headroom: float = DEFAULT_HEADROOM,
     extra_gib: float = 0,
@@ -290,18 +221,16 @@ def size_lustre(
         raise ConfigError(owner, "extra_gib", extra_gib, "must be a finite number of at least 0")
 
     ckpt = checkpoint_bytes(count, bytes_per_param)
-    need_gib = (Fraction(checkpoints_kept + IN_FLIGHT_CHECKPOINTS) * ckpt * Fraction(headroom) / _GIB
-                + Fraction(extra_gib))
-    need_mbps = Fraction(ckpt) / Fraction(target_write_seconds) / _MB
-    fits = ((tier, _smallest_capacity(tier, need_gib, need_mbps)) for tier in sorted(LUSTRE_TIERS))
-    options = tuple((tier, cap) for tier, cap in fits if cap is not None)
+    need_gib, need_mbps = requirement(ckpt, checkpoints_kept=checkpoints_kept, target_write_seconds=target_write_seconds,
+                                      headroom=headroom, extra_gib=extra_gib)
+    options = tier_options(need_gib, need_mbps)
     if not options:
         largest = max(t.max_gib for t in LUSTRE_TIERS.values())
         raise ConfigError(owner, "checkpoints_kept", checkpoints_kept,
                           f"these checkpoints need {float(need_gib):,.0f} GiB at {float(need_mbps):,.0f} MB/s, "
                           f"more than any Managed Lustre instance holds or delivers (at most {largest:,} GiB); "
                           "keep fewer checkpoints or allow a longer target_write_seconds")
-    tier, capacity = min(options, key=lambda o: (o[1], o[0]))
+    tier, capacity = best_option(options)
     aggregate = LUSTRE_TIERS[tier].throughput_mbps(capacity)
     return LustreSizing(
         model=model,

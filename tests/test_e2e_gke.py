@@ -108,8 +108,7 @@ class World:
     def cluster(self) -> Cluster:
         """A new ``Cluster`` equal to the spec, on a backend with fast polling."""
         cluster = Cluster(**self.spec)
-        cluster._live.backend = GKEBackend(cluster, backoff=FAST, retry=RETRY)
-        return cluster
+        return cluster.use_backend(GKEBackend(cluster, backoff=FAST, retry=RETRY))
 
     def leftovers(self) -> dict[str, Any]:
         self.gcp.settle()

@@ -379,8 +379,8 @@ def test_on_the_gke_fakes_a_preempted_spot_node_is_recovered_on_the_cluster(
     host, port = head.dashboard_url.removeprefix("http://").rsplit(":", 1)
     with KubeFake(head_target=(host, int(port)), raylets=raylet) as kube, FakeGCP(kube=kube):
         cluster = Cluster(**spec)
-        cluster._live.backend = GKEBackend(cluster, backoff=Backoff(initial=0.005, maximum=0.05, multiplier=1.5),
-                                           retry=RetryPolicy(attempts=3, initial=0.005, maximum=0.01))
+        cluster.use_backend(GKEBackend(cluster, backoff=Backoff(initial=0.005, maximum=0.05, multiplier=1.5),
+                                       retry=RetryPolicy(attempts=3, initial=0.005, maximum=0.01)))
         with cluster:
             run = cluster.submit(job)
             _wait_done(job, cluster, 5)

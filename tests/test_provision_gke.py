@@ -444,7 +444,7 @@ def test_with_the_kubernetes_part_up_applies_the_objects_and_waits_for_the_raycl
 
 def test_a_with_block_that_raises_tears_the_deployment_down(gcp: FakeGCP) -> None:
     cluster = spec()
-    cluster._live.backend = backend(cluster)
+    cluster.use_backend(backend(cluster))
     inside: list[int] = []
 
     def script() -> None:
@@ -461,7 +461,7 @@ def test_a_with_block_that_raises_tears_the_deployment_down(gcp: FakeGCP) -> Non
 def test_a_kept_cluster_survives_its_with_block_and_says_how_to_remove_it(
         gcp: FakeGCP, caplog: pytest.LogCaptureFixture) -> None:
     cluster = spec(keep=True)
-    cluster._live.backend = backend(cluster)
+    cluster.use_backend(backend(cluster))
     with cluster:
         pass
     assert len(gcp.leaked("demo")) == len(FAKE_KIND)

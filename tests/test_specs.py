@@ -227,6 +227,11 @@ class _RecordingBackend:
     def describe(self) -> str:
         return "a recording backend"
 
+    def submit(self, job: Any, *, fresh: bool = False) -> Any:
+        raise NotImplementedError("no jobs in these tests")
+
+    submit_all = attach = submit
+
 
 @pytest.mark.parametrize(("make", "torn_down_at_exit"), [
     (lambda: Cluster(**GKE), False),  # other processes may attach to its jobs
@@ -243,7 +248,7 @@ def test_explicit_up_tears_down_at_exit_only_local_heads(
     monkeypatch.setattr(cluster_module.atexit, "unregister", lambda f: None)
     cluster = make()
     backend = _RecordingBackend()
-    cluster._live.backend = backend
+    cluster.use_backend(backend)
     cluster.up(keep_on_failure=True)
     assert backend.calls == ["up(keep_on_failure=True)"]
     assert bool(registered) is torn_down_at_exit
@@ -251,3 +256,35 @@ def test_explicit_up_tears_down_at_exit_only_local_heads(
         pass
     # A with block always tears down (unless keep), on every backend.
     assert backend.calls[-1] == ("up(keep_on_failure=False)" if cluster.keep else "down")
+
+
+def test_use_backend_refuses_what_is_not_a_backend_for_this_cluster() -> None:
+    from rl_lustre.backends.gke import GKEBackend
+
+    cluster = Cluster(**GKE)
+    with pytest.raises(ConfigError, match=r"backend.*lacks attach, submit, submit_all") as info:
+        cluster.use_backend(_PartialBackend())  # type: ignore[arg-type]
+    assert info.value.owner == "Cluster.use_backend"
+    with pytest.raises(ConfigError, match=r"built for another cluster .'other'."):
+        cluster.use_backend(GKEBackend(attrs.evolve(cluster, name="other")))
+    # One built for an equal spec (another process's, say) is this cluster's.
+    assert cluster.use_backend(GKEBackend(Cluster(**GKE))) is cluster
+
+
+def test_use_backend_does_not_swap_the_backend_of_a_cluster_that_is_up() -> None:
+    cluster = Cluster(**GKE)
+    first = _RecordingBackend()
+    cluster.use_backend(first).up(check=False)
+    with pytest.raises(ConfigError, match="while it is up; call down"):
+        cluster.use_backend(_RecordingBackend())
+    cluster.down()
+    second = _RecordingBackend()
+    cluster.use_backend(second).up()
+    assert (first.calls, second.calls) == (["up(keep_on_failure=False)", "down"], ["up(keep_on_failure=False)"])
+
+
+class _PartialBackend:
+    def up(self, *, keep_on_failure: bool = False, check: bool = True) -> None: ...
+    def down(self) -> None: ...
+    def describe(self) -> str: return "partial"
+    def cleanup_hint(self) -> str: return ""

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 from .base import Backend
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
+    from ..spec import ClusterSpec
 
 __all__ = ["Backend", "backend_for"]
 
 
-def backend_for(cluster: Cluster) -> Backend:
+def backend_for(cluster: ClusterSpec) -> Backend:
     """A new backend for ``cluster`` (no remote call is made).
 
     Examples:

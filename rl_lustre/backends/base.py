@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ..job import GRPOJob
     from ..run import Run
+    from ..spec import JobSpec
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "missing_methods"]
 
 
 class Backend(Protocol):
@@ -30,10 +30,10 @@ class Backend(Protocol):
     def down(self) -> object:
         """Tear the deployment down; a no-op when nothing runs."""
 
-    def submit(self, job: GRPOJob, *, fresh: bool = False) -> Run:
+    def submit(self, job: JobSpec, *, fresh: bool = False) -> Run:
         """Submit ``job``, or attach to the same job when it is still running."""
 
-    def submit_all(self, jobs: Sequence[GRPOJob], *, fresh: bool = False) -> list[Run]:
+    def submit_all(self, jobs: Sequence[JobSpec], *, fresh: bool = False) -> list[Run]:
         """Submit every job (as ``submit``), checking them all before sending any."""
 
     def attach(self, job_id: str) -> Run:
@@ -44,3 +44,14 @@ class Backend(Protocol):
 
     def cleanup_hint(self) -> str:
         """How to find and remove the deployment later, for ``keep=True``."""
+
+
+def missing_methods(obj: object) -> list[str]:
+    """The methods of :class:`Backend` that ``obj`` lacks.
+
+    Examples:
+        >>> missing_methods(object())[:3]
+        ['attach', 'cleanup_hint', 'describe']
+    """
+    wanted = [name for name, value in vars(Backend).items() if callable(value) and not name.startswith("_")]
+    return sorted(name for name in wanted if not callable(getattr(obj, name, None)))

@@ -38,7 +38,6 @@ from ..provision.executor import Executor, Report, cancel_on_signals
 from . import submission
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
     from ..gcp import Backoff, RetryPolicy
     from ..kube.portforward import PortForward
     from ..nemo_rl.checkpoints import Checkpoint
@@ -46,6 +45,7 @@ if TYPE_CHECKING:
     from ..provision.drivers import Apis
     from ..provision.progress import Display
     from ..ray.jobs import JobsClient
+    from ..spec import ClusterSpec
 
 __all__ = ["GKEBackend"]
 
@@ -84,7 +84,7 @@ class GKEBackend(submission.JobsBackend):
 
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: ClusterSpec,
         *,
         gcp_only: bool = False,
         apis: Apis | None = None,
@@ -110,7 +110,9 @@ class GKEBackend(submission.JobsBackend):
     @property
     def plan(self) -> Plan:
         """The deployment's plan: the graph ``up()`` and ``down()`` walk."""
-        return self.cluster.plan()
+        from ..plan import build_plan
+
+        return build_plan(self.cluster)
 
     def executor(self) -> Executor:
         """An executor over this deployment's plan and drivers (no remote call is made)."""
@@ -325,7 +327,7 @@ class GKEBackend(submission.JobsBackend):
         return gke_api_client(found)
 
 
-def _ray_headers(cluster: Cluster) -> dict[str, str]:
+def _ray_headers(cluster: ClusterSpec) -> dict[str, str]:
     """The Jobs API headers: Ray's bearer token when the cluster runs Ray in token mode."""
     from ..kube.raycluster import RAY_AUTH_TOKEN
 

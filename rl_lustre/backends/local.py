@@ -22,13 +22,12 @@ from ..errors import NotReadyError
 from . import submission
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
-    from ..job import GRPOJob
     from ..nemo_rl.checkpoints import Checkpoint
     from ..ray.head import AuthMode, LocalHead
     from ..ray.jobs import JobsClient
     from ..ray.workers import LocalWorker
     from ..run import Run
+    from ..spec import ClusterSpec, JobSpec
 
 __all__ = ["LocalBackend"]
 
@@ -56,7 +55,7 @@ class LocalBackend(submission.JobsBackend):
     _where = "local Ray head"
     cheap_listing = True
 
-    def __init__(self, cluster: Cluster, *, auth: AuthMode | None = None) -> None:
+    def __init__(self, cluster: ClusterSpec, *, auth: AuthMode | None = None) -> None:
         from ..ray.head import head_dir
 
         self.cluster = cluster
@@ -158,7 +157,7 @@ class LocalBackend(submission.JobsBackend):
             f"stop it with its down(), or with `kill -TERM {head.pid}` and `rm -rf {head.temp_dir}`."
         )
 
-    def submit(self, job: GRPOJob, *, fresh: bool = False) -> Run:
+    def submit(self, job: JobSpec, *, fresh: bool = False) -> Run:
         run = super().submit(job, fresh=fresh)
         if self.cluster.nemo_rl_path is None:
             # Visible without enable_output(): logging's last-resort handler prints warnings.

@@ -33,11 +33,10 @@ from ..errors import ConfigError, NothingToDoWarning, RayError
 from ..recovery import shipped_module, supervised
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
-    from ..job import GRPOJob
     from ..nemo_rl.checkpoints import Checkpoint
     from ..ray.jobs import JobInfo, JobsClient
     from ..run import Run
+    from ..spec import ClusterSpec, JobSpec
 
 __all__ = ["JobsBackend", "Submission", "check_no_secrets", "prepare", "recorded", "submit"]
 
@@ -72,7 +71,7 @@ class Submission:
     total_steps: int | None
 
 
-def prepare(cluster: Cluster, job: GRPOJob, *, fresh: bool = False) -> Submission:
+def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False) -> Submission:
     """Render and check ``job`` for ``cluster``; makes no remote call.
 
     Runs the job's preflight (a job NeMo-RL would reject fails here) and refuses any
@@ -89,8 +88,10 @@ def prepare(cluster: Cluster, job: GRPOJob, *, fresh: bool = False) -> Submissio
     Raises:
         ConfigError: the job is invalid for this cluster, or would carry a secret.
     """
-    resolved = job.resolve(cluster)
-    job.preflight(cluster)
+    from ..nemo_rl.resolved import resolve
+
+    resolved = resolve(job, cluster)
+    resolved.preflight()
     overrides = resolved.overrides
     enabled = overrides.get("checkpointing.enabled", True)
     checkpoint_dir = overrides.get("checkpointing.checkpoint_dir") if enabled else None
@@ -128,7 +129,7 @@ def prepare(cluster: Cluster, job: GRPOJob, *, fresh: bool = False) -> Submissio
     )
 
 
-def _supervised(cluster: Cluster, job: GRPOJob, command: str, checkpoint_dir: str | None) -> str:
+def _supervised(cluster: ClusterSpec, job: JobSpec, command: str, checkpoint_dir: str | None) -> str:
     """The Ray job's entrypoint: the recovery supervisor around NeMo-RL's ``command``.
 
     On GKE it watches the ``num_nodes`` GPU nodes, reading Ray's node table every 2 s; a
@@ -205,7 +206,7 @@ def recorded(info: JobInfo) -> tuple[str | None, int | None]:
 
 
 def check_no_secrets(
-    cluster: Cluster, entrypoint: str, runtime_env: Mapping[str, Any], metadata: Mapping[str, str]
+    cluster: ClusterSpec, entrypoint: str, runtime_env: Mapping[str, Any], metadata: Mapping[str, str]
 ) -> None:
     """Refuse a submission that would store a secret in Ray's job records.
 
@@ -313,7 +314,7 @@ class JobsBackend:
     it reads a checkpoint directory on the volume) and ``_where`` (words for errors).
     """
 
-    cluster: Cluster
+    cluster: ClusterSpec
     _where: str
     # Whether list_checkpoints is cheap (a directory listing) rather than a helper job:
     # then submit() looks before it leaps and warns about a run with nothing to do.
@@ -326,10 +327,10 @@ class JobsBackend:
     def list_checkpoints(self, checkpoint_dir: str) -> list[Checkpoint]:
         raise NotImplementedError
 
-    def submit(self, job: GRPOJob, *, fresh: bool = False) -> Run:
+    def submit(self, job: JobSpec, *, fresh: bool = False) -> Run:
         return self.submit_all([job], fresh=fresh)[0]
 
-    def submit_all(self, jobs: Sequence[GRPOJob], *, fresh: bool = False) -> list[Run]:
+    def submit_all(self, jobs: Sequence[JobSpec], *, fresh: bool = False) -> list[Run]:
         """Prepare every job (none is sent if one fails), then submit each in order.
 
         The cluster's jobs are listed once for all of them, to find earlier attempts.
@@ -352,7 +353,7 @@ class JobsBackend:
             for p in prepared
         ]
 
-    def _warn_if_nothing_to_do(self, job: GRPOJob, prepared: Submission) -> None:
+    def _warn_if_nothing_to_do(self, job: JobSpec, prepared: Submission) -> None:
         if prepared.checkpoint_dir is None:
             return
         why = nothing_to_do(self.list_checkpoints(prepared.checkpoint_dir), prepared.total_steps)
@@ -370,10 +371,12 @@ class JobsBackend:
         return self._run(job_id, checkpoint_dir=checkpoint_dir, total_steps=total)
 
     def _run(self, job_id: str, *, checkpoint_dir: str | None, total_steps: int | None) -> Run:
+        from ..metrics import cluster_metrics
+        from ..plan import build_plan
         from ..run import Run
 
         lister = None if checkpoint_dir is None else functools.partial(self.list_checkpoints, checkpoint_dir)
         cluster = self.cluster
         return Run(self.jobs, job_id, total_steps=total_steps, list_checkpoints=lister,
-                   usd_per_hour=lambda: cluster.plan().cost().total_usd_per_hour,
-                   cluster_metrics=cluster.metrics if cluster.backend == "gke" else None)
+                   usd_per_hour=lambda: build_plan(cluster).cost().total_usd_per_hour,
+                   cluster_metrics=functools.partial(cluster_metrics, cluster) if cluster.backend == "gke" else None)

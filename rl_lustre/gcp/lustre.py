@@ -34,7 +34,7 @@ from ._resource import DELETE_TIMEOUT, StatefulResource
 from ._wait import Backoff, ProgressCallback, wait_for
 
 if TYPE_CHECKING:
-    from ..volume import LustreVolume
+    from ..spec import VolumeSpec
 
 log = logging.getLogger("rl_lustre.gcp.lustre")
 
@@ -46,7 +46,7 @@ State = lustre_v1.Instance.State
 
 
 def instance_request(
-    volume: LustreVolume, *, deployment: str, labels: Mapping[str, str] | None = None
+    volume: VolumeSpec, *, deployment: str, labels: Mapping[str, str] | None = None
 ) -> lustre_v1.Instance:
     """The ``Instance`` to create for ``volume``, carrying our ownership labels.
 

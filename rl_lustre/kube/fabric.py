@@ -24,7 +24,7 @@ from ..catalog import GPU_MACHINE_TYPES
 from .schema import NETWORKING_API, validate_networking
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
+    from ..spec import ClusterSpec
 
 __all__ = [
     "GIB_IMAGE",
@@ -52,19 +52,19 @@ _HOST_GIB, _HOST_NVIDIA = "/home/kubernetes/bin/gib", "/home/kubernetes/bin/nvid
 WORKER_EPHEMERAL_FRACTION = 0.5
 
 
-def _extra_networks(cluster: Cluster) -> list[dict[str, Any]]:
+def _extra_networks(cluster: ClusterSpec) -> list[dict[str, Any]]:
     from ..plan.fabric import extra_networks
 
     return extra_networks(cluster)
 
 
-def _names(cluster: Cluster) -> dict[str, str]:
+def _names(cluster: ClusterSpec) -> dict[str, str]:
     from ..plan.fabric import fabric_nodes
 
     return {n.key: n.name for n in fabric_nodes(cluster, {})}
 
 
-def fabric_manifests(cluster: Cluster, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+def fabric_manifests(cluster: ClusterSpec, labels: Mapping[str, str]) -> list[dict[str, Any]]:
     """The fabric's Kubernetes objects in apply order (none for ``fabric="tcp"``): the
     GKENetworkParamSets, the Networks, then the installer DaemonSet.
 
@@ -95,7 +95,7 @@ def fabric_manifests(cluster: Cluster, labels: Mapping[str, str]) -> list[dict[s
     return [*params, *networks, _installer(cluster, labels)]
 
 
-def _installer(cluster: Cluster, labels: Mapping[str, str]) -> dict[str, Any]:
+def _installer(cluster: ClusterSpec, labels: Mapping[str, str]) -> dict[str, Any]:
     known = GPU_MACHINE_TYPES.get(cluster.machine_type)
     nics = known.rdma_nics if known is not None else 0
     selector = {"k8s-app": INSTALLER_NAME}
@@ -146,14 +146,14 @@ def _installer(cluster: Cluster, labels: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def _ephemeral_request(cluster: Cluster) -> str | None:
+def _ephemeral_request(cluster: ClusterSpec) -> str | None:
     known = GPU_MACHINE_TYPES.get(cluster.machine_type)
     if known is None or not known.local_ssds or cluster.fabric != "rdma":
         return None
     return f"{int(known.local_ssd_gib * WORKER_EPHEMERAL_FRACTION)}Gi"
 
 
-def worker_fabric_summary(cluster: Cluster) -> dict[str, Any]:
+def worker_fabric_summary(cluster: ClusterSpec) -> dict[str, Any]:
     """What the plan shows about the Ray workers' fabric settings.
 
     Examples:
@@ -174,7 +174,7 @@ def worker_fabric_summary(cluster: Cluster) -> dict[str, Any]:
     return out
 
 
-def fabric_worker_pod(cluster: Cluster, pod: dict[str, Any]) -> tuple[dict[str, str], bool]:
+def fabric_worker_pod(cluster: ClusterSpec, pod: dict[str, Any]) -> tuple[dict[str, str], bool]:
     """Adapt a Ray worker pod spec (in place) to the fabric; returns the pod annotations
     to add and whether the RayCluster must let KubeRay keep the container's command.
 

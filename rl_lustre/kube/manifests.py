@@ -29,7 +29,7 @@ from .raycluster import raycluster_manifest
 from .secret import secret_manifest
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
+    from ..spec import ClusterSpec
 
 __all__ = ["build_manifests", "deployment_labels"]
 
@@ -38,7 +38,7 @@ _K8S_LABEL = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?")
 
 
 def build_manifests(
-    cluster: Cluster,
+    cluster: ClusterSpec,
     *,
     secret_values: Mapping[str, str] | None = None,
     redact: bool = True,
@@ -96,7 +96,7 @@ def build_manifests(
     ]
 
 
-def deployment_labels(cluster: Cluster) -> dict[str, str]:
+def deployment_labels(cluster: ClusterSpec) -> dict[str, str]:
     """The labels of every Kubernetes object of ``cluster``: its own, then our ownership labels."""
     for key, value in cluster.labels.items():
         if not _K8S_LABEL.fullmatch(key):

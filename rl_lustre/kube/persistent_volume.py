@@ -17,8 +17,7 @@ from .. import naming
 from ..errors import GCPError, NotReadyError
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
-    from ..volume import LustreVolume
+    from ..spec import ClusterSpec, VolumeSpec
 
 __all__ = ["CSI_DRIVER", "PENDING_ANNOTATION", "PLACEHOLDER_IP", "pv_manifest", "pvc_manifest"]
 
@@ -34,7 +33,7 @@ PLACEHOLDER_IP = "<pending>"
 _MOUNT_POINT = re.compile(r"(?P<ip>[0-9A-Za-z.:-]+?)@tcp:/(?P<fs>[A-Za-z][A-Za-z0-9]{0,7})")
 
 
-def _lustre_address(volume: LustreVolume) -> tuple[str, str, bool]:
+def _lustre_address(volume: VolumeSpec) -> tuple[str, str, bool]:
     """``(ip, filesystem, pending)`` for the PersistentVolume."""
     try:
         mount_point = volume.mount_point
@@ -51,7 +50,7 @@ def _lustre_address(volume: LustreVolume) -> tuple[str, str, bool]:
     return m["ip"], m["fs"], False
 
 
-def pv_manifest(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
+def pv_manifest(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]:
     """The PersistentVolume of ``cluster``'s Lustre volume (``Retain``, bound to its claim)."""
     volume = cluster.volume
     assert volume is not None
@@ -86,7 +85,7 @@ def pv_manifest(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def pvc_manifest(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
+def pvc_manifest(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]:
     """The PersistentVolumeClaim the pods mount, bound to :func:`pv_manifest`'s volume."""
     assert cluster.volume is not None
     return {

@@ -22,13 +22,12 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
-from ..catalog import GPU_MACHINE_TYPES
+from ..catalog import GPU_MACHINE_TYPES, HF_HOME_DIR
 from ..errors import ConfigError
-from ..nemo_rl.caches import HF_HOME_DIR
 from .schema import validate_raycluster
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
+    from ..spec import ClusterSpec
 
 __all__ = ["RAY_AUTH_TOKEN", "raycluster_manifest"]
 
@@ -56,7 +55,7 @@ _HEAD_REQUEST_CAP = (8, 64)
 _HEAD_LIMIT_CAP = (32, 1000)
 
 
-def raycluster_manifest(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
+def raycluster_manifest(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]:
     """The RayCluster of ``cluster``, its objects labelled ``labels``, checked against the CRD.
 
     Raises:
@@ -69,7 +68,7 @@ def raycluster_manifest(cluster: Cluster, labels: dict[str, str]) -> dict[str, A
     return ray_cluster
 
 
-def _check_ray_auth(cluster: Cluster) -> None:
+def _check_ray_auth(cluster: ClusterSpec) -> None:
     if RAY_AUTH_TOKEN not in cluster.secrets:
         return
     assert cluster.ray_version is not None
@@ -81,7 +80,7 @@ def _check_ray_auth(cluster: Cluster) -> None:
         )
 
 
-def _env(cluster: Cluster) -> list[dict[str, Any]]:
+def _env(cluster: ClusterSpec) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "HF_HOME", "value": f"{cluster.mount_path}/{HF_HOME_DIR}"},
         {"name": "GLOO_SOCKET_IFNAME", "value": "eth0"},
@@ -105,7 +104,7 @@ def _env(cluster: Cluster) -> list[dict[str, Any]]:
     return env
 
 
-def _gpu_node_selector(cluster: Cluster) -> dict[str, str]:
+def _gpu_node_selector(cluster: ClusterSpec) -> dict[str, str]:
     assert cluster.accelerator_type is not None
     selector = {_ACCELERATOR_LABEL: cluster.accelerator_type}
     if cluster.spot:
@@ -127,7 +126,7 @@ def _machine_capacity(machine_type: str) -> tuple[float, float] | None:
     return None
 
 
-def _head_capacity(cluster: Cluster) -> tuple[float, float] | None:
+def _head_capacity(cluster: ClusterSpec) -> tuple[float, float] | None:
     """What the head may use on its node: the CPU machine, or on the GPU pool what the
     worker sharing the node leaves."""
     if not cluster.head_on_gpu_pool:
@@ -138,7 +137,7 @@ def _head_capacity(cluster: Cluster) -> tuple[float, float] | None:
     return known.vcpus - float(known.worker_cpu), known.memory_gib - float(known.worker_memory.removesuffix("Gi"))
 
 
-def _head_resources(cluster: Cluster) -> dict[str, dict[str, str]]:
+def _head_resources(cluster: ClusterSpec) -> dict[str, dict[str, str]]:
     capacity = _head_capacity(cluster)
     if capacity is None:
         # A machine we cannot size: a request that fits anything, and no limits that
@@ -159,7 +158,7 @@ def _head_resources(cluster: Cluster) -> dict[str, dict[str, str]]:
     }
 
 
-def _worker_resources(cluster: Cluster) -> dict[str, dict[str, str]]:
+def _worker_resources(cluster: ClusterSpec) -> dict[str, dict[str, str]]:
     amounts = {_GPU_RESOURCE: str(cluster.gpus_per_node)}
     known = GPU_MACHINE_TYPES.get(cluster.machine_type)
     if known is not None:
@@ -168,7 +167,7 @@ def _worker_resources(cluster: Cluster) -> dict[str, dict[str, str]]:
     return {"limits": dict(amounts), "requests": dict(amounts)}
 
 
-def _volumes(cluster: Cluster) -> list[dict[str, Any]]:
+def _volumes(cluster: ClusterSpec) -> list[dict[str, Any]]:
     return [
         {"name": _LUSTRE_VOLUME, "persistentVolumeClaim": {"claimName": naming.pvc_name(cluster)}},
         # Ray's object store and NCCL need a /dev/shm far larger than the runtime's 64 MiB.
@@ -176,14 +175,14 @@ def _volumes(cluster: Cluster) -> list[dict[str, Any]]:
     ]
 
 
-def _volume_mounts(cluster: Cluster) -> list[dict[str, str]]:
+def _volume_mounts(cluster: ClusterSpec) -> list[dict[str, str]]:
     return [
         {"name": _LUSTRE_VOLUME, "mountPath": cluster.mount_path},
         {"name": _SHM_VOLUME, "mountPath": "/dev/shm"},
     ]
 
 
-def _head_group(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
+def _head_group(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]:
     pod: dict[str, Any] = {}
     if cluster.head_on_gpu_pool:
         pod["nodeSelector"] = _gpu_node_selector(cluster)
@@ -211,7 +210,7 @@ def _head_group(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _worker_group(cluster: Cluster, labels: dict[str, str]) -> tuple[dict[str, Any], bool]:
+def _worker_group(cluster: ClusterSpec, labels: dict[str, str]) -> tuple[dict[str, Any], bool]:
     from ..nemo_rl.caches import vllm_seed_links
     from .fabric import fabric_worker_pod
 
@@ -245,7 +244,7 @@ def _worker_group(cluster: Cluster, labels: dict[str, str]) -> tuple[dict[str, A
     return group, keep_command
 
 
-def _ray_cluster(cluster: Cluster, labels: dict[str, str]) -> dict[str, Any]:
+def _ray_cluster(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]:
     from .fabric import OVERWRITE_CMD_ANNOTATION
 
     head = _head_group(cluster, labels)

@@ -14,7 +14,7 @@ from .. import naming
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
+    from ..spec import ClusterSpec
 
 __all__ = ["REDACTED", "SecretValue", "secret_manifest"]
 
@@ -37,7 +37,7 @@ class SecretValue(str):
 
 
 def secret_manifest(
-    cluster: Cluster, labels: dict[str, str], secret_values: Mapping[str, str] | None, redact: bool
+    cluster: ClusterSpec, labels: dict[str, str], secret_values: Mapping[str, str] | None, redact: bool
 ) -> dict[str, Any]:
     """The Secret of ``cluster``: the given values of its declared ``secrets`` (see
     :func:`rl_lustre.kube.manifests.build_manifests` for ``secret_values`` and ``redact``)."""

@@ -29,7 +29,7 @@ from . import prefetch
 from .manifests import deployment_labels
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
+    from ..spec import ClusterSpec
 
 __all__ = [
     "MODELS_ANNOTATION",
@@ -66,7 +66,7 @@ def prefetch_command(python: str = "python") -> list[str]:
     return [python, "-c", inspect.getsource(prefetch)]
 
 
-def prepull_daemonset(cluster: Cluster) -> dict[str, Any]:
+def prepull_daemonset(cluster: ClusterSpec) -> dict[str, Any]:
     """The image pre-pull DaemonSet for ``cluster``'s GPU and CPU pools.
 
     Examples:
@@ -111,7 +111,7 @@ def prepull_daemonset(cluster: Cluster) -> dict[str, Any]:
     }
 
 
-def prepull_pools(cluster: Cluster) -> list[str]:
+def prepull_pools(cluster: ClusterSpec) -> list[str]:
     """The node pools whose nodes pre-pull the image: the GPU pool, and the CPU pool when
     the Ray head runs there."""
     pools = [naming.gpu_pool_name(cluster)]
@@ -120,12 +120,12 @@ def prepull_pools(cluster: Cluster) -> list[str]:
     return pools
 
 
-def prepull_node_count(cluster: Cluster) -> int:
+def prepull_node_count(cluster: ClusterSpec) -> int:
     """How many nodes the pre-pull covers once the pools are up (the CPU pool has one node)."""
     return cluster.num_nodes + (0 if cluster.head_on_gpu_pool else 1)
 
 
-def prefetch_job(cluster: Cluster) -> dict[str, Any]:
+def prefetch_job(cluster: ClusterSpec) -> dict[str, Any]:
     """The model prefetch Job for ``cluster`` (its ``prefetch_models``).
 
     Examples:

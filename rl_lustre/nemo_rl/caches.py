@@ -48,10 +48,11 @@ from __future__ import annotations
 import posixpath
 import shlex
 
+from ..catalog import HF_HOME_DIR
+
 __all__ = ["CACHE_DIR", "HF_HOME_DIR", "nemo_rl_cache_env", "vllm_seed_links", "vllm_seeds"]
 
 # Under the mount path.
-HF_HOME_DIR = "huggingface_cache"
 CACHE_DIR = "cache"
 
 

@@ -21,8 +21,7 @@ from .._secrets import looks_secret
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
-    from ..job import GRPOJob
+    from ..spec import ClusterSpec, JobSpec
     from .versions import NemoRLVersion
 
 OWNER = "GRPOJob"
@@ -49,7 +48,7 @@ class _Findings:
         self.problems.append(ConfigError(OWNER, key, value, rule))
 
 
-def check_job(job: GRPOJob, cluster: Cluster) -> list[str]:
+def check_job(job: JobSpec, cluster: ClusterSpec) -> list[str]:
     """Every check :meth:`GRPOJob.preflight` runs; returns warnings, raises on problems.
 
     Examples:
@@ -69,8 +68,8 @@ def check_job(job: GRPOJob, cluster: Cluster) -> list[str]:
 
 
 def check_config(
-    job: GRPOJob,
-    cluster: Cluster,
+    job: JobSpec,
+    cluster: ClusterSpec,
     version: NemoRLVersion,
     overrides: Mapping[str, Any],
     flat: Mapping[str, Any] | None,
@@ -102,7 +101,7 @@ def disabled_sections(flat: Mapping[str, Any]) -> list[str]:
                   if k.endswith(".enabled") and value is False)
 
 
-def _check_disabled_sections(job: GRPOJob, flat: Mapping[str, Any], found: _Findings) -> None:
+def _check_disabled_sections(job: JobSpec, flat: Mapping[str, Any], found: _Findings) -> None:
     """A job override under a section the recipe (as overridden) disables changes nothing
     NeMo-RL runs: the classic is a Megatron optimizer key on a DTensor recipe."""
     from .config import nearest_keys
@@ -126,7 +125,7 @@ def _check_disabled_sections(job: GRPOJob, flat: Mapping[str, Any], found: _Find
         )
 
 
-def check_storage(flat: Mapping[str, Any], cluster: Cluster) -> tuple[list[ConfigError], list[str]]:
+def check_storage(flat: Mapping[str, Any], cluster: ClusterSpec) -> tuple[list[ConfigError], list[str]]:
     """Whether the checkpoints of the resolved config ``flat`` fit the volume, as it is now:
     the problems and the warnings."""
     found = _Findings()
@@ -142,7 +141,7 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _check_secrets(job: GRPOJob, cluster: Cluster, overrides: Mapping[str, Any], found: _Findings) -> None:
+def _check_secrets(job: JobSpec, cluster: ClusterSpec, overrides: Mapping[str, Any], found: _Findings) -> None:
     if job.wandb and "WANDB_API_KEY" not in cluster.secrets:
         found.problem("logger.wandb_enabled", True,
                       "W&B logging needs WANDB_API_KEY among Cluster.secrets (it reaches the pods "
@@ -170,7 +169,7 @@ def shown_value(key: str, value: Any) -> Any:
     return "<redacted>" if secret_names(key, value) else value
 
 
-def _check_versions(cluster: Cluster, version: NemoRLVersion, found: _Findings) -> None:
+def _check_versions(cluster: ClusterSpec, version: NemoRLVersion, found: _Findings) -> None:
     pinned = version.ray_version
     if pinned is None:
         return
@@ -192,7 +191,8 @@ def _check_versions(cluster: Cluster, version: NemoRLVersion, found: _Findings) 
         )
 
 
-def _check_converter(job: GRPOJob, flat: Mapping[str, Any], found: _Findings) -> None:
+def _check_converter(job: JobSpec, flat: Mapping[str, Any], found: _Findings) -> None:
+    from .config import recipe_name
     from .models import converter_for
 
     megatron = _get(flat, "policy.megatron_cfg.enabled") is True
@@ -204,7 +204,7 @@ def _check_converter(job: GRPOJob, flat: Mapping[str, Any], found: _Findings) ->
         )
     if not megatron and job.converter_type is not None:
         found.warnings.append(
-            f"converter_type={job.converter_type!r} is ignored: recipe {job.recipe_name!r} "
+            f"converter_type={job.converter_type!r} is ignored: recipe {recipe_name(job.recipe)!r} "
             "does not train with Megatron"
         )
 
@@ -225,7 +225,7 @@ def _check_batches(flat: Mapping[str, Any], found: _Findings) -> None:
         )
 
 
-def _check_parallelism(flat: Mapping[str, Any], cluster: Cluster, found: _Findings) -> None:
+def _check_parallelism(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Findings) -> None:
     nodes = _int(_get(flat, "cluster.num_nodes"))
     gpn = _int(_get(flat, "cluster.gpus_per_node"))
     if nodes is None or gpn is None or nodes <= 0 or gpn <= 0:
@@ -345,8 +345,8 @@ def _check_dataset(flat: Mapping[str, Any], key: str, exact: bool, found: _Findi
                               "unless this version or your image adds it.")
 
 
-def _check_storage(flat: Mapping[str, Any], cluster: Cluster, found: _Findings) -> None:
-    from ..sizing import (
+def _check_storage(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Findings) -> None:
+    from .._sizing import (
         CHECKPOINT_BYTES_PER_PARAM,
         IN_FLIGHT_CHECKPOINTS,
         checkpoint_bytes,

@@ -8,7 +8,7 @@ into them, so the walk of a submission reads top-down::
 
     GRPOJob, Cluster (specs) -> ResolvedJob (this module) -> backend (Jobs API)
 
-``GRPOJob.resolve(cluster)`` caches the result on the job, so ``overrides()``,
+:func:`resolve` (``GRPOJob.resolve(cluster)``) caches the result on the job, so ``overrides()``,
 ``entrypoint()``, ``preflight()``, ``cluster.submit()`` and sweeps all read the same
 object. What depends on the moment rather than on the specs (the free space of a local
 volume, the secrets in this process's environment) is checked when it is asked for.
@@ -17,6 +17,7 @@ volume, the secrets in this process's environment) is checked when it is asked f
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import posixpath
 import shlex
@@ -27,21 +28,21 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .._validate import FrozenDict
+from ..catalog import RESERVED_ENV
 from ..errors import ConfigError, PreflightError
 from .versions import DEFAULT_VERSION, NemoRLVersion, choose_version, nemo_rl_version
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
-    from ..job import GRPOJob
+    from ..spec import ClusterSpec, JobSpec
 
-__all__ = ["RESERVED_ENV", "ResolvedJob", "resolve_job"]
+__all__ = ["RESERVED_ENV", "ResolvedJob", "resolve", "resolve_job"]
 
 # Bytecode left in an uploaded working_dir by a local run; never uploaded.
 ALWAYS_EXCLUDED = ("__pycache__/", "*.pyc")
-# NeMo-RL re-reads the job's runtime env only with this set (it starts its own actors).
-RESERVED_ENV: Mapping[str, str] = FrozenDict({"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"})
 
 OWNER = "GRPOJob"
+
+log = logging.getLogger("rl_lustre.job")
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -73,8 +74,8 @@ class ResolvedJob:
         problems: the preflight problems that follow from the specs alone.
     """
 
-    job: GRPOJob
-    cluster: Cluster
+    job: JobSpec
+    cluster: ClusterSpec
     version: NemoRLVersion
     overrides: Mapping[str, Any]
     checkpoint_dir: str
@@ -151,6 +152,8 @@ class ResolvedJob:
             warnings += more_warnings
         if problems:
             raise PreflightError(problems)
+        for w in warnings:
+            log.warning("preflight %s: %s", self.job.name, w)
         return warnings
 
 
@@ -159,10 +162,29 @@ def _reraise(error: ConfigError | None) -> None:
         raise error.with_traceback(None)
 
 
-def resolve_job(job: GRPOJob, cluster: Cluster) -> ResolvedJob:
+def resolve(job: JobSpec, cluster: ClusterSpec) -> ResolvedJob:
+    """``job`` rendered for ``cluster``: built by :func:`resolve_job` on first use, then
+    kept on the job (specs are frozen, so the job and the cluster are the key).
+
+    Examples:
+        >>> from rl_lustre import Cluster, GRPOJob
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> job = GRPOJob(name="run-1")
+        >>> resolve(job, c) is resolve(job, c) is job.resolve(c)
+        True
+    """
+    cache = job._resolved
+    try:
+        return cache[cluster]
+    except KeyError:
+        resolved = cache[cluster] = resolve_job(job, cluster)
+        return resolved
+
+
+def resolve_job(job: JobSpec, cluster: ClusterSpec) -> ResolvedJob:
     """Render ``job`` for ``cluster`` once, top-down; see :class:`ResolvedJob`.
 
-    Prefer ``job.resolve(cluster)``, which caches the result on the job.
+    Prefer :func:`resolve` (``job.resolve(cluster)``), which caches the result on the job.
 
     Examples:
         >>> from rl_lustre import Cluster, GRPOJob
@@ -235,7 +257,7 @@ def resolve_job(job: GRPOJob, cluster: Cluster) -> ResolvedJob:
 
 
 def _overrides(
-    job: GRPOJob, cluster: Cluster, version: NemoRLVersion, megatron: bool, checkpoint_dir: str, log_dir: str
+    job: JobSpec, cluster: ClusterSpec, version: NemoRLVersion, megatron: bool, checkpoint_dir: str, log_dir: str
 ) -> dict[str, Any]:
     """The reference command's overrides, then ``logger.log_dir`` (and the W&B project), then
     the job's own; a key of ours the job also sets takes the job's value in our place."""
@@ -327,7 +349,7 @@ def _with_cause(error: ConfigError, cause: BaseException) -> ConfigError:
     return error
 
 
-def _entrypoint(job: GRPOJob, cluster: Cluster, version: NemoRLVersion, name: str, args: list[str]) -> str:
+def _entrypoint(job: JobSpec, cluster: ClusterSpec, version: NemoRLVersion, name: str, args: list[str]) -> str:
     """NeMo-RL's GRPO example; locally without NeMo-RL, the rehearsal driver with the same
     config and overrides."""
     quoted = " ".join(shlex.quote(a) for a in args)
@@ -348,7 +370,7 @@ def _entrypoint(job: GRPOJob, cluster: Cluster, version: NemoRLVersion, name: st
             f"--config examples/configs/{name}.yaml {quoted}")
 
 
-def _runtime_env(job: GRPOJob, cluster: Cluster, hf_home: str) -> tuple[Mapping[str, Any], ConfigError | None]:
+def _runtime_env(job: JobSpec, cluster: ClusterSpec, hf_home: str) -> tuple[Mapping[str, Any], ConfigError | None]:
     for name in job.env:
         if name in cluster.secrets:
             return {}, ConfigError(OWNER, "env", name,

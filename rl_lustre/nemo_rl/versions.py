@@ -15,8 +15,7 @@ import attrs
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
-    from ..job import GRPOJob
+    from ..spec import ClusterSpec, JobSpec
 
 RECIPE_VERSION = "0.4.0"
 DEFAULT_VERSION = "0.4.0"
@@ -129,7 +128,7 @@ def nemo_rl_version(version: str) -> NemoRLVersion:
     return NemoRLVersion(version=version, ray_version=ray, python_version=python, renames=renames)
 
 
-def version_for(job: GRPOJob, cluster: Cluster) -> str:
+def version_for(job: JobSpec, cluster: ClusterSpec) -> str:
     """The NeMo-RL version a job runs: the job's, else the cluster image's, else the default.
 
     Examples:
@@ -139,11 +138,10 @@ def version_for(job: GRPOJob, cluster: Cluster) -> str:
         '0.4.0'
     """
     from .._validate import need
-    from ..cluster import Cluster
-    from ..job import GRPOJob
+    from ..spec import ClusterSpec, JobSpec
 
-    need("version_for", "job", job, GRPOJob, "a GRPOJob")
-    need("version_for", "cluster", cluster, Cluster, "a Cluster")
+    need("version_for", "job", job, JobSpec, "a GRPOJob")
+    need("version_for", "cluster", cluster, ClusterSpec, "a Cluster")
     return choose_version(job.nemo_rl_version, cluster.nemo_rl_version)
 
 

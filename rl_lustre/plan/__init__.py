@@ -31,12 +31,12 @@ from .graph import Plan, PlanGraphError, PlannedResource
 from .local import local_plan
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
+    from ..spec import ClusterSpec
 
 __all__ = ["Plan", "PlanGraphError", "PlannedResource", "build_plan"]
 
 
-def build_plan(cluster: Cluster) -> Plan:
+def build_plan(cluster: ClusterSpec) -> Plan:
     """The plan of ``cluster``'s deployment, derived offline from the spec alone.
 
     Examples:

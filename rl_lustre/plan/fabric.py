@@ -22,7 +22,7 @@ from ..catalog import FABRIC_MTU, GPU_MACHINE_TYPES
 from .graph import PlannedResource
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
+    from ..spec import ClusterSpec
 
 __all__ = [
     "GVNIC_SUBNET_CIDR",
@@ -40,12 +40,12 @@ RDMA_RANGE = "192.168.128.0/18"
 INSTALLER_KEY = "nccl-installer"
 
 
-def _rdma_nics(cluster: Cluster) -> int:
+def _rdma_nics(cluster: ClusterSpec) -> int:
     known = GPU_MACHINE_TYPES.get(cluster.machine_type)
     return known.rdma_nics if known is not None else 0
 
 
-def extra_networks(cluster: Cluster) -> list[dict[str, Any]]:
+def extra_networks(cluster: ClusterSpec) -> list[dict[str, Any]]:
     """The extra node networks in NIC order (eth1, eth2, ...): for each, the Kubernetes
     network name, the plan keys of its VPC and subnet, and the GKENetworkParamSet device mode.
 
@@ -68,12 +68,12 @@ def extra_networks(cluster: Cluster) -> list[dict[str, Any]]:
     return nets
 
 
-def gpu_pool_subnet_keys(cluster: Cluster) -> tuple[str, ...]:
+def gpu_pool_subnet_keys(cluster: ClusterSpec) -> tuple[str, ...]:
     """Plan keys the GPU pool waits for: one subnet per extra node NIC."""
     return tuple(n["subnet_key"] for n in extra_networks(cluster))
 
 
-def ray_dependency_keys(cluster: Cluster) -> tuple[str, ...]:
+def ray_dependency_keys(cluster: ClusterSpec) -> tuple[str, ...]:
     """Plan keys the RayCluster waits for: the pod networks its workers attach to and
     the NCCL plugin installer."""
     if cluster.fabric != "rdma":
@@ -82,7 +82,7 @@ def ray_dependency_keys(cluster: Cluster) -> tuple[str, ...]:
             INSTALLER_KEY)
 
 
-def fabric_nodes(cluster: Cluster, labels: dict[str, str]) -> list[PlannedResource]:
+def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedResource]:
     """The fabric's plan nodes (none for ``fabric="tcp"``).
 
     Examples:

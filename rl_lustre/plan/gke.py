@@ -14,7 +14,7 @@ from .nodepools import cpu_pool, gpu_pool
 from .startup import startup_nodes
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
+    from ..spec import ClusterSpec
 
 __all__ = ["gke_plan"]
 
@@ -34,7 +34,7 @@ RELEASE_CHANNEL = "REGULAR"
 MAINTENANCE_EXCLUSION_NAME = "rl-lustre-no-node-recreation"
 
 
-def gke_plan(cluster: Cluster) -> Plan:
+def gke_plan(cluster: ClusterSpec) -> Plan:
     assert cluster.volume is not None
     assert cluster.project is not None
     assert cluster.region is not None
@@ -234,7 +234,7 @@ def gke_plan(cluster: Cluster) -> Plan:
                 project=project, region=region, zone=zone)
 
 
-def _fabric_ray_settings(cluster: Cluster) -> dict[str, Any]:
+def _fabric_ray_settings(cluster: ClusterSpec) -> dict[str, Any]:
     from ..kube.fabric import worker_fabric_summary
 
     return worker_fabric_summary(cluster)

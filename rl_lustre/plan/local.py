@@ -8,12 +8,12 @@ from ..catalog import ownership_labels
 from .graph import Plan, PlannedResource
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
+    from ..spec import ClusterSpec
 
 __all__ = ["local_plan"]
 
 
-def local_plan(cluster: Cluster) -> Plan:
+def local_plan(cluster: ClusterSpec) -> Plan:
     if cluster.nemo_rl_path is not None:
         driver = f"NeMo-RL from {cluster.nemo_rl_path}"
     else:

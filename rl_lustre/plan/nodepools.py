@@ -21,14 +21,14 @@ from .fabric import extra_networks, fabric_nodes, gpu_pool_subnet_keys
 from .graph import PlannedResource
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
+    from ..spec import ClusterSpec
 
 __all__ = ["GPU_TAINT", "cpu_pool", "gpu_pool"]
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
 
 
-def cpu_pool(cluster: Cluster, created: dict[str, Any]) -> PlannedResource:
+def cpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
     """The ``cpu-pool`` node (``created``: its action and labels)."""
     return PlannedResource(
         key="cpu-pool", kind="container.v1.NodePool", name=naming.cpu_pool_name(cluster),
@@ -46,7 +46,7 @@ def cpu_pool(cluster: Cluster, created: dict[str, Any]) -> PlannedResource:
     )
 
 
-def gpu_pool(cluster: Cluster, created: dict[str, Any]) -> PlannedResource:
+def gpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
     """The ``gpu-pool`` node (``created``: its action and labels)."""
     if cluster.spot:
         provisioning = "Spot"

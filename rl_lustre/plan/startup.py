@@ -25,7 +25,7 @@ from ..nemo_rl.caches import nemo_rl_cache_env
 from .graph import PlannedResource
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
+    from ..spec import ClusterSpec
 
 __all__ = ["PREFETCH_KEY", "PREPULL_KEY", "startup_nodes"]
 
@@ -33,7 +33,7 @@ PREPULL_KEY = "image-prepull"
 PREFETCH_KEY = "model-prefetch"
 
 
-def startup_nodes(cluster: Cluster) -> list[PlannedResource]:
+def startup_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
     """The image pre-pull and model prefetch nodes of a GKE plan (none when switched off).
 
     Examples:

@@ -49,7 +49,6 @@ from ..errors import GCPError, NotFoundError, OwnershipError
 from .executor import Done, Driver, Step
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
     from ..gcp import (
         Backoff,
         Ensured,
@@ -64,6 +63,7 @@ if TYPE_CHECKING:
         Subnetworks,
     )
     from ..plan import Plan
+    from ..spec import ClusterSpec
 
 __all__ = [
     "KUBE_KEYS",
@@ -161,7 +161,7 @@ class Context:
         kube_timeout: seconds to wait for claims to bind and the RayCluster to be ready.
     """
 
-    def __init__(self, cluster: Cluster, plan: Plan, apis: Apis, *, backoff: Backoff | None = None,
+    def __init__(self, cluster: ClusterSpec, plan: Plan, apis: Apis, *, backoff: Backoff | None = None,
                  kube_timeout: float = KUBE_TIMEOUT) -> None:
         if plan.project is None or plan.region is None:
             raise NotFoundError(f"the plan of {plan.cluster_name!r} is not a GKE plan")
@@ -296,7 +296,9 @@ class LustreDriver:
         self.path = self.volume.resource_name()
 
     def _record(self, instance: Any, *, created: bool) -> Any:
-        self.volume._learn(instance)
+        from ..gcp.lustre import State
+
+        self.volume._live.learn(State(instance.state).name, instance.mount_point)
         self.volume._live.created_by_us = self.volume._live.created_by_us or created
         return instance
 
@@ -330,7 +332,7 @@ class LustreDriver:
                 raise
             self.ctx.wait_settled(f"Lustre instance {self.path}", lambda: api.get_or_none(self.path), creating)
             deleted = api.delete(self.path, deployment=self.ctx.deployment)
-        self.volume._live.state, self.volume._live.mount_point = None, None
+        self.volume._live.forget()
         return _gone(deleted)
 
 

@@ -169,7 +169,7 @@ class Rehearsal:
 
     def __init__(self, cfg: dict[str, Any], *, scale: float, step_seconds: float, param_count: int,
                  place_workers: bool = False) -> None:
-        from ..sizing import checkpoint_bytes
+        from .._sizing import checkpoint_bytes
 
         self.cfg = cfg
         self.scale = scale
@@ -491,7 +491,7 @@ def _resolve(config: str, overrides: list[str], version: str) -> dict[str, Any]:
 
 
 def _param_count(cfg: dict[str, Any]) -> int:
-    from ..sizing import parse_param_count
+    from .._sizing import parse_param_count
 
     model = _get(cfg, "policy.model_name")
     count = parse_param_count(str(model))

@@ -1,0 +1,435 @@
+"""``ClusterSpec``: the fields and rules of a deployment (``Cluster``'s spec), and the
+values derived from them (the GPU type and count of a machine type, the fabric, the
+image's Ray version, the default volume and the local volume directory)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import posixpath
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar
+
+import attrs
+
+from .. import _validate as v
+from ..catalog import (
+    GPU_MACHINE_TYPES,
+    HEAD_MACHINE_TYPE,
+    REFERENCE_MODEL,
+    nemo_rl_version_for_image,
+    ray_version_for_image,
+    rdma_machine_types,
+)
+from ..errors import ConfigError
+from ._fields import settle
+from .volume import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE, VolumeSpec
+
+__all__ = ["CLUSTER_NAME_RULE", "DEFAULT_MOUNT_PATH", "DEFAULT_SECRETS", "HF_REPO_ID_RULE", "MAINTENANCE_EXCLUSIONS",
+           "ClusterSpec", "default_local_root", "default_volume_size"]
+
+CLUSTER_NAME_RULE = (
+    "must be 1-40 lowercase letters, digits or hyphens, start with a letter and not end with "
+    "a hyphen (GKE cluster name rule)"
+)
+_SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run",
+                "/sbin", "/sys", "/usr", "/var", "/opt/nemo-rl")
+DEFAULT_SECRETS = ("HF_TOKEN", "WANDB_API_KEY")
+DEFAULT_MOUNT_PATH = "/lustre"
+# GKE's maintenance exclusion scopes (MaintenanceExclusionOptions.Scope). NO_UPGRADES
+# lasts at most 30 days and must end at a fixed time, so it is not offered here.
+MAINTENANCE_EXCLUSIONS = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES")
+
+_C = TypeVar("_C", bound="ClusterSpec")
+
+
+def default_local_root() -> Path:
+    """Where local deployments keep their volume directories: ``$XDG_DATA_HOME/rl_lustre``."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "rl_lustre"
+
+
+def _check_secret_names(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    from .._secrets import secret_shape
+
+    v.names(inst, attr, value)
+    for name in value:
+        what = secret_shape(name)
+        if what is not None:
+            v.fail(inst, v.field_name(attr), name,
+                   f"looks like {what}: secrets= takes the NAMES of environment variables that hold "
+                   "secrets, like ('HF_TOKEN', 'WANDB_API_KEY'); set the value in the environment "
+                   "(export HF_TOKEN=...) and list only its name here")
+    v.env_name(inst, attr, value)
+
+
+_HF_REPO_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+HF_REPO_ID_RULE = ("must be a Hugging Face model id like 'Qwen/Qwen2.5-72B-Instruct' (letters, digits, '_', '.', "
+                   "'-', at most one '/', no '--' or '..')")
+
+
+def _hf_repo_ids(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, tuple):
+        v.fail(inst, v.field_name(attr), value, "must be a list of Hugging Face model ids")
+    for repo in value:
+        if not isinstance(repo, str) or not _HF_REPO_ID.fullmatch(repo) or "--" in repo or ".." in repo:
+            v.fail(inst, v.field_name(attr), repo, HF_REPO_ID_RULE)
+    if len(set(value)) != len(value):
+        v.fail(inst, v.field_name(attr), value, "model ids must be unique")
+
+
+@functools.lru_cache(maxsize=1)
+def default_volume_size() -> tuple[int, int]:
+    """``(capacity_gib, throughput_mbps_per_tib)`` of the volume a ``Cluster`` gets when
+    given none: what :func:`~rl_lustre.size_lustre` picks for the default job
+    (``GRPOJob()``'s model and ``keep_top_k``, a checkpoint written in 300 s).
+
+    Examples:
+        >>> default_volume_size()
+        (9000, 1000)
+    """
+    from .._sizing import smallest_instance
+    from .job import JobSpec
+
+    fields = attrs.fields(JobSpec)
+    return smallest_instance(str(fields.model.default), checkpoints_kept=fields.keep_top_k.default or 2)
+
+
+@v.keyword_errors
+@attrs.frozen(kw_only=True)
+class ClusterSpec:
+    """The frozen, validated fields of a deployment; see :class:`rl_lustre.Cluster`, which
+    adds the lifecycle (``plan``, ``up``, ``down``, ``submit``, ...) and documents every field.
+
+    Fields left out that follow from others are derived on construction, and again by
+    ``attrs.evolve`` from the new values: ``accelerator_type`` and ``gpus_per_node`` from
+    ``machine_type``, ``fabric`` from the machine type's NICs, ``ray_version`` from
+    ``image``, ``mount_path`` (``/lustre``; locally the volume directory under
+    :func:`default_local_root` named after ``name``) and the default ``volume``.
+    """
+
+    # Cluster (the façade) holds a LustreVolume; this layer only needs its spec.
+    _volume_class: ClassVar[type[VolumeSpec]] = VolumeSpec
+
+    name: str = attrs.field(validator=v.matches(r"[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?", CLUSTER_NAME_RULE))
+    project: str | None = attrs.field(default=None, validator=v.matches(PROJECT_PATTERN, PROJECT_RULE, optional=True))
+    region: str | None = attrs.field(
+        default=None,
+        validator=v.matches(r"[a-z]+-[a-z]+[0-9]+", "must be a region like 'us-east1'", optional=True),
+    )
+    zone: str | None = attrs.field(default=None, validator=v.matches(ZONE_PATTERN, ZONE_RULE, optional=True))
+    volume: VolumeSpec | None = attrs.field(default=None)
+    machine_type: str = attrs.field(
+        default="a4-highgpu-8g",
+        validator=v.matches(r"[a-z][a-z0-9]*-[a-z0-9-]+|local", "must be a Compute Engine machine type like 'a4-highgpu-8g'"),
+    )
+    _given_accelerator_type: str | None = attrs.field(
+        alias="accelerator_type", default=None, eq=False, repr=False,
+        validator=v.matches(r"nvidia-[a-z0-9-]+", "must be a GKE accelerator like 'nvidia-b200'", optional=True))
+    accelerator_type: str | None = attrs.field(init=False)
+    _given_gpus_per_node: int | None = attrs.field(
+        alias="gpus_per_node", default=None, eq=False, repr=False,
+        validator=v.integer(min=0, max=16, optional=True))
+    gpus_per_node: int = attrs.field(init=False)
+    num_nodes: int = attrs.field(default=8, validator=v.integer(min=1, max=1000))
+    spot: bool = attrs.field(default=True, validator=v.boolean)
+    reservation: str | None = attrs.field(
+        default=None,
+        validator=v.matches(
+            r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?:/reservationBlocks/[a-z0-9-]+)?",
+            "must be a reservation name (optionally '<name>/reservationBlocks/<block>')",
+            optional=True,
+        ),
+    )
+    head_machine_type: str = attrs.field(
+        default=HEAD_MACHINE_TYPE,
+        validator=v.matches(r"[a-z][a-z0-9]*-[a-z0-9-]+", "must be a Compute Engine machine type like 'n2-highmem-16'"),
+    )
+    head_on_gpu_pool: bool = attrs.field(default=False, validator=v.boolean)
+    image: str = attrs.field(
+        default="nvcr.io/nvidia/nemo-rl:v0.4.0",
+        validator=v.matches(r"[a-z0-9][a-z0-9._/:@-]*[A-Za-z0-9._-]", "must be a container image reference without spaces"),
+    )
+    _given_ray_version: str | None = attrs.field(
+        alias="ray_version", default=None, eq=False, repr=False,
+        validator=v.matches(r"\d+\.\d+\.\d+", "must be a Ray version like '2.46.0'", optional=True))
+    ray_version: str | None = attrs.field(init=False)
+    _given_mount_path: str | None = attrs.field(alias="mount_path", default=None, eq=False, repr=False)
+    mount_path: str = attrs.field(init=False)
+    namespace: str = attrs.field(
+        default="default",
+        validator=v.matches(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", "must be a DNS-1123 label (Kubernetes namespace rule)"),
+    )
+    network: str | None = attrs.field(
+        default=None,
+        validator=v.matches(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?", "must be a VPC network name", optional=True),
+    )
+    authorized_networks: tuple[str, ...] = attrs.field(default=(), converter=v.to_tuple, validator=v.cidr)
+    public_control_plane: bool = attrs.field(default=False, validator=v.boolean)
+    secrets: tuple[str, ...] = attrs.field(default=DEFAULT_SECRETS, converter=v.to_tuple, validator=_check_secret_names)
+    _given_fabric: Literal["rdma", "tcp"] | None = attrs.field(
+        alias="fabric", default=None, eq=False, repr=False,
+        validator=v.one_of(["rdma", "tcp"], optional=True))
+    fabric: Literal["rdma", "tcp"] = attrs.field(init=False)
+    maintenance_exclusion: str | None = attrs.field(
+        default=MAINTENANCE_EXCLUSIONS[0], validator=v.one_of(MAINTENANCE_EXCLUSIONS, optional=True))
+    labels: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=v.gcp_labels)
+    prefetch_models: tuple[str, ...] = attrs.field(default=(REFERENCE_MODEL,), converter=v.to_tuple,
+                                                   validator=_hf_repo_ids)
+    prepull_image: bool = attrs.field(default=True, validator=v.boolean)
+    keep: bool = attrs.field(default=False, validator=v.boolean)
+    backend: Literal["gke", "local"] = attrs.field(default="gke", validator=v.one_of(["gke", "local"]))
+    nemo_rl_path: str | None = attrs.field(
+        default=None, validator=v.matches(r"[^\x00-\x1f\x7f]+", "must be a path without control characters", optional=True)
+    )
+    rehearsal_scale: float = attrs.field(default=1e-5, validator=v.number(gt=0, le=1))
+    rehearsal_step_seconds: float = attrs.field(default=0.5, validator=v.number(ge=0, le=3600))
+    worker_nodes: int = attrs.field(default=0, validator=v.integer(min=0, max=16))
+
+    def __attrs_post_init__(self) -> None:
+        if self.backend == "gke":
+            self._check_gke()
+        else:
+            self._check_local()
+        if len(set(self.secrets)) != len(self.secrets):
+            v.fail(self, "secrets", self.secrets, "names must be unique")
+
+    def _check_gke(self) -> None:
+        missing = [f for f in ("project", "region", "zone") if getattr(self, f) is None]
+        if missing:
+            v.fail(self, ", ".join(missing), None,
+                   f"{'are' if len(missing) > 1 else 'is'} required for a GKE cluster "
+                   "(use Cluster.local() for this machine)")
+        assert self.zone is not None
+        assert self.region is not None
+        if self.zone.rsplit("-", 1)[0] != self.region:
+            v.fail(self, "zone", self.zone, f"must be a zone of region {self.region!r} (like '{self.region}-b')")
+        settle(self, "mount_path", DEFAULT_MOUNT_PATH if self._given_mount_path is None else self._given_mount_path)
+        self._check_mount_path(gke=True)
+        if self.worker_nodes:
+            v.fail(self, "worker_nodes", self.worker_nodes,
+                   "is for Cluster.local(); a GKE cluster's worker nodes are its num_nodes GPU nodes")
+
+        accelerator, gpus = self._given_accelerator_type, self._given_gpus_per_node
+        known = GPU_MACHINE_TYPES.get(self.machine_type)
+        if known is None:
+            for field, value in (("accelerator_type", accelerator), ("gpus_per_node", gpus)):
+                if value is None:
+                    v.fail(self, field, None,
+                           f"must be given for machine type {self.machine_type!r}, which rl_lustre does not know "
+                           f"(known: {', '.join(sorted(GPU_MACHINE_TYPES))})")
+        else:
+            if accelerator is None:
+                accelerator = known.accelerator
+            elif accelerator != known.accelerator:
+                v.fail(self, "accelerator_type", accelerator, f"{self.machine_type} carries {known.accelerator!r}")
+            if gpus is None:
+                gpus = known.gpus
+            elif gpus != known.gpus:
+                v.fail(self, "gpus_per_node", gpus, f"{self.machine_type} has exactly {known.gpus} GPU(s) per node")
+        settle(self, "accelerator_type", accelerator)
+        settle(self, "gpus_per_node", gpus)
+        if gpus == 0:
+            v.fail(self, "gpus_per_node", 0, "a GPU node pool needs at least 1 GPU per node")
+        self._check_fabric(known.rdma_nics if known is not None else 0)
+        if self.spot and self.reservation is not None:
+            v.fail(self, "reservation", self.reservation,
+                   "Spot VMs cannot consume a reservation; pass spot=False to use one")
+        if self.head_machine_type in GPU_MACHINE_TYPES:
+            v.fail(self, "head_machine_type", self.head_machine_type,
+                   "the head pool is a CPU pool; use head_on_gpu_pool=True to put the head on GPU nodes")
+        everyone = v.whole_internet(self.authorized_networks)
+        if everyone is not None and not self.public_control_plane:
+            v.fail(self, "authorized_networks", everyone,
+                   "opens the control plane to the whole internet; pass public_control_plane=True if you mean it")
+        self._check_image()
+        self._check_volume()
+
+    def _check_volume(self) -> None:
+        kind = self._volume_class
+        vol = self.volume
+        if vol is not None and not isinstance(vol, kind):
+            v.fail(self, "volume", vol, f"must be a {kind.__name__}")
+        if vol is None or "name" in vol._filled:
+            # The default volume follows the cluster (also through attrs.evolve).
+            capacity, tier = default_volume_size()
+            vol = kind(name=f"{self.name}-lustre", capacity_gib=capacity, throughput_mbps_per_tib=tier)
+            object.__setattr__(vol, "_filled", frozenset({"name"}))
+        else:
+            vol = vol._unfilled()
+        for field in ("project", "zone"):
+            theirs = getattr(vol, field)
+            if theirs is not None and theirs != getattr(self, field):
+                v.fail(self, "volume", f"{vol.name} ({field}={theirs})",
+                       f"the volume must be in the cluster's {field} {getattr(self, field)!r}")
+        net = self.network_name
+        if vol.network is not None and vol.network != net:
+            v.fail(self, "volume", f"{vol.name} (network={vol.network})", f"the volume must be on the cluster's network {net!r}")
+        object.__setattr__(self, "volume", vol._with_defaults(project=self.project, zone=self.zone, network=net))
+
+    def _check_fabric(self, rdma_nics: int) -> None:
+        fabric = self._given_fabric
+        if fabric is None:
+            fabric = "rdma" if rdma_nics else "tcp"
+        elif fabric == "rdma" and not rdma_nics:
+            v.fail(self, "fabric", "rdma",
+                   f"machine type {self.machine_type!r} has no RDMA NICs; GPUDirect-RDMA needs one of "
+                   f"{', '.join(rdma_machine_types())} (use fabric='tcp')")
+        settle(self, "fabric", fabric)
+
+    def _check_local(self) -> None:
+        self._check_fabric(0)
+        if self.volume is not None:
+            v.fail(self, "volume", self.volume, "a local cluster uses a directory, not a LustreVolume")
+        settle(self, "accelerator_type", self._given_accelerator_type)
+        if self._given_mount_path is None:
+            default = posixpath.normpath(str((default_local_root() / self.name / "volume").absolute()))
+            settle(self, "mount_path", default)
+            if any(ch.isspace() for ch in default) or ":" in default or v.control_char(default) is not None:
+                v.fail(self, "mount_path", default,
+                       "the default volume directory must not contain whitespace, control characters or ':'; "
+                       "pass volume_dir= to Cluster.local()")
+        else:
+            settle(self, "mount_path", self._given_mount_path)
+        self._check_mount_path(gke=False)
+        settle(self, "gpus_per_node", 1 if self._given_gpus_per_node is None else self._given_gpus_per_node)
+        if self.nemo_rl_path is not None and not Path(self.nemo_rl_path).is_absolute():
+            v.fail(self, "nemo_rl_path", self.nemo_rl_path, "must be an absolute path to a NeMo-RL checkout")
+        if self.worker_nodes and self.num_nodes > self.worker_nodes:
+            v.fail(self, "num_nodes", self.num_nodes,
+                   f"must be at most worker_nodes={self.worker_nodes}: each node of a job is one worker raylet")
+        settle(self, "ray_version", self._given_ray_version)
+
+    def _check_mount_path(self, *, gke: bool) -> None:
+        p = self.mount_path
+        if not isinstance(p, str) or not p.startswith("/"):
+            v.fail(self, "mount_path", p, "must be an absolute path")
+        if posixpath.normpath(p) != p or p == "/":
+            v.fail(self, "mount_path", p, "must be a normalised path other than '/' (no trailing '/', '..' or '//')")
+        if any(c.isspace() for c in p) or ":" in p or v.control_char(p) is not None:
+            v.fail(self, "mount_path", p, "must not contain whitespace, control characters or ':'")
+        if gke and any(p == d or p.startswith(d + "/") for d in _SYSTEM_DIRS):
+            v.fail(self, "mount_path", p, f"must not be inside a system directory ({', '.join(_SYSTEM_DIRS)})")
+
+    def _check_image(self) -> None:
+        known = ray_version_for_image(self.image)
+        given_version = self._given_ray_version
+        if given_version is None:
+            if known is None:
+                v.fail(self, "ray_version", None,
+                       f"must be given: rl_lustre does not know which Ray image {self.image!r} contains, and "
+                       "KubeRay's rayVersion must match it")
+            settle(self, "ray_version", known)
+        elif known is not None and known != given_version:
+            v.fail(self, "ray_version", given_version,
+                   f"image {self.image!r} contains Ray {known}; rayVersion must match the image")
+        else:
+            settle(self, "ray_version", given_version)
+
+    @classmethod
+    def local(
+        cls: type[_C],
+        name: str = "local",
+        *,
+        volume_dir: str | Path | None = None,
+        nemo_rl_path: str | Path | None = None,
+        num_nodes: int = 1,
+        gpus_per_node: int = 1,
+        secrets: tuple[str, ...] = DEFAULT_SECRETS,
+        keep: bool = False,
+        rehearsal_scale: float = 1e-5,
+        rehearsal_step_seconds: float = 0.5,
+        worker_nodes: int = 0,
+        **kwargs: Any,
+    ) -> _C:
+        """A deployment on this machine: a real local Ray head and a directory as the volume.
+
+        Jobs run the real NeMo-RL entrypoint when ``nemo_rl_path`` points at a NeMo-RL
+        checkout, otherwise the rehearsal driver (``python -m rl_lustre.rehearsal``),
+        which rehearses orchestration and checkpoint storage but does not train.
+
+        Examples:
+            >>> from rl_lustre import Cluster
+            >>> c = Cluster.local("demo", volume_dir="/tmp/rl-demo-volume")
+            >>> c.backend, c.mount_path
+            ('local', '/tmp/rl-demo-volume')
+
+        Args:
+            name: the deployment name.
+            volume_dir: the directory that plays the volume; by default
+                ``$XDG_DATA_HOME/rl_lustre/<name>/volume`` (which follows ``name`` through
+                ``attrs.evolve``).
+            nemo_rl_path: a NeMo-RL checkout to run real jobs with.
+            num_nodes: nodes the jobs are told they have (``cluster.num_nodes``).
+            gpus_per_node: GPUs per node the jobs are told they have.
+            secrets: environment variables handed to jobs through the head's environment.
+            keep: leave the head running at the end of a ``with`` block.
+            rehearsal_scale: rehearsal checkpoints are this fraction of the real size.
+            rehearsal_step_seconds: how long a rehearsed training step takes.
+            worker_nodes: real Ray worker nodes to start next to the head: each a raylet of
+                its own on 127.0.0.1 (what ``ray start --address=...`` starts) declaring
+                ``gpus_per_node`` GPUs, so that
+                jobs place per-node work on them as NeMo-RL does, and
+                :func:`rl_lustre.testing.preempt` can take them away as a Spot preemption
+                does. 0 (the default) runs the head alone.
+        """
+        owner = f"{cls.__name__}.local"
+        v.need(owner, "name", name, str, "a deployment name (str)")
+        v.need(owner, "volume_dir", volume_dir, (str, os.PathLike), "a directory path (str or Path)", optional=True)
+        v.need(owner, "nemo_rl_path", nemo_rl_path, (str, os.PathLike), "a NeMo-RL checkout path (str or Path)",
+               optional=True)
+        mount = None if volume_dir is None else _local_mount(owner, volume_dir)
+        return cls(
+            name=name,
+            backend="local",
+            mount_path=mount,
+            num_nodes=num_nodes,
+            gpus_per_node=gpus_per_node,
+            machine_type="local",
+            accelerator_type=None,
+            spot=False,
+            nemo_rl_path=None if nemo_rl_path is None else str(nemo_rl_path),
+            secrets=secrets,
+            keep=keep,
+            rehearsal_scale=rehearsal_scale,
+            rehearsal_step_seconds=rehearsal_step_seconds,
+            worker_nodes=worker_nodes,
+            **kwargs,
+        )
+
+    @property
+    def network_name(self) -> str:
+        """The VPC network: the user's, or ``<name>-net`` which we create."""
+        return self.network if self.network is not None else f"{self.name}-net"
+
+    @property
+    def total_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def nemo_rl_version(self) -> str | None:
+        """The NeMo-RL version the image carries, when its tag says so."""
+        return nemo_rl_version_for_image(self.image)
+
+    @property
+    def head_service(self) -> str:
+        """The Kubernetes service KubeRay creates for the head (``<name>-head-svc``)."""
+        return f"{self.name}-head-svc"
+
+
+def _local_mount(owner: str, volume_dir: str | os.PathLike[str]) -> str:
+    """``volume_dir`` as the absolute, normalised mount path of a local deployment."""
+    raw = os.fspath(volume_dir)
+    if not isinstance(raw, str) or not raw.strip():
+        raise ConfigError(owner, "volume_dir", raw, "must be a directory path, not empty (the default is "
+                          f"{default_local_root() / '<name>' / 'volume'})")
+    if v.control_char(raw) is not None:
+        v.no_control(owner, "volume_dir", raw)
+    # expanduser() leaves a path without a leading "~" as it is.
+    mount = posixpath.normpath(str(Path(raw).expanduser().absolute()))
+    if mount == "/" or any(ch.isspace() for ch in mount) or ":" in mount:
+        raise ConfigError(owner, "volume_dir", raw,
+                          "must be a directory other than '/', without whitespace or ':' in its path")
+    return mount
