@@ -198,7 +198,7 @@ def run(unit: float = 0.25, *, project: str = "bench-project") -> Result:
         def polled(self, rec: Any, state: str) -> None:
             self.polls[rec.key] += 1
 
-    from rl_lustre.provision.drivers import Apis
+    from rl_lustre.provision.context import Apis
 
     # Import the Google clients first: their import time is not provisioning time.
     Apis.from_env()

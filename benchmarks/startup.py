@@ -123,7 +123,7 @@ def _order(name: str, unit: float, **switches: Any) -> Order:
     from rl_lustre.backends.gke import GKEBackend
     from rl_lustre.gcp._wait import DEFAULT_BACKOFF, Backoff
     from rl_lustre.kube.client import ResourceClient
-    from rl_lustre.provision.drivers import Apis
+    from rl_lustre.provision.context import Apis
     from rl_lustre.testing import FakeGCP
     from rl_lustre.testing.kube import KubeFake, KubeTimings
 

@@ -35,7 +35,7 @@ from .errors import ConfigError, NotFoundError
 if TYPE_CHECKING:
     from .cluster import Cluster
     from .cost import Cost, Prices
-    from .provision.drivers import Apis
+    from .provision.context import Apis
     from .provision.executor import Report
 
 __all__ = ["Collected", "Deployment", "FoundResource", "collect_garbage", "find_deployment", "find_deployments"]
@@ -318,7 +318,7 @@ def find_deployments(project: str, *, apis: Apis | None = None) -> list[Deployme
         ConfigError: ``project`` is not a project id.
         GCPError: a list call failed.
     """
-    from .provision.drivers import Apis
+    from .provision.context import Apis
     from .volume import PROJECT_PATTERN, PROJECT_RULE
 
     if not isinstance(project, str) or re.fullmatch(PROJECT_PATTERN, project) is None:

@@ -24,8 +24,8 @@ from rl_lustre._output import enable_output
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import GCPError, OperationFailedError, OwnershipError, RollbackError
 from rl_lustre.gcp import Backoff, GkeClusters, RetryPolicy
-from rl_lustre.provision.drivers import kube_keys
 from rl_lustre.provision.executor import ProvisioningError
+from rl_lustre.provision.kube_drivers import kube_keys
 from rl_lustre.testing import FakeGCP
 
 REPO = Path(__file__).resolve().parents[1]

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ..kube.portforward import PortForward
     from ..nemo_rl.checkpoints import Checkpoint
     from ..plan import Plan
-    from ..provision.drivers import Apis
+    from ..provision.context import Apis
     from ..provision.progress import Display
     from ..ray.jobs import JobsClient
     from ..spec import ClusterSpec
@@ -116,7 +116,8 @@ class GKEBackend(submission.JobsBackend):
 
     def executor(self) -> Executor:
         """An executor over this deployment's plan and drivers (no remote call is made)."""
-        from ..provision.drivers import Apis, Context, gke_drivers
+        from ..provision.context import Apis, Context
+        from ..provision.drivers import gke_drivers
 
         apis = self._apis or Apis.from_env(backoff=self._backoff, retry=self._retry)
         plan = self.plan

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import KubernetesError
 from ..plan.startup import PREFETCH_KEY, PREPULL_KEY
-from .drivers import GkeClusterDriver, SkippedDriver
 from .executor import Done, Driver, Step
+from .gcp_drivers import GkeClusterDriver
+from .kube_drivers import SkippedDriver
 
 if TYPE_CHECKING:
-    from .drivers import Context
+    from .context import Context
 
 __all__ = ["PrefetchDriver", "PrepullDriver", "startup_drivers"]
 
@@ -226,7 +227,7 @@ def startup_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
 
     Examples:
         >>> from rl_lustre import Cluster
-        >>> from rl_lustre.provision.drivers import Apis, Context
+        >>> from rl_lustre.provision.context import Apis, Context
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> sorted(startup_drivers(Context(c, c.plan(), Apis.from_env())))
         ['image-prepull', 'model-prefetch']

@@ -1,0 +1,152 @@
+"""What the provisioning drivers of one deployment share: the adapters and the context.
+
+:class:`Apis` holds the Google Cloud adapters, :class:`Context` the spec, its plan, the
+adapters and the Kubernetes API client once the GKE cluster is known;
+:func:`ensure_or_adopt` and :func:`gone` are the create-or-adopt and delete outcomes
+every driver reports.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+from ..errors import NotFoundError
+from .executor import Done, Step
+
+if TYPE_CHECKING:
+    from ..gcp import (
+        Backoff,
+        Ensured,
+        Firewalls,
+        GkeClusters,
+        GkeNodePools,
+        GlobalAddresses,
+        LustreInstances,
+        Networks,
+        PsaConnections,
+        RetryPolicy,
+        Subnetworks,
+    )
+    from ..plan import Plan
+    from ..spec import ClusterSpec
+
+__all__ = ["KUBE_TIMEOUT", "OPERATION_TIMEOUT", "Apis", "Context", "ensure_or_adopt", "gone"]
+
+KUBE_TIMEOUT = 1800.0
+# How long a deletion waits for a creation still in flight (a GKE node pool of many GPU
+# nodes can take most of an hour).
+OPERATION_TIMEOUT = 3600.0
+
+
+@attrs.frozen
+class Apis:
+    """The Google Cloud adapters the drivers use.
+
+    Examples:
+        >>> from rl_lustre.gcp import Backoff
+        >>> apis = Apis.from_env(backoff=Backoff(initial=0.01, maximum=0.05))
+        >>> type(apis.lustre).__name__
+        'LustreInstances'
+    """
+
+    networks: Networks
+    subnetworks: Subnetworks
+    addresses: GlobalAddresses
+    firewalls: Firewalls
+    psa: PsaConnections
+    lustre: LustreInstances
+    clusters: GkeClusters
+    pools: GkeNodePools
+
+    @classmethod
+    def from_env(cls, *, backoff: Backoff | None = None, retry: RetryPolicy | None = None) -> Apis:
+        """Adapters on the clients of this environment (the emulators' when configured).
+
+        Args:
+            backoff: polling delays of every wait.
+            retry: retries of transient failures.
+        """
+        from .. import gcp
+
+        kw: dict[str, Any] = {"backoff": backoff, "retry": retry}
+        return cls(
+            networks=gcp.Networks(**kw),
+            subnetworks=gcp.Subnetworks(**kw),
+            addresses=gcp.GlobalAddresses(**kw),
+            firewalls=gcp.Firewalls(**kw),
+            psa=gcp.PsaConnections(**kw),
+            lustre=gcp.LustreInstances(**kw),
+            clusters=gcp.GkeClusters(**kw),
+            pools=gcp.GkeNodePools(**kw),
+        )
+
+
+class Context:
+    """What the drivers of one deployment share: the spec, its plan, the adapters, and
+    the Kubernetes API client once the GKE cluster is known.
+
+    Args:
+        cluster: the deployment's spec.
+        plan: its plan.
+        apis: the Google Cloud adapters.
+        backoff: polling delays of the drivers' own waits (the adapters have theirs).
+        kube_timeout: seconds to wait for claims to bind and the RayCluster to be ready.
+    """
+
+    def __init__(self, cluster: ClusterSpec, plan: Plan, apis: Apis, *, backoff: Backoff | None = None,
+                 kube_timeout: float = KUBE_TIMEOUT) -> None:
+        if plan.project is None or plan.region is None:
+            raise NotFoundError(f"the plan of {plan.cluster_name!r} is not a GKE plan")
+        self.cluster = cluster
+        self.plan = plan
+        self.apis = apis
+        self.backoff = backoff
+        self.project: str = plan.project
+        self.region: str = plan.region
+        self.deployment = plan.cluster_name
+        self.kube_timeout = kube_timeout
+        self._kube: Any = None
+        self._lock = threading.Lock()
+
+    def wait_settled(self, what: str, read: Callable[[], Any], busy: Callable[[Any], str | None],
+                     timeout: float = OPERATION_TIMEOUT) -> None:
+        """Wait until ``busy(read())`` is None (no operation in flight) or the resource is gone.
+
+        Used before deleting a resource whose creation a cancelled ``up()`` left running:
+        GKE refuses to delete a cluster or pool while another operation runs on it.
+        """
+        from ..gcp._wait import wait_for
+
+        wait_for(f"{what} to finish its current operation before it is deleted", read,
+                 done=lambda found: found is None or busy(found) is None,
+                 describe=lambda found: "ABSENT" if found is None else (busy(found) or "settled"),
+                 timeout=timeout, backoff=self.backoff)
+
+    def kube_api(self, gke_cluster: Any) -> Any:
+        """A Kubernetes ``ApiClient`` for ``gke_cluster`` (a ``container_v1.Cluster``), cached."""
+        from ..kube.client import gke_api_client
+
+        with self._lock:
+            if self._kube is None:
+                self._kube = gke_api_client(gke_cluster)
+            return self._kube
+
+
+def ensure_or_adopt(step: Step, exists: bool, create: Callable[[], Ensured[Any]]) -> Done:
+    """Adopt through ``create`` when the resource ``exists``; otherwise record the
+    request, then create."""
+    if not exists:
+        step.requesting()
+    done = create()
+    if done.adopted:
+        # Someone made it between our look and our request: not ours to roll back.
+        step.record.requested = False
+    return Done("adopted" if done.adopted else "created", done.resource)
+
+
+def gone(deleted: bool) -> Literal["deleted", "absent"]:
+    return "deleted" if deleted else "absent"

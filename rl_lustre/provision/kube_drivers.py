@@ -1,0 +1,112 @@
+"""The drivers of a GKE plan's Kubernetes nodes: the objects applied through
+:mod:`rl_lustre.kube.apply` (:class:`KubeObjectDriver`), and :class:`SkippedDriver` for a
+node deliberately not provisioned."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import NotFoundError
+from .context import Context, gone
+from .executor import Done, Step
+from .gcp_drivers import GkeClusterDriver
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+
+__all__ = ["KUBE_KEYS", "KubeObjectDriver", "SkippedDriver", "kube_keys"]
+
+# The plan's core Kubernetes nodes; the fabric adds its own (see kube_keys).
+KUBE_KEYS = ("pv", "pvc", "secret", "raycluster")
+_GOOGLE_KINDS = ("compute.", "container.", "lustre.", "servicenetworking.")
+
+
+def kube_keys(plan: Plan) -> tuple[str, ...]:
+    """The plan's Kubernetes nodes, in plan order.
+
+    Examples:
+        >>> from rl_lustre import Cluster
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> keys = kube_keys(c.plan())
+        >>> keys[:3], keys[-1], len(keys)
+        (('netparams-gvnic-1', 'podnet-gvnic-1', 'netparams-rdma-0'), 'model-prefetch', 25)
+    """
+    return tuple(r.key for r in plan if not r.kind.startswith(_GOOGLE_KINDS))
+# Claims and RayClusters are waited for until Bound / ready.
+# Claims and RayClusters are waited for until Bound / ready.
+_KUBE_WAITED = frozenset({"pvc", "raycluster"})
+
+class KubeObjectDriver:
+    """A Kubernetes object of the deployment (PersistentVolume, PersistentVolumeClaim,
+    Secret, RayCluster), applied through :mod:`rl_lustre.kube.apply`.
+
+    Claims are waited for until Bound, the RayCluster until ready. Secret values are
+    read from this process's environment when the Secret is applied.
+    """
+
+    deleted_with: str | None = "gke-cluster"
+    interruptible = True
+
+    def __init__(self, ctx: Context, key: str) -> None:
+        self.ctx = ctx
+        self.key = key
+
+    def _manifest(self) -> dict[str, Any]:
+        from ..kube.manifests import build_manifests
+
+        cluster = self.ctx.cluster
+        node = self.ctx.plan.get(self.key)
+        values = {name: os.environ[name] for name in cluster.secrets if name in os.environ} if self.key == "secret" else None
+        for manifest in build_manifests(cluster, secret_values=values, redact=False):
+            if f"{manifest['apiVersion']}/{manifest['kind']}" == node.kind and manifest["metadata"]["name"] == node.name:
+                return manifest
+        raise NotFoundError(f"no manifest for plan node {self.key!r} ({node.kind} {node.name})")
+
+    def ensure(self, step: Step) -> Done:
+        from ..kube import apply
+        from ..kube.client import ResourceClient
+
+        api = self.ctx.kube_api(step.records["gke-cluster"].value)
+        manifest = self._manifest()
+        meta = manifest["metadata"]
+        found = ResourceClient(api, manifest["kind"], meta.get("namespace")).get(meta["name"])
+        if found is None:
+            step.requesting()
+        applied = apply.apply_manifests(api, [manifest], deployment=self.ctx.deployment)[0]
+        if self.key in _KUBE_WAITED:
+            step.check()
+            apply.wait_ready(api, [manifest], timeout=self.ctx.kube_timeout)
+        return Done("created" if applied.action == "created" else "adopted", applied.object)
+
+    def delete(self, step: Step) -> Literal["deleted", "absent"]:
+        from ..kube import apply
+
+        gke = self.ctx.apis.clusters.get_or_none(GkeClusterDriver(self.ctx).path)
+        if gke is None:
+            return "absent"
+        api = self.ctx.kube_api(gke)
+        return gone(bool(apply.delete_manifests(api, [self._manifest()], deployment=self.ctx.deployment)))
+
+
+class SkippedDriver:
+    """A node deliberately not provisioned; ``up()`` and ``down()`` report it as skipped.
+
+    Examples:
+        >>> driver = SkippedDriver("Kubernetes part switched off")
+        >>> driver.ensure(None)
+        Done(outcome='skipped', value=None, note='Kubernetes part switched off')
+    """
+
+    deleted_with: str | None = None
+    interruptible = True
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def ensure(self, step: Step | None) -> Done:
+        return Done("skipped", note=self.reason)
+
+    def delete(self, step: Step) -> Literal["skipped"]:
+        step.record.note = self.reason
+        return "skipped"
