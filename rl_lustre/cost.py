@@ -35,7 +35,7 @@ from .catalog import PRICES, MachinePrice, PriceTable
 from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from .plan import Plan
+    from .plan.graph import Plan
 
 __all__ = ["Cost", "CostItem", "Prices", "plan_cost"]
 

@@ -34,10 +34,11 @@ boundary and chained with ``raise ... from exc``; none reaches a caller unwrappe
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .provision.executor import Report
+# A provisioning report (rl_lustre.provision.executor.Report): this module, at the bottom
+# of the package, does not import the executor, even for its type.
+_Report = Any
 
 __all__ = [
     "CapacityError",
@@ -271,8 +272,8 @@ class ProvisioningError(RollbackError):
         cleaned: Sequence[str] = (),
         kept: Sequence[str] = (),
         left: Sequence[str] = (),
-        report: Report | None = None,
-        rollback: Report | None = None,
+        report: _Report | None = None,
+        rollback: _Report | None = None,
         hint: str = "",
     ) -> None:
         super().__init__(cause, cleaned, left)
@@ -311,7 +312,7 @@ class TeardownError(RemoteError):
         report: the full ``Report`` of the teardown.
     """
 
-    def __init__(self, left: Sequence[str], errors: Mapping[str, BaseException], report: Report) -> None:
+    def __init__(self, left: Sequence[str], errors: Mapping[str, BaseException], report: _Report) -> None:
         self.left = list(left)
         self.errors = dict(errors)
         self.report = report
@@ -346,6 +347,12 @@ def _one_line(exc: BaseException) -> str:
         return text
     # A foreign error here is a bug or an interrupt: its type says more than its text.
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+NOTHING_TO_DO_ADVICE = (
+    "To start over, submit with cluster.submit(job, fresh=True) (the old checkpoints are "
+    "moved aside, not deleted), or raise max_num_steps to train further"
+)
 
 
 class NothingToDoWarning(UserWarning):

@@ -20,6 +20,25 @@ def subnet_name(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-subnet"
 
 
+def gvnic_network_name(cluster: ClusterSpec) -> str:
+    """The second gVNIC VPC of ``fabric="rdma"`` (node NIC eth1)."""
+    return f"{cluster.name}-gvnic-net"
+
+
+def gvnic_subnet_name(cluster: ClusterSpec) -> str:
+    return f"{cluster.name}-gvnic-sub"
+
+
+def rdma_network_name(cluster: ClusterSpec) -> str:
+    """The RoCE VPC of ``fabric="rdma"`` (GPU NICs eth2...)."""
+    return f"{cluster.name}-rdma-net"
+
+
+def rdma_subnet_name(cluster: ClusterSpec, index: int) -> str:
+    """The RoCE subnet of GPU NIC ``index``."""
+    return f"{cluster.name}-rdma-sub-{index}"
+
+
 def psa_range_name(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-psa"
 

@@ -21,7 +21,14 @@ import attrs
 
 from . import _output
 from . import _validate as _v
-from .errors import ConfigError, JobFailedError, NothingToDoWarning, RayError, WaitTimeoutError
+from .errors import (
+    NOTHING_TO_DO_ADVICE,
+    ConfigError,
+    JobFailedError,
+    NothingToDoWarning,
+    RayError,
+    WaitTimeoutError,
+)
 from .outages import TRANSIENT, Outage, OutageBudget
 
 if TYPE_CHECKING:
@@ -143,8 +150,6 @@ class Run:
 
     def _idle_note(self, parser: LogParser, info: JobInfo) -> str | None:
         """The nothing-left-to-do note, for a run that SUCCEEDED: None when it trained."""
-        from .backends.submission import NOTHING_TO_DO_ADVICE
-
         if parser.current_step is not None:
             return None
         if "rl_lustre.job" not in (info.metadata or {}):

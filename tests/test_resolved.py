@@ -3,7 +3,6 @@ the full NeMo-RL resolution it replaces."""
 
 from __future__ import annotations
 
-import ast
 import pickle
 from pathlib import Path
 from typing import Any
@@ -11,11 +10,10 @@ from typing import Any
 import attrs
 import pytest
 
-import rl_lustre
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.errors import ConfigError, PreflightError
 from rl_lustre.nemo_rl import config as nemo_config
-from rl_lustre.nemo_rl import resolve_config
+from rl_lustre.nemo_rl import config_cache, resolve_config
 
 
 def cluster(**kw: Any) -> Cluster:
@@ -155,40 +153,6 @@ def test_a_command_line_error_is_raised_each_time_it_is_read() -> None:
     assert [p.field for p in found.value.problems] == ["policy.extra"]
 
 
-def _imports(path: Path, *, top_level_only: bool) -> set[str]:
-    """Modules ``path`` imports at run time (not under ``if TYPE_CHECKING:``), as absolute
-    names; with ``top_level_only``, only those imported when the module is."""
-    tree = ast.parse(path.read_text())
-    package = "rl_lustre." + ".".join(path.relative_to(Path(rl_lustre.__file__).parent).with_suffix("").parts[:-1])
-    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-                   and getattr(node.test, "id", "") == "TYPE_CHECKING" for n in ast.walk(node)}
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
-    out = set()
-    for node in nodes:
-        if isinstance(node, ast.ImportFrom) and id(node) not in typing_only:
-            base = package.rstrip(".").split(".")
-            if node.level:
-                base = base[: len(base) - node.level + 1]
-                out.add(".".join([*base, node.module] if node.module else base))
-            else:
-                out.add(node.module or "")
-    return out
-
-
-# The modules a submission walks through, from GRPOJob.resolve down.
-WALK = ("resolved.py", "config.py", "config_cache.py", "overrides.py", "preflight.py", "models.py")
-
-
-def test_nemo_rl_never_calls_back_into_the_job_spec() -> None:
-    """The walk reads top-down: specs -> resolved job -> backend. The modules of the walk
-    never import job.py at run time, and no nemo_rl module needs it to be imported."""
-    root = Path(rl_lustre.__file__).parent / "nemo_rl"
-    for name in WALK:
-        assert "rl_lustre.job" not in _imports(root / name, top_level_only=False), name
-    for module in sorted(root.glob("*.py")):
-        assert "rl_lustre.job" not in _imports(module, top_level_only=True), module.name
-
-
 @pytest.mark.parametrize("overrides", [
     ["e.f=3", "g=x"],
     ["c=5", "e.f=3"],
@@ -207,7 +171,8 @@ def test_shared_resolution_matches_the_full_one_on_edge_cases(overrides: list[st
     recipe = OmegaConf.create({"a": [{"b": 1}], "c": 1, "d": "${c}", "e": {"f": 2}, "g": "s", "h": "${e}"})
 
     def outcome(shared: bool) -> Any:
-        config, applied, unresolved = nemo_config.resolve_overrides(recipe, overrides, owner="t", shared=shared)
+        resolve = config_cache.resolve_shared if shared else nemo_config.resolve_overrides
+        config, applied, unresolved = resolve(recipe, overrides, owner="t", version="0.4.0")
         return config, [(p.field, p.rule) for p in applied], [(p.field, p.rule) for p in unresolved]
 
     assert outcome(shared=True) == outcome(shared=False)

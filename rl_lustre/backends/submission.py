@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..errors import ConfigError, NothingToDoWarning, RayError
+from ..errors import NOTHING_TO_DO_ADVICE, ConfigError, NothingToDoWarning, RayError
 from ..recovery import shipped_module, supervised
 
 if TYPE_CHECKING:
@@ -183,12 +183,6 @@ def nothing_to_do(checkpoints: list[Checkpoint], total_steps: int | None) -> str
     if newest < total_steps:
         return None
     return f"its checkpoint directory already holds step_{newest} and max_num_steps is {total_steps}"
-
-
-NOTHING_TO_DO_ADVICE = (
-    "To start over, submit with cluster.submit(job, fresh=True) (the old checkpoints are "
-    "moved aside, not deleted), or raise max_num_steps to train further"
-)
 
 
 def recorded(info: JobInfo) -> tuple[str | None, int | None]:

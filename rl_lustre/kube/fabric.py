@@ -20,6 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .. import naming
 from ..catalog import GPU_MACHINE_TYPES
 from .schema import NETWORKING_API, validate_networking
 
@@ -31,8 +32,10 @@ __all__ = [
     "INSTALLER_NAME",
     "INSTALLER_NAMESPACE",
     "NCCL_ENV_SCRIPT",
+    "extra_networks",
     "fabric_manifests",
     "fabric_worker_pod",
+    "rdma_nics",
     "validate_networking",
     "worker_fabric_summary",
 ]
@@ -52,16 +55,38 @@ _HOST_GIB, _HOST_NVIDIA = "/home/kubernetes/bin/gib", "/home/kubernetes/bin/nvid
 WORKER_EPHEMERAL_FRACTION = 0.5
 
 
-def _extra_networks(cluster: ClusterSpec) -> list[dict[str, Any]]:
-    from ..plan.fabric import extra_networks
+def rdma_nics(cluster: ClusterSpec) -> int:
+    """The GPU NICs for RoCE traffic a node of ``cluster``'s machine type has."""
+    known = GPU_MACHINE_TYPES.get(cluster.machine_type)
+    return known.rdma_nics if known is not None else 0
 
-    return extra_networks(cluster)
 
+def extra_networks(cluster: ClusterSpec) -> list[dict[str, Any]]:
+    """The extra node networks in NIC order (eth1, eth2, ...): for each, the Kubernetes
+    network name, its VPC and subnet (names, and keys in the plan), and the
+    GKENetworkParamSet device mode.
 
-def _names(cluster: ClusterSpec) -> dict[str, str]:
-    from ..plan.fabric import fabric_nodes
-
-    return {n.key: n.name for n in fabric_nodes(cluster, {})}
+    Examples:
+        >>> from rl_lustre import Cluster
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> [n["k8s_name"] for n in extra_networks(c)][:3], len(extra_networks(c))
+        (['gvnic-1', 'rdma-0', 'rdma-1'], 9)
+        >>> extra_networks(c)[1]["network"], extra_networks(c)[1]["subnet"]
+        ('demo-rdma-net', 'demo-rdma-sub-0')
+        >>> extra_networks(Cluster(name="demo", project="my-project", region="us-east1",
+        ...                        zone="us-east1-b", fabric="tcp"))
+        []
+    """
+    if cluster.fabric != "rdma":
+        return []
+    nets = [{"k8s_name": "gvnic-1", "network_key": "gvnic-network", "subnet_key": "gvnic-subnet",
+             "network": naming.gvnic_network_name(cluster), "subnet": naming.gvnic_subnet_name(cluster),
+             "device_mode": "NetDevice", "nic_type": "GVNIC", "interface": "eth1"}]
+    nets += [{"k8s_name": f"rdma-{i}", "network_key": "rdma-network", "subnet_key": f"rdma-subnet-{i}",
+              "network": naming.rdma_network_name(cluster), "subnet": naming.rdma_subnet_name(cluster, i),
+              "device_mode": "RDMA", "nic_type": "MRDMA", "interface": f"eth{i + 2}"}
+             for i in range(rdma_nics(cluster))]
+    return nets
 
 
 def fabric_manifests(cluster: ClusterSpec, labels: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -77,12 +102,11 @@ def fabric_manifests(cluster: ClusterSpec, labels: Mapping[str, str]) -> list[di
     """
     if cluster.fabric != "rdma":
         return []
-    names = _names(cluster)
-    nets = _extra_networks(cluster)
+    nets = extra_networks(cluster)
     params = [{
         "apiVersion": NETWORKING_API, "kind": "GKENetworkParamSet",
         "metadata": {"name": n["k8s_name"], "labels": dict(labels)},
-        "spec": {"vpc": names[n["network_key"]], "vpcSubnet": names[n["subnet_key"]], "deviceMode": n["device_mode"]},
+        "spec": {"vpc": n["network"], "vpcSubnet": n["subnet"], "deviceMode": n["device_mode"]},
     } for n in nets]
     networks = [{
         "apiVersion": NETWORKING_API, "kind": "Network",
@@ -96,8 +120,7 @@ def fabric_manifests(cluster: ClusterSpec, labels: Mapping[str, str]) -> list[di
 
 
 def _installer(cluster: ClusterSpec, labels: Mapping[str, str]) -> dict[str, Any]:
-    known = GPU_MACHINE_TYPES.get(cluster.machine_type)
-    nics = known.rdma_nics if known is not None else 0
+    nics = rdma_nics(cluster)
     selector = {"k8s-app": INSTALLER_NAME}
     # RDMA NIC interfaces are named gpu<i>rdma0; their asymmetric routes make the kernel
     # log every packet as martian unless told not to.
@@ -166,7 +189,7 @@ def worker_fabric_summary(cluster: ClusterSpec) -> dict[str, Any]:
     out: dict[str, Any] = {"fabric": cluster.fabric}
     if cluster.fabric == "rdma":
         out["pod_interfaces"] = ["eth0: default", *(f"{n['interface']}: {n['k8s_name']}"
-                                                   for n in _extra_networks(cluster) if n["device_mode"] == "RDMA")]
+                                                   for n in extra_networks(cluster) if n["device_mode"] == "RDMA")]
         out["nccl"] = f"NCCL_NET=gIB, then {NCCL_ENV_SCRIPT} sourced before ray start"
     ephemeral = _ephemeral_request(cluster)
     if ephemeral is not None:
@@ -200,7 +223,7 @@ def fabric_worker_pod(cluster: ClusterSpec, pod: dict[str, Any]) -> tuple[dict[s
         return {}, False
     interfaces = [{"interfaceName": "eth0", "network": "default"}]
     interfaces += [{"interfaceName": n["interface"], "network": n["k8s_name"]}
-                   for n in _extra_networks(cluster) if n["device_mode"] == "RDMA"]
+                   for n in extra_networks(cluster) if n["device_mode"] == "RDMA"]
     annotations = {"networking.gke.io/default-interface": "eth0",
                    "networking.gke.io/interfaces": json.dumps(interfaces)}
     pod.setdefault("volumes", []).extend([

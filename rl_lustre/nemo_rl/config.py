@@ -398,14 +398,13 @@ def resolve_overrides(
     values: Sequence[Any] | None = None,
     version: str = DEFAULT_VERSION,
     read_env: bool = False,
-    shared: bool = False,
 ) -> tuple[dict[str, Any] | None, list[ConfigError], list[ConfigError]]:
     """``recipe`` with Hydra ``overrides`` applied as NeMo-RL does, then resolved; ``recipe`` is left unchanged.
 
     Bad overrides are skipped (see :func:`apply_overrides`) and the rest still resolve, so
-    every problem is reported at once. With ``shared``, the result may share parts with
-    the results of other calls (see :mod:`.config_cache`), so many jobs of one recipe
-    resolve at the cost of their differences; the caller then must not change it.
+    every problem is reported at once. :func:`.config_cache.resolve_shared` gives the same
+    result sharing parts with other calls, so that many jobs of one recipe resolve at the
+    cost of their differences.
 
     ``${oc.env:...}`` is read from this process's environment only with ``read_env``
     (the job's own process, where NeMo-RL would read it). Otherwise such values stay
@@ -422,13 +421,6 @@ def resolve_overrides(
         The resolved config (None when it does not resolve), the problems of the
         overrides, and the problems of resolution.
     """
-    if shared:
-        from .config_cache import resolve_patched
-
-        patched = resolve_patched(recipe, overrides, owner=owner, values=values, version=version,
-                                  read_env=read_env)
-        if patched is not None:
-            return patched[0], patched[1], []
     cfg = copy.deepcopy(recipe)
     applied = apply_overrides(cfg, list(overrides), owner=owner, values=values, version=version)
     try:

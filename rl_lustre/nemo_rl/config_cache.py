@@ -36,7 +36,7 @@ from ..errors import ConfigError, PreflightError
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-__all__ = ["resolve_patched"]
+__all__ = ["resolve_patched", "resolve_shared"]
 
 _NAME = re.compile(r"[A-Za-z_][\w-]*(?:\.[\w-]+)*")
 _SCALARS = (type(None), bool, int, float, str)
@@ -128,6 +128,34 @@ def _mentioned(key: str, names: set[str]) -> bool:
 
 def _related(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def resolve_shared(
+    recipe: DictConfig,
+    overrides: Sequence[str],
+    *,
+    owner: str,
+    values: Sequence[Any] | None = None,
+    version: str,
+    read_env: bool = False,
+) -> tuple[dict[str, Any] | None, list[ConfigError], list[ConfigError]]:
+    """:func:`~rl_lustre.nemo_rl.config.resolve_overrides`, through a shared resolution where
+    :func:`resolve_patched` can: the result may share parts with other calls' results, so
+    the caller must not change it.
+
+    Examples:
+        >>> from rl_lustre.nemo_rl.config import shared_recipe
+        >>> cfg, bad, unresolved = resolve_shared(shared_recipe("grpo_math_1B")[0], ["grpo.seed=7"],
+        ...                                       owner="demo", version="0.4.0")
+        >>> cfg["grpo"]["seed"], bad, unresolved
+        (7, [], [])
+    """
+    from .config import resolve_overrides
+
+    patched = resolve_patched(recipe, overrides, owner=owner, values=values, version=version, read_env=read_env)
+    if patched is not None:
+        return patched[0], patched[1], []
+    return resolve_overrides(recipe, overrides, owner=owner, values=values, version=version, read_env=read_env)
 
 
 def resolve_patched(

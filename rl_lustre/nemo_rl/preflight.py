@@ -48,25 +48,6 @@ class _Findings:
         self.problems.append(ConfigError(OWNER, key, value, rule))
 
 
-def check_job(job: JobSpec, cluster: ClusterSpec) -> list[str]:
-    """Every check :meth:`GRPOJob.preflight` runs; returns warnings, raises on problems.
-
-    Examples:
-        >>> from rl_lustre import Cluster, GRPOJob
-        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
-        >>> check_job(GRPOJob(name="run-1", recipe="grpo_math_8B_megatron",
-        ...                   model="meta-llama/Llama-3.1-8B-Instruct"), c)
-        []
-
-    Raises:
-        PreflightError: listing every problem, each a ``ConfigError`` whose ``field`` is
-            the NeMo-RL key, with the value and the rule it breaks.
-    """
-    from .resolved import resolve_job
-
-    return resolve_job(job, cluster).preflight()
-
-
 def check_config(
     job: JobSpec,
     cluster: ClusterSpec,

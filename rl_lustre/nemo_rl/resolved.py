@@ -192,7 +192,8 @@ def resolve_job(job: JobSpec, cluster: ClusterSpec) -> ResolvedJob:
         >>> resolve_job(GRPOJob(name="run-1"), c).override_args[:1]
         ['policy.model_name=Qwen/Qwen2.5-72B-Instruct']
     """
-    from .config import available_recipes, flatten, recipe_name, resolve_overrides, shared_recipe
+    from .config import available_recipes, flatten, recipe_name, shared_recipe
+    from .config_cache import resolve_shared
     from .preflight import check_config
 
     version = nemo_rl_version(choose_version(job.nemo_rl_version, cluster.nemo_rl_version))
@@ -226,9 +227,8 @@ def resolve_job(job: JobSpec, cluster: ClusterSpec) -> ResolvedJob:
         flat = {key.lstrip("+"): value for key, value in overrides.items() if not key.startswith("~")}
     else:
         warnings.extend(notes)
-        config, applied, unresolved = resolve_overrides(
-            recipe, texts, owner=OWNER, values=shown, version=version.version, shared=True
-        )
+        config, applied, unresolved = resolve_shared(recipe, texts, owner=OWNER, values=shown,
+                                                     version=version.version)
         problems += applied + unresolved
         flat = None if config is None else flatten(config)
     found = check_config(job, cluster, version, overrides, flat)

@@ -18,7 +18,9 @@ from __future__ import annotations
 import ipaddress
 from typing import TYPE_CHECKING, Any
 
-from ..catalog import FABRIC_MTU, GPU_MACHINE_TYPES
+from .. import naming
+from ..catalog import FABRIC_MTU
+from ..kube.fabric import GIB_IMAGE, INSTALLER_NAME, INSTALLER_NAMESPACE, extra_networks, rdma_nics
 from .graph import PlannedResource
 
 if TYPE_CHECKING:
@@ -38,34 +40,6 @@ __all__ = [
 GVNIC_SUBNET_CIDR = "192.168.64.0/18"
 RDMA_RANGE = "192.168.128.0/18"
 INSTALLER_KEY = "nccl-installer"
-
-
-def _rdma_nics(cluster: ClusterSpec) -> int:
-    known = GPU_MACHINE_TYPES.get(cluster.machine_type)
-    return known.rdma_nics if known is not None else 0
-
-
-def extra_networks(cluster: ClusterSpec) -> list[dict[str, Any]]:
-    """The extra node networks in NIC order (eth1, eth2, ...): for each, the Kubernetes
-    network name, the plan keys of its VPC and subnet, and the GKENetworkParamSet device mode.
-
-    Examples:
-        >>> from rl_lustre import Cluster
-        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
-        >>> [n["k8s_name"] for n in extra_networks(c)][:3], len(extra_networks(c))
-        (['gvnic-1', 'rdma-0', 'rdma-1'], 9)
-        >>> extra_networks(Cluster(name="demo", project="my-project", region="us-east1",
-        ...                        zone="us-east1-b", fabric="tcp"))
-        []
-    """
-    if cluster.fabric != "rdma":
-        return []
-    nets = [{"k8s_name": "gvnic-1", "network_key": "gvnic-network", "subnet_key": "gvnic-subnet",
-             "device_mode": "NetDevice", "nic_type": "GVNIC", "interface": "eth1"}]
-    nets += [{"k8s_name": f"rdma-{i}", "network_key": "rdma-network", "subnet_key": f"rdma-subnet-{i}",
-              "device_mode": "RDMA", "nic_type": "MRDMA", "interface": f"eth{i + 2}"}
-             for i in range(_rdma_nics(cluster))]
-    return nets
 
 
 def gpu_pool_subnet_keys(cluster: ClusterSpec) -> tuple[str, ...]:
@@ -101,8 +75,8 @@ def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedRe
     assert cluster.zone is not None
     project, region, zone = cluster.project, cluster.region, cluster.zone
     created: dict[str, Any] = {"action": "create", "labels": labels}
-    gvnic_net, rdma_net = f"{cluster.name}-gvnic-net", f"{cluster.name}-rdma-net"
-    nics = _rdma_nics(cluster)
+    gvnic_net, rdma_net = naming.gvnic_network_name(cluster), naming.rdma_network_name(cluster)
+    nics = rdma_nics(cluster)
     rdma_blocks = list(ipaddress.ip_network(RDMA_RANGE).subnets(new_prefix=21))[:nics]
     nodes = [
         PlannedResource(
@@ -111,7 +85,7 @@ def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedRe
                       "purpose": "second host NIC (gVNIC, node eth1)"},
             **created),
         PlannedResource(
-            key="gvnic-subnet", kind="compute.v1.Subnetwork", name=f"{cluster.name}-gvnic-sub",
+            key="gvnic-subnet", kind="compute.v1.Subnetwork", name=naming.gvnic_subnet_name(cluster),
             depends_on=("gvnic-network",),
             settings={"network": gvnic_net, "region": region, "ip_cidr_range": GVNIC_SUBNET_CIDR,
                       "secondary_ip_ranges": {}, "private_ip_google_access": True},
@@ -126,20 +100,18 @@ def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedRe
     ]
     for i, block in enumerate(rdma_blocks):
         nodes.append(PlannedResource(
-            key=f"rdma-subnet-{i}", kind="compute.v1.Subnetwork", name=f"{cluster.name}-rdma-sub-{i}",
+            key=f"rdma-subnet-{i}", kind="compute.v1.Subnetwork", name=naming.rdma_subnet_name(cluster, i),
             depends_on=("rdma-network",),
             settings={"network": rdma_net, "region": region, "ip_cidr_range": str(block),
                       "secondary_ip_ranges": {}, "private_ip_google_access": False},
             **created))
-    vpc_names = {"gvnic-network": gvnic_net, "rdma-network": rdma_net}
-    subnet_names = {n.key: n.name for n in nodes}
     for net in extra_networks(cluster):
         name = net["k8s_name"]
         nodes.append(PlannedResource(
             key=f"netparams-{name}", kind="networking.gke.io/v1/GKENetworkParamSet", name=name,
             depends_on=("gke-cluster", net["subnet_key"]),
-            settings={"scope": "cluster", "vpc": vpc_names[net["network_key"]],
-                      "vpc_subnet": subnet_names[net["subnet_key"]], "device_mode": net["device_mode"],
+            settings={"scope": "cluster", "vpc": net["network"],
+                      "vpc_subnet": net["subnet"], "device_mode": net["device_mode"],
                       "node_interface": net["interface"]},
             **created))
         nodes.append(PlannedResource(
@@ -148,8 +120,6 @@ def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedRe
             settings={"scope": "cluster", "type": "Device", "parameters": f"GKENetworkParamSet {name}",
                       "attached_to_ray_workers": net["device_mode"] == "RDMA"},
             **created))
-    from ..kube.fabric import GIB_IMAGE, INSTALLER_NAME, INSTALLER_NAMESPACE
-
     nodes.append(PlannedResource(
         key=INSTALLER_KEY, kind="apps/v1/DaemonSet", name=INSTALLER_NAME, depends_on=("gke-cluster",),
         settings={"namespace": INSTALLER_NAMESPACE, "image": GIB_IMAGE,

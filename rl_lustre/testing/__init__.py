@@ -27,7 +27,8 @@ from ..gcp._wait import Backoff
 from ._capacity import Catalog
 from ._core import DEFAULT_LATENCY, FakeError, Faults, RequestRecord, project_number
 from ._fake import FakeGCP
-from ._preempt import Preemption, preempt
+from ._preempt import preempt
+from ._preemption import Preemption
 from .kube import KubeFake, KubeFaults, KubeTimings
 from .kube import schema_validator as kube_schema_validator
 

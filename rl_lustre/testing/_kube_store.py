@@ -226,6 +226,9 @@ class Store:
         self.watchers: set[Watcher] = set()
         # Called with (event type, object) after every change; the controllers hook in.
         self.listeners: list[Callable[[str, Obj], None]] = []
+        # What the API server fills in or rejects when an object of a kind is created, by
+        # kind; the controllers that own the kind hook in.
+        self.admission: dict[str, Callable[[Obj], None]] = {}
 
     # reads
 
@@ -308,10 +311,9 @@ class Store:
             if info.builtin:
                 obj = omit_empty(obj, info.kind)
                 meta = obj["metadata"]
-            if info.kind in ("DaemonSet", "Job"):
-                from ._kube_workloads import server_defaults
-
-                server_defaults(obj)
+            admit = self.admission.get(info.kind)
+            if admit is not None:
+                admit(obj)
             elif info.kind == "Secret":
                 _fold_string_data(obj)
             elif info.kind == "PersistentVolumeClaim":

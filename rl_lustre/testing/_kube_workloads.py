@@ -83,6 +83,7 @@ class Workloads(Controller):
 
     def __init__(self, store: Store, faults: KubeFaults, timings: KubeTimings, memory: Memory) -> None:
         super().__init__(store, faults, timings, memory)
+        store.admission.update(dict.fromkeys(("DaemonSet", "Job"), server_defaults))
         # (namespace, pod) -> log text, served by pods/<name>/log.
         self.logs: dict[tuple[str, str], str] = {}
         self._running_since: dict[str, float] = {}

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import TYPE_CHECKING
+
+from ._preemption import Preemption
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
@@ -13,57 +14,6 @@ if TYPE_CHECKING:
 __all__ = ["Preemption", "preempt"]
 
 logger = logging.getLogger("rl_lustre.testing.preempt")
-
-
-class Preemption:
-    """What :func:`preempt` did, and the replacements it brings back.
-
-    Attributes:
-        nodes: the names of the nodes taken away (local: ``worker-<n>``; fake GKE: the pods).
-        at: when they were taken away (seconds since the epoch).
-        back_after: seconds until replacements start, or None when capacity never returns.
-        replacements: the names of the replacement nodes, once started.
-        error: why starting a replacement failed, if it did.
-    """
-
-    def __init__(self, nodes: list[str], at: float, back_after: float | None) -> None:
-        self.nodes = tuple(nodes)
-        self.at = at
-        self.back_after = back_after
-        self.replacements: list[str] = []
-        self.error: BaseException | None = None
-        self._done = threading.Event()
-        if back_after is None:
-            self._done.set()
-
-    def __repr__(self) -> str:
-        return f"Preemption(nodes={self.nodes}, back_after={self.back_after}, replacements={self.replacements})"
-
-    def wait(self, timeout: float | None = None) -> list[str]:
-        """Wait until the replacements run (immediately when none come); return their names.
-
-        Raises:
-            TimeoutError: they were not up within ``timeout``.
-        """
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"the replacements of {self.nodes} were not up after {timeout}s")
-        if self.error is not None:
-            raise self.error
-        return list(self.replacements)
-
-    def _bring_back(self, start: object) -> None:
-        def run() -> None:
-            assert self.back_after is not None
-            time.sleep(self.back_after)
-            try:
-                self.replacements = list(start())  # type: ignore[operator]
-                logger.info("preemption of %s: replacements %s are up", self.nodes, self.replacements)
-            except BaseException as exc:  # reported through wait()
-                self.error = exc
-            finally:
-                self._done.set()
-
-        threading.Thread(target=run, name="rl_lustre-preempt", daemon=True).start()
 
 
 def preempt(cluster: Cluster, nodes: int = 1, back_after: float | None = 5.0) -> Preemption:

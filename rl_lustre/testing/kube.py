@@ -76,7 +76,7 @@ from ._kube_store import KINDS, Obj, Store, labels_of
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-    from ._preempt import Preemption
+    from ._preemption import Preemption
 
 __all__ = ["DEFAULT_TOKEN", "KubeFake", "KubeFaults", "KubeTimings", "RequestRecord", "schema_validator"]
 
@@ -305,7 +305,7 @@ class KubeFake:
         Raises:
             ValueError: fewer than ``nodes`` worker pods are Ready.
         """
-        from ._preempt import Preemption
+        from ._preemption import Preemption
 
         def choose() -> list[Obj]:
             workers = sorted(
