@@ -1,0 +1,264 @@
+"""The package's import graph: layers that only look down, and no import cycles.
+
+The graph is read from the sources with ``ast``: every ``import`` and ``from ... import``
+of an ``rl_lustre`` module, at the top of a module, inside a function, or under
+``if TYPE_CHECKING:``, with relative imports resolved. Importing ``rl_lustre.a.b`` from
+outside ``rl_lustre.a`` also runs ``rl_lustre/a/__init__.py``, so at run time that is an
+edge too (the root package, which only re-exports the public names, is left out: Python
+runs it before any submodule anyway).
+
+- Counting what runs (top-level and in-function imports), there is no cycle at all.
+- Counting ``TYPE_CHECKING`` imports too, no cycle is larger than
+  :data:`MAX_TYPING_CYCLE` modules.
+- Every module belongs to exactly one layer of the table in ``docs/architecture.md``,
+  and imports only from its own layer or the ones below (type hints included).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import attrs
+
+import rl_lustre
+
+PACKAGE = Path(rl_lustre.__file__).parent
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+MAX_TYPING_CYCLE = 5
+
+
+@attrs.frozen
+class Edge:
+    source: str
+    target: str
+    kind: str  # "top", "function", "typing" or "package" (the implied __init__)
+    line: int
+
+
+def _modules(root: Path, package: str) -> dict[str, Path]:
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join([package, *parts])] = path
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
+    """Every import statement with its kind: "top", "function" or "typing"."""
+    def walk(node: ast.AST, kind: str) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for stmt in child.body:
+                    yield from walk_stmt(stmt, "typing")
+                for stmt in child.orelse:
+                    yield from walk_stmt(stmt, kind)
+            else:
+                yield from walk_stmt(child, kind)
+
+    def walk_stmt(node: ast.AST, kind: str) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, kind
+        inner = "function" if kind == "top" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else kind
+        yield from walk(node, inner)
+
+    yield from walk(tree, "top")
+
+
+def import_graph(root: Path, package: str) -> tuple[set[str], list[Edge]]:
+    """The modules of ``package`` (its sources under ``root``) and the imports among them."""
+    modules = _modules(root, package)
+    edges: list[Edge] = []
+
+    def known(name: str) -> str | None:
+        while name not in modules and "." in name:
+            name = name.rsplit(".", 1)[0]
+        return name if name in modules else None
+
+    for source, path in modules.items():
+        own_package = source if path.name == "__init__.py" else source.rsplit(".", 1)[0]
+
+        def add(target: str | None, kind: str, line: int, source: str = source) -> None:
+            if target is None or target == source:
+                return
+            edges.append(Edge(source, target, kind, line))
+            if kind == "typing":
+                return  # nothing runs
+            # Importing a submodule from outside its package runs the package's __init__.
+            parent = target.rsplit(".", 1)[0]
+            while parent != package and not (source == parent or source.startswith(parent + ".")):
+                edges.append(Edge(source, parent, "package", line))
+                parent = parent.rsplit(".", 1)[0]
+
+        for node, kind in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name == package or alias.name.startswith(package + "."):
+                        add(known(alias.name), kind, node.lineno)
+                continue
+            if node.level:
+                base = own_package.split(".")[: len(own_package.split(".")) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if not (module == package or module.startswith(package + ".")):
+                continue
+            names = [f"{module}.{a.name}" for a in node.names]
+            submodules = [n for n in names if n in modules]
+            for name in submodules:
+                add(name, kind, node.lineno)
+            if len(submodules) < len(names):
+                add(known(module), kind, node.lineno)
+    return set(modules), edges
+
+
+def cycles(modules: set[str], edges: list[Edge]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), largest first."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for e in edges:
+        graph[e.source].add(e.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(modules):
+        if v not in index:
+            connect(v)
+    return sorted(found, key=len, reverse=True)
+
+
+def read_layers(text: str, package: str) -> list[tuple[str, list[str]]]:
+    """The layer table of docs/architecture.md, lowest layer first: ``(name, patterns)``.
+
+    A row is ``| N | name | `mod`, `pkg/`, ... | what it owns |``; ``pkg/`` stands for a
+    package and everything in it.
+    """
+    rows = []
+    for line in text.splitlines():
+        m = re.match(r"\|\s*(\d+)\s*\|\s*([^|]+?)\s*\|([^|]*)\|", line)
+        if m:
+            patterns = [f"{package}.{p.rstrip('/')}" + ("/" if p.endswith("/") else "") if p != package else p
+                        for p in re.findall(r"`([^`]+)`", m[3])]
+            rows.append((int(m[1]), m[2], patterns))
+    rows.sort()
+    assert [n for n, _, _ in rows] == list(range(1, len(rows) + 1)), "layers are numbered 1, 2, ... from the bottom"
+    return [(name, patterns) for _, name, patterns in rows]
+
+
+def assign(modules: set[str], layers: list[tuple[str, list[str]]]) -> tuple[dict[str, int], list[str]]:
+    """Each module's layer number, and what is wrong with the table (unplaced, twice placed, stale)."""
+    where: dict[str, list[int]] = defaultdict(list)
+    problems = []
+    for number, (name, patterns) in enumerate(layers, start=1):
+        for pattern in patterns:
+            bare = pattern.rstrip("/")
+            hits = [m for m in modules if m == bare or (pattern.endswith("/") and m.startswith(bare + "."))]
+            if not hits:
+                problems.append(f"layer {number} ({name}) names {pattern!r}, which is no module")
+            for m in hits:
+                where[m].append(number)
+    for m in sorted(modules):
+        if not where[m]:
+            problems.append(f"{m} is in no layer: add it to the table in docs/architecture.md")
+        elif len(where[m]) > 1:
+            problems.append(f"{m} is in layers {where[m]}")
+    return {m: n[0] for m, n in where.items() if n}, problems
+
+
+def upward(edges: list[Edge], layer_of: Mapping[str, int]) -> list[str]:
+    return sorted({f"{e.source} (layer {layer_of[e.source]}) imports {e.target} (layer {layer_of[e.target]}), "
+                   f"line {e.line}" for e in edges
+                   if e.source in layer_of and e.target in layer_of and layer_of[e.source] < layer_of[e.target]})
+
+
+MODULES, EDGES = import_graph(PACKAGE, "rl_lustre")
+RUNTIME = [e for e in EDGES if e.kind != "typing"]
+
+
+def test_no_import_cycle_counting_what_runs() -> None:
+    found = cycles(MODULES, RUNTIME)
+    assert found == [], "runtime import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_no_large_cycle_counting_type_hints() -> None:
+    found = cycles(MODULES, EDGES)
+    assert all(len(c) <= MAX_TYPING_CYCLE for c in found), (
+        f"cycles over {MAX_TYPING_CYCLE} modules counting TYPE_CHECKING imports: "
+        + "; ".join(", ".join(c) for c in found if len(c) > MAX_TYPING_CYCLE))
+
+
+def test_every_module_has_one_layer_and_imports_only_downwards() -> None:
+    layers = read_layers(ARCHITECTURE.read_text(), "rl_lustre")
+    layer_of, problems = assign(MODULES, layers)
+    assert problems == []
+    assert upward(EDGES, layer_of) == []
+
+
+def test_lower_layers_never_name_the_public_classes() -> None:
+    """Below the façade, code takes specs (rl_lustre.spec), never Cluster, GRPOJob or LustreVolume."""
+    layers = read_layers(ARCHITECTURE.read_text(), "rl_lustre")
+    layer_of, _ = assign(MODULES, layers)
+    facade = {"rl_lustre.cluster", "rl_lustre.job", "rl_lustre.volume"}
+    top = min(layer_of[m] for m in facade)
+    assert {layer_of[m] for m in facade} == {top}
+    below = sorted(f"{e.source}:{e.line}" for e in EDGES if e.target in facade and layer_of[e.source] < top)
+    assert below == []
+
+
+def test_the_checks_find_a_cycle_an_upward_import_and_an_unplaced_module(tmp_path: Path) -> None:
+    pkg = tmp_path / "demo"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .top import Top\n")
+    (pkg / "top.py").write_text("from .low import base\nclass Top: ...\n")
+    (pkg / "low" / "__init__.py").write_text("")
+    (pkg / "low" / "base.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from ..top import Top\n"
+        "def f():\n    from . import helper\n")
+    (pkg / "low" / "helper.py").write_text("import demo.low.base\n")
+    (pkg / "stray.py").write_text("")
+    modules, edges = import_graph(pkg, "demo")
+    kinds = {(e.source, e.target, e.kind) for e in edges}
+    assert ("demo.low.base", "demo.top", "typing") in kinds
+    assert ("demo.low.base", "demo.low.helper", "function") in kinds
+    assert ("demo.top", "demo.low", "package") in kinds  # from .low import base runs low/__init__
+    assert cycles(modules, [e for e in edges if e.kind != "typing"]) == [["demo.low.base", "demo.low.helper"]]
+    assert cycles(modules, edges)[0] == ["demo.low.base", "demo.low.helper", "demo.top"]
+    layers = read_layers("| 2 | top | `demo`, `top` | |\n| 1 | low | `low/`, `gone` | |\n", "demo")
+    layer_of, problems = assign(modules, layers)
+    assert problems == ["layer 1 (low) names 'demo.gone', which is no module",
+                        "demo.stray is in no layer: add it to the table in docs/architecture.md"]
+    assert upward(edges, layer_of) == ["demo.low.base (layer 1) imports demo.top (layer 2), line 3"]
