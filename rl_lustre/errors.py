@@ -36,8 +36,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# A provisioning report (rl_lustre.provision.executor.Report): this module, at the bottom
-# of the package, does not import the executor, even for its type.
+# A provisioning report (rl_lustre.provision.records.Report): this module, at the bottom
+# of the package, does not import the provisioning layer, even for its type.
 _Report = Any
 
 __all__ = [

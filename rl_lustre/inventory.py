@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .cluster import Cluster
     from .cost import Cost, Prices
     from .provision.context import Apis
-    from .provision.executor import Report
+    from .provision.records import Report
 
 __all__ = ["Collected", "Deployment", "FoundResource", "collect_garbage", "find_deployment", "find_deployments"]
 

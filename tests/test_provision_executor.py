@@ -11,18 +11,19 @@ from collections.abc import Iterable
 
 import pytest
 
-from rl_lustre.errors import OwnershipError, QuotaExceededError, RollbackError
-from rl_lustre.gcp._wait import Backoff, wait_for
-from rl_lustre.plan import Plan, PlanGraphError, PlannedResource
-from rl_lustre.provision.executor import (
-    Done,
-    Executor,
+from rl_lustre.errors import (
+    OwnershipError,
     ProvisioningError,
     ProvisioningInterrupted,
-    Step,
+    QuotaExceededError,
+    RollbackError,
     TeardownError,
-    cancel_on_signals,
 )
+from rl_lustre.gcp._wait import Backoff, wait_for
+from rl_lustre.plan import Plan, PlanGraphError, PlannedResource
+from rl_lustre.provision.executor import Executor
+from rl_lustre.provision.signals import cancel_on_signals
+from rl_lustre.provision.step import Done, Step
 
 
 def make_plan(edges: dict[str, Iterable[str]], use: Iterable[str] = ()) -> Plan:

@@ -22,9 +22,14 @@ import pytest
 from rl_lustre import Cluster, LustreVolume
 from rl_lustre._output import enable_output
 from rl_lustre.backends.gke import GKEBackend
-from rl_lustre.errors import GCPError, OperationFailedError, OwnershipError, RollbackError
+from rl_lustre.errors import (
+    GCPError,
+    OperationFailedError,
+    OwnershipError,
+    ProvisioningError,
+    RollbackError,
+)
 from rl_lustre.gcp import Backoff, GkeClusters, RetryPolicy
-from rl_lustre.provision.executor import ProvisioningError
 from rl_lustre.provision.kube_drivers import kube_keys
 from rl_lustre.testing import FakeGCP
 

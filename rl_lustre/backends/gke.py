@@ -34,7 +34,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, KubernetesError, NotReadyError, RayError
-from ..provision.executor import Executor, Report, cancel_on_signals
+from ..provision.executor import Executor
+from ..provision.records import Report
+from ..provision.signals import cancel_on_signals
 from . import submission
 
 if TYPE_CHECKING:

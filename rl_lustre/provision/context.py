@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from ..errors import NotFoundError
-from .executor import Done, Step
+from .step import Done, Step
 
 if TYPE_CHECKING:
     from ..gcp import (

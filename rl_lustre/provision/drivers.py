@@ -41,7 +41,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .context import Context
-from .executor import Driver, Step
 from .gcp_drivers import (
     ComputeDriver,
     GkeClusterDriver,
@@ -51,6 +50,7 @@ from .gcp_drivers import (
 )
 from .kube_drivers import KubeObjectDriver, SkippedDriver, kube_keys
 from .startup import startup_drivers
+from .step import Driver, Step
 
 if TYPE_CHECKING:
     from ..plan import Plan

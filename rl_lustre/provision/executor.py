@@ -13,23 +13,20 @@ once everything that depends on it is gone. A node whose driver says it goes wit
 another node (a node pool with its GKE cluster) is not deleted separately when that
 node is deleted too.
 
-Drivers (see :mod:`rl_lustre.provision.drivers`) do the remote work of one node each;
-the executor owns ordering, concurrency, cancellation, records and rollback.
+Drivers (see :mod:`rl_lustre.provision.drivers`) do the remote work of one node each,
+through the protocol in :mod:`rl_lustre.provision.step`; the executor owns ordering,
+concurrency, cancellation, records (:mod:`rl_lustre.provision.records`) and rollback.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import contextvars
 import logging
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-
-import attrs
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     OwnershipError,
@@ -40,232 +37,18 @@ from ..errors import (
 )
 from ..plan import PlanGraphError
 from .progress import Display, display_for
+from .records import UP_DONE, NodeRecord, Report
+from .step import Cancelled, Driver, Step
 
 if TYPE_CHECKING:
-    from ..plan import Plan, PlannedResource
+    from ..plan import Plan
 
-__all__ = [
-    "Cancelled",
-    "Done",
-    "Driver",
-    "Executor",
-    "NodeRecord",
-    "ProvisioningError",
-    "ProvisioningInterrupted",
-    "Report",
-    "Step",
-    "TeardownError",
-    "cancel_on_signals",
-]
+__all__ = ["Executor"]
 
 logger = logging.getLogger("rl_lustre.provision")
 
-# Outcomes of up: created / adopted / used / skipped are successes.
-Outcome = Literal[
-    "pending", "running", "created", "adopted", "used", "skipped", "failed", "cancelled", "not-started",
-    "deleted", "absent", "not-ours", "kept", "left",
-]
-UP_DONE = frozenset({"created", "adopted", "used", "skipped"})
 # How often the main thread looks at the cancel event while nodes run.
 _TICK = 0.05
-
-
-class Cancelled(BaseException):
-    """Raised inside a node's thread when ``up()`` stops; a BaseException, so that no
-    ``except Exception`` in a driver or client library swallows it."""
-
-
-@attrs.define(eq=False)
-class NodeRecord:
-    """What happened to one node of the plan during an ``up()`` or ``down()``.
-
-    Attributes:
-        key: the plan key.
-        kind: the plan node's kind.
-        name: the resource's name.
-        action: the plan's ``"create"`` or ``"use"``.
-        outcome: ``created``, ``adopted``, ``used`` or ``skipped`` (up succeeded);
-            ``failed``, ``cancelled`` or ``not-started`` (up stopped); ``deleted``,
-            ``absent``, ``not-ours``, ``kept`` or ``left`` (teardown).
-        started: seconds from the start of the run when work on the node began.
-        finished: seconds from the start of the run when it ended.
-        requested: this run sent (or may have sent) a request creating the resource,
-            so a rollback must delete it.
-        error: the error the node failed with.
-        note: a short remark (why it was skipped, what it was deleted with).
-        value: what the driver returned (the resource as read), for dependent nodes.
-    """
-
-    key: str
-    kind: str
-    name: str
-    action: str
-    outcome: Outcome = "pending"
-    started: float | None = None
-    finished: float | None = None
-    requested: bool = False
-    error: BaseException | None = None
-    note: str = ""
-    value: Any = attrs.field(default=None, repr=False)
-
-    @property
-    def label(self) -> str:
-        """``key (kind name)``, as messages name the node."""
-        return f"{self.key} ({self.kind} {self.name})"
-
-    @property
-    def seconds(self) -> float | None:
-        """How long the node's work took."""
-        if self.started is None or self.finished is None:
-            return None
-        return self.finished - self.started
-
-
-@attrs.frozen
-class Report:
-    """The records of one ``up()`` or ``down()``.
-
-    Examples:
-        >>> rec = NodeRecord("network", "compute.v1.Network", "demo-net", "create", outcome="created",
-        ...                  started=0.0, finished=1.5)
-        >>> report = Report("up", {"network": rec}, wall=1.6)
-        >>> report.keys("created"), report.get("network").seconds
-        (['network'], 1.5)
-
-    Attributes:
-        operation: ``"up"``, ``"down"`` or ``"rollback"``.
-        records: one per plan node, in plan order.
-        wall: seconds the whole run took.
-        start: the executor's clock (``time.monotonic()``) when the run began; the
-            records' times count from it.
-    """
-
-    operation: str
-    records: Mapping[str, NodeRecord]
-    wall: float
-    start: float = 0.0
-
-    def keys(self, *outcomes: str) -> list[str]:
-        """Keys of the nodes that ended with one of ``outcomes`` (all keys without any)."""
-        return [k for k, r in self.records.items() if not outcomes or r.outcome in outcomes]
-
-    def get(self, key: str) -> NodeRecord:
-        """The record of node ``key``."""
-        return self.records[key]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The report as JSON data: the operation, its wall time and one entry per node.
-
-        Examples:
-            >>> rec = NodeRecord("network", "compute.v1.Network", "demo-net", "create", outcome="created",
-            ...                  started=0.0, finished=1.5)
-            >>> Report("up", {"network": rec}, wall=1.6).to_dict()["resources"][0]["outcome"]
-            'created'
-        """
-        return {
-            "operation": self.operation,
-            "wall_seconds": round(self.wall, 3),
-            "resources": [
-                {"key": r.key, "kind": r.kind, "name": r.name, "action": r.action, "outcome": r.outcome,
-                 "seconds": None if r.seconds is None else round(r.seconds, 3), "note": r.note,
-                 "error": None if r.error is None else _one_line(r.error)}
-                for r in self.records.values()
-            ],
-        }
-
-    def __str__(self) -> str:
-        rows = [("key", "outcome", "start", "seconds", "note")]
-        for r in self.records.values():
-            start = "-" if r.started is None else f"{r.started:.2f}"
-            secs = "-" if r.seconds is None else f"{r.seconds:.2f}"
-            rows.append((r.key, r.outcome, start, secs, r.note or (_one_line(r.error) if r.error else "")))
-        widths = [max(len(row[c]) for row in rows) for c in range(4)]
-        lines = [f"{self.operation} took {self.wall:.2f}s"]
-        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
-                  for row in rows]
-        return "\n".join(line.rstrip() for line in lines)
-
-
-@attrs.frozen
-class Done:
-    """What a driver's ``ensure`` did.
-
-    Attributes:
-        outcome: ``"created"``, ``"adopted"``, ``"used"`` or ``"skipped"``.
-        value: the resource as read (dependent nodes read it, e.g. the PSA range's block).
-        note: a short remark for the report (why it was skipped, ...).
-    """
-
-    outcome: Literal["created", "adopted", "used", "skipped"]
-    value: Any = None
-    note: str = ""
-
-
-@attrs.define(eq=False)
-class Step:
-    """What a driver gets to work on one node.
-
-    Attributes:
-        node: the plan node.
-        plan: the whole plan.
-        record: this node's record.
-        records: every node's record (a dependency's ``value`` is its output).
-        cancel: set when the run is stopping.
-    """
-
-    node: PlannedResource
-    plan: Plan
-    record: NodeRecord
-    records: Mapping[str, NodeRecord]
-    cancel: threading.Event
-
-    def dep(self, key: str) -> Any:
-        """The value a finished dependency's driver returned."""
-        if key not in self.node.depends_on:
-            raise PlanGraphError(f"{self.node.key} reads {key!r}, which it does not depend on")
-        return self.records[key].value
-
-    def requesting(self) -> None:
-        """Call right before sending the request that creates the resource: from then on
-        a rollback deletes it, whatever happens next."""
-        self.record.requested = True
-
-    def check(self) -> None:
-        """Raise :class:`Cancelled` when the run is stopping."""
-        if self.cancel.is_set():
-            raise Cancelled
-
-
-class Driver(Protocol):
-    """The remote side of one plan node.
-
-    Attributes:
-        deleted_with: the plan key whose deletion also deletes this node's resource (a
-            node pool goes with its GKE cluster), or None.
-        interruptible: whether a cancelled run may stop waiting for this node's
-            resource. True only where the resource exists, and can be deleted, from
-            the moment the create request returns (a Lustre instance, a GKE cluster);
-            Compute resources appear only when their operation ends, so their short
-            waits run to the end and the rollback finds what it must delete.
-    """
-
-    deleted_with: str | None
-    interruptible: bool
-
-    def ensure(self, step: Step) -> Done:
-        """Create the resource, adopt it (ours, already there) or check it (``"use"``),
-        and wait until it is ready. Call ``step.requesting()`` before a create request.
-
-        Raises:
-            OwnershipError: a same-named resource exists without our labels.
-        """
-
-    def delete(self, step: Step) -> Literal["deleted", "absent", "skipped"]:
-        """Delete the resource if it exists and is ours, and wait until it is gone.
-
-        Raises:
-            OwnershipError: it exists without our labels (it is left alone).
-        """
 
 
 class Executor:
@@ -273,7 +56,8 @@ class Executor:
 
     Examples:
         >>> from rl_lustre import Cluster
-        >>> from rl_lustre.provision.executor import Done, Executor
+        >>> from rl_lustre.provision.executor import Executor
+        >>> from rl_lustre.provision.step import Done
         >>> class Noop:
         ...     deleted_with, interruptible = None, True
         ...     def ensure(self, step): return Done("used" if step.node.action == "use" else "created")
@@ -562,50 +346,3 @@ class Executor:
         finally:
             rec.finished = self._clock() - t0
             display.finished(rec)
-
-
-@contextlib.contextmanager
-def cancel_on_signals(*stages: tuple[threading.Event | None, str]) -> Iterator[list[int]]:
-    """While the block runs in the main thread, the n-th SIGINT or SIGTERM sets the
-    event of ``stages[n-1]`` and logs its message, instead of raising
-    KeyboardInterrupt; the previous handlers are restored afterwards.
-
-    Setting an event rather than raising at an arbitrary bytecode keeps the executor's
-    bookkeeping whole, so a rollback knows exactly what exists. Stages let a clean-up
-    survive one impatient Ctrl-C and still be abandoned by a later one. Signals beyond
-    the last stage are logged. Outside the main thread, handlers cannot be installed
-    and nothing changes.
-
-    Examples:
-        >>> import os, signal, threading
-        >>> stop, abandon = threading.Event(), threading.Event()
-        >>> with cancel_on_signals((stop, "stopping"), (None, "press again to abandon"),
-        ...                        (abandon, "abandoning")) as received:
-        ...     os.kill(os.getpid(), signal.SIGTERM)
-        ...     stop.wait(5), abandon.is_set()
-        (True, False)
-        >>> received == [signal.SIGTERM]
-        True
-
-    Yields:
-        The signals received, in order.
-    """
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        received.append(signum)
-        n = len(received)
-        event, message = stages[n - 1] if n <= len(stages) else (None, "ignored: already abandoning")
-        if event is not None:
-            event.set()
-        logger.warning("%s received: %s", signal.Signals(signum).name, message)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield received
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

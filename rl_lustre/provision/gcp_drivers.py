@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import GCPError, NotFoundError, OwnershipError
 from .context import Context, ensure_or_adopt, gone
-from .executor import Done, Step
+from .step import Done, Step
 
 if TYPE_CHECKING:
     from ..plan import Plan

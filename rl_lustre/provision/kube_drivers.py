@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import NotFoundError
 from .context import Context, gone
-from .executor import Done, Step
 from .gcp_drivers import GkeClusterDriver
+from .step import Done, Step
 
 if TYPE_CHECKING:
     from ..plan import Plan

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..plan import Plan
-    from .executor import NodeRecord
+    from .records import NodeRecord
 
 __all__ = ["Display", "LiveDisplay", "display_for"]
 
@@ -33,7 +33,7 @@ class Display:
     """Reports each node's progress to the log.
 
     Examples:
-        >>> from rl_lustre.provision.executor import NodeRecord
+        >>> from rl_lustre.provision.records import NodeRecord
         >>> rec = NodeRecord("network", "compute.v1.Network", "demo-net", "create", outcome="created",
         ...                  started=0.0, finished=2.0)
         >>> with Display("up") as d:

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import KubernetesError
 from ..plan.startup import PREFETCH_KEY, PREPULL_KEY
-from .executor import Done, Driver, Step
 from .gcp_drivers import GkeClusterDriver
 from .kube_drivers import SkippedDriver
+from .step import Done, Driver, Step
 
 if TYPE_CHECKING:
     from .context import Context
