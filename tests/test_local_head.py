@@ -155,9 +155,10 @@ def test_readiness_needs_ray_start_to_finish_not_just_the_dashboard(
 ) -> None:
     # Ray's dashboard answers /api/version before the raylet exists, and a raylet that
     # then fails takes the head down: a stand-in head reproduces both orders.
-    from rl_lustre.ray.head import LocalHead, _free_ports, _wait_ready
+    from rl_lustre.ray.head import LocalHead, _wait_ready
+    from rl_lustre.ray.ports import free_ports
 
-    (port,) = _free_ports(1)
+    (port,) = free_ports(1)
     script = tmp_path / "fake_head.py"
     script.write_text(_FAKE_HEAD)
     process = subprocess.Popen(

@@ -224,10 +224,10 @@ def test_an_unreachable_jobs_api_raises_our_error_not_rays() -> None:
     # The handle needs only a Jobs API address (a port-forward on GKE); failures there
     # surface as RayError, chained to what Ray's client raised.
     from rl_lustre.errors import RayError
-    from rl_lustre.ray.head import _free_ports
     from rl_lustre.ray.jobs import JobsClient
+    from rl_lustre.ray.ports import free_ports
 
-    (port,) = _free_ports(1)  # nothing listens there
+    (port,) = free_ports(1)  # nothing listens there
     run = Run(JobsClient(f"http://127.0.0.1:{port}"), "some-id")
     with pytest.raises(RayError, match=f"127.0.0.1:{port}") as err:
         run.status()

@@ -23,8 +23,9 @@ from . import submission
 
 if TYPE_CHECKING:
     from ..nemo_rl.checkpoints import Checkpoint
-    from ..ray.head import AuthMode, LocalHead
+    from ..ray.head import LocalHead
     from ..ray.jobs import JobsClient
+    from ..ray.nodes import AuthMode
     from ..ray.workers import LocalWorker
     from ..run import Run
     from ..spec import ClusterSpec, JobSpec

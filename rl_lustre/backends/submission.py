@@ -136,7 +136,7 @@ def _supervised(cluster: ClusterSpec, job: JobSpec, command: str, checkpoint_dir
     failure with every node alive is looked at for 30 s more (Ray's default health checks
     take about 15 s to declare a vanished node dead) before the run ends FAILED. A local
     cluster with worker nodes declares lost nodes dead within about 2 s (see
-    :func:`rl_lustre.ray.head.node_env`), so it looks faster and for less long.
+    :func:`rl_lustre.ray.nodes.node_env`), so it looks faster and for less long.
     """
     assert cluster.gpus_per_node is not None
     if cluster.backend == "gke":

@@ -7,8 +7,10 @@ then stops the head, rather than killing Ray half-way.
 
 Every process of a head carries ``RL_LUSTRE_HEAD=<temp dir>`` in its environment.
 Job drivers escape the head's process group (Ray starts each in a new session), so
-:meth:`LocalHead.stop` finds stragglers by that mark. It never runs ``ray stop``,
-which would kill every Ray on the machine.
+:meth:`LocalHead.stop` finds stragglers by that mark (:mod:`rl_lustre.ray.processes`).
+It never runs ``ray stop``, which would kill every Ray on the machine. What a head
+shares with its worker nodes (:mod:`rl_lustre.ray.workers`) is in
+:mod:`rl_lustre.ray.nodes` and :mod:`rl_lustre.ray.ports`.
 
 Ray 2.5x+ authenticates its HTTP and gRPC endpoints with a bearer token when
 ``RAY_AUTH_MODE=token``. The launcher generates a token per head, writes it into the
@@ -26,50 +28,42 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, TypeVar
 
 import attrs
 
 from ..errors import ConfigError, RayError, WaitTimeoutError
+from .nodes import (
+    TOKEN_FILE,
+    AuthMode,
+    OverloadedStart,
+    indent,
+    log_tail,
+    node_env,
+    overloaded_start,
+    retry_overloaded,
+)
+from .ports import free_port_range, free_ports
+from .processes import is_ours, running, send_signal, sweep
 
-__all__ = ["AuthMode", "LocalHead", "find_local_head", "head_dir", "node_env", "start_local_head"]
+__all__ = ["LocalHead", "find_local_head", "head_dir", "start_local_head"]
 
 logger = logging.getLogger("rl_lustre.ray.head")
 
-AuthMode = Literal["token", "disabled"]
-MARK = "RL_LUSTRE_HEAD"
 _STATE_FILE = "head.json"
-_TOKEN_FILE = "auth_token"
 _LOG_FILE = "head.log"
 _WORKER_PORTS = 100
 # ``ray start`` prints this once every process of the node runs; the dashboard
 # answers earlier, before the raylet exists (and a raylet that fails to start then
 # takes the whole head down).
 _STARTED = "Ray runtime started."
-# Ray waits a fixed 30 s for a new node's raylet to register with the GCS and then gives
-# up with this message; on a loaded machine that is load, not a fault, so a node start that
-# ends this way is tried again, up to START_ATTEMPTS times in all.
-_RAYLET_TIMED_OUT = "timed out during startup"
-START_ATTEMPTS = 3
-# The head's own variables win over these when inherited from the caller: a stray
-# RAY_ADDRESS would point job drivers at someone else's cluster.
-_INHERITED_RAY_VARS = (
-    "RAY_ADDRESS",
-    "RAY_API_SERVER_ADDRESS",
-    "RAY_AUTH_TOKEN",
-    "RAY_AUTH_TOKEN_PATH",
-)
-
-
 def head_dir(key: str) -> Path:
     """The temp dir of the head for ``key``: short, per user, and the same in every process.
 
@@ -117,7 +111,7 @@ class LocalHead:
     @property
     def token_path(self) -> Path | None:
         """The token file, in token mode."""
-        return self.temp_dir / _TOKEN_FILE if self.auth_mode == "token" else None
+        return self.temp_dir / TOKEN_FILE if self.auth_mode == "token" else None
 
     def headers(self) -> dict[str, str]:
         """HTTP headers for the Jobs API: the bearer token in token mode, else none.
@@ -140,11 +134,11 @@ class LocalHead:
         """Whether the head's ``ray start`` process is still running."""
         if self._process is not None:
             return self._process.poll() is None
-        return _running(self.pid) and _is_ours(self.pid, self.temp_dir)
+        return running(self.pid) and is_ours(self.pid, self.temp_dir)
 
     def output_tail(self, lines: int = 30) -> list[str]:
         """The last lines ``ray start`` printed (its stdout and stderr)."""
-        return _log_tail(self.temp_dir / _LOG_FILE, lines)
+        return log_tail(self.temp_dir / _LOG_FILE, lines)
 
     def stop(self, grace: float = 15.0) -> None:
         """Stop the head and every process it started, then remove its temp dir.
@@ -161,7 +155,7 @@ class LocalHead:
         interrupted: KeyboardInterrupt | None = None
         try:
             if self.alive():
-                _signal(self.pid, signal.SIGTERM)
+                send_signal(self.pid, signal.SIGTERM)
                 if not self._wait_leader(grace):
                     logger.warning(
                         "local Ray head (pid %d) ignored SIGTERM for %gs; killing it",
@@ -177,7 +171,7 @@ class LocalHead:
                 self._process.wait()
             # Drivers and their watchers die on their own within a second or two of
             # their supervisor; whatever is left after that is killed.
-            _sweep(self.temp_dir, settle=0 if interrupted else 2.0)
+            sweep(self.temp_dir, settle=0 if interrupted else 2.0)
             shutil.rmtree(self.temp_dir, ignore_errors=True)
         if interrupted is not None:
             raise interrupted
@@ -195,7 +189,7 @@ class LocalHead:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._process.wait(timeout=0.1)
                     return True
-            elif not _running(self.pid):
+            elif not running(self.pid):
                 return True
             else:
                 time.sleep(0.1)
@@ -258,29 +252,6 @@ def start_local_head(
     return head
 
 
-class OverloadedStart(RayError):
-    """A node's start ran out of Ray's fixed wait for its raylet (see :func:`retry_overloaded`)."""
-
-
-_T = TypeVar("_T")
-
-
-def retry_overloaded(what: str, start: Callable[[], _T]) -> _T:
-    """``start()``, again while it raises :class:`OverloadedStart`, up to ``START_ATTEMPTS`` in all."""
-    for attempt in range(1, START_ATTEMPTS):
-        try:
-            return start()
-        except OverloadedStart:
-            logger.warning(
-                "%s gave up waiting for its own raylet (Ray allows it 30 s; is the machine "
-                "overloaded?); starting it again (attempt %d of %d)",
-                what,
-                attempt + 1,
-                START_ATTEMPTS,
-            )
-    return start()
-
-
 def _start_head_once(
     temp_dir: Path,
     env: Mapping[str, str] | None,
@@ -315,19 +286,19 @@ def _launch_head(
     num_gpus: int | None,
 ) -> LocalHead:
     """Clear ``temp_dir``, write a fresh token and spawn ``ray start --head --block`` there."""
-    _sweep(temp_dir, settle=0)
+    sweep(temp_dir, settle=0)
     shutil.rmtree(temp_dir, ignore_errors=True)
     temp_dir.mkdir(mode=0o700, parents=True)
 
     head_env = node_env(temp_dir, env, mode)
     if mode == "token":
-        token_path = temp_dir / _TOKEN_FILE
+        token_path = temp_dir / TOKEN_FILE
         fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
 
-    ports = _free_ports(10)
-    worker_lo = _free_port_range(_WORKER_PORTS, exclude=ports)
+    ports = free_ports(10)
+    worker_lo = free_port_range(_WORKER_PORTS, exclude=ports)
     gcs, dashboard = ports[0], ports[1]
     command = [
         *_ray_cli(), "start", "--head", "--block",
@@ -379,44 +350,6 @@ def _launch_head(
     return head
 
 
-def node_env(temp_dir: Path, env: Mapping[str, str] | None, mode: AuthMode) -> dict[str, str]:
-    """The environment of every ``ray start`` of the head in ``temp_dir`` (head or worker node).
-
-    Examples:
-        >>> e = node_env(Path("/tmp/rll-x"), {"RAY_ADDRESS": "elsewhere:6379", "A": "1"}, "token")
-        >>> e["A"], "RAY_ADDRESS" in e, e["RAY_AUTH_TOKEN_PATH"]
-        ('1', False, '/tmp/rll-x/auth_token')
-    """
-    out = dict(os.environ if env is None else env)
-    for name in _INHERITED_RAY_VARS:
-        out.pop(name, None)
-    out.update(
-        {
-            MARK: str(temp_dir),
-            "RAY_AUTH_MODE": mode,
-            # Off macOS/Windows this makes Ray bind every interface; we want loopback.
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            # SIGTERM would otherwise wait for a node drain (meant for Serve on
-            # Kubernetes) before stopping anything.
-            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
-            "RAY_USAGE_STATS_ENABLED": "0",
-            # The start-up message we wait for must reach the node's log while we wait.
-            "PYTHONUNBUFFERED": "1",
-            # A worker node that vanishes is declared dead after about 1.5 s rather than
-            # Ray's default 15 s (GCS health checks: every 0.5 s, dead after 3 refused);
-            # a slow but living raylet still has Ray's 10 s timeout per check.
-            "RAY_health_check_period_ms": "500",
-            "RAY_health_check_failure_threshold": "3",
-            # On a loaded machine the raylet's dashboard agent (a Python process) can take
-            # longer than the raylet's default wait for it, which then takes the node down.
-            "RAY_agent_register_timeout_ms": "120000",
-        }
-    )
-    if mode == "token":
-        out["RAY_AUTH_TOKEN_PATH"] = str(temp_dir / _TOKEN_FILE)
-    return out
-
-
 def find_local_head(temp_dir: Path) -> LocalHead | None:
     """The head still running in ``temp_dir`` (started by this or an earlier process), if any.
 
@@ -462,40 +395,6 @@ def _ray_cli() -> list[str]:
     return [sys.executable, "-m", "ray.scripts.scripts"]
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free on 127.0.0.1 (held open together so none repeats)."""
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(n):
-            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-        return ports
-
-
-def _free_port_range(size: int, exclude: list[int]) -> int:
-    """The first port of ``size`` consecutive ports that are free on 127.0.0.1."""
-    import random
-
-    rng = random.Random()
-    for _ in range(50):
-        lo = rng.randrange(20000, 60000 - size)
-        if any(lo <= p < lo + size for p in exclude):
-            continue
-        if all(_port_free(p) for p in range(lo, lo + size)):
-            return lo
-    raise RayError(f"found no {size} consecutive free ports on 127.0.0.1 for Ray workers")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def _wait_ready(head: LocalHead, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     request = urllib.request.Request(f"{head.dashboard_url}/api/version", headers=head.headers())
@@ -505,7 +404,7 @@ def _wait_ready(head: LocalHead, timeout: float) -> None:
             code = head._process.returncode if head._process is not None else None
             raise RayError(
                 f"the local Ray head exited with code {code} while starting; its last output:\n"
-                + _indent(head.output_tail())
+                + indent(head.output_tail())
             )
         if any(_STARTED in line for line in head.output_tail(200)):
             try:
@@ -526,104 +425,8 @@ def _wait_ready(head: LocalHead, timeout: float) -> None:
         if time.monotonic() >= deadline:
             raise WaitTimeoutError(
                 f"the local Ray head's Jobs API at {head.dashboard_url}; its last output:\n"
-                + _indent(head.output_tail()),
+                + indent(head.output_tail()),
                 timeout,
                 last,
             )
         time.sleep(0.2)
-
-
-def overloaded_start(output: list[str]) -> bool:
-    """Whether a node's start-up output ends in Ray's fixed wait for its raylet running out.
-
-    Examples:
-        >>> overloaded_start(["Exception: The current node timed out during startup. This could"])
-        True
-        >>> overloaded_start(["ValueError: port 6379 is already in use"])
-        False
-    """
-    return any(_RAYLET_TIMED_OUT in line for line in output)
-
-
-def _log_tail(path: Path, lines: int) -> list[str]:
-    """The last ``lines`` lines of a node's log file; none when it cannot be read."""
-    try:
-        return path.read_text(errors="replace").splitlines()[-lines:]
-    except OSError:
-        return []
-
-
-def _indent(lines: list[str]) -> str:
-    return "\n".join(f"  | {line}" for line in lines) or "  | (nothing)"
-
-
-def _signal(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = _read_proc(pid, "stat")
-    return stat is None or stat.rsplit(b")", 1)[-1].split()[:1] != [b"Z"]
-
-
-def _read_proc(pid: int, name: str) -> bytes | None:
-    try:
-        with open(f"/proc/{pid}/{name}", "rb") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def _is_ours(pid: int, temp_dir: Path) -> bool:
-    """Whether ``pid`` carries this head's mark; without ``/proc``, trust the pid."""
-    if not Path("/proc/self/environ").exists():
-        return True
-    environ = _read_proc(pid, "environ")
-    return environ is not None and f"{MARK}={temp_dir}".encode() in environ.split(b"\0")
-
-
-def _marked_pids(temp_dir: Path) -> list[int]:
-    """Live processes carrying this head's mark (Linux; elsewhere an empty list)."""
-    if not Path("/proc/self/environ").exists():
-        return []
-    me = {os.getpid(), os.getppid()}
-    found = []
-    for entry in _proc_pids():
-        if entry not in me and _running(entry) and _is_ours(entry, temp_dir):
-            found.append(entry)
-    return found
-
-
-def _proc_pids() -> Iterator[int]:
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            yield int(name)
-
-
-def _sweep(temp_dir: Path, settle: float) -> None:
-    """Wait up to ``settle`` seconds for marked processes to exit, then SIGKILL the rest
-    (again, until none is left: a shell may fork between our look and our kill)."""
-    deadline = time.monotonic() + settle
-    give_up = deadline + 10.0
-    while left := _marked_pids(temp_dir):
-        now = time.monotonic()
-        if now >= give_up:
-            logger.warning(
-                "could not kill processes %s of the local Ray head in %s", left, temp_dir
-            )
-            return
-        if now >= deadline:
-            logger.debug(
-                "killing %d leftover process(es) of the local Ray head in %s", len(left), temp_dir
-            )
-            for pid in left:
-                _signal(pid, signal.SIGKILL)
-        time.sleep(0.1)

@@ -29,21 +29,10 @@ import attrs
 
 from ..errors import RayError, WaitTimeoutError
 from ._worker_node import STARTED
-from .head import (
-    LocalHead,
-    OverloadedStart,
-    _free_port_range,
-    _free_ports,
-    _indent,
-    _log_tail,
-    _proc_pids,
-    _read_proc,
-    _running,
-    _signal,
-    node_env,
-    overloaded_start,
-    retry_overloaded,
-)
+from .head import LocalHead
+from .nodes import OverloadedStart, indent, log_tail, node_env, overloaded_start, retry_overloaded
+from .ports import free_port_range, free_ports
+from .processes import proc_pids, read_proc, running, send_signal
 
 __all__ = ["LocalWorker", "live_workers", "start_local_worker"]
 
@@ -79,7 +68,7 @@ class LocalWorker:
         """Whether the node's launcher still runs."""
         if self._process is not None:
             return self._process.poll() is None
-        return _running(self.pid)
+        return running(self.pid)
 
     def kill(self) -> None:
         """SIGKILL every process of the node at once: launcher, raylet, agents and workers.
@@ -94,7 +83,7 @@ class LocalWorker:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
         for pid in _session_pids(self.pid):
-            _signal(pid, signal.SIGKILL)
+            send_signal(pid, signal.SIGKILL)
         if self._process is not None:
             self._process.wait()
 
@@ -111,7 +100,7 @@ class LocalWorker:
 
     def output_tail(self, lines: int = 30) -> list[str]:
         """The last lines the node's launcher printed."""
-        return _log_tail(self.log, lines)
+        return log_tail(self.log, lines)
 
 
 def start_local_worker(
@@ -153,8 +142,8 @@ def _start_worker(
     known = _read_state(temp_dir)
     number = 1 + max((int(n.rsplit("-", 1)[1]) for n in known), default=0)
     name = f"worker-{number}"
-    ports = _free_ports(6)
-    worker_lo = _free_port_range(_WORKER_PORTS, exclude=ports)
+    ports = free_ports(6)
+    worker_lo = free_port_range(_WORKER_PORTS, exclude=ports)
     spec = {
         "gcs_address": head.gcs_address,
         "node_name": name,
@@ -193,7 +182,7 @@ def _start_worker(
                 error = OverloadedStart if overloaded_start(worker.output_tail(200)) else RayError
                 raise error(
                     f"the local Ray worker node {name} exited while starting; its last output:\n"
-                    + _indent(worker.output_tail())
+                    + indent(worker.output_tail())
                 )
             if time.monotonic() >= deadline:
                 raise WaitTimeoutError(f"the local Ray worker node {name}", timeout, "the node has not started")
@@ -241,8 +230,8 @@ def _session_pids(sid: int) -> list[int]:
     if not Path("/proc").is_dir():
         return []
     found = []
-    for pid in _proc_pids():
-        stat = _read_proc(pid, "stat")
+    for pid in proc_pids():
+        stat = read_proc(pid, "stat")
         # After the command name: state, ppid, pgrp, session.
         fields = stat.rsplit(b")", 1)[-1].split() if stat else []
         if len(fields) > 3 and fields[3] == str(sid).encode():
