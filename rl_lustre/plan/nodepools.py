@@ -23,7 +23,7 @@ from .graph import PlannedResource
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
-__all__ = ["GPU_TAINT", "cpu_pool", "gpu_pool"]
+__all__ = ["GPU_TAINT", "cpu_pool", "gpu_node_settings", "gpu_pool", "gpu_pool_depends_on"]
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
 
@@ -46,6 +46,45 @@ def cpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
     )
 
 
+def gpu_node_settings(cluster: ClusterSpec) -> dict[str, Any]:
+    """What every GPU node of the deployment is, whichever pool it is in: machine, GPUs
+    and driver, the GPU taint, gVNIC, the local SSDs, the fabric's extra NICs.
+
+    The one place a GPU pool's node config is decided: ``gpu-pool`` and every other GPU
+    pool a plan makes (replacement or fallback pools) start from these settings, so a
+    node setting added here (the preloaded image's secondary boot disk, say) reaches
+    every GPU node.
+    """
+    known = GPU_MACHINE_TYPES.get(cluster.machine_type)
+    node: dict[str, Any] = {
+        "machine_type": cluster.machine_type,
+        "accelerator": {
+            "type": cluster.accelerator_type,
+            "count": cluster.gpus_per_node,
+            "gpu_driver_version": "LATEST",
+        },
+        "taints": [GPU_TAINT],
+        "gvnic": True,
+    }
+    if known is not None:
+        node["vcpus_per_node"] = known.vcpus
+        if known.local_ssds and cluster.fabric == "rdma":
+            # Image layers, emptyDirs, /tmp and Ray's spill go to the local SSDs, not the boot disk.
+            node["ephemeral_storage_local_ssd_count"] = known.local_ssds
+    extra = extra_networks(cluster)
+    if extra:
+        by_key = {n.key: n for n in fabric_nodes(cluster, {})}
+        node["additional_node_networks"] = [
+            {"network": by_key[n["network_key"]].name, "subnetwork": by_key[n["subnet_key"]].name,
+             "interface": n["interface"]} for n in extra]
+    return node
+
+
+def gpu_pool_depends_on(cluster: ClusterSpec) -> tuple[str, ...]:
+    """The plan keys every GPU pool waits for (the GKE cluster, the fabric's subnets)."""
+    return ("gke-cluster", *gpu_pool_subnet_keys(cluster))
+
+
 def gpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
     """The ``gpu-pool`` node (``created``: its action and labels)."""
     if cluster.spot:
@@ -54,16 +93,10 @@ def gpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
         provisioning = "reserved"
     else:
         provisioning = "on-demand"
-    known = GPU_MACHINE_TYPES.get(cluster.machine_type)
     pool_settings: dict[str, Any] = {
-        "machine_type": cluster.machine_type,
+        **gpu_node_settings(cluster),
         "location": cluster.zone,
         "node_count": cluster.num_nodes,
-        "accelerator": {
-            "type": cluster.accelerator_type,
-            "count": cluster.gpus_per_node,
-            "gpu_driver_version": "LATEST",
-        },
         "provisioning": provisioning,
         "spot": cluster.spot,
         "reservation_affinity": (
@@ -71,23 +104,9 @@ def gpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
              "key": "compute.googleapis.com/reservation-name", "values": [cluster.reservation]}
             if cluster.reservation is not None else {"consume_reservation_type": "NO_RESERVATION"}
         ),
-        "taints": [GPU_TAINT],
-        "gvnic": True,
         # One node at a time, never a surge node: a spare A4 is rarely to be had.
         "upgrade_settings": {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1},
         "hosts": ["Ray workers", *(["Ray head"] if cluster.head_on_gpu_pool else [])],
     }
-    if known is not None:
-        pool_settings["vcpus_per_node"] = known.vcpus
-        if known.local_ssds and cluster.fabric == "rdma":
-            # Image layers, emptyDirs, /tmp and Ray's spill go to the local SSDs, not the boot disk.
-            pool_settings["ephemeral_storage_local_ssd_count"] = known.local_ssds
-    extra = extra_networks(cluster)
-    if extra:
-        by_key = {n.key: n for n in fabric_nodes(cluster, {})}
-        pool_settings["additional_node_networks"] = [
-            {"network": by_key[n["network_key"]].name, "subnetwork": by_key[n["subnet_key"]].name,
-             "interface": n["interface"]} for n in extra]
     return PlannedResource(key="gpu-pool", kind="container.v1.NodePool", name=naming.gpu_pool_name(cluster),
-                           depends_on=("gke-cluster", *gpu_pool_subnet_keys(cluster)), settings=pool_settings,
-                           **created)
+                           depends_on=gpu_pool_depends_on(cluster), settings=pool_settings, **created)
