@@ -12,6 +12,8 @@ runs it before any submodule anyway).
   :data:`MAX_TYPING_CYCLE` modules.
 - Every module belongs to exactly one layer of the table in ``docs/architecture.md``,
   and imports only from its own layer or the ones below (type hints included).
+- No module (of the package, the benchmarks or the examples) is longer than
+  :data:`MAX_MODULE_LINES`: a newcomer reads one in a sitting.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import ast
 import re
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import attrs
@@ -29,6 +31,9 @@ import rl_lustre
 PACKAGE = Path(rl_lustre.__file__).parent
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 MAX_TYPING_CYCLE = 5
+MAX_MODULE_LINES = 600
+# Where modules live: the package, and beside it in a checkout the benchmarks and examples.
+SIZED = [PACKAGE, PACKAGE.parent / "benchmarks", PACKAGE.parent / "examples"]
 
 
 @attrs.frozen
@@ -204,6 +209,12 @@ def upward(edges: list[Edge], layer_of: Mapping[str, int]) -> list[str]:
                    if e.source in layer_of and e.target in layer_of and layer_of[e.source] < layer_of[e.target]})
 
 
+def oversized(roots: Iterable[Path], limit: int) -> list[str]:
+    """``<file>: <n> lines`` for every Python file under ``roots`` of more than ``limit`` lines."""
+    return sorted(f"{path}: {n} lines" for root in roots if root.is_dir() for path in root.rglob("*.py")
+                  if (n := len(path.read_text().splitlines())) > limit)
+
+
 MODULES, EDGES = import_graph(PACKAGE, "rl_lustre")
 RUNTIME = [e for e in EDGES if e.kind != "typing"]
 
@@ -262,3 +273,16 @@ def test_the_checks_find_a_cycle_an_upward_import_and_an_unplaced_module(tmp_pat
     assert problems == ["layer 1 (low) names 'demo.gone', which is no module",
                         "demo.stray is in no layer: add it to the table in docs/architecture.md"]
     assert upward(edges, layer_of) == ["demo.low.base (layer 1) imports demo.top (layer 2), line 3"]
+
+
+def test_no_module_is_longer_than_a_newcomer_reads_in_one_sitting() -> None:
+    assert oversized(SIZED, MAX_MODULE_LINES) == [], (
+        f"split these by concept (docs/architecture.md); keep new modules well under {MAX_MODULE_LINES} lines")
+
+
+def test_the_size_check_finds_a_long_module(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "at_the_limit.py").write_text("x = 1\n" * 600)
+    (tmp_path / "sub" / "long.py").write_text("x = 1\n" * 601)
+    (tmp_path / "notes.txt").write_text("x\n" * 1000)
+    assert oversized([tmp_path, tmp_path / "absent"], 600) == [f"{tmp_path / 'sub' / 'long.py'}: 601 lines"]
