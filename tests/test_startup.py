@@ -21,8 +21,8 @@ from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import ProvisioningError
 from rl_lustre.gcp import Backoff, RetryPolicy
-from rl_lustre.kube.prefetch import MARK, repo_folder
-from rl_lustre.kube.startup import prefetch_command, prefetch_job
+from rl_lustre.kube.prefetch import prefetch_command, prefetch_job
+from rl_lustre.kube.prefetch_program import MARK, repo_folder
 from rl_lustre.testing import FakeGCP
 from rl_lustre.testing.kube import KubeFake, schema_validator
 

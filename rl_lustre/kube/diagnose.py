@@ -6,7 +6,9 @@ it recognises with advice: image pull failures, pods that cannot be scheduled
 (no free ``nvidia.com/gpu``, Spot capacity exhausted, no node matching the selector,
 untolerated taints), unbound claims, crash loops with the last termination message,
 and a missing KubeRay operator. :func:`explain_pod` and :func:`explain_claim` do the
-same for objects already in hand, without remote calls.
+same for objects already in hand, without remote calls; :func:`pod_problem` says in one
+line why a pod of the start-up helpers (pre-pull, prefetch) cannot run, and whether
+waiting could help.
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ from .client import ResourceClient, translate_errors
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-__all__ = ["Diagnosis", "Problem", "diagnose", "explain_claim", "explain_pod"]
+__all__ = ["Diagnosis", "Problem", "diagnose", "explain_claim", "explain_pod", "pod_problem"]
 
 logger = logging.getLogger("rl_lustre.kube.diagnose")
 
 Obj = Mapping[str, Any]
 _IMAGE_PULL = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+# Waiting reasons that no amount of waiting fixes.
+_HOPELESS = ("InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError")
+_MISSING_IMAGE = ("not found", "manifest unknown", "repository does not exist")
 _STOCKOUT_MARKERS = ("out of resources", "resource_pool_exhausted", "stockout", "zone_resource_pool_exhausted",
                      "does not have enough resources")
 
@@ -206,6 +211,39 @@ def explain_pod(pod: Obj, events: Iterable[Obj] = ()) -> list[Problem]:
             detail = f": {unhealthy[-1]}" if unhealthy else ""
             problems.append(Problem("NotReady", name, f"is {status.get('phase') or 'Pending'} and not ready yet{detail}"))
     return problems
+
+
+def pod_problem(pod: Mapping[str, Any]) -> tuple[str, bool] | None:
+    """``(why, hopeless)`` when a pod cannot run or has failed, from its status.
+
+    ``hopeless`` is True when waiting cannot help (an image that does not exist, a
+    container that cannot be configured, a container that exited non-zero).
+
+    Examples:
+        >>> pod_problem({"metadata": {"name": "p"}, "status": {"phase": "Failed", "containerStatuses": [
+        ...     {"name": "prefetch", "state": {"terminated": {"exitCode": 1, "reason": "Error",
+        ...                                                    "message": "401 Unauthorized"}}}]}})
+        ('pod p: container prefetch exited 1 (Error): 401 Unauthorized', True)
+    """
+    name = (pod.get("metadata") or {}).get("name", "?")
+    status = pod.get("status") or {}
+    for c in status.get("containerStatuses") or []:
+        state = c.get("state") or {}
+        done = state.get("terminated")
+        if done and done.get("exitCode", 0) != 0:
+            message = " ".join(str(done.get("message") or "").split())
+            return (f"pod {name}: container {c.get('name')} exited {done.get('exitCode')} "
+                    f"({done.get('reason') or 'Error'})" + (f": {message[-500:]}" if message else ""), True)
+        waiting = state.get("waiting")
+        if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+            message = str(waiting.get("message") or "")
+            hopeless = waiting["reason"] in _HOPELESS or (
+                waiting["reason"] in ("ErrImagePull", "ImagePullBackOff") and any(m in message for m in _MISSING_IMAGE))
+            return f"pod {name}: {waiting['reason']}" + (f": {message}" if message else ""), hopeless
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return f"pod {name}: {cond.get('reason', 'Unschedulable')}: {cond.get('message', '')}", False
+    return None
 
 
 def explain_claim(claim: Obj, events: Iterable[Obj] = (), *, volume_exists: bool | None = None) -> list[Problem]:

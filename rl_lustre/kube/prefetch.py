@@ -1,117 +1,128 @@
-"""The program the model-prefetch Job runs inside the job image: download Hugging Face
-models into ``$HF_HOME`` on the volume, unless the cache already holds them.
+"""The model prefetch Job, as a plain dict, and how to read its state.
 
-It runs as ``python -c <this module's source> MODEL...`` with the image's own Python and
-``huggingface_hub`` (in ``nvcr.io/nvidia/nemo-rl`` the ``python`` on ``PATH`` is the
-NeMo-RL virtualenv, ``docker/Dockerfile`` of NVIDIA-NeMo/RL v0.4.0), so this module uses
-nothing but the standard library until it has to download. ``HF_TOKEN`` comes from the
-pod's environment (the Kubernetes Secret); ``huggingface_hub`` reads it itself and it is
-never printed.
+:func:`prefetch_job` is a ``batch/v1`` Job on the CPU pool that downloads the cluster's
+``prefetch_models`` into the volume's Hugging Face cache with the image's own Python and
+``huggingface_hub`` (the program is :mod:`rl_lustre.kube.prefetch_program`), ``HF_TOKEN``
+from the Secret (``secretKeyRef``), skipping what the cache already holds.
 
-A model counts as cached when a previous prefetch finished it: the marker
-``$HF_HOME/rl_lustre_prefetch/models--<org>--<name>.json`` names the revision it
-downloaded, and that revision's snapshot directory exists. A download cut short leaves
-no marker, and ``snapshot_download`` resumes it on the next attempt.
-
-Progress goes to stdout, one line every ``$RL_LUSTRE_PROGRESS_SECONDS`` (30 s), each
-starting with :data:`MARK`; ``up()`` shows the newest one while it waits.
+No remote call and no Kubernetes client import here; the driver in
+:mod:`rl_lustre.provision.startup` applies, watches and deletes it.
 """
 
 from __future__ import annotations
 
-import contextlib
+import inspect
 import json
-import os
-import sys
-import threading
-import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-MARK = "RL_LUSTRE_PREFETCH"
+from .. import naming
+from ..nemo_rl.caches import nemo_rl_cache_env
+from . import prefetch_program
+from .manifests import deployment_labels
+
+if TYPE_CHECKING:
+    from ..spec import ClusterSpec
+
+__all__ = ["MODELS_ANNOTATION", "PREFETCH_BACKOFF_LIMIT", "job_state", "models_of", "prefetch_command", "prefetch_job"]
+
+MODELS_ANNOTATION = "rl-lustre/prefetch-models"
+_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+_LUSTRE_VOLUME = "lustre-storage"
+# A retried pod resumes the download where the last one stopped.
+PREFETCH_BACKOFF_LIMIT = 2
 
 
-def say(message: str) -> None:
-    print(f"{MARK} {message}", flush=True)
+def prefetch_command(python: str = "python") -> list[str]:
+    """The container command of the prefetch Job: the prefetch program as ``python -c``.
+
+    Examples:
+        >>> cmd = prefetch_command()
+        >>> cmd[:2], "def fetch(" in cmd[2]
+        (['python', '-c'], True)
+    """
+    return [python, "-c", inspect.getsource(prefetch_program)]
 
 
-def repo_folder(repo: str) -> str:
-    """``models--Qwen--Qwen2.5-72B-Instruct``: the hub cache's folder for a model."""
-    return "models--" + repo.replace("/", "--")
+def prefetch_job(cluster: ClusterSpec) -> dict[str, Any]:
+    """The model prefetch Job for ``cluster`` (its ``prefetch_models``).
+
+    Examples:
+        >>> from rl_lustre import Cluster
+        >>> job = prefetch_job(Cluster(name="demo", project="my-project", region="us-east1",
+        ...                            zone="us-east1-b"))
+        >>> c = job["spec"]["template"]["spec"]["containers"][0]
+        >>> c["args"], [e["valueFrom"]["secretKeyRef"]["key"] for e in c["env"] if "valueFrom" in e]
+        (['Qwen/Qwen2.5-72B-Instruct'], ['HF_TOKEN'])
+    """
+    labels = deployment_labels(cluster)
+    env: list[dict[str, Any]] = [
+        {"name": "HF_HOME", "value": nemo_rl_cache_env(cluster.mount_path)["HF_HOME"]},
+        # The image's huggingface_hub draws tqdm bars; the program prints its own progress lines.
+        {"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"},
+    ]
+    if "HF_TOKEN" in cluster.secrets:
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": naming.secret_name(cluster), "key": "HF_TOKEN", "optional": True}}})
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": naming.prefetch_name(cluster),
+            "namespace": cluster.namespace,
+            "labels": dict(labels),
+            "annotations": {MODELS_ANNOTATION: json.dumps(list(cluster.prefetch_models))},
+        },
+        "spec": {
+            "backoffLimit": PREFETCH_BACKOFF_LIMIT,
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {_NODEPOOL_LABEL: naming.cpu_pool_name(cluster)},
+                    "containers": [{
+                        "name": "prefetch",
+                        "image": cluster.image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": prefetch_command(),
+                        "args": list(cluster.prefetch_models),
+                        "env": env,
+                        # A failed pod's last log lines become its termination message.
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        # Eight download threads wait on the network: a small request fits beside the head.
+                        "resources": {"requests": {"cpu": "1", "memory": "4Gi"}},
+                        "volumeMounts": [{"name": _LUSTRE_VOLUME, "mountPath": cluster.mount_path}],
+                    }],
+                    "volumes": [{"name": _LUSTRE_VOLUME,
+                                 "persistentVolumeClaim": {"claimName": naming.pvc_name(cluster)}}],
+                },
+            },
+        },
+    }
 
 
-def marker_path(home: str, repo: str) -> str:
-    return os.path.join(home, "rl_lustre_prefetch", repo_folder(repo) + ".json")
+def job_state(job: Mapping[str, Any] | None) -> str:
+    """``"complete"``, ``"failed"``, ``"running"`` or ``"absent"``, from a Job's conditions.
+
+    Examples:
+        >>> job_state({"status": {"conditions": [{"type": "Complete", "status": "True"}]}})
+        'complete'
+    """
+    if job is None:
+        return "absent"
+    conditions = {c.get("type"): c.get("status") for c in (job.get("status") or {}).get("conditions") or []}
+    if conditions.get("Complete") == "True":
+        return "complete"
+    if conditions.get("Failed") == "True":
+        return "failed"
+    return "running"
 
 
-def cached(home: str, repo: str) -> dict | None:
-    """The marker of a finished earlier prefetch of ``repo``, if its snapshot is still there."""
+def models_of(job: Mapping[str, Any] | None) -> Sequence[str] | None:
+    """The models an existing prefetch Job was made for (None when it carries no record)."""
+    raw = (((job or {}).get("metadata") or {}).get("annotations") or {}).get(MODELS_ANNOTATION)
     try:
-        with open(marker_path(home, repo)) as f:
-            record = json.load(f)
-    except (OSError, ValueError):
+        models = json.loads(raw) if raw else None
+    except ValueError:
         return None
-    if not isinstance(record, dict) or not record.get("revision"):
-        return None
-    snapshot = os.path.join(home, "hub", repo_folder(repo), "snapshots", str(record["revision"]))
-    return record if os.path.isdir(snapshot) else None
-
-
-def tree_bytes(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):  # a file renamed or removed while we look
-                total += os.lstat(os.path.join(root, name)).st_size
-    return total
-
-
-def fetch(home: str, repo: str, every: float) -> None:
-    record = cached(home, repo)
-    if record is not None:
-        say(f"{repo}: already in the cache (revision {record['revision']}, "
-            f"{record.get('bytes', 0) / 1e9:.1f} GB); download skipped")
-        return
-    from huggingface_hub import HfApi, snapshot_download
-
-    info = HfApi().model_info(repo, files_metadata=True)
-    total = sum(int(getattr(s, "size", 0) or 0) for s in info.siblings or [])
-    blobs = os.path.join(home, "hub", repo_folder(repo), "blobs")
-    already = tree_bytes(blobs)
-    say(f"{repo}: downloading revision {info.sha}, {total / 1e9:.1f} GB ({already / 1e9:.1f} GB already here)")
-    start = time.monotonic()
-    finished = threading.Event()
-
-    def report() -> None:
-        while not finished.wait(every):
-            have = tree_bytes(blobs)
-            rate = (have - already) / max(time.monotonic() - start, 1e-9) / 1e6
-            say(f"{repo}: {have / 1e9:.1f} of {total / 1e9:.1f} GB ({rate:.0f} MB/s)")
-
-    threading.Thread(target=report, daemon=True).start()
-    try:
-        snapshot_download(repo, revision=info.sha)
-    finally:
-        finished.set()
-    seconds = time.monotonic() - start
-    path = marker_path(home, repo)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"repo": repo, "revision": info.sha, "bytes": total, "seconds": round(seconds, 1)}, f)
-    os.replace(tmp, path)
-    say(f"{repo}: downloaded {total / 1e9:.1f} GB in {seconds:.0f} s")
-
-
-def main(argv: list[str]) -> int:
-    home = os.environ.get("HF_HOME")
-    if not home:
-        say("HF_HOME is not set; nothing to fill")
-        return 2
-    every = float(os.environ.get("RL_LUSTRE_PROGRESS_SECONDS") or 30)
-    for repo in argv:
-        fetch(home, repo, every)
-    say(f"done: {len(argv)} model(s) in {home}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    return models if isinstance(models, list) else None

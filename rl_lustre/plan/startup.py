@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import naming
 from ..catalog import ownership_labels
-from ..kube.startup import prepull_node_count, prepull_pools
+from ..kube.prepull import prepull_node_count, prepull_pools
 from ..nemo_rl.caches import nemo_rl_cache_env
 from .graph import PlannedResource
 

@@ -100,7 +100,7 @@ class PrepullDriver(_KubeNode):
     """The image pre-pull DaemonSet on the GPU pool."""
 
     def __init__(self, ctx: Context) -> None:
-        from ..kube.startup import prepull_daemonset
+        from ..kube.prepull import prepull_daemonset
 
         super().__init__(ctx, prepull_daemonset)
         self.selector = ",".join(f"{k}={v}" for k, v in self.manifest["spec"]["selector"]["matchLabels"].items())
@@ -114,7 +114,8 @@ class PrepullDriver(_KubeNode):
         return desired is not None and int(status.get("readyWorkerReplicas") or 0) >= int(desired) > 0
 
     def ensure(self, step: Step) -> Done:
-        from ..kube.startup import daemonset_progress, pod_problem, prepull_node_count
+        from ..kube.diagnose import pod_problem
+        from ..kube.prepull import daemonset_progress, prepull_node_count
 
         api = self._api(step)
         if self._read(api) is None and self._workers_run(api):
@@ -144,7 +145,7 @@ class PrefetchDriver(_KubeNode):
     """The model prefetch Job on the CPU pool."""
 
     def __init__(self, ctx: Context) -> None:
-        from ..kube.startup import prefetch_job
+        from ..kube.prefetch import prefetch_job
 
         super().__init__(ctx, prefetch_job)
         self.models = list(ctx.cluster.prefetch_models)
@@ -154,7 +155,7 @@ class PrefetchDriver(_KubeNode):
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
-        from ..kube.prefetch import MARK
+        from ..kube.prefetch_program import MARK
 
         try:
             text = client.CoreV1Api(api).read_namespaced_pod_log(
@@ -165,7 +166,8 @@ class PrefetchDriver(_KubeNode):
         return lines[-1] if lines else ""
 
     def ensure(self, step: Step) -> Done:
-        from ..kube.startup import job_state, models_of, pod_problem
+        from ..kube.diagnose import pod_problem
+        from ..kube.prefetch import job_state, models_of
 
         api = self._api(step)
         found = self._read(api)
