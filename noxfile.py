@@ -1,9 +1,14 @@
-"""Developer sessions. ``nox -l`` lists them; CI runs ``nox -s tests-slow`` and ``nox -s tests``.
+"""Developer sessions. ``nox -l`` lists them; CI runs ``nox -s tests-slow``, ``nox -s tests`` and
+``nox -s tests-kube``.
 
 - tests:      the default test run (unit, doctests, local Ray head, protocol fakes), about
               5 minutes on 2 cores: every test but those marked ``slow``.
 - tests-slow: the tests marked ``slow`` (real Ray worker nodes preempted, whole GKE
               deployments on the fakes, docs blocks that run jobs), about 8 minutes.
+- tests-kube: the tests marked ``kube``: the Kubernetes half against a real control plane
+              (kube-apiserver, etcd, controller-manager, scheduler, kwok, the KubeRay
+              operator) built from Go modules by ``tools/kube/build.sh`` (needs Go >= 1.26;
+              the first build takes about 20 minutes on 2 cores, later ones reuse it).
 - lint:      ruff check.
 - typecheck: mypy on the package.
 - docs:      mkdocs build --strict (broken links and missing pages fail).
@@ -32,14 +37,24 @@ def _install(session: nox.Session, *groups: str) -> None:
 def tests(session: nox.Session) -> None:
     """The default test run: every test not marked slow (pass extra pytest arguments after --)."""
     _install(session, "test")
-    session.run("pytest", "-m", "not slow", *session.posargs)
+    session.run("pytest", "-m", "not slow and not kube", *session.posargs)
 
 
 @nox.session(name="tests-slow", python=PYTHON)
 def tests_slow(session: nox.Session) -> None:
     """The tests marked slow: multi-process scenarios of tens of seconds each."""
     _install(session, "test")
-    session.run("pytest", "-m", "slow", *session.posargs)
+    session.run("pytest", "-m", "slow and not kube", *session.posargs)
+
+
+@nox.session(name="tests-kube", python=PYTHON)
+def tests_kube(session: nox.Session) -> None:
+    """The tests marked kube, against the control plane tools/kube/build.sh builds (needs Go)."""
+    _install(session, "test")
+    session.run("bash", "tools/kube/build.sh", external=True)  # builds what is missing, with progress
+    out = session.run("bash", "tools/kube/build.sh", external=True, silent=True)  # reused: prints where
+    build = str(out).strip().splitlines()[-1]
+    session.run("pytest", "-m", "kube", "--kube", *session.posargs, env={"RL_LUSTRE_KUBE_BUILD": build})
 
 
 @nox.session(python=PYTHON)

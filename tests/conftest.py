@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # A real local Ray head shared by the whole session (and process-table helpers).
-pytest_plugins = ["ray_fixtures", "preemption_report"]
+pytest_plugins = ["ray_fixtures", "preemption_report", "kube_plane"]
 
 # Upstream reference data, vendored as data only (provenance and licences in its README).
 REF = Path(__file__).resolve().parent / "ref"
@@ -37,12 +37,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run tests marked 'live' against real Google Cloud (needs Application Default "
         "Credentials and RL_LUSTRE_LIVE_PROJECT)",
     )
+    parser.addoption(
+        "--kube",
+        action="store_true",
+        help="run tests marked 'kube' against a real Kubernetes control plane (built from Go "
+        "modules by tools/kube/build.sh, which needs Go >= 1.26; nox -s tests-kube does both)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--live"):
-        return
-    skip = pytest.mark.skip(reason="talks to real Google Cloud: opt in with --live and credentials")
+    skips = {
+        "live": None if config.getoption("--live") else pytest.mark.skip(
+            reason="talks to real Google Cloud: opt in with --live and credentials"),
+        "kube": None if config.getoption("--kube") else pytest.mark.skip(
+            reason="needs the real Kubernetes control plane: nox -s tests-kube (or --kube)"),
+    }
     for item in items:
-        if "live" in item.keywords:
-            item.add_marker(skip)
+        for marker, skip in skips.items():
+            if skip is not None and marker in item.keywords:
+                item.add_marker(skip)

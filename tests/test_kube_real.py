@@ -1,0 +1,231 @@
+"""Our Kubernetes code against a real control plane (``nox -s tests-kube``; see ``kube_plane.py``).
+
+kube-apiserver, etcd, controller-manager, scheduler, kwok and the KubeRay operator, built
+from Go modules; Nodes shaped like the node pools a ``Cluster`` plans; the production
+modules (``rl_lustre.kube.*``) unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_plane import ControlPlane
+
+from rl_lustre import Cluster, naming
+from rl_lustre.errors import KubernetesError
+
+pytestmark = pytest.mark.kube
+
+SPEC: dict[str, Any] = {
+    "name": "kr", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 2,
+    "image": "rayproject/ray:2.60.0", "mount_path": "/lustre", "secrets": ["RAY_AUTH_TOKEN"],
+}
+
+
+def _core(plane: ControlPlane) -> Any:
+    from kubernetes import client
+
+    return client.CoreV1Api(plane.api_client())
+
+
+def _wait(what: str, check: Any, timeout: float = 60.0, poll: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)
+
+
+@pytest.fixture
+def nodes(kube_plane: ControlPlane) -> Iterator[dict[str, list[str]]]:
+    """The Nodes GKE registers for ``SPEC``'s node pools (the CPU pool, 2 A4 Spot nodes), Ready."""
+    from rl_lustre.gcp.container import node_pool_request
+
+    cluster = Cluster(**SPEC)
+    plan = cluster.plan()
+    pools = {key: node_pool_request(plan, key) for key in ("cpu-pool", "gpu-pool")}
+    names = {key: kube_plane.add_pool_nodes(pool, cluster=cluster.name, zone=SPEC["zone"])
+             for key, pool in pools.items()}
+    kube_plane.wait_nodes_ready()
+    yield names
+    for pool in pools.values():
+        kube_plane.remove_pool_nodes(pool.name)
+    _wait("the nodes to go", lambda: not _core(kube_plane).list_node().items)
+
+
+def test_the_api_server_is_kubernetes_of_a_gke_regular_minor_with_token_auth(kube_plane: ControlPlane) -> None:
+    from kubernetes import client
+
+    from rl_lustre.kube.client import ResourceClient, translate_errors
+
+    version = client.VersionApi(kube_plane.api_client()).get_code()
+    assert version.git_version == kube_plane.versions["KUBERNETES"] == "v1.35.4"
+
+    # A bearer token it did not issue is refused, and our boundary says so.
+    stranger = ResourceClient(kube_plane.api_client(token="not-a-token"), "Secret", "default")
+    with pytest.raises(KubernetesError, match="401"), translate_errors("read Secret anything"):
+        stranger.get("anything")
+    assert "not-a-token" not in str(stranger)
+
+    # The CRDs: KubeRay's from its module, GKE's networking ones from our vendored schemas.
+    ext = client.ApiextensionsV1Api(kube_plane.api_client())
+    crds = {c.metadata.name: c for c in ext.list_custom_resource_definition().items}
+    assert {"rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io"} <= set(crds)
+    assert [v.name for v in crds["rayclusters.ray.io"].spec.versions if v.storage] == ["v1"]
+    for name in ("gkenetworkparamsets.networking.gke.io", "networks.networking.gke.io"):
+        assert crds[name].spec.scope == "Cluster"
+
+
+def test_nodes_carry_what_gke_gives_a4_spot_and_cpu_nodes_and_the_scheduler_holds_pods_to_it(
+        kube_plane: ControlPlane, nodes: dict[str, list[str]]) -> None:
+    core = _core(kube_plane)
+    gpu = [core.read_node(n) for n in nodes["gpu-pool"]]
+    (cpu,) = [core.read_node(n) for n in nodes["cpu-pool"]]
+    assert len(gpu) == SPEC["num_nodes"]
+    for node in gpu:
+        labels = node.metadata.labels
+        assert labels["cloud.google.com/gke-accelerator"] == "nvidia-b200"
+        assert labels["cloud.google.com/gke-spot"] == "true"
+        assert labels["cloud.google.com/gke-nodepool"] == naming.gpu_pool_name(Cluster(**SPEC))
+        assert labels["node.kubernetes.io/instance-type"] == "a4-highgpu-8g"
+        assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [("nvidia.com/gpu", "present", "NoSchedule")]
+        assert node.status.allocatable["nvidia.com/gpu"] == "8"
+        assert node.status.allocatable["cpu"] == "223370m"
+    assert "cloud.google.com/gke-spot" not in cpu.metadata.labels
+    assert not cpu.spec.taints
+
+    def pod(name: str, resources: dict[str, str], *, tolerate: bool = True) -> dict[str, Any]:
+        spec: dict[str, Any] = {"containers": [{"name": "c", "image": "busybox",
+                                                "resources": {"requests": resources, "limits": resources}}],
+                                "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-b200"}}
+        if tolerate:
+            spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+    def scheduled(name: str) -> Any:
+        status = core.read_namespaced_pod(name, "default").status
+        return next((c for c in status.conditions or [] if c.type == "PodScheduled"), None)
+
+    try:
+        core.create_namespaced_pod("default", pod("fits", {"nvidia.com/gpu": "8", "cpu": "100"}))
+        core.create_namespaced_pod("default", pod("nine-gpus", {"nvidia.com/gpu": "9"}))
+        core.create_namespaced_pod("default", pod("no-toleration", {"cpu": "1"}, tolerate=False))
+        core.create_namespaced_pod("default", pod("too-much-disk", {"ephemeral-storage": "10Ti"}))
+        assert _wait("fits to be scheduled", lambda: (c := scheduled("fits")) is not None and c.status == "True")
+        _wait("fits to run", lambda: core.read_namespaced_pod("fits", "default").status.phase == "Running")
+        for name, why in (("nine-gpus", "nvidia.com/gpu"), ("no-toleration", "untolerated taint"),
+                          ("too-much-disk", "ephemeral-storage")):
+            condition = _wait(f"{name} to be refused", lambda n=name: (c := scheduled(n)) is not None and c)
+            assert (condition.status, condition.reason) == ("False", "Unschedulable"), name
+            assert why in condition.message, (name, condition.message)
+    finally:
+        for name in ("fits", "nine-gpus", "no-toleration", "too-much-disk"):
+            core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+        _wait("the pods to go", lambda: not core.list_namespaced_pod("default").items)
+
+
+def test_a_killed_test_process_leaves_no_component_behind(kube_plane: ControlPlane, tmp_path: Path) -> None:
+    """The watchdog ends every component (and removes the work directory) when the process
+    that started them dies without a chance to stop them."""
+    script = textwrap.dedent("""
+        import json, sys, time
+        sys.path.insert(0, sys.argv[1])
+        from kube_plane import ControlPlane
+        from pathlib import Path
+        plane = ControlPlane(Path(sys.argv[2]))
+        plane.start()
+        print(json.dumps({"pids": plane.pids(), "workdir": str(plane.workdir)}), flush=True)
+        time.sleep(600)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script, str(Path(__file__).parent), str(kube_plane.build_dir)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        started = json.loads(child.stdout.readline())
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    pids, workdir = started["pids"], Path(started["workdir"])
+    assert len(pids) == 6
+    assert workdir.is_dir()
+
+    def gone(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    _wait("the components to end", lambda: all(gone(pid) for pid in pids), timeout=30)
+    _wait("the work directory to go", lambda: not workdir.exists(), timeout=15)
+    assert os.getpid() not in pids
+
+
+@pytest.fixture
+def deployed(kube_plane: ControlPlane, nodes: dict[str, list[str]]) -> Iterator[tuple[Cluster, list[dict[str, Any]]]]:
+    """``SPEC``'s objects applied by our code (volume, claim, Secret, networks, RayCluster) and
+    deleted by our code afterwards."""
+    from rl_lustre.kube.apply import apply_manifests, delete_manifests
+    from rl_lustre.kube.manifests import build_manifests
+
+    cluster = Cluster(**SPEC)
+    cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"
+    manifests = build_manifests(cluster, secret_values={"RAY_AUTH_TOKEN": "t0k3n"}, redact=False)
+    api = kube_plane.api_client()
+    applied = apply_manifests(api, manifests, deployment=cluster.name)
+    assert {a.action for a in applied} == {"created"}
+    yield cluster, manifests
+    delete_manifests(api, manifests, deployment=cluster.name, timeout=120)
+    # The operator's pods and Service went with the RayCluster (garbage collector, foreground).
+    assert not _core(kube_plane).list_namespaced_pod("default").items
+    assert [s.metadata.name for s in _core(kube_plane).list_namespaced_service("default").items] == ["kubernetes"]
+
+
+def test_the_raycluster_is_ready_through_the_real_operator_which_keeps_our_commands(
+        kube_plane: ControlPlane, deployed: tuple[Cluster, list[dict[str, Any]]]) -> None:
+    from rl_lustre.kube.apply import wait_ready
+
+    cluster, manifests = deployed
+    wait_ready(kube_plane.api_client(), manifests, timeout=120)
+
+    pods = _core(kube_plane).list_namespaced_pod("default", label_selector=f"ray.io/cluster={cluster.name}").items
+    by_type: dict[str, list[Any]] = {}
+    for pod in pods:
+        by_type.setdefault(pod.metadata.labels["ray.io/node-type"], []).append(pod)
+    assert len(by_type["head"]) == 1
+    assert len(by_type["worker"]) == SPEC["num_nodes"]
+    (head,) = by_type["head"]
+    # The head on the on-demand CPU pool, the workers one per A4 Spot node.
+    assert head.spec.node_name.startswith(f"gke-{cluster.name}-{naming.cpu_pool_name(cluster)}-")
+    assert sorted(w.spec.node_name for w in by_type["worker"]) == sorted(
+        n.metadata.name for n in _core(kube_plane).list_node(
+            label_selector=f"cloud.google.com/gke-nodepool={naming.gpu_pool_name(cluster)}").items)
+
+    # KubeRay honoured ray.io/overwrite-container-cmd: our commands run, and hand over to its
+    # generated `ray start ... --block`.
+    for pod in [head, *by_type["worker"]]:
+        container = pod.spec.containers[0]
+        assert container.command == ["/bin/bash", "-lc", "--"]
+        assert container.args[0].endswith("exec ${KUBERAY_GEN_RAY_START_CMD}")
+        generated = {e.name: e.value for e in container.env}["KUBERAY_GEN_RAY_START_CMD"]
+        assert generated.startswith("ray start")
+        assert "--block" in generated
+        # ... and added its exec probes, which the kubelet would run in the container.
+        assert "local_raylet_healthz" in " ".join(container.readiness_probe._exec.command)
+    assert "gcs_healthz" in " ".join(head.spec.containers[0].readiness_probe._exec.command)
+    assert "--head" in {e.name: e.value for e in head.spec.containers[0].env}["KUBERAY_GEN_RAY_START_CMD"]
+    for worker in by_type["worker"]:
+        assert [c.name for c in worker.spec.init_containers] == ["wait-gcs-ready"]
