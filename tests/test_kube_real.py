@@ -52,7 +52,7 @@ def _wait(what: str, check: Any, timeout: float = 60.0, poll: float = 0.2) -> An
 @pytest.fixture
 def nodes(kube_plane: ControlPlane) -> Iterator[dict[str, list[str]]]:
     """The Nodes GKE registers for ``SPEC``'s node pools (the CPU pool, 2 A4 Spot nodes), Ready."""
-    from rl_lustre.gcp.container import node_pool_request
+    from rl_lustre.gcp.container_requests import node_pool_request
 
     cluster = Cluster(**SPEC)
     plan = cluster.plan()

@@ -61,7 +61,7 @@ def machine_shape(machine_type: str) -> tuple[int, float, int]:
     known = GPU_MACHINE_TYPES.get(machine_type)
     if known is not None:
         return known.vcpus, float(known.memory_gib), known.gpus
-    from ..kube.manifests import _machine_capacity
+    from ..kube.raycluster import _machine_capacity
 
     shape = _machine_capacity(machine_type)
     if shape is None:
