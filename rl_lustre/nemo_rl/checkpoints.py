@@ -32,6 +32,9 @@ from typing import Any, Literal
 
 import attrs
 
+from . import formats
+from .formats import TRAINING_INFO, checkpoint_step
+
 __all__ = ["LISTING_MARK", "Checkpoint", "latest_checkpoint", "list_checkpoints", "listing_command", "parse_listing"]
 
 # Starts the one line of the listing command's output that carries the listing.
@@ -128,7 +131,7 @@ def listing_command(checkpoint_dir: str, *, python: str = "python3") -> str:
         [3]
     """
     script = "\n".join([
-        "from __future__ import annotations",
+        inspect.getsource(formats),  # it starts with its ``from __future__`` import
         inspect.getsource(_scan),
         "import json, sys",
         f"print({LISTING_MARK!r} + json.dumps(_scan(sys.argv[1])), flush=True)",
@@ -177,11 +180,11 @@ def _scan(root: str) -> list[dict[str, Any]]:
     """The ``step_N`` directories under ``root`` as plain records, oldest step first.
 
     Runs here and, as the source of :func:`listing_command`'s script, on the Ray head:
-    it must use only the standard library and import what it needs itself.
+    it must use only the standard library and import what it needs itself, but for the
+    names of :mod:`rl_lustre.nemo_rl.formats`, whose source comes first in that script.
     """
     import json
     import os
-    import re
 
     try:
         entries = list(os.scandir(root))
@@ -190,8 +193,8 @@ def _scan(root: str) -> list[dict[str, Any]]:
         return []
     found = []
     for entry in entries:
-        m = re.fullmatch(r"step_(\d+)", entry.name)
-        if m is None or not entry.is_dir(follow_symlinks=False):
+        step = checkpoint_step(entry.name)
+        if step is None or not entry.is_dir(follow_symlinks=False):
             continue
         size = 0
         try:
@@ -204,7 +207,7 @@ def _scan(root: str) -> list[dict[str, Any]]:
         except FileNotFoundError:
             # keep_top_k deleted it while we were looking; it is no longer a checkpoint.
             continue
-        info_path = os.path.join(entry.path, "training_info.json")
+        info_path = os.path.join(entry.path, TRAINING_INFO)
         info = {}
         save_seconds = None
         try:
@@ -216,7 +219,7 @@ def _scan(root: str) -> list[dict[str, Any]]:
         except (FileNotFoundError, ValueError):
             pass
         found.append({
-            "step": int(m.group(1)),
+            "step": step,
             "path": entry.path,
             "size_bytes": size,
             "finished_at": last_mtime,

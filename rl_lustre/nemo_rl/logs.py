@@ -42,10 +42,10 @@ from typing import Literal
 
 import attrs
 
+from .formats import SAVE_LINE, STEP_HEADER
+
 __all__ = ["CheckpointSave", "LogParser", "ParsedLog", "StepRecord", "parse_log"]
 
-_STEP = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
-_SAVE = re.compile(r"Saving checkpoint for step (\d+)\.\.\.")
 _END = re.compile(r"(?:Max number of steps|Timeout) has been reached, stopping training early")
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
 # "  • Loss: 0.0123", "  • policy_training: 10.97s (30.7%)", "    - E2E (Tokens/sec/gpu): 1073.59"
@@ -223,13 +223,13 @@ class LogParser:
             self._pending_saves.append(attrs.evolve(self._open_save, ended_at=now))
             self._open_save = None
 
-        m = _STEP.fullmatch(text)
+        m = STEP_HEADER.fullmatch(text)
         if m:
             done += self._complete()
             self._step, self._total = int(m.group(1)), int(m.group(2))
             self._started_at = now
             return done
-        m = _SAVE.fullmatch(text)
+        m = SAVE_LINE.fullmatch(text)
         if m:
             self._open_save = CheckpointSave(step=int(m.group(1)), started_at=now)
             self._block = None

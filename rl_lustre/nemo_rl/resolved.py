@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import posixpath
 import shlex
 import sys
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .._command import number
 from .._validate import FrozenDict
 from ..catalog import RESERVED_ENV
 from ..errors import ConfigError, PreflightError
@@ -360,8 +360,8 @@ def _entrypoint(job: JobSpec, cluster: ClusterSpec, version: NemoRLVersion, name
         placed = " --place-workers" if cluster.worker_nodes else ""
         return (
             f"{shlex.quote(sys.executable)} -m rl_lustre.rehearsal"
-            f" --checkpoint-scale {_num(cluster.rehearsal_scale)}"
-            f" --step-seconds {_num(cluster.rehearsal_step_seconds)}{pinned}{placed}"
+            f" --checkpoint-scale {number(cluster.rehearsal_scale)}"
+            f" --step-seconds {number(cluster.rehearsal_step_seconds)}{pinned}{placed}"
             f" --config {shlex.quote(name)} {quoted}"
         )
     root = cluster.nemo_rl_path if cluster.backend == "local" else job.nemo_rl_dir
@@ -388,9 +388,3 @@ def _runtime_env(job: JobSpec, cluster: ClusterSpec, hf_home: str) -> tuple[Mapp
         out["excludes"] = list(job.excludes)
     return out, None
 
-
-def _num(x: float) -> str:
-    """A number for a command line, exactly (``1e-05``, ``0.5``, ``2``)."""
-    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and math.isfinite(x)):
-        return str(int(x))
-    return repr(float(x))

@@ -15,6 +15,7 @@ what is watched, waited for and when it gives up). This package is the client's 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import json
 import shlex
@@ -24,6 +25,7 @@ from typing import Any
 
 import attrs
 
+from .._command import number as _number
 from .supervisor import RESTART_MARK, RESUMED_MARK
 
 __all__ = ["LostNode", "Restart", "parse_restarts", "shipped_module", "supervised"]
@@ -171,38 +173,46 @@ def supervised(
         "--max-restarts", str(max_restarts),
         "--nodes", str(nodes),
         "--gpus-per-node", str(gpus_per_node),
-        "--capacity-timeout", _num(capacity_timeout),
-        "--poll", _num(poll),
-        "--settle", _num(settle),
-        "--hang-grace", _num(hang_grace),
+        "--capacity-timeout", _number(capacity_timeout),
+        "--poll", _number(poll),
+        "--settle", _number(settle),
+        "--hang-grace", _number(hang_grace),
     ]  # fmt: skip
     if checkpoint_dir:
         parts += ["--checkpoint-dir", shlex.quote(checkpoint_dir)]
     return " ".join([*parts, "--", shlex.quote(command)])
 
 
+# The files the supervisor needs, relative to the rl_lustre package: shipped at the same
+# places inside rl_lustre_supervisor, so that its relative imports work there as here.
+SHIPPED = ("recovery/supervisor.py", "nemo_rl/formats.py")
+_MAIN = b"import sys\n\nfrom .recovery.supervisor import main\n\nsys.exit(main())\n"
+
+
 def shipped_module() -> str:
     """A directory holding the ``rl_lustre_supervisor`` package, for the job's ``py_modules``.
 
-    The package is this installation's ``supervisor.py``; its directory is named by the
-    content's hash, so Ray uploads it once per cluster and every process agrees on it.
+    The package holds this installation's :data:`SHIPPED` files, at the same paths as in
+    rl_lustre (empty ``__init__.py`` files around them), and a ``__main__.py`` that runs
+    the supervisor. Its directory is named by the content's hash, so Ray uploads it once
+    per cluster and every process agrees on it. The files are read and hashed once per
+    process; the directory is made again if something removed it.
 
     Examples:
         >>> import os
         >>> d = shipped_module()
-        >>> os.path.basename(d), sorted(os.listdir(d))
-        ('rl_lustre_supervisor', ['__init__.py', '__main__.py'])
+        >>> os.path.basename(d), sorted(os.path.relpath(os.path.join(top, f), d)
+        ...                             for top, _, files in os.walk(d) for f in files if f.endswith(".py"))
+        ('rl_lustre_supervisor', ['__init__.py', '__main__.py', 'nemo_rl/__init__.py', 'nemo_rl/formats.py', 'recovery/__init__.py', 'recovery/supervisor.py'])
     """
-    source = (Path(__file__).parent / "supervisor.py").read_bytes()
-    main = b"import sys\n\nfrom . import main\n\nsys.exit(main())\n"
-    digest = hashlib.sha256(source + main).hexdigest()[:12]
-    root = Path(tempfile.gettempdir()) / f"rl-lustre-supervisor-{digest}"
+    root, files = _shipped_files()
     package = root / MODULE
     if not (package / "__main__.py").is_file():
         staging = Path(tempfile.mkdtemp(prefix="rl-lustre-supervisor-"))
-        (staging / MODULE).mkdir()
-        (staging / MODULE / "__init__.py").write_bytes(source)
-        (staging / MODULE / "__main__.py").write_bytes(main)
+        for relative, content in files.items():
+            target = staging / MODULE / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
         try:
             staging.rename(root)
         except OSError:
@@ -210,8 +220,19 @@ def shipped_module() -> str:
             import shutil
 
             shutil.rmtree(staging, ignore_errors=True)
-    return str(root / MODULE)
+    return str(package)
 
 
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(float(x))
+@functools.cache
+def _shipped_files() -> tuple[Path, dict[str, bytes]]:
+    """Where the shipped package goes (named by its content's hash) and ``{path: content}`` of its files."""
+    here = Path(__file__).parent.parent
+    files: dict[str, bytes] = {"__init__.py": b"", "__main__.py": _MAIN}
+    for relative in SHIPPED:
+        files[relative] = (here / relative).read_bytes()
+        parent = Path(relative).parent
+        while parent != Path("."):
+            files.setdefault(f"{parent.as_posix()}/__init__.py", b"")
+            parent = parent.parent
+    digest = hashlib.sha256(json.dumps({k: v.hex() for k, v in sorted(files.items())}).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"rl-lustre-supervisor-{digest}", files

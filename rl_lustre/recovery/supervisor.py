@@ -2,8 +2,9 @@
 
 It runs on the cluster, not in the user's process: the submitted Ray job is
 ``python -m rl_lustre_supervisor [options] -- <NeMo-RL's command>``, and this file is
-shipped with the job (as the ``rl_lustre_supervisor`` package in the job's
-``py_modules``), so the cluster's image needs nothing of rl_lustre. It uses the
+shipped with the job (inside the ``rl_lustre_supervisor`` package in the job's
+``py_modules``, with :mod:`rl_lustre.nemo_rl.formats`, the log and checkpoint formats
+it reads), so the cluster's image needs nothing of rl_lustre. It uses the
 standard library and, to read the node table, Ray's public state API
 (``ray.util.state.list_nodes``, in Ray 2.46 as in later versions), imported only when
 the job has worker nodes to watch.
@@ -46,7 +47,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -55,14 +55,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+# Shipped with this file to the cluster, at the same place relative to it (see shipped_module).
+from ..nemo_rl.formats import STEP_HEADER, checkpoint_step
+
 __all__ = ["PREFIX", "RESTART_MARK", "RESUMED_MARK", "main"]
 
 PREFIX = "rl_lustre supervisor:"
 RESTART_MARK = "RL_LUSTRE_RESTART "
 RESUMED_MARK = "RL_LUSTRE_RESUMED "
-# NeMo-RL's step header: 25 '=' on each side of "Step k/N".
-_STEP = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
-_CHECKPOINT = re.compile(r"step_(\d+)")
 # Ray's job stop waits 3 s before its SIGKILL; the command gets most of that.
 _STOP_GRACE = 2.5
 
@@ -152,7 +152,7 @@ class Supervisor:
         for raw in iter(stream.readline, b""):
             out.write(raw)
             out.flush()
-            m = _STEP.search(raw.decode(errors="replace"))
+            m = STEP_HEADER.search(raw.decode(errors="replace"))
             if m:
                 step = int(m.group(1))
                 self.last_step = step
@@ -249,7 +249,7 @@ class Supervisor:
             names = os.listdir(root)
         except OSError:
             return None
-        steps = [int(m.group(1)) for name in names if (m := _CHECKPOINT.fullmatch(name))
+        steps = [step for name in names if (step := checkpoint_step(name)) is not None
                  and os.path.isdir(os.path.join(root, name))]
         return max(steps, default=None)
 

@@ -50,10 +50,11 @@ import json
 import math
 import os
 import random
-import re
 import shutil
 from pathlib import Path
 from typing import Any
+
+from ..nemo_rl import formats
 
 __all__ = [
     "MAX_SHARDS",
@@ -73,13 +74,12 @@ _FILLER_HEADER = b"rl_lustre rehearsal filler: not model weights\n"
 
 def step_dirs(checkpoint_dir: Path, prefix: str) -> dict[int, Path]:
     """``{N: checkpoint_dir/<prefix>N}`` of the directories there (``step_``, ``tmp_step_``, ``old_step_``)."""
-    pattern = re.compile(rf"{prefix}(\d+)")
     found = {}
     if checkpoint_dir.is_dir():
         for p in checkpoint_dir.iterdir():
-            m = pattern.fullmatch(p.name)
-            if m and p.is_dir():
-                found[int(m.group(1))] = p
+            step = formats.checkpoint_step(p.name, prefix)
+            if step is not None and p.is_dir():
+                found[step] = p
     return found
 
 
@@ -99,10 +99,10 @@ def clear_interrupted(checkpoint_dir: Path) -> list[tuple[str, str]]:
     interrupted save, never a checkpoint.
     """
     cleared = []
-    for old in sorted(step_dirs(checkpoint_dir, "old_step_").values()):
+    for old in sorted(step_dirs(checkpoint_dir, formats.DELETING).values()):
         shutil.rmtree(old)
         cleared.append((old.name, "keep_top_k was deleting it when the last run stopped"))
-    for tmp in sorted(step_dirs(checkpoint_dir, "tmp_step_").values()):
+    for tmp in sorted(step_dirs(checkpoint_dir, formats.SAVING).values()):
         shutil.rmtree(tmp)
         cleared.append((f"stale {tmp.name}", "an interrupted save; it was never a checkpoint"))
     return cleared
@@ -140,10 +140,10 @@ def save_checkpoint(checkpoint_dir: Path, k: int, state: dict[str, Any], cfg: di
     """
     import yaml
 
-    print(f"Saving checkpoint for step {k}...", flush=True)
-    tmp = checkpoint_dir / f"tmp_step_{k}"
+    print(formats.save_line(k), flush=True)
+    tmp = checkpoint_dir / formats.checkpoint_name(k, formats.SAVING)
     tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "training_info.json").write_text(json.dumps(state))
+    (tmp / formats.TRAINING_INFO).write_text(json.dumps(state))
     (tmp / "config.yaml").write_text(yaml.safe_dump(cfg))
     block = random.Random(f"{seed}:filler").randbytes(_BLOCK)
     small = {
@@ -170,12 +170,12 @@ def save_checkpoint(checkpoint_dir: Path, k: int, state: dict[str, Any], cfg: di
             f.write(content)
             f.flush()
             os.fsync(f.fileno())
-    for name in ("training_info.json", "config.yaml"):
+    for name in (formats.TRAINING_INFO, "config.yaml"):
         fsync_path(tmp / name)
     for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
         fsync_path(d)
     # Saved steps only ever exceed the newest step_N found at start, so step_k is new.
-    os.rename(tmp, checkpoint_dir / f"step_{k}")
+    os.rename(tmp, checkpoint_dir / formats.checkpoint_name(k))
     fsync_path(checkpoint_dir)
 
 
@@ -185,8 +185,8 @@ def remove_old_checkpoints(checkpoint_dir: Path, keep_top_k: int | None, metric:
     if keep_top_k is None:
         return
     history = []
-    for step, path in step_dirs(checkpoint_dir, "step_").items():
-        info_file = path / "training_info.json"
+    for step, path in step_dirs(checkpoint_dir, formats.COMPLETE).items():
+        info_file = path / formats.TRAINING_INFO
         if info_file.exists():
             history.append((step, path, json.loads(info_file.read_text())))
     if not history:
@@ -203,7 +203,7 @@ def remove_old_checkpoints(checkpoint_dir: Path, keep_top_k: int | None, metric:
             continue
         print(f"Removing checkpoint {path} due to being outside top-{keep_top_k}", flush=True)
         # Renamed first, so that a stop half-way through never leaves a partial step_N.
-        doomed = path.with_name(f"old_step_{step}")
+        doomed = path.with_name(formats.checkpoint_name(step, formats.DELETING))
         os.rename(path, doomed)
         shutil.rmtree(doomed)
 

@@ -103,6 +103,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from ..errors import ConfigError
+from ..nemo_rl import formats
 from . import checkpoints
 from .metrics import metric_problem, print_results, say, train_metrics, val_metrics
 
@@ -239,12 +240,12 @@ class Rehearsal:
         root = self.checkpoint_dir
         for name, why in checkpoints.clear_interrupted(root):
             say(f"{PREFIX} removed {name} ({why})")
-        steps = checkpoints.step_dirs(root, "step_")
+        steps = checkpoints.step_dirs(root, formats.COMPLETE)
         if not steps:
             return
         latest = steps[max(steps)]
         try:
-            info = json.loads((latest / "training_info.json").read_text())
+            info = json.loads((latest / formats.TRAINING_INFO).read_text())
         except (OSError, ValueError) as exc:
             raise RehearsalError(f"cannot resume from {latest}: training_info.json: {exc}") from exc
         self.state = dict(info)
@@ -281,7 +282,7 @@ class Rehearsal:
     def _train_step(self, step_in_epoch: int, steps_in_epoch: int, epoch: int, is_last: bool) -> None:
         k = self.step
         rng = random.Random(f"{self.seed}:{k}")
-        say(f"\n{'=' * 25} Step {step_in_epoch}/{min(steps_in_epoch, self.max_steps)} {'=' * 25}")
+        say("\n" + formats.step_header(step_in_epoch, min(steps_in_epoch, self.max_steps)))
         prompts = int(self.grpo.get("num_prompts_per_step", 1))
         gens = int(self.grpo.get("num_generations_per_prompt", 1))
         t_step = time.perf_counter()

@@ -1,0 +1,64 @@
+"""What NeMo-RL writes that programs on both sides read: the step header of its log and
+the names of its checkpoint directories.
+
+One place for these facts, read by :mod:`rl_lustre.nemo_rl.logs` and
+:mod:`rl_lustre.nemo_rl.checkpoints` here, by the rehearsal driver that writes them, and
+on the cluster by the recovery supervisor. That last one runs on the cluster's image
+(Python 3.12, Ray 2.46, no rl_lustre), so this module uses the standard library only and
+imports nothing of rl_lustre: :func:`rl_lustre.recovery.shipped_module` ships it with the
+supervisor, and :func:`rl_lustre.nemo_rl.checkpoints.listing_command` pastes its source
+into the script it runs on the Ray head.
+
+The format is that of NeMo-RL v0.4.0: ``grpo_train`` in ``nemo_rl/algorithms/grpo.py``
+prints the header; ``CheckpointManager`` in ``nemo_rl/utils/checkpoint.py`` writes a save
+into ``tmp_step_N``, renames it ``step_N`` once complete, and passes a ``step_N`` that
+``keep_top_k`` deletes through ``old_step_N``.
+
+    >>> step_header(3, 20)
+    '========================= Step 3/20 ========================='
+    >>> m = STEP_HEADER.search(step_header(3, 20)); int(m.group(1)), int(m.group(2))
+    (3, 20)
+    >>> checkpoint_name(4), checkpoint_step("step_4"), checkpoint_step("tmp_step_4"), checkpoint_step("step_x")
+    ('step_4', 4, None, None)
+    >>> checkpoint_step(checkpoint_name(4, SAVING), SAVING)
+    4
+"""
+
+from __future__ import annotations
+
+import re
+
+# NeMo-RL's step header: 25 '=' on each side of "Step k/N" (3 or more are accepted).
+STEP_HEADER = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
+# Printed inside a step, before the save, on the steps that save.
+SAVE_LINE = re.compile(r"Saving checkpoint for step (\d+)\.\.\.")
+
+# The prefixes of a checkpoint directory's name, followed by the step number.
+COMPLETE = "step_"  # a complete checkpoint: the only kind NeMo-RL resumes from
+SAVING = "tmp_step_"  # a save in progress, or one interrupted
+DELETING = "old_step_"  # a checkpoint on its way out (keep_top_k)
+# Written first into every checkpoint: NeMo-RL's step counters.
+TRAINING_INFO = "training_info.json"
+
+
+def step_header(step: int, total: int) -> str:
+    """The header NeMo-RL prints at the start of a step (1-based)."""
+    return f"{'=' * 25} Step {step}/{total} {'=' * 25}"
+
+
+def save_line(step: int) -> str:
+    """The line NeMo-RL prints when it starts saving a checkpoint."""
+    return f"Saving checkpoint for step {step}..."
+
+
+def checkpoint_name(step: int, prefix: str = COMPLETE) -> str:
+    """The directory name of step ``step``'s checkpoint (``step_4``; ``tmp_step_4`` with ``SAVING``)."""
+    return f"{prefix}{step}"
+
+
+def checkpoint_step(name: str, prefix: str = COMPLETE) -> int | None:
+    """The step of a directory named ``<prefix>N``; None for any other name."""
+    if not name.startswith(prefix):
+        return None
+    digits = name[len(prefix):]
+    return int(digits) if digits.isascii() and digits.isdigit() else None
