@@ -107,7 +107,8 @@ class Cluster(ClusterSpec):
             (a Spot preemption then kills the driver).
         image: the container image of head and workers.
         ray_version: the Ray inside ``image``; derived for known images.
-        mount_path: where Lustre is mounted in the pods.
+        mount_path: where Lustre is mounted in the pods; ``/lustre`` by default (locally: the
+            volume directory, see :meth:`local`).
         namespace: the Kubernetes namespace.
         network: an existing VPC network to use as-is; by default ``<name>-net`` is created.
         authorized_networks: CIDR blocks allowed to reach the control plane.
@@ -445,3 +446,8 @@ class Cluster(ClusterSpec):
     def _down_at_exit(self) -> None:
         logger.info("cluster %r is still up at interpreter exit; tearing it down", self.name)
         self._backend().down()
+
+
+# The field is ClusterSpec's; the signature (and so the reference docs) names the volume
+# class a Cluster takes.
+Cluster.__init__.__annotations__["volume"] = "LustreVolume | None"

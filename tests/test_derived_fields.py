@@ -24,6 +24,7 @@ def test_ray_version_follows_the_image() -> None:
     assert c.ray_version == "2.46.0"
     moved = attrs.evolve(c, image="rayproject/ray:2.60.0")
     assert moved.ray_version == "2.60.0"
+    assert type(moved) is Cluster
     assert attrs.evolve(moved, image=c.image).ray_version == "2.46.0"
 
 
@@ -91,6 +92,7 @@ def test_default_volume_follows_the_cluster_name_and_place() -> None:
 def test_capacity_follows_the_tier() -> None:
     vol = LustreVolume(name="v")
     assert vol.capacity_gib == 18_000  # the 500 MB/s/TiB tier's minimum
+    assert type(attrs.evolve(vol, throughput_mbps_per_tib=250)) is LustreVolume
     assert attrs.evolve(vol, throughput_mbps_per_tib=250).capacity_gib == 36_000
     assert attrs.evolve(vol, throughput_mbps_per_tib=1000).capacity_gib == 9_000
     sized = LustreVolume(name="v", capacity_gib=72_000)
@@ -129,6 +131,7 @@ def test_the_jobs_converter_type_follows_the_model() -> None:
     job = GRPOJob(name="run-1")
     assert job.overrides(c)["policy.megatron_cfg.converter_type"] == "Qwen2ForCausalLM"
     llama = attrs.evolve(job, model="meta-llama/Llama-3.1-70B-Instruct")
+    assert type(llama) is GRPOJob
     assert llama.overrides(c)["policy.megatron_cfg.converter_type"] == "LlamaForCausalLM"
     pinned = attrs.evolve(job, converter_type="Qwen2ForCausalLM")
     assert attrs.evolve(pinned, model="meta-llama/Llama-3.1-70B-Instruct").overrides(c)[

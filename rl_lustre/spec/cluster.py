@@ -42,7 +42,8 @@ DEFAULT_MOUNT_PATH = "/lustre"
 # lasts at most 30 days and must end at a fixed time, so it is not offered here.
 MAINTENANCE_EXCLUSIONS = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES")
 
-_C = TypeVar("_C", bound="ClusterSpec")
+# The class local() is called on (Cluster.local() makes a Cluster): typing.Self before Python 3.11.
+Self = TypeVar("Self", bound="ClusterSpec")
 
 
 def default_local_root() -> Path:
@@ -330,7 +331,7 @@ class ClusterSpec:
 
     @classmethod
     def local(
-        cls: type[_C],
+        cls: type[Self],
         name: str = "local",
         *,
         volume_dir: str | Path | None = None,
@@ -343,7 +344,7 @@ class ClusterSpec:
         rehearsal_step_seconds: float = 0.5,
         worker_nodes: int = 0,
         **kwargs: Any,
-    ) -> _C:
+    ) -> Self:
         """A deployment on this machine: a real local Ray head and a directory as the volume.
 
         Jobs run the real NeMo-RL entrypoint when ``nemo_rl_path`` points at a NeMo-RL
