@@ -59,6 +59,7 @@ BAD: list[tuple[str, Callable[[], Any], str, tuple[str, ...]]] = [
     ("volume_dir=''", lambda: Cluster.local(volume_dir=""), "volume_dir", ("not empty",)),
     ("volume_dir='/'", lambda: Cluster.local(volume_dir="/"), "volume_dir", ("other than '/'",)),
     ("volume_dir NUL", lambda: Cluster.local(volume_dir="/tmp/a\x00b"), "volume_dir", ("control characters",)),
+    ("volume_dir ~nobody-here", lambda: Cluster.local(volume_dir="~no-such-user-0/v"), "volume_dir", ("'~user'",)),
     ("local name=5", lambda: Cluster.local(5), "name", ("got an int",)),
     ("submit('name')", lambda: _local().submit("name"), "job", ("must be a GRPOJob", "got a str")),
     ("attach(5)", lambda: Cluster(**GKE).attach(5), "job_id", ("got an int",)),

@@ -428,8 +428,13 @@ def _local_mount(owner: str, volume_dir: str | os.PathLike[str]) -> str:
                           f"{default_local_root() / '<name>' / 'volume'})")
     if v.control_char(raw) is not None:
         v.no_control(owner, "volume_dir", raw)
-    # expanduser() leaves a path without a leading "~" as it is.
-    mount = posixpath.normpath(str(Path(raw).expanduser().absolute()))
+    try:
+        # expanduser() leaves a path without a leading "~" as it is.
+        expanded = Path(raw).expanduser()
+    except RuntimeError:
+        raise ConfigError(owner, "volume_dir", raw,
+                          "starts with '~user' for a user this machine does not know; give the directory's path") from None
+    mount = posixpath.normpath(str(expanded.absolute()))
     if mount == "/" or any(ch.isspace() for ch in mount) or ":" in mount:
         raise ConfigError(owner, "volume_dir", raw,
                           "must be a directory other than '/', without whitespace or ':' in its path")
