@@ -54,5 +54,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     }
     for item in items:
         for marker, skip in skips.items():
-            if skip is not None and marker in item.keywords:
+            if skip is not None and item.get_closest_marker(marker) is not None:
                 item.add_marker(skip)
