@@ -23,8 +23,10 @@ from kube_plane import ControlPlane
 
 from rl_lustre import Cluster, naming
 from rl_lustre.errors import KubernetesError
+from rl_lustre.testing import KubeFake
 
-pytestmark = pytest.mark.kube
+# Tests that take ``kube`` run twice: against the real control plane (marked ``kube``) and
+# against KubeFake (in the default run), so that the fake is held to the real thing.
 
 SPEC: dict[str, Any] = {
     "name": "kr", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 2,
@@ -66,6 +68,7 @@ def nodes(kube_plane: ControlPlane) -> Iterator[dict[str, list[str]]]:
     _wait("the nodes to go", lambda: not _core(kube_plane).list_node().items)
 
 
+@pytest.mark.kube
 def test_the_api_server_is_kubernetes_of_a_gke_regular_minor_with_token_auth(kube_plane: ControlPlane) -> None:
     from kubernetes import client
 
@@ -89,6 +92,7 @@ def test_the_api_server_is_kubernetes_of_a_gke_regular_minor_with_token_auth(kub
         assert crds[name].spec.scope == "Cluster"
 
 
+@pytest.mark.kube
 def test_nodes_carry_what_gke_gives_a4_spot_and_cpu_nodes_and_the_scheduler_holds_pods_to_it(
         kube_plane: ControlPlane, nodes: dict[str, list[str]]) -> None:
     core = _core(kube_plane)
@@ -137,6 +141,7 @@ def test_nodes_carry_what_gke_gives_a4_spot_and_cpu_nodes_and_the_scheduler_hold
         _wait("the pods to go", lambda: not core.list_namespaced_pod("default").items)
 
 
+@pytest.mark.kube
 def test_a_killed_test_process_leaves_no_component_behind(kube_plane: ControlPlane, tmp_path: Path) -> None:
     """The watchdog ends every component (and removes the work directory) when the process
     that started them dies without a chance to stop them."""
@@ -174,8 +179,19 @@ def test_a_killed_test_process_leaves_no_component_behind(kube_plane: ControlPla
     assert os.getpid() not in pids
 
 
+@pytest.fixture(params=[pytest.param("real", marks=pytest.mark.kube), "fake"])
+def kube(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The real control plane (with ``SPEC``'s nodes), or a KubeFake: each has ``api_client()``."""
+    if request.param == "real":
+        request.getfixturevalue("nodes")
+        yield request.getfixturevalue("kube_plane")
+    else:
+        with KubeFake() as fake:
+            yield fake
+
+
 @pytest.fixture
-def deployed(kube_plane: ControlPlane, nodes: dict[str, list[str]]) -> Iterator[tuple[Cluster, list[dict[str, Any]]]]:
+def deployed(kube: Any) -> Iterator[tuple[Cluster, list[dict[str, Any]]]]:
     """``SPEC``'s objects applied by our code (volume, claim, Secret, networks, RayCluster) and
     deleted by our code afterwards."""
     from rl_lustre.kube.apply import apply_manifests, delete_manifests
@@ -184,18 +200,23 @@ def deployed(kube_plane: ControlPlane, nodes: dict[str, list[str]]) -> Iterator[
     cluster = Cluster(**SPEC)
     cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"
     manifests = build_manifests(cluster, secret_values={"RAY_AUTH_TOKEN": "t0k3n"}, redact=False)
-    api = kube_plane.api_client()
+    api = kube.api_client()
     applied = apply_manifests(api, manifests, deployment=cluster.name)
     assert {a.action for a in applied} == {"created"}
     yield cluster, manifests
     delete_manifests(api, manifests, deployment=cluster.name, timeout=120)
     # The operator's pods and Service went with the RayCluster (garbage collector, foreground).
-    assert not _core(kube_plane).list_namespaced_pod("default").items
-    assert [s.metadata.name for s in _core(kube_plane).list_namespaced_service("default").items] == ["kubernetes"]
+    assert not _core(kube).list_namespaced_pod("default").items
+    assert [s.metadata.name for s in _core(kube).list_namespaced_service("default").items
+            if s.metadata.name != "kubernetes"] == []
 
 
+@pytest.mark.kube
+@pytest.mark.parametrize("kube", ["real"], indirect=True)
 def test_the_raycluster_is_ready_through_the_real_operator_which_keeps_our_commands(
         kube_plane: ControlPlane, deployed: tuple[Cluster, list[dict[str, Any]]]) -> None:
+    """(KubeFake copies the pod templates as they are: it has no generated ``ray start``,
+    probes or init containers to compare; what it does keep is our commands.)"""
     from rl_lustre.kube.apply import wait_ready
 
     cluster, manifests = deployed
@@ -229,3 +250,48 @@ def test_the_raycluster_is_ready_through_the_real_operator_which_keeps_our_comma
     assert "--head" in {e.name: e.value for e in head.spec.containers[0].env}["KUBERAY_GEN_RAY_START_CMD"]
     for worker in by_type["worker"]:
         assert [c.name for c in worker.spec.init_containers] == ["wait-gcs-ready"]
+
+
+def test_an_adopted_raycluster_whose_pod_template_changed_is_ready_without_waiting_out_the_timeout(
+        kube: Any, deployed: tuple[Cluster, list[dict[str, Any]]]) -> None:
+    """KubeRay writes ``observedGeneration`` only along with another status change, and a
+    template-only change (image, env) changes no status: the status stays at the old
+    generation with every pod ready."""
+    from kubernetes import client
+
+    from rl_lustre.kube.apply import apply_manifests, wait_ready
+
+    cluster, manifests = deployed
+    api = kube.api_client()
+    wait_ready(api, manifests, timeout=120)
+    changed = json.loads(json.dumps(manifests))
+    rc = next(m for m in changed if m["kind"] == "RayCluster")
+    for group in (rc["spec"]["headGroupSpec"], *rc["spec"]["workerGroupSpecs"]):
+        group["template"]["spec"]["containers"][0]["image"] = "rayproject/ray:2.60.1"
+    actions = {a.kind: a.action for a in apply_manifests(api, changed, deployment=cluster.name)}
+    assert actions["RayCluster"] == "adopted"
+
+    custom = client.CustomObjectsApi(api)
+
+    def stored() -> dict[str, Any]:
+        got: dict[str, Any] = custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", cluster.name)
+        return got
+
+    time.sleep(3)  # the operator has reconciled the new generation by now, and written nothing
+    now = stored()
+    assert now["metadata"]["generation"] == 2
+    assert now["status"]["observedGeneration"] == 1
+    started = time.monotonic()
+    wait_ready(api, changed, timeout=30)
+    assert time.monotonic() - started < 10
+
+    # A change the operator does act on (scale) is waited for until its status catches up.
+    scaled = json.loads(json.dumps(changed))
+    next(m for m in scaled if m["kind"] == "RayCluster")["spec"]["workerGroupSpecs"][0].update(
+        replicas=1, minReplicas=1, maxReplicas=1)
+    apply_manifests(api, scaled, deployment=cluster.name)
+    wait_ready(api, scaled, timeout=60)
+    assert stored()["status"]["desiredWorkerReplicas"] == 1
+    # (readyWorkerReplicas may still count the worker being removed: ready >= desired holds.)
+    _wait("one worker", lambda: len(_core(kube).list_namespaced_pod(
+        "default", label_selector=f"ray.io/cluster={cluster.name},ray.io/node-type=worker").items) == 1)

@@ -156,8 +156,10 @@ class KubeRayOperator(Controller):
                     always_message=True,
                 ),
             ])
-        compare = {k: v for k, v in old.items() if k != "lastUpdateTime"}
-        if compare == status:
+        # As KubeRay does: a status that differs only in lastUpdateTime or observedGeneration
+        # is not written, so a pod-template-only change leaves observedGeneration behind.
+        unchanged = ("lastUpdateTime", "observedGeneration")
+        if {k: v for k, v in old.items() if k not in unchanged} == {k: v for k, v in status.items() if k not in unchanged}:
             return
         status["lastUpdateTime"] = now_rfc3339()
 
