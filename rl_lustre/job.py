@@ -122,7 +122,8 @@ class GRPOJob(JobSpec):
         return resolve(self, cluster)
 
     def checkpoint_dir(self, cluster: ClusterSpec) -> str:
-        """``<mount>/<checkpoint_root>/<name>``: where NeMo-RL saves and resumes this run.
+        """Where NeMo-RL saves and resumes this run: ``<mount>/<checkpoint_root>/<name>``,
+        unless an override of ``checkpointing.checkpoint_dir`` puts it elsewhere.
 
         Examples:
             >>> from rl_lustre import Cluster, GRPOJob
@@ -133,7 +134,8 @@ class GRPOJob(JobSpec):
         return self.resolve(cluster).checkpoint_dir
 
     def log_dir(self, cluster: ClusterSpec) -> str:
-        """``<mount>/<log_root>/<name>``; NeMo-RL adds an ``exp_NNN`` folder per start."""
+        """``<mount>/<log_root>/<name>`` (or an override of ``logger.log_dir``); NeMo-RL adds
+        an ``exp_NNN`` folder per start."""
         return self.resolve(cluster).log_dir
 
     def hf_home_path(self, cluster: ClusterSpec) -> str:

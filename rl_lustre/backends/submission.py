@@ -31,6 +31,7 @@ import attrs
 
 from ..errors import NOTHING_TO_DO_ADVICE, ConfigError, NothingToDoWarning, RayError
 from ..recovery import shipped_module, supervised
+from ..spec.job import secret_in_env
 
 if TYPE_CHECKING:
     from ..nemo_rl.checkpoints import Checkpoint
@@ -92,22 +93,19 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False) -> Submi
 
     resolved = resolve(job, cluster)
     resolved.preflight()
-    overrides = resolved.overrides
-    enabled = overrides.get("checkpointing.enabled", True)
-    checkpoint_dir = overrides.get("checkpointing.checkpoint_dir") if enabled else None
+    checkpoint_dir = resolved.checkpoint_dir if resolved.checkpointing else None
     # NeMo-RL resumes from the newest step_N of this directory whether or not it saves.
-    resume_dir = overrides.get("checkpointing.checkpoint_dir")
-    entrypoint = _supervised(cluster, job, resolved.entrypoint, None if resume_dir is None else str(resume_dir))
+    entrypoint = _supervised(cluster, job, resolved.entrypoint, resolved.checkpoint_dir)
     if fresh and checkpoint_dir is not None:
         # Outside the supervisor: only the first attempt starts over, a recovery resumes.
-        entrypoint = fresh_entrypoint(entrypoint, str(checkpoint_dir))
+        entrypoint = fresh_entrypoint(entrypoint, checkpoint_dir)
     digest = hashlib.sha256(
         json.dumps([entrypoint, resolved.runtime_env], sort_keys=True, default=str).encode()
     ).hexdigest()[:8]
     runtime_env = {**resolved.runtime_env,
                    "py_modules": [*resolved.runtime_env.get("py_modules", []), shipped_module()]}
     base_id = f"rl-lustre-{job.name}-{digest}"
-    steps = overrides.get("grpo.max_num_steps")
+    steps = resolved.value("grpo.max_num_steps")
     metadata = {
         "rl_lustre.cluster": cluster.name,
         "rl_lustre.job": job.name,
@@ -115,7 +113,7 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False) -> Submi
         "rl_lustre.max_restarts": str(job.max_restarts),
     }
     if checkpoint_dir is not None:
-        metadata[_CHECKPOINT_DIR] = str(checkpoint_dir)
+        metadata[_CHECKPOINT_DIR] = checkpoint_dir
     if isinstance(steps, int):
         metadata[_TOTAL_STEPS] = str(steps)
     check_no_secrets(cluster, entrypoint, runtime_env, metadata)
@@ -124,7 +122,7 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False) -> Submi
         entrypoint=entrypoint,
         runtime_env=runtime_env,
         metadata=metadata,
-        checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
+        checkpoint_dir=checkpoint_dir,
         total_steps=steps if isinstance(steps, int) else None,
     )
 
@@ -218,14 +216,9 @@ def check_no_secrets(
     Raises:
         ConfigError: a secret would be stored.
     """
-    env_vars = runtime_env.get("env_vars") or {}
-    for name in cluster.secrets:
-        if name in env_vars:
-            raise ConfigError(
-                "GRPOJob", "env", name,
-                "is one of the cluster's secrets; secrets reach jobs through the cluster "
-                "(a Kubernetes Secret, or the local head's environment), never the job's runtime env",
-            )  # fmt: skip
+    error = secret_in_env(runtime_env.get("env_vars") or {}, cluster.secrets)
+    if error is not None:
+        raise error
     stored = json.dumps([entrypoint, runtime_env, dict(metadata)], default=str)
     for name in cluster.secrets:
         value = os.environ.get(name, "")

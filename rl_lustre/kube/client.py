@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .._secrets import REDACTED
 from ..errors import ConfigError, GCPError, KubernetesError, RLLustreError
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class StaticTokenSource:
         ('t0k3n', 'StaticTokenSource(token=<redacted>)')
     """
 
-    token: str = attrs.field(repr=lambda _: "<redacted>")
+    token: str = attrs.field(repr=lambda _: REDACTED)
 
     def __call__(self) -> str:
         return self.token

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
+from .._secrets import REDACTED
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
 
 __all__ = ["REDACTED", "SecretValue", "secret_manifest"]
 
-REDACTED = "<redacted>"
 
 
 class SecretValue(str):

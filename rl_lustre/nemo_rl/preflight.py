@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._secrets import looks_secret
+from .._secrets import REDACTED, looks_secret
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def _check_disabled_sections(job: JobSpec, flat: Mapping[str, Any], found: _Find
     for raw, value in job.extra_overrides.items():
         key = raw.lstrip("+~")
         section = next((d for d in disabled if key.startswith(d + ".")), None)
-        if section is None:
+        if section is None or key == f"{section}.enabled":  # switching the section off is no mistake
             continue
         near = [k for k in nearest_keys(key, live) if k.rsplit(".", 1)[-1] == key.rsplit(".", 1)[-1]]
         hint = f"did you mean {near[0]!r}? " if near else ""
@@ -147,7 +147,7 @@ def secret_names(key: str, value: Any) -> list[str]:
 
 def shown_value(key: str, value: Any) -> Any:
     """The value as errors may show it: never the value of a secret."""
-    return "<redacted>" if secret_names(key, value) else value
+    return REDACTED if secret_names(key, value) else value
 
 
 def _check_versions(cluster: ClusterSpec, version: NemoRLVersion, found: _Findings) -> None:

@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .._command import number
+from .._secrets import REDACTED
 from .._validate import FrozenDict
 from ..catalog import RESERVED_ENV
 from ..errors import ConfigError, PreflightError
+from ..spec.job import secret_in_env
 from .versions import DEFAULT_VERSION, NemoRLVersion, choose_version, nemo_rl_version
 
 if TYPE_CHECKING:
@@ -67,8 +69,10 @@ class ResolvedJob:
         cluster: the cluster it was resolved for.
         version: the NeMo-RL version the job runs.
         overrides: every override the job passes, in order (dotted key -> typed value).
-        checkpoint_dir: where NeMo-RL saves and resumes.
-        log_dir: NeMo-RL's ``logger.log_dir``.
+        checkpoint_dir: where NeMo-RL saves and resumes: ``checkpointing.checkpoint_dir``
+            in force (``<mount>/<checkpoint_root>/<name>`` unless an override moves it).
+        log_dir: NeMo-RL's ``logger.log_dir`` in force, likewise.
+        checkpointing: whether NeMo-RL saves checkpoints (``checkpointing.enabled`` in force).
         hf_home: ``HF_HOME`` on the volume.
         warnings: the preflight warnings that follow from the specs alone.
         problems: the preflight problems that follow from the specs alone.
@@ -80,6 +84,7 @@ class ResolvedJob:
     overrides: Mapping[str, Any]
     checkpoint_dir: str
     log_dir: str
+    checkpointing: bool
     hf_home: str
     warnings: tuple[str, ...]
     problems: tuple[ConfigError, ...]
@@ -132,6 +137,19 @@ class ResolvedJob:
         """
         _reraise(self._env_error)
         return copy.deepcopy(dict(self._runtime_env))
+
+    def value(self, key: str, default: Any = None) -> Any:
+        """The value of the dotted ``key`` NeMo-RL runs with: the resolved config's, else
+        the job's or our override's (``key``, ``+key`` or ``++key``), else ``default``.
+
+        Examples:
+            >>> from rl_lustre import Cluster, GRPOJob
+            >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+            >>> r = GRPOJob(name="run-1", overrides={"++grpo.max_num_steps": 7}).resolve(c)
+            >>> r.value("grpo.max_num_steps"), r.value("no.such.key", "x")
+            (7, 'x')
+        """
+        return _in_force(key, default, self._flat, self.overrides)
 
     def preflight(self) -> list[str]:
         """The preflight findings: returns the warnings, raises on problems.
@@ -205,10 +223,10 @@ def resolve_job(job: JobSpec, cluster: ClusterSpec) -> ResolvedJob:
         recipe, notes = None, ()
     megatron = ("megatron" in name if recipe is None
                 else bool(recipe.get("policy", {}).get("megatron_cfg", {}).get("enabled", False)))
-    checkpoint_dir = posixpath.join(cluster.mount_path, job.checkpoint_root, job.name)
-    log_dir = posixpath.join(cluster.mount_path, job.log_root, job.name)
+    default_checkpoint_dir = posixpath.join(cluster.mount_path, job.checkpoint_root, job.name)
+    default_log_dir = posixpath.join(cluster.mount_path, job.log_root, job.name)
     hf_home = posixpath.join(cluster.mount_path, job.hf_home)
-    overrides = _overrides(job, cluster, version, megatron, checkpoint_dir, log_dir)
+    overrides = _overrides(job, cluster, version, megatron, default_checkpoint_dir, default_log_dir)
 
     problems: list[ConfigError] = []
     warnings: list[str] = []
@@ -231,6 +249,10 @@ def resolve_job(job: JobSpec, cluster: ClusterSpec) -> ResolvedJob:
                                                      version=version.version)
         problems += applied + unresolved
         flat = None if config is None else flatten(config)
+    # The values in force: the job's overrides may move them ("++checkpointing.checkpoint_dir" too).
+    checkpoint_dir = str(_in_force("checkpointing.checkpoint_dir", default_checkpoint_dir, flat, overrides))
+    log_dir = str(_in_force("logger.log_dir", default_log_dir, flat, overrides))
+    checkpointing = _in_force("checkpointing.enabled", job.checkpointing, flat, overrides) is not False
     found = check_config(job, cluster, version, overrides, flat)
     problems += found.problems
     warnings += found.warnings
@@ -243,6 +265,7 @@ def resolve_job(job: JobSpec, cluster: ClusterSpec) -> ResolvedJob:
         overrides=FrozenDict(overrides),
         checkpoint_dir=checkpoint_dir,
         log_dir=log_dir,
+        checkpointing=checkpointing,
         hf_home=hf_home,
         warnings=tuple(warnings),
         problems=tuple(problems),
@@ -254,6 +277,17 @@ def resolve_job(job: JobSpec, cluster: ClusterSpec) -> ResolvedJob:
         runtime_env=runtime_env,
         env_error=env_error,
     )
+
+
+def _in_force(key: str, default: Any, flat: Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> Any:
+    """The value of ``key`` NeMo-RL runs with: the resolved config's, else the override's
+    (``key``, ``+key`` or ``++key``), else ``default``."""
+    if flat is not None and flat.get(key) is not None:
+        return flat[key]
+    for written in (key, f"+{key}", f"++{key}"):
+        if overrides.get(written) is not None:
+            return overrides[written]
+    return default
 
 
 def _overrides(
@@ -328,13 +362,13 @@ def _render(
         except ConfigError as exc:
             problems.append(ConfigError(OWNER, key.lstrip("+~"), shown_value(key, value), exc.rule))
             if error is None:
-                error = (ConfigError(OWNER, f"overrides[{key!r}]", "<redacted>", _secret_rule(secret[0])) if secret
+                error = (ConfigError(OWNER, f"overrides[{key!r}]", REDACTED, _secret_rule(secret[0])) if secret
                          else _with_cause(ConfigError(OWNER, f"overrides[{key!r}]", value, exc.rule), exc))
             continue
         texts.append(text)
         shown.append(shown_value(key, value))
         if error is None and secret:
-            error = ConfigError(OWNER, f"overrides[{key!r}]", "<redacted>", _secret_rule(secret[0]))
+            error = ConfigError(OWNER, f"overrides[{key!r}]", REDACTED, _secret_rule(secret[0]))
         args.append(text)
     return args, error
 
@@ -371,11 +405,9 @@ def _entrypoint(job: JobSpec, cluster: ClusterSpec, version: NemoRLVersion, name
 
 
 def _runtime_env(job: JobSpec, cluster: ClusterSpec, hf_home: str) -> tuple[Mapping[str, Any], ConfigError | None]:
-    for name in job.env:
-        if name in cluster.secrets:
-            return {}, ConfigError(OWNER, "env", name,
-                                   "is one of the cluster's secrets; it reaches the job through the "
-                                   "Kubernetes Secret, never through the job's environment")
+    error = secret_in_env(job.env, cluster.secrets)
+    if error is not None:
+        return {}, error
     from .caches import nemo_rl_cache_env
 
     # Every cache NeMo-RL keeps goes on the volume: one function owns those variables.

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from .. import _validate as v
-from .._secrets import looks_secret
+from .._secrets import REDACTED, looks_secret
 from ..catalog import HF_HOME_DIR, REFERENCE_MODEL, RESERVED_ENV
+from ..errors import ConfigError
 
-__all__ = ["JOB_NAME_RULE", "JobSpec"]
+__all__ = ["JOB_NAME_RULE", "JobSpec", "secret_in_env"]
 
 JOB_NAME_RULE = (
     "must be 1-63 lowercase letters, digits, '-', '_' or '.', starting and ending with a "
@@ -22,6 +23,29 @@ _NO_CONTROL = r"[^\x00-\x1f\x7f-\x9f]"
 _REL_PATH_RULE = "must be a relative path inside the volume (no leading '/', no '..')"
 _REL_PATH = r"(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_.@+-][A-Za-z0-9_.@+/-]*"
 _OVERRIDE_KEY = re.compile(r"(?:\+\+?|~)?[A-Za-z_][\w-]*(?:\.[A-Za-z0-9_][\w-]*)*")
+
+
+def secret_in_env(env: Iterable[str], secrets: Iterable[str]) -> ConfigError | None:
+    """The error for the first variable of a job's environment ``env`` that is one of the
+    cluster's ``secrets``, or None: a secret reaches the job through the cluster, never
+    through the job's environment, which Ray stores in plain text.
+
+    Examples:
+        >>> print(secret_in_env({"A": "1", "HF_TOKEN": "x"}, ("HF_TOKEN",)))  # doctest: +ELLIPSIS
+        GRPOJob.env='HF_TOKEN': is one of the cluster's secrets; secrets reach jobs through the cluster ...
+        >>> secret_in_env({"A": "1"}, ("HF_TOKEN",)) is None
+        True
+    """
+    secret = set(secrets)
+    name = next((name for name in env if name in secret), None)
+    if name is None:
+        return None
+    return ConfigError(
+        "GRPOJob", "env", name,
+        "is one of the cluster's secrets; secrets reach jobs through the cluster (a Kubernetes "
+        "Secret, or the local head's environment), never through the job's environment, which "
+        "Ray stores in plain text",
+    )  # fmt: skip
 
 
 def _check_env(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -91,7 +115,7 @@ def _check_overrides(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
                    "values must be None, bool, int, float, str, or lists and string-keyed dicts of those")
         _refuse_secret_value(inst, field, key, val)
         if secret_key(key) and val is not None and not isinstance(val, bool):
-            v.fail(inst, field, "<redacted>", f"{key.lstrip('+')!r} names a secret; {_SECRETS_ADVICE}")
+            v.fail(inst, field, REDACTED, f"{key.lstrip('+')!r} names a secret; {_SECRETS_ADVICE}")
         for name in env_references(val) if getattr(inst, "interpolate_overrides", True) else ():
             if looks_secret(name):
                 v.fail(inst, field, val,
