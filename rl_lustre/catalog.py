@@ -199,6 +199,17 @@ MANAGED_BY = "rl-lustre"
 LABEL_MANAGED_BY = "managed-by"
 LABEL_DEPLOYMENT = "rl-lustre-deployment"
 
+# Google's Managed Lustre CSI driver (the GKE add-on a PersistentVolume names).
+LUSTRE_CSI_DRIVER = "lustre.csi.storage.gke.io"
+# The labels GKE puts on every node: its pool, its GPU type, Spot, a local-SSD ephemeral storage.
+GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
+GKE_LOCAL_SSD_LABEL = "cloud.google.com/gke-ephemeral-storage-local-ssd"
+# The Ray head's ports by the names KubeRay gives them (the dashboard serves the Jobs API).
+RAY_HEAD_PORTS = MappingProxyType({"gcs-server": 6379, "dashboard": 8265, "client": 10001})
+DASHBOARD_PORT = RAY_HEAD_PORTS["dashboard"]
+
 
 def ownership_labels(deployment: str) -> dict[str, str]:
     """The labels every resource we create carries (GCP and Kubernetes alike)."""

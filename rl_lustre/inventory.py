@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from . import naming
 from .catalog import LABEL_DEPLOYMENT
 from .errors import ConfigError, NotFoundError
 
@@ -288,7 +289,7 @@ def _gke(apis: Apis, project: str) -> Iterable[FoundResource]:
 
     for c in apis.clusters.list_ours(project):
         deployment = c.resource_labels[LABEL_DEPLOYMENT]
-        path = f"projects/{project}/locations/{c.location}/clusters/{c.name}"
+        path = naming.container_cluster_path(project, c.location, c.name)
         yield FoundResource(key="gke-cluster", kind="container.v1.Cluster", name=path, deployment=deployment,
                             location=c.location, state=container_v1.Cluster.Status(c.status).name,
                             created=_timestamp(c.create_time), details={"network": c.network})

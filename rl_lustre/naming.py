@@ -1,7 +1,15 @@
 """Names of the resources a deployment creates, derived from the ``Cluster`` in one place.
 
-The plan, the provisioning graph and the Kubernetes manifests all use these, so a
-resource is always found again under the name it was created with.
+The spec, the plan, the provisioning graph, the Kubernetes manifests and the backends
+all use these, so a resource is always found again under the name it was created with,
+and finding one (the GKE cluster a submit talks to, say) needs no plan.
+
+    >>> from rl_lustre.spec import ClusterSpec
+    >>> c = ClusterSpec(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+    >>> gke_cluster_path(c), head_service_name(c), default_volume_name(c)
+    ('projects/my-project/locations/us-east1/clusters/demo', 'demo-head-svc', 'demo-lustre')
+    >>> node_pool_path(c, gpu_pool_name(c))
+    'projects/my-project/locations/us-east1/clusters/demo/nodePools/gpu-pool'
 """
 
 from __future__ import annotations
@@ -80,3 +88,43 @@ def prefetch_name(cluster: ClusterSpec) -> str:
 
 def raycluster_name(cluster: ClusterSpec) -> str:
     return cluster.name
+
+
+def head_service_name(cluster: ClusterSpec) -> str:
+    """The Kubernetes service KubeRay creates for the RayCluster's head (``<name>-head-svc``)."""
+    return head_service_of(raycluster_name(cluster))
+
+
+def head_service_of(raycluster: str) -> str:
+    """The service KubeRay creates for the head of the RayCluster named ``raycluster``."""
+    return f"{raycluster}-head-svc"
+
+
+def default_volume_name(cluster: ClusterSpec) -> str:
+    """The Managed Lustre instance a cluster gets when it is given no volume."""
+    return f"{cluster.name}-lustre"
+
+
+def gke_cluster_name(cluster: ClusterSpec) -> str:
+    return cluster.name
+
+
+def gke_cluster_location(cluster: ClusterSpec) -> str:
+    """Where the GKE cluster lives: it is regional, its nodes in ``cluster.zone``."""
+    assert cluster.region is not None, "a GKE deployment has a region"
+    return cluster.region
+
+
+def gke_cluster_path(cluster: ClusterSpec) -> str:
+    """``projects/P/locations/REGION/clusters/NAME``: the GKE cluster's full resource name."""
+    return container_cluster_path(str(cluster.project), gke_cluster_location(cluster), gke_cluster_name(cluster))
+
+
+def container_cluster_path(project: str, location: str, name: str) -> str:
+    """The full resource name of the GKE cluster ``name`` in ``location`` of ``project``."""
+    return f"projects/{project}/locations/{location}/clusters/{name}"
+
+
+def node_pool_path(cluster: ClusterSpec, pool: str) -> str:
+    """The full resource name of the node pool ``pool`` of the cluster's GKE cluster."""
+    return f"{gke_cluster_path(cluster)}/nodePools/{pool}"

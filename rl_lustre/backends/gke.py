@@ -33,6 +33,8 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import naming
+from ..catalog import DASHBOARD_PORT
 from ..errors import ConfigError, KubernetesError, NotReadyError, RayError
 from ..provision.executor import Executor
 from ..provision.records import Report
@@ -54,7 +56,6 @@ __all__ = ["GKEBackend"]
 logger = logging.getLogger("rl_lustre.backends.gke")
 
 # Ray's dashboard and Jobs API on the head service.
-DASHBOARD_PORT = 8265
 _LISTING_TIMEOUT = 300.0
 
 
@@ -316,9 +317,9 @@ class GKEBackend(submission.JobsBackend):
         if self._kubeconfig is not None:
             return kube_api_client_from_kubeconfig(*self._kubeconfig)
         from ..gcp import GkeClusters
-        from ..gcp.container_requests import cluster_path
 
-        path = cluster_path(self.plan)
+        # From the spec's names: finding the cluster needs no plan.
+        path = naming.gke_cluster_path(self.cluster)
         clusters = self._apis.clusters if self._apis is not None else GkeClusters(backoff=self._backoff,
                                                                                   retry=self._retry)
         found = clusters.get_or_none(path)

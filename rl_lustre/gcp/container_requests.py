@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from google.cloud import container_v1
 
+from .. import naming
 from ..catalog import ownership_labels
 from ..errors import ConfigError
 
@@ -59,7 +60,7 @@ def _labels(plan: Plan, key: str) -> dict[str, str]:
 def cluster_path(plan: Plan) -> str:
     """``projects/P/locations/LOCATION/clusters/NAME`` of the plan's GKE cluster."""
     node = plan.get("gke-cluster")
-    return f"projects/{plan.project}/locations/{node.settings['location']}/clusters/{node.name}"
+    return naming.container_cluster_path(str(plan.project), node.settings["location"], node.name)
 
 
 def node_pool_path(plan: Plan, key: str) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
-from ..catalog import GPU_MACHINE_TYPES
+from ..catalog import GKE_ACCELERATOR_LABEL, GKE_LOCAL_SSD_LABEL, GPU_MACHINE_TYPES
 from .schema import NETWORKING_API, validate_networking
 
 if TYPE_CHECKING:
@@ -48,7 +48,6 @@ _PAUSE_IMAGE = "gke.gcr.io/pause:3.8@sha256:880e63f94b145e46f1b1082bb71b85e21f16
 NCCL_ENV_SCRIPT = "/usr/local/gib/scripts/set_nccl_env.sh"
 # KubeRay (>= 1.1) keeps our command and hands its generated `ray start` in this variable.
 OVERWRITE_CMD_ANNOTATION = "ray.io/overwrite-container-cmd"
-_LOCAL_SSD_LABEL = "cloud.google.com/gke-ephemeral-storage-local-ssd"
 _HOST_GIB, _HOST_NVIDIA = "/home/kubernetes/bin/gib", "/home/kubernetes/bin/nvidia"
 # What a worker asks of the node's local SSD (about 10.9 TiB raw on A4): room for Ray's
 # temp dir and object spill, /tmp and logs, leaving the rest to the image layers.
@@ -138,7 +137,7 @@ def _installer(cluster: ClusterSpec, labels: Mapping[str, str]) -> dict[str, Any
                     # Only this deployment's GPU type: the installer has nothing to do elsewhere.
                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": [{"matchExpressions": [{
-                            "key": "cloud.google.com/gke-accelerator", "operator": "In",
+                            "key": GKE_ACCELERATOR_LABEL, "operator": "In",
                             "values": [cluster.accelerator_type]}]}]}}},
                     "tolerations": [{"operator": "Exists"}],
                     "hostNetwork": True,
@@ -218,7 +217,7 @@ def fabric_worker_pod(cluster: ClusterSpec, pod: dict[str, Any]) -> tuple[dict[s
     if ephemeral is not None:
         for part in ("requests", "limits"):
             container["resources"].setdefault(part, {})["ephemeral-storage"] = ephemeral
-        pod.setdefault("nodeSelector", {})[_LOCAL_SSD_LABEL] = "true"
+        pod.setdefault("nodeSelector", {})[GKE_LOCAL_SSD_LABEL] = "true"
     if cluster.fabric != "rdma":
         return {}, False
     interfaces = [{"interfaceName": "eth0", "network": "default"}]

@@ -14,16 +14,20 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
+from ..catalog import LUSTRE_CSI_DRIVER
 from ..errors import GCPError, NotReadyError
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec, VolumeSpec
 
-__all__ = ["CSI_DRIVER", "PENDING_ANNOTATION", "PLACEHOLDER_IP", "pv_manifest", "pvc_manifest"]
+__all__ = ["CSI_DRIVER", "LUSTRE_POD_VOLUME", "PENDING_ANNOTATION", "PLACEHOLDER_IP", "lustre_pod_volume",
+           "lustre_volume_mount", "pv_manifest", "pvc_manifest"]
 
 logger = logging.getLogger("rl_lustre.kube.persistent_volume")
 
-CSI_DRIVER = "lustre.csi.storage.gke.io"
+CSI_DRIVER = LUSTRE_CSI_DRIVER
+# The pods' name for the volume that mounts the claim.
+LUSTRE_POD_VOLUME = "lustre-storage"
 # Set on the PersistentVolume while the Lustre instance has no address yet; the apply
 # path must refuse a PV that carries it (its ip would not mount).
 PENDING_ANNOTATION = "rl-lustre/mount-point-pending"
@@ -83,6 +87,16 @@ def pv_manifest(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]:
             },
         },
     }
+
+
+def lustre_pod_volume(cluster: ClusterSpec) -> dict[str, Any]:
+    """The pod volume of the Lustre claim (every pod that mounts the volume has it)."""
+    return {"name": LUSTRE_POD_VOLUME, "persistentVolumeClaim": {"claimName": naming.pvc_name(cluster)}}
+
+
+def lustre_volume_mount(cluster: ClusterSpec) -> dict[str, str]:
+    """The container's mount of :func:`lustre_pod_volume` at ``cluster.mount_path``."""
+    return {"name": LUSTRE_POD_VOLUME, "mountPath": cluster.mount_path}
 
 
 def pvc_manifest(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]:

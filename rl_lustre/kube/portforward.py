@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from ..catalog import DASHBOARD_PORT
 from ..errors import KubernetesError, RLLustreError
 from .client import ResourceClient, auth_headers, ssl_context, translate_errors
 
@@ -76,7 +77,7 @@ class PortForward:
         service: str,
         *,
         namespace: str = "default",
-        remote_port: int = 8265,
+        remote_port: int = DASHBOARD_PORT,
         local_port: int = 0,
         resolve_timeout: float = 60.0,
         connect_timeout: float = 30.0,
@@ -358,7 +359,7 @@ def _shutdown(conn: socket.socket) -> None:
     conn.close()
 
 
-def port_forward(api_client: ApiClient, service: str, *, namespace: str = "default", remote_port: int = 8265) -> PortForward:
+def port_forward(api_client: ApiClient, service: str, *, namespace: str = "default", remote_port: int = DASHBOARD_PORT) -> PortForward:
     """Start a :class:`PortForward` (close it, or use it as a context manager).
 
     Examples:

@@ -17,9 +17,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
+from ..catalog import GKE_NODEPOOL_LABEL
 from ..nemo_rl.caches import nemo_rl_cache_env
 from . import prefetch_program
 from .manifests import deployment_labels
+from .persistent_volume import lustre_pod_volume, lustre_volume_mount
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
@@ -27,8 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["MODELS_ANNOTATION", "PREFETCH_BACKOFF_LIMIT", "job_state", "models_of", "prefetch_command", "prefetch_job"]
 
 MODELS_ANNOTATION = "rl-lustre/prefetch-models"
-_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
-_LUSTRE_VOLUME = "lustre-storage"
 # A retried pod resumes the download where the last one stopped.
 PREFETCH_BACKOFF_LIMIT = 2
 
@@ -79,7 +79,7 @@ def prefetch_job(cluster: ClusterSpec) -> dict[str, Any]:
                 "metadata": {"labels": dict(labels)},
                 "spec": {
                     "restartPolicy": "Never",
-                    "nodeSelector": {_NODEPOOL_LABEL: naming.cpu_pool_name(cluster)},
+                    "nodeSelector": {GKE_NODEPOOL_LABEL: naming.cpu_pool_name(cluster)},
                     "containers": [{
                         "name": "prefetch",
                         "image": cluster.image,
@@ -91,10 +91,9 @@ def prefetch_job(cluster: ClusterSpec) -> dict[str, Any]:
                         "terminationMessagePolicy": "FallbackToLogsOnError",
                         # Eight download threads wait on the network: a small request fits beside the head.
                         "resources": {"requests": {"cpu": "1", "memory": "4Gi"}},
-                        "volumeMounts": [{"name": _LUSTRE_VOLUME, "mountPath": cluster.mount_path}],
+                        "volumeMounts": [lustre_volume_mount(cluster)],
                     }],
-                    "volumes": [{"name": _LUSTRE_VOLUME,
-                                 "persistentVolumeClaim": {"claimName": naming.pvc_name(cluster)}}],
+                    "volumes": [lustre_pod_volume(cluster)],
                 },
             },
         },

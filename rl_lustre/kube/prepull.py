@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
+from ..catalog import GKE_NODEPOOL_LABEL
 from .manifests import deployment_labels
 
 if TYPE_CHECKING:
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["daemonset_progress", "prepull_daemonset", "prepull_node_count", "prepull_pools"]
 
-_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 _PREPULL_LABEL = "rl-lustre/prepull"
 
 
@@ -55,7 +55,7 @@ def prepull_daemonset(cluster: ClusterSpec) -> dict[str, Any]:
                 "spec": {
                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": [{"matchExpressions": [{
-                            "key": _NODEPOOL_LABEL, "operator": "In",
+                            "key": GKE_NODEPOOL_LABEL, "operator": "In",
                             "values": prepull_pools(cluster)}]}]}}},
                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                     "terminationGracePeriodSeconds": 0,

@@ -22,8 +22,16 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
-from ..catalog import GPU_MACHINE_TYPES, HF_HOME_DIR
+from ..catalog import (
+    GKE_ACCELERATOR_LABEL,
+    GKE_NODEPOOL_LABEL,
+    GKE_SPOT_LABEL,
+    GPU_MACHINE_TYPES,
+    HF_HOME_DIR,
+    RAY_HEAD_PORTS,
+)
 from ..errors import ConfigError
+from .persistent_volume import lustre_pod_volume, lustre_volume_mount
 from .schema import validate_raycluster
 
 if TYPE_CHECKING:
@@ -36,13 +44,8 @@ __all__ = ["RAY_AUTH_TOKEN", "raycluster_manifest"]
 RAY_AUTH_TOKEN = "RAY_AUTH_TOKEN"
 _RAY_TOKEN_AUTH_SINCE = (2, 52, 0)
 
-_LUSTRE_VOLUME = "lustre-storage"
 _SHM_VOLUME = "dshm"
-_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
-_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-_SPOT_LABEL = "cloud.google.com/gke-spot"
 _GPU_RESOURCE = "nvidia.com/gpu"
-_RAY_PORTS = (("gcs-server", 6379), ("dashboard", 8265), ("client", 10001))
 
 # GiB of memory per vCPU of Compute Engine's predefined shapes; n1 is the odd one out.
 _MEM_PER_VCPU = {"standard": 4.0, "highmem": 8.0, "highcpu": 1.0}
@@ -106,9 +109,9 @@ def _env(cluster: ClusterSpec) -> list[dict[str, Any]]:
 
 def _gpu_node_selector(cluster: ClusterSpec) -> dict[str, str]:
     assert cluster.accelerator_type is not None
-    selector = {_ACCELERATOR_LABEL: cluster.accelerator_type}
+    selector = {GKE_ACCELERATOR_LABEL: cluster.accelerator_type}
     if cluster.spot:
-        selector[_SPOT_LABEL] = "true"
+        selector[GKE_SPOT_LABEL] = "true"
     return selector
 
 
@@ -169,7 +172,7 @@ def _worker_resources(cluster: ClusterSpec) -> dict[str, dict[str, str]]:
 
 def _volumes(cluster: ClusterSpec) -> list[dict[str, Any]]:
     return [
-        {"name": _LUSTRE_VOLUME, "persistentVolumeClaim": {"claimName": naming.pvc_name(cluster)}},
+        lustre_pod_volume(cluster),
         # Ray's object store and NCCL need a /dev/shm far larger than the runtime's 64 MiB.
         {"name": _SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
     ]
@@ -177,7 +180,7 @@ def _volumes(cluster: ClusterSpec) -> list[dict[str, Any]]:
 
 def _volume_mounts(cluster: ClusterSpec) -> list[dict[str, str]]:
     return [
-        {"name": _LUSTRE_VOLUME, "mountPath": cluster.mount_path},
+        lustre_volume_mount(cluster),
         {"name": _SHM_VOLUME, "mountPath": "/dev/shm"},
     ]
 
@@ -188,11 +191,11 @@ def _head_group(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]:
         pod["nodeSelector"] = _gpu_node_selector(cluster)
         pod["tolerations"] = [dict(t) for t in _GPU_TOLERATIONS]
     else:
-        pod["nodeSelector"] = {_NODEPOOL_LABEL: naming.cpu_pool_name(cluster)}
+        pod["nodeSelector"] = {GKE_NODEPOOL_LABEL: naming.cpu_pool_name(cluster)}
     pod["containers"] = [{
         "name": "ray-head",
         "image": cluster.image,
-        "ports": [{"containerPort": port, "name": name} for name, port in _RAY_PORTS],
+        "ports": [{"containerPort": port, "name": name} for name, port in RAY_HEAD_PORTS.items()],
         "env": _env(cluster),
         "resources": _head_resources(cluster),
         "volumeMounts": _volume_mounts(cluster),

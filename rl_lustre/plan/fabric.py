@@ -19,7 +19,7 @@ import ipaddress
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
-from ..catalog import FABRIC_MTU
+from ..catalog import FABRIC_MTU, GKE_ACCELERATOR_LABEL
 from ..kube.fabric import GIB_IMAGE, INSTALLER_NAME, INSTALLER_NAMESPACE, extra_networks, rdma_nics
 from .graph import PlannedResource
 
@@ -124,6 +124,6 @@ def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedRe
         key=INSTALLER_KEY, kind="apps/v1/DaemonSet", name=INSTALLER_NAME, depends_on=("gke-cluster",),
         settings={"namespace": INSTALLER_NAMESPACE, "image": GIB_IMAGE,
                   "installs": "gIB NCCL plugin and NCCL into /home/kubernetes/bin/gib on every GPU node",
-                  "node_affinity": {"cloud.google.com/gke-accelerator": cluster.accelerator_type}},
+                  "node_affinity": {GKE_ACCELERATOR_LABEL: cluster.accelerator_type}},
         **created))
     return nodes

@@ -7,7 +7,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
-from ..catalog import FABRIC_MTU, LUSTRE_PORT_988_MIN_GKE, ownership_labels
+from ..catalog import (
+    FABRIC_MTU,
+    GKE_ACCELERATOR_LABEL,
+    LUSTRE_CSI_DRIVER,
+    LUSTRE_PORT_988_MIN_GKE,
+    ownership_labels,
+)
 from .fabric import fabric_nodes, ray_dependency_keys
 from .graph import Plan, PlannedResource
 from .nodepools import cpu_pool, gpu_pool
@@ -29,7 +35,6 @@ PSA_PREFIX_LENGTH = 22
 # Service Networking names the VPC peering it creates after the service.
 PSA_PEERING_NAME = "servicenetworking-googleapis-com"
 LUSTRE_PORT = 988
-LUSTRE_CSI_DRIVER = "lustre.csi.storage.gke.io"
 RELEASE_CHANNEL = "REGULAR"
 MAINTENANCE_EXCLUSION_NAME = "rl-lustre-no-node-recreation"
 
@@ -140,10 +145,11 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
             **({"action": "use"} if vol.existing else {"action": "create", "labels": {**ours, **vol.labels}}),
         ),
         PlannedResource(
-            key="gke-cluster", kind="container.v1.Cluster", name=cluster.name, depends_on=("subnet",),
+            key="gke-cluster", kind="container.v1.Cluster", name=naming.gke_cluster_name(cluster),
+            depends_on=("subnet",),
             settings={
                 "region": region,
-                "location": region,
+                "location": naming.gke_cluster_location(cluster),
                 "node_locations": [zone],
                 "network": net,
                 "subnetwork": subnet,
@@ -218,7 +224,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
             "head": {"node_pool": head_pool, "spot": cluster.spot and cluster.head_on_gpu_pool},
             "workers": {"replicas": cluster.num_nodes, "gpus_per_worker": cluster.gpus_per_node,
                         "node_pool": naming.gpu_pool_name(cluster),
-                        "node_selector": {"cloud.google.com/gke-accelerator": cluster.accelerator_type},
+                        "node_selector": {GKE_ACCELERATOR_LABEL: cluster.accelerator_type},
                         "tolerations": ["nvidia.com/gpu"]},
             "volume": {"claim": naming.pvc_name(cluster), "mount_path": cluster.mount_path},
             "shm": "memory-backed emptyDir at /dev/shm",

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 import attrs
 
 from .. import _validate as v
+from .. import naming
 from ..catalog import (
     GPU_MACHINE_TYPES,
     HEAD_MACHINE_TYPE,
@@ -256,7 +257,7 @@ class ClusterSpec:
         if vol is None or "name" in vol._filled:
             # The default volume follows the cluster (also through attrs.evolve).
             capacity, tier = default_volume_size()
-            vol = kind(name=f"{self.name}-lustre", capacity_gib=capacity, throughput_mbps_per_tib=tier)
+            vol = kind(name=naming.default_volume_name(self), capacity_gib=capacity, throughput_mbps_per_tib=tier)
             object.__setattr__(vol, "_filled", frozenset({"name"}))
         else:
             vol = vol._unfilled()
@@ -417,7 +418,7 @@ class ClusterSpec:
     @property
     def head_service(self) -> str:
         """The Kubernetes service KubeRay creates for the head (``<name>-head-svc``)."""
-        return f"{self.name}-head-svc"
+        return naming.head_service_name(self)
 
 
 def _local_mount(owner: str, volume_dir: str | os.PathLike[str]) -> str:

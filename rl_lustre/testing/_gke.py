@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 from google.cloud import container_v1
 
-from ..catalog import GPU_MACHINE_TYPES
+from ..catalog import GKE_ACCELERATOR_LABEL, GKE_SPOT_LABEL, GPU_MACHINE_TYPES
 from ._core import Core, FakeError
 from ._grpc import GrpcServer
 
@@ -43,9 +43,9 @@ def node_labels(pool: container_v1.NodePool) -> dict[str, str]:
     """The labels GKE puts on a node of ``pool`` (besides its pool name and hostname)."""
     labels = {"cloud.google.com/machine-family": pool.config.machine_type.split("-")[0]}
     if pool.config.accelerators:
-        labels["cloud.google.com/gke-accelerator"] = pool.config.accelerators[0].accelerator_type
+        labels[GKE_ACCELERATOR_LABEL] = pool.config.accelerators[0].accelerator_type
     if pool.config.spot:
-        labels["cloud.google.com/gke-spot"] = "true"
+        labels[GKE_SPOT_LABEL] = "true"
     return labels
 
 

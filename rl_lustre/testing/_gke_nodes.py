@@ -28,7 +28,13 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from ..catalog import GPU_MACHINE_TYPES
+from ..catalog import (
+    GKE_ACCELERATOR_LABEL,
+    GKE_LOCAL_SSD_LABEL,
+    GKE_NODEPOOL_LABEL,
+    GKE_SPOT_LABEL,
+    GPU_MACHINE_TYPES,
+)
 
 __all__ = ["allocatable", "gke_node", "machine_shape"]
 
@@ -120,7 +126,7 @@ def gke_node(pool: Any, *, cluster: str, zone: str, index: int, project: str = "
         ...     accelerators=[container_v1.AcceleratorConfig(accelerator_type="nvidia-b200", accelerator_count=8)],
         ...     taints=[container_v1.NodeTaint(key="nvidia.com/gpu", value="present", effect="NO_SCHEDULE")]))
         >>> node = gke_node(pool, cluster="c", zone="us-east1-b", index=0)
-        >>> node["metadata"]["labels"]["cloud.google.com/gke-spot"], node["status"]["allocatable"]["nvidia.com/gpu"]
+        >>> node["metadata"]["labels"][GKE_SPOT_LABEL], node["status"]["allocatable"]["nvidia.com/gpu"]
         ('true', '8')
         >>> node["spec"]["taints"]
         [{'key': 'nvidia.com/gpu', 'value': 'present', 'effect': 'NoSchedule'}]
@@ -139,22 +145,22 @@ def gke_node(pool: Any, *, cluster: str, zone: str, index: int, project: str = "
         "node.kubernetes.io/instance-type": machine,
         "topology.kubernetes.io/zone": zone,
         "topology.kubernetes.io/region": zone.rsplit("-", 1)[0],
-        "cloud.google.com/gke-nodepool": pool.name,
+        GKE_NODEPOOL_LABEL: pool.name,
         "cloud.google.com/machine-family": machine.split("-")[0],
         "cloud.google.com/gke-os-distribution": "cos",
         "cloud.google.com/gke-boot-disk": config.disk_type or "pd-balanced",
         **dict(config.labels),
     }
     if config.spot:
-        labels["cloud.google.com/gke-spot"] = "true"
+        labels[GKE_SPOT_LABEL] = "true"
         labels["cloud.google.com/gke-provisioning"] = "spot"
     else:
         labels["cloud.google.com/gke-provisioning"] = "standard"
     if local_ssds:
-        labels["cloud.google.com/gke-ephemeral-storage-local-ssd"] = "true"
+        labels[GKE_LOCAL_SSD_LABEL] = "true"
     taints = [{"key": t.key, "value": t.value, "effect": _TAINT_EFFECTS[int(t.effect)]} for t in config.taints]
     for accelerator in config.accelerators:
-        labels["cloud.google.com/gke-accelerator"] = accelerator.accelerator_type
+        labels[GKE_ACCELERATOR_LABEL] = accelerator.accelerator_type
         labels["cloud.google.com/gke-gpu"] = "true"
         for key in ("capacity", "allocatable"):
             shape[key]["nvidia.com/gpu"] = str(accelerator.accelerator_count)

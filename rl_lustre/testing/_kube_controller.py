@@ -13,6 +13,7 @@ import time
 
 import attrs
 
+from ..catalog import GKE_ACCELERATOR_LABEL
 from ._kube_faults import KubeFaults, KubeTimings
 from ._kube_store import Obj, Store, now_rfc3339, random_suffix
 
@@ -88,7 +89,7 @@ def wants_gpu(pod: Obj) -> bool:
         res = c.get("resources") or {}
         if GPU in (res.get("limits") or {}) or GPU in (res.get("requests") or {}):
             return True
-    return "cloud.google.com/gke-accelerator" in ((pod.get("spec") or {}).get("nodeSelector") or {})
+    return GKE_ACCELERATOR_LABEL in ((pod.get("spec") or {}).get("nodeSelector") or {})
 
 
 def condition(ctype: str, status: bool, reason: str = "", message: str = "", *, always_message: bool = False) -> Obj:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..catalog import GKE_NODEPOOL_LABEL
 from ._kube_binder import VolumeBinder
 from ._kube_controller import Controller, Memory
 from ._kube_faults import KubeFaults, KubeTimings
@@ -63,7 +64,7 @@ class Controllers(Controller):
             node = self.store.get("Node", None, (pod.get("spec") or {}).get("nodeName") or "")
             if node is not None:
                 labels = {k: v for k, v in labels_of(node).items()
-                          if k not in ("kubernetes.io/hostname", "cloud.google.com/gke-nodepool")}
-                self._replace_nodes.append((labels_of(node).get("cloud.google.com/gke-nodepool", "gpu"), labels))
+                          if k not in ("kubernetes.io/hostname", GKE_NODEPOOL_LABEL)}
+                self._replace_nodes.append((labels_of(node).get(GKE_NODEPOOL_LABEL, "gpu"), labels))
         self.spot.preempt(pods, back_after, self.event)
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..catalog import DASHBOARD_PORT
 from . import _kube_discovery as _discovery
 from ._kube_store import (
     BY_PATH,
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("rl_lustre.testing.kube")
 
-DASHBOARD_PORT = 8265
 _CORE = re.compile(r"/api/v1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?)?")
 _GROUP = re.compile(
     r"/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)"

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import copy
 
+from ..catalog import RAY_HEAD_PORTS
+from ..naming import head_service_of
 from ._kube_controller import Controller, condition, containers, pod_ready, same_conditions
 from ._kube_spot import is_ray_worker
 from ._kube_store import Obj, labels_of, now_rfc3339, owned_by, owner_reference, random_suffix
 
 METRICS_PORT = 8080
-HEAD_SERVICE_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080, "serve": 8000}
+HEAD_SERVICE_PORTS = {**RAY_HEAD_PORTS, "metrics": 8080, "serve": 8000}
 
 
 class KubeRayOperator(Controller):
@@ -42,7 +44,7 @@ class KubeRayOperator(Controller):
         spec = rc.get("spec") or {}
         owned = self.store.find(match=lambda o: owned_by(o, meta["uid"]))
         head_group = spec.get("headGroupSpec") or {}
-        service_name = f"{name}-head-svc"
+        service_name = head_service_of(name)
         if not any(o["kind"] == "Service" for o in owned):
             self.store.create(_head_service(rc, service_name, head_group))
             self.event(rc, "CreatedService", f"Created service {ns}/{service_name}", component="raycluster-controller")

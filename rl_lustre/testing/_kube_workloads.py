@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import time
 
+from ..catalog import GKE_NODEPOOL_LABEL
 from ._kube_controller import Controller, Memory, pod_ready
 from ._kube_faults import KubeFaults, KubeTimings
 from ._kube_store import (
@@ -158,7 +159,7 @@ class Workloads(Controller):
             self.store.create({
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
-                                                      "cloud.google.com/gke-nodepool": pool, **labels}},
+                                                      GKE_NODEPOOL_LABEL: pool, **labels}},
                 "spec": {},
                 "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                            "lastTransitionTime": now_rfc3339()}]},
@@ -167,7 +168,7 @@ class Workloads(Controller):
         return names
 
     def remove_nodes(self, pool: str) -> None:
-        for node in self.store.find("Node", match=lambda n: labels_of(n).get("cloud.google.com/gke-nodepool") == pool):
+        for node in self.store.find("Node", match=lambda n: labels_of(n).get(GKE_NODEPOOL_LABEL) == pool):
             self.store.remove(node)
 
     # DaemonSet controller
