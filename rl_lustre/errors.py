@@ -349,10 +349,19 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-NOTHING_TO_DO_ADVICE = (
-    "To start over, submit with cluster.submit(job, fresh=True) (the old checkpoints are "
-    "moved aside, not deleted), or raise max_num_steps to train further"
-)
+SUBMIT_FRESH = "cluster.submit(job, fresh=True)"
+SWEEP_FRESH = "run_sweep(cluster, jobs, fresh=True)"
+
+
+def nothing_to_do_advice(start_over: str = SUBMIT_FRESH) -> str:
+    """What to do about a run with nothing left to do; ``start_over`` is the call that starts over.
+
+    Examples:
+        >>> nothing_to_do_advice(SWEEP_FRESH)
+        'To start over, use run_sweep(cluster, jobs, fresh=True) (the old checkpoints are moved aside, not deleted), or raise max_num_steps to train further'
+    """
+    return (f"To start over, use {start_over} (the old checkpoints are moved aside, not deleted), "
+            "or raise max_num_steps to train further")
 
 
 class NothingToDoWarning(UserWarning):
@@ -363,3 +372,4 @@ class NothingToDoWarning(UserWarning):
     ``cluster.submit(job, fresh=True)`` to start over (the old checkpoints are moved
     aside, not deleted), or give the job another name.
     """
+

@@ -12,7 +12,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -21,13 +20,14 @@ import attrs
 
 from . import _output
 from . import _validate as _v
+from ._warnings import warn_caller
 from .errors import (
-    NOTHING_TO_DO_ADVICE,
     ConfigError,
     JobFailedError,
     NothingToDoWarning,
     RayError,
     WaitTimeoutError,
+    nothing_to_do_advice,
 )
 from .outages import TRANSIENT, Outage, OutageBudget
 
@@ -44,6 +44,7 @@ logger = logging.getLogger("rl_lustre.run")
 
 _TAIL_LINES = 30
 REHEARSAL_NOTE = "rehearsal: no model is trained and its metrics are synthetic"
+NOTHING_TO_DO_NOTE = "nothing left to do"
 
 
 @attrs.frozen
@@ -154,9 +155,9 @@ class Run:
             return None
         if "rl_lustre.job" not in (info.metadata or {}):
             return None  # not a NeMo-RL job we submitted (a helper, or someone else's): no steps to expect
-        return (f"nothing left to do: job {self.job_id} SUCCEEDED without training a step (the newest "
+        return (f"{NOTHING_TO_DO_NOTE}: job {self.job_id} SUCCEEDED without training a step (the newest "
                 f"checkpoint in its checkpoint directory already reaches max_num_steps). "
-                f"{NOTHING_TO_DO_ADVICE}.")
+                f"{nothing_to_do_advice()}.")
 
     def info(self) -> JobInfo:
         """The Jobs API's record of this run (status, message, times).
@@ -407,7 +408,7 @@ class Run:
             self._idle = self._idle_note(self._refresh(), info)
             if self._idle is not None:
                 logger.info("%s", self._idle)
-                warnings.warn(self._idle, NothingToDoWarning, stacklevel=2)
+                warn_caller(self._idle, NothingToDoWarning)
         return info.status
 
     def stop(self, *, wait: bool = True, timeout: float = 60.0) -> str:

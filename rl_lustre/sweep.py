@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import _validate as v
-from .errors import ConfigError, JobFailedError, RLLustreError, WaitTimeoutError
-from .run import REHEARSAL_NOTE
+from .errors import SWEEP_FRESH, ConfigError, JobFailedError, RLLustreError, WaitTimeoutError
+from .run import NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -53,6 +53,8 @@ class Outcome:
         error: the error message, for runs that did not succeed.
         varied: the job's values of the fields that differ between the sweep's jobs.
         synthetic: the run is a rehearsal: its metrics are synthetic, no model was trained.
+        nothing_to_do: it SUCCEEDED without training a step: its newest checkpoint already
+            reached ``max_num_steps`` (an earlier sweep's; ``fresh=True`` starts over).
     """
 
     name: str
@@ -66,6 +68,7 @@ class Outcome:
     error: str | None = None
     varied: Mapping[str, Any] = attrs.field(factory=dict)
     synthetic: bool = False
+    nothing_to_do: bool = False
 
     @property
     def ok(self) -> bool:
@@ -147,13 +150,18 @@ class SweepResult:
         synthetic = self.synthetic
         metrics = set(self.metric_names())
         columns = [c for c in rows[0] if c != "synthetic"]
-        headers = [f"{c}*" if synthetic and c in metrics else c for c in columns]
+        starred = synthetic and any(c in metrics for c in columns)
+        headers = [f"{c}*" if starred and c in metrics else c for c in columns]
         cells = [[_cell(r[c]) for c in columns] for r in rows]
         widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(headers)]
-        lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-        if synthetic:
+        lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+        if starred:
             lines.append("* synthetic: rehearsal runs train no model; their metrics only exercise the pipeline")
+        idle = [o.name for o in self.outcomes if o.nothing_to_do]
+        if idle:
+            lines.append(f"{', '.join(idle)}: nothing left to do, the newest checkpoint already reaches "
+                         "max_num_steps; run_sweep(cluster, jobs, fresh=True) starts over")
         failed = [o for o in self.outcomes if not o.ok and o.error]
         lines += [f"{o.name}: {o.error.splitlines()[0]}" for o in failed if o.error]
         return "\n".join(lines)
@@ -274,6 +282,7 @@ def _outcome(run: Run, name: str, seconds: float | None, elapsed: float,
         error = f"stopped at {run.progress} (run.stop() or `rl-lustre stop`); its checkpoints stay"
     elif status == "TIMEOUT":
         error = f"still {run.status()} after {elapsed:.0f}s"
+    notes = run.notes()
     progress = run.progress
     metrics = run.metrics()
     last = metrics[max(metrics)] if metrics else {}
@@ -292,7 +301,8 @@ def _outcome(run: Run, name: str, seconds: float | None, elapsed: float,
         seconds=seconds if seconds is not None else elapsed,
         error=error,
         varied=varied,
-        synthetic=REHEARSAL_NOTE in run.notes(),
+        synthetic=REHEARSAL_NOTE in notes,
+        nothing_to_do=any(n.startswith(NOTHING_TO_DO_NOTE) for n in notes),
     )
 
 
@@ -356,7 +366,7 @@ def run_sweep(
         seen.add(job.name)
     for job in jobs:
         job.preflight(cluster)
-    runs = cluster._backend().submit_all(jobs, fresh=fresh)
+    runs = cluster._backend().submit_all(jobs, fresh=fresh, start_over=SWEEP_FRESH)
     submitted = time.monotonic() - start
     logger.info("sweep: %d jobs checked and submitted in %.2fs", len(runs), submitted)
     result = wait_all(runs, names=[j.name for j in jobs], timeout=timeout, poll=poll, jobs=jobs)

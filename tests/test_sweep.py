@@ -82,3 +82,52 @@ def test_the_varied_fields_are_what_the_jobs_set_not_what_they_cached(tmp_path: 
     assert varied_fields(jobs) == [{"keep_top_k": 1, "policy.optimizer.kwargs.lr": 1e-6},
                                    {"keep_top_k": 2, "policy.optimizer.kwargs.lr": 2e-6}]
     assert varied_fields([jobs[0], attrs.evolve(jobs[0], name="same")]) == [{}, {}]
+
+
+def test_a_sweep_rerun_says_once_that_there_is_nothing_to_do_and_how_to_start_over(local_cluster: Cluster) -> None:
+    import warnings
+
+    from rl_lustre.errors import NothingToDoWarning
+
+    jobs = [attrs.evolve(BASE, name=f"rerun-{g}", max_num_steps=2, num_generations_per_prompt=g,
+                         train_global_batch_size=4 * g) for g in (2, 4)]
+    first = run_sweep(local_cluster, jobs, timeout=240, poll=0.3, fresh=True)
+    assert first.ok, str(first)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = run_sweep(local_cluster, jobs, timeout=240, poll=0.3)
+    assert again.ok, str(again)
+    said = [w for w in caught if issubclass(w.category, NothingToDoWarning)]
+    assert len(said) == 1  # one warning for the sweep, naming each job
+    assert "'rerun-2'" in str(said[0].message)
+    assert "'rerun-4'" in str(said[0].message)
+    assert "run_sweep(cluster, jobs, fresh=True)" in str(said[0].message)
+    assert "cluster.submit" not in str(said[0].message)
+    # Attributed to the line that called run_sweep: this file, not `sys:1`.
+    assert said[0].filename == __file__
+    assert [o.nothing_to_do for o in again] == [True, True]
+    assert [o.nothing_to_do for o in first] == [False, False]
+    table = str(again).splitlines()
+    # No step ran, so no metric column, and no footnote for one.
+    assert not any("*" in line for line in table)
+    assert table[-1] == ("rerun-2, rerun-4: nothing left to do, the newest checkpoint already reaches "
+                         "max_num_steps; run_sweep(cluster, jobs, fresh=True) starts over")
+
+
+def test_the_table_explains_only_what_it_shows() -> None:
+    from rl_lustre.sweep import Outcome, SweepResult
+
+    ran = Outcome(name="a", job_id="rl-lustre-a-1", status="SUCCEEDED", steps=2, total=2,
+                  metrics={"loss": 0.5}, synthetic=True)
+    idle = Outcome(name="b", job_id="rl-lustre-b-1", status="SUCCEEDED", steps=0, total=2, synthetic=True,
+                   nothing_to_do=True)
+    stopped = Outcome(name="c", job_id="rl-lustre-c-1", status="STOPPED", steps=1, total=2,
+                      error="stopped at step 1/2")
+    both = str(SweepResult((ran, idle, stopped))).splitlines()
+    assert both[0].split() == ["name", "status", "steps", "loss*", "checkpoints", "seconds", "job_id"]
+    assert both[4].startswith("* synthetic:")
+    assert both[5].startswith("b: nothing left to do")
+    assert both[6] == "c: stopped at step 1/2"
+    alone = str(SweepResult((idle,))).splitlines()
+    assert not any("synthetic" in line or "*" in line for line in alone)
+    assert all(line == line.rstrip() for line in both + alone)

@@ -33,8 +33,9 @@ class Backend(Protocol):
     def submit(self, job: JobSpec, *, fresh: bool = False) -> Run:
         """Submit ``job``, or attach to the same job when it is still running."""
 
-    def submit_all(self, jobs: Sequence[JobSpec], *, fresh: bool = False) -> list[Run]:
-        """Submit every job (as ``submit``), checking them all before sending any."""
+    def submit_all(self, jobs: Sequence[JobSpec], *, fresh: bool = False, start_over: str = ...) -> list[Run]:
+        """Submit every job (as ``submit``), checking them all before sending any; ``start_over``
+        is the call a warning about jobs with nothing left to do advises."""
 
     def attach(self, job_id: str) -> Run:
         """A handle on an existing job by its submission id."""

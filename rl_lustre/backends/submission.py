@@ -23,13 +23,13 @@ import re
 import shlex
 import sys
 import time
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..errors import NOTHING_TO_DO_ADVICE, ConfigError, NothingToDoWarning, RayError
+from .._warnings import warn_caller
+from ..errors import SUBMIT_FRESH, ConfigError, NothingToDoWarning, RayError, nothing_to_do_advice
 from ..recovery import shipped_module, supervised
 from ..spec.job import secret_in_env
 
@@ -317,17 +317,18 @@ class JobsBackend:
     def submit(self, job: JobSpec, *, fresh: bool = False) -> Run:
         return self.submit_all([job], fresh=fresh)[0]
 
-    def submit_all(self, jobs: Sequence[JobSpec], *, fresh: bool = False) -> list[Run]:
+    def submit_all(self, jobs: Sequence[JobSpec], *, fresh: bool = False,
+                   start_over: str = SUBMIT_FRESH) -> list[Run]:
         """Prepare every job (none is sent if one fails), then submit each in order.
 
         The cluster's jobs are listed once for all of them, to find earlier attempts.
-        Where the volume is cheap to read (locally), a job whose newest checkpoint already
-        reaches ``max_num_steps`` is reported with a :class:`NothingToDoWarning` first.
+        Where the volume is cheap to read (locally), jobs whose newest checkpoint already
+        reaches ``max_num_steps`` are reported first, in one :class:`NothingToDoWarning`
+        that advises ``start_over`` (the call that starts them over).
         """
         prepared = [prepare(self.cluster, job, fresh=fresh) for job in jobs]
         if not fresh and self.cheap_listing:
-            for job, p in zip(jobs, prepared, strict=True):
-                self._warn_if_nothing_to_do(job, p)
+            self._warn_if_nothing_to_do(jobs, prepared, start_over)
         client = self.jobs
         known = client.list() if prepared else []
         return [
@@ -340,15 +341,27 @@ class JobsBackend:
             for p in prepared
         ]
 
-    def _warn_if_nothing_to_do(self, job: JobSpec, prepared: Submission) -> None:
-        if prepared.checkpoint_dir is None:
+    def _warn_if_nothing_to_do(self, jobs: Sequence[JobSpec], prepared: Sequence[Submission],
+                               start_over: str) -> None:
+        idle = []
+        for job, p in zip(jobs, prepared, strict=True):
+            if p.checkpoint_dir is not None:
+                why = nothing_to_do(self.list_checkpoints(p.checkpoint_dir), p.total_steps)
+                if why is not None:
+                    idle.append((job.name, why))
+        if not idle:
             return
-        why = nothing_to_do(self.list_checkpoints(prepared.checkpoint_dir), prepared.total_steps)
-        if why is not None:
-            message = (f"job {job.name!r} has nothing left to do: {why}, so its run will end "
-                       f"SUCCEEDED without training a step. {NOTHING_TO_DO_ADVICE}.")
-            logger.info("%s", message)
-            warnings.warn(message, NothingToDoWarning, stacklevel=5)
+        if len(idle) == 1:
+            (name, why), = idle
+            message = (f"job {name!r} has nothing left to do: {why}, so its run will end "
+                       "SUCCEEDED without training a step")
+        else:
+            each = "; ".join(f"{name!r}: {why}" for name, why in idle)
+            message = (f"{len(idle)} jobs have nothing left to do ({each}), so their runs will end "
+                       "SUCCEEDED without training a step")
+        message += f". {nothing_to_do_advice(start_over)}."
+        logger.info("%s", message)
+        warn_caller(message, NothingToDoWarning)
 
     def attach(self, job_id: str) -> Run:
         info = self.jobs.info(job_id)
