@@ -51,12 +51,15 @@ class RunData:
     """Everything a run's plot shows.
 
     Attributes:
-        title: the plot's title (the job id).
+        title: the plot's title: the model and recipe (the job id when they are unknown).
         steps: the completed steps, in order.
         reward: the average reward of each step (None where not printed).
         loss: the loss of each step.
         saves: the checkpoint saves.
         cluster: Lustre throughput and GPU utilisation while it ran (GKE), or None.
+        subtitle: the line under the title (the job id).
+        synthetic: a rehearsal run: the title and the training panel say its metrics are
+            synthetic (no model was trained).
     """
 
     title: str
@@ -65,6 +68,8 @@ class RunData:
     loss: tuple[float | None, ...] = ()
     saves: tuple[SaveRecord, ...] = ()
     cluster: ClusterMetrics | None = None
+    subtitle: str = ""
+    synthetic: bool = False
 
 
 def _first(metrics: Mapping[str, float], keys: Sequence[str]) -> float | None:
@@ -77,6 +82,10 @@ def collect(run: Run, *, cluster_metrics: bool = True) -> RunData:
     Args:
         cluster_metrics: read Cloud Monitoring too (GKE runs only).
     """
+    from .backends.submission import MODEL, RECIPE
+    from .run import REHEARSAL_NOTE
+
+    meta = run.info().metadata
     per_step = run.metrics()
     steps = tuple(sorted(per_step))
     try:
@@ -92,8 +101,11 @@ def collect(run: Run, *, cluster_metrics: bool = True) -> RunData:
                    checkpoints[step].mb_per_second if step in checkpoints else None,
                    checkpoints[step].size_bytes / 1e6 if step in checkpoints else None)
         for step in sorted(set(logged) | set(checkpoints)))
+    named = [meta[k] for k in (MODEL, RECIPE) if meta.get(k)]
     return RunData(
-        title=run.job_id,
+        title=" · ".join(named) if named else run.job_id,
+        subtitle=run.job_id if named else "",
+        synthetic=REHEARSAL_NOTE in run.notes(),
         steps=steps,
         reward=tuple(_first(per_step[s], REWARD_KEYS) for s in steps),
         loss=tuple(_first(per_step[s], ("loss",)) for s in steps),
@@ -120,11 +132,15 @@ def figure(data: RunData) -> Figure:
     rows = 2 if data.cluster is not None else 1
     fig = Figure(figsize=(WIDTH_IN, ROW_IN * rows + 0.5), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
-    fig.suptitle(data.title)
+    lines = [data.title]
+    if data.subtitle or data.synthetic:
+        lines.append(" · ".join(filter(None, (
+            data.subtitle, "rehearsal: no model is trained, the metrics are synthetic" if data.synthetic else ""))))
+    fig.suptitle("\n".join(lines))
     axes = fig.subplots(rows, 2, squeeze=False)
 
     ax = axes[0][0]
-    ax.set_title("Training, per step")
+    ax.set_title("Training, per step (synthetic)" if data.synthetic else "Training, per step")
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
     xs, ys = _xy(data.steps, data.reward)
@@ -140,7 +156,10 @@ def figure(data: RunData) -> Figure:
 
     ax = axes[0][1]
     ax.set_title("Checkpoint saves")
-    ax.set_xlabel("step")
+    unmeasured = [s.step for s in data.saves if s.mb_per_second is None and s.size_mb is None]
+    ax.set_xlabel("step" if not unmeasured else
+                  f"step\nno MB/s for step{'s' if len(unmeasured) > 1 else ''} {', '.join(map(str, unmeasured))}: "
+                  "keep_top_k deleted the checkpoint, so its size is unknown")
     ax.set_ylabel("seconds")
     steps = [s.step for s in data.saves]
     ax.bar(steps, [s.seconds or 0.0 for s in data.saves], color="tab:green", alpha=0.6, label="save seconds")

@@ -118,3 +118,37 @@ def test_a_real_run_plotted_and_inspected_from_the_command_line(local_cluster: C
     missing = CliRunner().invoke(cli, ["status", target, "no-such-job"])
     assert missing.exit_code == 8
     assert "no job 'no-such-job'" in missing.stderr
+
+
+def test_the_picture_names_the_model_and_recipe_and_says_what_is_synthetic_or_missing() -> None:
+    data = attrs.evolve(DATA, title="Qwen/Qwen2.5-1.5B · grpo_math_1B", subtitle="rl-lustre-demo-1", synthetic=True,
+                        saves=(SaveRecord(2, 0.5, None, None), SaveRecord(4, 0.25, 400.0, 100.0)))
+    fig = figure(data)
+    assert fig.get_suptitle().splitlines() == [
+        "Qwen/Qwen2.5-1.5B · grpo_math_1B",
+        "rl-lustre-demo-1 · rehearsal: no model is trained, the metrics are synthetic"]
+    training, saves = (ax for ax in fig.axes if ax.get_title())
+    assert training.get_title() == "Training, per step (synthetic)"
+    assert saves.get_xlabel().splitlines()[1] == (
+        "no MB/s for step 2: keep_top_k deleted the checkpoint, so its size is unknown")
+    # A run that trains for real, every checkpoint still there: nothing to explain.
+    plain = figure(attrs.evolve(DATA, title="m · r"))
+    assert plain.get_suptitle() == "m · r"
+    assert [ax.get_xlabel() for ax in plain.axes if ax.get_title() == "Checkpoint saves"] == ["step"]
+
+
+def test_a_real_runs_picture_is_labelled_from_the_run_itself(local_cluster: Cluster) -> None:
+    from rl_lustre.plot import collect
+
+    job = GRPOJob(name="labelled", recipe="grpo_math_1B", max_num_steps=3, save_period=1, keep_top_k=1)
+    run = local_cluster.submit(job, fresh=True)
+    assert run.wait(timeout=120) == "SUCCEEDED"
+    data = collect(run, cluster_metrics=False)
+    assert data.title == f"{job.overrides(local_cluster)['policy.model_name']} · grpo_math_1B"
+    assert data.subtitle == run.job_id
+    assert data.synthetic
+    # keep_top_k=1 kept step 3 only: the older saves have a time but no size, hence no MB/s.
+    assert [(s.step, s.mb_per_second is None, s.size_mb is None) for s in data.saves] == [
+        (1, True, True), (2, True, True), (3, False, False)]
+    saves = next(ax for ax in figure(data).axes if ax.get_title() == "Checkpoint saves")
+    assert "no MB/s for steps 1, 2: keep_top_k deleted" in saves.get_xlabel()

@@ -48,6 +48,7 @@ _MIN_SECRET_LEN = 8
 _RETRIES = 3
 _CHECKPOINT_DIR = "rl_lustre.checkpoint_dir"
 _TOTAL_STEPS = "rl_lustre.total_steps"
+MODEL, RECIPE = "rl_lustre.model", "rl_lustre.recipe"
 
 
 @attrs.frozen
@@ -111,7 +112,11 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False) -> Submi
         "rl_lustre.job": job.name,
         "rl_lustre.base_id": base_id,
         "rl_lustre.max_restarts": str(job.max_restarts),
+        RECIPE: job.recipe,
     }
+    model = overrides.get("policy.model_name")
+    if isinstance(model, str):
+        metadata[MODEL] = model
     if checkpoint_dir is not None:
         metadata[_CHECKPOINT_DIR] = checkpoint_dir
     if isinstance(steps, int):
