@@ -266,6 +266,21 @@ class Cost:
                 "complete": self.complete, "prices_as_of": self.prices_as_of,
                 "items": [i.to_dict() for i in self.items], "sources": dict(self.sources), "notes": list(self.notes)}
 
+    def headline(self) -> str:
+        """The total in one line, with the date of the prices.
+
+        Examples:
+            >>> from rl_lustre import Cluster
+            >>> Cluster(name="demo", project="my-project", region="us-east1",
+            ...         zone="us-east1-b").plan().cost().headline()
+            '$304.55/hour · list prices of 2025-10-01, before taxes'
+        """
+        if not self.items:
+            return "no cloud resources, $0.00/hour"
+        return (f"${self.total_usd_per_hour:,.2f}/hour"
+                + ("" if self.complete else " (incomplete: some resources have no price)")
+                + f" · list prices of {self.prices_as_of}, before taxes")
+
     def __str__(self) -> str:
         if not self.items:
             return "Cost: no cloud resources, $0.00/hour"

@@ -254,6 +254,17 @@ def test_str_is_a_readable_summary(plan: Plan) -> None:
     assert "988" in text
 
 
+def test_the_cost_is_said_before_the_long_list_and_broken_down_after_it(plan: Plan) -> None:
+    lines = str(plan).splitlines()
+    total = f"${plan.cost().total_usd_per_hour:,.2f}/hour"
+    assert lines[2] == f"Cost: {total} · list prices of {plan.cost().prices_as_of}, before taxes · per resource at the end"
+    assert len(lines) > 100  # a reader would otherwise scroll past all of it
+    breakdown = next(i for i, line in enumerate(lines) if i > 2 and line.startswith("Cost: "))
+    assert lines[breakdown].startswith(f"Cost: {total} · ")
+    assert lines[breakdown + 1].split()[0] == "gpu-pool"
+    assert str(Cluster.local("free").plan()).splitlines()[2] == "Cost: no cloud resources, $0.00/hour"
+
+
 def test_to_dict_is_json_and_complete(plan: Plan) -> None:
     d = plan.to_dict()
     assert json.loads(json.dumps(d)) == d

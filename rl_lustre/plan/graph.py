@@ -417,7 +417,8 @@ class Plan:
         return plan_cost(self, prices)
 
     def __str__(self) -> str:
-        return _render(self) + "\n\n" + str(self.cost())
+        cost = self.cost()
+        return _render(self, cost) + "\n\n" + str(cost)
 
 
 def _fmt(value: Any) -> str:
@@ -441,7 +442,7 @@ def _pack(items: list[str], width: int) -> list[str]:
     return lines
 
 
-def _headline(plan: Plan) -> list[str]:
+def _headline(plan: Plan, cost: Cost) -> list[str]:
     t = plan.totals()
     if plan.backend == "local":
         head = [f"Plan for deployment {plan.cluster_name!r} on this machine (local backend)"]
@@ -461,11 +462,12 @@ def _headline(plan: Plan) -> list[str]:
     elif "volume-dir" in plan:
         facts.append(f"volume: directory {plan.get('volume-dir').name}")
     facts.append(f"{t['resources']} resources: {t['create']} to create, {t['use']} to use")
-    return [*head, " · ".join(facts)]
+    priced = " · per resource at the end" if cost.items else ""
+    return [*head, " · ".join(facts), f"Cost: {cost.headline()}{priced}"]
 
 
-def _render(plan: Plan) -> str:
-    lines = _headline(plan)
+def _render(plan: Plan, cost: Cost) -> str:
+    lines = _headline(plan, cost)
     rows = [("#", "action", "key", "kind", "name", "waits for")]
     rows += [(str(i), r.action, r.key, r.kind, r.name, ", ".join(r.depends_on) or "-")
              for i, r in enumerate(plan.resources, 1)]
