@@ -12,6 +12,7 @@ so callers may catch either (``except ValueError`` works for bad configuration):
     ├── RemoteError                        a remote API refused or failed
     │   ├── GCPError
     │   │   ├── PermissionDeniedError (PermissionError)
+    │   │   │   └── CredentialsError       no Google Cloud credentials here, or they were rejected
     │   │   ├── QuotaExceededError         quota, rate limits, GPU/Spot stock-outs
     │   │   │   └── CapacityError          the check before up(): zone or quota cannot host it
     │   │   ├── NotFoundError (LookupError)
@@ -43,6 +44,7 @@ _Report = Any
 __all__ = [
     "CapacityError",
     "ConfigError",
+    "CredentialsError",
     "GCPError",
     "JobFailedError",
     "KubernetesError",
@@ -173,6 +175,11 @@ class GCPError(RemoteError):
 
 class PermissionDeniedError(GCPError, PermissionError):
     """The caller lacks a permission; the message names the API and the role."""
+
+
+class CredentialsError(PermissionDeniedError):
+    """No Google Cloud credentials were found in this process, or Google rejected them;
+    the message says how to set them up (``gcloud auth application-default login``)."""
 
 
 class QuotaExceededError(GCPError):

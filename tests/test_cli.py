@@ -151,3 +151,51 @@ def test_ctrl_c_exits_130_with_what_the_library_says(script: Path, monkeypatch: 
     assert code == 130
     assert err.startswith("error: up() was stopped (SIGINT received)")
     assert "cleaned up: network" in err
+
+
+def test_the_exit_codes_are_those_docs_cli_md_documents_for_each_error_class() -> None:
+    import re
+
+    from rl_lustre import errors
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    table = doc[doc.index("### Exit codes"):doc.index("Errors go to stderr")]
+    documented = {name: int(code) for code, meaning in re.findall(r"^\| (\d+) \| (.+) \|$", table, re.M)
+                  for name in re.findall(r"`(\w+(?:Error|Interrupted))`", meaning)}
+    assert set(documented) >= {"ConfigError", "CredentialsError", "PermissionDeniedError", "RemoteError",
+                               "JobFailedError", "QuotaExceededError"}
+    for name, code in documented.items():
+        cls = getattr(errors, name)
+        assert exit_code(cls.__new__(cls)) == code, name
+    # Every class the CLI maps has its line in the doc (or inherits its base's code, as documented).
+    for cls, code in EXIT_CODES:
+        if cls.__name__ not in documented:
+            base = next(b for b in cls.__mro__[1:] if b.__name__ in documented)
+            assert documented[base.__name__] == code, cls
+
+
+def test_click_usage_errors_print_error_as_ours_do(script: Path) -> None:
+    code, _, err = invoke("check")
+    assert code == 2
+    assert err.splitlines()[-1] == "error: Missing argument 'TARGET'."
+    assert "Usage:" in err
+    assert "check [OPTIONS] TARGET" in err
+    assert "Error:" not in err
+    code, _, err = invoke("plan", f"{script}:gke", "--no-such-flag")
+    assert (code, err.splitlines()[-1]) == (2, "error: No such option '--no-such-flag'.")
+
+
+def test_check_without_credentials_exits_with_the_credentials_code_and_says_how_to_log_in(
+        script: Path, tmp_path: Path) -> None:
+    import os
+
+    # No credentials anywhere: no key file, no gcloud config, no metadata server to ask.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GOOGLE_", "CLOUDSDK_", "RL_LUSTRE_GCP_"))}
+    env.update(HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path / "gcloud"), NO_GCE_CHECK="True")
+    done = subprocess.run([str(Path(sys.executable).parent / "rl-lustre"), "check", f"{script}:gke"],
+                          capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 6, done.stderr
+    assert done.stderr.startswith("error: no Google Cloud credentials found: run `gcloud auth "
+                                  "application-default login`")
+    assert "Traceback" not in done.stderr

@@ -96,6 +96,11 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     assert listing["usd_per_hour"] == pytest.approx(live["usd_per_hour"] + partial["usd_per_hour"], abs=1e-3)
     text = run("ls", "--project", "my-project")
     assert "crashed  PARTIAL" in text
+    # The script's cluster names the project just as well.
+    by_target = run("ls", target, "--json")
+    assert by_target["project"] == "my-project"
+    assert [(d["name"], d["state"], d["resources"]) for d in by_target["deployments"]] == [
+        (d["name"], d["state"], d["resources"]) for d in listing["deployments"]]
     assert "byhand" not in text
 
     # Fresh leftovers may be an up() under way: left alone unless asked.
@@ -130,7 +135,7 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     assert "projects/my-project/global/networks/byhand" in fakes.resources()["compute.networks"]
 
 
-def test_bad_arguments_give_the_librarys_errors(fakes: FakeGCP) -> None:
+def test_bad_arguments_give_the_librarys_errors(fakes: FakeGCP, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["ls", "--project", "My_Project"])
     assert result.exit_code == 2
     assert result.stderr.startswith("error: rl-lustre.project='My_Project': ")
@@ -142,6 +147,18 @@ def test_bad_arguments_give_the_librarys_errors(fakes: FakeGCP) -> None:
     result = CliRunner().invoke(cli, ["down", "nobody"])
     assert result.exit_code == 2
     assert "--project" in result.stderr
+    asked = len(fakes.requests)
     result = CliRunner().invoke(cli, ["ls"])
     assert result.exit_code == 2
-    assert "Missing option '--project'" in result.stderr
+    assert "error: give the project: `rl-lustre ls --project P`, or a script's cluster" in result.stderr
+    local = tmp_path / "local.py"
+    local.write_text("from rl_lustre import Cluster\nc = Cluster.local('here')\n")
+    result = CliRunner().invoke(cli, ["gc", f"{local}:c"])
+    assert result.exit_code == 2
+    assert "is a local cluster" in result.stderr
+    script = tmp_path / "deploy.py"
+    script.write_text(SCRIPT)
+    result = CliRunner().invoke(cli, ["ls", f"{script}:cluster", "--project", "other-project"])
+    assert result.exit_code == 2
+    assert "error: --project other-project is not the project of" in result.stderr
+    assert len(fakes.requests) == asked  # refused before any request

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -39,6 +41,21 @@ class _Verbs(click.Group):
         command: click.Command = getattr(importlib.import_module(module), attr)
         return command
 
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        """As click's, but its own errors (usage and the like) print ``error: ...`` as ours do."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            _show(exc)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("interrupted", err=True)
+            sys.exit(INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else 0)
+
     def invoke(self, ctx: click.Context) -> Any:
         from ..errors import RLLustreError
 
@@ -55,6 +72,15 @@ class _Verbs(click.Group):
             raise click.exceptions.Exit(INTERRUPTED) from exc
 
 
+def _show(exc: click.ClickException) -> None:
+    """Print a click error the way ours print: the usage when it is one, then ``error: <message>``."""
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        click.echo(ctx.get_usage(), err=True)
+        click.echo(f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.\n", err=True)
+    click.echo(f"error: {exc.format_message()}", err=True)
+
+
 @click.group(cls=_Verbs, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="rl_lustre", prog_name="rl-lustre")
 @click.option("-v", "--verbose", count=True, help="Log rl_lustre's INFO (-v) or DEBUG (-vv) lines to stderr.")
@@ -66,8 +92,9 @@ def cli(verbose: int) -> None:
 
     \b
     Exit codes: 0 ok, 2 bad arguments or configuration, 3 not ours, 4 not found or
-    not up, 5 timeout, 6 permission denied, 7 quota, 8 remote API error, 9 up()
-    failed and rolled back, 10 down() left something, 11 job failed, 130 interrupted.
+    not up, 5 timeout, 6 no credentials or permission denied, 7 quota, 8 remote API
+    error, 9 up() failed and rolled back, 10 down() left something, 11 job failed,
+    130 interrupted.
     """
     if verbose:
         import logging

@@ -9,7 +9,7 @@ code   meaning
 3      a resource exists without our labels (``OwnershipError``)
 4      not found, or not up yet (``NotFoundError``, ``NotReadyError``)
 5      a wait timed out (``WaitTimeoutError``)
-6      permission denied (``PermissionDeniedError``)
+6      no credentials, or permission denied (``CredentialsError``, ``PermissionDeniedError``)
 7      quota or capacity exhausted (``QuotaExceededError``)
 8      a remote API failed (``RemoteError``: GCP, Kubernetes, Ray)
 9      ``up()`` failed and rolled back (``RollbackError``, ``ProvisioningError``)

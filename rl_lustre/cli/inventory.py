@@ -10,7 +10,29 @@ import click
 from ._common import emit, json_option
 from .deploy import load_prices, prices_option
 
-project_option = click.option("--project", required=True, help="The Google Cloud project to look in (all zones).")
+project_option = click.option("--project", help="The Google Cloud project to look in (all zones).")
+target_or_project = click.argument("target", metavar="[TARGET]", required=False)
+
+
+def _project(verb: str, target: str | None, project: str | None) -> str:
+    """The project to look in: ``--project``, or that of the Cluster ``TARGET`` names."""
+    from ..errors import ConfigError
+    from ._common import load
+
+    if target is None:
+        if project is None:
+            raise click.UsageError(f"give the project: `rl-lustre {verb} --project P`, or a script's "
+                                   f"cluster: `rl-lustre {verb} path/to/script.py:cluster`")
+        return project
+    cluster = load(target)
+    if cluster.backend != "gke":
+        raise ConfigError("rl-lustre", "TARGET", target,
+                          f"is a local cluster; `{verb}` looks for deployments in a Google Cloud project")
+    if project is not None and project != cluster.project:
+        raise click.UsageError(f"--project {project} is not the project of {target} ({cluster.project}); "
+                               "give one or the other")
+    assert cluster.project is not None
+    return str(cluster.project)
 
 
 def _age(seconds: float | None) -> str:
@@ -35,17 +57,20 @@ def _table(deployments: list[Any], prices: Any) -> str:
 
 
 @click.command(name="ls")
+@target_or_project
 @project_option
 @json_option
 @prices_option
-def ls(project: str, as_json: bool, prices_file: str | None) -> None:
-    """List every deployment in PROJECT found by our labels, partial ones too.
+def ls(target: str | None, project: str | None, as_json: bool, prices_file: str | None) -> None:
+    """List every deployment in a project found by our labels, partial ones too: the
+    project of --project, or of the Cluster TARGET names (`path/to/script.py:name`).
 
     Shows each one's state (its GKE cluster's status, or PARTIAL without one), zone,
     age, $/hour and resources.
     """
     from ..inventory import find_deployments
 
+    project = _project("ls", target, project)
     prices = load_prices(prices_file)
     found = find_deployments(project)
     total = sum(d.cost(prices).total_usd_per_hour for d in found)
@@ -55,20 +80,23 @@ def ls(project: str, as_json: bool, prices_file: str | None) -> None:
 
 
 @click.command()
+@target_or_project
 @project_option
 @json_option
 @click.option("--yes", is_flag=True, help="Delete what is listed (without it, nothing is deleted).")
 @click.option("--older-than", type=click.FloatRange(min=0), default=15.0, show_default=True,
               help="Minutes: leave younger partial deployments alone (their up() may be under way).")
-def gc(project: str, as_json: bool, yes: bool, older_than: float) -> None:
-    """List resources labelled as ours in PROJECT that no longer form a whole deployment
-    (no GKE cluster: a Lustre instance or a network left after a crash); delete them with --yes.
+def gc(target: str | None, project: str | None, as_json: bool, yes: bool, older_than: float) -> None:
+    """List resources labelled as ours in a project (--project, or TARGET's) that no longer
+    form a whole deployment (no GKE cluster: a Lustre instance or a network left after a
+    crash); delete them with --yes.
 
     Nothing without our labels is ever touched; deletion goes through the deployment's
     plan, in reverse dependency order, as `down` does.
     """
     from ..inventory import collect_garbage
 
+    project = _project("gc", target, project)
     collected = collect_garbage(project, delete=yes, older_than=older_than * 60)
     data = {"project": project, "deleted": yes, "partial": [c.to_dict() for c in collected]}
 

@@ -11,8 +11,10 @@ ABORTED, connection errors                :class:`~rl_lustre.errors.GCPError`
 RESOURCE_EXHAUSTED / 429 (rate limit)     retried; then :class:`~rl_lustre.errors.QuotaExceededError`
 quota text, GPU/Spot stock-outs           :class:`~rl_lustre.errors.QuotaExceededError` naming
                                           the resource, the zone and what to try
-PERMISSION_DENIED, UNAUTHENTICATED        :class:`~rl_lustre.errors.PermissionDeniedError`
+PERMISSION_DENIED                         :class:`~rl_lustre.errors.PermissionDeniedError`
                                           naming the API and the role needed
+UNAUTHENTICATED, no credentials found     :class:`~rl_lustre.errors.CredentialsError` (a
+                                          ``PermissionDeniedError``) saying how to log in
 NOT_FOUND                                 :class:`~rl_lustre.errors.NotFoundError`
 ALREADY_EXISTS                            :class:`AlreadyExistsError` (adapters adopt or refuse)
 a failed long-running operation           :class:`~rl_lustre.errors.OperationFailedError`
@@ -32,6 +34,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ..errors import (
+    CredentialsError,
     GCPError,
     NotFoundError,
     OperationFailedError,
@@ -277,7 +280,8 @@ def translate(exc: BaseException, call: Call, *, attempts: int = 1) -> RLLustreE
         if kind == "unauthenticated":
             hint = ("the credentials were rejected; run `gcloud auth application-default login` "
                     "or point GOOGLE_APPLICATION_CREDENTIALS at a service-account key")
-        elif _SERVICE_DISABLED.search(text):
+            return CredentialsError(f"{api} denied {call.what()}: {hint}. ({text})")
+        if _SERVICE_DISABLED.search(text):
             hint = (f"the API is not enabled{project}; enable {api.service} "
                     f"(and make sure the caller has {api.role})")
         else:
@@ -293,7 +297,7 @@ def translate(exc: BaseException, call: Call, *, attempts: int = 1) -> RLLustreE
     if kind == "unavailable":
         return GCPError(f"{api} was still unavailable for {call.what()} after {attempts} attempt(s). ({text})")
     if call is ADC:
-        return GCPError(
+        return CredentialsError(
             "no Google Cloud credentials found: run `gcloud auth application-default login`, or set "
             f"GOOGLE_APPLICATION_CREDENTIALS to a service-account key file. ({text})"
         )
