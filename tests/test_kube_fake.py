@@ -170,9 +170,19 @@ def test_merge_patch_keeps_server_fields_and_enforces_immutability(api) -> None:
     pvcs = ResourceClient(api, "PersistentVolumeClaim", "default")
     pvc = pvcs.create({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c"},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "standard-rwx",
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })
+    # A statically provisioned claim is not resized (as a real API server refuses it, 403).
+    pvcs.create({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "static"},
         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": "v",
                  "resources": {"requests": {"storage": "1Gi"}}},
     })
+    with pytest.raises(ApiException) as refused:
+        pvcs.patch("static", {"spec": {"resources": {"requests": {"storage": "2Gi"}}}})
+    assert refused.value.status == 403
+    assert "only dynamically provisioned pvc can be resized" in str(refused.value.body)
     grown = pvcs.patch("c", {"spec": {"resources": {"requests": {"storage": "2Gi"}}}, "metadata": {"labels": {"a": "b"}}})
     assert grown["metadata"]["uid"] == pvc["metadata"]["uid"]
     assert int(grown["metadata"]["resourceVersion"]) > int(pvc["metadata"]["resourceVersion"])

@@ -295,3 +295,30 @@ def test_an_adopted_raycluster_whose_pod_template_changed_is_ready_without_waiti
     # (readyWorkerReplicas may still count the worker being removed: ready >= desired holds.)
     _wait("one worker", lambda: len(_core(kube).list_namespaced_pod(
         "default", label_selector=f"ray.io/cluster={cluster.name},ray.io/node-type=worker").items) == 1)
+
+
+def test_a_grown_lustre_volume_is_adopted_without_resizing_the_static_claim(
+        kube: Any, deployed: tuple[Cluster, list[dict[str, Any]]]) -> None:
+    """A real API server refuses to resize a statically provisioned claim
+    (``storageClassName: ""``) with 403 (admission plugin PersistentVolumeClaimResize); the
+    volume's own capacity is what grows."""
+    from rl_lustre.kube.apply import apply_manifests, wait_ready
+
+    cluster, manifests = deployed
+    api = kube.api_client()
+    wait_ready(api, manifests, timeout=120)
+    grown = json.loads(json.dumps(manifests))
+    for m in grown:
+        if m["kind"] == "PersistentVolume":
+            m["spec"]["capacity"]["storage"] = "36000Gi"
+        if m["kind"] == "PersistentVolumeClaim":
+            m["spec"]["resources"]["requests"]["storage"] = "36000Gi"
+    actions = {a.kind: a.action for a in apply_manifests(api, grown, deployment=cluster.name)}
+    assert actions["PersistentVolume"] == "adopted"
+    assert actions["PersistentVolumeClaim"] == "unchanged"
+    core = _core(kube)
+    pv = core.read_persistent_volume(naming.pv_name(cluster))
+    assert pv.spec.capacity["storage"] == "36000Gi"
+    claim = core.read_namespaced_persistent_volume_claim(naming.pvc_name(cluster), "default")
+    assert claim.status.phase == "Bound"
+    wait_ready(api, grown, timeout=30)

@@ -230,6 +230,12 @@ def _adoption_patch(kind: str, desired: Obj, existing: Obj) -> tuple[Obj, list[s
     for field, value in want_spec.items():
         if _subset(value, have_spec.get(field)):
             continue
+        if kind == "PersistentVolumeClaim" and field == "resources" and want_spec.get("storageClassName") == "":
+            # A statically provisioned claim cannot be resized (the API server answers 403):
+            # it stays bound as it is, and the volume's own capacity is what grows.
+            logger.debug("claim %s keeps its request: a static claim is not resized",
+                         (desired.get("metadata") or {}).get("name"))
+            continue
         if mutable is None or field in mutable:
             spec_patch[field] = value
         else:

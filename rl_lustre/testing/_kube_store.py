@@ -433,6 +433,15 @@ class Store:
                     f'{kind} "{name}" is invalid: spec: Forbidden: spec is immutable after creation '
                     f"except {', '.join(sorted(frozen))} (changed: {', '.join(changed)})",
                 )
+            old_size = ((old_spec.get("resources") or {}).get("requests") or {}).get("storage")
+            new_size = ((new_spec.get("resources") or {}).get("requests") or {}).get("storage")
+            if kind == "PersistentVolumeClaim" and old_size != new_size and not old_spec.get("storageClassName"):
+                # The PersistentVolumeClaimResize admission plugin, as a real API server runs it.
+                raise ApiError(
+                    403, "Forbidden",
+                    f'persistentvolumeclaims "{name}" is forbidden: only dynamically provisioned pvc can be '
+                    "resized and the storageclass that provisions the pvc must support resize",
+                )
         if validate is not None:
             validate(new)
         if new == current:
