@@ -124,6 +124,21 @@ def test_worker_pods_use_the_fabric() -> None:
     assert head["args"] == ["ulimit -n 65536; exec ${KUBERAY_GEN_RAY_START_CMD}"]
 
 
+@pytest.mark.parametrize("fabric", ["rdma", "tcp"])
+def test_the_gke_fakes_gpu_nodes_match_the_worker_pods_node_selector(fabric: str) -> None:
+    # GKE labels a node whose ephemeral storage is on local SSDs; the fake must too, or the
+    # workers would land on no registered node (and nothing pre-pulled would help them).
+    from rl_lustre.catalog import GKE_LOCAL_SSD_LABEL
+    from rl_lustre.testing._gke import node_labels
+
+    c = spec(fabric=fabric)
+    labels = {**node_labels(node_pool_request(c.plan(), "gpu-pool")),
+              "cloud.google.com/gke-nodepool": c.plan().get("gpu-pool").name}
+    worker = c.manifests()[-1]["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert worker["nodeSelector"].items() <= labels.items()
+    assert (GKE_LOCAL_SSD_LABEL in labels) == (fabric == "rdma")
+
+
 def test_networking_objects_are_checked_against_the_vendored_schemas() -> None:
     objs = [o for o in spec().manifests() if o["apiVersion"] == "networking.gke.io/v1"]
     assert len(objs) == 18

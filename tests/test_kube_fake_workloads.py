@@ -95,3 +95,62 @@ def test_pod_logs_are_served_with_tail_lines(kube: KubeFake) -> None:
     kube.write_log(pod["metadata"]["name"], "one\ntwo\nthree\n")
     core = client.CoreV1Api(kube.api_client())
     assert core.read_namespaced_pod_log(pod["metadata"]["name"], "default", tail_lines=2) == "two\nthree\n"
+
+
+def _pod(kube: KubeFake, name: str, image: str, pool: str) -> None:
+    ResourceClient(kube.api_client(), "Pod", "default").create({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"nodeSelector": {"cloud.google.com/gke-nodepool": pool},
+                 "containers": [{"name": "main", "image": image}]}})
+
+
+def _running_after(kube: KubeFake, names: list[str], timeout: float = 10.0) -> dict[str, float]:
+    """Seconds from now until each pod is Running."""
+    started, seen = time.monotonic(), {}
+    while len(seen) < len(names):
+        assert time.monotonic() - started < timeout, f"timed out; Running: {sorted(seen)}"
+        for p in kube.objects("Pod"):
+            name = p["metadata"]["name"]
+            if name in names and name not in seen and (p.get("status") or {}).get("phase") == "Running":
+                seen[name] = time.monotonic() - started
+        time.sleep(0.01)
+    return seen
+
+
+@pytest.fixture
+def timings(kube: KubeFake) -> Iterator[Any]:
+    saved = (kube.timings.start, kube.timings.image_pull, dict(kube.timings.image_pulls), kube.timings.job_start)
+    yield kube.timings
+    (kube.timings.start, kube.timings.image_pull, kube.timings.image_pulls, kube.timings.job_start) = saved
+
+
+def test_each_image_takes_its_own_pull_time(kube: KubeFake, timings: Any) -> None:
+    timings.image_pull, timings.image_pulls = 0.0, {"nvcr.io/nvidia/nemo-rl:v0.4.0": 0.8}
+    kube.add_nodes("gpu-pool", 2)
+    _pod(kube, "big", "nvcr.io/nvidia/nemo-rl:v0.4.0", "gpu-pool")
+    _pod(kube, "small", "pause", "gpu-pool")
+    after = _running_after(kube, ["big", "small"])
+    assert after["small"] < 0.6 <= 0.8 <= after["big"]
+
+
+def test_a_replacement_node_of_the_same_name_pulls_again(kube: KubeFake, timings: Any) -> None:
+    timings.image_pulls = {"img": 0.6}
+    [node] = kube.add_nodes("gpu-pool", 1)
+    _pod(kube, "first", "img", "gpu-pool")
+    assert _running_after(kube, ["first"])["first"] >= 0.6
+    _pod(kube, "second", "img", "gpu-pool")  # the same node: the image is there
+    assert _running_after(kube, ["second"])["second"] < 0.5
+    kube.remove_nodes("gpu-pool")
+    assert kube.add_nodes("gpu-pool", 1) == [node]  # a new VM under the old name, with an empty disk
+    _pod(kube, "third", "img", "gpu-pool")
+    assert _running_after(kube, ["third"])["third"] >= 0.6
+
+
+def test_job_pods_start_after_job_start_ray_pods_after_start(kube: KubeFake, timings: Any) -> None:
+    timings.start, timings.job_start = 0.8, 0.05
+    kube.add_nodes("cpu-pool", 1)
+    _pod(kube, "ray", "busybox", "cpu-pool")
+    ResourceClient(kube.api_client(), "Job", "default").create(job("quick"))
+    pods = until(lambda: [p["metadata"]["name"] for p in kube.objects("Pod") if p["metadata"]["name"] != "ray"])
+    after = _running_after(kube, ["ray", pods[0]])
+    assert after[pods[0]] < 0.5 < 0.8 <= after["ray"]

@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 from google.cloud import container_v1
 
-from ..catalog import GKE_ACCELERATOR_LABEL, GKE_SPOT_LABEL, GPU_MACHINE_TYPES
+from ..catalog import GKE_ACCELERATOR_LABEL, GKE_LOCAL_SSD_LABEL, GKE_SPOT_LABEL, GPU_MACHINE_TYPES
 from ._core import Core, FakeError
 from ._grpc import GrpcServer
 
@@ -46,6 +46,9 @@ def node_labels(pool: container_v1.NodePool) -> dict[str, str]:
         labels[GKE_ACCELERATOR_LABEL] = pool.config.accelerators[0].accelerator_type
     if pool.config.spot:
         labels[GKE_SPOT_LABEL] = "true"
+    if pool.config.ephemeral_storage_local_ssd_config.local_ssd_count > 0:
+        # GKE labels nodes whose ephemeral storage is on local SSDs so.
+        labels[GKE_LOCAL_SSD_LABEL] = "true"
     return labels
 
 

@@ -5,6 +5,8 @@ messages the scheduler and the cluster autoscaler give for each scheduling fault
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 UNSCHEDULABLE_MESSAGES = {
@@ -79,3 +81,11 @@ class KubeTimings:
     job_run: float = 0.15
     # Pulling an image onto a node that does not have it yet (once per node and image).
     image_pull: float = 0.0
+    # Per image, in place of ``image_pull`` (a 25 GB image and a 1 MB one do not take as long).
+    image_pulls: Mapping[str, float] = attrs.field(factory=dict)
+    # A Job pod's container start once its image is on the node (None: ``start``, as Ray pods).
+    job_start: float | None = None
+
+    def pull_time(self, image: str) -> float:
+        """How long pulling ``image`` onto a node takes."""
+        return self.image_pulls.get(image, self.image_pull)

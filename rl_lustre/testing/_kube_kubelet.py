@@ -23,8 +23,8 @@ from ._kube_controller import (
 )
 from ._kube_faults import AUTOSCALER_EVENTS, UNSCHEDULABLE_MESSAGES, KubeFaults, KubeTimings
 from ._kube_spot import SpotCapacity
-from ._kube_store import Obj, Store, now_rfc3339
-from ._kube_workloads import Workloads
+from ._kube_store import Obj, Store, labels_of, now_rfc3339
+from ._kube_workloads import JOB_NAME_LABEL, Workloads
 
 
 class Kubelet(Controller):
@@ -78,21 +78,28 @@ class Kubelet(Controller):
             self.store.update("Pod", ns, name, schedule)
             self.event(pod, "Scheduled", f"Successfully assigned {ns}/{name} to {node}", component="default-scheduler")
             return
-        if age < self.timings.schedule + self.timings.start:
+        start = self._start_time(pod)
+        if age < self.timings.schedule + start:
             return
         bad = [c for c in containers(pod) if self._image_fails(c.get("image", ""))]
         if not bad and self.faults.crash_loop is None and not self.spot.ready(pod):
             return  # the raylet behind this worker pod is still starting
         if bad:
-            self._image_pull_failed(pod, bad, backoff=age >= self.timings.schedule + 2 * self.timings.start)
+            self._image_pull_failed(pod, bad, backoff=age >= self.timings.schedule + 2 * start)
             return
         pulled = self.workloads.pulled_at(pod)
-        if pulled is None or time.monotonic() < pulled + self.timings.start:
+        if pulled is None or time.monotonic() < pulled + start:
             return  # the kubelet is pulling an image the node does not have yet
         if self.faults.crash_loop is not None:
             self._crash_looping(pod)
         else:
             self._running(pod)
+
+    def _start_time(self, pod: Obj) -> float:
+        """How long the pod's containers take to start once their images are on the node."""
+        if self.timings.job_start is not None and JOB_NAME_LABEL in labels_of(pod):
+            return self.timings.job_start
+        return self.timings.start
 
     def _unschedulable(self, pod: Obj) -> tuple[str, tuple[str, str] | None] | None:
         ns = pod["metadata"].get("namespace")

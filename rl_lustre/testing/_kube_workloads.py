@@ -88,7 +88,8 @@ class Workloads(Controller):
         # (namespace, pod) -> log text, served by pods/<name>/log.
         self.logs: dict[tuple[str, str], str] = {}
         self._running_since: dict[str, float] = {}
-        # (node, image) -> when its pull started; a node keeps what it pulled.
+        # (node uid, image) -> when its pull started; a node keeps what it pulled, and a new
+        # node of the same name (a replacement after a preemption) starts with an empty disk.
         self._pulls: dict[tuple[str, str], float] = {}
 
     def reset(self) -> None:
@@ -102,11 +103,14 @@ class Workloads(Controller):
         """When the images of ``pod`` were on its node (``None`` while a pull runs), starting
         the pulls the node lacks. Pods on one node share one pull per image, and a node keeps
         what it pulled, as the kubelet does."""
-        node = (pod.get("spec") or {}).get("nodeName") or ""
+        name = (pod.get("spec") or {}).get("nodeName") or ""
+        found = self.store.get("Node", None, name)
+        node = found["metadata"]["uid"] if found is not None else name
         now = time.monotonic()
         done = 0.0
         for c in (pod.get("spec") or {}).get("containers") or []:
-            end = self._pulls.setdefault((node, c.get("image", "")), now) + self.timings.image_pull
+            image = c.get("image", "")
+            end = self._pulls.setdefault((node, image), now) + self.timings.pull_time(image)
             if end > now:
                 return None
             done = max(done, end)
