@@ -114,7 +114,7 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False) -> Submi
         "rl_lustre.max_restarts": str(job.max_restarts),
         RECIPE: job.recipe,
     }
-    model = overrides.get("policy.model_name")
+    model = resolved.value("policy.model_name")
     if isinstance(model, str):
         metadata[MODEL] = model
     if checkpoint_dir is not None:
