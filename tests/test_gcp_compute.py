@@ -61,7 +61,8 @@ def test_network_branch_is_created_with_ownership_in_descriptions(gcp: FakeGCP) 
     net = ipaddress.ip_network(block)
     assert net.prefixlen == 22
     assert net.is_private
-    # Google picks the PSA block; it must not overlap the subnet's ranges.
+    # Our network: the plan's block, clear of the subnet's ranges.
+    assert block == "10.90.0.0/22"
     sub = Subnetworks(**KW).get_or_none(subnetwork_path(PLAN))
     ranges = [sub.ip_cidr_range] + [r.ip_cidr_range for r in sub.secondary_ip_ranges]
     assert not any(net.overlaps(ipaddress.ip_network(r)) for r in ranges)
@@ -121,6 +122,18 @@ def test_teardown_in_reverse_order_leaves_nothing(gcp: FakeGCP) -> None:
     # Deleting what is gone is fine.
     assert not Networks(**KW).delete(network_path(PLAN), deployment="demo")
     assert not PsaConnections(**KW).delete(PROJECT, "demo-net", "demo-psa")
+
+
+def test_a_psa_block_that_overlaps_the_networks_ranges_is_refused(gcp: FakeGCP) -> None:
+    from rl_lustre.errors import GCPError
+
+    Networks(**KW).create(network_request(PLAN), parent=GLOBAL, deployment="demo")
+    Subnetworks(**KW).create(subnetwork_request(PLAN), parent=REGIONAL, deployment="demo")
+    clash = psa_range_request(PLAN)
+    clash.address = "10.4.0.0"  # inside the pods range
+    with pytest.raises(GCPError, match="conflicts with secondary range pods"):
+        GlobalAddresses(**KW).create(clash, parent=GLOBAL, deployment="demo")
+    GlobalAddresses(**KW).create(psa_range_request(PLAN), parent=GLOBAL, deployment="demo")
 
 
 def test_connection_shared_with_other_services_keeps_their_ranges(gcp: FakeGCP) -> None:

@@ -100,6 +100,27 @@ def test_every_resource_the_issue_names_is_planned(plan: Plan) -> None:
     assert all(r.action == "create" for r in plan)
 
 
+def test_in_a_users_network_google_picks_the_psa_block_after_the_subnet() -> None:
+    import ipaddress
+
+    from rl_lustre.plan.fabric import GVNIC_SUBNET_CIDR, RDMA_RANGE
+    from rl_lustre.plan.gke import (
+        PODS_CIDR,
+        PSA_ADDRESS,
+        PSA_PREFIX_LENGTH,
+        SERVICES_CIDR,
+        SUBNET_CIDR,
+    )
+
+    theirs = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
+                     network="shared-vpc").plan().get("psa-range")
+    assert theirs.depends_on == ("subnet",)
+    assert "address" not in theirs.settings
+    ours = ipaddress.ip_network(f"{PSA_ADDRESS}/{PSA_PREFIX_LENGTH}")
+    for used in (SUBNET_CIDR, PODS_CIDR, SERVICES_CIDR, GVNIC_SUBNET_CIDR, RDMA_RANGE):
+        assert not ours.overlaps(ipaddress.ip_network(used)), used
+
+
 def test_resources_follow_their_dependencies(plan: Plan) -> None:
     seen: set[str] = set()
     for r in plan.resources:
@@ -108,10 +129,11 @@ def test_resources_follow_their_dependencies(plan: Plan) -> None:
 
 
 def test_dependencies_match_the_architecture(plan: Plan) -> None:
-    # The network chain comes first; the PSA range waits for the subnet so that the
-    # block Google allocates cannot collide with the subnet's ranges.
+    # The network chain comes first; in our own network we pick the PSA block (clear of
+    # the subnet's ranges), so the range is reserved beside the subnet, not after it.
     assert plan.get("subnet").depends_on == ("network",)
-    assert plan.get("psa-range").depends_on == ("subnet",)
+    assert plan.get("psa-range").depends_on == ("network",)
+    assert plan.get("psa-range").settings["address"] == "10.90.0.0"
     assert plan.get("psa-peering").depends_on == ("psa-range",)
     # The firewall's source range is the PSA block.
     assert "psa-range" in plan.get("firewall-lustre").depends_on
@@ -149,11 +171,13 @@ def test_waves_put_the_lustre_and_gke_chains_side_by_side(plan: Plan) -> None:
     # A node is in the first wave after all of its dependencies.
     for r in plan:
         assert wave_of[r.key] == 1 + max((wave_of[d] for d in r.depends_on), default=-1)
-    assert wave_of["psa-range"] == wave_of["gke-cluster"]
-    assert wave_of["psa-peering"] == wave_of["gpu-pool"] == wave_of["cpu-pool"]
+    assert wave_of["psa-range"] == wave_of["subnet"]
+    assert wave_of["psa-peering"] == wave_of["gke-cluster"]
+    assert wave_of["lustre"] == wave_of["gpu-pool"] == wave_of["cpu-pool"]
     assert wave_of["lustre"] < wave_of["pv"] < wave_of["pvc"] < wave_of["raycluster"] == len(waves) - 1
-    # The start-up work overlaps: the image pull with Lustre, the model download with the RayCluster.
-    assert wave_of["image-prepull"] == wave_of["lustre"]
+    # The start-up work overlaps: the image pull with Lustre's creation (it starts once the
+    # GPU pool is there), the model download with the RayCluster.
+    assert wave_of["image-prepull"] == wave_of["gpu-pool"] + 1 < wave_of["pvc"]
     assert wave_of["model-prefetch"] == wave_of["raycluster"]
 
 
@@ -183,10 +207,10 @@ def test_critical_path_with_issue_4_proportions(plan: Plan) -> None:
         "pv": 0.1, "pvc": 0.1, "secret": 0.1, "raycluster": 0.1,
     }
     total, path = plan.critical_path(durations)
-    # network → subnet → psa-range → psa-peering → lustre → pv → pvc → raycluster:
-    # 4 x 0.5 + 20 + 3 x 0.1; the GKE branch is 1 + 8 + 6 + 0.1.
-    assert total == pytest.approx(22.3)
-    assert path == ["network", "subnet", "psa-range", "psa-peering", "lustre", "pv", "pvc", "raycluster"]
+    # network → psa-range → psa-peering → lustre → pv → pvc → raycluster (the range is
+    # reserved beside the subnet): 3 x 0.5 + 20 + 3 x 0.1; the GKE branch is 1 + 8 + 6 + 0.1.
+    assert total == pytest.approx(21.8)
+    assert path == ["network", "psa-range", "psa-peering", "lustre", "pv", "pvc", "raycluster"]
     assert total < sum(durations.values())
     # Lustre made instant: the GKE cluster and a pool become the bound.
     total, path = plan.critical_path({**durations, "lustre": 0})

@@ -157,6 +157,8 @@ def test_the_lustre_branch_runs_alongside_the_gke_cluster_and_its_pools() -> Non
         # working, and the cluster and its GPU pool while Lustre was still being created.
         assert first["lustre.CreateInstance"] < gpu.finished
         assert first["gke.CreateCluster"] < first["gke.CreateNodePool"] < lustre.finished
+        # Our network: the PSA range is reserved beside the subnet, not after it.
+        assert first["compute.globalAddresses.insert"] < report.get("subnet").finished
         # From the records: the two branches overlap for most of Lustre's creation.
         overlap = min(lustre.finished, gpu.finished) - max(lustre.started, gke.started)
         assert overlap > 1.0

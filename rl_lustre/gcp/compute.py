@@ -128,10 +128,11 @@ def subnetwork_request(plan: Plan, key: str = "subnet") -> compute_v1.Subnetwork
 
 
 def psa_range_request(plan: Plan) -> compute_v1.Address:
-    """The global ``Address`` reserved for private services access (Google picks the block)."""
+    """The global ``Address`` reserved for private services access (the plan's block, or
+    one Google picks when the plan names none)."""
     node = plan.get("psa-range")
     s = node.settings
-    return compute_v1.Address(
+    address = compute_v1.Address(
         name=node.name,
         description=_describe(plan, f"private services access range for Managed Lustre of {plan.cluster_name}"),
         network=network_path(plan),
@@ -139,6 +140,9 @@ def psa_range_request(plan: Plan) -> compute_v1.Address:
         address_type=s["address_type"],
         prefix_length=s["prefix_length"],
     )
+    if s.get("address"):
+        address.address = s["address"]
+    return address
 
 
 def firewall_request(plan: Plan, source_range: str) -> compute_v1.Firewall:

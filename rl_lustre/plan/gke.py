@@ -32,6 +32,9 @@ SERVICES_CIDR = "10.0.32.0/20"
 PODS_RANGE_NAME = "pods"
 SERVICES_RANGE_NAME = "services"
 PSA_PREFIX_LENGTH = 22
+# In our own network we pick the PSA block ourselves, clear of the ranges above, so the
+# range is reserved beside the subnet instead of after it (Lustre's branch is the long one).
+PSA_ADDRESS = "10.90.0.0"
 # Service Networking names the VPC peering it creates after the service.
 PSA_PEERING_NAME = "servicenetworking-googleapis-com"
 LUSTRE_PORT = 988
@@ -109,12 +112,14 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
                         settings=net_settings, **net_fields),
         PlannedResource(key="subnet", kind="compute.v1.Subnetwork", name=subnet, depends_on=("network",),
                         settings={"network": net, **subnet_settings}, **net_fields),
-        # After the subnet: Google picks the PSA block among addresses the VPC does not
-        # use yet, so the subnet's ranges must already be there.
+        # Our network: the block is ours to pick (PSA_ADDRESS), so the range is reserved
+        # beside the subnet. A user's network: Google picks the block among addresses the
+        # VPC does not use yet, so it comes after the subnet whose ranges it must avoid.
         PlannedResource(key="psa-range", kind="compute.v1.GlobalAddress", name=naming.psa_range_name(cluster),
-                        depends_on=("subnet",),
+                        depends_on=("network",) if own_network else ("subnet",),
                         settings={"network": net, "purpose": "VPC_PEERING", "address_type": "INTERNAL",
-                                  "prefix_length": PSA_PREFIX_LENGTH},
+                                  "prefix_length": PSA_PREFIX_LENGTH,
+                                  **({"address": PSA_ADDRESS} if own_network else {})},
                         **created),
         PlannedResource(key="psa-peering", kind="servicenetworking.v1.Connection", name=PSA_PEERING_NAME,
                         depends_on=("psa-range",),

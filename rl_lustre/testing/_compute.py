@@ -257,6 +257,7 @@ class ComputeFake:
             for c in blocks[i + 1:]:
                 if a.overlaps(c):
                     raise FakeError(400, f"IP range {a} overlaps with {c}", "invalid")
+        self._check_free(self._link(f"projects/{net[0]}/global/networks/{net[1]}"), blocks)
         roce = self._profile_zone(*net)
         if roce is not None and (secondary or roce[1] != region):
             raise FakeError(400, f"Subnetworks of RDMA network {net[1]!r} must be in region {roce[1]} (the profile's "
@@ -287,6 +288,27 @@ class ComputeFake:
                             f"projects/{project}/regions/{region}/subnetworks/{name}", project, region,
                             "subnetwork", "compute.delete_subnetwork", users)
 
+    def _used_blocks(self, network_link: str) -> list[tuple[str, Any]]:
+        """The blocks network ``network_link`` already uses: its subnets' primary and
+        secondary ranges and its private services access ranges."""
+        used: list[tuple[str, Any]] = []
+        for (_, _, name), sub in sorted(self.core.subnetworks.items()):
+            if sub.get("network") == network_link:
+                used.append((f"subnetwork {name}", ipaddress.ip_network(sub["ipCidrRange"])))
+                used += [(f"secondary range {r['rangeName']} of {name}", ipaddress.ip_network(r["ipCidrRange"]))
+                         for r in sub.get("secondaryIpRanges", [])]
+        for (_, name), a in sorted(self.core.addresses.items()):
+            if a.get("network") == network_link and a.get("purpose") == "VPC_PEERING" and a.get("address"):
+                used.append((f"address {name}", ipaddress.ip_network(f"{a['address']}/{a['prefixLength']}")))
+        return used
+
+    def _check_free(self, network_link: str, blocks: list[Any]) -> None:
+        for block in blocks:
+            for what, used in self._used_blocks(network_link):
+                if block.overlaps(used):
+                    raise FakeError(400, f"Requested range {block} conflicts with {what} ({used}) of the network",
+                                    "invalid")
+
     def _allocate(self, prefix: int) -> str:
         taken = [ipaddress.ip_network(f"{a['address']}/{a['prefixLength']}") for a in self.core.addresses.values()
                  if a.get("address") and a.get("prefixLength")]
@@ -306,6 +328,12 @@ class ComputeFake:
             if not 8 <= prefix <= 29:
                 raise FakeError(400, f"Invalid value for field 'resource.prefixLength': {prefix}", "invalid")
             body["prefixLength"] = prefix
+            if body.get("address"):
+                try:
+                    block = ipaddress.ip_network(f"{body['address']}/{prefix}")
+                except ValueError as err:
+                    raise FakeError(400, f"Invalid value for field 'resource.address': {err}", "invalid") from None
+                self._check_free(body["network"], [block])
             address = body.get("address") or self._allocate(prefix)
         else:
             address = body.get("address") or f"34.120.0.{self.core.next_id() % 250 + 1}"
