@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .spec import ClusterSpec
+    from .spec import ClusterSpec, VolumeSpec
 
 
 def network_name(cluster: ClusterSpec) -> str:
@@ -88,6 +88,16 @@ def prefetch_name(cluster: ClusterSpec) -> str:
 
 def raycluster_name(cluster: ClusterSpec) -> str:
     return cluster.name
+
+
+def network_path(project: str, network: str) -> str:
+    """``projects/P/global/networks/NAME``: a VPC network's full resource name."""
+    return f"projects/{project}/global/networks/{network}"
+
+
+def lustre_volume_handle(volume: VolumeSpec) -> str:
+    """``PROJECT/ZONE/NAME``: how the Lustre CSI driver names an instance (a PV's ``volumeHandle``)."""
+    return f"{volume.project}/{volume.zone}/{volume.name}"
 
 
 def head_service_name(cluster: ClusterSpec) -> str:

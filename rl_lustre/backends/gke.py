@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ..kube.portforward import PortForward
     from ..nemo_rl.checkpoints import Checkpoint
     from ..plan import Plan
-    from ..provision.context import Apis
+    from ..provision.context import Apis, Context
     from ..provision.progress import Display
     from ..ray.jobs import JobsClient
     from ..spec import ClusterSpec
@@ -117,15 +117,23 @@ class GKEBackend(submission.JobsBackend):
 
         return build_plan(self.cluster)
 
-    def executor(self) -> Executor:
-        """An executor over this deployment's plan and drivers (no remote call is made)."""
-        from ..provision.context import Apis, Context
+    def executor(self, ctx: Context | None = None) -> Executor:
+        """An executor over this deployment's plan and drivers (no remote call is made).
+
+        Args:
+            ctx: the drivers' context; by default a new one (see :meth:`context`).
+        """
         from ..provision.drivers import gke_drivers
 
+        ctx = ctx or self.context()
+        return Executor(ctx.plan, gke_drivers(ctx, kube=not self.gcp_only), display=self._display)
+
+    def context(self) -> Context:
+        """What the drivers of one ``up()`` or ``down()`` share (no remote call is made)."""
+        from ..provision.context import Apis, Context
+
         apis = self._apis or Apis.from_env(backoff=self._backoff, retry=self._retry)
-        plan = self.plan
-        ctx = Context(self.cluster, plan, apis, backoff=self._backoff)
-        return Executor(plan, gke_drivers(ctx, kube=not self.gcp_only), display=self._display)
+        return Context(self.cluster, self.plan, apis, backoff=self._backoff)
 
     def up(self, *, keep_on_failure: bool = False, check: bool = True) -> Report:
         """Create or adopt the whole deployment and wait until it is ready.
@@ -152,16 +160,17 @@ class GKEBackend(submission.JobsBackend):
             ProvisioningInterrupted: SIGINT or SIGTERM arrived; likewise.
             KubernetesError: the Kubernetes layer is missing (raised before any remote call).
         """
+        ctx = self.context()
         if not self.gcp_only:
             _require_kube()
-            from ..kube.manifests import build_manifests
-
-            build_manifests(self.cluster)  # checks the RayCluster against KubeRay's schema: before any remote call
+            # Built once for this up(), before any remote call: this checks the RayCluster
+            # against KubeRay's schema, and the drivers apply these very objects.
+            ctx.manifests()
         if check:
             from ..check import check_cluster
 
             check_cluster(self.cluster).raise_for_problems()
-        executor = self.executor()
+        executor = self.executor(ctx)
         cancel, abandon = threading.Event(), threading.Event()
         stages = (
             (cancel, "stopping up() and deleting what it created"),

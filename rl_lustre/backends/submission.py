@@ -202,6 +202,20 @@ def recorded(info: JobInfo) -> tuple[str | None, int | None]:
     return info.metadata.get(_CHECKPOINT_DIR), int(steps) if steps.isdigit() else None
 
 
+def usd_per_hour(cluster: ClusterSpec) -> float:
+    """What the deployment costs per hour (its plan's cost), computed once per spec.
+
+    Examples:
+        >>> from rl_lustre import Cluster
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> usd_per_hour(c) == c.plan().cost().total_usd_per_hour
+        True
+    """
+    from ..plan import build_plan
+
+    return cluster._derive("usd_per_hour", lambda: build_plan(cluster).cost().total_usd_per_hour)
+
+
 def check_no_secrets(
     cluster: ClusterSpec, entrypoint: str, runtime_env: Mapping[str, Any], metadata: Mapping[str, str]
 ) -> None:
@@ -377,11 +391,10 @@ class JobsBackend:
 
     def _run(self, job_id: str, *, checkpoint_dir: str | None, total_steps: int | None) -> Run:
         from ..metrics import cluster_metrics
-        from ..plan import build_plan
         from ..run import Run
 
         lister = None if checkpoint_dir is None else functools.partial(self.list_checkpoints, checkpoint_dir)
         cluster = self.cluster
         return Run(self.jobs, job_id, total_steps=total_steps, list_checkpoints=lister,
-                   usd_per_hour=lambda: build_plan(cluster).cost().total_usd_per_hour,
+                   usd_per_hour=functools.partial(usd_per_hour, cluster),
                    cluster_metrics=functools.partial(cluster_metrics, cluster) if cluster.backend == "gke" else None)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from google.cloud import compute_v1
 
+from .. import naming
 from ..errors import ConfigError, NotFoundError
 from . import _clients
 from ._errors import (
@@ -58,7 +59,7 @@ OpStatus = compute_v1.Operation.Status
 def network_path(plan: Plan, key: str = "network") -> str:
     """``projects/P/global/networks/NAME`` of the plan's network ``key`` (the cluster's
     VPC, or one of the fabric's: ``gvnic-network``, ``rdma-network``)."""
-    return f"projects/{plan.project}/global/networks/{plan.get(key).name}"
+    return naming.network_path(str(plan.project), plan.get(key).name)
 
 
 def subnetwork_path(plan: Plan, key: str = "subnet") -> str:

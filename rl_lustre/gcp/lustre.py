@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from google.cloud import lustre_v1
 
-from ..catalog import ownership_labels
 from ..errors import ConfigError, NotFoundError
 from . import _clients
 from ._errors import LUSTRE, Call, RetryPolicy, call, operation_error
@@ -58,22 +57,13 @@ def instance_request(
     Raises:
         ConfigError: the volume's project, zone or network is not set.
     """
-    if volume.network is None:
-        raise ConfigError("LustreVolume", "network", None,
-                          "must be set (directly or by attaching the volume to a Cluster) to create it")
-    name = volume.resource_name()
-    assert volume.project is not None
-    return lustre_v1.Instance(
-        name=name,
-        filesystem=volume.filesystem,
-        capacity_gib=volume.capacity_gib,
-        network=f"projects/{volume.project}/global/networks/{volume.network}",
-        per_unit_storage_throughput=volume.throughput_mbps_per_tib,
-        description=volume.description,
-        labels={**(labels or {}), **volume.labels, **ownership_labels(deployment)},
-        # The GKE CSI add-on reaches Lustre on the standard port; the legacy port stays off.
-        gke_support_enabled=False,
-    )
+    from ..plan.lustre import instance_labels, instance_settings
+
+    settings = instance_settings(volume)
+    fields = {k: settings[k] for k in ("filesystem", "capacity_gib", "network", "per_unit_storage_throughput",
+                                        "description", "gke_support_enabled")}
+    return lustre_v1.Instance(name=volume.resource_name(), labels=instance_labels(volume, deployment=deployment,
+                                                                                  labels=labels), **fields)
 
 
 @attrs.frozen

@@ -29,17 +29,23 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GIB_IMAGE",
+    "INSTALLER_KEY",
     "INSTALLER_NAME",
     "INSTALLER_NAMESPACE",
     "NCCL_ENV_SCRIPT",
     "extra_networks",
     "fabric_manifests",
+    "fabric_manifests_by_key",
     "fabric_worker_pod",
+    "netparams_key",
+    "podnet_key",
     "rdma_nics",
     "validate_networking",
     "worker_fabric_summary",
 ]
 
+# The plan keys of the fabric's Kubernetes objects (the plan's nodes and the manifests share them).
+INSTALLER_KEY = "nccl-installer"
 INSTALLER_NAME = "nccl-rdma-installer"
 INSTALLER_NAMESPACE = "kube-system"
 # The gIB version the A4 blueprint pins (kubectl-apply variables: v1.0.2 ... v1.1.0 supported).
@@ -88,6 +94,16 @@ def extra_networks(cluster: ClusterSpec) -> list[dict[str, Any]]:
     return nets
 
 
+def netparams_key(network: str) -> str:
+    """The plan key of the GKENetworkParamSet of the node network ``network`` (``gvnic-1``, ``rdma-0``)."""
+    return f"netparams-{network}"
+
+
+def podnet_key(network: str) -> str:
+    """The plan key of the pod Network of the node network ``network``."""
+    return f"podnet-{network}"
+
+
 def fabric_manifests(cluster: ClusterSpec, labels: Mapping[str, str]) -> list[dict[str, Any]]:
     """The fabric's Kubernetes objects in apply order (none for ``fabric="tcp"``): the
     GKENetworkParamSets, the Networks, then the installer DaemonSet.
@@ -99,23 +115,35 @@ def fabric_manifests(cluster: ClusterSpec, labels: Mapping[str, str]) -> list[di
         >>> [o["kind"] for o in objs].count("Network"), objs[1]["spec"]
         (9, {'vpc': 'demo-rdma-net', 'vpcSubnet': 'demo-rdma-sub-0', 'deviceMode': 'RDMA'})
     """
+    return list(fabric_manifests_by_key(cluster, labels).values())
+
+
+def fabric_manifests_by_key(cluster: ClusterSpec, labels: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """:func:`fabric_manifests` by plan key, in the same order.
+
+    Examples:
+        >>> from rl_lustre import Cluster
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> list(fabric_manifests_by_key(c, {}))[::9]
+        ['netparams-gvnic-1', 'podnet-rdma-7', 'nccl-installer']
+    """
     if cluster.fabric != "rdma":
-        return []
+        return {}
     nets = extra_networks(cluster)
-    params = [{
+    params = {netparams_key(n["k8s_name"]): {
         "apiVersion": NETWORKING_API, "kind": "GKENetworkParamSet",
         "metadata": {"name": n["k8s_name"], "labels": dict(labels)},
         "spec": {"vpc": n["network"], "vpcSubnet": n["subnet"], "deviceMode": n["device_mode"]},
-    } for n in nets]
-    networks = [{
+    } for n in nets}
+    networks = {podnet_key(n["k8s_name"]): {
         "apiVersion": NETWORKING_API, "kind": "Network",
         "metadata": {"name": n["k8s_name"], "labels": dict(labels)},
         "spec": {"type": "Device",
                  "parametersRef": {"group": "networking.gke.io", "kind": "GKENetworkParamSet", "name": n["k8s_name"]}},
-    } for n in nets]
-    for obj in params + networks:
+    } for n in nets}
+    for obj in [*params.values(), *networks.values()]:
         validate_networking(obj)
-    return [*params, *networks, _installer(cluster, labels)]
+    return {**params, **networks, INSTALLER_KEY: _installer(cluster, labels)}
 
 
 def _installer(cluster: ClusterSpec, labels: Mapping[str, str]) -> dict[str, Any]:

@@ -31,7 +31,11 @@ from .secret import secret_manifest
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
-__all__ = ["build_manifests", "deployment_labels"]
+__all__ = ["PVC_KEY", "PV_KEY", "RAYCLUSTER_KEY", "SECRET_KEY", "build_manifests", "deployment_labels",
+           "keyed_manifests"]
+
+# The plan keys of the core objects: the plan's nodes and the manifests share them.
+PV_KEY, PVC_KEY, SECRET_KEY, RAYCLUSTER_KEY = "pv", "pvc", "secret", "raycluster"
 
 # Kubernetes label values are stricter than GCP's: they must start and end alphanumeric.
 _K8S_LABEL = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?")
@@ -77,23 +81,42 @@ def build_manifests(
             Ray predates it.
         GCPError: the Lustre API reported a mount point that is not ``IP@tcp:/fsname``.
     """
+    return list(keyed_manifests(cluster, secret_values=secret_values, redact=redact).values())
+
+
+def keyed_manifests(
+    cluster: ClusterSpec,
+    *,
+    secret_values: Mapping[str, str] | None = None,
+    redact: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """:func:`build_manifests` by the plan key of each object, in the same order: what the
+    provisioning driver of a plan node applies is ``keyed_manifests(...)[node.key]``.
+
+    Examples:
+        >>> from rl_lustre import Cluster
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
+        ...             fabric="tcp", secrets=("HF_TOKEN",))
+        >>> {key: m["kind"] for key, m in keyed_manifests(c).items()}
+        {'pv': 'PersistentVolume', 'pvc': 'PersistentVolumeClaim', 'secret': 'Secret', 'raycluster': 'RayCluster'}
+    """
     if cluster.backend != "gke":
         raise ConfigError(
             "Cluster", "backend", cluster.backend,
             "a local cluster runs Ray on this machine and has no Kubernetes objects; "
             "manifests exist only for backend='gke'",
         )
-    from .fabric import fabric_manifests
+    from .fabric import fabric_manifests_by_key
 
     labels = deployment_labels(cluster)
     ray_cluster = raycluster_manifest(cluster, labels)
-    return [
-        *fabric_manifests(cluster, labels),
-        pv_manifest(cluster, labels),
-        pvc_manifest(cluster, labels),
-        secret_manifest(cluster, labels, secret_values, redact),
-        ray_cluster,
-    ]
+    return {
+        **fabric_manifests_by_key(cluster, labels),
+        PV_KEY: pv_manifest(cluster, labels),
+        PVC_KEY: pvc_manifest(cluster, labels),
+        SECRET_KEY: secret_manifest(cluster, labels, secret_values, redact),
+        RAYCLUSTER_KEY: ray_cluster,
+    }
 
 
 def deployment_labels(cluster: ClusterSpec) -> dict[str, str]:

@@ -82,7 +82,7 @@ def pv_manifest(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]:
             "claimRef": {"namespace": cluster.namespace, "name": naming.pvc_name(cluster)},
             "csi": {
                 "driver": CSI_DRIVER,
-                "volumeHandle": f"{volume.project}/{volume.zone}/{volume.name}",
+                "volumeHandle": naming.lustre_volume_handle(volume),
                 "volumeAttributes": {"ip": ip, "filesystem": filesystem},
             },
         },

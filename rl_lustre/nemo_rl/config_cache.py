@@ -122,8 +122,13 @@ def _plain(value: Any) -> bool:
 
 
 def _mentioned(key: str, names: set[str]) -> bool:
-    parts = key.split(".")
-    return any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1))
+    """Whether ``key`` or a section holding it is a name the recipe interpolates."""
+    prefix = ""
+    for part in key.split("."):
+        prefix = f"{prefix}.{part}" if prefix else part
+        if prefix in names:
+            return True
+    return False
 
 
 def _related(a: str, b: str) -> bool:
@@ -195,12 +200,14 @@ def resolve_patched(
             continue
         leaves[i] = (p.key_or_group.split("."), p.value())
     structural = [i for i in range(len(overrides)) if i not in leaves]
-    if any("$" in overrides[i] for i in structural):
+    if "$" in "\n".join([overrides[i] for i in structural]):
         return None
     for i in list(leaves):
-        if any(_related(keys[i], keys[j]) for j in structural):
-            structural.append(i)
-            del leaves[i]
+        for j in structural:
+            if _related(keys[i], keys[j]):
+                structural.append(i)  # the loop ends here: appending while iterating is safe
+                del leaves[i]
+                break
     structural.sort()
     texts = [overrides[i] for i in structural]
     shown = None if values is None else [values[i] for i in structural]

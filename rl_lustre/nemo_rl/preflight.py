@@ -78,8 +78,8 @@ def disabled_sections(flat: Mapping[str, Any]) -> list[str]:
         ...                    "policy.megatron_cfg.optimizer.lr": 1e-6})
         ['policy.megatron_cfg']
     """
-    return sorted(k.removesuffix(".enabled") for k, value in flat.items()
-                  if k.endswith(".enabled") and value is False)
+    return sorted([k.removesuffix(".enabled") for k, value in flat.items()
+                   if k.endswith(".enabled") and value is False])
 
 
 def _check_disabled_sections(job: JobSpec, flat: Mapping[str, Any], found: _Findings) -> None:
@@ -90,12 +90,13 @@ def _check_disabled_sections(job: JobSpec, flat: Mapping[str, Any], found: _Find
     disabled = disabled_sections(flat)
     if not disabled:
         return
-    live = [k for k in flat if not any(k.startswith(d + ".") for d in disabled)]
+    prefixes = tuple(d + "." for d in disabled)
     for raw, value in job.extra_overrides.items():
         key = raw.lstrip("+~")
         section = next((d for d in disabled if key.startswith(d + ".")), None)
         if section is None or key == f"{section}.enabled":  # switching the section off is no mistake
             continue
+        live = [k for k in flat if not k.startswith(prefixes)]
         near = [k for k in nearest_keys(key, live) if k.rsplit(".", 1)[-1] == key.rsplit(".", 1)[-1]]
         hint = f"did you mean {near[0]!r}? " if near else ""
         found.problem(

@@ -351,22 +351,23 @@ def _render(
     sets a secret or cannot be written.
     """
     from .overrides import render_override
-    from .preflight import secret_names, shown_value
+    from .preflight import secret_names
 
     args: list[str] = []
     error: ConfigError | None = None
     for key, value in overrides.items():
         secret = secret_names(key, value)
+        seen = REDACTED if secret else value  # as preflight.shown_value shows it
         try:
             text = render_override(key, value)
         except ConfigError as exc:
-            problems.append(ConfigError(OWNER, key.lstrip("+~"), shown_value(key, value), exc.rule))
+            problems.append(ConfigError(OWNER, key.lstrip("+~"), seen, exc.rule))
             if error is None:
                 error = (ConfigError(OWNER, f"overrides[{key!r}]", REDACTED, _secret_rule(secret[0])) if secret
                          else _with_cause(ConfigError(OWNER, f"overrides[{key!r}]", value, exc.rule), exc))
             continue
         texts.append(text)
-        shown.append(shown_value(key, value))
+        shown.append(seen)
         if error is None and secret:
             error = ConfigError(OWNER, f"overrides[{key!r}]", REDACTED, _secret_rule(secret[0]))
         args.append(text)
@@ -386,7 +387,7 @@ def _with_cause(error: ConfigError, cause: BaseException) -> ConfigError:
 def _entrypoint(job: JobSpec, cluster: ClusterSpec, version: NemoRLVersion, name: str, args: list[str]) -> str:
     """NeMo-RL's GRPO example; locally without NeMo-RL, the rehearsal driver with the same
     config and overrides."""
-    quoted = " ".join(shlex.quote(a) for a in args)
+    quoted = " ".join([shlex.quote(a) for a in args])
     if cluster.backend == "local" and cluster.nemo_rl_path is None:
         # The driver applies the overrides with this version's key names.
         pinned = f" --nemo-rl-version {version.version}" if version.version != DEFAULT_VERSION else ""

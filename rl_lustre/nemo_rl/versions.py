@@ -24,7 +24,7 @@ DEFAULT_VERSION = "0.4.0"
 def _version_tuple(version: str) -> tuple[int, ...]:
     if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+\.\d+", version):
         raise ConfigError("NeMo-RL", "version", version, "must be a version like '0.4.0'")
-    return tuple(int(p) for p in version.split("."))
+    return tuple(map(int, version.split(".")))
 
 
 @attrs.frozen

@@ -39,6 +39,9 @@ __all__ = ["Plan", "PlanGraphError", "PlannedResource", "build_plan"]
 def build_plan(cluster: ClusterSpec) -> Plan:
     """The plan of ``cluster``'s deployment, derived offline from the spec alone.
 
+    Built once per spec (specs are frozen, and so is the plan): later calls return the
+    same object. A spec changed by ``attrs.evolve`` is a new spec with a plan of its own.
+
     Examples:
         >>> from rl_lustre import Cluster
         >>> from rl_lustre.plan import build_plan
@@ -47,6 +50,4 @@ def build_plan(cluster: ClusterSpec) -> Plan:
         >>> plan.keys()[:4]
         ['network', 'subnet', 'psa-range', 'psa-peering']
     """
-    if cluster.backend == "local":
-        return local_plan(cluster)
-    return gke_plan(cluster)
+    return cluster._derive("plan", lambda: local_plan(cluster) if cluster.backend == "local" else gke_plan(cluster))

@@ -20,7 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 from .. import naming
 from ..catalog import FABRIC_MTU, GKE_ACCELERATOR_LABEL
-from ..kube.fabric import GIB_IMAGE, INSTALLER_NAME, INSTALLER_NAMESPACE, extra_networks, rdma_nics
+from ..kube.fabric import (
+    GIB_IMAGE,
+    INSTALLER_KEY,
+    INSTALLER_NAME,
+    INSTALLER_NAMESPACE,
+    extra_networks,
+    netparams_key,
+    podnet_key,
+    rdma_nics,
+)
 from .graph import PlannedResource
 
 if TYPE_CHECKING:
@@ -39,7 +48,6 @@ __all__ = [
 # The blueprint's ranges: net-1 192.168.64.0/18, the RoCE subnets /21s of 192.168.128.0/18.
 GVNIC_SUBNET_CIDR = "192.168.64.0/18"
 RDMA_RANGE = "192.168.128.0/18"
-INSTALLER_KEY = "nccl-installer"
 
 
 def gpu_pool_subnet_keys(cluster: ClusterSpec) -> tuple[str, ...]:
@@ -52,7 +60,7 @@ def ray_dependency_keys(cluster: ClusterSpec) -> tuple[str, ...]:
     the NCCL plugin installer."""
     if cluster.fabric != "rdma":
         return ()
-    return (*(f"podnet-{n['k8s_name']}" for n in extra_networks(cluster) if n["device_mode"] == "RDMA"),
+    return (*(podnet_key(n["k8s_name"]) for n in extra_networks(cluster) if n["device_mode"] == "RDMA"),
             INSTALLER_KEY)
 
 
@@ -108,15 +116,15 @@ def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedRe
     for net in extra_networks(cluster):
         name = net["k8s_name"]
         nodes.append(PlannedResource(
-            key=f"netparams-{name}", kind="networking.gke.io/v1/GKENetworkParamSet", name=name,
+            key=netparams_key(name), kind="networking.gke.io/v1/GKENetworkParamSet", name=name,
             depends_on=("gke-cluster", net["subnet_key"]),
             settings={"scope": "cluster", "vpc": net["network"],
                       "vpc_subnet": net["subnet"], "device_mode": net["device_mode"],
                       "node_interface": net["interface"]},
             **created))
         nodes.append(PlannedResource(
-            key=f"podnet-{name}", kind="networking.gke.io/v1/Network", name=name,
-            depends_on=(f"netparams-{name}",),
+            key=podnet_key(name), kind="networking.gke.io/v1/Network", name=name,
+            depends_on=(netparams_key(name),),
             settings={"scope": "cluster", "type": "Device", "parameters": f"GKENetworkParamSet {name}",
                       "attached_to_ray_workers": net["device_mode"] == "RDMA"},
             **created))

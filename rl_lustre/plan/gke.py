@@ -14,8 +14,10 @@ from ..catalog import (
     LUSTRE_PORT_988_MIN_GKE,
     ownership_labels,
 )
+from ..kube.manifests import PV_KEY, PVC_KEY, RAYCLUSTER_KEY, SECRET_KEY
 from .fabric import fabric_nodes, ray_dependency_keys
 from .graph import Plan, PlannedResource
+from .lustre import instance_labels, instance_settings
 from .nodepools import cpu_pool, gpu_pool
 from .startup import startup_nodes
 
@@ -51,12 +53,11 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
     ours = {**ownership_labels(cluster.name), **cluster.labels}
     own_network = cluster.network is None
     net = naming.network_name(cluster)
-    net_path = f"projects/{project}/global/networks/{net}"
     # A user's network is used as it is; GKE then picks its subnet in the region, which
     # in an auto-mode network carries the network's name.
     subnet = naming.subnet_name(cluster) if own_network else net
     vol = cluster.volume
-    volume_handle = f"{project}/{zone}/{vol.name}"
+    volume_handle = naming.lustre_volume_handle(vol)
     assert vol.capacity_gib is not None
     created: dict[str, Any] = {"action": "create", "labels": ours}
     if own_network:
@@ -136,18 +137,14 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         PlannedResource(
             key="lustre", kind="lustre.v1.Instance", name=vol.name,
             depends_on=("psa-peering", "firewall-lustre"),
+            # What the request sends (plan/lustre.py), and the throughput it amounts to.
             settings={
-                "location": zone,
-                "capacity_gib": vol.capacity_gib,
-                "per_unit_storage_throughput": vol.throughput_mbps_per_tib,
+                **instance_settings(vol),
                 "aggregate_throughput_mbps": vol.throughput_mbps,
-                "filesystem": vol.filesystem,
-                "network": net_path,
-                # The CSI add-on reaches Lustre on 988; the legacy GKE port is off on both sides.
-                "gke_support_enabled": False,
                 **({"existing": True} if vol.existing else {}),
             },
-            **({"action": "use"} if vol.existing else {"action": "create", "labels": {**ours, **vol.labels}}),
+            **({"action": "use"} if vol.existing else
+               {"action": "create", "labels": instance_labels(vol, deployment=cluster.name, labels=cluster.labels)}),
         ),
         PlannedResource(
             key="gke-cluster", kind="container.v1.Cluster", name=naming.gke_cluster_name(cluster),
@@ -185,7 +182,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         gpu_pool(cluster, created),
         # Needs only the API server and the instance's address, not the node pools.
         PlannedResource(
-            key="pv", kind="v1/PersistentVolume", name=naming.pv_name(cluster),
+            key=PV_KEY, kind="v1/PersistentVolume", name=naming.pv_name(cluster),
             depends_on=("lustre", "gke-cluster"),
             settings={
                 "scope": "cluster",
@@ -199,7 +196,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
             **created,
         ),
         PlannedResource(
-            key="pvc", kind="v1/PersistentVolumeClaim", name=naming.pvc_name(cluster), depends_on=("pv",),
+            key=PVC_KEY, kind="v1/PersistentVolumeClaim", name=naming.pvc_name(cluster), depends_on=("pv",),
             settings={"namespace": cluster.namespace, "volume_name": naming.pv_name(cluster),
                       "storage": f"{vol.capacity_gib}Gi", "access_modes": ["ReadWriteMany"],
                       "storage_class_name": ""},
@@ -212,7 +209,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
     ray_deps = ["pvc", "cpu-pool", "gpu-pool"]
     if cluster.secrets:
         resources.append(PlannedResource(
-            key="secret", kind="v1/Secret", name=naming.secret_name(cluster), depends_on=("gke-cluster",),
+            key=SECRET_KEY, kind="v1/Secret", name=naming.secret_name(cluster), depends_on=("gke-cluster",),
             settings={"namespace": cluster.namespace, "type": "Opaque", "keys": list(cluster.secrets),
                       "values": "read from this process's environment at up(); never part of the plan"},
             **created,
@@ -220,7 +217,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         ray_deps.insert(1, "secret")
     ray_deps += ray_dependency_keys(cluster)
     resources.append(PlannedResource(
-        key="raycluster", kind="ray.io/v1/RayCluster", name=naming.raycluster_name(cluster),
+        key=RAYCLUSTER_KEY, kind="ray.io/v1/RayCluster", name=naming.raycluster_name(cluster),
         depends_on=tuple(ray_deps),
         settings={
             "namespace": cluster.namespace,

@@ -110,6 +110,7 @@ class Context:
         self.deployment = plan.cluster_name
         self.kube_timeout = kube_timeout
         self._kube: Any = None
+        self._manifests: dict[str, dict[str, Any]] | None = None
         self._lock = threading.Lock()
 
     def wait_settled(self, what: str, read: Callable[[], Any], busy: Callable[[Any], str | None],
@@ -125,6 +126,45 @@ class Context:
                  done=lambda found: found is None or busy(found) is None,
                  describe=lambda found: "ABSENT" if found is None else (busy(found) or "settled"),
                  timeout=timeout, backoff=self.backoff)
+
+    def manifests(self) -> dict[str, dict[str, Any]]:
+        """The deployment's Kubernetes objects by plan key, built once for this context
+        (one ``up()``): the Secret with the values of ``cluster.secrets`` in this
+        process's environment, unredacted (they print redacted).
+
+        Raises:
+            ConfigError: as :func:`rl_lustre.kube.manifests.build_manifests`.
+        """
+        import os
+
+        from ..kube.manifests import keyed_manifests
+
+        with self._lock:
+            if self._manifests is None:
+                values = {name: os.environ[name] for name in self.cluster.secrets if name in os.environ}
+                self._manifests = keyed_manifests(self.cluster, secret_values=values, redact=False)
+            return self._manifests
+
+    def manifest(self, key: str) -> dict[str, Any]:
+        """The Kubernetes object of the plan node ``key``, from :meth:`manifests`.
+
+        The PersistentVolume names the Lustre instance's address, which is known only once
+        the instance is ready: one built before then is built again, once.
+
+        Raises:
+            NotFoundError: the node has no Kubernetes object.
+        """
+        from ..kube.manifests import PV_KEY, deployment_labels
+        from ..kube.persistent_volume import PENDING_ANNOTATION, pv_manifest
+
+        manifests = self.manifests()
+        with self._lock:
+            found = manifests.get(key)
+            if found is None:
+                raise NotFoundError(f"plan node {key!r} has no Kubernetes object")
+            if key == PV_KEY and PENDING_ANNOTATION in (found["metadata"].get("annotations") or {}):
+                found = manifests[key] = pv_manifest(self.cluster, deployment_labels(self.cluster))
+            return found
 
     def kube_api(self, gke_cluster: Any) -> Any:
         """A Kubernetes ``ApiClient`` for ``gke_cluster`` (a ``container_v1.Cluster``), cached."""

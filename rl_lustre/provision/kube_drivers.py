@@ -4,10 +4,9 @@ node deliberately not provisioned."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import NotFoundError
+from ..kube.manifests import PV_KEY, PVC_KEY, RAYCLUSTER_KEY, SECRET_KEY
 from .context import Context, gone
 from .gcp_drivers import GkeClusterDriver
 from .step import Done, Step
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["KUBE_KEYS", "KubeObjectDriver", "SkippedDriver", "kube_keys"]
 
 # The plan's core Kubernetes nodes; the fabric adds its own (see kube_keys).
-KUBE_KEYS = ("pv", "pvc", "secret", "raycluster")
+KUBE_KEYS = (PV_KEY, PVC_KEY, SECRET_KEY, RAYCLUSTER_KEY)
 _GOOGLE_KINDS = ("compute.", "container.", "lustre.", "servicenetworking.")
 
 
@@ -35,7 +34,7 @@ def kube_keys(plan: Plan) -> tuple[str, ...]:
     return tuple(r.key for r in plan if not r.kind.startswith(_GOOGLE_KINDS))
 # Claims and RayClusters are waited for until Bound / ready.
 # Claims and RayClusters are waited for until Bound / ready.
-_KUBE_WAITED = frozenset({"pvc", "raycluster"})
+_KUBE_WAITED = frozenset({PVC_KEY, RAYCLUSTER_KEY})
 
 class KubeObjectDriver:
     """A Kubernetes object of the deployment (PersistentVolume, PersistentVolumeClaim,
@@ -53,15 +52,7 @@ class KubeObjectDriver:
         self.key = key
 
     def _manifest(self) -> dict[str, Any]:
-        from ..kube.manifests import build_manifests
-
-        cluster = self.ctx.cluster
-        node = self.ctx.plan.get(self.key)
-        values = {name: os.environ[name] for name in cluster.secrets if name in os.environ} if self.key == "secret" else None
-        for manifest in build_manifests(cluster, secret_values=values, redact=False):
-            if f"{manifest['apiVersion']}/{manifest['kind']}" == node.kind and manifest["metadata"]["name"] == node.name:
-                return manifest
-        raise NotFoundError(f"no manifest for plan node {self.key!r} ({node.kind} {node.name})")
+        return self.ctx.manifest(self.key)
 
     def ensure(self, step: Step) -> Done:
         from ..kube import apply

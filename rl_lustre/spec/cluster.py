@@ -8,7 +8,7 @@ import functools
 import os
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -45,6 +45,7 @@ MAINTENANCE_EXCLUSIONS = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES")
 
 # The class local() is called on (Cluster.local() makes a Cluster): typing.Self before Python 3.11.
 Self = TypeVar("Self", bound="ClusterSpec")
+_T = TypeVar("_T")
 
 
 def default_local_root() -> Path:
@@ -189,6 +190,17 @@ class ClusterSpec:
     rehearsal_scale: float = attrs.field(default=1e-5, validator=v.number(gt=0, le=1))
     rehearsal_step_seconds: float = attrs.field(default=0.5, validator=v.number(ge=0, le=3600))
     worker_nodes: int = attrs.field(default=0, validator=v.integer(min=0, max=16))
+    # What is derived offline from this very spec, computed once (the plan): not part of
+    # the spec. A spec made by attrs.evolve is another object, so it derives its own.
+    _derived: _Derived = attrs.field(factory=lambda: _Derived(), init=False, repr=False, eq=False, hash=False)
+
+    def _derive(self, name: str, compute: Callable[[], _T]) -> _T:
+        """The value ``name`` derived from this spec alone: ``compute()`` on first use, then kept."""
+        derived = self._derived
+        if name not in derived:
+            derived[name] = compute()
+        value: _T = derived[name]
+        return value
 
     def __attrs_post_init__(self) -> None:
         if self.backend == "gke":
@@ -419,6 +431,13 @@ class ClusterSpec:
     def head_service(self) -> str:
         """The Kubernetes service KubeRay creates for the head (``<name>-head-svc``)."""
         return naming.head_service_name(self)
+
+
+class _Derived(dict[str, Any]):
+    """A spec's derived values by name; pickled empty, since they are rebuilt on demand."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Derived, ())
 
 
 def _local_mount(owner: str, volume_dir: str | os.PathLike[str]) -> str:
