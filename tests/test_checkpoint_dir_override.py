@@ -105,6 +105,7 @@ def test_a_run_with_an_overridden_checkpoint_dir_lists_resumes_and_starts_over_t
         assert fresh.wait(timeout=240) == "SUCCEEDED"
     assert [r.step for r in fresh.steps()] == [1, 2]
     aside = sorted(elsewhere.parent.glob("moved.before-fresh-*"))
-    assert len(aside) == 1 and sorted(p.name for p in aside[0].iterdir()) == ["step_1", "step_2"]
+    assert len(aside) == 1
+    assert sorted(p.name for p in aside[0].iterdir()) == ["step_1", "step_2"]
     assert [c.path for c in fresh.checkpoints()] == [elsewhere / "step_1", elsewhere / "step_2"]
     assert not default.exists()
