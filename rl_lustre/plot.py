@@ -82,8 +82,7 @@ def collect(run: Run, *, cluster_metrics: bool = True) -> RunData:
     Args:
         cluster_metrics: read Cloud Monitoring too (GKE runs only).
     """
-    from .backends.submission import MODEL, RECIPE
-    from .run import REHEARSAL_NOTE
+    from .jobrecord import MODEL, RECIPE, REHEARSAL_NOTE
 
     meta = run.info().metadata
     per_step = run.metrics()

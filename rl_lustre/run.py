@@ -29,6 +29,7 @@ from .errors import (
     WaitTimeoutError,
     nothing_to_do_advice,
 )
+from .jobrecord import NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
 from .outages import TRANSIENT, Outage, OutageBudget
 
 if TYPE_CHECKING:
@@ -43,8 +44,6 @@ __all__ = ["Progress", "Run"]
 logger = logging.getLogger("rl_lustre.run")
 
 _TAIL_LINES = 30
-REHEARSAL_NOTE = "rehearsal: no model is trained and its metrics are synthetic"
-NOTHING_TO_DO_NOTE = "nothing left to do"
 
 
 @attrs.frozen

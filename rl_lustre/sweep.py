@@ -25,7 +25,7 @@ import attrs
 
 from . import _validate as v
 from .errors import SWEEP_FRESH, ConfigError, JobFailedError, RLLustreError, WaitTimeoutError
-from .run import NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
+from .jobrecord import NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
 
 if TYPE_CHECKING:
     from .cluster import Cluster

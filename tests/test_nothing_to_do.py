@@ -12,7 +12,7 @@ import pytest
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.errors import NothingToDoWarning
-from rl_lustre.run import REHEARSAL_NOTE
+from rl_lustre.jobrecord import REHEARSAL_NOTE
 
 JOB = GRPOJob(
     name="noop", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", dataset="OpenMathInstruct-2",

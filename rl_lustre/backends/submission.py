@@ -30,6 +30,7 @@ import attrs
 
 from .._warnings import warn_caller
 from ..errors import SUBMIT_FRESH, ConfigError, NothingToDoWarning, RayError, nothing_to_do_advice
+from ..jobrecord import CHECKPOINT_DIR, MODEL, RECIPE, TOTAL_STEPS
 from ..recovery import shipped_module, supervised
 from ..spec.job import secret_in_env
 
@@ -46,9 +47,6 @@ logger = logging.getLogger("rl_lustre.backends.submission")
 # Shorter values would turn up by chance in commands and paths.
 _MIN_SECRET_LEN = 8
 _RETRIES = 3
-_CHECKPOINT_DIR = "rl_lustre.checkpoint_dir"
-_TOTAL_STEPS = "rl_lustre.total_steps"
-MODEL, RECIPE = "rl_lustre.model", "rl_lustre.recipe"
 
 
 @attrs.frozen
@@ -118,9 +116,9 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False) -> Submi
     if isinstance(model, str):
         metadata[MODEL] = model
     if checkpoint_dir is not None:
-        metadata[_CHECKPOINT_DIR] = checkpoint_dir
+        metadata[CHECKPOINT_DIR] = checkpoint_dir
     if isinstance(steps, int):
-        metadata[_TOTAL_STEPS] = str(steps)
+        metadata[TOTAL_STEPS] = str(steps)
     check_no_secrets(cluster, entrypoint, runtime_env, metadata)
     return Submission(
         base_id=base_id,
@@ -198,8 +196,8 @@ def recorded(info: JobInfo) -> tuple[str | None, int | None]:
         >>> recorded(JobInfo("x", "RUNNING", metadata={"rl_lustre.checkpoint_dir": "/v/c", "rl_lustre.total_steps": "8"}))
         ('/v/c', 8)
     """
-    steps = info.metadata.get(_TOTAL_STEPS, "")
-    return info.metadata.get(_CHECKPOINT_DIR), int(steps) if steps.isdigit() else None
+    steps = info.metadata.get(TOTAL_STEPS, "")
+    return info.metadata.get(CHECKPOINT_DIR), int(steps) if steps.isdigit() else None
 
 
 def usd_per_hour(cluster: ClusterSpec) -> float:
