@@ -45,3 +45,35 @@ def test_run_past_its_timeout_stops_and_forgets_the_job(local_cluster: Cluster) 
     with pytest.raises(WaitTimeoutError, match=helper):
         jobs.run("sleep 60", submission_id=helper, timeout=0.5)
     assert helper not in _ids(jobs)
+
+
+
+def test_rays_upload_lines_stay_out_of_the_users_terminal_unless_asked_for(local_cluster: Cluster) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    # Every submit uploads (or finds uploaded) the supervisor package; Ray logs that at INFO
+    # through a handler of its own. A fresh process, as a user's script is.
+    script = (
+        "import logging, sys\n"
+        "from rl_lustre import Cluster, GRPOJob\n"
+        "if sys.argv[3] == 'debug':\n"
+        "    logging.basicConfig()\n"
+        "    logging.getLogger('rl_lustre').setLevel(logging.DEBUG)\n"
+        "cluster = Cluster.local(sys.argv[1], volume_dir=sys.argv[2])\n"
+        "cluster.submit(GRPOJob(name='quiet', recipe='grpo_math_1B', max_num_steps=1), fresh=True).stop()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+    def stderr(mode: str) -> str:
+        done = subprocess.run([sys.executable, "-c", script, local_cluster.name, local_cluster.mount_path, mode],
+                              env=env, capture_output=True, text=True, timeout=120, check=True)
+        return done.stderr
+
+    quiet = stderr("default")
+    assert "dashboard_sdk" not in quiet
+    assert "packaging.py" not in quiet
+    assert "REHEARSAL" in quiet  # our own warning still shows
+    assert "dashboard_sdk.py" in stderr("debug")  # asked for: rl_lustre's DEBUG logging shows them

@@ -66,6 +66,40 @@ def _summary(exc: BaseException) -> str:
     return f"{lines[0].split('Traceback')[0].strip()} {lines[-1]}".strip()
 
 
+# Ray's Jobs client logs every package it uploads at INFO through a handler of its own
+# ("dashboard_sdk.py:371 -- Uploading package gcs://_ray_pkg_....zip"): noise in a user's
+# terminal on every submit. These loggers' INFO lines pass only when rl_lustre's own
+# logging is at DEBUG (``rl-lustre -vv``, or ``logging.getLogger("rl_lustre").setLevel(logging.DEBUG)``).
+RAY_UPLOAD_LOGGERS = ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging")
+
+
+class _UploadNoise(logging.Filter):
+    """Lets Ray's upload lines through only when asked for; warnings and errors always."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or logging.getLogger("rl_lustre").isEnabledFor(logging.DEBUG)
+
+
+_UPLOAD_FILTER = _UploadNoise()
+
+
+def quiet_ray_uploads() -> None:
+    """Hide the INFO lines of Ray's package uploads unless rl_lustre logs at DEBUG (idempotent).
+
+    Examples:
+        >>> quiet_ray_uploads()
+        >>> import logging
+        >>> record = logging.LogRecord("ray.dashboard.modules.dashboard_sdk", logging.INFO, "", 0,
+        ...                            "Uploading package gcs://_ray_pkg_0.zip.", None, None)
+        >>> logging.getLogger("ray.dashboard.modules.dashboard_sdk").filter(record)
+        False
+    """
+    for name in RAY_UPLOAD_LOGGERS:
+        ray_logger = logging.getLogger(name)
+        if _UPLOAD_FILTER not in ray_logger.filters:
+            ray_logger.addFilter(_UPLOAD_FILTER)
+
+
 @attrs.frozen
 class JobInfo:
     """What the Jobs API reports about one job.
@@ -143,6 +177,7 @@ class JobsClient:
     def _sdk(self) -> JobSubmissionClient:
         with self._lock:
             if self._client is None:
+                quiet_ray_uploads()
                 with ray_errors(f"connect to the Ray Jobs API at {self.address}"):
                     self._client = _connect(self.address, self._headers)
             return self._client
