@@ -72,8 +72,8 @@ def node_env(temp_dir: Path, env: Mapping[str, str] | None, mode: AuthMode) -> d
 
     Examples:
         >>> e = node_env(Path("/tmp/rll-x"), {"RAY_ADDRESS": "elsewhere:6379", "A": "1"}, "token")
-        >>> e["A"], "RAY_ADDRESS" in e, e["RAY_AUTH_TOKEN_PATH"]
-        ('1', False, '/tmp/rll-x/auth_token')
+        >>> e["A"], "RAY_ADDRESS" in e, e["RAY_AUTH_TOKEN_PATH"], e["RAY_ENABLE_UV_RUN_RUNTIME_ENV"]
+        ('1', False, '/tmp/rll-x/auth_token', '0')
     """
     out = dict(os.environ if env is None else env)
     for name in _INHERITED_RAY_VARS:
@@ -98,6 +98,11 @@ def node_env(temp_dir: Path, env: Mapping[str, str] | None, mode: AuthMode) -> d
             # On a loaded machine the raylet's dashboard agent (a Python process) can take
             # longer than the raylet's default wait for it, which then takes the node down.
             "RAY_agent_register_timeout_ms": "120000",
+            # Every process of the node descends from the user's script; started by
+            # `uv run --project <clone> script.py` from elsewhere, Ray's hook for uv would make
+            # the head's own drivers re-run that uv command, and refuse every job ("Your
+            # <clone>/pyproject.toml is not in the working_dir"). Jobs here name their Python.
+            "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
         }
     )
     if mode == "token":
