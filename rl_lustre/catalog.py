@@ -166,6 +166,12 @@ def gke_version_key(version: str) -> tuple[int, ...]:
 IMAGE_RAY_VERSIONS: dict[str, str] = {
     "nvcr.io/nvidia/nemo-rl:v0.4.0": "2.46.0",
 }
+# Compressed size of the images we know, the estimate plan() and cost() use before the
+# registry is asked (source: issue 23, ~25 GB of layers: the NGC PyTorch base, NeMo-RL's
+# prebuilt Ray virtualenvs, vLLM, Megatron).
+IMAGE_COMPRESSED_BYTES: dict[str, int] = {
+    "nvcr.io/nvidia/nemo-rl:v0.4.0": 25_000_000_000,
+}
 _RAY_IMAGE = re.compile(r"^(?:docker\.io/)?rayproject/ray(?:-ml)?:(\d+\.\d+\.\d+)(?:[-.].*)?$")
 _NEMO_RL_IMAGE = re.compile(r"(?:^|/)nemo-rl:v?(\d+\.\d+\.\d+)")
 

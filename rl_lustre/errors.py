@@ -18,6 +18,9 @@ so callers may catch either (``except ValueError`` works for bad configuration):
     │   │   ├── NotFoundError (LookupError)
     │   │   └── OperationFailedError       a long-running operation ended in error
     │   ├── KubernetesError
+    │   ├── RegistryError                  a container registry refused or failed
+    │   │   ├── ImageNotFoundError (LookupError)
+    │   │   └── RegistryAuthError (PermissionError)
     │   ├── RayError
     │   │   └── JobFailedError             a job ended FAILED (a stopped one is not a failure)
     │   └── TeardownError                  down() could not delete everything
@@ -46,6 +49,7 @@ __all__ = [
     "ConfigError",
     "CredentialsError",
     "GCPError",
+    "ImageNotFoundError",
     "JobFailedError",
     "KubernetesError",
     "NotFoundError",
@@ -60,6 +64,8 @@ __all__ = [
     "QuotaExceededError",
     "RLLustreError",
     "RayError",
+    "RegistryAuthError",
+    "RegistryError",
     "RemoteError",
     "RollbackError",
     "TeardownError",
@@ -211,6 +217,18 @@ class OperationFailedError(GCPError):
 
 class KubernetesError(RemoteError):
     """A Kubernetes API call failed, or objects did not become ready."""
+
+
+class RegistryError(RemoteError):
+    """A container registry (nvcr.io, Artifact Registry, Docker Hub) refused a request or failed."""
+
+
+class ImageNotFoundError(RegistryError, LookupError):
+    """The registry has no such image (repository, tag or digest)."""
+
+
+class RegistryAuthError(RegistryError, PermissionError):
+    """The registry wants credentials rl_lustre does not have for it (a private image)."""
 
 
 class RayError(RemoteError):

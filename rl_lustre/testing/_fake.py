@@ -18,6 +18,7 @@ from ._gke import GkeFake, node_labels
 from ._grpc import GrpcServer
 from ._lustre import LustreFake
 from ._monitoring import MonitoringFake
+from ._registry import RegistryFake
 from ._rest import RestFake
 
 if TYPE_CHECKING:
@@ -40,10 +41,11 @@ class FakeGCP:
 
     One gRPC server on loopback hosts ``google.cloud.lustre.v1.Lustre``,
     ``google.longrunning.Operations`` and ``google.container.v1.ClusterManager``; one
-    HTTP server hosts the Compute Engine and Service Networking calls. Entering the
-    context starts both and points ``RL_LUSTRE_GCP_EMULATOR_HOST`` and
-    ``RL_LUSTRE_GCP_REST_EMULATOR`` at them (restored on exit), so the real client
-    libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pass
+    HTTP server hosts the Compute Engine and Service Networking calls, another the
+    container registries (:mod:`rl_lustre.testing._registry`). Entering the context starts
+    them and points ``RL_LUSTRE_GCP_EMULATOR_HOST``, ``RL_LUSTRE_GCP_REST_EMULATOR`` and
+    ``RL_LUSTRE_REGISTRY_EMULATOR`` at them (restored on exit), so the real client
+libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pass
     :attr:`env`.
 
     Remote changes take ``latency[key] × time_scale`` seconds (keys in
@@ -109,10 +111,12 @@ class FakeGCP:
         self._rest = RestFake(self._core)
         self._catalog = Catalog(self._core)
         self._register_catalog()
+        self._registry = RegistryFake(self._core)
         self._set_env = set_env
         self._saved_env: dict[str, str | None] = {}
         self.grpc_address = ""
         self.rest_url = ""
+        self.registry_url = ""
 
     def add_time_series(
         self,
@@ -170,6 +174,12 @@ class FakeGCP:
         return self._catalog
 
     @property
+    def registry(self) -> RegistryFake:
+        """The container registries (every host): ``add``, ``private``, ``remove``; the
+        images rl_lustre knows the size of are there from the start."""
+        return self._registry
+
+    @property
     def faults(self) -> Faults:
         """Fault injection: ``fail_call``, ``fail_operation``, ``rate_limit``."""
         return self._core.faults
@@ -177,7 +187,10 @@ class FakeGCP:
     @property
     def env(self) -> dict[str, str]:
         """The emulator variables pointing at these fakes (for a subprocess's environment)."""
-        return {_clients.GRPC_EMULATOR_ENV: self.grpc_address, _clients.REST_EMULATOR_ENV: self.rest_url}
+        from ..registry import EMULATOR_ENV
+
+        return {_clients.GRPC_EMULATOR_ENV: self.grpc_address, _clients.REST_EMULATOR_ENV: self.rest_url,
+                EMULATOR_ENV: self.registry_url}
 
     @property
     def kube_endpoint(self) -> str | None:
@@ -202,6 +215,7 @@ class FakeGCP:
         port = self._grpc.start()
         self.grpc_address = f"127.0.0.1:{port}"
         self.rest_url = self._rest.start()
+        self.registry_url = self._registry.start()
         if self._set_env:
             for key, value in self.env.items():
                 self._saved_env[key] = os.environ.get(key)
@@ -220,6 +234,7 @@ class FakeGCP:
         _clients.clear_cache(self.rest_url)
         self._grpc.stop()
         self._rest.stop()
+        self._registry.stop()
 
     def __enter__(self) -> FakeGCP:
         return self.start()
