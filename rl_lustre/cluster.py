@@ -156,25 +156,26 @@ class Cluster(ClusterSpec):
         return build_plan(self)
 
     def manifests(self) -> list[dict[str, Any]]:
-        """The Kubernetes objects this deployment applies, as plain dicts.
+        """Every Kubernetes object ``up()`` applies, as plain dicts, in apply order.
 
         With ``fabric="rdma"``, first a GKENetworkParamSet and a Network per extra node
-        network and the gIB NCCL installer DaemonSet; then the PersistentVolume,
-        PersistentVolumeClaim, Secret (values redacted) and the ``ray.io/v1`` RayCluster.
-        Before the volume exists its IP is a placeholder.
+        network and the gIB NCCL installer DaemonSet; then the image pre-pull DaemonSet
+        (``prepull_image``), the PersistentVolume, PersistentVolumeClaim, Secret (values
+        redacted), the model prefetch Job (``prefetch_models``) and the ``ray.io/v1``
+        RayCluster, last. Before the volume exists its IP is a placeholder.
 
         Examples:
             >>> from attrs import evolve
             >>> from rl_lustre import Cluster
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
-            >>> [m["kind"] for m in c.manifests()][-5:]
-            ['DaemonSet', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'RayCluster']
-            >>> [m["kind"] for m in evolve(c, fabric="tcp").manifests()]
+            >>> [m["kind"] for m in c.manifests()][-7:]
+            ['DaemonSet', 'DaemonSet', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'Job', 'RayCluster']
+            >>> [m["kind"] for m in evolve(c, fabric="tcp", prepull_image=False, prefetch_models=()).manifests()]
             ['PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'RayCluster']
         """
-        from .kube.manifests import build_manifests
+        from .kube.manifests import deployment_manifests
 
-        return build_manifests(self)
+        return deployment_manifests(self)
 
     def up(self, *, keep_on_failure: bool = False, check: bool = True) -> Cluster:
         """Create the deployment (or adopt the one already running) and wait until it takes jobs.

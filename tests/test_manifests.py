@@ -395,12 +395,16 @@ def test_manifests_are_plain_json_and_fresh_each_call() -> None:
     cluster = gke()
     first = cluster.manifests()
     assert json.loads(json.dumps(first)) == first
-    first[3]["spec"]["workerGroupSpecs"][0]["replicas"] = 99
+    first[-1]["spec"]["workerGroupSpecs"][0]["replicas"] = 99
     first[0]["metadata"]["labels"]["x"] = "y"
     second = cluster.manifests()
-    assert second[3]["spec"]["workerGroupSpecs"][0]["replicas"] == 8
+    assert second[-1]["kind"] == "RayCluster"
+    assert second[-1]["spec"]["workerGroupSpecs"][0]["replicas"] == 8
     assert "x" not in second[0]["metadata"]["labels"]
-    assert second == build_manifests(attrs.evolve(cluster))
+    assert second == attrs.evolve(cluster).manifests()
+    # build_manifests has the core objects, in the same order; manifests() adds the start-up ones.
+    core = build_manifests(cluster)
+    assert [m for m in second if m["kind"] not in ("DaemonSet", "Job")] == core
 
 
 def test_a_raycluster_the_crd_rejects_is_a_config_error_before_anything_is_sent(

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,12 +35,22 @@ MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 LATENCY = {"lustre.create": 2.0, "gke.create_cluster": 0.1, "gke.create_node_pool": 0.1}
 
 
+# (kind, name) of every object the Kubernetes fake received from rl_lustre, in order.
+RECEIVED: list[tuple[str, str]] = []
+
+
 @pytest.fixture(scope="module")
 def fakes() -> Iterator[tuple[FakeGCP, KubeFake]]:
     from rl_lustre.kube.client import ResourceClient
 
     # Every object is checked against the real schemas on arrival (strict: unknown fields fail).
-    with KubeFake(validate=schema_validator()) as kube, FakeGCP(kube=kube, latency=LATENCY) as gcp:
+    check = schema_validator()
+
+    def validate(obj: dict[str, Any]) -> None:
+        check(obj)
+        RECEIVED.append((obj["kind"], obj["metadata"]["name"]))
+
+    with KubeFake(validate=validate) as kube, FakeGCP(kube=kube, latency=LATENCY) as gcp:
         # Import the Kubernetes client now: its first import is not provisioning time.
         ResourceClient(kube.api_client(), "Job", "default")
         yield gcp, kube
@@ -97,12 +108,16 @@ def test_prepull_starts_with_the_gpu_pool_and_prefetch_with_the_claim_progress_s
 
     printer = threading.Thread(target=print_progress, daemon=True)
     printer.start()
+    sent = len(RECEIVED)
     try:
         report = backend(c).up()
     finally:
         finished.set()
         printer.join(5)
     rec = report.records
+    # cluster.manifests() is every Kubernetes object up() applied: no more, no fewer.
+    assert sorted(set(RECEIVED[sent:])) == sorted((m["kind"], m["metadata"]["name"]) for m in c.manifests())
+    assert {"DaemonSet", "Job"} <= {kind for kind, _ in RECEIVED[sent:]}
     # The pre-pull starts once the GPU pool is there, long before Lustre is ready.
     assert rec["image-prepull"].started >= rec["gpu-pool"].finished
     assert rec["image-prepull"].started < rec["lustre"].finished - 0.5

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
 __all__ = ["PVC_KEY", "PV_KEY", "RAYCLUSTER_KEY", "SECRET_KEY", "build_manifests", "deployment_labels",
-           "keyed_manifests"]
+           "deployment_manifests", "keyed_manifests"]
 
 # The plan keys of the core objects: the plan's nodes and the manifests share them.
 PV_KEY, PVC_KEY, SECRET_KEY, RAYCLUSTER_KEY = "pv", "pvc", "secret", "raycluster"
@@ -117,6 +117,30 @@ def keyed_manifests(
         SECRET_KEY: secret_manifest(cluster, labels, secret_values, redact),
         RAYCLUSTER_KEY: ray_cluster,
     }
+
+
+def deployment_manifests(cluster: ClusterSpec) -> list[dict[str, Any]]:
+    """Every Kubernetes object ``up()`` applies, in apply order (secret values redacted).
+
+    :func:`build_manifests`'s objects and, where the cluster asks for them, the image
+    pre-pull DaemonSet (:mod:`rl_lustre.kube.prepull`, applied once the node pools exist,
+    before the PersistentVolume) and the model prefetch Job (:mod:`rl_lustre.kube.prefetch`,
+    once the claim and the Secret exist); the RayCluster comes last.
+
+    Examples:
+        >>> from rl_lustre import Cluster
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", fabric="tcp")
+        >>> [m["kind"] for m in deployment_manifests(c)]
+        ['DaemonSet', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'Job', 'RayCluster']
+    """
+    from .prefetch import prefetch_job
+    from .prepull import prepull_daemonset
+
+    core = build_manifests(cluster)
+    ray_cluster, pv_at = core[-1], next(i for i, m in enumerate(core) if m["kind"] == "PersistentVolume")
+    prepull = [prepull_daemonset(cluster)] if cluster.prepull_image else []
+    prefetch = [prefetch_job(cluster)] if cluster.prefetch_models else []
+    return [*core[:pv_at], *prepull, *core[pv_at:-1], *prefetch, ray_cluster]
 
 
 def deployment_labels(cluster: ClusterSpec) -> dict[str, str]:
