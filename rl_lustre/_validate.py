@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from .catalog import LABEL_DEPLOYMENT, LABEL_MANAGED_BY
+from .catalog import RESERVED_LABELS
 from .errors import ConfigError
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
@@ -192,7 +192,7 @@ def one_of(choices: Iterable[Any], *, optional: bool = False) -> Validator:
 # https://cloud.google.com/resource-manager/docs/labels-overview#requirements
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
-_RESERVED_LABELS = (LABEL_MANAGED_BY, LABEL_DEPLOYMENT)
+_RESERVED_LABELS = RESERVED_LABELS
 
 
 def gcp_labels(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:

@@ -204,6 +204,37 @@ RESERVED_ENV = MappingProxyType({"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"})
 MANAGED_BY = "rl-lustre"
 LABEL_MANAGED_BY = "managed-by"
 LABEL_DEPLOYMENT = "rl-lustre-deployment"
+# Resources shared by deployments (the preload disk image, the warm-start bucket) and the
+# temporary ones that build them carry a role instead of a deployment.
+LABEL_ROLE = "rl-lustre-role"
+LABEL_DIGEST = "rl-lustre-digest"
+LABEL_LAYOUT = "rl-lustre-layout"
+LABEL_CREATED_BY = "rl-lustre-created-by"
+ROLE_PRELOAD_IMAGE = "preload-image"
+ROLE_PRELOAD_BUILD = "preload-build"
+ROLE_WARM_START = "warm-start"
+SHARED_ROLES = (ROLE_PRELOAD_IMAGE, ROLE_WARM_START)
+RESERVED_LABELS = (LABEL_MANAGED_BY, LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_DIGEST, LABEL_LAYOUT, LABEL_CREATED_BY)
+
+# The preload disk image: a GKE secondary boot disk (mode CONTAINER_IMAGE_CACHE) holding the
+# cluster's image unpacked. GKE supports it from these versions ("Use secondary boot disks to
+# preload data or container images", cloud.google.com/kubernetes-engine/docs/how-to/
+# data-container-image-preloading), on COS containerd nodes with Image streaming on.
+PRELOAD_MIN_GKE = "1.28.3-gke.1067000"
+PRELOAD_MIN_GKE_AUTOPILOT = "1.30.1-gke.1329000"
+PRELOAD_NODE_IMAGE = "COS_CONTAINERD"
+# The layout of the disk (snapshots/<id>/fs, snapshots.metadata, images.metadata), so that a
+# change of our build script never reuses an image built the old way.
+PRELOAD_LAYOUT = "v1"
+# The temporary VM that builds it: Debian 12, the image pulled and unpacked onto a pd-ssd
+# data disk (~2.4 x the compressed size unpacked; pd-ssd's write rate grows with its size).
+PRELOAD_MACHINE_TYPE = "n2-standard-8"
+PRELOAD_BOOT_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
+PRELOAD_DATA_DISK_TYPE = "pd-ssd"
+PRELOAD_DATA_DISK_GB = 250
+PRELOAD_BUILD_TIMEOUT = 3600.0
+# The builder VM deletes itself (with its disks) after this long, should up() die.
+PRELOAD_MAX_RUN_SECONDS = 7200
 
 # Google's Managed Lustre CSI driver (the GKE add-on a PersistentVolume names).
 LUSTRE_CSI_DRIVER = "lustre.csi.storage.gke.io"

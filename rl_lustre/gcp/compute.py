@@ -181,7 +181,8 @@ class _ComputeResource(OwnedResource):
     client_cls: ClassVar[type[Any]]
     field: ClassVar[str]
     collection: ClassVar[str]
-    regional: ClassVar[bool] = False
+    # "global", "regions" or "zones": where the resource and its operations live.
+    scope: ClassVar[str] = "global"
     api: ClassVar[Api] = COMPUTE
     _log = log
 
@@ -197,7 +198,7 @@ class _ComputeResource(OwnedResource):
         self._operations = operations
         self._backoff = backoff
         self._retry = retry
-        scope = r"regions/(?P<region>[^/]+)" if self.regional else "global"
+        scope = "global" if self.scope == "global" else rf"{self.scope}/(?P<{self._where}>[^/]+)"
         self._path = re.compile(rf"projects/(?P<project>[^/]+)/{scope}/{self.collection}/(?P<name>[^/]+)")
 
     @property
@@ -208,21 +209,27 @@ class _ComputeResource(OwnedResource):
     def operations(self) -> Any:
         if self._operations is not None:
             return self._operations
-        cls = compute_v1.RegionOperationsClient if self.regional else compute_v1.GlobalOperationsClient
+        cls = {"regions": compute_v1.RegionOperationsClient, "zones": compute_v1.ZoneOperationsClient}.get(
+            self.scope, compute_v1.GlobalOperationsClient)
         return _clients.compute(cls)
 
     def _split(self, name: str) -> re.Match[str]:
         m = self._path.fullmatch(name)
         if m is None:
-            scope = "regions/R" if self.regional else "global"
+            scope = "global" if self.scope == "global" else f"{self.scope}/{self._where.upper()[0]}"
             raise ConfigError(type(self).__name__, "name", name, f"must be projects/P/{scope}/{self.collection}/NAME")
         return m
 
     def _keys(self, m: re.Match[str]) -> dict[str, str]:
         keys = {"project": m["project"]}
-        if self.regional:
-            keys["region"] = m["region"]
+        if self.scope != "global":
+            keys[self._where] = m[self._where]
         return keys
+
+    @property
+    def _where(self) -> str:
+        """The path parameter of the resource's scope (``region``, ``zone``)."""
+        return self.scope.removesuffix("s")
 
     @property
     def kind(self) -> str:
@@ -233,7 +240,7 @@ class _ComputeResource(OwnedResource):
 
     def _call(self, action: str, name: str, fn: Any, **kwargs: Any) -> Any:
         m = self._path.fullmatch(name)
-        zone = m["region"] if (m and self.regional) else None
+        zone = m[self._where] if (m and self.scope != "global") else None
         return call(Call(self.api, action, f"{self.title} {name}", zone=zone), fn, policy=self._retry, **kwargs)
 
     def get_or_none(self, name: str) -> Any:
@@ -261,17 +268,20 @@ class _ComputeResource(OwnedResource):
 
             [n.name for n in Networks().list_ours("my-project")]
         """
-        request = {"project": project, "filter": DESCRIPTION_FILTER}
-        where = f"projects/{project}"
+        return [r for r in self._list(project, DESCRIPTION_FILTER) if is_ours(labels_from_description(r.description))]
+
+    def _list(self, project: str, server_filter: str) -> list[Any]:
+        """Every resource of this kind in ``project`` that ``server_filter`` selects (all
+        scopes of a regional or zonal kind, with ``aggregatedList``)."""
+        request = {"project": project, "filter": server_filter}
 
         def fetch() -> list[Any]:
-            if not self.regional:
+            if self.scope == "global":
                 return list(self.client.list(request=request, retry=None))
             return [item for _, scoped in self.client.aggregated_list(request=request, retry=None)
                     for item in getattr(scoped, self.collection)]
 
-        found = call(Call(self.api, f"list {self.collection} in", where), fetch, policy=self._retry)
-        return [r for r in found if is_ours(labels_from_description(r.description))]
+        return call(Call(self.api, f"list {self.collection} in", f"projects/{project}"), fetch, policy=self._retry)
 
     def create(
         self,
@@ -415,7 +425,7 @@ class Subnetworks(_ComputeResource):
     client_cls = compute_v1.SubnetworksClient
     field = "subnetwork"
     collection = "subnetworks"
-    regional = True
+    scope = "regions"
 
 
 class GlobalAddresses(_ComputeResource):

@@ -25,7 +25,7 @@ _PROFILE = re.compile(r"(?:.*/)?projects/([^/]+)/global/networkProfiles/(([a-z]+
 Handler = Callable[[dict[str, str], dict[str, str], dict[str, Any]], Any]
 # Compute's collection for each kind, as it names methods ("compute.globalAddresses.insert").
 _COLLECTION = {"network": "networks", "subnetwork": "subnetworks", "address": "globalAddresses",
-               "firewall": "firewalls"}
+               "firewall": "firewalls", "image": "images", "disk": "disks", "instance": "instances"}
 
 
 def _now() -> str:
@@ -79,10 +79,12 @@ class ComputeFake:
 
     def _compute_op(self, project: str, region: str | None, op_type: str, target: str,
                     method: str, latency: str, effect: Callable[[], None],
-                    pending: tuple[str, ...] | None = None) -> dict[str, Any]:
+                    pending: tuple[str, ...] | None = None, zone: str | None = None,
+                    on_failure: Callable[[], None] | None = None) -> dict[str, Any]:
         number = self.core.next_id()
         name = f"operation-{number}"
-        scope = f"projects/{project}/regions/{region}" if region else f"projects/{project}/global"
+        scope = (f"projects/{project}/zones/{zone}" if zone else
+                 f"projects/{project}/regions/{region}" if region else f"projects/{project}/global")
         op: dict[str, Any] = {
             "kind": "compute#operation", "id": str(number), "name": name, "operationType": op_type,
             "targetLink": self._link(target), "status": "RUNNING", "progress": 0, "insertTime": _now(),
@@ -90,6 +92,8 @@ class ComputeFake:
         }
         if region:
             op["region"] = self._link(f"projects/{project}/regions/{region}")
+        if zone:
+            op["zone"] = self._link(f"projects/{project}/zones/{zone}")
         self._compute_ops[f"{scope}/operations/{name}"] = op
         fault = self.core.operation_fault(method, f"/compute/v1/{target}")
         if pending is not None:
@@ -102,6 +106,8 @@ class ComputeFake:
                 op["error"] = {"errors": [{"code": fault.reason or fault.grpc_code.name, "message": fault.message}]}
                 op["httpErrorStatusCode"] = fault.http_code
                 op["httpErrorMessage"] = fault.grpc_code.name.replace("_", " ")
+                if on_failure is not None:
+                    on_failure()
             else:
                 effect()
             op.update(status="DONE", progress=100, endTime=_now())
@@ -110,7 +116,8 @@ class ComputeFake:
         return dict(op)
 
     def operation_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
-        scope = f"projects/{p['project']}/regions/{p['region']}" if p.get("region") else f"projects/{p['project']}/global"
+        scope = (f"projects/{p['project']}/zones/{p['zone']}" if p.get("zone") else
+                 f"projects/{p['project']}/regions/{p['region']}" if p.get("region") else f"projects/{p['project']}/global")
         op = self._compute_ops.get(f"{scope}/operations/{p['name']}")
         if op is None:
             raise FakeError(404, f"The resource '{scope}/operations/{p['name']}' was not found", "notFound")

@@ -33,6 +33,16 @@ DEFAULT_LATENCY: dict[str, float] = {
     "lustre.delete": 0.05,
     "lustre.import_data": 0.05,
     "lustre.export_data": 0.05,
+    "compute.create_instance": 0.03,
+    "compute.delete_instance": 0.02,
+    "compute.delete_disk": 0.02,
+    "compute.detach_disk": 0.02,
+    "compute.create_image": 0.05,
+    "compute.delete_image": 0.02,
+    # The builder VM's script: installing containerd and formatting the data disk, then
+    # pulling and unpacking the image (per GB of compressed layers).
+    "compute.preload_boot": 0.02,
+    "compute.preload_unpack_per_gb": 0.0,
     "gke.create_cluster": 0.08,
     "gke.delete_cluster": 0.05,
     "gke.create_node_pool": 0.06,
@@ -268,6 +278,12 @@ class Core:
         self.addresses: dict[tuple[str, str], dict[str, Any]] = {}
         self.firewalls: dict[tuple[str, str], dict[str, Any]] = {}
         self.connections: dict[tuple[str, str], dict[str, Any]] = {}
+        # Compute images (project, name), disks and instances (project, zone, name), as JSON;
+        # what a disk or image holds (fake-internal, never in an API answer) by its path.
+        self.images: dict[tuple[str, str], dict[str, Any]] = {}
+        self.disks: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.instances: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.contents: dict[str, dict[str, Any]] = {}
         self.lustre: dict[str, Any] = {}
         self.clusters: dict[str, Any] = {}
         self.kube_endpoint: str | None = None

@@ -9,10 +9,18 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..catalog import LABEL_MANAGED_BY, MANAGED_BY, ownership_labels
+from ..catalog import (
+    LABEL_CREATED_BY,
+    LABEL_MANAGED_BY,
+    LABEL_ROLE,
+    MANAGED_BY,
+    SHARED_ROLES,
+    ownership_labels,
+)
 from ..gcp import _clients
 from ..gcp._ownership import describe_ownership, labels_from_description
 from ._capacity import Catalog
+from ._compute_vm import ComputeVmFake, PreloadKnobs
 from ._core import Core, Faults, RequestRecord, project_number
 from ._gke import GkeFake, node_labels
 from ._grpc import GrpcServer
@@ -25,6 +33,9 @@ if TYPE_CHECKING:
     from .kube import KubeFake
 
 KINDS = (
+    "compute.images",
+    "compute.disks",
+    "compute.instances",
     "compute.networks",
     "compute.subnetworks",
     "compute.globalAddresses",
@@ -112,6 +123,9 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         self._catalog = Catalog(self._core)
         self._register_catalog()
         self._registry = RegistryFake(self._core)
+        self._compute_vm = ComputeVmFake(self._core, self._rest.compute, self._registry.compressed_bytes)
+        for verb, path, method, fn in self._compute_vm.routes():
+            self._rest.add_route(verb, path, method, fn)
         self._set_env = set_env
         self._saved_env: dict[str, str | None] = {}
         self.grpc_address = ""
@@ -178,6 +192,12 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         """The container registries (every host): ``add``, ``private``, ``remove``; the
         images rl_lustre knows the size of are there from the start."""
         return self._registry
+
+    @property
+    def preload(self) -> PreloadKnobs:
+        """How the preload builder's simulated VM behaves: ``script_failure``, ``hang``,
+        ``unpack_ratio``."""
+        return self._compute_vm.knobs
 
     @property
     def faults(self) -> Faults:
@@ -284,6 +304,12 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         with core.lock:
             core.advance()
             out: dict[str, dict[str, dict[str, str]]] = {k: {} for k in KINDS}
+            for (p, n), image in core.images.items():
+                out["compute.images"][f"projects/{p}/global/images/{n}"] = dict(image.get("labels") or {})
+            for (p, z, n), disk in core.disks.items():
+                out["compute.disks"][f"projects/{p}/zones/{z}/disks/{n}"] = dict(disk.get("labels") or {})
+            for (p, z, n), vm in core.instances.items():
+                out["compute.instances"][f"projects/{p}/zones/{z}/instances/{n}"] = dict(vm.get("labels") or {})
             for (p, n), net in core.networks.items():
                 out["compute.networks"][f"projects/{p}/global/networks/{n}"] = labels_from_description(
                     net.get("description"))
@@ -310,8 +336,12 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
                     out["gke.nodePools"][f"{name}/nodePools/{pool.name}"] = dict(pool.config.resource_labels)
             return out
 
-    def leaked(self, deployment: str | None = None) -> list[str]:
+    def leaked(self, deployment: str | None = None, *, shared: bool = False) -> list[str]:
         """``"<kind> <name>"`` of every resource carrying our labels (of ``deployment``, if given).
+
+        The caches deployments share (preload images, warm-start buckets) outlive them by
+        design and are left out unless ``shared``; a preload builder's VM or disk is a leak
+        (of the deployment whose ``up()`` started it).
 
         Examples:
             >>> from rl_lustre.testing import FakeGCP
@@ -324,7 +354,9 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
             for kind, found in self.resources().items()
             for name, labels in found.items()
             if labels.get(LABEL_MANAGED_BY) == MANAGED_BY
-            and (deployment is None or labels == {**labels, **ownership_labels(deployment)})
+            and (shared or labels.get(LABEL_ROLE) not in SHARED_ROLES)
+            and (deployment is None or labels == {**labels, **ownership_labels(deployment)}
+                 or labels.get(LABEL_CREATED_BY) == deployment)
         )
 
     def seed_network(

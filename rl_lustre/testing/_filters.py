@@ -23,7 +23,7 @@ from ._core import FakeError
 
 _LABEL_TERM = re.compile(r'labels\.([a-z][a-z0-9_-]*)\s*=\s*"([a-z0-9_-]*)"')
 _REGEX_FORM = re.compile(r"""\s*([A-Za-z][A-Za-z0-9_.]*)\s+(eq|ne)\s+(?:'([^']*)'|"([^"]*)"|(\S+))\s*""")
-_AIP_TERM = re.compile(r"""\(\s*([A-Za-z][A-Za-z0-9_.]*)\s*(=|!=)\s*(?:"([^"]*)"|(\S+?))\s*\)""")
+_AIP_TERM = re.compile(r"""\(\s*([A-Za-z][A-Za-z0-9_.-]*)\s*(=|!=)\s*(?:"([^"]*)"|(\S+?))\s*\)""")
 
 
 def label_filter(expr: str) -> Callable[[Mapping[str, str]], bool]:

@@ -94,6 +94,21 @@ class RegistryFake:
         parsed = parse_reference(ref)
         return str(self._repos[(parsed.host, parsed.repository)]["tags"][parsed.tag])
 
+    def compressed_bytes(self, ref: str) -> int | None:
+        """The summed layer sizes of ``ref``'s linux/amd64 image (by tag or digest), or None."""
+        parsed = parse_reference(ref)
+        repo = self._repos.get((parsed.host, parsed.repository))
+        if repo is None:
+            return None
+        digest = parsed.digest or repo["tags"].get(parsed.tag)
+        blob = repo["blobs"].get(digest)
+        if blob is None:
+            return None
+        manifest = json.loads(blob[1])
+        if blob[0] == INDEX:
+            manifest = json.loads(repo["blobs"][manifest["manifests"][0]["digest"]][1])
+        return sum(int(layer["size"]) for layer in manifest["layers"])
+
     def private(self, ref: str) -> None:
         """Make ``ref``'s repository private: 401 even with an anonymous token."""
         parsed = parse_reference(ref)
