@@ -95,22 +95,37 @@ def need(owner: str, param: str, value: Any, types: type | tuple[type, ...], wha
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-def control_char(text: str) -> str | None:
-    """The first control character in ``text`` (NUL, newline, escape, ...), if any."""
-    m = _CONTROL.search(text)
-    return m.group(0) if m else None
+# What a value written into a command line may hold besides printable text: NeMo-RL's
+# stop strings are newlines (["</answer>", "\n\n"]), and a newline or tab inside a quoted
+# string survives the shell and Hydra's parser alike. Never in a name, key or path.
+VALUE_WHITESPACE = "\n\t"
 
 
-def no_control(owner: str, field: str, value: Any) -> None:
-    """Refuse control characters anywhere in a string (or the strings nested in a value)."""
+def control_char(text: str, *, allow: str = "") -> str | None:
+    r"""The first control character in ``text`` (NUL, newline, escape, ...) not in ``allow``, if any.
+
+    Examples:
+        >>> control_char("a\nb"), control_char("a\nb", allow=VALUE_WHITESPACE), control_char("a\x00\nb", allow="\n")
+        ('\n', None, '\x00')
+    """
+    for m in _CONTROL.finditer(text):
+        if m.group(0) not in allow:
+            return m.group(0)
+    return None
+
+
+def no_control(owner: str, field: str, value: Any, *, allow: str = "") -> None:
+    """Refuse control characters (but those in ``allow``) anywhere in a string, or in the
+    strings nested in a value (its mapping keys included)."""
     from ._secrets import _strings
 
     for s in _strings(value):
-        c = control_char(s)
+        c = control_char(s, allow=allow)
         if c is not None:
+            but = " other than newlines and tabs" if allow == VALUE_WHITESPACE else ""
             raise ConfigError(owner, field, value,
-                              f"must not contain control characters (found {c!r}, U+{ord(c):04X}): they "
-                              "break command lines, paths and logs")
+                              f"must not contain control characters{but} (found {c!r}, U+{ord(c):04X}): "
+                              "they break command lines, paths and logs")
 
 
 def matches(pattern: str, rule: str, *, optional: bool = False) -> Validator:
@@ -252,33 +267,35 @@ def cidr(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
 
 
 def whole_internet(blocks: Iterable[str]) -> str | None:
-    """The block (or blocks) that open an address family to everyone, if any.
+    """The block (or blocks) that open an address family to everyone, if any, as written.
 
     Every spelling counts: ``0.0.0.0/0``, ``0/0``-style masks like ``0.0.0.0/0.0.0.0``,
-    ``::/0`` and ``::0/0``, the IPv4-mapped ``::ffff:0:0/96``, and blocks that only
-    together cover everything (``0.0.0.0/1`` with ``128.0.0.0/1``).
+    ``0.0.0.0/00``, ``::/0`` and ``::0/0``, the IPv4-mapped ``::ffff:0:0/96``, and blocks
+    that only together cover everything (``0.0.0.0/1`` with ``128.0.0.0/1``). The answer
+    quotes what the user typed, not the normalised block.
 
     Examples:
         >>> whole_internet(["0.0.0.0/1", "128.0.0.0/1"])
         '0.0.0.0/1, 128.0.0.0/1'
+        >>> whole_internet(["10.0.0.0/8", "0.0.0.0/00"])
+        '0.0.0.0/00'
         >>> whole_internet(["10.0.0.0/8"]) is None
         True
     """
-    nets = []
+    nets: list[tuple[str, ipaddress.IPv4Network | ipaddress.IPv6Network]] = []
     for b in blocks:
         try:
-            nets.append(ipaddress.ip_network(b, strict=False))
+            nets.append((b, ipaddress.ip_network(b, strict=False)))
         except (ValueError, TypeError):
             continue
     mapped = ipaddress.IPv6Network("::ffff:0:0/96")
-    for net in nets:
+    for typed, net in nets:
         if net.prefixlen == 0 or (isinstance(net, ipaddress.IPv6Network) and mapped.subnet_of(net)):
-            return str(net)
-    v4 = [n for n in nets if isinstance(n, ipaddress.IPv4Network)]
-    v6 = [n for n in nets if isinstance(n, ipaddress.IPv6Network)]
-    for family in (list(ipaddress.collapse_addresses(v4)), list(ipaddress.collapse_addresses(v6))):
-        if any(n.prefixlen == 0 for n in family):
-            return ", ".join(str(n) for n in nets if n.version == family[0].version)
+            return typed
+    for version in (4, 6):
+        family = [net for _, net in nets if net.version == version]
+        if any(n.prefixlen == 0 for n in ipaddress.collapse_addresses(family)):  # type: ignore[type-var]
+            return ", ".join(typed for typed, net in nets if net.version == version)
     return None
 
 

@@ -320,7 +320,8 @@ class ClusterSpec:
         p = self.mount_path
         if not isinstance(p, str) or not p.startswith("/"):
             v.fail(self, "mount_path", p, "must be an absolute path")
-        if posixpath.normpath(p) != p or p == "/":
+        # normpath keeps a leading '//' (POSIX leaves its meaning to the system): refused too.
+        if posixpath.normpath(p) != p or p == "/" or p.startswith("//"):
             v.fail(self, "mount_path", p, "must be a normalised path other than '/' (no trailing '/', '..' or '//')")
         if any(c.isspace() for c in p) or ":" in p or v.control_char(p) is not None:
             v.fail(self, "mount_path", p, "must not contain whitespace, control characters or ':'")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -97,6 +97,17 @@ def _refuse_secret_value(inst: Any, field: str, key: str, value: Any) -> None:
     v.fail(inst, field, value, f"looks like {what}; {_SECRETS_ADVICE}")
 
 
+def _mapping_keys(value: Any) -> Iterator[str]:
+    """The keys of the mappings nested in an override's value."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield str(key)
+            yield from _mapping_keys(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _mapping_keys(item)
+
+
 def _check_overrides(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     from .._secrets import env_references, secret_key
     from .value_rules import broken_rules
@@ -122,7 +133,10 @@ def _check_overrides(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
                        f"reads the secret {name!r} into the config, which NeMo-RL prints in full at "
                        "start-up and saves with every checkpoint; code that needs it reads it from "
                        "the environment (list it in Cluster.secrets)")
-        v.no_control(type(inst).__name__, field, val)
+        # A value may hold newlines and tabs (NeMo-RL's stop strings); the keys inside it may not.
+        v.no_control(type(inst).__name__, field, val, allow=v.VALUE_WHITESPACE)
+        for inner in _mapping_keys(val):
+            v.no_control(type(inst).__name__, field, inner)
         literal = not getattr(inst, "interpolate_overrides", True)
         for where, bad, rule in broken_rules(key, val, literal=literal):
             v.fail(inst, f"overrides[{where!r}]", bad, rule + " (the same rule as the GRPOJob field)")
