@@ -18,12 +18,11 @@ Where it departs from the reference workflow, on purpose:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..catalog import ownership_labels
 from ..errors import ConfigError
+from .labels import deployment_labels
 from .persistent_volume import pv_manifest, pvc_manifest
 from .raycluster import raycluster_manifest
 from .secret import secret_manifest
@@ -37,8 +36,6 @@ __all__ = ["PVC_KEY", "PV_KEY", "RAYCLUSTER_KEY", "SECRET_KEY", "build_manifests
 # The plan keys of the core objects: the plan's nodes and the manifests share them.
 PV_KEY, PVC_KEY, SECRET_KEY, RAYCLUSTER_KEY = "pv", "pvc", "secret", "raycluster"
 
-# Kubernetes label values are stricter than GCP's: they must start and end alphanumeric.
-_K8S_LABEL = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?")
 
 
 def build_manifests(
@@ -141,20 +138,3 @@ def deployment_manifests(cluster: ClusterSpec) -> list[dict[str, Any]]:
     prepull = [prepull_daemonset(cluster)] if cluster.prepull_image else []
     prefetch = [prefetch_job(cluster)] if cluster.prefetch_models else []
     return [*core[:pv_at], *prepull, *core[pv_at:-1], *prefetch, ray_cluster]
-
-
-def deployment_labels(cluster: ClusterSpec) -> dict[str, str]:
-    """The labels of every Kubernetes object of ``cluster``: its own, then our ownership labels."""
-    for key, value in cluster.labels.items():
-        if not _K8S_LABEL.fullmatch(key):
-            raise ConfigError(
-                "Cluster", f"labels[{key!r}]", key,
-                "Kubernetes label keys must start and end with a letter or digit",
-            )
-        if not _K8S_LABEL.fullmatch(value):
-            raise ConfigError(
-                "Cluster", f"labels[{key!r}]", value,
-                "Kubernetes label values must start and end with a letter or digit",
-            )
-    # Ours last: a user label must not disown a resource we created.
-    return {**cluster.labels, **ownership_labels(cluster.name)}

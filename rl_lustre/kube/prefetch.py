@@ -20,7 +20,7 @@ from .. import naming
 from ..catalog import GKE_NODEPOOL_LABEL
 from ..nemo_rl.caches import nemo_rl_cache_env
 from . import prefetch_program
-from .manifests import deployment_labels
+from .labels import deployment_labels
 from .persistent_volume import lustre_pod_volume, lustre_volume_mount
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import naming
 from ..catalog import GKE_NODEPOOL_LABEL
-from .manifests import deployment_labels
+from .labels import deployment_labels
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
