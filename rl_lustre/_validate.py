@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from .catalog import RESERVED_LABELS
+from .catalog import RESERVED_LABELS, zone_problem
 from .errors import ConfigError
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
@@ -140,6 +140,13 @@ def matches(pattern: str, rule: str, *, optional: bool = False) -> Validator:
         not_secret(inst, field_name(attr), value)
 
     return check
+
+
+def known_zone(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    """The value (a zone, or None) is a Compute Engine zone rl_lustre knows of (see
+    :func:`rl_lustre.catalog.zone_problem`; ``$RL_LUSTRE_EXTRA_ZONES`` adds newer ones)."""
+    if isinstance(value, str) and (problem := zone_problem(value)) is not None:
+        fail(inst, field_name(attr), value, problem)
 
 
 def not_secret(inst: Any, field: str, value: Any) -> None:

@@ -5,7 +5,10 @@ Kept in one place so that a new machine type, Lustre tier or image is a one-line
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
+from collections.abc import Mapping
 from types import MappingProxyType
 
 import attrs
@@ -341,3 +344,65 @@ PRICES = PriceTable(
         "gke": "https://cloud.google.com/kubernetes-engine/pricing#cluster_management_fee_and_free_tier",
     },
 )
+
+
+# Compute Engine zones by region, as the public list showed them on ZONES_AS_OF
+# (cloud.google.com/compute/docs/regions-zones): the offline check of Cluster.zone and
+# LustreVolume.zone. The server has the last word: check() and up() ask Compute Engine
+# (zones.get), and a zone added since is named in $RL_LUSTRE_EXTRA_ZONES.
+ZONES_AS_OF = "2025-10-01"
+EXTRA_ZONES_ENV = "RL_LUSTRE_EXTRA_ZONES"
+_ABC, _US_CENTRAL1, _BCD = "abc", "abcf", "bcd"
+ZONES: Mapping[str, str] = MappingProxyType({
+    "africa-south1": _ABC, "asia-east1": _ABC, "asia-east2": _ABC, "asia-northeast1": _ABC,
+    "asia-northeast2": _ABC, "asia-northeast3": _ABC, "asia-south1": _ABC, "asia-south2": _ABC,
+    "asia-southeast1": _ABC, "asia-southeast2": _ABC, "australia-southeast1": _ABC,
+    "australia-southeast2": _ABC, "europe-central2": _ABC, "europe-north1": _ABC, "europe-north2": _ABC,
+    "europe-southwest1": _ABC, "europe-west1": _BCD, "europe-west2": _ABC, "europe-west3": _ABC,
+    "europe-west4": _ABC, "europe-west6": _ABC, "europe-west8": _ABC, "europe-west9": _ABC,
+    "europe-west10": _ABC, "europe-west12": _ABC, "me-central1": _ABC, "me-central2": _ABC,
+    "me-west1": _ABC, "northamerica-northeast1": _ABC, "northamerica-northeast2": _ABC,
+    "northamerica-south1": _ABC, "southamerica-east1": _ABC, "southamerica-west1": _ABC,
+    "us-central1": _US_CENTRAL1, "us-east1": _BCD, "us-east4": _ABC, "us-east5": _ABC, "us-south1": _ABC,
+    "us-west1": _ABC, "us-west2": _ABC, "us-west3": _ABC, "us-west4": _ABC,
+})
+
+
+def extra_zones() -> set[str]:
+    """The zones named in ``$RL_LUSTRE_EXTRA_ZONES`` (comma- or space-separated)."""
+    return {z for z in re.split(r"[\s,]+", os.environ.get(EXTRA_ZONES_ENV, "")) if z}
+
+
+def known_zones(region: str) -> list[str]:
+    """The zones of ``region`` rl_lustre knows: its list, and any extra ones named in the environment.
+
+    Examples:
+        >>> known_zones("us-east1")
+        ['us-east1-b', 'us-east1-c', 'us-east1-d']
+    """
+    listed = {f"{region}-{suffix}" for suffix in ZONES.get(region, "")}
+    return sorted(listed | {z for z in extra_zones() if z.rsplit("-", 1)[0] == region})
+
+
+def zone_problem(zone: str) -> str | None:
+    """Why ``zone`` is not a Compute Engine zone as far as rl_lustre knows, or None.
+
+    Examples:
+        >>> zone_problem("us-east1-b") is None
+        True
+        >>> print(zone_problem("us-east1-a"))  # doctest: +ELLIPSIS
+        is not a zone of region us-east1, whose zones are us-east1-b, us-east1-c, us-east1-d (Compute Engine, as of 2025-10-01); if Google Cloud has added it since, set RL_LUSTRE_EXTRA_ZONES=us-east1-a ...
+    """
+    region = zone.rsplit("-", 1)[0]
+    known = known_zones(region)
+    if zone in known:
+        return None
+    override = (f"if Google Cloud has added it since, set {EXTRA_ZONES_ENV}={zone} (check() and up() "
+                "then ask Compute Engine whether it exists before anything is created)")
+    if not known:
+        nearest = difflib.get_close_matches(region, list(ZONES), n=2)
+        hint = f" (did you mean {' or '.join(map(repr, nearest))}?)" if nearest else ""
+        return (f"is in region {region!r}{hint}, which is not a Compute Engine region as of {ZONES_AS_OF}; "
+                f"{override}")
+    return (f"is not a zone of region {region}, whose zones are {', '.join(known)} (Compute Engine, as of "
+            f"{ZONES_AS_OF}); {override}")

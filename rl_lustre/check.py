@@ -3,6 +3,8 @@
 :func:`check_cluster` asks Google Cloud, read-only, what ``up()`` would otherwise find out
 only after Managed Lustre had been creating for many minutes:
 
+- the zone exists (Compute ``zones.get``: the server has the last word over the zone
+  list rl_lustre checks offline, :data:`rl_lustre.catalog.ZONES`);
 - the zone offers the GPU machine type, its GPU type and the Ray head's machine type
   (Compute ``machineTypes.get`` / ``acceleratorTypes.get``);
 - Managed Lustre runs in the zone (Lustre ``ListLocations``), unless the volume exists;
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from .catalog import known_zones
 from .errors import CapacityError
 
 if TYPE_CHECKING:
@@ -153,12 +156,21 @@ def check_cluster(cluster: ClusterSpec, *, capacity: Capacity | None = None) -> 
                 f"list --filter=name={name}` lists them",
             ))
 
-    offered("machine type", cluster.machine_type, cap.offers_machine_type)
-    if cluster.accelerator_type:
-        offered("GPU type", cluster.accelerator_type, cap.offers_accelerator)
-    if not cluster.head_on_gpu_pool:
-        offered("machine type", cluster.head_machine_type, cap.offers_machine_type)
-    items.append(_lustre_item(cluster, cap))
+    if cap.zone_exists(project, zone):
+        items.append(CheckItem(f"zone {zone} exists", "ok"))
+        offered("machine type", cluster.machine_type, cap.offers_machine_type)
+        if cluster.accelerator_type:
+            offered("GPU type", cluster.accelerator_type, cap.offers_accelerator)
+        if not cluster.head_on_gpu_pool:
+            offered("machine type", cluster.head_machine_type, cap.offers_machine_type)
+        items.append(_lustre_item(cluster, cap))
+    else:
+        # The server's word wins over rl_lustre's list (and over $RL_LUSTRE_EXTRA_ZONES).
+        others = [z for z in known_zones(region) if z != zone]
+        items.append(CheckItem(
+            f"zone {zone} exists", "problem", "Compute Engine has no such zone (404)",
+            f"use a zone of {region}" + (f": {', '.join(others)}" if others else "")
+            + f"; `gcloud compute zones list --filter=region:{region}` lists them"))
     items.append(_quota_item(cluster, cap))
     report = CheckReport(cluster.name, tuple(items))
     logger.info("online check of %r: %s", cluster.name, "ok" if report.ok else f"{len(report.problems)} problem(s)")

@@ -17,7 +17,7 @@ from rl_lustre.errors import CapacityError, QuotaExceededError
 from rl_lustre.testing import FakeGCP
 
 SPEC = {"name": "chk", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 2}
-READ_ONLY = {"compute.machineTypes.get", "compute.acceleratorTypes.get", "compute.regions.get",
+READ_ONLY = {"compute.zones.get", "compute.machineTypes.get", "compute.acceleratorTypes.get", "compute.regions.get",
              "lustre.ListLocations"}
 
 
@@ -37,7 +37,8 @@ def test_a_deployment_the_project_can_get_passes_with_read_only_calls(gcp: FakeG
     before = len(gcp.requests)
     report = Cluster(**SPEC).check()
     assert report.ok, str(report)
-    assert [i.verdict for i in report.items] == ["ok"] * 5
+    assert [i.verdict for i in report.items] == ["ok"] * 6
+    assert report.items[0].what == "zone us-east1-b exists"
     assert "PREEMPTIBLE_NVIDIA_B200_GPUS quota in us-east1 covers 16 GPUs (2 nodes × 8)" in str(report)
     asked = {r.method for r in gcp.requests[before:]}
     assert asked == READ_ONLY
@@ -115,3 +116,45 @@ def test_quota_metric_names() -> None:
     assert quota_metric("nvidia-b200", spot=True) == "PREEMPTIBLE_NVIDIA_B200_GPUS"
     assert quota_metric("nvidia-l4", spot=False) == "NVIDIA_L4_GPUS"
     assert quota_metric("nvidia-tesla-a100", spot=True) == "PREEMPTIBLE_NVIDIA_A100_GPUS"
+
+
+def test_a_zone_that_does_not_exist_is_refused_offline_naming_the_real_ones() -> None:
+    from rl_lustre.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        Cluster(**{**SPEC, "zone": "us-east1-a"})
+    assert refused.value.field == "zone"
+    assert "is not a zone of region us-east1, whose zones are us-east1-b, us-east1-c, us-east1-d" in str(refused.value)
+    assert "RL_LUSTRE_EXTRA_ZONES=us-east1-a" in str(refused.value)
+    with pytest.raises(ConfigError, match="did you mean 'us-east1'"):
+        LustreVolume(name="v", zone="us-eats1-b")
+    with pytest.raises(ConfigError, match="not a Compute Engine region"):
+        Cluster(**{**SPEC, "region": "mars-north1", "zone": "mars-north1-a"})
+
+
+def test_a_zone_newer_than_the_list_works_when_named_and_the_server_has_it(
+        gcp: FakeGCP, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RL_LUSTRE_EXTRA_ZONES", "us-east1-e")
+    newer = Cluster(**{**SPEC, "zone": "us-east1-e"})   # accepted offline: the user named it
+    gcp.catalog.lustre_zones(["us-east1-e"])
+    # The server does not have it (yet): the check says so first, and up() creates nothing.
+    report = newer.check()
+    assert [(p.what, p.detail) for p in report.problems] == [
+        ("zone us-east1-e exists", "Compute Engine has no such zone (404)")]
+    assert report.problems[0].fix.startswith("use a zone of us-east1: us-east1-b, us-east1-c, us-east1-d")
+    before = len(gcp.requests)
+    with pytest.raises(CapacityError):
+        newer.up()
+    assert {r.method for r in gcp.requests[before:]} <= READ_ONLY
+    # Once Compute has it, it is a zone like any other.
+    gcp.catalog.add_zone("us-east1-e")
+    assert newer.check().ok, str(newer.check())
+
+
+def test_the_server_has_the_last_word_over_a_zone_rl_lustre_lists(gcp: FakeGCP) -> None:
+    gcp.catalog.retire_zone("us-east1-d")
+    report = Cluster(**{**SPEC, "zone": "us-east1-d"}).check()
+    assert [p.what for p in report.problems] == ["zone us-east1-d exists"]
+    # The zone's own questions are not asked of a zone that does not exist; the region's quota is.
+    assert not any("offers" in i.what or "Lustre" in i.what for i in report.items)
+    assert any("quota" in i.what for i in report.items)

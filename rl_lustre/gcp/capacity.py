@@ -1,6 +1,7 @@
 """Read-only questions to Google Cloud before anything is created: what a zone offers and
 what a region's quotas allow.
 
+- Compute ``zones.get``: does the zone exist (the server's word over rl_lustre's list)?
 - Compute ``machineTypes.get`` and ``acceleratorTypes.get`` in the zone (the
   ``google-cloud-compute`` client): does the zone offer the machine and GPU type?
 - Managed Lustre's ``ListLocations`` (the ``google-cloud-lustre`` client's location
@@ -61,6 +62,10 @@ class Capacity:
 
     def __init__(self, *, retry: RetryPolicy | None = None) -> None:
         self._retry = retry
+
+    def zone_exists(self, project: str, zone: str) -> bool:
+        """Whether Compute Engine has the zone ``zone`` (``zones.get``; 404 means no)."""
+        return self._exists("ZonesClient", f"zone {zone}", project=project, zone=zone)
 
     def offers_machine_type(self, project: str, zone: str, machine_type: str) -> bool:
         """Whether ``zone`` offers ``machine_type`` (``machineTypes.get``; 404 means no)."""

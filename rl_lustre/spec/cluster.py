@@ -122,7 +122,8 @@ class ClusterSpec:
         default=None,
         validator=v.matches(r"[a-z]+-[a-z]+[0-9]+", "must be a region like 'us-east1'", optional=True),
     )
-    zone: str | None = attrs.field(default=None, validator=v.matches(ZONE_PATTERN, ZONE_RULE, optional=True))
+    zone: str | None = attrs.field(default=None, validator=[v.matches(ZONE_PATTERN, ZONE_RULE, optional=True),
+                                                           v.known_zone])
     volume: VolumeSpec | None = attrs.field(default=None)
     machine_type: str = attrs.field(
         default="a4-highgpu-8g",

@@ -62,7 +62,8 @@ class VolumeSpec:
     throughput_mbps_per_tib: int = attrs.field(default=500, validator=v.one_of(sorted(LUSTRE_TIERS)))
     filesystem: str = attrs.field(default="lustrefs", validator=v.matches(r"[A-Za-z][A-Za-z0-9]{0,7}", FILESYSTEM_RULE))
     project: str | None = attrs.field(default=None, validator=v.matches(PROJECT_PATTERN, PROJECT_RULE, optional=True))
-    zone: str | None = attrs.field(default=None, validator=v.matches(ZONE_PATTERN, ZONE_RULE, optional=True))
+    zone: str | None = attrs.field(default=None, validator=[v.matches(ZONE_PATTERN, ZONE_RULE, optional=True),
+                                                           v.known_zone])
     network: str | None = attrs.field(
         default=None,
         validator=v.matches(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?", "must be a VPC network name: " + INSTANCE_ID_RULE, optional=True),

@@ -1,10 +1,11 @@
 """What zones offer and what regions allow, as the fakes answer it.
 
-Serves, read-only: Compute ``machineTypes.get`` and ``acceleratorTypes.get`` (REST),
+Serves, read-only: Compute ``zones.get``, ``machineTypes.get`` and ``acceleratorTypes.get`` (REST),
 ``regions.get`` with its ``quotas`` (REST), and ``google.cloud.location.Locations/
 ListLocations`` on the Lustre gRPC endpoint.
 
-By default every zone offers every machine and GPU type, Managed Lustre runs in every
+By default Compute has the zones of rl_lustre's list (:data:`DEFAULT_ZONES`;
+:meth:`Catalog.add_zone` and :meth:`Catalog.retire_zone` change that), every zone offers every machine and GPU type, Managed Lustre runs in every
 zone of the common regions (:data:`DEFAULT_LUSTRE_ZONES`), and every quota has a generous limit with nothing in use: a deployment
 that passes elsewhere passes here. Tests narrow that down with :meth:`Catalog.withdraw`,
 :meth:`Catalog.set_quota` and :meth:`Catalog.lustre_zones`.
@@ -16,19 +17,22 @@ from typing import Any
 
 from google.cloud.location import locations_pb2
 
+from ..catalog import ZONES, known_zones
 from ._core import Core, FakeError
 
-__all__ = ["DEFAULT_LUSTRE_ZONES", "DEFAULT_QUOTA", "Catalog"]
+__all__ = ["DEFAULT_LUSTRE_ZONES", "DEFAULT_QUOTA", "DEFAULT_ZONES", "Catalog"]
 
 DEFAULT_QUOTA = 4096.0
 # Where the fake's Managed Lustre runs unless a test says otherwise: every zone of the
 # regions the tests and docs use (the real list is longer and changes; the server decides).
 DEFAULT_LUSTRE_ZONES = frozenset(
-    f"{region}-{suffix}"
+    zone
     for region in ("us-east1", "us-east4", "us-east5", "us-central1", "us-west1", "us-west4", "us-south1",
                    "europe-west1", "europe-west4", "asia-southeast1", "asia-northeast1")
-    for suffix in "abcdf"
+    for zone in known_zones(region)
 )
+# The zones Compute Engine has, unless a test adds or retires some: those of rl_lustre's list.
+DEFAULT_ZONES = frozenset(f"{region}-{suffix}" for region, suffixes in ZONES.items() for suffix in suffixes)
 _GPU_METRICS = ("NVIDIA_B200_GPUS", "PREEMPTIBLE_NVIDIA_B200_GPUS", "NVIDIA_H100_GPUS",
                 "PREEMPTIBLE_NVIDIA_H100_GPUS", "NVIDIA_H200_GPUS", "PREEMPTIBLE_NVIDIA_H200_GPUS",
                 "NVIDIA_L4_GPUS", "PREEMPTIBLE_NVIDIA_L4_GPUS", "CPUS", "N2_CPUS")
@@ -50,6 +54,7 @@ class Catalog:
         self._withdrawn: set[tuple[str, str]] = set()
         self._quotas: dict[tuple[str, str], tuple[float, float]] = {}
         self._lustre_zones: set[str] | None = None
+        self._zones = set(DEFAULT_ZONES)
 
     def reset(self) -> None:
         """Back to the generous defaults."""
@@ -57,6 +62,17 @@ class Catalog:
             self._withdrawn.clear()
             self._quotas.clear()
             self._lustre_zones = None
+            self._zones = set(DEFAULT_ZONES)
+
+    def add_zone(self, zone: str) -> None:
+        """Make Compute Engine have ``zone`` (one newer than rl_lustre's list, say)."""
+        with self.core.lock:
+            self._zones.add(zone)
+
+    def retire_zone(self, zone: str) -> None:
+        """Make Compute Engine no longer have ``zone`` (404 on ``zones.get``)."""
+        with self.core.lock:
+            self._zones.discard(zone)
 
     def withdraw(self, zone: str, name: str) -> None:
         """Make ``zone`` not offer the machine type or GPU type ``name`` (404 on get)."""
@@ -80,6 +96,16 @@ class Catalog:
 
     # -- handlers (under the core's lock) ------------------------------------------------
 
+    def zone_get(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
+        zone = p["zone"]
+        if zone not in self._zones:
+            raise FakeError(404, f"The resource 'projects/{p['project']}/zones/{zone}' was not found",
+                            reason="notFound")
+        region = zone.rsplit("-", 1)[0]
+        return {"kind": "compute#zone", "name": zone, "status": "UP",
+                "region": f"https://www.googleapis.com/compute/v1/projects/{p['project']}/regions/{region}",
+                "selfLink": f"projects/{p['project']}/zones/{zone}"}
+
     def machine_type_get(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
         return self._zonal("machineTypes", p, {"guestCpus": 224, "isSharedCpu": False})
 
@@ -88,6 +114,8 @@ class Catalog:
 
     def _zonal(self, kind: str, p: dict[str, str], extra: dict[str, Any]) -> dict[str, Any]:
         zone, name = p["zone"], p["name"]
+        if zone not in self._zones:  # as Compute answers for a zone it does not have
+            raise FakeError(400, f"Invalid value for field 'zone': '{zone}'. Unknown zone.", reason="invalid")
         if (zone, name) in self._withdrawn:
             raise FakeError(404, f"The resource 'projects/{p['project']}/zones/{zone}/{kind}/{name}' was not found",
                             reason="notFound")

@@ -172,6 +172,7 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         from google.cloud.location import locations_pb2
 
         cat, zone = self._catalog, "/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)"
+        self._rest.add_route("GET", zone, "compute.zones.get", cat.zone_get)
         self._rest.add_route("GET", zone + "/machineTypes/(?P<name>[^/]+)", "compute.machineTypes.get",
                              cat.machine_type_get)
         self._rest.add_route("GET", zone + "/acceleratorTypes/(?P<name>[^/]+)", "compute.acceleratorTypes.get",
@@ -184,7 +185,8 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
     @property
     def catalog(self) -> Catalog:
         """What zones offer and regions allow (machine/GPU types, Lustre zones, quotas);
-        generous by default, narrowed with ``withdraw``, ``set_quota``, ``lustre_zones``."""
+        generous by default, narrowed with ``withdraw``, ``set_quota``, ``lustre_zones``,
+        ``retire_zone`` (and ``add_zone`` for one newer than rl_lustre's list)."""
         return self._catalog
 
     @property
