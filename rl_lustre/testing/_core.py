@@ -96,14 +96,16 @@ class FakeError(Exception):
         self.reason = reason
 
 
-@attrs.frozen
+@attrs.define
 class RequestRecord:
-    """One request a fake received.
+    """One request a fake received (the Google API fakes; the Kubernetes fake records a
+    :class:`rl_lustre.testing.kube.KubeRequest`, which adds what HTTP carries).
 
     Attributes:
         time: ``time.monotonic()`` when it arrived.
-        method: the method (``"lustre.GetInstance"``, ``"compute.networks.insert"``).
-        target: the resource or operation it named.
+        method: the method (``"lustre.GetInstance"``, ``"compute.networks.insert"``; for
+            the Kubernetes fake the HTTP verb).
+        target: the resource or operation it named (for the Kubernetes fake the path).
         outcome: ``"ok"`` or the error's status name.
     """
 

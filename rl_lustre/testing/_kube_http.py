@@ -16,6 +16,7 @@ import copy
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ import attrs
 
 from ..catalog import DASHBOARD_PORT
 from . import _kube_discovery as _discovery
+from ._core import RequestRecord
 from ._kube_store import (
     BY_PATH,
     ApiError,
@@ -57,15 +59,24 @@ _DISCOVERY = re.compile(
 
 
 @attrs.define
-class RequestRecord:
-    """One request the fake received, in arrival order (never its body: it may hold
-    Secret values). ``status`` is set once the answer starts (0 until then)."""
+class KubeRequest(RequestRecord):
+    """One request the Kubernetes fake received, in arrival order (never its body: it may
+    hold Secret values): a :class:`~rl_lustre.testing.RequestRecord` whose ``target`` is
+    the URL path, plus the query, the bearer token and the HTTP ``status``, set once the
+    answer starts (0 until then; ``outcome`` follows it)."""
 
-    method: str
-    path: str
-    query: str
-    token: str | None = attrs.field(repr=False)
+    query: str = ""
+    token: str | None = attrs.field(default=None, repr=False)
     status: int = 0
+
+    @property
+    def path(self) -> str:
+        """The URL path (``target``)."""
+        return self.target
+
+    def answered(self, status: int) -> None:
+        self.status = status
+        self.outcome = "ok" if status < 400 else str(status)
 
 
 class ApiHandler:
@@ -82,7 +93,7 @@ class ApiHandler:
         from aiohttp import web
 
         token = _bearer(request)
-        record = RequestRecord(request.method, request.path, request.query_string, token)
+        record = KubeRequest(time.monotonic(), request.method, request.path, query=request.query_string, token=token)
         self.fake.requests.append(record)
         try:
             if token is None or token not in self.fake.tokens:
@@ -99,7 +110,7 @@ class ApiHandler:
                 response = await self._dispatch(request, record)
         except ApiError as err:
             response = web.json_response(err.status(), status=err.code)
-        record.status = response.status
+        record.answered(response.status)
         return response
 
     def _discovery(self, path: str) -> Obj:
@@ -121,7 +132,7 @@ class ApiHandler:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return body
 
-    async def _dispatch(self, request: web.Request, record: RequestRecord) -> web.StreamResponse:
+    async def _dispatch(self, request: web.Request, record: KubeRequest) -> web.StreamResponse:
         from aiohttp import web
 
         path, method, query = request.path, request.method, request.query
@@ -265,7 +276,7 @@ class ApiHandler:
             items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
         return {"kind": f"{info.kind}List", "apiVersion": info.api_version, "metadata": {"resourceVersion": rv}, "items": items}
 
-    async def _watch(self, request: web.Request, info: KindInfo, ns: str | None, record: RequestRecord) -> web.StreamResponse:
+    async def _watch(self, request: web.Request, info: KindInfo, ns: str | None, record: KubeRequest) -> web.StreamResponse:
         from aiohttp import web
 
         query = request.query
@@ -278,7 +289,7 @@ class ApiHandler:
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
         await response.prepare(request)
-        record.status = response.status
+        record.answered(response.status)
         # No await between reading the backlog and registering: no event can slip between.
         try:
             if since in (None, "", "0"):

@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from ._kube_controller import pod_ready
 from ._kube_controllers import Controllers
 from ._kube_faults import KubeFaults, KubeTimings
-from ._kube_http import ApiHandler, RequestRecord
+from ._kube_http import ApiHandler, KubeRequest
 from ._kube_schema import schema_validator
 from ._kube_server import TlsServer
 from ._kube_store import KINDS, Obj, Store, labels_of
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 
     from ._preemption import Preemption
 
-__all__ = ["DEFAULT_TOKEN", "KubeFake", "KubeFaults", "KubeTimings", "RequestRecord", "schema_validator"]
+__all__ = ["DEFAULT_TOKEN", "KubeFake", "KubeFaults", "KubeRequest", "KubeTimings", "schema_validator"]
 
 logger = logging.getLogger("rl_lustre.testing.kube")
 
@@ -138,7 +138,7 @@ class KubeFake:
         self.faults = faults if faults is not None else KubeFaults()
         self.timings = timings if timings is not None else KubeTimings()
         self.watch_timeout = watch_timeout
-        self.requests: list[RequestRecord] = []
+        self.requests: list[KubeRequest] = []
         self.rejected: list[str] = []
         self.unhandled: list[str] = []
         self.controller_errors: list[str] = []
