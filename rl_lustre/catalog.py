@@ -246,6 +246,8 @@ GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
 GKE_LOCAL_SSD_LABEL = "cloud.google.com/gke-ephemeral-storage-local-ssd"
+# NVIDIA's device plugin resource, and the key of the taint GKE puts on GPU nodes.
+GPU_RESOURCE = "nvidia.com/gpu"
 # The Ray head's ports by the names KubeRay gives them (the dashboard serves the Jobs API).
 RAY_HEAD_PORTS = MappingProxyType({"gcs-server": 6379, "dashboard": 8265, "client": 10001})
 DASHBOARD_PORT = RAY_HEAD_PORTS["dashboard"]

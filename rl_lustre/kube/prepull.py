@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
-from ..catalog import GKE_NODEPOOL_LABEL
+from ..catalog import GKE_NODEPOOL_LABEL, GPU_RESOURCE
 from .labels import deployment_labels
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def prepull_daemonset(cluster: ClusterSpec) -> dict[str, Any]:
                         "nodeSelectorTerms": [{"matchExpressions": [{
                             "key": GKE_NODEPOOL_LABEL, "operator": "In",
                             "values": prepull_pools(cluster)}]}]}}},
-                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                    "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
                     "terminationGracePeriodSeconds": 0,
                     "containers": [{
                         "name": "pull",

@@ -27,6 +27,7 @@ from ..catalog import (
     GKE_NODEPOOL_LABEL,
     GKE_SPOT_LABEL,
     GPU_MACHINE_TYPES,
+    GPU_RESOURCE,
     HF_HOME_DIR,
     RAY_HEAD_PORTS,
 )
@@ -45,7 +46,6 @@ RAY_AUTH_TOKEN = "RAY_AUTH_TOKEN"
 _RAY_TOKEN_AUTH_SINCE = (2, 52, 0)
 
 _SHM_VOLUME = "dshm"
-_GPU_RESOURCE = "nvidia.com/gpu"
 
 # GiB of memory per vCPU of Compute Engine's predefined shapes; n1 is the odd one out.
 _MEM_PER_VCPU = {"standard": 4.0, "highmem": 8.0, "highcpu": 1.0}
@@ -115,7 +115,7 @@ def _gpu_node_selector(cluster: ClusterSpec) -> dict[str, str]:
     return selector
 
 
-_GPU_TOLERATIONS = [{"key": _GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+_GPU_TOLERATIONS = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
 
 
 def _machine_capacity(machine_type: str) -> tuple[float, float] | None:
@@ -162,7 +162,7 @@ def _head_resources(cluster: ClusterSpec) -> dict[str, dict[str, str]]:
 
 
 def _worker_resources(cluster: ClusterSpec) -> dict[str, dict[str, str]]:
-    amounts = {_GPU_RESOURCE: str(cluster.gpus_per_node)}
+    amounts = {GPU_RESOURCE: str(cluster.gpus_per_node)}
     known = GPU_MACHINE_TYPES.get(cluster.machine_type)
     if known is not None:
         amounts |= {"cpu": known.worker_cpu, "memory": known.worker_memory}

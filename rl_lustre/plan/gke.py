@@ -10,6 +10,7 @@ from .. import naming
 from ..catalog import (
     FABRIC_MTU,
     GKE_ACCELERATOR_LABEL,
+    GPU_RESOURCE,
     LUSTRE_CSI_DRIVER,
     LUSTRE_PORT_988_MIN_GKE,
     ownership_labels,
@@ -227,7 +228,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
             "workers": {"replicas": cluster.num_nodes, "gpus_per_worker": cluster.gpus_per_node,
                         "node_pool": naming.gpu_pool_name(cluster),
                         "node_selector": {GKE_ACCELERATOR_LABEL: cluster.accelerator_type},
-                        "tolerations": ["nvidia.com/gpu"]},
+                        "tolerations": [GPU_RESOURCE]},
             "volume": {"claim": naming.pvc_name(cluster), "mount_path": cluster.mount_path},
             "shm": "memory-backed emptyDir at /dev/shm",
             **_fabric_ray_settings(cluster),

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
-from ..catalog import GPU_MACHINE_TYPES
+from ..catalog import GPU_MACHINE_TYPES, GPU_RESOURCE
 from .fabric import extra_networks, fabric_nodes, gpu_pool_subnet_keys
 from .graph import PlannedResource
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GPU_TAINT", "cpu_pool", "gpu_node_settings", "gpu_pool", "gpu_pool_depends_on"]
 
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NO_SCHEDULE"}
 
 
 def cpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
