@@ -114,6 +114,9 @@ def test_real_format_excerpt() -> None:
     assert second.validation == {"accuracy": 0.4531, "average_response_length": 171.3, "samples_processed": 256.0}
     assert second.metrics["loss"] == -0.004
     assert "total_validation_time" not in second.timings
+    # NeMo-RL times validation apart from the step's timers: "Total validation time".
+    assert (first.validation_seconds, second.validation_seconds) == (None, 12.04)
+    assert [(st.epoch, st.global_step) for st in parsed.steps] == [(1, 9), (1, 10)]
     # Without timestamps, the save lasts what NeMo-RL's own checkpointing timer says.
     assert parsed.saves == [CheckpointSave(step=10, timed_seconds=6.49)]
     assert parsed.saves[0].seconds == 6.49
@@ -220,3 +223,53 @@ def test_parser_notices_the_rehearsal(rehearsal_run: tuple[str, Path]) -> None:
     for line in NEMO_RL_EXCERPT.splitlines():
         lp.feed(line)
     assert not lp.rehearsal
+
+
+# NeMo-RL v0.4.0's grpo_train with grpo.val_at_start: the initial validation comes before the
+# first epoch header; the second epoch counts its steps from 1 again.
+TWO_EPOCHS = """\
+🔍 Running initial validation...
+▶ Starting validation at step 0...
+
+📊 Validation Results:
+    • Accuracy: 0.1000
+    • Average response length: 150.0 tokens
+    • Samples processed: 64
+
+  ⏱️  Validation Timing:
+    • Total validation time: 3.50s
+
+========================= Epoch 1/2 =========================
+
+========================= Step 2/2 =========================
+rl_lustre supervisor: a line of the supervisor's, between NeMo-RL's
+RL_LUSTRE_EVENT {"v": 1, "at": 5.0, "event": "results", "step": 2}
+
+📊 Training Results:
+RL_LUSTRE_EVENT {"v": 1, "at": 5.0, "event": "noise"}
+  • Loss: 0.5000
+
+⏱️  Timing:
+  • Total step time: 2.00s
+
+========================= Epoch 2/2 =========================
+
+========================= Step 1/2 =========================
+
+📊 Training Results:
+  • Loss: 0.2500
+
+⏱️  Timing:
+  • Total step time: 1.00s
+"""
+
+
+def test_initial_validation_epochs_and_the_supervisors_lines() -> None:
+    parsed = parse_log(TWO_EPOCHS)
+
+    assert parsed.initial_validation == {"accuracy": 0.1, "average_response_length": 150.0,
+                                         "samples_processed": 64.0, "total_validation_time": 3.5}
+    assert [(s.step, s.epoch, s.global_step) for s in parsed.steps] == [(2, 1, 2), (1, 2, 3)]
+    # The supervisor's lines (for people and for programs) end no block.
+    assert [s.metrics for s in parsed.steps] == [{"loss": 0.5}, {"loss": 0.25}]
+    assert parsed.steps[0].validation == {}

@@ -25,9 +25,17 @@ rehearsal driver prints the same lines). One step looks like this, in order::
       • Throughputs (per GPU):
         - E2E (Samples/sec/gpu): 3.59
 
-Lines from Ray workers (``(DTensorPolicyWorker pid=123, ip=...) ...``) may be
-interleaved anywhere and are ignored. A step is complete when the next step header,
+Lines from Ray workers (``(DTensorPolicyWorker pid=123, ip=...) ...``) and the
+rl_lustre supervisor's lines (``rl_lustre supervisor: ...``, ``RL_LUSTRE_...`` records)
+may be interleaved anywhere and are ignored. A step is complete when the next step header,
 the end-of-training line, or the end of the text arrives.
+
+Validation inside a step (``▶ Starting validation at step S...``, ``📊 Validation
+Results:``, ``⏱️  Validation Timing:`` with ``Total validation time``) belongs to that
+step; the initial validation (``grpo.val_at_start``, printed before the first step
+header) is kept apart, in :attr:`LogParser.initial_validation`. Epoch headers
+(``===== Epoch e/E =====``) give each step its epoch, so that its global step
+(:attr:`StepRecord.global_step`) is right in a run of several epochs.
 
 Use :class:`LogParser` to follow a live log line by line, or :func:`parse_log` for a
 whole text.
@@ -46,6 +54,10 @@ from .formats import SAVE_LINE, STEP_HEADER
 
 __all__ = ["CheckpointSave", "LogParser", "ParsedLog", "StepRecord", "parse_log"]
 
+# NeMo-RL's epoch header: 25 '=' on each side of "Epoch e/E".
+EPOCH_HEADER = re.compile(r"={3,} Epoch (\d+)/(\d+) ={3,}")
+# The supervisor's lines for people and its records for programs (rl_lustre.recovery).
+_SUPERVISOR = ("rl_lustre supervisor:", "RL_LUSTRE_")
 _END = re.compile(r"(?:Max number of steps|Timeout) has been reached, stopping training early")
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
 # "  • Loss: 0.0123", "  • policy_training: 10.97s (30.7%)", "    - E2E (Tokens/sec/gpu): 1073.59"
@@ -53,9 +65,9 @@ _ITEM = re.compile(rf"\s*[•-]\s*(?P<label>[^:]+?):\s*(?P<value>{_NUMBER})(?P<r
 # Ray prefixes every line a worker prints with "(ActorName pid=123, ip=10.0.0.1)".
 _RAY_WORKER = re.compile(r"\((?:\S+ )?pid=\d+")
 
-_Block = Literal["results", "timing", "performance", "validation", "other"]
+_Block = Literal["results", "timing", "performance", "validation", "validation_timing"]
 _HEADERS: list[tuple[re.Pattern[str], _Block]] = [
-    (re.compile(r".*Validation Timing:"), "other"),
+    (re.compile(r".*Validation Timing:"), "validation_timing"),
     (re.compile(r".*Validation Results:"), "validation"),
     (re.compile(r".*Training Results:"), "results"),
     (re.compile(r".*Timing:"), "timing"),
@@ -84,6 +96,9 @@ class StepRecord:
         validation: the "Validation Results" block, when validation ran in this step
             (``accuracy``, ``average_response_length``, ``samples_processed``).
         started_at: when the step header was read (seconds since the epoch), if known.
+        validation_seconds: ``Total validation time`` of the validation in this step, if
+            it ran and printed its timing (NeMo-RL times it apart from the step's timers).
+        epoch: the epoch, from the last epoch header (1 when none was printed).
     """
 
     step: int
@@ -93,11 +108,30 @@ class StepRecord:
     performance: Mapping[str, float] = attrs.field(factory=dict)
     validation: Mapping[str, float] = attrs.field(factory=dict)
     started_at: float | None = None
+    validation_seconds: float | None = None
+    epoch: int = 1
 
     @property
     def seconds(self) -> float | None:
         """The step's total time as NeMo-RL measured it (``total_step_time``)."""
         return self.timings.get("total_step_time")
+
+    @property
+    def global_step(self) -> int:
+        """The step counted over the whole run: ``(epoch - 1) * total + step``.
+
+        NeMo-RL's header counts within an epoch, of ``min(len(dataloader), max_num_steps)``.
+
+        Examples:
+            >>> StepRecord(step=3, total=20).global_step, StepRecord(step=3, total=20, epoch=2).global_step
+            (3, 23)
+        """
+        return global_step(self.epoch, self.step, self.total)
+
+
+def global_step(epoch: int, step: int, total: int) -> int:
+    """The global step of the header ``Step step/total`` printed in epoch ``epoch`` (1-based)."""
+    return (max(epoch, 1) - 1) * total + step
 
 
 @attrs.frozen
@@ -138,11 +172,14 @@ class ParsedLog:
         steps: completed steps, in the order printed.
         saves: checkpoint saves, in the order printed.
         finished: the log says training reached its end (max steps or timeout).
+        initial_validation: the initial validation's results and ``total_validation_time``
+            (``grpo.val_at_start``), empty when none ran.
     """
 
     steps: list[StepRecord]
     saves: list[CheckpointSave]
     finished: bool
+    initial_validation: Mapping[str, float] = attrs.field(factory=dict)
 
 
 class LogParser:
@@ -180,6 +217,8 @@ class LogParser:
         self.saves: list[CheckpointSave] = []
         self.finished = False
         self.rehearsal = False
+        self.epoch = 1
+        self.initial_validation: dict[str, float] = {}
         self._step: int | None = None
         self._total: int | None = None
         self._started_at: float | None = None
@@ -214,7 +253,7 @@ class LogParser:
         now = at if at is not None or self._clock is None else self._clock()
         line = line.rstrip("\r\n")
         text = line.strip()
-        if _RAY_WORKER.match(text):
+        if _RAY_WORKER.match(text) or text.startswith(_SUPERVISOR):
             return []
         if text.startswith("rl_lustre rehearsal:"):
             self.rehearsal = True
@@ -228,6 +267,11 @@ class LogParser:
             done += self._complete()
             self._step, self._total = int(m.group(1)), int(m.group(2))
             self._started_at = now
+            return done
+        m = EPOCH_HEADER.fullmatch(text)
+        if m:
+            done += self._complete()
+            self.epoch = int(m.group(1))
             return done
         m = SAVE_LINE.fullmatch(text)
         if m:
@@ -252,7 +296,7 @@ class LogParser:
         label, value = item.group("label").strip(), float(item.group("value"))
         if self._block == "performance":
             self._values.setdefault(self._block, {})[label] = value
-        elif self._block != "other":
+        else:
             self._values.setdefault(self._block, {})[_key(label)] = value
         return done
 
@@ -271,6 +315,10 @@ class LogParser:
         out: list[StepRecord | CheckpointSave] = []
         values, self._values, self._block = self._values, {}, None
         timings = values.get("timing", {})
+        validation_timing = values.get("validation_timing", {})
+        if self._step is None and (values.get("validation") or validation_timing):
+            # Printed before any step: the initial validation (grpo.val_at_start).
+            self.initial_validation = {**values.get("validation", {}), **validation_timing}
         if self._step is not None and self._total is not None and (values.get("results") or timings):
             record = StepRecord(
                 step=self._step,
@@ -280,6 +328,8 @@ class LogParser:
                 performance=values.get("performance", {}),
                 validation=values.get("validation", {}),
                 started_at=self._started_at,
+                validation_seconds=validation_timing.get("total_validation_time"),
+                epoch=self.epoch,
             )
             self.steps.append(record)
             out.append(record)
@@ -322,4 +372,5 @@ def parse_log(text: str | Iterable[str]) -> ParsedLog:
     for line in text.splitlines() if isinstance(text, str) else text:
         parser.feed(line)
     parser.close()
-    return ParsedLog(steps=parser.steps, saves=parser.saves, finished=parser.finished)
+    return ParsedLog(steps=parser.steps, saves=parser.saves, finished=parser.finished,
+                     initial_validation=parser.initial_validation)
