@@ -16,7 +16,8 @@ so callers may catch either (``except ValueError`` works for bad configuration):
     │   │   ├── QuotaExceededError         quota, rate limits, GPU/Spot stock-outs
     │   │   │   └── CapacityError          the check before up(): zone or quota cannot host it
     │   │   ├── NotFoundError (LookupError)
-    │   │   └── OperationFailedError       a long-running operation ended in error
+    │   │   ├── OperationFailedError       a long-running operation ended in error
+    │   │   └── PreloadBuildError          the preload disk image could not be built
     │   ├── KubernetesError
     │   ├── RegistryError                  a container registry refused or failed
     │   │   ├── ImageNotFoundError (LookupError)
@@ -59,6 +60,7 @@ __all__ = [
     "OwnershipError",
     "PermissionDeniedError",
     "PreflightError",
+    "PreloadBuildError",
     "ProvisioningError",
     "ProvisioningInterrupted",
     "QuotaExceededError",
@@ -213,6 +215,11 @@ class NotFoundError(GCPError, LookupError):
 
 class OperationFailedError(GCPError):
     """A long-running operation finished with an error."""
+
+
+class PreloadBuildError(GCPError):
+    """The preload disk image could not be built (the builder VM's script failed or timed
+    out); the message has its error and the end of its serial port, secrets scrubbed."""
 
 
 class KubernetesError(RemoteError):

@@ -138,3 +138,27 @@ def container_cluster_path(project: str, location: str, name: str) -> str:
 def node_pool_path(cluster: ClusterSpec, pool: str) -> str:
     """The full resource name of the node pool ``pool`` of the cluster's GKE cluster."""
     return f"{gke_cluster_path(cluster)}/nodePools/{pool}"
+
+
+def preload_family(image: str) -> str:
+    """The family of the preload disk images of ``image`` (any digest): known offline.
+
+    Examples:
+        >>> preload_family("nvcr.io/nvidia/nemo-rl:v0.4.0")
+        'rlp-cf48404da8'
+    """
+    import hashlib
+
+    return "rlp-" + hashlib.sha256(image.partition("@")[0].encode()).hexdigest()[:10]
+
+
+def preload_image_name(image: str, digest: str) -> str:
+    """The preload disk image of ``image`` at ``digest`` (27 characters: GKE is reported
+    to refuse secondary boot disk images named longer than 39)."""
+    return f"{preload_family(image)}-{digest.removeprefix('sha256:')[:12]}"
+
+
+def preload_builder_name(digest: str) -> str:
+    """The temporary VM that builds the preload image of ``digest``; its data disk is
+    ``<this>-data``."""
+    return f"rlp-build-{digest.removeprefix('sha256:')[:12]}"

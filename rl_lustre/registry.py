@@ -45,6 +45,7 @@ __all__ = [
     "EMULATOR_ENV",
     "Reference",
     "ResolvedImage",
+    "google_registry",
     "parse_reference",
     "resolve",
 ]
@@ -152,6 +153,16 @@ def parse_reference(ref: str) -> Reference:
     return Reference(host, path, tag, digest or None)
 
 
+def google_registry(host: str) -> bool:
+    """Whether ``host`` is Artifact Registry or Container Registry (Google credentials apply).
+
+    Examples:
+        >>> google_registry("us-docker.pkg.dev"), google_registry("gcr.io"), google_registry("nvcr.io")
+        (True, True, False)
+    """
+    return _GOOGLE_HOSTS.match(host) is not None
+
+
 def _base_url(host: str) -> str:
     emulator = os.environ.get(EMULATOR_ENV, "").strip().rstrip("/")
     return f"{emulator}/{host}" if emulator else f"https://{host}"
@@ -188,7 +199,7 @@ class _Client:
         if not challenge.lower().startswith("bearer") or not realm:
             raise RegistryAuthError(f"{self.ref.host} asks for authentication this client does not speak: {challenge}")
         auth = None
-        if _GOOGLE_HOSTS.match(self.ref.host):
+        if google_registry(self.ref.host):
             secret = self.password()
             if secret is not None:
                 auth = ("oauth2accesstoken", secret)

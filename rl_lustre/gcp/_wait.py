@@ -101,7 +101,7 @@ _hook: contextvars.ContextVar[ProgressCallback | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def progress_hook(callback: ProgressCallback) -> Iterator[None]:
+def progress_hook(callback: ProgressCallback | None) -> Iterator[None]:
     """Send the progress of every wait started in this context to ``callback``.
 
     Examples:
