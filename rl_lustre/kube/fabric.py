@@ -125,7 +125,7 @@ def fabric_manifests_by_key(cluster: ClusterSpec, labels: Mapping[str, str]) -> 
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> list(fabric_manifests_by_key(c, {}))[::9]
-        ['netparams-gvnic-1', 'podnet-rdma-7', 'nccl-installer']
+        ['netparams-gvnic-1', 'podnet-gvnic-1', 'nccl-installer']
     """
     if cluster.fabric != "rdma":
         return {}
