@@ -91,7 +91,18 @@ class GRPOJob(JobSpec):
             worker nodes were lost (a Spot preemption); 0 turns recovery off. A failure
             with every node alive is never retried. See :mod:`rl_lustre.recovery`.
         capacity_timeout: seconds to wait, after a loss, for the GPU nodes to be back
-            before giving up (the run then ends FAILED).
+            before giving up (the run then ends FAILED). Only that wait: the wait in
+            the cluster's queue before a job first starts has no limit.
+        num_nodes: the GPU nodes this job takes: NeMo-RL's ``cluster.num_nodes``. None
+            (the default) takes the whole cluster. Jobs smaller than the cluster run side
+            by side; a job waits in the cluster's queue until its nodes are free (see
+            docs/sweeps.md). More than the cluster has fails preflight.
+        priority: the job's place in the cluster's queue: higher goes first, equal
+            priorities in order of submission (-1000 to 1000, default 0). A running job
+            is never preempted.
+        backfill_window: seconds that later, smaller jobs may start ahead of this one
+            while it waits for more nodes than are free (default 3600); after that no
+            job passes it. 0: no later job ever starts ahead of it (strict FIFO).
     """
 
     @property

@@ -88,6 +88,21 @@ def test_cluster_shape_comes_from_the_cluster(reference_command: str) -> None:
     assert {k for k in ref if not same_value(ref[k], ours[k])} == {"cluster.num_nodes", "cluster.gpus_per_node"}
 
 
+def test_num_nodes_sizes_the_job_and_defaults_to_the_whole_cluster() -> None:
+    cluster = reference_cluster(num_nodes=8)
+    whole = reference_job().resolve(cluster)
+    assert (whole.overrides["cluster.num_nodes"], whole.num_nodes) == (8, 8)
+    two = reference_job(num_nodes=2).resolve(cluster)
+    assert (two.overrides["cluster.num_nodes"], two.num_nodes) == (2, 2)
+    _, args = parse_command(reference_job(num_nodes=2).entrypoint(cluster))
+    assert args["cluster.num_nodes"] == 2
+    # An override alone still sizes the job, as before num_nodes existed.
+    by_override = reference_job(overrides={"cluster.num_nodes": 3}).resolve(cluster)
+    assert (by_override.overrides["cluster.num_nodes"], by_override.num_nodes) == (3, 3)
+    with pytest.raises(PreflightError, match="conflicts with num_nodes=4"):
+        reference_job(num_nodes=4, overrides={"cluster.num_nodes": 3}).preflight(cluster)
+
+
 def test_paths_follow_the_mount_path() -> None:
     cluster = reference_cluster(mount_path="/mnt/lustre")
     job = reference_job(log_root="runs/logs", hf_home="cache/hf")

@@ -133,6 +133,28 @@ def test_job_cannot_ask_for_more_gpus_than_the_cluster_has() -> None:
     assert any(p.field == "cluster.num_nodes" and p.value == 16 for p in found)
 
 
+def test_a_job_larger_than_the_cluster_is_one_problem_naming_both_numbers() -> None:
+    p = only_problem(job(num_nodes=16))
+    assert (p.owner, p.field, p.value) == ("GRPOJob", "num_nodes", 16)
+    assert "asks for 16 nodes but cluster 'ray-a4-gpu-spot' has 8" in p.rule
+    assert "Cluster.num_nodes=8" in p.rule
+    assert job(num_nodes=8).preflight(cluster()) == []
+
+
+def test_num_nodes_and_an_override_of_the_same_key_must_agree() -> None:
+    p = only_problem(job(num_nodes=4, overrides={"cluster.num_nodes": 2}))
+    assert (p.field, p.value) == ("overrides['cluster.num_nodes']", 2)
+    assert "conflicts with num_nodes=4" in p.rule
+    assert job(num_nodes=2, overrides={"cluster.num_nodes": 2}).preflight(cluster()) == []
+
+
+def test_fewer_gpus_per_node_than_the_node_has_is_a_warning() -> None:
+    small = job(recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", num_nodes=1,
+                overrides={"cluster.gpus_per_node": 4})
+    warnings = small.preflight(cluster())
+    assert any("uses 4 of each node's 8 GPUs" in w and "whole nodes" in w for w in warnings), warnings
+
+
 @pytest.mark.parametrize("metric", [None, "val:accuracy", "train:reward"])
 def test_valid_metric_names(metric: str | None) -> None:
     assert job(metric_name=metric).preflight(cluster()) == []

@@ -174,6 +174,10 @@ INVALID: list[tuple[Any, dict[str, Any], str, str]] = [
     (GRPOJob, {"name": "r", "model": "Qwen/Qwen 72B"}, "model", "without spaces"),
     (GRPOJob, {"name": "r", "nemo_rl_version": "v0.4"}, "nemo_rl_version", "version like"),
     (GRPOJob, {"name": "r", "nemo_rl_dir": "opt/nemo-rl"}, "nemo_rl_dir", "absolute path"),
+    (GRPOJob, {"name": "r", "num_nodes": 0}, "num_nodes", "at least 1"),
+    (GRPOJob, {"name": "r", "num_nodes": 2.0}, "num_nodes", "whole number"),
+    (GRPOJob, {"name": "r", "priority": 1001}, "priority", "at most 1000"),
+    (GRPOJob, {"name": "r", "backfill_window": -1}, "backfill_window", "at least 0"),
 ]
 
 

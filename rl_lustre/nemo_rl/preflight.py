@@ -60,6 +60,7 @@ def check_config(
     found = _Findings()
     _check_secrets(job, cluster, overrides, found)
     _check_versions(cluster, version, found)
+    _check_nodes(job, cluster, overrides, flat, found)
     if flat is not None:
         _check_disabled_sections(job, flat, found)
         _check_converter(job, flat, found)
@@ -207,6 +208,43 @@ def _check_batches(flat: Mapping[str, Any], found: _Findings) -> None:
         )
 
 
+def user_override(job: JobSpec, key: str) -> tuple[str, Any] | None:
+    """The job's own override of ``key`` (as ``key``, ``+key`` or ``++key``): its spelling and value.
+
+    Examples:
+        >>> from rl_lustre import GRPOJob
+        >>> user_override(GRPOJob(name="a", overrides={"++cluster.num_nodes": 2}), "cluster.num_nodes")
+        ('++cluster.num_nodes', 2)
+    """
+    for spelled, value in job.extra_overrides.items():
+        if spelled.lstrip("+") == key and not spelled.startswith("~"):
+            return spelled, value
+    return None
+
+
+def _check_nodes(job: JobSpec, cluster: ClusterSpec, overrides: Mapping[str, Any],
+                 flat: Mapping[str, Any] | None, found: _Findings) -> None:
+    """The job's size in nodes against the cluster's: set once, and no larger than the cluster."""
+    theirs = user_override(job, "cluster.num_nodes")
+    if job.num_nodes is not None and theirs is not None and theirs[1] != job.num_nodes:
+        found.problem(f"overrides[{theirs[0]!r}]", theirs[1],
+                      f"conflicts with num_nodes={job.num_nodes}; set the job's size once, with num_nodes")
+        return
+    nodes = _int(_get(flat, "cluster.num_nodes", None)) if flat is not None else None
+    if nodes is None:
+        nodes = _int(next((v for k, v in overrides.items() if k.lstrip("+") == "cluster.num_nodes"), None))
+    if nodes is not None and nodes > cluster.num_nodes:
+        field = "num_nodes" if job.num_nodes is not None else "cluster.num_nodes"
+        found.problem(field, nodes,
+                      f"the job asks for {nodes} nodes but cluster {cluster.name!r} has {cluster.num_nodes} "
+                      f"(Cluster.num_nodes={cluster.num_nodes}); use at most {cluster.num_nodes}, or a larger cluster")
+    gpn = _int(_get(flat, "cluster.gpus_per_node", None)) if flat is not None else None
+    if gpn is not None and cluster.gpus_per_node is not None and 0 < gpn < cluster.gpus_per_node:
+        found.warnings.append(
+            f"the job uses {gpn} of each node's {cluster.gpus_per_node} GPUs (cluster.gpus_per_node={gpn}); "
+            "the cluster's queue still gives it whole nodes")
+
+
 def _check_parallelism(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Findings) -> None:
     nodes = _int(_get(flat, "cluster.num_nodes"))
     gpn = _int(_get(flat, "cluster.gpus_per_node"))
@@ -214,9 +252,9 @@ def _check_parallelism(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Fi
         return
     total = nodes * gpn
     assert cluster.gpus_per_node is not None
-    if total > cluster.total_gpus:
-        key, value = (("cluster.num_nodes", nodes) if nodes > cluster.num_nodes
-                      else ("cluster.gpus_per_node", gpn))
+    # More nodes than the cluster has is _check_nodes's finding.
+    if total > cluster.total_gpus and nodes <= cluster.num_nodes:
+        key, value = "cluster.gpus_per_node", gpn
         found.problem(key, value,
                       f"the job asks for {nodes} nodes * {gpn} GPUs = {total} GPUs, but the cluster "
                       f"has {cluster.num_nodes} * {cluster.gpus_per_node} = {cluster.total_gpus}")

@@ -69,6 +69,8 @@ class ResolvedJob:
         cluster: the cluster it was resolved for.
         version: the NeMo-RL version the job runs.
         overrides: every override the job passes, in order (dotted key -> typed value).
+        num_nodes: the GPU nodes the job takes (its ``cluster.num_nodes`` in force): its
+            size in the cluster's queue.
         checkpoint_dir: where NeMo-RL saves and resumes: ``checkpointing.checkpoint_dir``
             in force (``<mount>/<checkpoint_root>/<name>`` unless an override moves it).
         log_dir: NeMo-RL's ``logger.log_dir`` in force, likewise.
@@ -82,6 +84,7 @@ class ResolvedJob:
     cluster: ClusterSpec
     version: NemoRLVersion
     overrides: Mapping[str, Any]
+    num_nodes: int
     checkpoint_dir: str
     log_dir: str
     checkpointing: bool
@@ -263,6 +266,7 @@ def resolve_job(job: JobSpec, cluster: ClusterSpec) -> ResolvedJob:
         cluster=cluster,
         version=version,
         overrides=FrozenDict(overrides),
+        num_nodes=_num_nodes(job, cluster, overrides, flat),
         checkpoint_dir=checkpoint_dir,
         log_dir=log_dir,
         checkpointing=checkpointing,
@@ -290,6 +294,14 @@ def _in_force(key: str, default: Any, flat: Mapping[str, Any] | None, overrides:
     return default
 
 
+def _num_nodes(job: JobSpec, cluster: ClusterSpec, overrides: Mapping[str, Any],
+               flat: Mapping[str, Any] | None) -> int:
+    """The job's size in nodes: ``cluster.num_nodes`` in force, else the field's (or the cluster's)."""
+    default = job.num_nodes if job.num_nodes is not None else cluster.num_nodes
+    value = _in_force("cluster.num_nodes", default, flat, overrides)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
 def _overrides(
     job: JobSpec, cluster: ClusterSpec, version: NemoRLVersion, megatron: bool, checkpoint_dir: str, log_dir: str
 ) -> dict[str, Any]:
@@ -305,7 +317,7 @@ def _overrides(
             out["policy.megatron_cfg.converter_type"] = converter
     out.update({
         "logger.wandb_enabled": job.wandb,
-        "cluster.num_nodes": cluster.num_nodes,
+        "cluster.num_nodes": job.num_nodes if job.num_nodes is not None else cluster.num_nodes,
         "cluster.gpus_per_node": cluster.gpus_per_node,
         "logger.wandb.name": job.name,
         "grpo.max_num_steps": job.max_num_steps,
