@@ -207,3 +207,22 @@ def test_a_nemo_rl_checkout_runs_its_own_entrypoint_with_the_jobs_env_and_workin
         1: {"loss": 0.1, "avg_reward": 0.25},
         2: {"loss": 0.2, "avg_reward": 0.5},
     }
+
+
+def _state_api(cluster: Cluster, path: str) -> list[dict]:  # type: ignore[type-arg]
+    """One list of Ray's state API (``/api/v0/...``), read raw as the supervisor reads it."""
+    import urllib.request
+
+    head = cluster._backend().head  # type: ignore[attr-defined]
+    request = urllib.request.Request(f"{head.dashboard_url}{path}", headers=head.headers())
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())["data"]["result"]["result"]
+
+
+def test_a_head_without_worker_nodes_declares_the_clusters_gpus_for_the_rehearsal(local_cluster: Cluster) -> None:
+    (head,) = _state_api(local_cluster, "/api/v0/nodes?detail=true&limit=100")
+    assert head["is_head_node"]
+    total = head["resources_total"]
+    # Every GPU the jobs are told of, and NeMo-RL's 2 CPUs per GPU (colocated vLLM) plus 2.
+    assert total["GPU"] == local_cluster.num_nodes * local_cluster.gpus_per_node
+    assert total["CPU"] == 2 * total["GPU"] + 2

@@ -34,8 +34,39 @@ __all__ = ["LocalBackend"]
 
 logger = logging.getLogger("rl_lustre.backends.local")
 
-# The rehearsal driver needs one CPU at most; real NeMo-RL gets what Ray detects.
+# What a head with worker nodes keeps for job drivers; real NeMo-RL gets what Ray detects.
 _REHEARSAL_CPUS = 2
+# NeMo-RL's placement-group bundles with vLLM colocated: {"CPU": 2, "GPU": 1} per GPU
+# (rl_lustre.rehearsal.virtual_cluster); its check counts the cluster's total CPUs.
+_CPUS_PER_GPU = 2
+
+
+def rehearsal_resources(cluster: ClusterSpec) -> tuple[int | None, int | None]:
+    """The (CPUs, GPUs) the local head declares, for a rehearsal cluster (None: Ray counts them).
+
+    Without worker nodes the head declares the whole cluster's GPUs, ``num_nodes`` x
+    ``gpus_per_node``, so that the rehearsal reserves them as NeMo-RL does; with worker
+    nodes they declare them and the head none. Logical CPUs and GPUs cost nothing: no
+    process is started per CPU.
+
+    Examples:
+        >>> from rl_lustre import Cluster
+        >>> rehearsal_resources(Cluster.local("demo", volume_dir="/tmp/rl-demo", num_nodes=8, gpus_per_node=8))
+        (130, 64)
+        >>> rehearsal_resources(Cluster.local("demo", volume_dir="/tmp/rl-demo", num_nodes=2, worker_nodes=2))
+        (2, 0)
+    """
+    if cluster.nemo_rl_path is not None:
+        return None, (0 if cluster.worker_nodes else None)
+    if cluster.worker_nodes:
+        return _REHEARSAL_CPUS, 0
+    gpus = cluster.total_gpus
+    return _CPUS_PER_GPU * gpus + _REHEARSAL_CPUS, gpus
+
+
+def worker_cpus(gpus_per_node: int) -> int:
+    """The CPUs a local worker node declares: NeMo-RL's bundles' and one for a worker process."""
+    return _CPUS_PER_GPU * gpus_per_node + 1
 
 
 class LocalBackend(submission.JobsBackend):
@@ -79,9 +110,8 @@ class LocalBackend(submission.JobsBackend):
                 "adopted the running local Ray head of %r at %s", self.cluster.name, self.head_url
             )
         else:
-            num_cpus = _REHEARSAL_CPUS if self.cluster.nemo_rl_path is None else None
             # With worker nodes, GPU work belongs on them, never on the head.
-            num_gpus = 0 if self.cluster.worker_nodes else None
+            num_cpus, num_gpus = rehearsal_resources(self.cluster)
             self.head = start_local_head(
                 self.temp_dir, num_cpus=num_cpus, num_gpus=num_gpus, env=self._head_env(), auth=self._auth
             )
@@ -109,7 +139,9 @@ class LocalBackend(submission.JobsBackend):
         with open(head.temp_dir / "workers.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             for _ in range(want - len(live_workers(head))):
-                started.append(start_local_worker(head, num_gpus=self.cluster.gpus_per_node, env=self._head_env()))
+                started.append(start_local_worker(head, num_gpus=self.cluster.gpus_per_node,
+                                                  num_cpus=worker_cpus(self.cluster.gpus_per_node),
+                                                  env=self._head_env()))
         return started
 
     def workers(self) -> list[LocalWorker]:
