@@ -92,6 +92,9 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         volume_dir=volume,
         secrets=("HF_TOKEN",),
         rehearsal_step_seconds=0.2,
+        # One node of 8 GPUs, as an A4 node: the GKE-backend tests run their jobs on this
+        # head too, and the queue gives those whole nodes of 8.
+        gpus_per_node=8,
     )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_AUTH_MODE", "token")

@@ -85,6 +85,10 @@ class GKEBackend(submission.JobsBackend):
 
     _where = "RayCluster"
 
+    def dashboard_on_head(self) -> str | None:
+        # Seen from the head pod, its dashboard listens on every address at its port.
+        return f"http://127.0.0.1:{DASHBOARD_PORT}"
+
     def __init__(
         self,
         cluster: ClusterSpec,

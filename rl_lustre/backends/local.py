@@ -162,6 +162,10 @@ class LocalBackend(submission.JobsBackend):
             worker.kill()
         head.stop()
 
+    def dashboard_on_head(self) -> str | None:
+        # The head listens on loopback, on a port of its own.
+        return self._head().dashboard_url
+
     @property
     def head_url(self) -> str:
         """The head's dashboard / Jobs API address."""

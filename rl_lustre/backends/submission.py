@@ -30,7 +30,18 @@ import attrs
 
 from .._warnings import warn_caller
 from ..errors import SUBMIT_FRESH, ConfigError, NothingToDoWarning, RayError, nothing_to_do_advice
-from ..jobrecord import CHECKPOINT_DIR, MODEL, RECIPE, TOTAL_STEPS
+from ..jobrecord import (
+    CHECKPOINT_DIR,
+    DASHBOARD,
+    JOB,
+    MODEL,
+    NUM_NODES,
+    PRIORITY,
+    RECIPE,
+    SEQ,
+    SUBMITTED_AT,
+    TOTAL_STEPS,
+)
 from ..recovery import shipped_module, supervised
 from ..spec.job import secret_in_env
 
@@ -94,7 +105,7 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False) -> Submi
     resolved.preflight()
     checkpoint_dir = resolved.checkpoint_dir if resolved.checkpointing else None
     # NeMo-RL resumes from the newest step_N of this directory whether or not it saves.
-    entrypoint = _supervised(cluster, job, resolved.entrypoint, resolved.checkpoint_dir)
+    entrypoint = _supervised(cluster, job, resolved.num_nodes, resolved.entrypoint, resolved.checkpoint_dir)
     if fresh and checkpoint_dir is not None:
         # Outside the supervisor: only the first attempt starts over, a recovery resumes.
         entrypoint = fresh_entrypoint(entrypoint, checkpoint_dir)
@@ -107,10 +118,12 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False) -> Submi
     steps = resolved.value("grpo.max_num_steps")
     metadata = {
         "rl_lustre.cluster": cluster.name,
-        "rl_lustre.job": job.name,
+        JOB: job.name,
         "rl_lustre.base_id": base_id,
         "rl_lustre.max_restarts": str(job.max_restarts),
         RECIPE: job.recipe,
+        NUM_NODES: str(resolved.num_nodes),
+        PRIORITY: str(job.priority),
     }
     model = resolved.value("policy.model_name")
     if isinstance(model, str):
@@ -130,24 +143,27 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False) -> Submi
     )
 
 
-def _supervised(cluster: ClusterSpec, job: JobSpec, command: str, checkpoint_dir: str | None) -> str:
+def _supervised(cluster: ClusterSpec, job: JobSpec, nodes: int, command: str, checkpoint_dir: str | None) -> str:
     """The Ray job's entrypoint: the recovery supervisor around NeMo-RL's ``command``.
 
-    On GKE it watches the ``num_nodes`` GPU nodes, reading Ray's node table every 2 s; a
-    failure with every node alive is looked at for 30 s more (Ray's default health checks
-    take about 15 s to declare a vanished node dead) before the run ends FAILED. A local
-    cluster with worker nodes declares lost nodes dead within about 2 s (see
-    :func:`rl_lustre.ray.nodes.node_env`), so it looks faster and for less long.
+    It first waits in the cluster's queue (named after the cluster) for the job's
+    ``nodes``. On GKE it then watches the job's GPU nodes, reading Ray's node table every
+    2 s; a failure with every node alive is looked at for 30 s more (Ray's default health
+    checks take about 15 s to declare a vanished node dead) before the run ends FAILED. A
+    local cluster with worker nodes declares lost nodes dead within about 2 s (see
+    :func:`rl_lustre.ray.nodes.node_env`), so it looks faster and for less long; one
+    without worker nodes has none to lose.
     """
     assert cluster.gpus_per_node is not None
     if cluster.backend == "gke":
-        python, nodes, poll, settle = "python", cluster.num_nodes, 2.0, 30.0
+        python, poll, settle, watch = "python", 2.0, 30.0, True
     else:
-        python, poll, settle = sys.executable, 0.5, 3.0
-        nodes = cluster.num_nodes if cluster.worker_nodes else 0
+        python, poll, settle, watch = sys.executable, 0.5, 3.0, bool(cluster.worker_nodes)
     return supervised(
         command, python=python, max_restarts=job.max_restarts, nodes=nodes, gpus_per_node=cluster.gpus_per_node,
         capacity_timeout=job.capacity_timeout, checkpoint_dir=checkpoint_dir, poll=poll, settle=settle,
+        queue=cluster.name, cluster_nodes=cluster.num_nodes, priority=job.priority,
+        backfill_window=job.backfill_window, watch=watch,
     )
 
 
@@ -253,11 +269,14 @@ def submit(
     make_run: Callable[[str], Any],
     *,
     known: Sequence[JobInfo] | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> Any:
     """Submit, or attach to the attempt still running; returns ``make_run(job_id)``.
 
     ``known`` is a recent ``jobs.list()`` to look for earlier attempts in (a sweep lists
     once for all its jobs); should the id turn out to be taken, the cluster is asked again.
+    ``extra`` is more metadata (the queue's: the job's order in its batch, the head's
+    dashboard); the submission time is added here, on this machine's clock.
 
     Examples:
         >>> run = submit(jobs, prepare(cluster, job), make_run)  # doctest: +SKIP
@@ -271,7 +290,8 @@ def submit(
             )
             return make_run(latest.submission_id)
         job_id = submission.base_id if number == 0 else f"{submission.base_id}-r{number + 1}"
-        metadata = {**submission.metadata, "rl_lustre.attempt": str(number + 1)}
+        metadata = {**submission.metadata, **(extra or {}), "rl_lustre.attempt": str(number + 1),
+                    SUBMITTED_AT: repr(time.time())}
         try:
             jobs.submit(
                 submission.entrypoint,
@@ -348,15 +368,22 @@ class JobsBackend:
             self._warn_if_nothing_to_do(jobs, prepared, start_over)
         client = self.jobs
         known = client.list() if prepared else []
+        dashboard = self.dashboard_on_head()
         return [
             submit(
                 client,
                 p,
                 functools.partial(self._run, checkpoint_dir=p.checkpoint_dir, total_steps=p.total_steps),
                 known=known,
+                # The queue orders jobs submitted together by their place in the batch.
+                extra={SEQ: str(i), **({DASHBOARD: dashboard} if dashboard else {})},
             )
-            for p in prepared
+            for i, p in enumerate(prepared)
         ]
+
+    def dashboard_on_head(self) -> str | None:
+        """The Ray dashboard's address as seen from the head, for the queue's supervisors; None: Ray's default."""
+        return None
 
     def _warn_if_nothing_to_do(self, jobs: Sequence[JobSpec], prepared: Sequence[Submission],
                                start_over: str) -> None:

@@ -32,7 +32,7 @@ from ._worker_node import STARTED
 from .head import LocalHead
 from .nodes import OverloadedStart, indent, log_tail, node_env, overloaded_start, retry_overloaded
 from .ports import free_port_range, free_ports
-from .processes import proc_pids, read_proc, running, send_signal
+from .processes import proc_pids, running, send_signal
 
 __all__ = ["LocalWorker", "live_workers", "start_local_worker"]
 
@@ -227,13 +227,8 @@ def _write_state(temp_dir: Path, state: Mapping[str, Mapping[str, int]]) -> None
 
 def _session_pids(sid: int) -> list[int]:
     """The live processes of session ``sid`` (Linux ``/proc``; elsewhere none)."""
+    from ..recovery.procs import session_of
+
     if not Path("/proc").is_dir():
         return []
-    found = []
-    for pid in proc_pids():
-        stat = read_proc(pid, "stat")
-        # After the command name: state, ppid, pgrp, session.
-        fields = stat.rsplit(b")", 1)[-1].split() if stat else []
-        if len(fields) > 3 and fields[3] == str(sid).encode():
-            found.append(pid)
-    return found
+    return [pid for pid in proc_pids() if session_of(pid) == sid]

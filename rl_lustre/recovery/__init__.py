@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 
 from .._command import number as _number
-from .supervisor import RESTART_MARK, RESUMED_MARK
+from .journal import RESTART_MARK, RESUMED_MARK
 
 __all__ = ["LostNode", "Restart", "parse_restarts", "shipped_module", "supervised"]
 
@@ -158,15 +158,25 @@ def supervised(
     poll: float,
     settle: float,
     hang_grace: float = 60.0,
+    queue: str | None = None,
+    cluster_nodes: int | None = None,
+    priority: int = 0,
+    backfill_window: float = 3600.0,
+    watch: bool = True,
 ) -> str:
     """The Ray job's entrypoint: the supervisor, running ``command``.
+
+    With ``queue`` (the cluster's name) the job first waits in the cluster's queue for
+    ``nodes`` of its ``cluster_nodes`` nodes (see :mod:`rl_lustre.queueing`); without
+    ``watch`` it does not watch Ray's node table (a local head has no node to lose).
 
     Examples:
         >>> supervised("cd /opt/nemo-rl && uv run python x.py", python="python", max_restarts=3, nodes=8,
         ...            gpus_per_node=8, capacity_timeout=1800, checkpoint_dir="/lustre/c/run", poll=2,
-        ...            settle=30)  # doctest: +NORMALIZE_WHITESPACE
+        ...            settle=30, queue="demo", cluster_nodes=8)  # doctest: +NORMALIZE_WHITESPACE
         "python -m rl_lustre_supervisor --max-restarts 3 --nodes 8 --gpus-per-node 8 --capacity-timeout 1800
-         --poll 2 --settle 30 --hang-grace 60 --checkpoint-dir /lustre/c/run -- 'cd /opt/nemo-rl && uv run python x.py'"
+         --poll 2 --settle 30 --hang-grace 60 --queue demo --cluster-nodes 8 --priority 0 --backfill-window 3600
+         --checkpoint-dir /lustre/c/run -- 'cd /opt/nemo-rl && uv run python x.py'"
     """
     parts = [
         shlex.quote(python), "-m", MODULE,
@@ -178,6 +188,11 @@ def supervised(
         "--settle", _number(settle),
         "--hang-grace", _number(hang_grace),
     ]  # fmt: skip
+    if queue:
+        parts += ["--queue", shlex.quote(queue), "--cluster-nodes", str(cluster_nodes or nodes),
+                  "--priority", str(priority), "--backfill-window", _number(backfill_window)]
+    if not watch:
+        parts.append("--no-watch")
     if checkpoint_dir:
         parts += ["--checkpoint-dir", shlex.quote(checkpoint_dir)]
     return " ".join([*parts, "--", shlex.quote(command)])
@@ -185,7 +200,11 @@ def supervised(
 
 # The files the supervisor needs, relative to the rl_lustre package: shipped at the same
 # places inside rl_lustre_supervisor, so that its relative imports work there as here.
-SHIPPED = ("recovery/supervisor.py", "nemo_rl/formats.py")
+SHIPPED = (
+    "recovery/supervisor.py", "recovery/journal.py", "recovery/watch.py", "recovery/procs.py",
+    "nemo_rl/formats.py", "jobrecord.py",
+    "queueing/claims.py", "queueing/policy.py", "queueing/view.py", "queueing/member.py",
+)
 _MAIN = b"import sys\n\nfrom .recovery.supervisor import main\n\nsys.exit(main())\n"
 
 
@@ -203,7 +222,11 @@ def shipped_module() -> str:
         >>> d = shipped_module()
         >>> os.path.basename(d), sorted(os.path.relpath(os.path.join(top, f), d)
         ...                             for top, _, files in os.walk(d) for f in files if f.endswith(".py"))
-        ('rl_lustre_supervisor', ['__init__.py', '__main__.py', 'nemo_rl/__init__.py', 'nemo_rl/formats.py', 'recovery/__init__.py', 'recovery/supervisor.py'])
+        ... # doctest: +NORMALIZE_WHITESPACE
+        ('rl_lustre_supervisor', ['__init__.py', '__main__.py', 'jobrecord.py', 'nemo_rl/__init__.py', 'nemo_rl/formats.py',
+         'queueing/__init__.py', 'queueing/claims.py', 'queueing/member.py', 'queueing/policy.py', 'queueing/view.py',
+         'recovery/__init__.py', 'recovery/journal.py', 'recovery/procs.py', 'recovery/supervisor.py',
+         'recovery/watch.py'])
     """
     root, files = _shipped_files()
     package = root / MODULE

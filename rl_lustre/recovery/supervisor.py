@@ -1,44 +1,57 @@
-"""The run supervisor: the Ray job's entrypoint, on the Ray head, that reruns NeMo-RL after lost nodes.
+"""The run supervisor: the Ray job's entrypoint, on the Ray head, that waits for the job's
+nodes in the cluster's queue, runs NeMo-RL, and reruns it after lost nodes.
 
 It runs on the cluster, not in the user's process: the submitted Ray job is
 ``python -m rl_lustre_supervisor [options] -- <NeMo-RL's command>``, and this file is
 shipped with the job (inside the ``rl_lustre_supervisor`` package in the job's
-``py_modules``, with :mod:`rl_lustre.nemo_rl.formats`, the log and checkpoint formats
-it reads), so the cluster's image needs nothing of rl_lustre. It uses the
-standard library and, to read the node table, Ray's public state API
-(``ray.util.state.list_nodes``, in Ray 2.46 as in later versions), imported only when
-the job has worker nodes to watch.
+``py_modules``, with the modules it imports at their paths in rl_lustre: the queue in
+:mod:`rl_lustre.queueing`, the journal, :mod:`rl_lustre.nemo_rl.formats`), so the
+cluster's image needs nothing of rl_lustre. It uses the standard library only, and
+reads Ray's node table and placement groups from the dashboard's state API over HTTP.
+
+The queue (``--queue NAME``)
+    Before anything runs, the job joins the cluster's queue (:mod:`rl_lustre.queueing`)
+    for ``--nodes`` of the cluster's ``--cluster-nodes`` nodes, and waits, holding
+    nothing, until its turn (``--priority``, then submission; ``--backfill-window``) and
+    until Ray shows that many whole GPU nodes free. A stop while it waits removes it. It
+    keeps its claim until it ends; a recovery (below) keeps it too.
 
 One attempt
-    The command runs as a child in a process group of its own; its output (stdout and
+    The command runs as a child in a session of its own; its output (stdout and
     stderr) is copied line by line to the supervisor's stdout, so the job keeps one log.
-    Meanwhile the Ray node table is read every ``--poll`` seconds: a worker node (never
+    A watcher process kills the command should the supervisor die without a word (a
+    SIGKILL), so no NeMo-RL is left holding GPUs. Meanwhile (unless ``--no-watch``) the
+    Ray node table is read every ``--poll`` seconds (:mod:`.watch`): a worker node (never
     the head) that was alive at the start of the attempt, or joined during it, and is
-    now dead or gone, is *lost*, with the reason Ray gives. When a node is lost and the
-    command has not ended ``--hang-grace`` seconds later (a collective that waits for
-    ever on a dead peer), the attempt is killed.
+    now dead or gone, is *lost*, with the reason Ray gives; it is this run's loss if it
+    is one of the nodes its placement groups hold (or, before those are known, any
+    worker node). When one of this run's nodes is lost and the command has not ended
+    ``--hang-grace`` seconds later (a collective that waits for ever on a dead peer),
+    the attempt is killed. Another job's lost node changes nothing here.
 
 After an attempt
-    exit 0: the run succeeded. A failure with no worker node lost is the run's own
+    exit 0: the run succeeded. A failure with none of its nodes lost is the run's own
     (a code error, a bad config, out of memory): the job fails at once, with the
     command's exit code. A failure after a loss is recovered, unless ``--max-restarts``
-    recoveries were made already: wait up to ``--capacity-timeout`` seconds until the
-    node table again has ``--nodes`` live worker nodes with ``--gpus-per-node`` GPUs
-    each, then run the same command again. It uses the same checkpoint directory, so
-    NeMo-RL resumes from the newest complete ``step_N`` (a ``tmp_step_N`` is an
-    interrupted save, never a checkpoint).
+    recoveries were made already: the claim turns ``recovering`` (ahead of every queued
+    job) and the supervisor waits up to ``--capacity-timeout`` seconds until ``--nodes``
+    usable GPU nodes with ``--gpus-per-node`` GPUs each exist again
+    (:meth:`Supervisor._wait_for_capacity`), then runs the same command again. It uses
+    the same checkpoint directory, so NeMo-RL resumes from the newest complete
+    ``step_N`` (a ``tmp_step_N`` is an interrupted save, never a checkpoint).
 
 Records
     Each recovery prints a line for people and one for programs:
     :data:`RESTART_MARK` + JSON when the rerun is decided (when, which nodes and why,
     the step resumed from) and :data:`RESUMED_MARK` + JSON when the rerun prints its
     first step header (seconds from the loss to that step). ``Run.restarts()`` reads them
-    back from the job's log, from any process.
+    back from the job's log, from any process. The queue's records are journal lines
+    (:mod:`rl_lustre.recovery.journal`).
 
 Stopping
     Ray stops a job with SIGTERM to the entrypoint and its descendants (SIGKILL after a
     few seconds). On SIGTERM or SIGINT the supervisor passes the signal on to the
-    command's process group, waits for it, and exits without a rerun.
+    command's process group, waits for it, gives its nodes back, and exits without a rerun.
 """
 
 from __future__ import annotations
@@ -48,6 +61,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -55,74 +69,68 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-# Shipped with this file to the cluster, at the same place relative to it (see shipped_module).
+# Shipped with this file to the cluster, at the same places relative to it (see shipped_module).
+from ..jobrecord import DASHBOARD, SEQ, SUBMITTED_AT
 from ..nemo_rl.formats import STEP_HEADER, checkpoint_step
+from ..queueing.claims import Claim, Store, queue_root
+from ..queueing.member import Member
+from ..queueing.view import StateApi, read_view
+from . import journal
+from .journal import RESTART_MARK, RESUMED_MARK
+from .watch import NodeWatch, describe
 
 __all__ = ["PREFIX", "RESTART_MARK", "RESUMED_MARK", "main"]
 
 PREFIX = "rl_lustre supervisor:"
-RESTART_MARK = "RL_LUSTRE_RESTART "
-RESUMED_MARK = "RL_LUSTRE_RESUMED "
 # Ray's job stop waits 3 s before its SIGKILL; the command gets most of that.
 _STOP_GRACE = 2.5
 
 
 def _say(text: str) -> None:
-    sys.stdout.write(f"{PREFIX} {text}\n")
-    sys.stdout.flush()
+    with journal.LOCK:
+        sys.stdout.write(f"{PREFIX} {text}\n")
+        sys.stdout.flush()
 
 
 def _record(mark: str, record: dict[str, Any]) -> None:
-    sys.stdout.write(mark + json.dumps(record, sort_keys=True) + "\n")
-    sys.stdout.flush()
+    with journal.LOCK:
+        sys.stdout.write(mark + json.dumps(record, sort_keys=True) + "\n")
+        sys.stdout.flush()
 
 
 def _stamp(t: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 10)} UTC"
 
 
-class NodeTable:
-    """Ray's node table, as ``{node_id: record}`` of the worker nodes (the head left out)."""
-
-    def __init__(self, timeout: int = 10) -> None:
-        from ray.util.state import list_nodes
-
-        self._list = list_nodes
-        self._timeout = timeout
-
-    def workers(self) -> dict[str, dict[str, Any]]:
-        nodes = self._list(detail=True, limit=10000, timeout=self._timeout, raise_on_missing_output=False)
-        out = {}
-        for node in nodes:
-            if getattr(node, "is_head_node", False):
-                continue
-            end = getattr(node, "end_time_ms", None)
-            out[str(node.node_id)] = {
-                "node_id": str(node.node_id),
-                "address": str(getattr(node, "node_ip", "") or ""),
-                "name": str(getattr(node, "node_name", "") or ""),
-                "alive": str(getattr(node, "state", "")) == "ALIVE",
-                "gpus": float((getattr(node, "resources_total", None) or {}).get("GPU", 0) or 0),
-                "reason": str(getattr(node, "state_message", "") or ""),
-                "dead_at": end / 1000 if end else None,
-            }
-        return out
+def job_config() -> dict[str, Any]:
+    """What Ray tells a job's entrypoint about its submission: its metadata (with the submission id)."""
+    try:
+        config = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
+    except ValueError:
+        return {}
+    metadata = config.get("metadata") if isinstance(config, dict) else None
+    return metadata if isinstance(metadata, dict) else {}
 
 
 class Supervisor:
     """Runs attempts of one command until it succeeds, fails for a reason of its own, or gives up."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, metadata: dict[str, Any] | None = None) -> None:
         self.args = args
         self.command: str = args.command
-        self.table: NodeTable | None = None
-        if args.nodes > 0:
-            try:
-                self.table = NodeTable()
-            except ImportError as exc:
-                _say(f"cannot read Ray's node table ({exc}): this run is not watched for lost nodes")
+        meta = job_config() if metadata is None else metadata
+        self.submission_id: str | None = meta.get("job_submission_id")
+        self.api = StateApi.for_job(meta.get(DASHBOARD))
+        self.watch: NodeWatch | None = None
+        if args.nodes > 0 and not args.no_watch:
+            self.watch = NodeWatch(self.api, self.submission_id, say=_say, on_held=self._held)
+        self.member: Member | None = None
+        if args.queue:
+            self.member = Member(_store(args), _claim(args, meta, self.submission_id), self.api, say=_say,
+                                 poll=args.poll)
         self.stopping = threading.Event()
         self.child: subprocess.Popen[bytes] | None = None
+        self.attempts = 0
         self.restarts: list[dict[str, Any]] = []
         # Set by the output copier: the first step header of the running attempt.
         self.first_step: tuple[int, float] | None = None
@@ -131,27 +139,14 @@ class Supervisor:
         # rerun prints its first step header.
         self.pending: tuple[int, float, float] | None = None
 
-    # -- the node table -----------------------------------------------------------------
-
-    def _workers(self) -> dict[str, dict[str, Any]] | None:
-        if self.table is None:
-            return {}
-        try:
-            return self.table.workers()
-        except Exception as exc:  # the state API answers through the dashboard, which may be busy
-            _say(f"could not read Ray's node table ({type(exc).__name__}: {exc}); trying again")
-            return None
-
-    def _capacity(self, workers: dict[str, dict[str, Any]]) -> int:
-        return sum(1 for n in workers.values() if n["alive"] and n["gpus"] >= self.args.gpus_per_node)
-
     # -- one attempt ----------------------------------------------------------------------
 
     def _copy_output(self, stream: Any) -> None:
         out = sys.stdout.buffer
         for raw in iter(stream.readline, b""):
-            out.write(raw)
-            out.flush()
+            with journal.LOCK:
+                out.write(raw)
+                out.flush()
             m = STEP_HEADER.search(raw.decode(errors="replace"))
             if m:
                 step = int(m.group(1))
@@ -161,10 +156,12 @@ class Supervisor:
                     self._report_resumed(*self.first_step)
 
     def attempt(self) -> tuple[int, list[dict[str, Any]]]:
-        """Run the command once; return its exit code and the nodes lost meanwhile."""
-        # Nodes that are alive at the start or join later are watched (see _look).
-        watched = {k: n for k, n in (self._workers() or {}).items() if n["alive"]}
+        """Run the command once; return its exit code and this run's nodes lost meanwhile."""
+        self.attempts += 1
         self.first_step, self.last_step = None, 0
+        watch = self.watch
+        if watch is not None:
+            watch.start(None)
         self.child = subprocess.Popen(
             ["/bin/sh", "-c", self.command],
             stdin=subprocess.DEVNULL,
@@ -172,54 +169,54 @@ class Supervisor:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        orphans = _orphan_watcher(self.child.pid)
+        if watch is not None:
+            watch.session = self.child.pid
         assert self.child.stdout is not None
         copier = threading.Thread(target=self._copy_output, args=(self.child.stdout,), daemon=True)
         copier.start()
-        lost: dict[str, dict[str, Any]] = {}
-        killed_at: float | None = None
-        while True:
-            try:
-                code = self.child.wait(timeout=self.args.poll)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            self._look(watched, lost)
-            if lost and killed_at is None and not self.stopping.is_set():
-                first = min(n["detected_at"] for n in lost.values())
-                if time.time() - first >= self.args.hang_grace:
-                    _say(f"the command is still running {self.args.hang_grace:g}s after losing a node; killing it")
+        killed = False
+        try:
+            while True:
+                try:
+                    code = self.child.wait(timeout=self.args.poll)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if watch is None:
+                    continue
+                watch.look()
+                first = watch.first_attributed_loss()
+                if (first is not None and not killed and not self.stopping.is_set()
+                        and time.time() - first >= self.args.hang_grace):
+                    _say(f"the command is still running {self.args.hang_grace:g}s after losing one of its "
+                         "nodes; killing it")
                     self._signal_child(signal.SIGKILL)
-                    killed_at = time.time()
+                    killed = True
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                orphans.kill()
+            orphans.wait()
         copier.join(timeout=5)
-        if code != 0 and not self.stopping.is_set() and self.table is not None:
+        if watch is None:
+            return code, []
+        if code != 0 and not self.stopping.is_set():
             # The command may fail a moment before the node table says why: look once more.
             deadline = time.monotonic() + self.args.settle
             while True:
-                self._look(watched, lost)
-                if lost or time.monotonic() >= deadline:
+                watch.look()
+                if watch.own_losses() or time.monotonic() >= deadline:
                     break
                 time.sleep(min(0.5, self.args.poll))
-        return code, sorted(lost.values(), key=lambda n: n["detected_at"])
+        others = watch.others_losses()
+        if others and code != 0:
+            _say(f"other jobs' nodes were lost meanwhile ({', '.join(describe(n) for n in others)}); "
+                 "none of this run's")
+        return code, watch.own_losses()
 
-    def _look(self, watched: dict[str, dict[str, Any]], lost: dict[str, dict[str, Any]]) -> None:
-        now = self._workers()
-        if now is None:
-            return
-        for node_id, node in now.items():
-            if node["alive"] and node_id not in lost:
-                watched[node_id] = node
-        for node_id, node in watched.items():
-            if node_id in lost:
-                continue
-            current = now.get(node_id)
-            if current is None or not current["alive"]:
-                record = dict(current or node)
-                record["alive"] = False
-                record["detected_at"] = time.time()
-                if not record.get("reason"):
-                    record["reason"] = "left Ray's node table"
-                lost[node_id] = record
-                _say(f"worker node {_node(record)} is lost: {record['reason']}")
+    def _held(self, nodes: list[dict[str, Any]]) -> None:
+        journal.write({"event": "held", "job": self.submission_id, "attempt": self.attempts, "nodes": nodes})
+        _say(f"this run's placement groups hold {len(nodes)} node(s): {', '.join(describe(n) for n in nodes)}")
 
     def _signal_child(self, sig: int) -> None:
         child = self.child
@@ -254,50 +251,84 @@ class Supervisor:
         return max(steps, default=None)
 
     def _wait_for_capacity(self) -> float | None:
-        """Seconds waited until the GPUs are back, or None after the timeout."""
+        """Seconds waited, after a loss, until the run's nodes are usable again; None after the timeout.
+
+        In the queue the claim is kept (``recovering``: ahead of every queued job) and the
+        wait ends when ``--nodes`` whole GPU nodes are up and held by no other job. Outside
+        a queue, when Ray's node table has ``--nodes`` live worker nodes with
+        ``--gpus-per-node`` GPUs.
+        """
+        if self.member is not None:
+            self.member.recovering()
+            return self.member.wait(self.stopping, timeout=self.args.capacity_timeout)
         need, gpus = self.args.nodes, self.args.gpus_per_node
         start = time.monotonic()
         said = -1
-        while True:
-            workers = self._workers()
-            have = self._capacity(workers) if workers is not None else -1
+        while not self.stopping.is_set():
+            try:
+                workers = read_view(self.api, groups=False).workers().values()
+                have = sum(1 for n in workers if n.alive and n.gpus >= gpus)
+            except Exception as exc:  # the dashboard may be busy: try again
+                _say(f"could not read Ray's node table ({type(exc).__name__}: {exc}); trying again")
+                have = -1
             if have >= need:
                 return time.monotonic() - start
-            waited = time.monotonic() - start
-            if waited >= self.args.capacity_timeout:
+            if time.monotonic() - start >= self.args.capacity_timeout:
                 return None
             if have != said and have >= 0:
                 _say(f"waiting for GPU nodes: {have} of {need} (with {gpus:g} GPUs each) are up")
                 said = have
-            time.sleep(self.args.poll)
+            self.stopping.wait(self.args.poll)
+        return None
 
     def _describe_restarts(self) -> str:
         return "; ".join(
-            f"#{r['restart']} at {_stamp(r['lost_at'])}: lost {', '.join(_node(n) for n in r['nodes'])}, "
+            f"#{r['restart']} at {_stamp(r['lost_at'])}: lost {', '.join(describe(n) for n in r['nodes'])}, "
             f"resumed from step {r['resume_step'] if r['resume_step'] is not None else 0}"
             for r in self.restarts
         ) or "none"
 
     def run(self) -> int:
+        """Wait in the queue, run, recover; returns the exit status. The claim is given back at the end."""
         args = self.args
-        watching = f"{args.nodes} worker node(s) with {args.gpus_per_node:g} GPU(s) each" if args.nodes else "no worker nodes"
-        _say(f"running the command with recovery from lost nodes (max_restarts={args.max_restarts}; "
-             f"watching {watching} in Ray's node table)")
+        watching = (f"watching {args.nodes} worker node(s) with {args.gpus_per_node:g} GPU(s) each in Ray's node "
+                    "table" if self.watch is not None else "no worker nodes to watch")
+        _say(f"running the command with recovery from lost nodes (max_restarts={args.max_restarts}; {watching})")
+        member = self.member
+        reason = "stopped"
+        try:
+            if member is not None:
+                member.join()
+                if member.wait(self.stopping) is None:
+                    _say("stopped while queued: nothing ran")
+                    return 128 + signal.SIGTERM
+            status, reason = self._run()
+            return status
+        finally:
+            if member is not None:
+                member.release(reason)
+
+    def _run(self) -> tuple[int, str]:
+        """The attempts: the exit status, and why the nodes are given back."""
+        args = self.args
         while True:
             code, lost = self.attempt()
             if self.stopping.is_set():
                 _say(f"stopped; the command exited with code {code}")
-                return 128 + signal.SIGTERM if code == 0 else code if code > 0 else 128 - code
+                return (128 + signal.SIGTERM if code == 0 else code if code > 0 else 128 - code), "stopped"
             if code == 0:
                 if self.restarts:
                     _say(f"the run succeeded after {len(self.restarts)} restart(s): {self._describe_restarts()}")
-                return 0
+                return 0, "succeeded"
             status = code if code > 0 else 128 - code
             if not lost:
                 _say(f"the command failed with exit code {status} while every worker node was alive: not "
+                     "restarted (the run failed for a reason of its own)" if self.watch is None or not
+                     self.watch.lost else
+                     f"the command failed with exit code {status} while every node of its own was alive: not "
                      "restarted (the run failed for a reason of its own)")
-                return status
-            names = ", ".join(f"{_node(n)} ({n['reason']})" for n in lost)
+                return status, "failed"
+            names = ", ".join(f"{describe(n)} ({n['reason']})" for n in lost)
             _say(f"the command exited with code {status} after losing worker node(s): {names}")
             if len(self.restarts) >= args.max_restarts:
                 if args.max_restarts == 0:
@@ -305,7 +336,7 @@ class Supervisor:
                 else:
                     _say(f"max_restarts={args.max_restarts} is used up: not restarted. Restarts: "
                          f"{self._describe_restarts()}")
-                return status
+                return status, "failed"
             number = len(self.restarts) + 1
             lost_at = min((n["dead_at"] or n["detected_at"]) for n in lost)
             resume = self._newest_checkpoint()
@@ -326,11 +357,11 @@ class Supervisor:
             waited = self._wait_for_capacity()
             if self.stopping.is_set():
                 _say("stopped while waiting for capacity; no rerun follows")
-                return 128 + signal.SIGTERM
+                return 128 + signal.SIGTERM, "stopped"
             if waited is None:
                 _say(f"the GPUs did not come back within capacity_timeout={args.capacity_timeout:g}s: giving up. "
                      f"Restarts: {self._describe_restarts()}")
-                return status
+                return status, "gave-up"
             _say(f"capacity is back after {waited:.1f}s; rerunning (restart {number})")
             self.pending = (number, lost_at, waited)
 
@@ -344,17 +375,71 @@ class Supervisor:
                                "seconds_lost": at - lost_at, "capacity_seconds": waited})
 
 
-def _node(n: dict[str, Any]) -> str:
-    where = n.get("name") or n.get("address") or "?"
-    return f"{str(n.get('node_id', ''))[:8]} ({where})"
+def _orphan_watcher(pgid: int) -> subprocess.Popen[bytes]:
+    """A process that kills the command's process group should this supervisor die first.
+
+    The command runs in a session of its own, outside Ray's fate-sharing of the
+    entrypoint's group: without this, a SIGKILLed supervisor would leave NeMo-RL holding
+    its GPUs. It is killed when the attempt ends.
+    """
+    script = (f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; "
+              f"kill -9 -{pgid} 2>/dev/null; exit 0")
+    return subprocess.Popen(["/bin/sh", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _claim(args: argparse.Namespace, meta: dict[str, Any], submission_id: str | None) -> Claim:
+    """This job's claim, from its command line and the metadata it was submitted with."""
+    def number(key: str, default: float) -> float:
+        try:
+            return float(meta.get(key, default))
+        except (TypeError, ValueError):
+            return default
+
+    return Claim(job=submission_id or f"pid-{os.getpid()}", nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                 cluster_nodes=args.cluster_nodes or args.nodes, priority=args.priority,
+                 submitted_at=number(SUBMITTED_AT, time.time()), seq=int(number(SEQ, 0)),
+                 backfill_window=args.backfill_window, pid=os.getpid())
+
+
+def _store(args: argparse.Namespace) -> Store:
+    """The cluster's ledger on this head; refuses to run anywhere but on the head."""
+    if args.queue_dir:
+        return Store(args.queue_dir)
+    address = os.environ.get("RAY_ADDRESS", "")
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if not address or not _local(host):
+        raise SystemExit(
+            f"{PREFIX} the rl_lustre supervisor runs on the Ray head, where the cluster's queue is; it was "
+            f"started on {socket.gethostname()} with RAY_ADDRESS={address!r}: is "
+            "RAY_JOB_ALLOW_DRIVER_ON_WORKER_NODES set on the head?")
+    return Store(queue_root(address, args.queue))
+
+
+def _local(host: str) -> bool:
+    """Whether ``host`` is an address of this machine."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+        return True
+    except OSError:
+        return False
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m rl_lustre_supervisor", allow_abbrev=False,
-                                description="Run a command; rerun it after Ray worker nodes were lost.")
+                                description="Wait for the job's nodes in the cluster's queue, run a command, and "
+                                "rerun it after Ray worker nodes were lost.")
     p.add_argument("--max-restarts", type=int, default=3)
-    p.add_argument("--nodes", type=int, default=0, help="worker nodes the run needs (0: watch none)")
+    p.add_argument("--nodes", type=int, default=0, help="the GPU nodes the run takes (0: no queue, no watch)")
     p.add_argument("--gpus-per-node", type=float, default=0)
+    p.add_argument("--no-watch", action="store_true", help="do not watch Ray's node table for lost nodes")
+    p.add_argument("--queue", default="", metavar="NAME", help="wait in this cluster's queue on the Ray head first")
+    p.add_argument("--queue-dir", default="", help=argparse.SUPPRESS)
+    p.add_argument("--cluster-nodes", type=int, default=0, help="the cluster's nodes (default: --nodes)")
+    p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--backfill-window", type=float, default=3600.0)
     p.add_argument("--capacity-timeout", type=float, default=1800.0)
     p.add_argument("--checkpoint-dir", default="")
     p.add_argument("--poll", type=float, default=1.0)
@@ -370,6 +455,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.max_restarts < 0 or args.nodes < 0:
         _parser().error("--max-restarts and --nodes must be >= 0")
+    if args.queue and args.nodes < 1:
+        _parser().error("--queue needs --nodes of at least 1")
     supervisor = Supervisor(args)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, supervisor.stop)
