@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .job import GRPOJob
     from .metrics import ClusterMetrics
     from .plan import Plan
+    from .queueing.state import QueueState
     from .run import Run
 
 __all__ = ["CLUSTER_NAME_RULE", "DEFAULT_SECRETS", "HF_REPO_ID_RULE", "MAINTENANCE_EXCLUSIONS", "Cluster",
@@ -339,6 +340,24 @@ class Cluster(ClusterSpec):
         if not job_id or v.control_char(job_id) is not None:
             raise ConfigError("Cluster.attach", "job_id", job_id, "must be a non-empty id without control characters")
         return self._backend().attach(job_id)
+
+    def queue(self) -> list[tuple[Run, QueueState]]:
+        """The cluster's queue: every job rl_lustre submitted that has not ended, with its state.
+
+        Jobs holding their nodes come first, then the queued ones by place. Read from the
+        jobs' logs on the cluster, so any process sees the same queue, whichever submitted
+        the jobs. See docs/sweeps.md.
+
+        Examples:
+            >>> for run, state in cluster.queue():  # doctest: +SKIP
+            ...     print(run.job_id, state)
+            rl-lustre-lr-1-0f3a9c1e holds 4 of 8 nodes
+            rl-lustre-lr-2-77be01d2 1st of 1, waiting for 8 nodes: 4 of the cluster's 8 are free (4 held by 1 job)
+
+        Raises:
+            NotReadyError: the cluster is not up.
+        """
+        return self._backend().queue()
 
     def metrics(self, start: Any = None, end: Any = None, *, step: int = 60, monitoring: Any = None) -> ClusterMetrics:
         """GPU utilisation of the deployment's pods and its Lustre throughput, from Cloud Monitoring.

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .metrics import ClusterMetrics
     from .nemo_rl.checkpoints import Checkpoint
     from .nemo_rl.logs import CheckpointSave, LogParser, StepRecord
+    from .queueing.state import QueueState, Timeline
     from .ray.jobs import JobInfo, JobsClient
     from .recovery import Restart
 
@@ -116,10 +117,16 @@ class Run:
         self._fed = 0
         self._partial = ""
         self._idle: str | None = None
+        # The last queue state read, and whether the run has been seen holding its nodes.
+        self._queue: QueueState | None = None
+        self._started = False
 
     def __repr__(self) -> str:
         # Only what is already known: a repr makes no remote call.
         notes = "".join(f", {n.split(':', 1)[0]}" for n in self._known_notes())
+        q = self._queue
+        if q is not None and q.state == "queued" and q.place and q.queued:
+            notes += f", queued {q.place}/{q.queued}"
         return f"Run(job_id={self.job_id!r}{notes})"
 
     def notes(self) -> list[str]:
@@ -170,13 +177,49 @@ class Run:
         return info
 
     def status(self) -> str:
-        """``PENDING``, ``RUNNING``, ``SUCCEEDED``, ``FAILED`` or ``STOPPED``.
+        """``PENDING``, ``QUEUED``, ``RUNNING``, ``SUCCEEDED``, ``FAILED`` or ``STOPPED``.
+
+        ``QUEUED``: the job waits in its cluster's queue for its nodes (Ray's dashboard
+        shows it RUNNING: its supervisor runs, NeMo-RL has not started); :meth:`queue`
+        says where it stands. A job recovering from lost nodes is ``RUNNING``
+        (:meth:`restarts` says more).
 
         Examples:
             >>> run.status()  # doctest: +SKIP
-            'RUNNING'
+            'QUEUED'
         """
-        return self.info().status
+        info = self.info()
+        if info.status in ("PENDING", "RUNNING") and not self._started and "rl_lustre.job" in (info.metadata or {}):
+            state = self.queue()
+            if state is not None and state.state == "queued":
+                return "QUEUED"
+        return info.status
+
+    def queue(self) -> QueueState | None:
+        """Where the run stands in its cluster's queue: its place, what it waits for, since when.
+
+        Read from the run's log, where its supervisor on the cluster records each step, so
+        every process that attaches to the run sees the same. None before the supervisor
+        joined the queue (or for a job rl_lustre did not submit).
+
+        Examples:
+            >>> print(run.queue())  # doctest: +SKIP
+            2nd of 3, waiting for 4 nodes: 2 of the cluster's 8 are free (6 held by 1 job)
+        """
+        from .queueing.state import parse_queue
+
+        state = parse_queue(self._jobs.logs(self.job_id))
+        self._queue = state
+        if state is not None and state.state != "queued":
+            self._started = True
+        return state
+
+    def timeline(self) -> Timeline | None:
+        """When the run waited in its cluster's queue and when it held which of its nodes
+        (the head's clock); None when it never joined a queue."""
+        from .queueing.state import timeline
+
+        return timeline(self._jobs.logs(self.job_id))
 
     def done(self) -> bool:
         """Whether the run has ended, in any way."""

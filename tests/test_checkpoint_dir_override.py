@@ -79,7 +79,7 @@ def test_a_run_with_an_overridden_checkpoint_dir_lists_resumes_and_starts_over_t
     elsewhere = mount / "elsewhere" / "moved"
     job = GRPOJob(
         name="moved", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", dataset="OpenMathInstruct-2",
-        max_num_steps=2, num_prompts_per_step=4, num_generations_per_prompt=2, train_global_batch_size=8,
+        max_num_steps=2, num_prompts_per_step=4, num_generations_per_prompt=8, train_global_batch_size=32,
         save_period=1, overrides={"checkpointing.checkpoint_dir": str(elsewhere),
                                   "logger.log_dir": str(mount / "elsewhere" / "logs")},
     )

@@ -16,8 +16,8 @@ from rl_lustre.jobrecord import REHEARSAL_NOTE
 
 JOB = GRPOJob(
     name="noop", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", dataset="OpenMathInstruct-2",
-    max_num_steps=2, num_prompts_per_step=4, num_generations_per_prompt=2,
-    train_global_batch_size=8, save_period=1,
+    max_num_steps=2, num_prompts_per_step=4, num_generations_per_prompt=8,
+    train_global_batch_size=32, save_period=1,
 )
 
 

@@ -17,8 +17,9 @@ BASE = GRPOJob(
     dataset="OpenMathInstruct-2",
     max_num_steps=3,
     num_prompts_per_step=4,
-    num_generations_per_prompt=2,
-    train_global_batch_size=8,
+    # 32 samples a step: a multiple of the session head's 8 GPUs times the micro batch (4).
+    num_generations_per_prompt=8,
+    train_global_batch_size=32,
     save_period=2,
 )
 
@@ -90,7 +91,7 @@ def test_a_sweep_rerun_says_once_that_there_is_nothing_to_do_and_how_to_start_ov
     from rl_lustre.errors import NothingToDoWarning
 
     jobs = [attrs.evolve(BASE, name=f"rerun-{g}", max_num_steps=2, num_generations_per_prompt=g,
-                         train_global_batch_size=4 * g) for g in (2, 4)]
+                         train_global_batch_size=4 * g) for g in (8, 16)]
     first = run_sweep(local_cluster, jobs, timeout=240, poll=0.3, fresh=True)
     assert first.ok, str(first)
     with warnings.catch_warnings(record=True) as caught:
@@ -99,8 +100,8 @@ def test_a_sweep_rerun_says_once_that_there_is_nothing_to_do_and_how_to_start_ov
     assert again.ok, str(again)
     said = [w for w in caught if issubclass(w.category, NothingToDoWarning)]
     assert len(said) == 1  # one warning for the sweep, naming each job
-    assert "'rerun-2'" in str(said[0].message)
-    assert "'rerun-4'" in str(said[0].message)
+    assert "'rerun-8'" in str(said[0].message)
+    assert "'rerun-16'" in str(said[0].message)
     assert "run_sweep(cluster, jobs, fresh=True)" in str(said[0].message)
     assert "cluster.submit" not in str(said[0].message)
     # Attributed to the line that called run_sweep: this file, not `sys:1`.
@@ -110,7 +111,7 @@ def test_a_sweep_rerun_says_once_that_there_is_nothing_to_do_and_how_to_start_ov
     table = str(again).splitlines()
     # No step ran, so no metric column, and no footnote for one.
     assert not any("*" in line for line in table)
-    assert table[-1] == ("rerun-2, rerun-4: nothing left to do, the newest checkpoint already reaches "
+    assert table[-1] == ("rerun-8, rerun-16: nothing left to do, the newest checkpoint already reaches "
                          "max_num_steps; run_sweep(cluster, jobs, fresh=True) starts over")
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from ..queueing.state import QueueState
     from ..run import Run
     from ..spec import JobSpec
 
@@ -39,6 +40,9 @@ class Backend(Protocol):
 
     def attach(self, job_id: str) -> Run:
         """A handle on an existing job by its submission id."""
+
+    def queue(self) -> list[tuple[Run, QueueState]]:
+        """The cluster's jobs that have not ended, in the queue's order, with their queue state."""
 
     def describe(self) -> str:
         """One line saying what runs and where (for messages)."""

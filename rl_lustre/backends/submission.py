@@ -47,6 +47,7 @@ from ..spec.job import secret_in_env
 
 if TYPE_CHECKING:
     from ..nemo_rl.checkpoints import Checkpoint
+    from ..queueing.state import QueueState
     from ..ray.jobs import JobInfo, JobsClient
     from ..run import Run
     from ..spec import ClusterSpec, JobSpec
@@ -406,6 +407,28 @@ class JobsBackend:
         message += f". {nothing_to_do_advice(start_over)}."
         logger.info("%s", message)
         warn_caller(message, NothingToDoWarning)
+
+    def queue(self) -> list[tuple[Run, QueueState]]:
+        """The jobs rl_lustre submitted that have not ended, in the queue's order (holders
+        first, then the queued by place), each with its queue state read from its log."""
+        from ..queueing.state import parse_queue
+
+        found = []
+        for info in self.jobs.list():
+            if info.terminal or "rl_lustre.job" not in (info.metadata or {}):
+                continue
+            state = parse_queue(self.jobs.logs(info.submission_id))
+            if state is None:
+                continue
+            checkpoint_dir, total = recorded(info)
+            found.append((self._run(info.submission_id, checkpoint_dir=checkpoint_dir, total_steps=total), state))
+
+        def order(item: tuple[Run, QueueState]) -> tuple[int, float, float]:
+            state = item[1]
+            rank = {"running": 0, "recovering": 0, "queued": 1}.get(state.state, 2)
+            return rank, float(state.place or 0), state.since or 0.0
+
+        return sorted(found, key=order)
 
     def attach(self, job_id: str) -> Run:
         info = self.jobs.info(job_id)

@@ -24,6 +24,7 @@ VERBS: dict[str, str] = {
     "logs": "rl_lustre.cli.jobs:logs",
     "checkpoints": "rl_lustre.cli.jobs:checkpoints",
     "stop": "rl_lustre.cli.jobs:stop",
+    "queue": "rl_lustre.cli.jobs:queue",
 }
 
 

@@ -1,7 +1,8 @@
-"""``status``, ``logs``, ``checkpoints`` and ``stop``: a job on a running deployment."""
+"""``status``, ``logs``, ``checkpoints`` and ``stop``: a job on a running deployment; ``queue``: its jobs."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import click
@@ -15,6 +16,42 @@ def _run(target: str, job_id: str) -> Any:
     return load(target).attach(job_id)
 
 
+def queue_json(state: Any) -> dict[str, Any]:
+    """A job's queue state as plain JSON."""
+    return {"state": state.state, "place": state.place, "queued": state.queued, "nodes": state.nodes,
+            "usable": state.usable, "capacity": state.capacity, "ahead": [list(a) for a in state.ahead],
+            "waiting_for": state.waiting_for, "since": state.since, "slots": list(state.slots)}
+
+
+def _clock(at: float | None) -> str:
+    if at is None:
+        return "?"
+    return time.strftime("%H:%M:%S UTC", time.gmtime(at))
+
+
+@click.command(name="queue")
+@target_argument
+@json_option
+def queue(target: str, as_json: bool) -> None:
+    """List TARGET's queue: the jobs holding nodes, then those waiting, in order."""
+    entries = load(target).queue()
+    now = time.time()
+    rows = [{"job_id": run.job_id, **queue_json(state)} for run, state in entries]
+
+    def text() -> str:
+        if not rows:
+            return "the queue is empty: no job of rl_lustre's is running or waiting"
+        lines = [f"{'place':<6}{'job':<44}{'nodes':>5}  {'state':<11}{'waited':>8}  waiting for"]
+        for run, state in entries:
+            place = str(state.place) if state.state == "queued" and state.place else "-"
+            waited = f"{now - state.since:.0f}s" if state.since and state.state == "queued" else "-"
+            lines.append(f"{place:<6}{run.job_id:<44}{state.nodes:>5}  {state.state:<11}{waited:>8}  "
+                         f"{state.waiting_for or '-'}")
+        return "\n".join(lines)
+
+    emit(rows, as_json, text)
+
+
 @click.command()
 @target_argument
 @job_argument
@@ -23,18 +60,24 @@ def status(target: str, job_id: str, as_json: bool) -> None:
     """Show JOB_ID's status and progress on TARGET, and what the deployment cost while it ran."""
     run = _run(target, job_id)
     info = run.info()
+    status = run.status()
+    queue = run.queue() if not info.terminal else None
     progress = run.progress
     cost = run.cost_so_far()
     data = {
         "job_id": job_id,
-        "status": info.status,
+        "status": status,
         "message": info.message,
         "step": progress.step,
         "completed_steps": progress.completed,
         "total_steps": progress.total,
         "cost_so_far_usd": cost,
+        "queue": None if queue is None else queue_json(queue),
     }
-    text = f"{job_id}: {info.status} ({progress})"
+    if status == "QUEUED" and queue is not None:
+        text = f"{job_id}: QUEUED ({queue}; since {_clock(queue.since)})"
+    else:
+        text = f"{job_id}: {status} ({progress})"
     if info.message:
         text += f"\n  {info.message}"
     if cost is not None:
