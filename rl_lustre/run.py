@@ -29,7 +29,7 @@ from .errors import (
     WaitTimeoutError,
     nothing_to_do_advice,
 )
-from .jobrecord import NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
+from .jobrecord import JOB, NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
 from .outages import TRANSIENT, Outage, OutageBudget
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class Run:
         """The nothing-left-to-do note, for a run that SUCCEEDED: None when it trained."""
         if parser.current_step is not None:
             return None
-        if "rl_lustre.job" not in (info.metadata or {}):
+        if JOB not in (info.metadata or {}):
             return None  # not a NeMo-RL job we submitted (a helper, or someone else's): no steps to expect
         return (f"{NOTHING_TO_DO_NOTE}: job {self.job_id} SUCCEEDED without training a step (the newest "
                 f"checkpoint in its checkpoint directory already reaches max_num_steps). "
@@ -189,7 +189,7 @@ class Run:
             'QUEUED'
         """
         info = self.info()
-        if info.status in ("PENDING", "RUNNING") and not self._started and "rl_lustre.job" in (info.metadata or {}):
+        if info.status in ("PENDING", "RUNNING") and not self._started and JOB in (info.metadata or {}):
             state = self.queue()
             if state is not None and state.state == "queued":
                 return "QUEUED"

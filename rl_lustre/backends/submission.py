@@ -415,7 +415,7 @@ class JobsBackend:
 
         found = []
         for info in self.jobs.list():
-            if info.terminal or "rl_lustre.job" not in (info.metadata or {}):
+            if info.terminal or JOB not in (info.metadata or {}):
                 continue
             state = parse_queue(self.jobs.logs(info.submission_id))
             if state is None:
