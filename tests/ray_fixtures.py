@@ -15,6 +15,7 @@ import os
 import shlex
 import sys
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,6 +117,27 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         f"processes of the session's Ray head survived an exception in its with block: {left}"
     )
     assert not temp_dir.exists()
+
+
+@pytest.fixture(autouse=True)
+def _stop_jobs_left_on_the_session_head(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that used the session head, stop any job of rl_lustre's it left going.
+
+    Every job waits in the head's queue for its nodes: one left running would hold the
+    session's node, and queue every later test's jobs behind it.
+    """
+    yield
+    if "local_cluster" not in request.fixturenames:
+        return
+    from rl_lustre.jobrecord import JOB
+
+    jobs = request.getfixturevalue("local_cluster")._backend().jobs
+    left = [i.submission_id for i in jobs.list() if not i.terminal and JOB in (i.metadata or {})]
+    for job_id in left:
+        jobs.stop(job_id)
+    if left:
+        warnings.warn(f"{request.node.nodeid} left jobs going on the session head, now stopped: {left}",
+                      stacklevel=1)
 
 
 class _SessionOver(Exception):

@@ -77,9 +77,12 @@ def test_jobs_wait_their_turn_are_seen_queued_from_anywhere_and_leave_the_queue_
         # Both queued jobs have joined once the second counts two in the queue.
         state = _until("the third job to join", lambda: (q := queued.queue()) is not None and q.queued == 2 and q)
         assert (state.state, state.place, state.queued, state.nodes) == ("queued", 1, 2, 1)
-        assert state.ahead[0] == (first.job_id, "holding", 1)
+        assert state.ahead == ((first.job_id, "holding", 1),)
         assert state.waiting_for == "1 node: 0 of the cluster's 1 are free (1 held by 1 job)"
         assert "queued 1/2" in repr(queued)
+        third = stopped.queue()
+        assert third is not None
+        assert (third.place, third.ahead) == (2, ((first.job_id, "holding", 1), (queued.job_id, "queued", 1)))
         # The same from another process, through the CLI: status, and the whole queue.
         target = _target(tmp_path, local_cluster)
         assert _cli("status", target, queued.job_id).startswith(f"{queued.job_id}: QUEUED (1st of 2, waiting for 1 node")
