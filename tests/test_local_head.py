@@ -85,6 +85,8 @@ def test_session_head_listens_on_loopback_only_and_demands_the_token(
     leader_env = Path(f"/proc/{head.pid}/environ").read_bytes().split(b"\0")
     assert f"RAY_AUTH_TOKEN_PATH={token_file}".encode() in leader_env
     assert b"RAY_AUTH_MODE=token" in leader_env
+    # Its jobs (the queue's supervisors) find its dashboard, not Ray's default port.
+    assert f"RAY_DASHBOARD_ADDRESS={head.dashboard_url}".encode() in leader_env
 
     url = f"{head.dashboard_url}/api/version"
     with pytest.raises(urllib.error.HTTPError) as missing:

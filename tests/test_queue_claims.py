@@ -113,3 +113,15 @@ def test_a_reader_never_sees_half_a_claim(tmp_path: Path) -> None:
         store.release("w")
     assert store.generation() == 1
     assert not os.listdir(tmp_path / "claims")
+
+
+def test_a_supervisor_finds_its_heads_dashboard_where_the_head_says(monkeypatch) -> None:
+    """A local head exports RAY_DASHBOARD_ADDRESS to its jobs; it wins over the job's metadata,
+    which wins over the RayCluster's default port."""
+    from rl_lustre.queueing.view import StateApi
+
+    monkeypatch.delenv("RAY_DASHBOARD_ADDRESS", raising=False)
+    assert StateApi.for_job(None).url == "http://127.0.0.1:8265"
+    assert StateApi.for_job("http://127.0.0.1:9000").url == "http://127.0.0.1:9000"
+    monkeypatch.setenv("RAY_DASHBOARD_ADDRESS", "http://127.0.0.1:41234/")
+    assert StateApi.for_job("http://127.0.0.1:8265").url == "http://127.0.0.1:41234"

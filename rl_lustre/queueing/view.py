@@ -43,8 +43,10 @@ class StateApi:
 
     @classmethod
     def for_job(cls, url: str | None) -> StateApi:
-        """The API of the head this job runs on: ``url`` (from the job's metadata), else the
-        RayCluster's default dashboard port; the token from ``RAY_AUTH_TOKEN_PATH`` if set."""
+        """The API of the head this job runs on: ``RAY_DASHBOARD_ADDRESS`` where the head's own
+        processes have it (a local head sets it to the port it chose), else ``url`` (from the
+        job's metadata), else the RayCluster's default dashboard port; the token from
+        ``RAY_AUTH_TOKEN_PATH`` if set."""
         token = None
         path = os.environ.get("RAY_AUTH_TOKEN_PATH")
         if path:
@@ -53,7 +55,8 @@ class StateApi:
                     token = f.read().strip() or None
             except OSError:
                 token = None
-        return cls(url or "http://127.0.0.1:8265", token=token)
+        url = os.environ.get("RAY_DASHBOARD_ADDRESS") or url or "http://127.0.0.1:8265"
+        return cls(url, token=token)
 
     def list(self, resource: str, **params: str) -> list[dict[str, Any]]:
         """One list (``nodes``, ``placement_groups``, ``jobs``), every entry, in detail."""

@@ -300,6 +300,9 @@ def _launch_head(
     ports = free_ports(10)
     worker_lo = free_port_range(_WORKER_PORTS, exclude=ports)
     gcs, dashboard = ports[0], ports[1]
+    # Jobs on this head (the queue's supervisors) read its dashboard here: Ray's own variable
+    # for the dashboard's address (as `serve` reads it); on a RayCluster it is Ray's default port.
+    head_env["RAY_DASHBOARD_ADDRESS"] = f"http://127.0.0.1:{dashboard}"
     command = [
         *_ray_cli(), "start", "--head", "--block",
         "--node-ip-address", "127.0.0.1",
