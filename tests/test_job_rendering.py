@@ -232,11 +232,12 @@ def test_local_rehearsal_command(tmp_path: Path) -> None:
     cluster = Cluster.local("demo", volume_dir=tmp_path / "vol", rehearsal_scale=2e-5, rehearsal_step_seconds=0.25)
     job = reference_job()
     tokens = shlex.split(job.entrypoint(cluster))
-    assert tokens[:9] == [sys.executable, "-m", "rl_lustre.rehearsal", "--checkpoint-scale", tokens[4],
-                          "--step-seconds", tokens[6], "--config", "grpo_math_70B_megatron"]
+    # --reserve: the driver holds the job's GPUs in placement groups as NeMo-RL does.
+    assert tokens[:10] == [sys.executable, "-m", "rl_lustre.rehearsal", "--checkpoint-scale", tokens[4],
+                           "--step-seconds", tokens[6], "--reserve", "--config", "grpo_math_70B_megatron"]
     assert float(tokens[4]) == 2e-5
     assert float(tokens[6]) == 0.25
-    _, parsed = parse_command(job.entrypoint(cluster), prefix_len=9)
+    _, parsed = parse_command(job.entrypoint(cluster), prefix_len=10)
     assert parsed["checkpointing.checkpoint_dir"] == f"{tmp_path}/vol/nemo_rl_qwen_72b_ds_cp/nemo-rl-grpo-test1"
     assert parsed["cluster.num_nodes"] == 1
     assert job.runtime_env(cluster)["env_vars"]["HF_HOME"] == f"{tmp_path}/vol/huggingface_cache"

@@ -403,8 +403,9 @@ def _entrypoint(job: JobSpec, cluster: ClusterSpec, version: NemoRLVersion, name
     if cluster.backend == "local" and cluster.nemo_rl_path is None:
         # The driver applies the overrides with this version's key names.
         pinned = f" --nemo-rl-version {version.version}" if version.version != DEFAULT_VERSION else ""
-        # With worker nodes, the driver places per-node work on them as NeMo-RL does.
-        placed = " --place-workers" if cluster.worker_nodes else ""
+        # The driver holds the job's GPUs as NeMo-RL does; with worker nodes it also places
+        # per-node work on them.
+        placed = " --place-workers" if cluster.worker_nodes else " --reserve"
         return (
             f"{shlex.quote(sys.executable)} -m rl_lustre.rehearsal"
             f" --checkpoint-scale {number(cluster.rehearsal_scale)}"

@@ -8,8 +8,9 @@ trained; the metrics it prints are synthetic and it says so first and last.
 What it reproduces, and where that comes from
 ----------------------------------------------
 
-The NeMo-RL v0.4.0 tag (commit c751f81) is not among the stored sources we could read.
-The facts below come from the closest stored versions of ``NVIDIA-NeMo/RL``: a v0.4.0-era
+How the job's GPUs are held (``nemo_rl/distributed/virtual_cluster.py`` at the v0.4.0 tag,
+commit c751f81) is in :mod:`rl_lustre.rehearsal.virtual_cluster`. The facts below come
+from the closest stored versions of ``NVIDIA-NeMo/RL``: a v0.4.0-era
 ``nemo_rl/algorithms/grpo.py`` (GRPO loop with dynamic sampling, reward shaping and
 scaling, ``TimeoutChecker``, ``print_performance_metrics`` and the Penguin rollouts
 of autumn 2025 -- the same config keys as the v0.4.0 recipes in ``ref/nemo-rl``),
@@ -109,6 +110,7 @@ from .metrics import metric_problem, print_results, say, train_metrics, val_metr
 
 if TYPE_CHECKING:
     from .placement import NodeWorkers
+    from .virtual_cluster import VirtualCluster
 
 __all__ = ["PREFIX", "main", "next_experiment_dir"]
 
@@ -169,7 +171,7 @@ class Rehearsal:
     """One start of the driver: resume, step, save, exit."""
 
     def __init__(self, cfg: dict[str, Any], *, scale: float, step_seconds: float, param_count: int,
-                 place_workers: bool = False) -> None:
+                 place_workers: bool = False, reserve: bool = False) -> None:
         from .._sizing import checkpoint_bytes
 
         self.cfg = cfg
@@ -197,7 +199,9 @@ class Rehearsal:
         self.metrics_log: TextIO | None = None
         self.step = 0
         self.place_workers = place_workers
+        self.reserve = reserve or place_workers
         self.workers: NodeWorkers | None = None
+        self.clusters: list[VirtualCluster] = []
         self._check_metric_name()
 
     def _check_metric_name(self) -> None:
@@ -215,18 +219,22 @@ class Rehearsal:
             say(f"📊 Using checkpoint directory: {self.checkpoint_dir}")
         self.metrics_log = open(log_dir / "rehearsal_metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         say("\n▶ Setting up compute cluster...")
-        if self.place_workers:
-            from .placement import NodeWorkers
+        from .virtual_cluster import shapes
 
-            self.workers = NodeWorkers(self.num_nodes, self.gpus_per_node)
-            say(f"  ✓ Ray cluster for policy initialized with {self.num_nodes} nodes")
-            say(f"{PREFIX} one worker per node holds its {self.gpus_per_node} GPU(s) as Ray resources, on nodes "
-                 f"{', '.join(self.workers.nodes)}; each step waits on all of them, nothing runs on a GPU.")
+        for shape in shapes(self.cfg):
+            nodes = len(shape.bundles_per_node)
+            if shape.name == "grpo_policy_cluster":
+                say(f"  ✓ Ray cluster for policy initialized with {nodes} nodes")
+            else:
+                kind = "train" if shape.name == "grpo_train_cluster" else "inference"
+                say(f"  ✓ Ray {kind} cluster initialized with {nodes} nodes with "
+                    f"{shape.bundles_per_node[0] if nodes else 0} GPUs per node")
+        say("\n▶ Setting up model and training...")
+        if self.reserve:
+            self._reserve()
         else:
-            say(f"  ✓ Ray cluster for policy initialized with {self.num_nodes} nodes")
             say(f"{PREFIX} cluster.num_nodes={self.num_nodes} x cluster.gpus_per_node={self.gpus_per_node} "
                  f"({self.num_nodes * self.gpus_per_node} GPUs) are shown, not used: nothing runs on a GPU.")
-        say("\n▶ Setting up model and training...")
         model = self.cfg["policy"].get("model_name")
         say(f"{PREFIX} {model} ({self.param_count / 1e9:.3g}B parameters) is not loaded; each checkpoint "
              f"is {self.scale:g} x its real size of {self.real_bytes / 1e9:.3g} GB "
@@ -235,6 +243,39 @@ class Rehearsal:
         say("\n" + "=" * 60)
         say(" " * 18 + "SETUP COMPLETE")
         say("=" * 60 + "\n")
+
+    def _reserve(self) -> None:
+        """Hold the job's GPUs in Ray placement groups as NeMo-RL's RayVirtualCluster does
+        (when vLLM sets up its workers), failing as it fails."""
+        import logging
+
+        import ray
+
+        from . import virtual_cluster as vc
+
+        retries, timeout = vc.max_retries(), vc.ready_timeout()
+        if timeout != vc.NEMO_RL_READY_TIMEOUT:
+            say(f"{PREFIX} waiting up to {timeout:g}s for placement groups ({vc.READY_TIMEOUT_ENV}); "
+                f"NeMo-RL v0.4.0 waits {vc.NEMO_RL_READY_TIMEOUT:g}s")
+        ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), logging_level=logging.WARNING, log_to_driver=False)
+        for shape in vc.shapes(self.cfg):
+            cluster = vc.VirtualCluster(shape, retries=retries, timeout=timeout, say=say)
+            self.clusters.append(cluster)
+            cluster.reserve()
+        held = ", ".join(f"{c.shape.name}: {len(c.groups)} {c.shape.strategy} group(s), {c.shape.gpus} GPU(s)"
+                         for c in self.clusters)
+        if self.place_workers:
+            from .placement import NodeWorkers
+
+            first = self.clusters[0]
+            self.workers = NodeWorkers(first.groups, unified=first.shape.unified,
+                                       bundles_per_node=first.shape.bundles_per_node[0])
+            say(f"{PREFIX} the job's GPUs are held in Ray placement groups as NeMo-RL holds them ({held}); one "
+                f"worker per node, on nodes {', '.join(self.workers.nodes)}; each step waits on all of them, "
+                "nothing runs on a GPU.")
+        else:
+            say(f"{PREFIX} the job's GPUs are held in Ray placement groups as NeMo-RL holds them ({held}); "
+                "nothing runs on a GPU.")
 
     def resume(self) -> None:
         root = self.checkpoint_dir
@@ -361,8 +402,12 @@ class Rehearsal:
     def close(self) -> None:
         if self.metrics_log is not None:
             self.metrics_log.close()
-        if self.workers is not None:
-            self.workers.close()
+        for cluster in self.clusters:
+            cluster.release()
+        if self.clusters:
+            import ray
+
+            ray.shutdown()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -392,9 +437,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="how long a rehearsed step takes (default: %(default)g)")
     p.add_argument("--param-count", type=int, default=None, metavar="N",
                    help="the model's parameter count, when policy.model_name does not state it")
+    p.add_argument("--reserve", action="store_true",
+                   help="hold the job's GPUs in Ray placement groups exactly as NeMo-RL's RayVirtualCluster does, "
+                   "and fail as it fails when they cannot be had")
     p.add_argument("--place-workers", action="store_true",
-                   help="place one Ray actor per node holding its GPUs, as NeMo-RL places its workers; "
-                   "a lost node then fails the run as it fails NeMo-RL")
+                   help="also place one Ray actor per node in those groups, as NeMo-RL places its workers; "
+                   "a lost node then fails the run as it fails NeMo-RL (implies --reserve)")
     p.add_argument("--nemo-rl-version", default="0.4.0", metavar="V",
                    help="the NeMo-RL version whose config rules apply (default: %(default)s)")
     return p
@@ -439,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = _resolve(args.config, overrides, args.nemo_rl_version)
         params = args.param_count or _param_count(cfg)
         rehearsal = Rehearsal(cfg, scale=args.checkpoint_scale, step_seconds=args.step_seconds,
-                              param_count=params, place_workers=args.place_workers)
+                              param_count=params, place_workers=args.place_workers, reserve=args.reserve)
         rehearsal.setup()
         status = rehearsal.run()
         say(f"{PREFIX} finished at step {rehearsal.step or rehearsal.state.get('total_steps', 0)}/"

@@ -1,61 +1,45 @@
-"""Per-node work for the rehearsal, placed on Ray's worker nodes the way NeMo-RL places its workers.
+"""Per-node work for the rehearsal, placed in the job's placement groups the way NeMo-RL places its workers.
 
-NeMo-RL's ``RayVirtualCluster`` reserves, for ``cluster.num_nodes`` x
-``cluster.gpus_per_node``, one placement-group bundle of GPUs per node and starts its
-policy and generation workers as Ray actors in those bundles; every step waits on them
-with ``ray.get``. When a node dies, its actors die with it and the step's ``ray.get``
-raises ``ray.exceptions.ActorDiedError``: the GRPO driver fails with that traceback and
-exit status 1.
+NeMo-RL starts its policy and generation workers as Ray actors in the bundles of the
+placement groups its ``RayVirtualCluster`` reserved (:mod:`.virtual_cluster`), and every
+step waits on them with ``ray.get``. When a node dies, its actors die with it and the
+step's ``ray.get`` raises ``ray.exceptions.ActorDiedError``: the GRPO driver fails with
+that traceback and exit status 1.
 
-:class:`NodeWorkers` does the same at rehearsal scale: one actor per node, holding
-that node's GPUs (as Ray resources; nothing runs on a GPU), called once per step. It
-needs the job's Ray cluster (``ray.init()`` inside a Ray job finds it) to have the
-GPU nodes; it waits for them as NeMo-RL waits for its placement groups.
+:class:`NodeWorkers` does the same at rehearsal scale: one actor per node, in the
+first bundle of that node's group (one CPU and the bundle's GPU, as Ray resources;
+nothing runs on a GPU), called once per step.
 """
 
 from __future__ import annotations
 
-import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["NodeWorkers"]
 
-PLACEMENT_TIMEOUT = 120.0
-
 
 class NodeWorkers:
-    """One Ray actor per node, each holding ``gpus_per_node`` GPUs, on distinct nodes."""
+    """One Ray actor per node: in bundle 0 of each per-node group, or in every
+    ``bundles_per_node``-th bundle of a unified group."""
 
-    def __init__(self, num_nodes: int, gpus_per_node: int, *, timeout: float = PLACEMENT_TIMEOUT) -> None:
+    def __init__(self, groups: Sequence[Any], *, unified: bool, bundles_per_node: int) -> None:
         import ray
-        from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self._ray = ray
-        ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), logging_level=logging.WARNING, log_to_driver=False)
-        bundles = [{"GPU": float(gpus_per_node), "CPU": 1.0} for _ in range(num_nodes)]
-        self._group = placement_group(bundles, strategy="STRICT_SPREAD", name="rl_lustre-rehearsal")
-        try:
-            ray.get(self._group.ready(), timeout=timeout)
-        except ray.exceptions.GetTimeoutError as exc:
-            raise TimeoutError(
-                f"Timed out after {timeout:g}s waiting for {num_nodes} node(s) with {gpus_per_node} GPU(s) each "
-                f"(cluster resources: {ray.cluster_resources()})"
-            ) from exc
-        worker = ray.remote(num_cpus=1, num_gpus=gpus_per_node, max_restarts=0)(_NodeWorker)
+        worker = ray.remote(num_cpus=1, num_gpus=1, max_restarts=0)(_NodeWorker)
+        places = ([(groups[0], i) for i in range(0, len(groups[0].bundle_specs), max(bundles_per_node, 1))]
+                  if unified else [(g, 0) for g in groups])
         self.actors: list[Any] = [
-            worker.options(scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, i)).remote()
-            for i in range(num_nodes)
+            worker.options(scheduling_strategy=PlacementGroupSchedulingStrategy(g, i)).remote() for g, i in places
         ]
         self.nodes: list[str] = ray.get([a.node.remote() for a in self.actors])
 
     def step(self, k: int) -> None:
         """Run step ``k`` on every node; raises Ray's ``ActorDiedError`` when a node is gone."""
         self._ray.get([a.step.remote(k) for a in self.actors])
-
-    def close(self) -> None:
-        self._ray.shutdown()
 
 
 class _NodeWorker:
