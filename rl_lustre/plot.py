@@ -194,7 +194,7 @@ def figure(data: RunData) -> Figure:
     return fig
 
 
-def save_check(path: str | os.PathLike[str]) -> Path:
+def save_check(path: str | os.PathLike[str], owner: str = "Run.plot") -> Path:
     """``path`` as a ``Path``, checked before anything is read or drawn.
 
     Examples:
@@ -208,14 +208,14 @@ def save_check(path: str | os.PathLike[str]) -> Path:
     """
     out = Path(path)
     if out.suffix.lower() != ".png":
-        raise ConfigError("Run.plot", "path", str(path), "must end in .png")
+        raise ConfigError(owner, "path", str(path), "must end in .png")
     if not out.parent.is_dir():
-        raise ConfigError("Run.plot", "path", str(path), f"its directory {str(out.parent)!r} does not exist")
+        raise ConfigError(owner, "path", str(path), f"its directory {str(out.parent)!r} does not exist")
     return out
 
 
-def save(fig: Figure, path: str | os.PathLike[str]) -> Path:
+def save(fig: Figure, path: str | os.PathLike[str], owner: str = "Run.plot") -> Path:
     """Write ``fig`` as a PNG at ``path`` (checked by :func:`save_check`)."""
-    out = save_check(path)
+    out = save_check(path, owner)
     fig.savefig(out, format="png", dpi=DPI)
     return out

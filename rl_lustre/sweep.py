@@ -12,13 +12,21 @@ checkpoint and log directories on the volume::
 The table has a column per field that differs between the jobs (``num_generations_per_prompt``
 above; an override key such as ``policy.optimizer.kwargs.lr`` when ``overrides`` differ),
 and marks the metrics of rehearsal runs as synthetic.
+
+The jobs share the cluster through its queue (see :mod:`rl_lustre.queueing`): each run's
+:class:`Outcome` says how long it was queued, how long it held its nodes and the GPU-hours
+that came to, from its queue records (the head's clock); the result gives the sweep's
+makespan against its lower bound, and ``result.plot("sweep.png")`` draws which run held
+which node when.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -30,6 +38,7 @@ from .jobrecord import NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
 if TYPE_CHECKING:
     from .cluster import Cluster
     from .job import GRPOJob
+    from .queueing.state import Timeline
     from .run import Run
 
 __all__ = ["Outcome", "SweepResult", "run_sweep", "wait_all"]
@@ -55,6 +64,19 @@ class Outcome:
         synthetic: the run is a rehearsal: its metrics are synthetic, no model was trained.
         nothing_to_do: it SUCCEEDED without training a step: its newest checkpoint already
             reached ``max_num_steps`` (an earlier sweep's; ``fresh=True`` starts over).
+        nodes: the nodes it took in its cluster's queue (None when it never joined it).
+        gpus_per_node: the GPUs of each.
+        submitted_at: when the cluster accepted it (Ray's job start time; the head's clock,
+            seconds since the epoch).
+        queued_seconds: from its submission until its nodes were its own (Ray's start, its
+            supervisor's start and its wait in the queue); until it ended when it never got them.
+        run_seconds: how long it held its nodes: from its first admission until it gave them
+            back (a recovery after a lost node included: it kept its claim); 0 when it never
+            got them.
+        gpu_hours: ``nodes x gpus_per_node x run_seconds / 3600``: the GPU-hours it held (for a
+            rehearsal, what a real job of this length would hold).
+        timeline: its queue records (:class:`~rl_lustre.queueing.state.Timeline`).
+        ended_at: when it gave its nodes back, or left the queue (the head's clock).
     """
 
     name: str
@@ -69,10 +91,19 @@ class Outcome:
     varied: Mapping[str, Any] = attrs.field(factory=dict)
     synthetic: bool = False
     nothing_to_do: bool = False
+    nodes: int | None = None
+    gpus_per_node: float | None = None
+    submitted_at: float | None = None
+    queued_seconds: float | None = None
+    run_seconds: float | None = None
+    gpu_hours: float | None = None
+    timeline: Timeline | None = None
+    ended_at: float | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "SUCCEEDED"
+
 
 
 @attrs.frozen
@@ -117,6 +148,56 @@ class SweepResult:
         """Whether any run is a rehearsal, whose metrics are synthetic."""
         return any(o.synthetic for o in self.outcomes)
 
+    def _timed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.ended_at is not None]
+
+    @property
+    def gpu_hours(self) -> float | None:
+        """The GPU-hours the sweep's runs held, together; None when none was in a queue."""
+        timed = [o.gpu_hours for o in self.outcomes if o.gpu_hours is not None]
+        return sum(timed) if timed else None
+
+    @property
+    def makespan_seconds(self) -> float | None:
+        """From the first submission to the last run's end (the head's clock)."""
+        timed = self._timed()
+        if not timed:
+            return None
+        return max(o.ended_at or 0.0 for o in timed) - min(o.submitted_at or 0.0 for o in timed)
+
+    @property
+    def lower_bound_seconds(self) -> float | None:
+        """No schedule of these runs on this cluster ends sooner: the larger of the longest
+        run and all runs' node-seconds over the cluster's nodes (each run's measured
+        ``run_seconds``)."""
+        timed = [o for o in self._timed() if o.nodes is not None]
+        capacity = max((o.timeline.capacity or 0 for o in timed if o.timeline is not None), default=0)
+        if not timed or not capacity:
+            return None
+        longest = max(o.run_seconds or 0.0 for o in timed)
+        return max(longest, sum((o.nodes or 0) * (o.run_seconds or 0.0) for o in timed) / capacity)
+
+    @property
+    def makespan_ratio(self) -> float | None:
+        """``makespan_seconds / lower_bound_seconds``: 1.0 is a perfectly packed sweep."""
+        makespan, bound = self.makespan_seconds, self.lower_bound_seconds
+        return makespan / bound if makespan is not None and bound else None
+
+    def plot(self, path: str | os.PathLike[str]) -> Path:
+        """Draw the sweep as a timeline: which run held which of the cluster's nodes when,
+        and how long each waited in the queue; writes a PNG at ``path``.
+
+        Examples:
+            >>> result.plot("sweep.png")  # doctest: +SKIP
+            PosixPath('sweep.png')
+
+        Raises:
+            ConfigError: ``path`` does not end in ``.png`` or its directory does not exist.
+        """
+        from . import sweep_plot
+
+        return sweep_plot.plot(self, path)
+
     def rows(self, metrics: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """One plain dict per run (for pandas, CSV or JSON): name, the varied fields,
         status, steps, metrics, whether those are synthetic, checkpoints, seconds, job id.
@@ -128,6 +209,7 @@ class SweepResult:
         """
         names = list(metrics) if metrics is not None else self.metric_names()
         varied = self.varied_names()
+        queued = any(o.nodes is not None for o in self.outcomes)
         return [
             {
                 "name": o.name,
@@ -137,6 +219,10 @@ class SweepResult:
                 **{m: o.metrics.get(m) for m in names},
                 "synthetic": o.synthetic,
                 "checkpoints": ",".join(map(str, o.checkpoints)) or "-",
+                **({"nodes": o.nodes,
+                    "queued_s": _round(o.queued_seconds, 1),
+                    "run_s": _round(o.run_seconds, 1),
+                    "gpu_h": _round(o.gpu_hours, 3)} if queued else {}),
                 "seconds": round(o.seconds, 1),
                 "job_id": o.job_id,
             }
@@ -164,7 +250,30 @@ class SweepResult:
                          "max_num_steps; run_sweep(cluster, jobs, fresh=True) starts over")
         failed = [o for o in self.outcomes if not o.ok and o.error]
         lines += [f"{o.name}: {o.error.splitlines()[0]}" for o in failed if o.error]
+        summary = self.summary()
+        if summary:
+            lines.append(summary)
         return "\n".join(lines)
+
+    def summary(self) -> str:
+        """One line: the makespan, its lower bound and their ratio, the GPU-hours held ("" when
+        no run was in a queue).
+
+        Examples:
+            >>> result.summary()  # doctest: +SKIP
+            'makespan 231s, lower bound 208s (ratio 1.11), 12 runs, 4.06 GPU-hours held'
+        """
+        makespan, bound, ratio, hours = (self.makespan_seconds, self.lower_bound_seconds, self.makespan_ratio,
+                                         self.gpu_hours)
+        if makespan is None:
+            return ""
+        text = f"makespan {makespan:.0f}s"
+        if bound is not None and ratio is not None:
+            text += f", lower bound {bound:.0f}s (ratio {ratio:.2f})"
+        text += f", {len(self.outcomes)} run{'s' if len(self.outcomes) != 1 else ''}"
+        if hours is not None:
+            text += f", {hours:.3g} GPU-hours held"
+        return text
 
 
 def varied_fields(jobs: Sequence[GRPOJob]) -> list[dict[str, Any]]:
@@ -204,6 +313,10 @@ def _flat_fields(job: GRPOJob) -> dict[str, Any]:
         else:
             out[field.name] = value
     return out
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def _cell(value: Any) -> str:
@@ -290,6 +403,7 @@ def _outcome(run: Run, name: str, seconds: float | None, elapsed: float,
         steps: tuple[int, ...] = tuple(c.step for c in run.checkpoints())
     except (NotImplementedError, RLLustreError):
         steps = ()
+    timing = _timing(run) if seconds is not None else {}
     return Outcome(
         name=name,
         job_id=run.job_id,
@@ -303,7 +417,30 @@ def _outcome(run: Run, name: str, seconds: float | None, elapsed: float,
         varied=varied,
         synthetic=REHEARSAL_NOTE in notes,
         nothing_to_do=any(n.startswith(NOTHING_TO_DO_NOTE) for n in notes),
+        **timing,
     )
+
+
+def _timing(run: Run) -> dict[str, Any]:
+    """An ended run's queue facts, from its queue records and Ray's job times (both the
+    head's clock); nothing for a run that never joined a queue."""
+    line = run.timeline()
+    info = run.info()
+    if line is None or info.start_time is None:
+        return {}
+    started = line.started_at
+    end = line.released_at if line.released_at is not None else info.end_time
+    if end is None:
+        return {}
+    if started is None:
+        queued, held = end - info.start_time, 0.0
+    else:
+        queued, held = started - info.start_time, max(0.0, end - started)
+    return {
+        "nodes": line.nodes, "gpus_per_node": line.gpus_per_node, "submitted_at": info.start_time,
+        "queued_seconds": max(0.0, queued), "run_seconds": held,
+        "gpu_hours": line.nodes * line.gpus_per_node * held / 3600, "timeline": line, "ended_at": end,
+    }
 
 
 def _sequence(owner: str, param: str, items: Any, kind: type, what: str) -> list[Any]:

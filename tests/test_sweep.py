@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import attrs
@@ -9,6 +10,8 @@ import pytest
 
 from rl_lustre import Cluster, GRPOJob, run_sweep
 from rl_lustre.errors import ConfigError, PreflightError
+from rl_lustre.sweep import SweepResult
+from rl_lustre.sweep_plot import collect
 
 BASE = GRPOJob(
     name="sweep-base",
@@ -24,7 +27,7 @@ BASE = GRPOJob(
 )
 
 
-def test_sweep_runs_each_job_in_its_own_directories(local_cluster: Cluster) -> None:
+def test_sweep_runs_each_job_in_its_own_directories(local_cluster: Cluster, tmp_path: Path) -> None:
     jobs = [attrs.evolve(BASE, name=f"sweep-k{k}", keep_top_k=k) for k in (1, 2)]
     # One run that fails: its checkpoint directory cannot be created.
     broken = attrs.evolve(BASE, name="sweep-broken")
@@ -61,6 +64,42 @@ def test_sweep_runs_each_job_in_its_own_directories(local_cluster: Cluster) -> N
     assert result.rows()[0]["synthetic"] is True
     assert "sweep-broken: job" in table
     assert result.rows()[1]["checkpoints"] == "2,3"
+    _check_the_queue_facts(local_cluster, result, tmp_path)
+
+
+def _check_the_queue_facts(cluster: Cluster, result: SweepResult, tmp_path: Path) -> None:
+    """Each run's queued time, run time and GPU-hours are its queue records' and Ray's job
+    times (the head's clock); the session head is one node, so the runs held it in turn."""
+    jobs = cluster._backend().jobs  # type: ignore[attr-defined]
+    for o in result:
+        line, info = o.timeline, jobs.info(o.job_id)
+        assert line is not None
+        assert line.released_at is not None
+        assert (o.nodes, o.gpus_per_node, line.capacity) == (1, cluster.gpus_per_node, 1)
+        assert o.submitted_at == info.start_time
+        start = line.started_at if line.started_at is not None else line.released_at
+        assert o.queued_seconds == pytest.approx(start - info.start_time)
+        assert o.run_seconds == pytest.approx(line.released_at - start)
+        assert o.gpu_hours == pytest.approx(1 * cluster.gpus_per_node * o.run_seconds / 3600)
+        if o.ok:
+            assert o.run_seconds >= BASE.max_num_steps * cluster.rehearsal_step_seconds
+    held = sorted((o.timeline.started_at, o.timeline.released_at) for o in result
+                  if o.timeline is not None and o.timeline.started_at is not None)
+    assert len(held) >= 2
+    for (_, released), (admitted, _) in itertools.pairwise(held):
+        assert admitted >= released
+    assert result.makespan_seconds == pytest.approx(
+        max(o.timeline.released_at for o in result if o.timeline and o.timeline.released_at)
+        - min(o.submitted_at for o in result if o.submitted_at is not None))
+    assert result.lower_bound_seconds == pytest.approx(sum(o.run_seconds or 0.0 for o in result))
+    assert result.rows()[0]["nodes"] == 1
+    assert str(result).splitlines()[-1] == result.summary()
+    # The plot: one bar per run that held the node, on slot 0, from admission to release.
+    bars = sorted((b.start, b.end) for b in collect(result).bars)
+    origin = min(o.submitted_at for o in result if o.submitted_at is not None)
+    assert [t for bar in bars for t in bar] == pytest.approx([t - origin for span in held for t in span])
+    assert {b.slot for b in collect(result).bars} == {0}
+    assert result.plot(tmp_path / "sweep.png").stat().st_size > 0
 
 
 def test_sweep_refuses_shared_names_before_submitting(local_cluster: Cluster) -> None:
@@ -111,7 +150,8 @@ def test_a_sweep_rerun_says_once_that_there_is_nothing_to_do_and_how_to_start_ov
     table = str(again).splitlines()
     # No step ran, so no metric column, and no footnote for one.
     assert not any("*" in line for line in table)
-    assert table[-1] == ("rerun-8, rerun-16: nothing left to do, the newest checkpoint already reaches "
+    assert table[-1] == again.summary()
+    assert table[-2] == ("rerun-8, rerun-16: nothing left to do, the newest checkpoint already reaches "
                          "max_num_steps; run_sweep(cluster, jobs, fresh=True) starts over")
 
 

@@ -77,6 +77,7 @@ class Timeline:
         held_nodes: the Ray node names its placement groups held, in the order first seen.
         released_at: when it gave its nodes back; None while it holds them.
         reason: why (``succeeded``, ``failed``, ``stopped``, ``gave-up``).
+        capacity: the cluster's nodes, as its queue counted them.
     """
 
     nodes: int
@@ -87,6 +88,7 @@ class Timeline:
     held_nodes: tuple[str, ...] = ()
     released_at: float | None = None
     reason: str | None = None
+    capacity: int | None = None
 
     @property
     def started_at(self) -> float | None:
@@ -138,7 +140,7 @@ def parse_queue(log: str) -> QueueState | None:
 
 def timeline(log: str) -> Timeline | None:
     """The job's timeline from its log; None when it never joined a queue."""
-    nodes, gpus, joined = 0, 0.0, None
+    nodes, gpus, joined, capacity = 0, 0.0, None, None
     admissions: list[tuple[float, tuple[int, ...]]] = []
     recoveries: list[list[float | None]] = []
     held: dict[str, None] = {}
@@ -152,6 +154,8 @@ def timeline(log: str) -> Timeline | None:
         if event == "queued" and not seen:
             seen, joined = True, at
             nodes, gpus = int(record.get("need") or 0), float(record.get("gpus_per_node") or 0)
+        if event in ("queued", "waiting") and record.get("capacity") is not None:
+            capacity = int(record["capacity"])
         elif event == "granted":
             admissions.append((at, tuple(int(s) for s in record.get("slots") or ())))
             if recoveries and recoveries[-1][1] is None and len(admissions) > 1:
@@ -164,7 +168,7 @@ def timeline(log: str) -> Timeline | None:
         return None
     return Timeline(nodes=nodes, gpus_per_node=gpus, joined_at=joined, admissions=tuple(admissions),
                     recoveries=tuple((float(a or 0.0), b) for a, b in recoveries), held_nodes=tuple(held),
-                    released_at=released, reason=reason)
+                    released_at=released, reason=reason, capacity=capacity)
 
 
 def _records(log: str) -> Sequence[tuple[str, dict[str, Any]]]:
