@@ -286,3 +286,73 @@ def test_the_size_check_finds_a_long_module(tmp_path: Path) -> None:
     (tmp_path / "sub" / "long.py").write_text("x = 1\n" * 601)
     (tmp_path / "notes.txt").write_text("x\n" * 1000)
     assert oversized([tmp_path, tmp_path / "absent"], 600) == [f"{tmp_path / 'sub' / 'long.py'}: 601 lines"]
+
+
+# -- One fact in one place ----------------------------------------------------------------
+# Facts about the systems we drive, each spelt once, in its home module; the rest of the
+# package imports the name. Only the package's own modules are read, the fakes
+# (rl_lustre/testing/) apart: they model GKE and KubeRay from the outside.
+FACTS: dict[str, tuple[str, str]] = {
+    # fact: (its home, the name to import from there)
+    "nvidia.com/gpu": ("catalog.py", "GPU_RESOURCE"),
+    "lustre.csi.storage.gke.io": ("catalog.py", "LUSTRE_CSI_DRIVER"),
+    "cloud.google.com/gke-nodepool": ("catalog.py", "GKE_NODEPOOL_LABEL"),
+    "cloud.google.com/gke-accelerator": ("catalog.py", "GKE_ACCELERATOR_LABEL"),
+    "cloud.google.com/gke-spot": ("catalog.py", "GKE_SPOT_LABEL"),
+    "cloud.google.com/gke-ephemeral-storage-local-ssd": ("catalog.py", "GKE_LOCAL_SSD_LABEL"),
+    "-head-svc": ("naming.py", "head_service_of"),
+    "<redacted>": ("_secrets.py", "REDACTED"),
+    "training_info.json": ("nemo_rl/formats.py", "TRAINING_INFO"),
+    "Saving checkpoint for": ("nemo_rl/formats.py", "SAVE_LINE / save_line"),
+    " Step (": ("nemo_rl/formats.py", "STEP_HEADER"),
+}
+# A checkpoint directory's name built by hand: "...step_" followed by a number (f"step_{n}").
+_STEP_NAME = re.compile(r"(?:^|[^A-Za-z0-9_])(?:tmp_|old_)?step_$")
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def spelt_twice(root: Path, skip: Iterable[str] = ("testing",)) -> list[str]:
+    """Where a module under ``root`` spells a fact of :data:`FACTS` outside its home, or
+    builds a checkpoint directory's name by hand (docstrings apart)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.split("/")[0] in skip:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docs:
+                continue
+            for fact, (home, name) in FACTS.items():
+                if fact in node.value and rel != home:
+                    found.append(f"{rel}:{node.lineno} spells {fact!r}: import {name} from rl_lustre/{home}")
+            if _STEP_NAME.search(node.value) and rel != "nemo_rl/formats.py":
+                found.append(f"{rel}:{node.lineno} builds a checkpoint name: use nemo_rl/formats.py's checkpoint_name")
+    return found
+
+
+def test_every_fact_is_spelt_in_one_place() -> None:
+    assert spelt_twice(PACKAGE) == []
+
+
+def test_the_fact_check_finds_a_second_spelling(tmp_path: Path) -> None:
+    (tmp_path / "testing").mkdir()
+    (tmp_path / "catalog.py").write_text('"""nvidia.com/gpu in a docstring."""\nGPU_RESOURCE = "nvidia.com/gpu"\n')
+    (tmp_path / "pods.py").write_text('"""Pods: ``nvidia.com/gpu``."""\nlimits = {"nvidia.com/gpu": 8}\n'
+                                      'def name(n):\n    return f"{n}-head-svc", f"tmp_step_{n}", "total_step_time"\n')
+    (tmp_path / "testing" / "fake.py").write_text('limits = {"nvidia.com/gpu": 8}\n')
+    assert spelt_twice(tmp_path) == [
+        "pods.py:2 spells 'nvidia.com/gpu': import GPU_RESOURCE from rl_lustre/catalog.py",
+        "pods.py:4 spells '-head-svc': import head_service_of from rl_lustre/naming.py",
+        "pods.py:4 builds a checkpoint name: use nemo_rl/formats.py's checkpoint_name",
+    ]

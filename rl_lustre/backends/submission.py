@@ -197,10 +197,12 @@ def nothing_to_do(checkpoints: list[Checkpoint], total_steps: int | None) -> str
     """
     if not checkpoints or total_steps is None:
         return None
+    from ..nemo_rl.formats import checkpoint_name
+
     newest = max(c.step for c in checkpoints)
     if newest < total_steps:
         return None
-    return f"its checkpoint directory already holds step_{newest} and max_num_steps is {total_steps}"
+    return f"its checkpoint directory already holds {checkpoint_name(newest)} and max_num_steps is {total_steps}"
 
 
 def recorded(info: JobInfo) -> tuple[str | None, int | None]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..catalog import GPU_RESOURCE
 from .client import ResourceClient, translate_errors
 
 if TYPE_CHECKING:
@@ -116,10 +117,10 @@ def _unschedulable(obj_name: str, message: str, pod: Obj, events: Sequence[Obj])
             f"no GPU node can be added: {detail} Spot (or on-demand) capacity for this GPU type is exhausted "
             "in the zone; wait and retry, try another zone, or use a reservation (spot=False).",
         )
-    if "insufficient nvidia.com/gpu" in text:
+    if f"insufficient {GPU_RESOURCE}" in text:
         return Problem(
             "InsufficientGPU", obj_name,
-            f"no node has a free nvidia.com/gpu ({message}). The GPU pool may still be scaling up, have fewer "
+            f"no node has a free {GPU_RESOURCE} ({message}). The GPU pool may still be scaling up, have fewer "
             "nodes than the worker replicas, or its GPUs are taken by other pods.",
         )
     if "unbound immediate persistentvolumeclaims" in text or "persistentvolumeclaim" in text:

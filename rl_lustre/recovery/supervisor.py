@@ -71,7 +71,7 @@ from typing import Any
 
 # Shipped with this file to the cluster, at the same places relative to it (see shipped_module).
 from ..jobrecord import DASHBOARD, SEQ, SUBMITTED_AT
-from ..nemo_rl.formats import STEP_HEADER, checkpoint_step
+from ..nemo_rl.formats import STEP_HEADER, checkpoint_name, checkpoint_step
 from ..queueing.claims import Claim, Store, queue_root
 from ..queueing.member import Member
 from ..queueing.view import StateApi, read_view
@@ -352,7 +352,7 @@ class Supervisor:
             self.restarts.append(record)
             _say(f"recovery {number} of at most {args.max_restarts}: waiting up to {args.capacity_timeout:g}s "
                  f"for {args.nodes} GPU node(s), then rerunning from "
-                 f"{'step_' + str(resume) if resume is not None else 'the start (no checkpoint yet)'}")
+                 f"{checkpoint_name(resume) if resume is not None else 'the start (no checkpoint yet)'}")
             _record(RESTART_MARK, record)
             waited = self._wait_for_capacity()
             if self.stopping.is_set():

@@ -288,7 +288,7 @@ class Rehearsal:
         try:
             info = json.loads((latest / formats.TRAINING_INFO).read_text())
         except (OSError, ValueError) as exc:
-            raise RehearsalError(f"cannot resume from {latest}: training_info.json: {exc}") from exc
+            raise RehearsalError(f"cannot resume from {latest}: {formats.TRAINING_INFO}: {exc}") from exc
         self.state = dict(info)
         say(f"{PREFIX} resuming from {latest} (NeMo-RL resumes from the highest step_N): "
              f"total_steps={info.get('total_steps')}, consumed_samples={info.get('consumed_samples')}")
@@ -499,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (_Stopped, KeyboardInterrupt) as exc:
         name = str(exc) if isinstance(exc, _Stopped) else "SIGINT"
         step = rehearsal.step if rehearsal is not None else 0
-        say(f"{PREFIX} stopped by {name} during step {step}; an unfinished tmp_step_{step} is cleared at the "
+        say(f"{PREFIX} stopped by {name} during step {step}; an unfinished {formats.checkpoint_name(step, formats.SAVING)} is cleared at the "
              "next start. This was a REHEARSAL: no model was trained.")
         status = 128 + signal.Signals[name].value
     except Exception:

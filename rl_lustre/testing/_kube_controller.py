@@ -13,11 +13,11 @@ import time
 
 import attrs
 
-from ..catalog import GKE_ACCELERATOR_LABEL
+from ..catalog import GKE_ACCELERATOR_LABEL, GPU_RESOURCE
 from ._kube_faults import KubeFaults, KubeTimings
 from ._kube_store import Obj, Store, now_rfc3339, random_suffix
 
-GPU = "nvidia.com/gpu"
+GPU = GPU_RESOURCE
 
 
 @attrs.define
