@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-BENCHMARKS = ("provisioning", "startup", "submit")
+BENCHMARKS = ("provisioning", "startup", "submit", "sweep")
 
 
 def main(argv: list[str] | None = None) -> int:

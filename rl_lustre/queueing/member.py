@@ -102,9 +102,11 @@ class Member:
             return
         self.released = True
         held = self.claim.state != "queued"
+        # Stamped before the claim goes, so a job admitted into its nodes is recorded later.
+        at = self.clock()
         with self.store.locked():
             self.store.release(self.claim.job)
-        journal.write({"event": "released", "job": self.claim.job, "reason": reason, "held": held})
+        journal.write({"event": "released", "job": self.claim.job, "reason": reason, "held": held}, at=at)
         if held:
             self.say(f"released {_nodes(self.claim.nodes)} ({reason})")
         else:
