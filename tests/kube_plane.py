@@ -55,6 +55,7 @@ from typing import Any
 import attrs
 import pytest
 import yaml
+from kube_kubelet import KubeletSim
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO / "tools" / "kube" / "build.sh"
@@ -79,6 +80,7 @@ CONTROLLERS = (
     "taint-eviction-controller",
     "endpointslice-controller",
     "root-ca-certificate-publisher-controller",
+    "resourcequota-controller",
 )
 # kwok's objects it reads from the API server rather than from its config file.
 KWOK_CRDS = ("Stage", "PortForward", "ClusterPortForward", "Logs", "ClusterLogs")
@@ -223,7 +225,7 @@ def networking_crds(schemas: Mapping[str, Any]) -> list[dict[str, Any]]:
     return crds
 
 
-class ControlPlane:
+class ControlPlane(KubeletSim):
     """etcd, kube-apiserver, controller-manager, scheduler, kwok and the KubeRay operator.
 
     Examples:
@@ -253,6 +255,7 @@ class ControlPlane:
         self._forwarder: threading.Thread | None = None
         self._stopping = threading.Event()
         self.logs_dir: Path | None = None
+        self._kubelet_init()
 
     # -- what clients need -------------------------------------------------------------
     @property
@@ -353,6 +356,7 @@ class ControlPlane:
                 self._forwarder = threading.Thread(target=self._forward_heads, name="kube-plane-forwards",
                                                    daemon=True)
                 self._forwarder.start()
+            threading.Thread(target=self._back_workers, name="kube-plane-raylets", daemon=True).start()
         except BaseException:
             self.stop()
             raise
@@ -361,6 +365,7 @@ class ControlPlane:
         """End every component (SIGTERM to its process group, SIGKILL after 10 s) and the watchdog."""
         atexit.unregister(self.stop)
         self._stopping.set()
+        self.close_kubelets()
         for component in reversed(self.components):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(component.proc.pid, signal.SIGTERM)
@@ -531,6 +536,7 @@ class ControlPlane:
         from rl_lustre.testing._gke_nodes import gke_node
 
         core = client.CoreV1Api(self.api_client())
+        self._pools[pool.name] = (pool, cluster, zone)
         existing = {n.metadata.name for n in core.list_node().items}
         names = []
         index = 0
@@ -541,6 +547,26 @@ class ControlPlane:
             existing.add(node["metadata"]["name"])
             names.append(node["metadata"]["name"])
         return names
+
+    # what GKE does to the cluster's Kubernetes API (FakeGCP(kube=plane) calls these)
+    def node_pool_ready(self, pool: Any) -> list[str]:
+        """Register the Nodes of a RUNNING GKE node pool (its ``self_link`` names the cluster)."""
+        import re
+
+        m = re.search(r"projects/([^/]+)/locations/([^/]+)/clusters/([^/]+)", pool.self_link or "")
+        cluster, location = (m[3], m[2]) if m else ("cluster", "us-east1-b")
+        return self.add_pool_nodes(pool, cluster=cluster, zone=pool.locations[0] if pool.locations else location)
+
+    def node_pool_deleted(self, name: str) -> None:
+        self.remove_pool_nodes(name)
+
+    def cluster_deleted(self, name: str) -> None:
+        """The cluster's VMs go; what our code left in the API server stays for the test to see."""
+        from kubernetes import client
+
+        for node in client.CoreV1Api(self.api_client()).list_node().items:
+            with contextlib.suppress(client.ApiException):
+                client.CoreV1Api(self.api_client()).delete_node(node.metadata.name)
 
     def remove_pool_nodes(self, pool: str) -> None:
         from kubernetes import client
@@ -557,7 +583,9 @@ class ControlPlane:
         deadline = time.monotonic() + timeout
         while True:
             nodes = core.list_node().items
+            # Ready, and the node lifecycle controller has taken its not-ready taint off again.
             if nodes and all(any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+                             and not any(t.key.startswith("node.kubernetes.io/") for t in n.spec.taints or [])
                              for n in nodes):
                 return
             if time.monotonic() > deadline:

@@ -254,16 +254,18 @@ def test_objects_the_fake_creates_pass_the_real_schemas(fake: KubeFake, api) -> 
         check(obj)
 
 
-def test_schema_validator_rejects_unknown_fields(fake: KubeFake, api) -> None:
+def test_schema_validator_rejects_what_the_schema_forbids(fake: KubeFake, api) -> None:
+    # (An unknown field never gets this far: the server's field validation refuses it,
+    # tests/test_kube_real.py holds that to a real API server.)
     fake.validate = schema_validator()
     try:
         bad = raycluster("rc")
-        bad["spec"]["headGroupSpec"]["rayStartparams"] = {}
+        bad["spec"]["headGroupSpec"]["rayStartParams"] = {"num-cpus": 0}
         with pytest.raises(ApiException) as info:
             ResourceClient(api, "RayCluster", "default").create(bad)
         assert info.value.status == 422
         assert fake.rejected
-        assert "rayStartparams" in fake.rejected[0]
+        assert "num-cpus" in fake.rejected[0]
         assert fake.objects() == []
     finally:
         fake.validate = None

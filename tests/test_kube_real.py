@@ -14,59 +14,19 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kube_both
 import pytest
+from kube_both import SPEC, wait
 from kube_plane import ControlPlane
 
 from rl_lustre import Cluster, naming
 from rl_lustre.errors import KubernetesError
-from rl_lustre.testing import KubeFake
 
 # Tests that take ``kube`` run twice: against the real control plane (marked ``kube``) and
-# against KubeFake (in the default run), so that the fake is held to the real thing.
-
-SPEC: dict[str, Any] = {
-    "name": "kr", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 2,
-    "image": "rayproject/ray:2.60.0", "mount_path": "/lustre", "secrets": ["RAY_AUTH_TOKEN"],
-}
-
-
-def _core(plane: ControlPlane) -> Any:
-    from kubernetes import client
-
-    return client.CoreV1Api(plane.api_client())
-
-
-def _wait(what: str, check: Any, timeout: float = 60.0, poll: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(poll)
-
-
-@pytest.fixture
-def nodes(kube_plane: ControlPlane) -> Iterator[dict[str, list[str]]]:
-    """The Nodes GKE registers for ``SPEC``'s node pools (the CPU pool, 2 A4 Spot nodes), Ready."""
-    from rl_lustre.gcp.container_requests import node_pool_request
-
-    cluster = Cluster(**SPEC)
-    plan = cluster.plan()
-    pools = {key: node_pool_request(plan, key) for key in ("cpu-pool", "gpu-pool")}
-    names = {key: kube_plane.add_pool_nodes(pool, cluster=cluster.name, zone=SPEC["zone"])
-             for key, pool in pools.items()}
-    kube_plane.wait_nodes_ready()
-    yield names
-    for pool in pools.values():
-        kube_plane.remove_pool_nodes(pool.name)
-    _wait("the nodes to go", lambda: not _core(kube_plane).list_node().items)
-
+# against KubeFake (in the default run), so that the fake is held to the real thing (kube_both).
 
 @pytest.mark.kube
 def test_the_api_server_is_kubernetes_of_a_gke_regular_minor_with_token_auth(kube_plane: ControlPlane) -> None:
@@ -95,7 +55,7 @@ def test_the_api_server_is_kubernetes_of_a_gke_regular_minor_with_token_auth(kub
 @pytest.mark.kube
 def test_nodes_carry_what_gke_gives_a4_spot_and_cpu_nodes_and_the_scheduler_holds_pods_to_it(
         kube_plane: ControlPlane, nodes: dict[str, list[str]]) -> None:
-    core = _core(kube_plane)
+    core = kube_both.core(kube_plane)
     gpu = [core.read_node(n) for n in nodes["gpu-pool"]]
     (cpu,) = [core.read_node(n) for n in nodes["cpu-pool"]]
     assert len(gpu) == SPEC["num_nodes"]
@@ -128,17 +88,17 @@ def test_nodes_carry_what_gke_gives_a4_spot_and_cpu_nodes_and_the_scheduler_hold
         core.create_namespaced_pod("default", pod("nine-gpus", {"nvidia.com/gpu": "9"}))
         core.create_namespaced_pod("default", pod("no-toleration", {"cpu": "1"}, tolerate=False))
         core.create_namespaced_pod("default", pod("too-much-disk", {"ephemeral-storage": "10Ti"}))
-        assert _wait("fits to be scheduled", lambda: (c := scheduled("fits")) is not None and c.status == "True")
-        _wait("fits to run", lambda: core.read_namespaced_pod("fits", "default").status.phase == "Running")
+        assert wait("fits to be scheduled", lambda: (c := scheduled("fits")) is not None and c.status == "True")
+        wait("fits to run", lambda: core.read_namespaced_pod("fits", "default").status.phase == "Running")
         for name, why in (("nine-gpus", "nvidia.com/gpu"), ("no-toleration", "untolerated taint"),
                           ("too-much-disk", "ephemeral-storage")):
-            condition = _wait(f"{name} to be refused", lambda n=name: (c := scheduled(n)) is not None and c)
+            condition = wait(f"{name} to be refused", lambda n=name: (c := scheduled(n)) is not None and c)
             assert (condition.status, condition.reason) == ("False", "Unschedulable"), name
             assert why in condition.message, (name, condition.message)
     finally:
         for name in ("fits", "nine-gpus", "no-toleration", "too-much-disk"):
             core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
-        _wait("the pods to go", lambda: not core.list_namespaced_pod("default").items)
+        wait("the pods to go", lambda: not core.list_namespaced_pod("default").items)
 
 
 @pytest.mark.kube
@@ -174,41 +134,9 @@ def test_a_killed_test_process_leaves_no_component_behind(kube_plane: ControlPla
         except OSError:
             return True
 
-    _wait("the components to end", lambda: all(gone(pid) for pid in pids), timeout=30)
-    _wait("the work directory to go", lambda: not workdir.exists(), timeout=15)
+    wait("the components to end", lambda: all(gone(pid) for pid in pids), timeout=30)
+    wait("the work directory to go", lambda: not workdir.exists(), timeout=15)
     assert os.getpid() not in pids
-
-
-@pytest.fixture(params=[pytest.param("real", marks=pytest.mark.kube), "fake"])
-def kube(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """The real control plane (with ``SPEC``'s nodes), or a KubeFake: each has ``api_client()``."""
-    if request.param == "real":
-        request.getfixturevalue("nodes")
-        yield request.getfixturevalue("kube_plane")
-    else:
-        with KubeFake() as fake:
-            yield fake
-
-
-@pytest.fixture
-def deployed(kube: Any) -> Iterator[tuple[Cluster, list[dict[str, Any]]]]:
-    """``SPEC``'s objects applied by our code (volume, claim, Secret, networks, RayCluster) and
-    deleted by our code afterwards."""
-    from rl_lustre.kube.apply import apply_manifests, delete_manifests
-    from rl_lustre.kube.manifests import build_manifests
-
-    cluster = Cluster(**SPEC)
-    cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"
-    manifests = build_manifests(cluster, secret_values={"RAY_AUTH_TOKEN": "t0k3n"}, redact=False)
-    api = kube.api_client()
-    applied = apply_manifests(api, manifests, deployment=cluster.name)
-    assert {a.action for a in applied} == {"created"}
-    yield cluster, manifests
-    delete_manifests(api, manifests, deployment=cluster.name, timeout=120)
-    # The operator's pods and Service went with the RayCluster (garbage collector, foreground).
-    assert not _core(kube).list_namespaced_pod("default").items
-    assert [s.metadata.name for s in _core(kube).list_namespaced_service("default").items
-            if s.metadata.name != "kubernetes"] == []
 
 
 @pytest.mark.kube
@@ -222,7 +150,7 @@ def test_the_raycluster_is_ready_through_the_real_operator_which_keeps_our_comma
     cluster, manifests = deployed
     wait_ready(kube_plane.api_client(), manifests, timeout=120)
 
-    pods = _core(kube_plane).list_namespaced_pod("default", label_selector=f"ray.io/cluster={cluster.name}").items
+    pods = kube_both.core(kube_plane).list_namespaced_pod("default", label_selector=f"ray.io/cluster={cluster.name}").items
     by_type: dict[str, list[Any]] = {}
     for pod in pods:
         by_type.setdefault(pod.metadata.labels["ray.io/node-type"], []).append(pod)
@@ -232,7 +160,7 @@ def test_the_raycluster_is_ready_through_the_real_operator_which_keeps_our_comma
     # The head on the on-demand CPU pool, the workers one per A4 Spot node.
     assert head.spec.node_name.startswith(f"gke-{cluster.name}-{naming.cpu_pool_name(cluster)}-")
     assert sorted(w.spec.node_name for w in by_type["worker"]) == sorted(
-        n.metadata.name for n in _core(kube_plane).list_node(
+        n.metadata.name for n in kube_both.core(kube_plane).list_node(
             label_selector=f"cloud.google.com/gke-nodepool={naming.gpu_pool_name(cluster)}").items)
 
     # KubeRay honoured ray.io/overwrite-container-cmd: our commands run, and hand over to its
@@ -293,7 +221,7 @@ def test_an_adopted_raycluster_whose_pod_template_changed_is_ready_without_waiti
     wait_ready(api, scaled, timeout=60)
     assert stored()["status"]["desiredWorkerReplicas"] == 1
     # (readyWorkerReplicas may still count the worker being removed: ready >= desired holds.)
-    _wait("one worker", lambda: len(_core(kube).list_namespaced_pod(
+    wait("one worker", lambda: len(kube_both.core(kube).list_namespaced_pod(
         "default", label_selector=f"ray.io/cluster={cluster.name},ray.io/node-type=worker").items) == 1)
 
 
@@ -316,7 +244,7 @@ def test_a_grown_lustre_volume_is_adopted_without_resizing_the_static_claim(
     actions = {a.kind: a.action for a in apply_manifests(api, grown, deployment=cluster.name)}
     assert actions["PersistentVolume"] == "adopted"
     assert actions["PersistentVolumeClaim"] == "unchanged"
-    core = _core(kube)
+    core = kube_both.core(kube)
     pv = core.read_persistent_volume(naming.pv_name(cluster))
     assert pv.spec.capacity["storage"] == "36000Gi"
     claim = core.read_namespaced_persistent_volume_claim(naming.pvc_name(cluster), "default")

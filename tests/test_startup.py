@@ -147,7 +147,10 @@ def test_prepull_starts_with_the_gpu_pool_and_prefetch_with_the_claim_progress_s
     assert not [p for p in kube.objects("Pod") if "image-prepull" in p["metadata"]["name"]]
     assert rec["image-prepull"].note == "image pulled on 3 node(s); removed once the RayCluster's workers ran"
     workers = {p["spec"]["nodeName"] for p in kube.objects("Pod") if "worker" in p["metadata"]["name"]}
-    assert workers == {"gke-gpu-pool-0000", "gke-gpu-pool-0001"}
+    # One per A4 node GKE registered (their taint tolerated, their allocatable enough).
+    assert workers == {n["metadata"]["name"] for n in kube.objects("Node")
+                       if n["metadata"]["labels"]["cloud.google.com/gke-nodepool"] == "gpu-pool"}
+    assert len(workers) == 2
 
     # A second up() finds the model fetched and the workers running: nothing is redone.
     before = len(kube.requests)

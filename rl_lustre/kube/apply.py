@@ -40,6 +40,7 @@ __all__ = [
     "apply_manifests",
     "delete_deployment",
     "delete_manifests",
+    "immutable_drift",
     "is_owned",
     "raycluster_ready",
     "wait_ready",
@@ -55,6 +56,10 @@ _MUTABLE_SPEC: dict[str, frozenset[str] | None] = {
     "PersistentVolumeClaim": frozenset({"resources"}),
     "RayCluster": None,  # all of it
     "DaemonSet": frozenset({"template", "updateStrategy", "minReadySeconds", "revisionHistoryLimit"}),
+    # A Job's pod template (and selector, completion mode, ...) is immutable while it is not
+    # suspended: a changed command or image is a new Job (see immutable_drift).
+    "Job": frozenset({"parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "maxFailedIndexes",
+                      "ttlSecondsAfterFinished", "suspend", "podReplacementPolicy"}),
     # GKE refuses changes to a network that pods may be attached to.
     "GKENetworkParamSet": frozenset(),
     "Network": frozenset(),
@@ -245,6 +250,22 @@ def _adoption_patch(kind: str, desired: Obj, existing: Obj) -> tuple[Obj, list[s
     return patch, drift
 
 
+def immutable_drift(manifest: Mapping[str, Any], existing: Mapping[str, Any], *, deployment: str) -> list[str]:
+    """The fields of ``existing`` that differ from ``manifest`` and that the API server does
+    not let an update change (``spec.template`` of a Job): adopting it would fail, so an
+    object of ours with such a difference is replaced, or reported.
+
+    Examples:
+        >>> job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+        ...        "spec": {"backoffLimit": 2, "template": {"spec": {"containers": [{"name": "c", "image": "a"}]}}}}
+        >>> newer = {**job, "spec": {"backoffLimit": 3, "template": {"spec": {"containers": [{"name": "c", "image": "b"}]}}}}
+        >>> immutable_drift(newer, job, deployment="d")
+        ['spec.template']
+    """
+    kind, ns, _ = _target(manifest, None)
+    return _adoption_patch(kind, _desired(manifest, deployment, ns), dict(existing))[1]
+
+
 def apply_manifests(
     api_client: ApiClient,
     manifests: Sequence[Mapping[str, Any]],
@@ -316,6 +337,7 @@ def _apply_one(api_client: ApiClient, desired: Obj, kind: str, ns: str | None, n
                         f"create {what}: the API server does not know ray.io/v1 RayCluster: is the KubeRay "
                         "operator installed (the GKE Ray add-on, --addons=RayOperator)?"
                     ) from exc
+                _refused_fields(exc, f"create {what}", kind)
                 if exc.status != 409:
                     raise
             else:
@@ -354,9 +376,29 @@ def _apply_one(api_client: ApiClient, desired: Obj, kind: str, ns: str | None, n
             logger.debug("%s exists with our labels and matches; adopted unchanged", what)
             return Applied(kind, ns, name, "unchanged", existing)
         with translate_errors(f"adopt {what}"):
-            patched = res.patch(name, patch)
+            try:
+                patched = res.patch(name, patch)
+            except ApiException as exc:
+                _refused_fields(exc, f"adopt {what}", kind)
+                raise
         logger.info("adopted %s (updated %s)", what, ", ".join(_changed_fields(patch)))
         return Applied(kind, ns, name, "adopted", patched)
+
+
+def _refused_fields(exc: Any, action: str, kind: str) -> None:
+    """Raise a :class:`KubernetesError` naming the fields when the server refused fields its
+    schema for ``kind`` lacks (we ask it to, rather than have them dropped)."""
+    from .client import describe_api_exception, unknown_fields
+
+    fields = unknown_fields(str(getattr(exc, "body", "") or ""))
+    if not fields:
+        return
+    hint = ""
+    if kind == "RayCluster":
+        hint = (" The cluster's KubeRay CRD is older than these fields (rl_lustre checks RayClusters against "
+                "KubeRay v1.7's schema; GKE's Ray add-on may run an older KubeRay): leave them out or "
+                "upgrade the operator.")
+    raise KubernetesError(f"{action}: {describe_api_exception(exc)}.{hint}") from exc
 
 
 def _stale_claim(api_client: ApiClient, pv: Mapping[str, Any]) -> bool:
@@ -443,7 +485,9 @@ def wait_ready(
     namespace: str | None = None,
     timeout: float = 1800.0,
 ) -> Obj | None:
-    """Watch until every claim in ``manifests`` is Bound and every RayCluster is ready.
+    """Watch until every claim in ``manifests`` is Bound and every RayCluster is ready, its
+    pods on its current pod templates (pods on an older one are recreated: see
+    :mod:`rl_lustre.kube.rollout`).
 
     Examples:
         >>> rc = wait_ready(api, manifests, timeout=900)                  # doctest: +SKIP
@@ -484,8 +528,18 @@ def wait_ready(
         logger.debug("%s is Bound", res.describe(name))
     result: Obj | None = None
     for ns, name in rayclusters:
+        from .rollout import roll_out
+
         res = ResourceClient(api_client, "RayCluster", ns)
-        result = _wait(res, name, raycluster_ready, deadline, f"{res.describe(name)} to become ready", timeout, explain)
+
+        def ready(res: ResourceClient = res, name: str = name) -> Obj | None:
+            return _wait(res, name, raycluster_ready, deadline, f"{res.describe(name)} to become ready", timeout,
+                         explain)
+
+        rc = ready()
+        assert rc is not None
+        # Ready by its status; its pods on the current templates (KubeRay does not roll them).
+        result = dict(roll_out(api_client, rc, deadline=deadline, timeout=timeout, ready=ready, explain=explain))
         logger.debug("%s is ready", res.describe(name))
     return result
 

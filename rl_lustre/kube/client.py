@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLOUD_PLATFORM_SCOPE",
     "EMULATOR_TOKEN",
+    "FIELD_VALIDATION",
     "KINDS",
     "REQUEST_TIMEOUT",
     "GoogleTokenSource",
@@ -56,6 +57,7 @@ __all__ = [
     "kube_api_client_from_kubeconfig",
     "ssl_context",
     "translate_errors",
+    "unknown_fields",
 ]
 
 logger = logging.getLogger("rl_lustre.kube.client")
@@ -68,6 +70,13 @@ _EMULATOR_ENV = "RL_LUSTRE_GCP_EMULATOR_HOST"
 
 TokenSource = Callable[[], str]
 """Anything that returns a current bearer token when called (cheaply, when it is still valid)."""
+
+FIELD_VALIDATION = "Strict"
+"""What :class:`ResourceClient` asks of the server for a field its schema for the kind does
+not know (``fieldValidation``): to refuse the request. Without it a server drops such a
+field and only says so in a ``Warning`` header, which the Python client ignores: a
+mistyped field, or one the cluster's KubeRay CRD is too old to know, would be created,
+then missing, then "drifted" on every later ``up()``."""
 
 REQUEST_TIMEOUT: tuple[float, float] = (10.0, 60.0)
 """``(connect, read)`` seconds allowed to every request but a watch (whose read timeout
@@ -342,6 +351,11 @@ def describe_api_exception(exc: Any) -> str:
     if not status:
         return f"no response from the Kubernetes API ({reason or 'connection failed'})"
     text = f"{status} {reason}".strip()
+    unknown = unknown_fields(message)
+    if unknown:
+        # A strict decoding error quotes the whole object (a patch's message holds all of it).
+        return (f"{text}: the API server's schema for this kind has no field {', '.join(unknown)} "
+                "(strict field validation): it would have dropped it")
     if message:
         text += f": {message}"
     if status == 401:
@@ -349,6 +363,23 @@ def describe_api_exception(exc: Any) -> str:
     elif status == 403:
         text += " (the account lacks a Kubernetes RBAC permission for this)"
     return text
+
+
+_UNKNOWN_FIELD = re.compile(r'unknown field \\?"((?:[^"\\]|\\.)*?)\\?"')
+
+
+def unknown_fields(message: str) -> list[str]:
+    """The fields a server's strict decoding error names (none for any other message).
+
+    Examples:
+        >>> unknown_fields('RayCluster in version "v1" cannot be handled as a RayCluster: strict decoding '
+        ...                'error: unknown field "spec.upgradeStrategy", unknown field "spec.x"')
+        ['spec.upgradeStrategy', 'spec.x']
+        >>> unknown_fields("pods is forbidden")
+        []
+    """
+    _, marker, rest = message.partition("strict decoding error:")
+    return list(dict.fromkeys(_UNKNOWN_FIELD.findall(rest))) if marker else []
 
 
 @contextlib.contextmanager
@@ -495,8 +526,9 @@ class ResourceClient:
         return method(group, version, self.namespace, k.plural, *args, **kwargs)
 
     def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Create ``body``; returns the stored object. Raises ``ApiException`` (409 if it exists)."""
-        result: dict[str, Any] = _json(self._call("create", dict(body)))
+        """Create ``body``; returns the stored object. Raises ``ApiException`` (409 if it exists;
+        400 when the server's schema for the kind lacks a field of ``body``: see :data:`FIELD_VALIDATION`)."""
+        result: dict[str, Any] = _json(self._call("create", dict(body), field_validation=FIELD_VALIDATION))
         return result
 
     def get(self, name: str) -> dict[str, Any] | None:
@@ -513,9 +545,8 @@ class ResourceClient:
 
     def patch(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """Apply a JSON merge patch (RFC 7386); returns the stored object."""
-        result: dict[str, Any] = _json(
-            self._call("patch", name, dict(patch), _content_type="application/merge-patch+json")
-        )
+        result: dict[str, Any] = _json(self._call("patch", name, dict(patch), _content_type="application/merge-patch+json",
+                                                  field_validation=FIELD_VALIDATION))
         return result
 
     def delete(self, name: str, *, propagation: str = "Background") -> bool:

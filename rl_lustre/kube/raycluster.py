@@ -260,7 +260,11 @@ def _ray_cluster(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]
         head_container = head["template"]["spec"]["containers"][0]
         head_container["command"] = ["/bin/bash", "-lc", "--"]
         head_container["args"] = ["ulimit -n 65536; exec ${KUBERAY_GEN_RAY_START_CMD}"]
-    return {
+    from .rollout import stamp_templates
+
+    # Each pod template carries a hash of itself: KubeRay does not replace pods when a
+    # template changes, up() does (kube.rollout).
+    return stamp_templates({
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
         "metadata": metadata,
@@ -269,4 +273,4 @@ def _ray_cluster(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]
             "headGroupSpec": head,
             "workerGroupSpecs": [workers],
         },
-    }
+    })

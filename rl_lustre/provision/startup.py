@@ -173,15 +173,20 @@ class PrefetchDriver(_KubeNode):
         found = self._read(api)
         outcome: Literal["created", "adopted"] = "created"
         if found is not None:
-            from ..kube.apply import is_owned
+            from ..kube.apply import immutable_drift, is_owned
 
             state = job_state(found)
             same = models_of(found) == self.models
-            if is_owned(found, self.ctx.deployment) and same and state == "complete":
+            ours = is_owned(found, self.ctx.deployment)
+            if ours and same and state == "complete":
                 return Done("adopted", found, note="models fetched by an earlier up()")
-            if is_owned(found, self.ctx.deployment) and (state == "failed" or not same):
-                logger.info("replacing %s Job %s/%s (%s)", state, self.namespace, self.name,
-                            "it failed" if same else "the models changed")
+            # A Job's pod template cannot change: one whose image or command differs from
+            # ours (another rl_lustre, another image) is replaced; its download resumes.
+            drift = immutable_drift(self.manifest, found, deployment=self.ctx.deployment) if ours else []
+            if ours and (state == "failed" or not same or drift):
+                why = "it failed" if state == "failed" else "the models changed" if not same else (
+                    f"its {', '.join(drift)} differs (the image or the prefetch program changed)")
+                logger.info("replacing %s Job %s/%s (%s)", state, self.namespace, self.name, why)
                 self._remove(api)
             else:
                 outcome = "adopted"

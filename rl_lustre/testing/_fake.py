@@ -22,7 +22,7 @@ from ..gcp._ownership import describe_ownership, labels_from_description
 from ._capacity import Catalog
 from ._compute_vm import ComputeVmFake, PreloadKnobs
 from ._core import Core, Faults, RequestRecord, project_number
-from ._gke import GkeFake, node_labels
+from ._gke import GkeFake
 from ._grpc import GrpcServer
 from ._lustre import LustreFake
 from ._monitoring import MonitoringFake
@@ -83,9 +83,13 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         kube_ca_pem: the PEM CA certificate RUNNING clusters report (base64-encoded in
             ``master_auth.cluster_ca_certificate``, as GKE does); by default a placeholder.
         kube: a started :class:`~rl_lustre.testing.KubeFake` that plays the Kubernetes API of
-            the GKE clusters: RUNNING clusters report its endpoint and CA, and deleting a
-            cluster removes every object in it, as deleting a GKE cluster deletes its
-            control plane. One cluster at a time: the fake has a single API server.
+            the GKE clusters: RUNNING clusters report its endpoint and CA, a RUNNING node
+            pool registers its Nodes there (as GKE shapes them: labels, GPU taint, capacity
+            and allocatable), and deleting a cluster removes every object in it, as deleting
+            a GKE cluster deletes its control plane. One cluster at a time: the fake has a
+            single API server. Anything else with ``endpoint``, ``ca_pem`` and the methods
+            ``node_pool_ready(pool)``, ``node_pool_deleted(name)`` and
+            ``cluster_deleted(name)`` can play that part (the tests' real control plane does).
         set_env: set the emulator variables while the context is entered.
     """
 
@@ -108,10 +112,9 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
             if not kube.ca_pem:
                 raise ValueError("start the KubeFake before the FakeGCP that reports it")
             self._core.kube_endpoint, self._core.kube_ca_pem = kube.endpoint, kube.ca_pem.decode()
-            self._core.on_cluster_deleted = lambda name: kube.remove_all()
-            self._core.on_node_pool_ready = lambda pool: kube.add_nodes(pool.name, pool.initial_node_count,
-                                                                        node_labels(pool))
-            self._core.on_node_pool_deleted = kube.remove_nodes
+            self._core.on_cluster_deleted = kube.cluster_deleted
+            self._core.on_node_pool_ready = kube.node_pool_ready
+            self._core.on_node_pool_deleted = kube.node_pool_deleted
         self._grpc = GrpcServer(self._core)
         self._lustre = LustreFake(self._core)
         self._gke = GkeFake(self._core)

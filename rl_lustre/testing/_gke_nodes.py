@@ -36,7 +36,7 @@ from ..catalog import (
     GPU_MACHINE_TYPES,
 )
 
-__all__ = ["allocatable", "gke_node", "machine_shape"]
+__all__ = ["allocatable", "gke_node", "machine_shape", "pool_nodes"]
 
 GIB = 2**30
 _BOOT_DISK_GIB = 100  # GKE's default boot disk
@@ -177,3 +177,26 @@ def gke_node(pool: Any, *, cluster: str, zone: str, index: int, project: str = "
         "spec": spec,
         "status": shape,
     }
+
+
+def pool_nodes(pool: Any, *, count: int | None = None, start: int = 0) -> list[dict[str, Any]]:
+    """The Nodes GKE registers for ``pool`` (a ``container_v1.NodePool`` whose ``self_link``
+    or ``name`` places it: ``.../projects/P/locations/L/clusters/C/nodePools/N``), its
+    ``initial_node_count`` of them unless ``count`` says otherwise.
+
+    Examples:
+        >>> from google.cloud import container_v1
+        >>> pool = container_v1.NodePool(name="cpu", initial_node_count=1, locations=["us-east1-b"],
+        ...     self_link="https://container.googleapis.com/v1/projects/p/locations/us-east1/clusters/c/nodePools/cpu",
+        ...     config=container_v1.NodeConfig(machine_type="n2-standard-16"))
+        >>> [(n["metadata"]["labels"]["topology.kubernetes.io/zone"], n["status"]["allocatable"]["cpu"])
+        ...  for n in pool_nodes(pool)]
+        [('us-east1-b', '15890m')]
+    """
+    import re
+
+    m = re.search(r"projects/([^/]+)/locations/([^/]+)/clusters/([^/]+)", pool.self_link or "")
+    project, location, cluster = (m[1], m[2], m[3]) if m else ("my-project", "us-east1-b", "cluster")
+    zone = pool.locations[0] if pool.locations else location
+    n = pool.initial_node_count if count is None else count
+    return [gke_node(pool, cluster=cluster, zone=zone, index=i, project=project) for i in range(start, start + n)]

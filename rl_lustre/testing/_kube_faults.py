@@ -9,19 +9,20 @@ from collections.abc import Mapping
 
 import attrs
 
+# The scheduler's words (Kubernetes 1.35, as tests/test_kube_real.py sees them).
 UNSCHEDULABLE_MESSAGES = {
     "insufficient-gpu": (
-        "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node "
-        "affinity/selector. preemption: 0/3 nodes are available: 1 No preemption victims found for "
-        "incoming pod, 2 Preemption is not helpful for scheduling."
+        "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 Insufficient "
+        "nvidia.com/gpu. no new claims to deallocate, preemption: 0/3 nodes are available: 1 Preemption is not "
+        "helpful for scheduling, 2 No preemption victims found for incoming pod."
     ),
     "spot-stockout": (
-        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. preemption: "
-        "0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. no new claims to "
+        "deallocate, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     ),
     "node-selector": (
-        "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: "
-        "0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. no new claims to "
+        "deallocate, preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
     ),
 }
 AUTOSCALER_EVENTS = {
@@ -85,6 +86,13 @@ class KubeTimings:
     image_pulls: Mapping[str, float] = attrs.field(factory=dict)
     # A Job pod's container start once its image is on the node (None: ``start``, as Ray pods).
     job_start: float | None = None
+    # How long a Job pod runs, per image of its first container, in place of ``job_run``
+    # (``math.inf``: it runs until deleted).
+    job_runs: Mapping[str, float] = attrs.field(factory=dict)
+    # The Job controller's wait before it replaces a failed pod: ``job_backoff`` after the
+    # first failure, doubling after each further one, at most 60 times it (the real
+    # controller: 10 s, 20 s, 40 s, ... up to 10 minutes).
+    job_backoff: float = 0.05
 
     def pull_time(self, image: str) -> float:
         """How long pulling ``image`` onto a node takes."""

@@ -161,7 +161,9 @@ class ApiHandler:
                 return web.json_response(self._list(info, ns, query))
             if method == "POST" and (ns is not None or not info.namespaced):
                 body = await self._json_body(request)
-                return web.json_response(self._create(info, ns, body), status=201)
+                warnings: list[str] = []
+                created = self._create(info, ns, body, query.get("fieldValidation", "Warn"), warnings)
+                return _warned(web.json_response(created, status=201), warnings)
             return self._unhandled(request)
         if method == "GET":
             return web.json_response(self.store.require(info.kind, ns, name))
@@ -171,11 +173,15 @@ class ApiHandler:
                 raise ApiError(415, "UnsupportedMediaType",
                                f"the KubeFake applies merge and strategic merge patches, not {ctype!r}")
             patch = await self._json_body(request)
-            return web.json_response(self.store.patch(info.kind, ns, name, patch, self._validator(info, name),
-                                                       strategic=ctype == _STRATEGIC_PATCH))
+            warnings = []
+            check = self._validator(info, name, query.get("fieldValidation", "Warn"), warnings, patch=True)
+            patched = self.store.patch(info.kind, ns, name, patch, check, strategic=ctype == _STRATEGIC_PATCH)
+            return _warned(web.json_response(patched), warnings)
         if method == "PUT":
             body = await self._json_body(request)
-            return web.json_response(self.store.put(info.kind, ns, name, body, self._validator(info, name)))
+            warnings = []
+            check = self._validator(info, name, query.get("fieldValidation", "Warn"), warnings)
+            return _warned(web.json_response(self.store.put(info.kind, ns, name, body, check)), warnings)
         if method == "DELETE":
             options = await self._json_body(request, optional=True)
             policy = query.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
@@ -231,12 +237,18 @@ class ApiHandler:
             raise ApiError(400, "BadRequest", "the body must be a JSON object")
         return body
 
-    def _validator(self, info: KindInfo, name: str) -> Callable[[Obj], None] | None:
+    def _validator(self, info: KindInfo, name: str, field_validation: str, warnings: list[str], *,
+                   patch: bool = False) -> Callable[[Obj], None]:
+        """What the server checks before storing ``obj``: its fields against the kind's
+        schema (``fieldValidation``, see :mod:`._kube_fields`), then the test's ``validate``."""
+        from ._kube_fields import check_fields
+
         check = self.fake.validate
-        if check is None:
-            return None
 
         def run(obj: Obj) -> None:
+            check_fields(obj, field_validation, patch=patch, warnings=warnings)
+            if check is None:
+                return
             try:
                 check(copy.deepcopy(obj))
             except Exception as exc:
@@ -246,7 +258,7 @@ class ApiHandler:
 
         return run
 
-    def _create(self, info: KindInfo, ns: str | None, body: Obj) -> Obj:
+    def _create(self, info: KindInfo, ns: str | None, body: Obj, field_validation: str, warnings: list[str]) -> Obj:
         if body.get("kind") != info.kind or body.get("apiVersion") != info.api_version:
             raise ApiError(
                 400, "BadRequest",
@@ -260,9 +272,7 @@ class ApiHandler:
                     "the namespace of the provided object does not match the namespace sent on the request",
                 )
             meta["namespace"] = ns
-        check = self._validator(info, str(meta.get("name") or meta.get("generateName") or "?"))
-        if check is not None:
-            check(body)
+        self._validator(info, str(meta.get("name") or meta.get("generateName") or "?"), field_validation, warnings)(body)
         return self.store.create(body)
 
     def _list(self, info: KindInfo, ns: str | None, query: Mapping[str, str]) -> Obj:
@@ -364,6 +374,13 @@ class ApiHandler:
         finally:
             self.sockets.discard(ws)
         return ws
+
+
+def _warned(response: web.Response, warnings: list[str]) -> web.Response:
+    """``response`` with a ``Warning: 299`` header per warning, as the API server sends them."""
+    for warning in warnings:
+        response.headers.add("Warning", "299 - " + json.dumps(warning))
+    return response
 
 
 def _bearer(request: web.Request) -> str | None:

@@ -54,6 +54,9 @@ class Kubelet(Controller):
             if age < self.timings.schedule:
                 return
             blocked = self._unschedulable(pod)
+            picked, why = (None, "") if blocked is not None else self.workloads.pick_node(pod)
+            if blocked is None and why:
+                blocked = why, None  # Nodes are there, and none fits (the scheduler's own words)
             if blocked is not None:
                 message, autoscaler = blocked
                 self._set_status(pod, {
@@ -65,8 +68,8 @@ class Kubelet(Controller):
                     self.event(pod, autoscaler[0], autoscaler[1], warning=autoscaler[0] == "FailedScaleUp", component="cluster-autoscaler")
                 return
             self._ips += 1
-            node = self.workloads.pick_node(pod, gpu=wants_gpu(pod)) or (
-                f"gke-fake-{'gpu' if wants_gpu(pod) else 'cpu'}-pool-{self._ips % 7}")
+            # Without any registered Node the fake invents one for the pod.
+            node = picked or f"gke-fake-{'gpu' if wants_gpu(pod) else 'cpu'}-pool-{self._ips % 7}"
 
             def schedule(o: Obj) -> None:
                 o["spec"]["nodeName"] = node
@@ -109,11 +112,12 @@ class Kubelet(Controller):
                 continue
             pvc = self.store.get("PersistentVolumeClaim", ns, claim)
             if pvc is None:
-                return f'0/3 nodes are available: persistentvolumeclaim "{claim}" not found. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.', None
+                return (f'0/3 nodes are available: persistentvolumeclaim "{claim}" not found. no new claims to '
+                        "deallocate, preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."), None
             if (pvc.get("status") or {}).get("phase") != "Bound":
                 return (
-                    "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
-                    "0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+                    "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. no new claims to "
+                    "deallocate, preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
                 ), None
         if wants_gpu(pod) and self.spot.gpu_capacity_gone():
             return UNSCHEDULABLE_MESSAGES["spot-stockout"], AUTOSCALER_EVENTS.get("spot-stockout")

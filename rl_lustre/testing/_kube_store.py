@@ -229,6 +229,8 @@ class Store:
         # What the API server fills in or rejects when an object of a kind is created, by
         # kind; the controllers that own the kind hook in.
         self.admission: dict[str, Callable[[Obj], None]] = {}
+        # kind -> check(current, new) run on a client's update: the kind's update validation.
+        self.update_rules: dict[str, Callable[[Obj, Obj], None]] = {}
 
     # reads
 
@@ -442,6 +444,9 @@ class Store:
                     f'persistentvolumeclaims "{name}" is forbidden: only dynamically provisioned pvc can be '
                     "resized and the storageclass that provisions the pvc must support resize",
                 )
+        rule = self.update_rules.get(kind)
+        if rule is not None:
+            rule(current, new)
         if validate is not None:
             validate(new)
         if new == current:

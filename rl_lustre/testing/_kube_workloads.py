@@ -20,9 +20,10 @@ controller-uid labels, the DaemonSet selector check) is :func:`server_defaults`.
 from __future__ import annotations
 
 import copy
+import json
 import time
 
-from ..catalog import GKE_NODEPOOL_LABEL
+from ..catalog import GKE_ACCELERATOR_LABEL, GKE_NODEPOOL_LABEL
 from ._kube_controller import Controller, Memory, pod_ready
 from ._kube_faults import KubeFaults, KubeTimings
 from ._kube_store import (
@@ -79,15 +80,37 @@ def server_defaults(obj: Obj) -> None:
         obj["status"] = {}
 
 
+# What a Job update may not change (apiserver: batch validation ValidateJobSpecUpdate).
+_JOB_IMMUTABLE = ("selector", "completionMode", "podFailurePolicy", "backoffLimitPerIndex", "managedBy",
+                  "successPolicy")
+
+
+def job_update(current: Obj, new: Obj) -> None:
+    """Refuse an update of a Job's immutable fields as the API server does: the pod
+    template may change only while the Job is suspended, the selector and the completion
+    and failure policies never."""
+    name = current["metadata"]["name"]
+    old_spec, new_spec = current.get("spec") or {}, new.get("spec") or {}
+    changed = [f for f in _JOB_IMMUTABLE if old_spec.get(f) != new_spec.get(f)]
+    if not old_spec.get("suspend") and old_spec.get("template") != new_spec.get("template"):
+        changed.insert(0, "template")
+    if changed:
+        raise ApiError(422, "Invalid", f'Job.batch "{name}" is invalid: ' + ", ".join(
+            f"spec.{f}: Invalid value: {json.dumps(new_spec.get(f))}: field is immutable" for f in changed))
+
+
 class Workloads(Controller):
     """The node, DaemonSet and Job controllers; :meth:`step` runs one pass."""
 
     def __init__(self, store: Store, faults: KubeFaults, timings: KubeTimings, memory: Memory) -> None:
         super().__init__(store, faults, timings, memory)
         store.admission.update(dict.fromkeys(("DaemonSet", "Job"), server_defaults))
+        store.update_rules["Job"] = job_update
         # (namespace, pod) -> log text, served by pods/<name>/log.
         self.logs: dict[tuple[str, str], str] = {}
         self._running_since: dict[str, float] = {}
+        # Job uid -> when its last pod failed (the Job controller's pod failure backoff).
+        self._failed_at: dict[str, float] = {}
         # (node uid, image) -> when its pull started; a node keeps what it pulled, and a new
         # node of the same name (a replacement after a preemption) starts with an empty disk.
         self._pulls: dict[tuple[str, str], float] = {}
@@ -95,6 +118,7 @@ class Workloads(Controller):
     def reset(self) -> None:
         self.logs.clear()
         self._running_since.clear()
+        self._failed_at.clear()
         self._pulls.clear()
 
     # the kubelet's image store
@@ -118,24 +142,16 @@ class Workloads(Controller):
 
     # the scheduler's choice among registered nodes
 
-    def pick_node(self, pod: Obj, *, gpu: bool) -> str | None:
-        """A Ready node matching the pod's ``nodeSelector`` with room for it (one GPU pod per
-        node), fewest pods first; None when no Node is registered that fits."""
-        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-        nodes = [n["metadata"]["name"] for n in self.store.find("Node")
-                 if all(labels_of(n).get(k) == v for k, v in selector.items())]
+    def pick_node(self, pod: Obj) -> tuple[str | None, str]:
+        """``(node, "")``: the Node the scheduler puts ``pod`` on; ``(None, why)`` when Nodes
+        are registered and none fits (taints, selector, allocatable: ``_kube_scheduler``);
+        ``(None, "")`` when no Node is registered at all."""
+        from ._kube_scheduler import place
+
+        nodes = self.store.find("Node")
         if not nodes:
-            return None
-        load = dict.fromkeys(nodes, 0)
-        gpu_taken: set[str] = set()
-        for other in self.store.find("Pod"):
-            where = (other.get("spec") or {}).get("nodeName")
-            if where in load and (other.get("status") or {}).get("phase") not in _TERMINAL:
-                load[where] += 1
-                if _gpu_pod(other):
-                    gpu_taken.add(str(where))
-        free = [n for n in nodes if not gpu or n not in gpu_taken]
-        return min(free, key=lambda n: (load[n], n)) if free else None
+            return None, ""
+        return place(pod, nodes, self.store.find("Pod"))
 
     def step(self) -> None:
         for ds in self.store.find("DaemonSet"):
@@ -160,12 +176,17 @@ class Workloads(Controller):
             i += 1
             if name in existing:
                 continue
+            # Room for anything (kwok's default for a Node it plays), and 8 GPUs on a GPU node.
+            room = {"cpu": "1k", "memory": "1Ti", "ephemeral-storage": "1Pi", "pods": "110"}
+            if GKE_ACCELERATOR_LABEL in labels:
+                room["nvidia.com/gpu"] = "8"
             self.store.create({
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
                                                       GKE_NODEPOOL_LABEL: pool, **labels}},
                 "spec": {},
-                "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                "status": {"capacity": dict(room), "allocatable": dict(room),
+                           "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                            "lastTransitionTime": now_rfc3339()}]},
             })
             names.append(name)
@@ -181,7 +202,7 @@ class Workloads(Controller):
         meta = ds["metadata"]
         ns = meta.get("namespace") or "default"
         template = ds["spec"].get("template") or {}
-        nodes = [n for n in self.store.find("Node") if _fits(template.get("spec") or {}, labels_of(n))]
+        nodes = [n for n in self.store.find("Node") if _fits(template.get("spec") or {}, n)]
         pods = [p for p in self.store.find("Pod", ns, lambda o: owned_by(o, meta["uid"]))
                 if not p["metadata"].get("deletionTimestamp")]
         on_node = {p["spec"].get("nodeName"): p for p in pods}
@@ -253,11 +274,19 @@ class Workloads(Controller):
                                               "Job has reached the specified backoff limit")
             self.event(job, "BackoffLimitExceeded", "Job has reached the specified backoff limit",
                        warning=True, component="job-controller")
-        elif not active:
+        elif not active and self._backed_off(meta["uid"], failed):
             self._job_pod_create(job)
             status["active"] = 1
         if status != job.get("status"):
             self.store.update("Job", ns, meta["name"], lambda o: o.__setitem__("status", status))
+
+    def _backed_off(self, job_uid: str, failed: int) -> bool:
+        """Whether the backoff after the Job's ``failed``-th failed pod is over."""
+        if not failed:
+            return True
+        since = self._failed_at.setdefault(job_uid, time.monotonic())
+        wait = min(self.timings.job_backoff * 2 ** (failed - 1), 60 * self.timings.job_backoff)
+        return time.monotonic() >= since + wait
 
     def _job_pod_create(self, job: Obj) -> None:
         meta = job["metadata"]
@@ -281,7 +310,8 @@ class Workloads(Controller):
             return
         uid = pod["metadata"]["uid"]
         started = self._running_since.setdefault(uid, time.monotonic())
-        if time.monotonic() - started < self.timings.job_run:
+        image = (((pod.get("spec") or {}).get("containers") or [{}])[0]).get("image", "")
+        if time.monotonic() - started < self.timings.job_runs.get(image, self.timings.job_run):
             return
         self._running_since.pop(uid, None)
         failure = self.faults.job_failure
@@ -294,6 +324,9 @@ class Workloads(Controller):
             statuses.append({"name": c["name"], "image": c.get("image", ""), "imageID": f"sha256:{'0' * 64}",
                              "ready": False, "restartCount": 0, "started": False, "state": {"terminated": terminated}})
         phase = "Failed" if failure is not None else "Succeeded"
+        job = self._job_of(pod)
+        if failure is not None and job is not None:
+            self._failed_at[job["metadata"]["uid"]] = time.monotonic()
         reason = "PodFailed" if failure is not None else "PodCompleted"
 
         def finish(o: Obj) -> None:
@@ -311,24 +344,16 @@ class Workloads(Controller):
         self.store.update("Pod", pod["metadata"].get("namespace"), pod["metadata"]["name"], finish)
 
 
-def _fits(pod_spec: Obj, labels: dict[str, str]) -> bool:
-    """Whether a node with ``labels`` matches the pod's ``nodeSelector`` and required node
-    affinity (``In``, ``NotIn``, ``Exists``, ``DoesNotExist`` terms; any term may match)."""
-    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
-        return False
-    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = required.get("nodeSelectorTerms") or []
-
-    def holds(expr: Obj) -> bool:
-        key, op, values = str(expr.get("key")), str(expr.get("operator")), expr.get("values") or []
-        if op in ("In", "NotIn"):
-            return (labels.get(key) in values) == (op == "In")
-        return (key in labels) == (op == "Exists") if op in ("Exists", "DoesNotExist") else False
-
-    return not terms or any(all(holds(e) for e in t.get("matchExpressions") or []) for t in terms)
+# The tolerations the DaemonSet controller adds to every pod it makes.
+_DAEMON_TOLERATIONS = [{"key": f"node.kubernetes.io/{k}", "operator": "Exists", "effect": e} for k, e in (
+    ("not-ready", "NoExecute"), ("unreachable", "NoExecute"), ("disk-pressure", "NoSchedule"),
+    ("memory-pressure", "NoSchedule"), ("pid-pressure", "NoSchedule"), ("unschedulable", "NoSchedule"))]
 
 
-def _gpu_pod(pod: Obj) -> bool:
-    return any("nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {})
-               for c in (pod.get("spec") or {}).get("containers") or [])
+def _fits(pod_spec: Obj, node: Obj) -> bool:
+    """Whether a DaemonSet's pod belongs on ``node``: its selector and required node
+    affinity match, and it tolerates the node's taints (with the controller's own)."""
+    from ._kube_scheduler import fits_node, untolerated
+
+    spec = {**pod_spec, "tolerations": [*(pod_spec.get("tolerations") or []), *_DAEMON_TOLERATIONS]}
+    return fits_node(pod_spec, labels_of(node)) and not untolerated(spec, node)

@@ -281,6 +281,50 @@ class KubeFake:
         """Drop the Nodes of node pool ``pool``, as deleting the pool does."""
         self._on_loop(lambda: self._controllers.workloads.remove_nodes(pool))
 
+    # what GKE does to the cluster's Kubernetes API (FakeGCP(kube=...) calls these)
+
+    def node_pool_ready(self, pool: Any) -> list[str]:
+        """Register the Nodes of a RUNNING GKE node pool (a ``container_v1.NodePool`` whose
+        ``self_link`` names its cluster), shaped as GKE registers them
+        (:func:`rl_lustre.testing._gke_nodes.gke_node`: labels, the GPU taint, capacity and
+        allocatable); returns their names."""
+        from ._gke_nodes import pool_nodes
+
+        nodes = pool_nodes(pool)
+        self._on_loop(lambda: [self._store.create(node) for node in nodes
+                               if self._store.get("Node", None, node["metadata"]["name"]) is None])
+        return [node["metadata"]["name"] for node in nodes]
+
+    def node_pool_deleted(self, name: str) -> None:
+        """The Nodes of node pool ``name`` go with it."""
+        self.remove_nodes(name)
+
+    def cluster_deleted(self, name: str) -> None:
+        """Deleting the GKE cluster takes its API server's objects with it."""
+        self.remove_all()
+
+    def evict(self, pod: str, *, namespace: str = "default",
+              message: str = "The node was low on resource: memory. ") -> None:
+        """The kubelet evicts ``pod``: it ends ``Failed``, reason ``Evicted`` (KubeRay then
+        replaces a Ray pod)."""
+        from ._kube_store import now_rfc3339
+
+        def evicted(o: Obj) -> None:
+            stamp = now_rfc3339()
+            statuses = [{"name": c["name"], "image": c.get("image", ""), "ready": False, "restartCount": 0,
+                         "started": False, "state": {"terminated": {"exitCode": 137, "reason": "Error",
+                                                                    "startedAt": stamp, "finishedAt": stamp}}}
+                        for c in (o.get("spec") or {}).get("containers") or []]
+            conditions = [c for c in (o.get("status") or {}).get("conditions") or []
+                          if c.get("type") not in ("Ready", "ContainersReady")]
+            conditions += [{"type": t, "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp}
+                           for t in ("Ready", "ContainersReady")]
+            o["status"] = {**(o.get("status") or {}), "phase": "Failed", "reason": "Evicted", "message": message,
+                           "containerStatuses": statuses, "conditions": conditions}
+
+        if self._on_loop(lambda: self._store.update("Pod", namespace, pod, evicted)) is None:
+            raise ValueError(f"no pod {namespace}/{pod}")
+
     @classmethod
     def serving(cls, cluster: Any) -> KubeFake | None:
         """The KubeFake of this process that serves ``cluster``'s Kubernetes API, if any."""

@@ -1,0 +1,306 @@
+"""What GKE and its kubelets do that kwok does not, for :class:`kube_plane.ControlPlane`.
+
+kwok plays the kubelets of the plane's Nodes by its Stage objects: pods go Running and
+Ready at once, Job pods complete at once, a deleted pod goes at once. The tests need a few
+more things a real GKE node does, each done through the API as the real component does it:
+
+- Job pods that run for a while or fail (:meth:`KubeletSim.hold_job_pods`,
+  :meth:`KubeletSim.fail_job_pods`): by editing kwok's ``pod-complete`` Stage (kwok reloads
+  Stage objects; a pod it already passed over is looked at again once it changes, which
+  :meth:`KubeletSim.release_job_pods` does by annotating it);
+- a pod the kubelet evicts (:meth:`KubeletSim.evict`): ``Failed``, reason ``Evicted``;
+- Ray worker pods backed by real raylets joined to the session's Ray head
+  (:attr:`KubeletSim.raylets`), killed with their pod;
+- a Spot preemption (:meth:`KubeletSim.preempt`), as GKE does it: the node's
+  ``cloud.google.com/impending-node-termination`` taint, the kubelet's graceful shutdown
+  marking its pods ``Failed`` (``Terminated``, ``DisruptionTarget``), the VM and its Node
+  gone; after ``back_after`` seconds the managed instance group brings a VM of the same
+  name back, and the pool's Node registers again.
+
+What this does not do: a real node's Ready condition going False before the VM goes (kwok
+re-initialises a NotReady node at once; the Node is deleted right after anyway), and pod
+readiness that waits for the container's probes (a kwok pod is Ready at once, before the
+raylet behind it has joined).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from rl_lustre.testing import Preemption
+from rl_lustre.testing._kube_spot import IMPENDING_TERMINATION_TAINT, SHUTDOWN_MESSAGE
+
+logger = logging.getLogger("tests.kube_kubelet")
+
+KWOK = ("kwok.x-k8s.io", "v1alpha1")
+_POD_COMPLETE = "pod-complete"
+_FAILED_TEMPLATE = """\
+{{ $now := Now }}
+containerStatuses:
+{{ range $index, $item := .spec.containers }}
+- image: {{ $item.image | Quote }}
+  name: {{ $item.name | Quote }}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: 1
+      finishedAt: {{ $now | Quote }}
+      reason: Error
+      message: %s
+      startedAt: {{ $now | Quote }}
+{{ end }}
+phase: Failed
+"""
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class KubeletSim:
+    """The mixin of :class:`kube_plane.ControlPlane` that plays GKE's nodes where kwok does not."""
+
+    api_client: Callable[..., Any]
+    _stopping: threading.Event
+
+    def _kubelet_init(self) -> None:
+        self.raylets: Callable[[str], Any] | None = None
+        self._raylets: dict[str, Future[Any]] = {}
+        self._raylet_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kube-plane-raylet")
+        self._raylet_lock = threading.Lock()
+        self._stage_saved: dict[str, Any] | None = None
+        self._pools: dict[str, tuple[Any, str, str]] = {}
+
+    # -- Job pods, by kwok's pod-complete Stage ----------------------------------------------
+    def _custom(self) -> Any:
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.api_client())
+
+    def _edit_stage(self, edit: Callable[[dict[str, Any]], None]) -> None:
+        custom = self._custom()
+        stage = custom.get_cluster_custom_object(*KWOK, "stages", _POD_COMPLETE)
+        if self._stage_saved is None:
+            self._stage_saved = copy.deepcopy(stage["spec"])
+        spec = copy.deepcopy(self._stage_saved)
+        edit(spec)
+        stage["spec"] = spec
+        custom.replace_cluster_custom_object(*KWOK, "stages", _POD_COMPLETE, stage)
+        time.sleep(1.0)  # kwok reloads a changed Stage within a moment
+
+    def hold_job_pods(self, *images: str) -> None:
+        """Job pods whose first container runs one of ``images`` keep running (until released)."""
+        self._edit_stage(lambda spec: spec["selector"]["matchExpressions"].append(
+            {"key": ".spec.containers.[0].image", "operator": "NotIn", "values": list(images)}))
+
+    def fail_job_pods(self, message: str) -> None:
+        """Running Job pods exit 1 with ``message`` as their termination message."""
+        import json
+
+        def fail(spec: dict[str, Any]) -> None:
+            spec["next"] = {"statusTemplate": _FAILED_TEMPLATE % json.dumps(message)}
+
+        self._edit_stage(fail)
+
+    def release_job_pods(self) -> None:
+        """kwok's own Stage again; the Job pods it held are looked at again (and complete)."""
+        from kubernetes import client
+
+        if self._stage_saved is None:
+            return
+        saved = self._stage_saved
+        self._edit_stage(lambda spec: spec.update(copy.deepcopy(saved)))
+        self._stage_saved = None
+        core = client.CoreV1Api(self.api_client())
+        for pod in core.list_pod_for_all_namespaces(label_selector="batch.kubernetes.io/job-name").items:
+            if pod.status.phase == "Running":
+                with contextlib.suppress(client.ApiException):
+                    core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                              {"metadata": {"annotations": {"kube-plane/released": _now()}}})
+
+    # -- what a kubelet does to a pod ----------------------------------------------------------
+    def evict(self, pod: str, *, namespace: str = "default",
+              message: str = "The node was low on resource: memory. ") -> None:
+        """The kubelet evicts ``pod``: it ends ``Failed``, reason ``Evicted``."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client())
+        current = core.read_namespaced_pod(pod, namespace)
+        statuses = [{"name": c.name, "image": c.image, "ready": False, "restartCount": 0, "started": False,
+                     "state": {"terminated": {"exitCode": 137, "reason": "Error", "startedAt": _now(),
+                                              "finishedAt": _now()}}}
+                    for c in current.spec.containers]
+        core.patch_namespaced_pod_status(pod, namespace, {"status": {
+            "phase": "Failed", "reason": "Evicted", "message": message, "containerStatuses": statuses,
+            "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": _now()},
+                           {"type": "ContainersReady", "status": "False", "reason": "PodFailed",
+                            "lastTransitionTime": _now()}]}})
+
+    # -- raylets behind worker pods -------------------------------------------------------------
+    def _back_workers(self) -> None:
+        """While :attr:`raylets` is set: a raylet for every Running Ray worker pod, killed with it."""
+        from kubernetes import client, watch
+
+        core = client.CoreV1Api(self.api_client())
+        while not self._stopping.is_set():
+            try:
+                for event in watch.Watch().stream(core.list_pod_for_all_namespaces,
+                                                  label_selector="ray.io/node-type=worker", timeout_seconds=5):
+                    pod = event["object"]
+                    name = pod.metadata.name
+                    gone = event["type"] == "DELETED" or pod.metadata.deletion_timestamp is not None or \
+                        pod.status.phase in ("Failed", "Succeeded")
+                    if gone:
+                        self._release_raylet(name)
+                    elif pod.status.phase == "Running" and self.raylets is not None:
+                        with self._raylet_lock:
+                            if name not in self._raylets:
+                                logger.info("starting a raylet behind worker pod %s", name)
+                                self._raylets[name] = self._raylet_pool.submit(self.raylets, name)
+            except Exception:  # the API server is going away, or a watch broke: look again
+                if self._stopping.wait(0.5):
+                    return
+
+    def _release_raylet(self, pod: str) -> None:
+        with self._raylet_lock:
+            future = self._raylets.pop(pod, None)
+        if future is not None:
+            logger.info("killing the raylet behind worker pod %s", pod)
+            future.add_done_callback(lambda f: f.exception() is None and f.result().kill())
+
+    def release_raylets(self) -> None:
+        """Kill every raylet started behind a pod (a test's end)."""
+        with self._raylet_lock:
+            names = list(self._raylets)
+        for name in names:
+            self._release_raylet(name)
+
+    def raylet_ready(self, pod: str) -> bool:
+        """Whether the raylet behind ``pod`` runs."""
+        with self._raylet_lock:
+            future = self._raylets.get(pod)
+        return future is not None and future.done() and future.exception() is None
+
+    # -- Spot preemption, as GKE does it --------------------------------------------------------
+    def _terminated(self, pod: Any) -> dict[str, Any]:
+        stamp = _now()
+        conditions = [
+            {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+             "message": SHUTDOWN_MESSAGE, "lastTransitionTime": stamp},
+            {"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp},
+            {"type": "ContainersReady", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp},
+        ]
+        statuses = [{"name": c.name, "image": c.image, "ready": False, "restartCount": 0, "started": False,
+                     "state": {"terminated": {"exitCode": 137, "reason": "Error", "startedAt": stamp,
+                                              "finishedAt": stamp}}}
+                    for c in pod.spec.containers]
+        return {"status": {"phase": "Failed", "reason": "Terminated", "message": SHUTDOWN_MESSAGE,
+                           "conditions": conditions, "containerStatuses": statuses}}
+
+    def preempt(self, raycluster: str, *, nodes: int = 1, back_after: float | None = 5.0,
+                namespace: str = "default") -> Preemption:
+        """What GKE does to the Spot nodes of ``nodes`` Ready worker pods of ``raycluster``
+        (the same call as :meth:`rl_lustre.testing.KubeFake.preempt`)."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client())
+        selector = f"ray.io/cluster={raycluster},ray.io/node-type=worker"
+
+        def ready_workers() -> list[Any]:
+            return sorted((p for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+                           if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+                           and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])),
+                          key=lambda p: p.metadata.name)
+
+        workers = ready_workers()
+        if len(workers) < nodes:
+            raise ValueError(f"cannot preempt {nodes} worker node(s) of RayCluster {raycluster!r}: "
+                             f"{len(workers)} worker pod(s) are Ready")
+        victims = workers[:nodes]
+        before = {p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector=selector).items}
+        pools = []
+        for pod in victims:
+            node = core.read_node(pod.spec.node_name)
+            pools.append(node.metadata.labels.get("cloud.google.com/gke-nodepool", ""))
+            taints = [t.to_dict() for t in node.spec.taints or []]
+            taints.append({"key": IMPENDING_TERMINATION_TAINT, "value": "true", "effect": "NoSchedule"})
+            core.patch_node(node.metadata.name, {"spec": {"taints": taints}})
+            core.patch_namespaced_pod_status(pod.metadata.name, namespace, self._terminated(pod))
+            self._release_raylet(pod.metadata.name)
+            core.delete_node(node.metadata.name)
+        names = [p.metadata.name for p in victims]
+        logger.info("preempted the Spot nodes of %s", names)
+        preemption = Preemption(names, time.time(), back_after)
+        if back_after is not None:
+            def replacements() -> list[str]:
+                for pool in pools:
+                    known = self._pools.get(pool)
+                    if known is not None:
+                        proto, cluster, zone = known
+                        self.add_pool_nodes(proto, cluster=cluster, zone=zone, count=1)  # type: ignore[attr-defined]
+                deadline = time.monotonic() + 300
+                while time.monotonic() < deadline:
+                    fresh = [p.metadata.name for p in ready_workers()
+                             if p.metadata.name not in before and (self.raylets is None or
+                                                                   self.raylet_ready(p.metadata.name))]
+                    if len(fresh) >= len(names):
+                        return fresh[: len(names)]
+                    time.sleep(0.2)
+                raise TimeoutError(f"the replacements of {names} were not Ready after 300 s")
+
+            preemption._bring_back(replacements)
+        return preemption
+
+    def close_kubelets(self) -> None:
+        self.release_raylets()
+        self._raylet_pool.shutdown(wait=True)
+
+
+@contextlib.contextmanager
+def job_pods_held(kube: Any, *images: str) -> Iterator[None]:
+    """Job pods of ``images`` keep running inside the block, on the plane or on a KubeFake."""
+    import math
+
+    from rl_lustre.testing import KubeFake
+
+    if isinstance(kube, KubeFake):
+        saved = dict(kube.timings.job_runs)
+        kube.timings.job_runs = {**saved, **dict.fromkeys(images, math.inf)}
+        try:
+            yield
+        finally:
+            kube.timings.job_runs = saved
+        return
+    kube.hold_job_pods(*images)
+    try:
+        yield
+    finally:
+        kube.release_job_pods()
+
+
+@contextlib.contextmanager
+def job_pods_failing(kube: Any, message: str) -> Iterator[None]:
+    """Job pods exit 1 with ``message`` inside the block, on the plane or on a KubeFake."""
+    from rl_lustre.testing import KubeFake
+
+    if isinstance(kube, KubeFake):
+        kube.faults.job_failure = message
+        try:
+            yield
+        finally:
+            kube.faults.job_failure = None
+        return
+    kube.fail_job_pods(message)
+    try:
+        yield
+    finally:
+        kube.release_job_pods()
