@@ -31,6 +31,7 @@ from ..catalog import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, MANAGED_BY, ownership_
 from ..errors import ConfigError, KubernetesError, NotReadyError, OwnershipError, WaitTimeoutError
 from .client import KINDS, ResourceClient, WatchExpired, translate_errors
 from .diagnose import Diagnosis, diagnose
+from .readiness import claim_bound, raycluster_ready
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -98,70 +99,6 @@ def is_owned(obj: Mapping[str, Any], deployment: str) -> bool:
     """Whether ``obj`` carries the labels of ``deployment``."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return labels.get(LABEL_MANAGED_BY) == MANAGED_BY and labels.get(LABEL_DEPLOYMENT) == deployment
-
-
-def _spec_worker_replicas(spec: Mapping[str, Any]) -> int:
-    """The worker pods KubeRay wants for ``spec``: each group's ``replicas`` held to
-    ``[minReplicas, maxReplicas]``, times ``numOfHosts`` (0 for a suspended group)."""
-    total = 0
-    for group in spec.get("workerGroupSpecs") or []:
-        if group.get("suspend"):
-            continue
-        low, high = int(group.get("minReplicas") or 0), group.get("maxReplicas")
-        replicas = group.get("replicas")
-        want = low if replicas is None or int(replicas) < low else int(replicas)
-        if high is not None:
-            want = min(want, int(high))
-        total += want * int(group.get("numOfHosts") or 1)
-    return total
-
-
-def raycluster_ready(rc: Mapping[str, Any] | None) -> bool:
-    """Whether a RayCluster is ready, as KubeRay reports it.
-
-    ``HeadPodReady`` and ``RayClusterProvisioned`` both True when KubeRay sets
-    conditions (v1.2+), otherwise ``status.state == "ready"``, and as many ready workers
-    as desired. A status older than the spec (``observedGeneration``) counts only when
-    the worker count it desires is the spec's: KubeRay writes ``observedGeneration`` only
-    along with another status change, so after a pod-template-only change (image, env),
-    which recreates no pod, it stays behind for good.
-
-    Examples:
-        >>> raycluster_ready({"metadata": {"generation": 1}, "status": {"state": "ready"}})
-        True
-        >>> raycluster_ready({"status": {"state": "ready", "conditions": [
-        ...     {"type": "HeadPodReady", "status": "True"},
-        ...     {"type": "RayClusterProvisioned", "status": "False"}]}})
-        False
-        >>> old = {"observedGeneration": 1, "state": "ready", "desiredWorkerReplicas": 2, "readyWorkerReplicas": 2}
-        >>> raycluster_ready({"metadata": {"generation": 2}, "spec": {"workerGroupSpecs": [{"replicas": 2}]},
-        ...                   "status": old})   # the template changed: the same pods serve it
-        True
-        >>> raycluster_ready({"metadata": {"generation": 2}, "spec": {"workerGroupSpecs": [{"replicas": 3}]},
-        ...                   "status": old})   # scaled: not until KubeRay has caught up
-        False
-    """
-    if rc is None:
-        return False
-    status = rc.get("status") or {}
-    generation = (rc.get("metadata") or {}).get("generation")
-    observed = status.get("observedGeneration")
-    # RayClusterProvisioned and state stay set after the first time all pods were
-    # ready, so a scale-up is ready only once the new workers are too.
-    desired, ready = status.get("desiredWorkerReplicas"), status.get("readyWorkerReplicas")
-    stale = generation is not None and observed is not None and int(observed) < int(generation)
-    if stale and (desired is None or int(desired) != _spec_worker_replicas(rc.get("spec") or {})):
-        return False
-    if desired is not None and int(ready or 0) < int(desired):
-        return False
-    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-    if "HeadPodReady" in conditions or "RayClusterProvisioned" in conditions:
-        return conditions.get("HeadPodReady") == "True" and conditions.get("RayClusterProvisioned") == "True"
-    return status.get("state") == "ready"
-
-
-def _claim_bound(pvc: Mapping[str, Any] | None) -> bool:
-    return pvc is not None and (pvc.get("status") or {}).get("phase") == "Bound"
 
 
 def _target(manifest: Mapping[str, Any], namespace: str | None) -> tuple[str, str | None, str]:
@@ -388,7 +325,8 @@ def _apply_one(api_client: ApiClient, desired: Obj, kind: str, ns: str | None, n
 def _refused_fields(exc: Any, action: str, kind: str) -> None:
     """Raise a :class:`KubernetesError` naming the fields when the server refused fields its
     schema for ``kind`` lacks (we ask it to, rather than have them dropped)."""
-    from .client import describe_api_exception, unknown_fields
+    from .client import describe_api_exception
+    from .field_validation import unknown_fields
 
     fields = unknown_fields(str(getattr(exc, "body", "") or ""))
     if not fields:
@@ -524,7 +462,7 @@ def wait_ready(
 
     for ns, name in claims:
         res = ResourceClient(api_client, "PersistentVolumeClaim", ns)
-        _wait(res, name, _claim_bound, deadline, f"{res.describe(name)} to be Bound", timeout, explain)
+        _wait(res, name, claim_bound, deadline, f"{res.describe(name)} to be Bound", timeout, explain)
         logger.debug("%s is Bound", res.describe(name))
     result: Obj | None = None
     for ns, name in rayclusters:

@@ -35,6 +35,7 @@ import attrs
 
 from .._secrets import REDACTED
 from ..errors import ConfigError, GCPError, KubernetesError, RLLustreError
+from .field_validation import FIELD_VALIDATION, unknown_fields
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, Configuration
@@ -70,13 +71,6 @@ _EMULATOR_ENV = "RL_LUSTRE_GCP_EMULATOR_HOST"
 
 TokenSource = Callable[[], str]
 """Anything that returns a current bearer token when called (cheaply, when it is still valid)."""
-
-FIELD_VALIDATION = "Strict"
-"""What :class:`ResourceClient` asks of the server for a field its schema for the kind does
-not know (``fieldValidation``): to refuse the request. Without it a server drops such a
-field and only says so in a ``Warning`` header, which the Python client ignores: a
-mistyped field, or one the cluster's KubeRay CRD is too old to know, would be created,
-then missing, then "drifted" on every later ``up()``."""
 
 REQUEST_TIMEOUT: tuple[float, float] = (10.0, 60.0)
 """``(connect, read)`` seconds allowed to every request but a watch (whose read timeout
@@ -363,23 +357,6 @@ def describe_api_exception(exc: Any) -> str:
     elif status == 403:
         text += " (the account lacks a Kubernetes RBAC permission for this)"
     return text
-
-
-_UNKNOWN_FIELD = re.compile(r'unknown field \\?"((?:[^"\\]|\\.)*?)\\?"')
-
-
-def unknown_fields(message: str) -> list[str]:
-    """The fields a server's strict decoding error names (none for any other message).
-
-    Examples:
-        >>> unknown_fields('RayCluster in version "v1" cannot be handled as a RayCluster: strict decoding '
-        ...                'error: unknown field "spec.upgradeStrategy", unknown field "spec.x"')
-        ['spec.upgradeStrategy', 'spec.x']
-        >>> unknown_fields("pods is forbidden")
-        []
-    """
-    _, marker, rest = message.partition("strict decoding error:")
-    return list(dict.fromkeys(_UNKNOWN_FIELD.findall(rest))) if marker else []
 
 
 @contextlib.contextmanager

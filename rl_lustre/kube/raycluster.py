@@ -33,6 +33,7 @@ from ..catalog import (
 )
 from ..errors import ConfigError
 from .persistent_volume import lustre_pod_volume, lustre_volume_mount
+from .pod_templates import stamp_templates
 from .schema import validate_raycluster
 
 if TYPE_CHECKING:
@@ -260,8 +261,6 @@ def _ray_cluster(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]
         head_container = head["template"]["spec"]["containers"][0]
         head_container["command"] = ["/bin/bash", "-lc", "--"]
         head_container["args"] = ["ulimit -n 65536; exec ${KUBERAY_GEN_RAY_START_CMD}"]
-    from .rollout import stamp_templates
-
     # Each pod template carries a hash of itself: KubeRay does not replace pods when a
     # template changes, up() does (kube.rollout).
     return stamp_templates({

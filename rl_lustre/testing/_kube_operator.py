@@ -16,7 +16,15 @@ from ..catalog import RAY_HEAD_PORTS
 from ..naming import head_service_of
 from ._kube_controller import Controller, condition, containers, pod_ready, same_conditions
 from ._kube_spot import is_ray_worker
-from ._kube_store import ApiError, Obj, labels_of, now_rfc3339, owned_by, owner_reference, random_suffix
+from ._kube_store import (
+    ApiError,
+    Obj,
+    labels_of,
+    now_rfc3339,
+    owned_by,
+    owner_reference,
+    random_suffix,
+)
 
 METRICS_PORT = 8080
 HEAD_SERVICE_PORTS = {**RAY_HEAD_PORTS, "metrics": 8080, "serve": 8000}
@@ -205,7 +213,7 @@ class KubeRayOperator(Controller):
         pods = self.store.find("Pod", ns, lambda o: owned_by(o, meta["uid"]))
         head = next((p for p in pods if labels_of(p).get("ray.io/node-type") == "head"), None)
         workers = [p for p in pods if labels_of(p).get("ray.io/node-type") == "worker"]
-        groups = [g for g in spec.get("workerGroupSpecs") or []]
+        groups = list(spec.get("workerGroupSpecs") or [])
         desired = sum(desired_replicas(g) for g in groups)
         live = [g for g in groups if not g.get("suspend")]
         hosts = [max(1, int(g.get("numOfHosts") or 1)) for g in live]
