@@ -135,7 +135,9 @@ class KubeletSim:
 
         core = client.CoreV1Api(self.api_client())
         current = core.read_namespaced_pod(pod, namespace)
-        statuses = [{"name": c.name, "image": c.image, "ready": False, "restartCount": 0, "started": False,
+        image_ids = {c.name: c.image_id for c in current.status.container_statuses or []}
+        statuses = [{"name": c.name, "image": c.image, "imageID": image_ids.get(c.name, ""), "ready": False,
+                     "restartCount": 0, "started": False,
                      "state": {"terminated": {"exitCode": 137, "reason": "Error", "startedAt": _now(),
                                               "finishedAt": _now()}}}
                     for c in current.spec.containers]
@@ -199,7 +201,9 @@ class KubeletSim:
             {"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp},
             {"type": "ContainersReady", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp},
         ]
-        statuses = [{"name": c.name, "image": c.image, "ready": False, "restartCount": 0, "started": False,
+        image_ids = {c.name: c.image_id for c in pod.status.container_statuses or []}
+        statuses = [{"name": c.name, "image": c.image, "imageID": image_ids.get(c.name, ""), "ready": False,
+                     "restartCount": 0, "started": False,
                      "state": {"terminated": {"exitCode": 137, "reason": "Error", "startedAt": stamp,
                                               "finishedAt": stamp}}}
                     for c in pod.spec.containers]

@@ -36,7 +36,13 @@ def _groups(rc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], int]]:
 
 def _template_hash(rc: Mapping[str, Any], group: Mapping[str, Any]) -> str:
     template = json.loads(json.dumps(group.get("template") or {}))
-    (template.get("metadata") or {}).get("annotations", {}).pop(TEMPLATE_HASH_ANNOTATION, None)
+    meta = template.get("metadata") or {}
+    (meta.get("annotations") or {}).pop(TEMPLATE_HASH_ANNOTATION, None)
+    # The template as it was before it was stamped (stamping again gives the same hash).
+    if "annotations" in meta and not meta["annotations"]:
+        del meta["annotations"]
+    if "metadata" in template and not meta:
+        del template["metadata"]
     made_of = {
         "template": template,
         # KubeRay builds the container's `ray start` from these.
@@ -54,8 +60,10 @@ def stamp_templates(rc: Obj) -> Obj:
         >>> rc = {"spec": {"rayVersion": "2.46.0", "headGroupSpec": {"template": {"spec": {}}},
         ...                "workerGroupSpecs": [{"groupName": "w", "template": {"spec": {"containers": []}}}]}}
         >>> stamped = stamp_templates(rc)
-        >>> len(stamped["spec"]["headGroupSpec"]["template"]["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION])
-        16
+        >>> head = stamped["spec"]["headGroupSpec"]["template"]["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
+        >>> again = stamp_templates(json.loads(json.dumps(stamped)))   # stamping again changes nothing
+        >>> len(head), again == stamped
+        (16, True)
     """
     for _, group, _ in _groups(rc):
         digest = _template_hash(rc, group)

@@ -311,7 +311,9 @@ class KubeFake:
 
         def evicted(o: Obj) -> None:
             stamp = now_rfc3339()
-            statuses = [{"name": c["name"], "image": c.get("image", ""), "ready": False, "restartCount": 0,
+            image_ids = {c.get("name"): c.get("imageID", "") for c in (o.get("status") or {}).get("containerStatuses") or []}
+            statuses = [{"name": c["name"], "image": c.get("image", ""), "imageID": image_ids.get(c["name"], ""),
+                         "ready": False, "restartCount": 0,
                          "started": False, "state": {"terminated": {"exitCode": 137, "reason": "Error",
                                                                     "startedAt": stamp, "finishedAt": stamp}}}
                         for c in (o.get("spec") or {}).get("containers") or []]
