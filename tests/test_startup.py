@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from rl_lustre import Cluster, GRPOJob
+from rl_lustre import Cluster, GRPOJob, naming
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import ProvisioningError
 from rl_lustre.gcp import Backoff, RetryPolicy
@@ -176,6 +176,33 @@ def test_a_failed_prefetch_reports_the_pods_reason_and_rolls_back(world: tuple[F
     assert "failed after 3 attempt(s)" in text
     assert err.value.report.get("model-prefetch").outcome == "failed"
     assert leftovers(gcp, kube, "boot2") == ([], [])
+
+
+def test_a_running_prefetch_job_of_another_image_is_replaced_not_patched(world: tuple[FakeGCP, KubeFake]) -> None:
+    """A Job's pod template is immutable while it runs (422 from a real API server, held to
+    it in tests/test_kube_divergences.py): an earlier up() whose prefetch still runs on
+    another image is replaced, not adopted."""
+    import math
+
+    from rl_lustre.kube.apply import apply_manifests
+
+    gcp, kube = world
+    old = cluster(name="boot3", image="nvcr.io/nvidia/nemo-rl:v0.3.0", ray_version="2.46.0")
+    new = cluster(name="boot3")
+    kube.timings.job_runs = {old.image: math.inf}
+    try:
+        apply_manifests(kube.api_client(), [prefetch_job(old)], deployment="boot3")
+        first = kube.get("Job", naming.prefetch_name(old))["metadata"]["uid"]
+        report = backend(new).up()
+        assert report.get("model-prefetch").outcome == "created"
+        job = kube.get("Job", naming.prefetch_name(new))
+        assert job["metadata"]["uid"] != first
+        assert job["spec"]["template"]["spec"]["containers"][0]["image"] == new.image
+        assert job["status"]["succeeded"] == 1
+    finally:
+        kube.timings.job_runs = {}
+    backend(new).down()
+    assert leftovers(gcp, kube, "boot3") == ([], [])
 
 
 def test_switched_off_there_is_neither_node() -> None:
