@@ -306,6 +306,8 @@ FACTS: dict[str, tuple[str, str]] = {
     "Saving checkpoint for": ("nemo_rl/formats.py", "SAVE_LINE / save_line"),
     " Step (": ("nemo_rl/formats.py", "STEP_HEADER"),
 }
+# Spelt as a whole string only (an f-string's piece after the cluster's name).
+WHOLE_FACTS: dict[str, tuple[str, str]] = {"-lustre": ("naming.py", "default_volume_name")}
 # A checkpoint directory's name built by hand: "...step_" followed by a number (f"step_{n}").
 _STEP_NAME = re.compile(r"(?:^|[^A-Za-z0-9_])(?:tmp_|old_)?step_$")
 
@@ -336,6 +338,9 @@ def spelt_twice(root: Path, skip: Iterable[str] = ("testing",)) -> list[str]:
             for fact, (home, name) in FACTS.items():
                 if fact in node.value and rel != home:
                     found.append(f"{rel}:{node.lineno} spells {fact!r}: import {name} from rl_lustre/{home}")
+            whole = WHOLE_FACTS.get(node.value)
+            if whole is not None and rel != whole[0]:
+                found.append(f"{rel}:{node.lineno} spells {node.value!r}: import {whole[1]} from rl_lustre/{whole[0]}")
             if _STEP_NAME.search(node.value) and rel != "nemo_rl/formats.py":
                 found.append(f"{rel}:{node.lineno} builds a checkpoint name: use nemo_rl/formats.py's checkpoint_name")
     return found
@@ -349,10 +354,11 @@ def test_the_fact_check_finds_a_second_spelling(tmp_path: Path) -> None:
     (tmp_path / "testing").mkdir()
     (tmp_path / "catalog.py").write_text('"""nvidia.com/gpu in a docstring."""\nGPU_RESOURCE = "nvidia.com/gpu"\n')
     (tmp_path / "pods.py").write_text('"""Pods: ``nvidia.com/gpu``."""\nlimits = {"nvidia.com/gpu": 8}\n'
-                                      'def name(n):\n    return f"{n}-head-svc", f"tmp_step_{n}", "total_step_time"\n')
+                                      'def name(n):\n    return f"{n}-head-svc", f"tmp_step_{n}", "total_step_time", f"{n}-lustre", "firewall-lustre"\n')
     (tmp_path / "testing" / "fake.py").write_text('limits = {"nvidia.com/gpu": 8}\n')
     assert spelt_twice(tmp_path) == [
         "pods.py:2 spells 'nvidia.com/gpu': import GPU_RESOURCE from rl_lustre/catalog.py",
         "pods.py:4 spells '-head-svc': import head_service_of from rl_lustre/naming.py",
         "pods.py:4 builds a checkpoint name: use nemo_rl/formats.py's checkpoint_name",
+        "pods.py:4 spells '-lustre': import default_volume_name from rl_lustre/naming.py",
     ]
