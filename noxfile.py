@@ -13,9 +13,18 @@
 - typecheck: mypy on the package.
 - docs:      mkdocs build --strict (broken links and missing pages fail).
 - bench:     benchmarks under benchmarks/, reported as ratios against a baseline.
+- lock:      upgrade uv.lock to the newest versions pyproject.toml allows (on purpose, never on
+             the way: every other session installs exactly what uv.lock says).
+
+Every session runs on the Python nox runs on (the README's ``python3 tools/uv.py run
+--only-group nox nox ...`` makes that the project's Python) and installs from ``uv.lock`` with
+``uv sync --locked``: the versions the README's commands and CI use, and an error, not a silent
+re-resolve, when pyproject.toml changed without ``nox -s lock``.
 """
 
 from __future__ import annotations
+
+import os
 
 import nox
 
@@ -23,14 +32,20 @@ nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["tests", "lint", "typecheck", "docs"]
 nox.options.reuse_existing_virtualenvs = True
 
-PYTHON = "3.11"
+# The uv that runs nox (uv run sets $UV), else the one on PATH.
+UV = os.environ.get("UV", "uv")
+PYTHON = None  # the Python nox runs on
 
 
-def _install(session: nox.Session, *groups: str) -> None:
-    args = ["-e", "."]
-    for group in groups:
-        args += ["--group", group]
-    session.install(*args)
+def _install(session: nox.Session, *groups: str, project: bool = True) -> None:
+    """Install the locked versions (uv.lock) of the project (editable) and ``groups``."""
+    args = [UV, "sync", "--locked", "--no-progress"]
+    if project:
+        args += [f"--group={g}" for g in groups]
+    else:
+        args += [f"--only-group={g}" for g in groups]
+    assert isinstance(session.virtualenv.location, str)
+    session.run_install(*args, external=True, env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location})
 
 
 @nox.session(python=PYTHON)
@@ -60,7 +75,7 @@ def tests_kube(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff check on the package, tests, examples and benchmarks."""
-    session.install("ruff>=0.6")
+    _install(session, "lint", project=False)
     session.run("ruff", "check", "rl_lustre", "tests", "examples", "benchmarks", "noxfile.py")
 
 
@@ -83,3 +98,9 @@ def bench(session: nox.Session) -> None:
     """Run the benchmarks; each prints its ratio against a baseline measured in the same run."""
     _install(session, "test")
     session.run("python", "-m", "benchmarks", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def lock(session: nox.Session) -> None:
+    """Upgrade uv.lock to the newest versions pyproject.toml allows (commit the result)."""
+    session.run(UV, "lock", "--upgrade", *session.posargs, external=True)
