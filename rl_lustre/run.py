@@ -411,6 +411,8 @@ class Run:
             WaitTimeoutError: ``timeout`` passed; carries the last status and progress.
             RayError: the cluster stayed unreachable longer than the outage budget, or
                 no longer knows the job.
+            NotReadyError: the cluster is gone for good: a local head stopped by the
+                process that owns it (then at once, with no retries).
         """
         _check_seconds("Run.wait", timeout=timeout, poll=poll)
         deadline = None if timeout is None else time.monotonic() + timeout

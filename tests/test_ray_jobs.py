@@ -77,3 +77,32 @@ def test_rays_upload_lines_stay_out_of_the_users_terminal_unless_asked_for(local
     assert "packaging.py" not in quiet
     assert "REHEARSAL" in quiet  # our own warning still shows
     assert "dashboard_sdk.py" in stderr("debug")  # asked for: rl_lustre's DEBUG logging shows them
+
+
+def test_a_cluster_known_to_be_gone_is_said_so_once_not_retried_as_an_outage() -> None:
+    import socket
+
+    from rl_lustre.errors import NotReadyError, RayError
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"http://127.0.0.1:{s.getsockname()[1]}"
+    # Without a probe, or while the probe says the cluster runs, the connection error as is.
+    with pytest.raises(RayError) as plain:
+        JobsClient(address).version()
+    assert not isinstance(plain.value, NotReadyError)
+    with pytest.raises(RayError) as running:
+        JobsClient(address, gone=lambda: None).version()
+    assert not isinstance(running.value, NotReadyError)
+    # With the probe's sentence: one NotReadyError saying why, at once (no outage budget spent).
+    asked: list[int] = []
+
+    def gone() -> str:
+        asked.append(1)
+        return "its Ray head was stopped"
+
+    started = time.monotonic()
+    with pytest.raises(NotReadyError, match=r"^cannot .*: its Ray head was stopped$"):
+        list(JobsClient(address, gone=gone).follow("j1"))
+    assert time.monotonic() - started < 10
+    assert asked

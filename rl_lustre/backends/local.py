@@ -178,8 +178,16 @@ class LocalBackend(submission.JobsBackend):
 
         head = self._head()
         if self._jobs is None:
-            self._jobs = JobsClient(head.dashboard_url, headers=head.headers())
+            self._jobs = JobsClient(head.dashboard_url, headers=head.headers(), gone=self._gone)
         return self._jobs
+
+    def _gone(self) -> str | None:
+        """Why the head is gone for good, once a call to it failed; None while it runs."""
+        if self._find() is not None:
+            return None
+        return (f"the local cluster {self.cluster.name!r} is down: its Ray head was stopped (by "
+                "down() or the end of the `with cluster:` block that started it, in this or another "
+                "process), and its runs ended with it")
 
     def describe(self) -> str:
         head = self.head

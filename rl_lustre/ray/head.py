@@ -152,6 +152,10 @@ class LocalHead:
             >>> head.stop()  # doctest: +SKIP
         """
         logger.info("stopping local Ray head (pid %d)", self.pid)
+        # First, so that no process finds (adopts, attaches to) a head going away: a client
+        # whose request fails from here on learns that the head is gone, not "disconnected".
+        with contextlib.suppress(OSError):
+            (self.temp_dir / _STATE_FILE).unlink()
         interrupted: KeyboardInterrupt | None = None
         try:
             if self.alive():
@@ -356,7 +360,8 @@ def _launch_head(
 def find_local_head(temp_dir: Path) -> LocalHead | None:
     """The head still running in ``temp_dir`` (started by this or an earlier process), if any.
 
-    A head counts only if its ``ray start`` process is alive and carries our mark.
+    A head counts only if its ``ray start`` process is alive and carries our mark, and is
+    not being stopped (:meth:`LocalHead.stop` removes its state file first).
 
     Examples:
         >>> find_local_head(head_dir("nothing-runs-here")) is None

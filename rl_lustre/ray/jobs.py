@@ -14,12 +14,12 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..errors import RayError, RLLustreError, WaitTimeoutError
+from ..errors import NotReadyError, RayError, RLLustreError, WaitTimeoutError
 from ..outages import Outage, OutageBudget
 
 if TYPE_CHECKING:
@@ -159,10 +159,16 @@ class JobsClient:
             Without an ``Authorization`` header, none is sent, whatever Ray's token
             settings in this process (``RAY_AUTH_MODE``, ``~/.ray/auth_token``) say: they
             belong to other clusters.
+        gone: asked after a call fails: a sentence saying why the cluster is known to be
+            gone for good (a local head that was stopped), or None. With one, the call
+            raises :class:`~rl_lustre.errors.NotReadyError` saying so, which waits and
+            follows do not retry, instead of the connection error.
     """
 
-    def __init__(self, address: str, *, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(self, address: str, *, headers: Mapping[str, str] | None = None,
+                 gone: Callable[[], str | None] | None = None) -> None:
         self.address = address
+        self._gone = gone
         self._headers = dict(headers or {})
         if not any(name.lower() == "authorization" for name in self._headers):
             # Ray's client adds (or, finding none, fails for want of) this process's own
@@ -174,18 +180,30 @@ class JobsClient:
     def __repr__(self) -> str:
         return f"JobsClient({self.address!r})"
 
+    @contextlib.contextmanager
+    def _calls(self, action: str) -> Iterator[None]:
+        """:func:`ray_errors`, and a :class:`NotReadyError` for a cluster known to be gone."""
+        try:
+            with ray_errors(action):
+                yield
+        except RayError as exc:
+            why = self._gone() if self._gone is not None else None
+            if why is None:
+                raise
+            raise NotReadyError(f"cannot {action}: {why}") from exc
+
     def _sdk(self) -> JobSubmissionClient:
         with self._lock:
             if self._client is None:
                 quiet_ray_uploads()
-                with ray_errors(f"connect to the Ray Jobs API at {self.address}"):
+                with self._calls(f"connect to the Ray Jobs API at {self.address}"):
                     self._client = _connect(self.address, self._headers)
             return self._client
 
     def version(self) -> str:
         """The Ray version the cluster runs."""
         sdk = self._sdk()
-        with ray_errors("read the cluster's Ray version"):
+        with self._calls("read the cluster's Ray version"):
             return sdk.get_version()
 
     def submit(
@@ -202,7 +220,7 @@ class JobsClient:
             RayError: the cluster refused, including when ``submission_id`` is taken.
         """
         sdk = self._sdk()
-        with ray_errors(f"submit job {submission_id}"):
+        with self._calls(f"submit job {submission_id}"):
             return sdk.submit_job(
                 entrypoint=entrypoint,
                 submission_id=submission_id,
@@ -214,7 +232,7 @@ class JobsClient:
         """The job's status and details, or None when the cluster has no such job."""
         sdk = self._sdk()
         try:
-            with ray_errors(f"read job {submission_id}"):
+            with self._calls(f"read job {submission_id}"):
                 return JobInfo._from_ray(sdk.get_job_info(submission_id))
         except RayError as exc:
             if "does not exist" in str(exc):
@@ -224,19 +242,19 @@ class JobsClient:
     def list(self) -> list[JobInfo]:
         """Every job the cluster knows, in any status."""
         sdk = self._sdk()
-        with ray_errors("list jobs"):
+        with self._calls("list jobs"):
             return [JobInfo._from_ray(d) for d in sdk.list_jobs()]
 
     def logs(self, submission_id: str) -> str:
         """The job's whole log so far."""
         sdk = self._sdk()
-        with ray_errors(f"read the logs of job {submission_id}"):
+        with self._calls(f"read the logs of job {submission_id}"):
             return sdk.get_job_logs(submission_id)
 
     def stop(self, submission_id: str) -> bool:
         """Ask the job to stop; False if it had already ended."""
         sdk = self._sdk()
-        with ray_errors(f"stop job {submission_id}"):
+        with self._calls(f"stop job {submission_id}"):
             return bool(sdk.stop_job(submission_id))
 
     def delete(self, submission_id: str) -> bool:
@@ -247,7 +265,7 @@ class JobsClient:
         """
         sdk = self._sdk()
         try:
-            with ray_errors(f"delete job {submission_id}"):
+            with self._calls(f"delete job {submission_id}"):
                 return bool(sdk.delete_job(submission_id))
         except RayError as exc:
             if "does not exist" in str(exc):
@@ -358,6 +376,7 @@ class JobsClient:
 
         Raises:
             RayError: the job could not be followed for longer than the outage budget.
+            NotReadyError: the cluster is gone for good (see ``gone``).
         """
         outage = Outage(outage_budget or OutageBudget(), f"following the logs of job {submission_id}")
         delivered = 0  # characters of the log handed out (complete lines and the pending part)
@@ -378,6 +397,9 @@ class JobsClient:
                     yield from complete
                 info = self.info(submission_id)
             except RayError as exc:
+                why = self._gone() if self._gone is not None else None
+                if why is not None:
+                    raise NotReadyError(f"cannot follow the logs of job {submission_id}: {why}") from exc
                 outage.failed(exc)
                 continue
             if info is None or info.terminal:
