@@ -286,7 +286,7 @@ def test_the_script_leaves_the_layout_gke_reads(tmp_path: Path) -> None:
 
 
 def test_any_failing_command_reports_failed_with_its_error(tmp_path: Path) -> None:
-    code, out, guest, _ = run_script(tmp_path, SHIM_PULL_FAILS="failed to copy: no space left on device")
+    code, _out, guest, _ = run_script(tmp_path, SHIM_PULL_FAILS="failed to copy: no space left on device")
     assert code == 1
     assert guest["rl-lustre/status"] == "failed"
     assert guest["rl-lustre/error"].startswith("disk too small: unpacked ")
