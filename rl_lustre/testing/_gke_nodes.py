@@ -34,6 +34,7 @@ from ..catalog import (
     GKE_NODEPOOL_LABEL,
     GKE_SPOT_LABEL,
     GPU_MACHINE_TYPES,
+    GPU_RESOURCE,
 )
 
 __all__ = ["allocatable", "gke_node", "machine_shape", "pool_nodes"]
@@ -163,10 +164,10 @@ def gke_node(pool: Any, *, cluster: str, zone: str, index: int, project: str = "
         labels[GKE_ACCELERATOR_LABEL] = accelerator.accelerator_type
         labels["cloud.google.com/gke-gpu"] = "true"
         for key in ("capacity", "allocatable"):
-            shape[key]["nvidia.com/gpu"] = str(accelerator.accelerator_count)
+            shape[key][GPU_RESOURCE] = str(accelerator.accelerator_count)
         # GKE taints every GPU node so that only pods that tolerate it land there.
-        if not any(t["key"] == "nvidia.com/gpu" for t in taints):
-            taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
+        if not any(t["key"] == GPU_RESOURCE for t in taints):
+            taints.append({"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"})
     spec: dict[str, Any] = {"providerID": f"gce://{project}/{zone}/{name}"}
     if taints:
         spec["taints"] = taints

@@ -217,7 +217,7 @@ class KubeRayOperator(Controller):
         desired = sum(desired_replicas(g) for g in groups)
         live = [g for g in groups if not g.get("suspend")]
         hosts = [max(1, int(g.get("numOfHosts") or 1)) for g in live]
-        service = self.store.get("Service", ns, f"{name}-head-svc")
+        service = self.store.get("Service", ns, head_service_of(name))
         old = rc.get("status") or {}
         all_running = bool(pods) and all(pod_ready(p) for p in pods)
         status: Obj = {
@@ -231,7 +231,7 @@ class KubeRayOperator(Controller):
             "endpoints": {
                 str(p["name"]): str(p["port"]) for p in ((service or {}).get("spec") or {}).get("ports") or []
             },
-            "head": {"serviceName": f"{name}-head-svc"},
+            "head": {"serviceName": head_service_of(name)},
         }
         status = {k: v for k, v in status.items() if v != 0}  # omitempty
         if service is not None and service["spec"].get("clusterIP") not in (None, "", "None"):
