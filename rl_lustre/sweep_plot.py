@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,7 @@ from .plot import WIDTH_IN, save, save_check
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from .sweep import SweepResult
+    from .sweep import Outcome, SweepResult
 
 __all__ = ["Bar", "SweepPlot", "Wait", "collect", "figure", "plot"]
 
@@ -55,14 +56,16 @@ class Wait:
 
 @attrs.frozen
 class SweepPlot:
-    """Everything the sweep's plot shows: ``bars`` per run per slot, ``waits`` per run,
-    ``capacity`` slots, and the title."""
+    """Everything the sweep's plot shows: ``bars`` per run per row, ``waits`` per run,
+    ``capacity`` rows named ``rows`` (Ray's node names when the runs' records name them,
+    else the queue's node numbers), and the title."""
 
     title: str
     capacity: int
     bars: tuple[Bar, ...] = ()
     waits: tuple[Wait, ...] = ()
     names: tuple[str, ...] = ()
+    rows: tuple[str, ...] = ()
 
 
 def collect(result: SweepResult) -> SweepPlot:
@@ -89,9 +92,33 @@ def collect(result: SweepResult) -> SweepPlot:
             for slot in slots:
                 bars.append(Bar(o.name, slot, at - origin, until if not lost else lost[0][0]))
                 bars += [Bar(o.name, slot, a, b, recovering=True) for a, b in lost]
+    rows = tuple(f"node {i}" for i in range(capacity))
+    named = _ray_nodes(timed, capacity)
+    if named is not None:
+        # Each run's bar on the Ray nodes its placement groups held.
+        rows = tuple(sorted({n for nodes in named.values() for n in nodes}))
+        spans = {b.name: (b.start, b.end) for b in bars}
+        bars = [Bar(name, rows.index(node), *spans[name]) for name, nodes in named.items() if name in spans
+                for node in nodes]
     title = result.summary() or f"{len(result)} runs"
     return SweepPlot(title=title, capacity=capacity, bars=tuple(bars), waits=tuple(waits),
-                     names=tuple(o.name for o in timed))
+                     names=tuple(o.name for o in timed), rows=rows)
+
+
+def _ray_nodes(timed: Sequence[Outcome], capacity: int) -> dict[str, tuple[str, ...]] | None:
+    """Each run's Ray nodes, when every run that held nodes names exactly as many as it took,
+    once (no recovery), and together they name the cluster's nodes (worker nodes, not a
+    head that declares every GPU); else None."""
+    out: dict[str, tuple[str, ...]] = {}
+    for o in timed:
+        line = o.timeline
+        if line is None or not line.admissions:
+            continue
+        if line.recoveries or len(line.admissions) != 1 or len(line.held_nodes) != line.nodes:
+            return None
+        out[o.name] = line.held_nodes
+    names = {n for nodes in out.values() for n in nodes}
+    return out if out and len(names) == capacity else None
 
 
 def figure(data: SweepPlot) -> Figure:
@@ -100,7 +127,7 @@ def figure(data: SweepPlot) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    rows = max(data.capacity, 1)
+    rows = max(data.capacity, len(data.rows), 1)
     fig = Figure(figsize=(WIDTH_IN, 1.5 + 0.45 * rows + 0.25 * len(data.names)), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     fig.suptitle(data.title)
@@ -113,7 +140,7 @@ def figure(data: SweepPlot) -> Figure:
         if bar.end - bar.start > 0:
             nodes_ax.text((bar.start + bar.end) / 2, bar.slot, bar.name, ha="center", va="center", fontsize=7,
                           clip_on=True)
-    nodes_ax.set_yticks(range(rows), [f"node {i}" for i in range(rows)])
+    nodes_ax.set_yticks(range(rows), list(data.rows) or [f"node {i}" for i in range(rows)])
     nodes_ax.set_ylim(rows - 0.5, -0.5)
     nodes_ax.set_title("Who held which node (hatched: recovering, its claim kept)")
     for i, wait in enumerate(data.waits):

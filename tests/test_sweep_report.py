@@ -17,12 +17,12 @@ from rl_lustre.sweep_plot import collect
 
 def _outcome(name: str, nodes: int, submitted: float, admitted: float | None, released: float,
              slots: tuple[int, ...] = (), recoveries: tuple[tuple[float, float | None], ...] = (),
-             readmitted: tuple[float, tuple[int, ...]] | None = None) -> Outcome:
+             readmitted: tuple[float, tuple[int, ...]] | None = None, held: tuple[str, ...] = ()) -> Outcome:
     admissions = () if admitted is None else ((admitted, slots),)
     if readmitted is not None:
         admissions += (readmitted,)
     line = Timeline(nodes=nodes, gpus_per_node=8, joined_at=submitted + 1, admissions=admissions,
-                    recoveries=recoveries, released_at=released, reason="succeeded", capacity=4)
+                    recoveries=recoveries, held_nodes=held, released_at=released, reason="succeeded", capacity=4)
     run = 0.0 if admitted is None else released - admitted
     return Outcome(name=name, job_id=f"rl-lustre-{name}", status="SUCCEEDED", steps=1, total=1, nodes=nodes,
                    gpus_per_node=8, submitted_at=submitted, queued_seconds=(admitted or released) - submitted,
@@ -91,3 +91,19 @@ def test_the_plot_has_a_bar_per_run_per_slot_and_none_overlap(tmp_path: Path) ->
         SWEEP.plot(tmp_path / "sweep.svg")
     with pytest.raises(ConfigError, match="does not exist"):
         SWEEP.plot(tmp_path / "missing" / "sweep.png")
+
+
+def test_the_rows_are_rays_nodes_when_every_run_names_its_own() -> None:
+    workers = ("w0", "w1", "w2", "w3")
+    a = _outcome("a", 4, 1000.0, 1005.0, 1105.0, (0, 1, 2, 3), held=("w3", "w2", "w1", "w0"))
+    b = _outcome("b", 2, 1000.5, 1106.0, 1166.0, (0, 1), held=("w2", "w0"))
+    d = _outcome("d", 2, 1001.0, 1106.0, 1200.0, (2, 3), held=("w1", "w3"))
+    data = collect(SweepResult((a, b, d)))
+    assert data.rows == workers
+    assert sorted((data.rows[x.slot], x.name, x.start, x.end) for x in data.bars) == [
+        ("w0", "a", 5.0, 105.0), ("w0", "b", 106.0, 166.0), ("w1", "a", 5.0, 105.0), ("w1", "d", 106.0, 200.0),
+        ("w2", "a", 5.0, 105.0), ("w2", "b", 106.0, 166.0), ("w3", "a", 5.0, 105.0), ("w3", "d", 106.0, 200.0)]
+    # A head declaring every GPU is one Ray node for all: the queue's node numbers instead.
+    head = [_outcome(o.name, o.nodes or 0, 1000.0, 1005.0, 1105.0, o.timeline.slots if o.timeline else (),
+                     held=("head",)) for o in (a, b)]
+    assert collect(SweepResult(tuple(head))).rows == ("node 0", "node 1", "node 2", "node 3")
