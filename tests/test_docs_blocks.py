@@ -96,7 +96,7 @@ def _clean_env(home: Path) -> dict[str, str]:
 
 
 def _run(block: Block) -> subprocess.CompletedProcess[str]:
-    if "Cluster.local(" in block.code:
+    if "Cluster.local(" in block.code or "FakeGKE(" in block.code:
         with _ONE_RAY_AT_A_TIME:
             return _run_alone(block)
     return _run_alone(block)
@@ -146,7 +146,7 @@ def test_gcp_blocks_compile(block: Block) -> None:
 
 def _starts_ray(block: Block) -> bool:
     """A block that runs a job or a sweep on a local Ray head (tens of seconds each)."""
-    return "Cluster.local(" in block.code and any(w in block.code for w in (".submit(", "sweep(", "run_sweep"))
+    return ("Cluster.local(" in block.code or "FakeGKE(" in block.code) and any(w in block.code for w in (".submit(", "sweep(", "run_sweep"))
 
 
 @pytest.mark.parametrize(

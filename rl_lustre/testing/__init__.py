@@ -16,6 +16,9 @@ and forwards the head's dashboard port to a real local Ray head.
 Every method they do not implement fails loudly (gRPC UNIMPLEMENTED / HTTP 501,
 naming the method). Faults are injected with ``gcp.faults``.
 
+:class:`FakeGKE` puts them together with a real local Ray head and a rehearsal image, to
+run your own GKE script end to end (``submit()`` and ``wait()`` included) on this machine.
+
 :func:`preempt` takes worker nodes of a running local or fake-GKE deployment away, as a
 Spot preemption does, and brings replacements back.
 """
@@ -27,6 +30,7 @@ from ..gcp._wait import Backoff
 from ._capacity import Catalog
 from ._core import DEFAULT_LATENCY, FakeError, Faults, RequestRecord, project_number
 from ._fake import FakeGCP
+from ._fake_gke import FakeGKE
 from ._preempt import preempt
 from ._preemption import Preemption
 from .kube import KubeFake, KubeFaults, KubeTimings
@@ -43,6 +47,7 @@ __all__ = [
     "Catalog",
     "FakeError",
     "FakeGCP",
+    "FakeGKE",
     "Faults",
     "KubeFake",
     "KubeFaults",

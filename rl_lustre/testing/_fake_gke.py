@@ -1,0 +1,262 @@
+"""``FakeGKE``: a whole GKE deployment on this machine, for testing your own GKE script end to end.
+
+It stands up, on loopback: :class:`~rl_lustre.testing.FakeGCP` (the Google APIs),
+a :class:`~rl_lustre.testing.KubeFake` (the GKE cluster's Kubernetes API, validating what it
+receives and playing KubeRay) whose head service forwards to a real local Ray head, and a
+rehearsal *image*: a directory laid out as NeMo-RL is in its container image, whose
+``examples/run_grpo_math.py`` hands NeMo-RL's command line to the rehearsal driver
+(:mod:`rl_lustre.rehearsal`), and the image's ``uv run python`` on the head's ``PATH``.
+Everything is removed again on exit.
+
+Only two things about your specs change, through :meth:`FakeGKE.cluster` and
+:meth:`FakeGKE.job`: the volume's mount path becomes a directory here (the "pods" run on
+this machine) and the job's ``nemo_rl_dir`` becomes the rehearsal image. The rest of your
+script (``up()``, ``submit()``, ``wait()``, ``checkpoints()``, ``run_sweep``, ``down()``)
+runs unchanged, on the GKE backend.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..ray.head import LocalHead
+    from ..spec.cluster import ClusterSpec
+    from ..spec.job import JobSpec
+    from ._fake import FakeGCP
+    from .kube import KubeFake
+
+C = TypeVar("C", bound="ClusterSpec")
+J = TypeVar("J", bound="JobSpec")
+
+RECIPES = Path(__file__).resolve().parents[1] / "nemo_rl" / "recipes" / "v0.4.0"
+
+# The image's examples/run_grpo_math.py: NeMo-RL's command line, handed to the rehearsal.
+_GRPO_ENTRYPOINT = """\
+# The rehearsal image's examples/run_grpo_math.py (rl_lustre.testing.FakeGKE): NeMo-RL's
+# command line, handed to the rehearsal driver, which does not train.
+import sys
+
+from rl_lustre.rehearsal import main
+
+sys.exit(main(["--step-seconds", {step_seconds!r}, "--checkpoint-scale", {scale!r}, *sys.argv[1:]]))
+"""
+
+# The image's uv and python, as the GKE entrypoint uses them (cd <nemo_rl_dir> && uv run python ...).
+_UV = """\
+#!/bin/sh
+# The rehearsal image's uv (rl_lustre.testing.FakeGKE): only 'uv run python ARGS...'.
+if [ "$1" = run ] && [ "$2" = python ]; then
+  shift 2
+  exec {python} "$@"
+fi
+echo "the rehearsal image's uv runs only 'uv run python ...', not: uv $*" >&2
+exit 2
+"""
+_PYTHON = """\
+#!/bin/sh
+# The rehearsal image's python (rl_lustre.testing.FakeGKE): the one rl_lustre runs on here.
+exec {python} "$@"
+"""
+
+
+class FakeGKE:
+    """The Google APIs, a GKE cluster's Kubernetes and a real Ray head, on this machine.
+
+    Test your own GKE script end to end, ``submit()`` and ``wait()`` included, with no
+    credentials and nothing sent off this machine::
+
+        with FakeGKE() as gke:
+            cluster = gke.cluster(my_cluster)      # the volume mounted at a directory here
+            job = gke.job(my_job)                  # NeMo-RL from the rehearsal image
+            with cluster:
+                run = cluster.submit(job)
+                assert run.wait() == "SUCCEEDED"
+            assert gke.leftovers() == {"gcp": [], "kube": []}
+
+    The Ray head is one node of ``gpus_per_node`` GPUs, with Ray's token auth off (so a
+    cluster that lists ``RAY_AUTH_TOKEN`` among its secrets is refused by :meth:`cluster`);
+    jobs run the rehearsal driver, which rehearses orchestration and checkpoint storage
+    but does not train. Entering it sets the emulator variables of :class:`FakeGCP`
+    (restored on exit); leaving it stops the head, the fakes, and removes ``root``.
+
+    Args:
+        gpus_per_node: GPUs the head offers (A4 nodes have 8).
+        step_seconds: how long a rehearsed training step takes.
+        checkpoint_scale: rehearsal checkpoints are this fraction of the real size.
+        root: the directory for the head, the image and the volume; by default a new
+            temporary one, removed on exit (a given one is left in place).
+        validate: check every object the Kubernetes fake receives against the real schemas
+            (:func:`rl_lustre.testing.kube_schema_validator`).
+        latency: per-method latencies of the Google API fakes (see :class:`FakeGCP`).
+
+    Attributes:
+        gcp: the :class:`FakeGCP` (catalog, faults, requests, ``leaked()``), once entered.
+        kube: the :class:`KubeFake` (objects, requests), once entered.
+        image: the rehearsal image directory (what :meth:`job` sets as ``nemo_rl_dir``).
+        mount_path: the directory that plays the Lustre volume (what :meth:`cluster` sets).
+    """
+
+    def __init__(self, *, gpus_per_node: int = 8, step_seconds: float = 0.25, checkpoint_scale: float = 1e-5,
+                 root: str | os.PathLike[str] | None = None, validate: bool = True,
+                 latency: dict[str, float] | None = None) -> None:
+        from .. import _validate as v
+
+        owner = "FakeGKE"
+        v.need(owner, "gpus_per_node", gpus_per_node, int, "a number of GPUs (int)")
+        if isinstance(gpus_per_node, bool) or gpus_per_node < 1:
+            raise ConfigError(owner, "gpus_per_node", gpus_per_node, "must be at least 1")
+        for field, value in (("step_seconds", step_seconds), ("checkpoint_scale", checkpoint_scale)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(owner, field, value, "must be a number above 0")
+        self.gpus_per_node = gpus_per_node
+        self.step_seconds = float(step_seconds)
+        self.checkpoint_scale = float(checkpoint_scale)
+        self._given_root = None if root is None else Path(root)
+        self._validate = validate
+        self._latency = latency
+        self.root: Path | None = None
+        self.gcp: FakeGCP | None = None
+        self.kube: KubeFake | None = None
+        self.head: LocalHead | None = None
+
+    def __repr__(self) -> str:
+        where = f"head at {self.head.dashboard_url}" if self.head is not None else "not running"
+        return f"FakeGKE({where})"
+
+    # the rehearsal image and volume
+
+    @property
+    def image(self) -> Path:
+        """The rehearsal image: NeMo-RL's layout, ``examples/run_grpo_math.py`` and the recipes."""
+        return self._root() / "nemo-rl"
+
+    @property
+    def mount_path(self) -> Path:
+        """The directory that plays the volume's mount in the pods."""
+        return self._root() / "lustre"
+
+    def _root(self) -> Path:
+        if self.root is None:
+            raise RuntimeError("FakeGKE is not running: use it as `with FakeGKE() as gke:`")
+        return self.root
+
+    def _write_image(self, tools: Path) -> None:
+        examples = self.image / "examples"
+        (examples / "configs").mkdir(parents=True)
+        (examples / "run_grpo_math.py").write_text(_GRPO_ENTRYPOINT.format(
+            step_seconds=str(self.step_seconds), scale=str(self.checkpoint_scale)))
+        for recipe in RECIPES.glob("*.yaml"):
+            shutil.copy(recipe, examples / "configs" / recipe.name)
+        tools.mkdir(parents=True)
+        python = shlex.quote(sys.executable)
+        for name, text in (("uv", _UV), ("python", _PYTHON)):
+            (tools / name).write_text(text.format(python=python))
+            (tools / name).chmod(0o755)
+        self.mount_path.mkdir()
+
+    # the specs
+
+    def cluster(self, cluster: C) -> C:
+        """``cluster`` as it runs on these fakes: its volume mounted at :attr:`mount_path`.
+
+        Raises:
+            ConfigError: a cluster that is not on the GKE backend, has more than one node
+                (the head here is one node), or turns Ray token auth on.
+        """
+        from ..kube.raycluster import RAY_AUTH_TOKEN
+
+        if cluster.backend != "gke":
+            raise ConfigError("FakeGKE.cluster", "backend", cluster.backend,
+                              "must be 'gke': local clusters need no fake (Cluster.local runs a real Ray head)")
+        if cluster.num_nodes != 1:
+            raise ConfigError("FakeGKE.cluster", "num_nodes", cluster.num_nodes,
+                              f"must be 1 on FakeGKE: its Ray head is one node of {self.gpus_per_node} GPUs "
+                              "(test with attrs.evolve(cluster, num_nodes=1))")
+        if RAY_AUTH_TOKEN in cluster.secrets:
+            raise ConfigError("FakeGKE.cluster", "secrets", RAY_AUTH_TOKEN,
+                              "FakeGKE's Ray head runs without token auth; leave RAY_AUTH_TOKEN out of "
+                              "the secrets of the cluster you test on it")
+        return attrs.evolve(cluster, mount_path=str(self.mount_path))  # (raises if not running)
+
+    def job(self, job: J) -> J:
+        """``job`` as it runs on these fakes: NeMo-RL from the rehearsal :attr:`image`."""
+        return attrs.evolve(job, nemo_rl_dir=str(self._root() / "nemo-rl"))
+
+    def leftovers(self, name: str | None = None) -> dict[str, list[Any]]:
+        """What is left of deployment ``name`` (by default any) on the fakes: Google
+        resources (``gcp.leaked``) and Kubernetes objects. Both empty after ``down()``."""
+        if self.gcp is None or self.kube is None:
+            raise RuntimeError("FakeGKE is not running: use it as `with FakeGKE() as gke:`")
+        self.gcp.settle()
+        return {"gcp": list(self.gcp.leaked(name)), "kube": list(self.kube.objects())}
+
+    # lifecycle
+
+    def start(self) -> FakeGKE:
+        """Start the head, the Kubernetes fake and the Google API fakes (in that order)."""
+        from ..backends.local import rehearsal_resources
+        from ..ray.head import start_local_head
+        from ..spec.cluster import ClusterSpec
+        from ._fake import FakeGCP
+        from .kube import KubeFake
+        from .kube import schema_validator as kube_schema_validator
+
+        if self.root is not None:
+            raise RuntimeError("FakeGKE is already running")
+        if self._given_root is not None:
+            self._given_root.mkdir(parents=True, exist_ok=True)
+            self.root = Path(tempfile.mkdtemp(prefix="fake-gke-", dir=self._given_root))
+        else:
+            # Short: Ray's socket paths under the head's temp dir must fit in 107 bytes.
+            self.root = Path(tempfile.mkdtemp(prefix="rl-fgke-"))
+        try:
+            tools = self.root / "image-bin"
+            self._write_image(tools)
+            env = dict(os.environ)
+            env["PATH"] = os.pathsep.join([str(tools), env.get("PATH", "")])
+            spec = ClusterSpec.local("fake-gke-head", volume_dir=self.root / "head", gpus_per_node=self.gpus_per_node)
+            num_cpus, num_gpus = rehearsal_resources(spec)
+            self.head = start_local_head(self.root / "ray", num_cpus=num_cpus, num_gpus=num_gpus, env=env,
+                                         auth="disabled")
+            host, port = self.head.dashboard_url.removeprefix("http://").rsplit(":", 1)
+            self.kube = KubeFake(validate=kube_schema_validator() if self._validate else None,
+                                 head_target=(host, int(port))).start()
+            self.gcp = FakeGCP(kube=self.kube, latency=self._latency).start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop everything started (the fakes, then the head) and remove the root directory."""
+        errors: list[BaseException] = []
+        for part in (self.gcp, self.kube, self.head):
+            if part is None:
+                continue
+            try:
+                part.stop()
+            except Exception as exc:
+                errors.append(exc)
+        self.gcp = self.kube = self.head = None
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> FakeGKE:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
