@@ -26,6 +26,10 @@ def warn_caller(message: str, category: type[Warning]) -> None:
     """
     package = os.path.dirname(os.path.abspath(__file__)) + os.sep
     frame, level = sys._getframe(1), 2
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+    def ours(filename: str) -> bool:
+        # attrs compiles the specs' __init__ into "<attrs generated methods ...>": ours too.
+        return filename.startswith("<attrs generated") or os.path.abspath(filename).startswith(package)
+
+    while frame.f_back is not None and ours(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)

@@ -133,7 +133,16 @@ class Cluster(ClusterSpec):
             the cache is not fetched again. ``()`` turns the prefetch off.
         prepull_image: pull ``image`` onto every GPU node as soon as the GPU pool exists
             (a DaemonSet, removed once the RayCluster's workers run), while Lustre is
-            still being created.
+            still being created. With a preload image only the Ray head's CPU node
+            pre-pulls (the GPU nodes boot with the image).
+        preload_image: ``True`` (default): the GPU nodes boot with ``image`` already on
+            a secondary boot disk (GKE's ``CONTAINER_IMAGE_CACHE``), made from a disk
+            image that ``up()`` finds by the image's digest or builds once on a temporary
+            VM (~16 minutes, once per image and project); ``down()`` keeps it for the
+            next deployment. ``False``: no preload; the image is pulled on each node
+            (pre-pulled, with ``prepull_image``). A string
+            ``"projects/P/global/images/NAME"`` (or ``"global/images/NAME"``): your own
+            disk image, used as it is, never built or deleted.
         keep: leave everything running at the end of a ``with`` block.
     """
 
@@ -247,18 +256,28 @@ class Cluster(ClusterSpec):
 
         return check_cluster(self)
 
-    def down(self) -> None:
+    def down(self, *, delete_preload_image: bool = False) -> None:
         """Tear down what :meth:`up` created; what you own is never deleted. A no-op when nothing runs.
 
         On GKE that includes the Lustre instance ``up()`` created, and the checkpoints on
         it: use ``LustreVolume(existing=True)`` for a volume that outlives the cluster, or
         ``volume.export_data()`` first. Locally the volume directory is kept.
 
+        The preload disk image (``preload_image=True``) is kept: the next deployment of the
+        same image boots from it instead of building it again.
+
         Examples:
             >>> Cluster.local("demo").down()  # doctest: +SKIP
+
+        Args:
+            delete_preload_image: delete the preload disk image too, unless a node pool in
+                the project still boots from it (another deployment's).
         """
+        from ._validate import need
+
+        need("Cluster.down", "delete_preload_image", delete_preload_image, bool, "True or False")
         atexit.unregister(self._down_at_exit)
-        self._backend().down()
+        self._backend().down(delete_preload_image=delete_preload_image)
         self._live.started = False
 
     def __enter__(self) -> Cluster:

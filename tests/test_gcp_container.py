@@ -15,6 +15,7 @@ from google.cloud import container_v1
 
 from rl_lustre import Cluster
 from rl_lustre.errors import (
+    ConfigError,
     OperationFailedError,
     OwnershipError,
     QuotaExceededError,
@@ -36,6 +37,12 @@ PROJECT = "my-project"
 BASE = Cluster(name="demo", project=PROJECT, region="us-east1", zone="us-east1-b",
                authorized_networks=["203.0.113.7/32", "198.51.100.0/24"], labels={"team": "rl"}, fabric="tcp")
 PLAN = BASE.plan()
+# The preload image's path, which up() learns once it has found or built the image.
+IMAGE = f"projects/{PROJECT}/global/images/rlp-0123456789-abcdefabcdef"
+
+
+def gpu_pool(plan: Any = PLAN) -> container_v1.NodePool:
+    return node_pool_request(plan, "gpu-pool", preload_image=IMAGE)
 
 
 @pytest.fixture
@@ -43,6 +50,8 @@ def gcp() -> Iterator[FakeGCP]:
     with FakeGCP(latency={"gke.create_cluster": 0.05, "gke.create_node_pool": 0.04}) as fake:
         # The plan's own network and subnet, as the compute branch would have made them.
         fake.seed_network(PROJECT, "demo-net", subnet="demo-subnet", deployment="demo")
+        # The preload image the GPU pool's secondary boot disk names, as up() would have built it.
+        fake.seed_image(PROJECT, IMAGE.rsplit("/", 1)[1])
         yield fake
 
 
@@ -90,7 +99,7 @@ def test_control_plane_is_never_silently_public() -> None:
 
 
 def test_gpu_pool_request() -> None:
-    pool = node_pool_request(PLAN, "gpu-pool")
+    pool = gpu_pool()
     cfg = pool.config
     assert (pool.name, pool.initial_node_count, list(pool.locations)) == ("gpu-pool", 8, ["us-east1-b"])
     assert (cfg.machine_type, cfg.spot, cfg.gvnic.enabled) == ("a4-highgpu-8g", True, True)
@@ -103,13 +112,26 @@ def test_gpu_pool_request() -> None:
     assert cfg.disk_type == "hyperdisk-balanced"  # A4 boots only from Hyperdisk
     assert cfg.resource_labels["rl-lustre-deployment"] == "demo"
 
-    reserved = node_pool_request(attrs.evolve(BASE, spot=False, reservation="a4-res").plan(), "gpu-pool").config
+    # The nodes boot with the image preloaded: GKE wants Image streaming and COS containerd for it.
+    [disk] = cfg.secondary_boot_disks
+    assert (disk.disk_image, disk.mode) == (IMAGE, container_v1.SecondaryBootDisk.Mode.CONTAINER_IMAGE_CACHE)
+    assert (cfg.gcfs_config.enabled, cfg.image_type) == (True, "COS_CONTAINERD")
+    with pytest.raises(ConfigError, match="boots with the preload image"):
+        node_pool_request(PLAN, "gpu-pool")
+    theirs = node_pool_request(attrs.evolve(BASE, preload_image="projects/team-images/global/images/nemo").plan(),
+                               "gpu-pool").config
+    assert theirs.secondary_boot_disks[0].disk_image == "projects/team-images/global/images/nemo"
+    off = node_pool_request(attrs.evolve(BASE, preload_image=False).plan(), "gpu-pool").config
+    assert (list(off.secondary_boot_disks), off.gcfs_config.enabled, off.image_type) == ([], False, "")
+    assert not node_pool_request(PLAN, "cpu-pool").config.secondary_boot_disks
+
+    reserved = gpu_pool(attrs.evolve(BASE, spot=False, reservation="a4-res").plan()).config
     assert not reserved.spot
     ra = reserved.reservation_affinity
     assert ra.consume_reservation_type == container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION
     assert (ra.key, list(ra.values)) == ("compute.googleapis.com/reservation-name", ["a4-res"])
 
-    a3 = node_pool_request(attrs.evolve(BASE, machine_type="a3-highgpu-8g", accelerator_type=None).plan(), "gpu-pool").config
+    a3 = gpu_pool(attrs.evolve(BASE, machine_type="a3-highgpu-8g", accelerator_type=None).plan()).config
     assert a3.accelerators[0].accelerator_type == "nvidia-h100-80gb"
     assert a3.disk_type == ""
 
@@ -132,7 +154,7 @@ def test_field_names_exist_in_the_reference_api(ref: Path) -> None:
     messages = json.loads((ref / "gcp-lustre-container-proto-fields.json").read_text())["container_v1"]["messages"]
     known = {m["full_name"]: {f["name"].rstrip("_") for f in m["fields"]} for m in messages.values()}
     checked = 0
-    for message in (cluster_request(PLAN), node_pool_request(PLAN, "gpu-pool")):
+    for message in (cluster_request(PLAN), gpu_pool()):
         for type_name, field in _set_fields(message):
             if type_name in known:
                 assert field in known[type_name], f"{type_name}.{field} is not in the reference API"
@@ -160,10 +182,10 @@ def test_create_cluster_reports_endpoint_and_ca(gcp: FakeGCP) -> None:
 def test_node_pool_create_adopt_delete_then_cluster_delete(gcp: FakeGCP) -> None:
     name = clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1",
                              deployment="demo").name
-    gpu = pools().create(node_pool_request(PLAN, "gpu-pool"), cluster=name, deployment="demo")
+    gpu = pools().create(gpu_pool(), cluster=name, deployment="demo")
     assert not gpu.adopted
     assert gpu.resource.status == container_v1.NodePool.Status.RUNNING
-    assert pools().create(node_pool_request(PLAN, "gpu-pool"), cluster=name, deployment="demo").adopted
+    assert pools().create(gpu_pool(), cluster=name, deployment="demo").adopted
     assert gcp.request_counts()["gke.CreateNodePool"] == 1
     assert sorted(gcp.resources()["gke.nodePools"]) == [f"{name}/nodePools/gpu-pool", f"{name}/nodePools/ray-head-pool"]
 
@@ -183,7 +205,7 @@ def test_node_pool_waits_for_a_busy_cluster(gcp: FakeGCP) -> None:
     # for the busy timeout, not just the few attempts other transient errors get.
     patient = GkeNodePools(backoff=FAST_BACKOFF,
                            retry=RetryPolicy(attempts=2, initial=0.005, maximum=0.01, busy_timeout=5))
-    done = patient.create(node_pool_request(PLAN, "gpu-pool"), cluster=name, deployment="demo")
+    done = patient.create(gpu_pool(), cluster=name, deployment="demo")
     assert done.resource.status == container_v1.NodePool.Status.RUNNING
     outcomes = [r.outcome for r in gcp.requests if r.method == "gke.CreateNodePool"]
     assert len(outcomes) > 2
@@ -223,7 +245,7 @@ def test_spot_stockout_names_zone_and_what_to_try(gcp: FakeGCP) -> None:
         message="ZONE_RESOURCE_POOL_EXHAUSTED: The zone 'projects/my-project/zones/us-east1-b' does not have "
                 "enough resources available to fulfill the request.")
     with pytest.raises(QuotaExceededError) as info:
-        pools().create(node_pool_request(PLAN, "gpu-pool"), cluster=name, deployment="demo")
+        pools().create(gpu_pool(), cluster=name, deployment="demo")
     text = str(info.value)
     assert "us-east1-b" in text
     assert "gpu-pool" in text

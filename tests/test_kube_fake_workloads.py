@@ -154,3 +154,19 @@ def test_job_pods_start_after_job_start_ray_pods_after_start(kube: KubeFake, tim
     pods = until(lambda: [p["metadata"]["name"] for p in kube.objects("Pod") if p["metadata"]["name"] != "ray"])
     after = _running_after(kube, ["ray", pods[0]])
     assert after[pods[0]] < 0.5 < 0.8 <= after["ray"]
+
+
+def test_nodes_of_a_preloaded_pool_start_the_image_without_pulling_it(kube: KubeFake, timings: Any) -> None:
+    timings.image_pulls = {"nvcr.io/nvidia/nemo-rl:v0.4.0": 0.8}
+    kube.preload("gpu-pool", ["nvcr.io/nvidia/nemo-rl:v0.4.0"])
+    kube.add_nodes("gpu-pool", 1)
+    kube.add_nodes("cpu-pool", 1)
+    _pod(kube, "preloaded", "nvcr.io/nvidia/nemo-rl:v0.4.0", "gpu-pool")
+    _pod(kube, "pulled", "nvcr.io/nvidia/nemo-rl:v0.4.0", "cpu-pool")
+    after = _running_after(kube, ["preloaded", "pulled"])
+    assert after["preloaded"] < 0.6 <= 0.8 <= after["pulled"]
+    # A replacement node of the pool boots from the same disk image.
+    kube.remove_nodes("gpu-pool")
+    kube.add_nodes("gpu-pool", 1)
+    _pod(kube, "replacement", "nvcr.io/nvidia/nemo-rl:v0.4.0", "gpu-pool")
+    assert _running_after(kube, ["replacement"])["replacement"] < 0.6

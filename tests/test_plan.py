@@ -29,6 +29,7 @@ KINDS = {
     "network": "compute.v1.Network",
     "subnet": "compute.v1.Subnetwork",
     "psa-range": "compute.v1.GlobalAddress",
+    "preload-image": "compute.v1.Image",
     "psa-peering": "servicenetworking.v1.Connection",
     "firewall-lustre": "compute.v1.Firewall",
     "gke-cluster": "container.v1.Cluster",
@@ -97,7 +98,7 @@ print(json.dumps({{"loaded": loaded, "keys": p.keys(), "chars": len(text) + len(
 def test_every_resource_the_issue_names_is_planned(plan: Plan) -> None:
     assert {r.key: r.kind for r in plan} == KINDS
     assert len(plan) == len(KINDS)
-    assert all(r.action == "create" for r in plan)
+    assert {r.key: r.action for r in plan if r.action != "create"} == {"preload-image": "cache"}
 
 
 def test_in_a_users_network_google_picks_the_psa_block_after_the_subnet() -> None:
@@ -141,14 +142,23 @@ def test_dependencies_match_the_architecture(plan: Plan) -> None:
     assert set(plan.get("lustre").depends_on) == {"psa-peering", "firewall-lustre"}
     assert plan.get("gke-cluster").depends_on == ("subnet",)
     assert plan.get("cpu-pool").depends_on == ("gke-cluster",)
-    assert plan.get("gpu-pool").depends_on == ("gke-cluster",)
+    # The GPU nodes boot with the preload image, built on a VM in the deployment's subnet.
+    assert plan.get("gpu-pool").depends_on == ("gke-cluster", "preload-image")
+    assert plan.get("preload-image").depends_on == ("subnet",)
     # The PV needs the API server and the instance's address, not the node pools.
     assert set(plan.get("pv").depends_on) == {"lustre", "gke-cluster"}
     assert plan.get("pvc").depends_on == ("pv",)
     assert plan.get("secret").depends_on == ("gke-cluster",)
     assert set(plan.get("raycluster").depends_on) == {"pvc", "secret", "cpu-pool", "gpu-pool"}
     assert plan.upstream("raycluster") == set(KINDS) - {"raycluster", "image-prepull", "model-prefetch"}
-    assert plan.get("image-prepull").depends_on == ("cpu-pool", "gpu-pool")
+    # The GPU nodes boot with the image preloaded: only the head's CPU node pre-pulls it.
+    assert plan.get("image-prepull").depends_on == ("cpu-pool",)
+    assert list(plan.get("image-prepull").settings["node_pools"]) == ["ray-head-pool"]
+    off = Cluster(**REFERENCE, preload_image=False).plan()
+    assert "preload-image" not in off
+    assert off.get("image-prepull").depends_on == ("cpu-pool", "gpu-pool")
+    assert off.get("gpu-pool").depends_on == ("gke-cluster",)
+    assert "preload" not in off.get("gpu-pool").settings
     assert plan.get("model-prefetch").depends_on == ("pvc", "cpu-pool", "secret")
     assert sorted(plan.dependents("gke-cluster")) == ["cpu-pool", "gpu-pool", "pv", "secret"]
 
@@ -360,7 +370,12 @@ def test_key_settings_of_the_reference_deployment(plan: Plan) -> None:
 
 def test_ownership_labels_on_created_resources() -> None:
     p = Cluster(**REFERENCE, labels={"team": "rl"}).plan()
+    # The preload image is shared by deployments: our labels and its role, nobody's deployment.
+    assert dict(p.get("preload-image").labels) == {LABEL_MANAGED_BY: "rl-lustre", "rl-lustre-role": "preload-image",
+                                                   "rl-lustre-layout": "v1"}
     for r in p:
+        if r.action == "cache":
+            continue
         assert r.labels[LABEL_MANAGED_BY] == "rl-lustre", r.key
         assert r.labels[LABEL_DEPLOYMENT] == "ray-a4-gpu-spot", r.key
         assert r.labels["team"] == "rl", r.key
@@ -374,7 +389,7 @@ def test_user_network_is_used_not_created() -> None:
     assert p.get("network").name == "corp-vpc"
     assert p.get("gke-cluster").settings["network"] == "corp-vpc"
     assert p.get("lustre").settings["network"] == "projects/my-project/global/networks/corp-vpc"
-    assert all(p.get(k).action == "create" for k in set(KINDS) - {"network", "subnet"})
+    assert all(p.get(k).action == "create" for k in set(KINDS) - {"network", "subnet", "preload-image"})
     # Pod and service ranges are then added to the user's subnet by GKE.
     assert p.get("gke-cluster").settings["ip_allocation_policy"]["cluster_ipv4_cidr_block"]
     assert p.totals()["use"] == 2

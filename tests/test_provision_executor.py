@@ -26,11 +26,11 @@ from rl_lustre.provision.signals import cancel_on_signals
 from rl_lustre.provision.step import Done, Step
 
 
-def make_plan(edges: dict[str, Iterable[str]], use: Iterable[str] = ()) -> Plan:
-    used = set(use)
+def make_plan(edges: dict[str, Iterable[str]], use: Iterable[str] = (), cache: Iterable[str] = ()) -> Plan:
+    used, cached = set(use), set(cache)
     return Plan(cluster_name="t", backend="gke", resources=[
         PlannedResource(key=k, kind="test.Thing", name=f"thing-{k}", depends_on=tuple(deps),
-                        action="use" if k in used else "create")
+                        action="use" if k in used else "cache" if k in cached else "create")
         for k, deps in edges.items()
     ])
 
@@ -273,6 +273,29 @@ def test_a_failed_deletion_leaves_what_depends_on_it_and_raises_after_the_rest()
     assert err.report.get("net").note == "still used by sub"
     assert isinstance(err.errors["sub"], QuotaExceededError)
     assert set(world.exists) == {"net", "sub"}
+
+
+def test_a_cache_node_outlives_a_rollback_and_down_unless_asked() -> None:
+    # A completed cache (the preload image) is reused by the next up(), as a downloaded
+    # wheel is: a rollback and down() keep it; down(cache=True) deletes it.
+    plan = make_plan({"net": [], "image": ["net"], "pool": ["image"], "bad": ["pool"]}, cache=["image"])
+    world = World()
+    drivers = drivers_for(plan, world, bad=FakeDriver(world, "bad", fail=QuotaExceededError("no GPUs")))
+    with pytest.raises(ProvisioningError) as err:
+        Executor(plan, drivers).up()
+    assert "image" in world.exists
+    assert "thing-image" in " ".join(err.value.kept)
+    assert not err.value.report.get("image").requested
+    assert sorted(world.exists) == ["image"]
+    drivers = drivers_for(plan, world)
+    Executor(plan, drivers).up()
+    report = Executor(plan, drivers).down()
+    assert report.get("image").outcome == "kept"
+    assert "shared by deployments" in report.get("image").note
+    assert sorted(world.exists) == ["image"]
+    again = Executor(plan, drivers).down(cache=True)
+    assert again.get("image").outcome == "deleted"
+    assert world.exists == {}
 
 
 def test_every_node_needs_a_driver() -> None:

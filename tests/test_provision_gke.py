@@ -52,13 +52,15 @@ CREATES = re.compile(r"\.insert$|\.Create|connections\.(create|patch)$")
 
 
 def spec(**kw: object) -> Cluster:
+    # Without the preload image, whose build, reuse and rollback are test_preload.py's (the
+    # first test below deploys it too, in the whole graph).
     base: dict[str, object] = {"name": "demo", "project": PROJECT, "region": "us-east1", "zone": "us-east1-b",
-                               "num_nodes": 2}
+                               "num_nodes": 2, "preload_image": False}
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
 
 
 # Where each plan node of the default (fabric="rdma") deployment shows up in FakeGCP.resources().
-FAKE_KIND = {r.key: FAKE_OF_KIND[r.kind] for r in spec().plan() if r.kind in FAKE_OF_KIND}
+FAKE_KIND = {r.key: FAKE_OF_KIND[r.kind] for r in spec(preload_image=True).plan() if r.kind in FAKE_OF_KIND}
 # Every plan node on the Kubernetes side (switched off with gcp_only=True): the fabric's
 # network objects and installer, PV, PVC, Secret, RayCluster, image pre-pull, model prefetch.
 KUBE_KEYS = K8S_KEYS = kube_keys(spec().plan())
@@ -104,19 +106,23 @@ def gcp():
 
 
 def test_up_creates_exactly_the_plans_create_nodes_and_down_from_a_fresh_process_removes_them(gcp: FakeGCP) -> None:
-    cluster = spec(authorized_networks=["203.0.113.7/32"])
+    cluster = spec(authorized_networks=["203.0.113.7/32"], preload_image=True)
     report = backend(cluster).up()
 
     plan = cluster.plan()
     gcp_nodes = [r.key for r in plan if r.action == "create" and r.key not in K8S_KEYS]
-    assert report.keys("created") == gcp_nodes
+    # The preload image is built once for the project (a cache, shared by deployments).
+    assert report.keys("created") == [r.key for r in plan if r.action in ("create", "cache") and r.key not in K8S_KEYS]
+    [image] = list(existing(gcp)["compute.images"])
+    assert report.get("preload-image").value.name == image.rsplit("/", 1)[1]
     assert report.keys("skipped") == [r.key for r in plan if r.key in K8S_KEYS]
     assert all("gcp_only" in report.get(k).note for k in report.keys("skipped"))
     # What exists remotely is exactly those nodes, each carrying our labels.
     expected = sorted(f"{FAKE_KIND[k]} {remote_name(k, cluster)}" for k in gcp_nodes)
     assert gcp.leaked("demo") == expected
-    assert existing(gcp) == {kind: sorted(n.split(" ", 1)[1] for n in expected if n.startswith(kind + " "))
-                             for kind in {e.split()[0] for e in expected}}
+    assert existing(gcp) == {"compute.images": [image],
+                             **{kind: sorted(n.split(" ", 1)[1] for n in expected if n.startswith(kind + " "))
+                                for kind in {e.split()[0] for e in expected}}}
     assert re.fullmatch(r"\d+\.\d+\.\d+\.\d+@tcp:/lustrefs", cluster.volume.mount_point)
     assert report.get("cpu-pool").note == "created with the cluster"
     assert gcp.request_counts("gke.CreateNodePool") == {"gke.CreateNodePool": 1}
@@ -133,9 +139,10 @@ def test_up_creates_exactly_the_plans_create_nodes_and_down_from_a_fresh_process
 
     # A new process knows nothing but the spec: it finds everything by name and labels.
     before = len(gcp.requests)
-    down = backend(spec(authorized_networks=["203.0.113.7/32"])).down()
+    down = backend(spec(authorized_networks=["203.0.113.7/32"], preload_image=True)).down()
     assert sorted(down.keys("deleted")) == sorted(gcp_nodes)
-    assert existing(gcp) == {}
+    assert down.get("preload-image").outcome == "kept"
+    assert existing(gcp) == {"compute.images": [image]}
     # Node pools went with their cluster: no DeleteNodePool was sent.
     assert not [r for r in gcp.requests[before:] if r.method == "gke.DeleteNodePool"]
 
@@ -146,8 +153,15 @@ def test_up_creates_exactly_the_plans_create_nodes_and_down_from_a_fresh_process
 
 
 def test_the_lustre_branch_runs_alongside_the_gke_cluster_and_its_pools() -> None:
-    latency = {"lustre.create": 1.5, "gke.create_cluster": 1.0, "gke.create_node_pool": 1.0}
+    latency = {"lustre.create": 1.5, "gke.create_cluster": 1.0, "gke.create_node_pool": 1.0,
+               "compute.create_subnetwork": 0.5}
+    # The clients' first import (compute_v1 alone takes seconds on a loaded machine) is not
+    # what this test measures.
+    import rl_lustre.gcp.images  # noqa: F401
+    from rl_lustre.provision.context import Apis
+
     with FakeGCP(latency=latency) as gcp:
+        Apis.from_env()
         started = time.monotonic()
         report = backend(spec()).up()
         wall = time.monotonic() - started
@@ -378,7 +392,7 @@ SIGNAL_SCRIPT = textwrap.dedent("""
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     cluster = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2,
-                      fabric="tcp")
+                      fabric="tcp", preload_image=False)  # a completed preload image outlives a rollback
     GKEBackend(cluster, gcp_only=True, backoff=Backoff(0.01, 0.05), retry=RetryPolicy(3, 0.01, 0.02)).up()
     print("UP FINISHED", flush=True)
 """)

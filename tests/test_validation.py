@@ -133,7 +133,31 @@ BAD: list[tuple[str, Callable[[], Any], str, tuple[str, ...]]] = [
     # messages
     ("look-alike name", lambda: Cluster(**{**GKE, "name": "d\u0435mo"}), "name", ("U+0435 CYRILLIC SMALL LETTER IE",)),
     ("look-alike zone", lambda: Cluster(**{**GKE, "zone": "us-east1-\u0432"}), "zone", ("U+0432",)),
+    ("preload_image=bad path", lambda: Cluster(**GKE, preload_image="images/nemo"), "preload_image",
+     ("'projects/PROJECT/global/images/NAME'",)),
+    ("preload_image=5", lambda: Cluster(**GKE, preload_image=5), "preload_image", ("must be True",)),
+    ("preload_image on a local cluster", lambda: _local(preload_image="global/images/nemo"), "preload_image",
+     ("is for GKE clusters",)),
+    ("rl-lustre-role label", lambda: Cluster(**GKE, labels={"rl-lustre-role": "x"}), "labels",
+     ("set by rl_lustre itself",)),
 ]
+
+
+def test_preload_image_values_in_force() -> None:
+    import warnings
+
+    import attrs
+
+    assert Cluster(**GKE).preload_image is True
+    assert Cluster(**GKE, preload_image="global/images/nemo-040").preload_image == \
+        "projects/my-project/global/images/nemo-040"
+    assert attrs.evolve(Cluster(**GKE), preload_image=False).preload_image is False
+    assert _local().preload_image is False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Cluster(**GKE, preload_image="global/images/" + "n" * 40)
+    assert "longer than 39" in str(caught[0].message)
+    assert caught[0].filename == __file__
 
 
 @pytest.mark.parametrize(("call", "field", "fragments"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])

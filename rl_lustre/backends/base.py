@@ -28,8 +28,9 @@ class Backend(Protocol):
         May return a report of what it did; ``Cluster.up()`` does not use it.
         """
 
-    def down(self) -> object:
-        """Tear the deployment down; a no-op when nothing runs."""
+    def down(self, *, delete_preload_image: bool = False) -> object:
+        """Tear the deployment down; a no-op when nothing runs. What deployments share (the
+        preload disk image) is kept unless ``delete_preload_image``."""
 
     def submit(self, job: JobSpec, *, fresh: bool = False) -> Run:
         """Submit ``job``, or attach to the same job when it is still running."""

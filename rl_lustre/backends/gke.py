@@ -195,9 +195,11 @@ class GKEBackend(submission.JobsBackend):
         self.last_report = report
         return report
 
-    def down(self, keys: Sequence[str] | None = None) -> Report:
+    def down(self, keys: Sequence[str] | None = None, *, delete_preload_image: bool = False) -> Report:
         """Delete every resource of the deployment (or only the plan nodes ``keys``) that
-        carries our labels; keep the rest.
+        carries our labels; keep the rest, and the preload disk image (shared by the
+        deployments of its image) unless ``delete_preload_image`` (it stays while any node
+        pool in the project still boots from it).
 
         Works from a fresh process (resources are found by name and labels) and is
         safe to call twice. Resources the plan only uses (your network, an existing
@@ -220,7 +222,7 @@ class GKEBackend(submission.JobsBackend):
         )
         with cancel_on_signals(*stages):
             try:
-                report = executor.down(keys, abandon=abandon)
+                report = executor.down(keys, abandon=abandon, cache=delete_preload_image)
             except BaseException as exc:
                 self.last_report = getattr(exc, "report", None)
                 raise
@@ -307,8 +309,18 @@ class GKEBackend(submission.JobsBackend):
             f"The GKE deployment {c.name!r} keeps running in project {c.project}. From any process, "
             f"the same Cluster(name={c.name!r}, project={c.project!r}, region={c.region!r}, zone={c.zone!r}, ...)"
             ".down() deletes what rl_lustre created: resources labelled managed-by=rl-lustre, "
-            f"rl-lustre-deployment={c.name}."
+            f"rl-lustre-deployment={c.name}." + self._kept_hint()
         )
+
+    def _kept_hint(self) -> str:
+        """What ``down()`` keeps for the next deployment, and how to delete it."""
+        from ..plan.preload import PRELOAD_KEY
+
+        if PRELOAD_KEY not in self.plan or self.plan.get(PRELOAD_KEY).action != "cache":
+            return ""
+        family = self.plan.get(PRELOAD_KEY).name
+        return (f" down() keeps the preload disk image ({family}-..., reused by the next deployment of this "
+                "image); down(delete_preload_image=True) or `rl-lustre gc --preload-images --yes` deletes it.")
 
 
     def _connect(self) -> JobsClient:

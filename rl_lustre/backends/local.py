@@ -150,7 +150,8 @@ class LocalBackend(submission.JobsBackend):
 
         return live_workers(self._head())
 
-    def down(self) -> None:
+    def down(self, *, delete_preload_image: bool = False) -> None:
+        # A local deployment has no preload image: delete_preload_image changes nothing.
         head = self.head if self.head is not None else self._find()
         self.head, self._jobs = None, None
         if head is None:

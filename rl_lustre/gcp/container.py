@@ -37,8 +37,13 @@ PoolStatus = container_v1.NodePool.Status
 OpStatus = container_v1.Operation.Status
 
 
-def check_version(cluster: container_v1.Cluster, minimum: str) -> None:
-    """Refuse a cluster whose control plane is older than ``minimum``.
+_PORT_988 = ("the Lustre CSI driver reaches Managed Lustre on port 988 only from GKE {minimum} (the legacy "
+             "port is off). Upgrade the control plane, or pick a newer release channel.")
+
+
+def check_version(cluster: container_v1.Cluster, minimum: str, needs: str = _PORT_988) -> None:
+    """Refuse a cluster whose control plane is older than ``minimum`` (``needs`` says why,
+    with ``{minimum}`` in it).
 
     Examples:
         >>> check_version(container_v1.Cluster(name="c", current_master_version="1.33.2-gke.1000"),
@@ -58,9 +63,8 @@ def check_version(cluster: container_v1.Cluster, minimum: str) -> None:
     except ValueError:
         old = True
     if old:
-        raise GCPError(f"{CLUSTER} {cluster.name} runs {version or 'an unknown version'}; the Lustre CSI driver "
-                       f"reaches Managed Lustre on port 988 only from GKE {minimum} (the legacy port is off). "
-                       "Upgrade the control plane, or pick a newer release channel.")
+        raise GCPError(f"{CLUSTER} {cluster.name} runs {version or 'an unknown version'}; "
+                       + needs.format(minimum=minimum))
 
 
 def _split_cluster(name: str) -> re.Match[str]:
@@ -196,10 +200,14 @@ class GkeClusters(_Gke):
 
             [c.name for c in GkeClusters().list_ours("my-project")]
         """
+        return [c for c in self.list_all(project) if is_ours(c.resource_labels)]
+
+    def list_all(self, project: str) -> list[container_v1.Cluster]:
+        """Every cluster in ``project`` (all locations, anyone's), with its node pools."""
         parent = f"projects/{project}/locations/-"
         found = self._call("list clusters in", parent, self.client.list_clusters, request={"parent": parent},
                            retry=None)
-        return [c for c in found.clusters if is_ours(c.resource_labels)]
+        return list(found.clusters)
 
     def create(
         self,

@@ -17,9 +17,11 @@ Examples:
     (True, True)
     >>> [b.cidr_block for b in req.master_authorized_networks_config.cidr_blocks]
     ['203.0.113.7/32']
-    >>> pool = node_pool_request(plan, "gpu-pool")
+    >>> pool = node_pool_request(plan, "gpu-pool", preload_image="projects/my-project/global/images/rlp-x")
     >>> pool.config.accelerators[0].accelerator_type, pool.config.spot, pool.initial_node_count
     ('nvidia-b200', True, 8)
+    >>> pool.config.secondary_boot_disks[0].disk_image, pool.config.gcfs_config.enabled, pool.config.image_type
+    ('projects/my-project/global/images/rlp-x', True, 'COS_CONTAINERD')
 """
 
 from __future__ import annotations
@@ -68,8 +70,19 @@ def node_pool_path(plan: Plan, key: str) -> str:
     return f"{cluster_path(plan)}/nodePools/{plan.get(key).name}"
 
 
-def node_pool_request(plan: Plan, key: str) -> container_v1.NodePool:
-    """The ``NodePool`` for the plan's node ``key`` (``"cpu-pool"`` or ``"gpu-pool"``)."""
+def node_pool_request(plan: Plan, key: str, *, preload_image: str | None = None) -> container_v1.NodePool:
+    """The ``NodePool`` for the plan's node pool ``key`` (``"cpu-pool"``, ``"gpu-pool"``, or
+    any other GPU pool of the plan).
+
+    Args:
+        plan: the plan.
+        key: the node pool's key.
+        preload_image: the preload disk image's path (``projects/P/global/images/NAME``),
+            which a GPU pool's secondary boot disk names once ``up()`` has found or built it.
+
+    Raises:
+        ConfigError: the pool boots with the preload image and its path is not given.
+    """
     node = plan.get(key)
     s = node.settings
     config = container_v1.NodeConfig(
@@ -105,6 +118,8 @@ def node_pool_request(plan: Plan, key: str) -> container_v1.NodePool:
     if s.get("ephemeral_storage_local_ssd_count"):
         config.ephemeral_storage_local_ssd_config = container_v1.EphemeralStorageLocalSsdConfig(
             local_ssd_count=s["ephemeral_storage_local_ssd_count"])
+    if s.get("preload"):
+        _preload(config, s["preload"], preload_image, key)
     pool = container_v1.NodePool(
         name=node.name,
         initial_node_count=s["node_count"],
@@ -123,6 +138,27 @@ def node_pool_request(plan: Plan, key: str) -> container_v1.NodePool:
             container_v1.AdditionalNodeNetworkConfig(network=n["network"], subnetwork=n["subnetwork"])
             for n in s["additional_node_networks"]])
     return pool
+
+
+def _preload(config: container_v1.NodeConfig, preload: Mapping[str, Any], path: str | None, key: str) -> None:
+    """The secondary boot disk holding the preloaded image, with what GKE requires for it:
+    Image streaming on and COS containerd nodes."""
+    from ..plan.preload import FROM_PRELOAD_IMAGE
+
+    disks = []
+    for disk in preload["secondary_boot_disks"]:
+        image = disk["disk_image"]
+        if image == FROM_PRELOAD_IMAGE:
+            if path is None:
+                raise ConfigError("node_pool_request", "preload_image", None,
+                                  f"node pool {key!r} boots with the preload image: pass its path "
+                                  "(projects/P/global/images/NAME), known once up() has found or built it")
+            image = path
+        disks.append(container_v1.SecondaryBootDisk(
+            mode=container_v1.SecondaryBootDisk.Mode.__members__[disk["mode"]], disk_image=image))
+    config.secondary_boot_disks = disks
+    config.gcfs_config = container_v1.GcfsConfig(enabled=bool(preload["image_streaming"]))
+    config.image_type = preload["image_type"]
 
 
 def maintenance_policy(settings: Mapping[str, Any], now: datetime.datetime | None = None) -> container_v1.MaintenancePolicy:

@@ -34,7 +34,7 @@ def prepull_daemonset(cluster: ClusterSpec) -> dict[str, Any]:
     Examples:
         >>> from rl_lustre import Cluster
         >>> ds = prepull_daemonset(Cluster(name="demo", project="my-project", region="us-east1",
-        ...                                zone="us-east1-b"))
+        ...                                zone="us-east1-b", preload_image=False))
         >>> pod = ds["spec"]["template"]["spec"]
         >>> pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         [{'matchExpressions': [{'key': 'cloud.google.com/gke-nodepool', 'operator': 'In', 'values': ['gpu-pool', 'ray-head-pool']}]}]
@@ -74,9 +74,10 @@ def prepull_daemonset(cluster: ClusterSpec) -> dict[str, Any]:
 
 
 def prepull_pools(cluster: ClusterSpec) -> list[str]:
-    """The node pools whose nodes pre-pull the image: the GPU pool, and the CPU pool when
-    the Ray head runs there."""
-    pools = [naming.gpu_pool_name(cluster)]
+    """The node pools whose nodes pre-pull the image: the GPU pool unless its nodes boot
+    with the image preloaded (``Cluster.preload_image``), and the CPU pool when the Ray
+    head runs there (it is created with the cluster and does not wait for a preload image)."""
+    pools = [] if cluster.preload_image else [naming.gpu_pool_name(cluster)]
     if not cluster.head_on_gpu_pool:
         pools.append(naming.cpu_pool_name(cluster))
     return pools
@@ -84,7 +85,7 @@ def prepull_pools(cluster: ClusterSpec) -> list[str]:
 
 def prepull_node_count(cluster: ClusterSpec) -> int:
     """How many nodes the pre-pull covers once the pools are up (the CPU pool has one node)."""
-    return cluster.num_nodes + (0 if cluster.head_on_gpu_pool else 1)
+    return (0 if cluster.preload_image else cluster.num_nodes) + (0 if cluster.head_on_gpu_pool else 1)
 
 
 def daemonset_progress(ds: Mapping[str, Any] | None, nodes: int) -> tuple[int, int]:

@@ -20,6 +20,7 @@ from .fabric import fabric_nodes, ray_dependency_keys
 from .graph import Plan, PlannedResource
 from .lustre import instance_labels, instance_settings
 from .nodepools import cpu_pool, gpu_pool
+from .preload import preload_nodes
 from .startup import startup_nodes
 
 if TYPE_CHECKING:
@@ -179,6 +180,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
             },
             **created,
         ),
+        *preload_nodes(cluster),
         cpu_pool(cluster, created),
         gpu_pool(cluster, created),
         # Needs only the API server and the instance's address, not the node pools.

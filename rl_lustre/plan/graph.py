@@ -21,9 +21,10 @@ from ..errors import ConfigError, RLLustreError
 if TYPE_CHECKING:
     from ..cost import Cost, Prices
 
-__all__ = ["Action", "Plan", "PlanGraphError", "PlannedResource"]
+__all__ = ["ACTIONS", "Action", "Plan", "PlanGraphError", "PlannedResource"]
 
-Action = Literal["create", "use"]
+Action = Literal["create", "use", "cache"]
+ACTIONS = ("create", "use", "cache")
 
 class PlanGraphError(RLLustreError):
     """The plan's graph is malformed (a duplicate key, an unknown dependency, a cycle).
@@ -87,7 +88,9 @@ class PlannedResource:
         depends_on: keys of the nodes that must exist first.
         action: ``"create"``: rl_lustre makes it (adopting one that carries its labels)
             and ``down()`` deletes it; ``"use"``: it belongs to you, is read or used as
-            it is, and is never modified or deleted.
+            it is, and is never modified or deleted; ``"cache"``: rl_lustre makes it when
+            missing and every later deployment reuses it (the preload disk image): kept by
+            ``down()`` and by a rollback, deleted only when asked.
         labels: ownership labels to put on a created resource (empty for ``"use"``).
             Kinds without labels (Compute firewall rules, the Service Networking
             connection) record ownership where their API allows, or not at all.
@@ -103,8 +106,8 @@ class PlannedResource:
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "settings", _freeze(self.settings, f"{self.key}.settings"))
-        if self.action not in ("create", "use"):
-            raise PlanGraphError(f"{self.key}: action must be 'create' or 'use', not {self.action!r}")
+        if self.action not in ACTIONS:
+            raise PlanGraphError(f"{self.key}: action must be one of {', '.join(ACTIONS)}, not {self.action!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """The node as plain JSON data."""
@@ -154,7 +157,7 @@ class Plan:
         >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
         ...                zone="us-east1-b", fabric="tcp").plan()
         >>> plan.get("gpu-pool").depends_on
-        ('gke-cluster',)
+        ('gke-cluster', 'preload-image')
         >>> sorted(plan.dependents("gke-cluster"))
         ['cpu-pool', 'gpu-pool', 'pv', 'secret']
         >>> "lustre" in plan.upstream("raycluster"), "gke-cluster" in plan.upstream("lustre")
@@ -313,7 +316,7 @@ class Plan:
             ...                zone="us-east1-b").plan()
             >>> plan.critical_path({"network": 1, "subnet": 1, "psa-range": 1, "psa-peering": 1,
             ...                     "lustre": 20, "gke-cluster": 8, "gpu-pool": 6})
-            (24.0, ['network', 'subnet', 'psa-range', 'psa-peering', 'lustre', 'pv', 'pvc', 'model-prefetch'])
+            (23.0, ['network', 'psa-range', 'psa-peering', 'lustre', 'pv', 'pvc', 'model-prefetch'])
 
         Raises:
             ConfigError: a key that is not in the plan, or a negative or non-finite duration.
@@ -358,6 +361,7 @@ class Plan:
             "resources": len(self.resources),
             "create": sum(r.action == "create" for r in self.resources),
             "use": sum(r.action == "use" for r in self.resources),
+            "cache": sum(r.action == "cache" for r in self.resources),
         }
         if "gpu-pool" in self:
             pool = self.get("gpu-pool").settings
@@ -461,7 +465,8 @@ def _headline(plan: Plan, cost: Cost) -> list[str]:
                      f"{t['lustre_throughput_mbps'] / 1000:,.1f} GB/s")
     elif "volume-dir" in plan:
         facts.append(f"volume: directory {plan.get('volume-dir').name}")
-    facts.append(f"{t['resources']} resources: {t['create']} to create, {t['use']} to use")
+    cached = f", {t['cache']} cached (kept after down)" if t["cache"] else ""
+    facts.append(f"{t['resources']} resources: {t['create']} to create, {t['use']} to use{cached}")
     priced = " · per resource at the end" if cost.items else ""
     return [*head, " · ".join(facts), f"Cost: {cost.headline()}{priced}"]
 

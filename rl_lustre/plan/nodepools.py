@@ -5,8 +5,9 @@
   ``head_on_gpu_pool``).
 - ``gpu-pool``: ``num_nodes`` nodes of ``machine_type`` with their GPUs and driver, Spot,
   reserved or on-demand, the GPU taint, gVNIC, surge-free upgrades, the local SSDs as
-  ephemeral storage and the extra NICs of the RDMA fabric (:mod:`rl_lustre.plan.fabric`);
-  it hosts the Ray workers.
+  ephemeral storage, the extra NICs of the RDMA fabric (:mod:`rl_lustre.plan.fabric`) and
+  the preload image as a secondary boot disk (:mod:`rl_lustre.plan.preload`); it hosts the
+  Ray workers.
 
 :func:`rl_lustre.gcp.container_requests.node_pool_request` turns either node into the GKE request.
 """
@@ -19,6 +20,7 @@ from .. import naming
 from ..catalog import GPU_MACHINE_TYPES, GPU_RESOURCE
 from .fabric import extra_networks, fabric_nodes, gpu_pool_subnet_keys
 from .graph import PlannedResource
+from .preload import gpu_node_preload, preload_keys
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
@@ -77,12 +79,16 @@ def gpu_node_settings(cluster: ClusterSpec) -> dict[str, Any]:
         node["additional_node_networks"] = [
             {"network": by_key[n["network_key"]].name, "subnetwork": by_key[n["subnet_key"]].name,
              "interface": n["interface"]} for n in extra]
+    preload = gpu_node_preload(cluster)
+    if preload is not None:
+        node["preload"] = preload
     return node
 
 
 def gpu_pool_depends_on(cluster: ClusterSpec) -> tuple[str, ...]:
-    """The plan keys every GPU pool waits for (the GKE cluster, the fabric's subnets)."""
-    return ("gke-cluster", *gpu_pool_subnet_keys(cluster))
+    """The plan keys every GPU pool waits for (the GKE cluster, the fabric's subnets, the
+    preload image its nodes boot with)."""
+    return ("gke-cluster", *gpu_pool_subnet_keys(cluster), *preload_keys(cluster))
 
 
 def gpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:

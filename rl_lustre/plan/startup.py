@@ -6,7 +6,8 @@ nodes move that work earlier, onto branches of the graph that would otherwise wa
 
     cpu-pool, gpu-pool ─ image-prepull  (every GPU node, and the head's CPU node, pulls the image
                                          while Lustre is created; removed once the RayCluster's
-                                         workers run)
+                                         workers run. With a preload image the GPU nodes boot
+                                         with the image: only the CPU pool pre-pulls)
     pvc, cpu-pool, secret ─ model-prefetch   (the model into $HF_HOME on the volume, on the CPU
                                          pool, while the RayCluster starts)
 
@@ -37,23 +38,30 @@ def startup_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
     """The image pre-pull and model prefetch nodes of a GKE plan (none when switched off).
 
     Examples:
+        >>> import attrs
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> [(n.key, n.kind, n.depends_on) for n in startup_nodes(c)]  # doctest: +NORMALIZE_WHITESPACE
-        [('image-prepull', 'apps/v1/DaemonSet', ('cpu-pool', 'gpu-pool')),
+        [('image-prepull', 'apps/v1/DaemonSet', ('cpu-pool',)),
          ('model-prefetch', 'batch/v1/Job', ('pvc', 'cpu-pool', 'secret'))]
+        >>> [n.depends_on for n in startup_nodes(attrs.evolve(c, preload_image=False))][0]
+        ('cpu-pool', 'gpu-pool')
     """
     created: dict[str, Any] = {"action": "create", "labels": {**ownership_labels(cluster.name), **cluster.labels}}
     nodes = []
-    if cluster.prepull_image:
+    if cluster.prepull_image and prepull_pools(cluster):
+        why = ({"gpu_nodes": "boot with the image preloaded (preload-image): not pre-pulled",
+                "cpu_pool": "created with the cluster, it does not wait for the preload image: pre-pulled"}
+               if cluster.preload_image else {})
         nodes.append(PlannedResource(
             key=PREPULL_KEY, kind="apps/v1/DaemonSet", name=naming.prepull_name(cluster),
-            depends_on=("cpu-pool", "gpu-pool"),
+            depends_on=("cpu-pool",) if cluster.preload_image else ("cpu-pool", "gpu-pool"),
             settings={
                 "namespace": cluster.namespace,
                 "image": cluster.image,
                 "node_pools": prepull_pools(cluster),
                 "nodes": prepull_node_count(cluster),
+                **why,
                 "pod": "the image itself running 'sleep infinity': no GPU, 1m CPU and 8Mi requested",
                 "done_when": "every node of those pools holds the image, and the RayCluster's workers run",
                 "removed": "once the RayCluster's workers run: they hold the image from then on",

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         RetryPolicy,
         Subnetworks,
     )
+    from ..gcp.images import Disks, Images, Instances
     from ..plan import Plan
     from ..spec import ClusterSpec
 
@@ -61,6 +62,9 @@ class Apis:
     lustre: LustreInstances
     clusters: GkeClusters
     pools: GkeNodePools
+    images: Images
+    disks: Disks
+    instances: Instances
 
     @classmethod
     def from_env(cls, *, backoff: Backoff | None = None, retry: RetryPolicy | None = None) -> Apis:
@@ -71,6 +75,7 @@ class Apis:
             retry: retries of transient failures.
         """
         from .. import gcp
+        from ..gcp.images import Disks, Images, Instances
 
         kw: dict[str, Any] = {"backoff": backoff, "retry": retry}
         return cls(
@@ -82,6 +87,9 @@ class Apis:
             lustre=gcp.LustreInstances(**kw),
             clusters=gcp.GkeClusters(**kw),
             pools=gcp.GkeNodePools(**kw),
+            images=Images(**kw),
+            disks=Disks(**kw),
+            instances=Instances(**kw),
         )
 
 

@@ -15,7 +15,8 @@ psa-peering       :class:`PeeringDriver`: adds our range to the network's connec
 lustre            :class:`LustreDriver`; the mount point goes to the ``LustreVolume``
 gke-cluster       :class:`GkeClusterDriver`, created with the CPU pool as its only pool
 cpu-pool          :class:`NodePoolDriver`: came with the cluster, or created / adopted
-gpu-pool          :class:`NodePoolDriver`
+gpu-pool          :class:`NodePoolDriver`, with the preload image as its secondary boot disk
+preload-image     :class:`PreloadImageDriver`: found by digest, or built once; kept by ``down()``
 pv, pvc, secret,  :class:`KubeObjectDriver` (``rl_lustre.kube.apply``), or
 raycluster,       :class:`SkippedDriver` when the Kubernetes part is switched off
 netparams-*,
@@ -49,6 +50,7 @@ from .gcp_drivers import (
     PeeringDriver,
 )
 from .kube_drivers import KubeObjectDriver, SkippedDriver, kube_keys
+from .preload import PreloadImageDriver
 from .startup import startup_drivers
 from .step import Driver, Step
 
@@ -79,6 +81,7 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
             Cloud side, and deployments whose objects are applied by other means).
     """
     from ..gcp import compute
+    from ..plan.preload import PRELOAD_KEY
 
     plan, apis = ctx.plan, ctx.apis
     drivers: dict[str, Driver] = {}
@@ -102,6 +105,8 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
         "cpu-pool": NodePoolDriver(ctx, "cpu-pool"),
         "gpu-pool": NodePoolDriver(ctx, "gpu-pool"),
     }
+    if PRELOAD_KEY in plan:
+        drivers[PRELOAD_KEY] = PreloadImageDriver(ctx)
     for key in kube_keys(plan):
         drivers[key] = KubeObjectDriver(ctx, key) if kube else SkippedDriver(
             "Kubernetes part switched off (gcp_only=True)")

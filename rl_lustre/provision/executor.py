@@ -6,7 +6,10 @@ or a cancellation (a signal during ``up()``), stops the launching of new nodes a
 cancels the waits of the nodes in flight; once they have settled, everything this run
 created, or asked to create, is deleted again in reverse dependency order.
 Adopted resources are kept: a previous ``up()`` created them, and this run's failure
-is no reason to take them away. Resources the plan only uses are never touched.
+is no reason to take them away; so are the plan's ``"cache"`` nodes even when this run
+made them (a completed preload image is reused by the next ``up()``, as a downloaded
+wheel is; their drivers clean up their own half-made work). Resources the plan only uses
+are never touched.
 
 ``down``: reverse dependency order, concurrently where independent: a node is deleted
 once everything that depends on it is gone. A node whose driver says it goes with
@@ -198,7 +201,7 @@ class Executor:
             with progress_hook(on_poll):
                 done = self.drivers[rec.key].ensure(step)
             rec.outcome, rec.value, rec.note = done.outcome, done.value, done.note
-            if done.outcome == "created":
+            if done.outcome == "created" and step.node.action != "cache":
                 rec.requested = True
         except Cancelled:
             rec.outcome = "cancelled"
@@ -213,6 +216,10 @@ class Executor:
         recs = report.records
         requested = [k for k, r in recs.items() if r.requested]
         adopted = [recs[k].label for k in report.keys("adopted")]
+        # A cache this run completed stays, as after down(): the next up() reuses it.
+        adopted += [f"{recs[k].label}: {recs[k].note or 'made by this run'}; kept for the next up() (a cache "
+                    "deployments share; `rl-lustre gc` collects unused ones)"
+                    for k in report.keys("created") if recs[k].action == "cache"]
         if step is not None:
             logger.warning("up() of %r failed at %s: %s", self.plan.cluster_name, step, _one_line(cause))
         else:
@@ -230,8 +237,10 @@ class Executor:
         raise error_cls(cause, step=step, cleaned=cleaned, kept=adopted, left=left, report=report,
                         rollback=rollback) from cause
 
-    def down(self, keys: Sequence[str] | None = None, *, abandon: threading.Event | None = None) -> Report:
-        """Delete the plan's ``"create"`` nodes (or only ``keys``) that exist and are ours.
+    def down(self, keys: Sequence[str] | None = None, *, abandon: threading.Event | None = None,
+             cache: bool = False) -> Report:
+        """Delete the plan's ``"create"`` nodes (or only ``keys``) that exist and are ours;
+        its ``"cache"`` nodes too with ``cache=True`` (otherwise they are kept).
 
         Nodes the plan only uses are never touched; a same-named resource without our
         labels is left alone (outcome ``not-ours``) and logged. Safe to run twice.
@@ -245,7 +254,8 @@ class Executor:
         Raises:
             TeardownError: something could not be deleted; everything else was.
         """
-        targets = [k for k in (keys if keys is not None else self.plan.keys()) if self.plan.get(k).action == "create"]
+        wanted = ("create", "cache") if cache else ("create",)
+        targets = [k for k in (keys if keys is not None else self.plan.keys()) if self.plan.get(k).action in wanted]
         report = self._teardown("down", targets, cancel=abandon)
         failed = {k: r.error for k, r in report.records.items() if r.outcome == "left" and r.error is not None}
         left = [report.records[k].label for k in report.keys("left")]
@@ -260,6 +270,8 @@ class Executor:
         for rec in recs.values():
             if rec.key not in wanted:
                 rec.outcome = "used" if rec.action == "use" else "kept"
+                if rec.action == "cache":
+                    rec.note = "kept: shared by deployments (a cache); delete it when asked"
         # A node deleted with another (a pool with its cluster) waits for nothing and
         # finishes when that one does.
         riders = {k: self.drivers[k].deleted_with for k in wanted if self.drivers[k].deleted_with in wanted}

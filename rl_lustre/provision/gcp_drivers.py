@@ -226,14 +226,38 @@ class NodePoolDriver:
         from ..gcp.container_requests import node_pool_request
 
         api = self.ctx.apis.pools
-        request = node_pool_request(self.ctx.plan, self.key)
+        preload = self._preload(step)
+        request = node_pool_request(self.ctx.plan, self.key, preload_image=preload)
         came_with_cluster = step.records["gke-cluster"].outcome == "created" and any(
             p.name == request.name for p in step.dep("gke-cluster").node_pools)
         if came_with_cluster:
             return Done("created", api.wait_ready(self.path), note="created with the cluster")
         found = api.get_or_none(self.path)
-        return ensure_or_adopt(step, found is not None, lambda: api.create(
+        done = ensure_or_adopt(step, found is not None, lambda: api.create(
             request, cluster=self.cluster, deployment=self.ctx.deployment))
+        if done.outcome == "adopted" and preload is not None:
+            # GKE cannot change a pool's secondary boot disk: say so, never take it as current.
+            theirs = [d.disk_image for d in done.value.config.secondary_boot_disks]
+            if preload not in theirs:
+                return Done("adopted", done.value, note=(
+                    f"built with secondary boot disk {theirs[0] if theirs else 'none'}; its nodes (replacements "
+                    f"too) do not get {preload}: delete the pool and run up() again to recreate it"))
+        return done
+
+    def _preload(self, step: Step) -> str | None:
+        """The preload image's path when this pool's nodes boot with it (after checking that
+        the cluster's GKE version supports secondary boot disks)."""
+        from ..gcp.container import check_version
+        from ..plan.preload import PRELOAD_KEY
+        from .preload import image_path
+
+        if PRELOAD_KEY not in step.node.depends_on:
+            return None
+        minimum = step.node.settings["preload"]["min_gke_version"]
+        check_version(step.dep("gke-cluster"), minimum,
+                      needs="GKE boots nodes from a secondary boot disk only from {minimum}: upgrade the control "
+                            "plane, or deploy with Cluster(preload_image=False)")
+        return image_path(step.dep(PRELOAD_KEY))
 
     def delete(self, step: Step) -> Literal["deleted", "absent"]:
         from ..gcp._ownership import check_owned

@@ -27,7 +27,7 @@ class NodeRecord:
         key: the plan key.
         kind: the plan node's kind.
         name: the resource's name.
-        action: the plan's ``"create"`` or ``"use"``.
+        action: the plan's ``"create"``, ``"use"`` or ``"cache"``.
         outcome: ``created``, ``adopted``, ``used`` or ``skipped`` (up succeeded);
             ``failed``, ``cancelled`` or ``not-started`` (up stopped); ``deleted``,
             ``absent``, ``not-ours``, ``kept`` or ``left`` (teardown).

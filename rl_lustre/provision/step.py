@@ -66,8 +66,10 @@ class Step:
 
     def requesting(self) -> None:
         """Call right before sending the request that creates the resource: from then on
-        a rollback deletes it, whatever happens next."""
-        self.record.requested = True
+        a rollback deletes it, whatever happens next. (Not a ``"cache"`` node's: a rollback
+        keeps those, and their drivers clean up their own half-made work.)"""
+        if self.node.action != "cache":
+            self.record.requested = True
 
     def check(self) -> None:
         """Raise :class:`Cancelled` when the run is stopping."""
@@ -99,8 +101,10 @@ class Driver(Protocol):
             OwnershipError: a same-named resource exists without our labels.
         """
 
-    def delete(self, step: Step) -> Literal["deleted", "absent", "skipped"]:
-        """Delete the resource if it exists and is ours, and wait until it is gone.
+    def delete(self, step: Step) -> Literal["deleted", "absent", "skipped", "kept"]:
+        """Delete the resource if it exists and is ours, and wait until it is gone;
+        ``"kept"`` (with ``step.record.note`` saying why) when it must stay, e.g. a cache
+        still in use.
 
         Raises:
             OwnershipError: it exists without our labels (it is left alone).

@@ -68,6 +68,21 @@ def _check_secret_names(inst: Any, attr: attrs.Attribute[Any], value: Any) -> No
     v.env_name(inst, attr, value)
 
 
+PRELOAD_IMAGE_RULE = ("must be True (find or build a disk image holding `image`), False (no preload: the "
+                      "image is pre-pulled on each node), or your disk image as "
+                      "'projects/PROJECT/global/images/NAME' or 'global/images/NAME'")
+_DISK_IMAGE = re.compile(r"(?:projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/)?global/images/([a-z](?:[a-z0-9-]{0,61}[a-z0-9])?)")
+# GKE is reported to refuse a secondary boot disk image named longer than this when it attaches it.
+_GKE_DISK_IMAGE_NAME_MAX = 39
+
+
+def _preload_image_value(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if value is None or isinstance(value, bool):
+        return
+    if not isinstance(value, str) or not _DISK_IMAGE.fullmatch(value):
+        v.fail(inst, "preload_image", value, PRELOAD_IMAGE_RULE)
+
+
 _HF_REPO_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
 HF_REPO_ID_RULE = ("must be a Hugging Face model id like 'Qwen/Qwen2.5-72B-Instruct' (letters, digits, '_', '.', "
                    "'-', at most one '/', no '--' or '..')")
@@ -183,6 +198,9 @@ class ClusterSpec:
     prefetch_models: tuple[str, ...] = attrs.field(default=(REFERENCE_MODEL,), converter=v.to_tuple,
                                                    validator=_hf_repo_ids)
     prepull_image: bool = attrs.field(default=True, validator=v.boolean)
+    _given_preload_image: bool | str | None = attrs.field(
+        alias="preload_image", default=None, eq=False, repr=False, validator=_preload_image_value)
+    preload_image: bool | str = attrs.field(init=False)
     keep: bool = attrs.field(default=False, validator=v.boolean)
     backend: Literal["gke", "local"] = attrs.field(default="gke", validator=v.one_of(["gke", "local"]))
     nemo_rl_path: str | None = attrs.field(
@@ -260,7 +278,23 @@ class ClusterSpec:
             v.fail(self, "authorized_networks", everyone,
                    "opens the control plane to the whole internet; pass public_control_plane=True if you mean it")
         self._check_image()
+        self._check_preload()
         self._check_volume()
+
+    def _check_preload(self) -> None:
+        given = self._given_preload_image
+        value: bool | str = True if given is None else given
+        if isinstance(value, str):
+            m = _DISK_IMAGE.fullmatch(value)
+            assert m is not None
+            value = f"projects/{m[1] or self.project}/global/images/{m[2]}"
+            if len(m[2]) > _GKE_DISK_IMAGE_NAME_MAX:
+                from .._warnings import warn_caller
+
+                warn_caller(f"Cluster.preload_image={given!r}: the image name has {len(m[2])} characters; GKE is "
+                               f"reported to refuse secondary boot disk images named longer than "
+                               f"{_GKE_DISK_IMAGE_NAME_MAX} when it attaches them to a node", UserWarning)
+        settle(self, "preload_image", value)
 
     def _check_volume(self) -> None:
         kind = self._volume_class
@@ -296,6 +330,10 @@ class ClusterSpec:
 
     def _check_local(self) -> None:
         self._check_fabric(0)
+        if isinstance(self._given_preload_image, str):
+            v.fail(self, "preload_image", self._given_preload_image,
+                   "is for GKE clusters (a secondary boot disk of the GPU nodes); a local cluster has no nodes to boot")
+        settle(self, "preload_image", False)
         if self.volume is not None:
             v.fail(self, "volume", self.volume, "a local cluster uses a directory, not a LustreVolume")
         settle(self, "accelerator_type", self._given_accelerator_type)

@@ -89,7 +89,9 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
             a GKE cluster deletes its control plane. One cluster at a time: the fake has a
             single API server. Anything else with ``endpoint``, ``ca_pem`` and the methods
             ``node_pool_ready(pool)``, ``node_pool_deleted(name)`` and
-            ``cluster_deleted(name)`` can play that part (the tests' real control plane does).
+            ``cluster_deleted(name)`` can play that part (the tests' real control plane does);
+            with ``preload(pool, images)`` too, it learns what a pool's nodes find on their
+            secondary boot disks.
         set_env: set the emulator variables while the context is entered.
     """
 
@@ -113,7 +115,14 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
                 raise ValueError("start the KubeFake before the FakeGCP that reports it")
             self._core.kube_endpoint, self._core.kube_ca_pem = kube.endpoint, kube.ca_pem.decode()
             self._core.on_cluster_deleted = kube.cluster_deleted
-            self._core.on_node_pool_ready = kube.node_pool_ready
+
+            def pool_ready(pool: Any) -> None:
+                # Its nodes boot with what its secondary boot disks hold (a preload image).
+                if hasattr(kube, "preload"):
+                    kube.preload(pool.name, self._gke.preloaded_images(pool))
+                kube.node_pool_ready(pool)
+
+            self._core.on_node_pool_ready = pool_ready
             self._core.on_node_pool_deleted = kube.node_pool_deleted
         self._grpc = GrpcServer(self._core)
         self._lustre = LustreFake(self._core)
@@ -363,6 +372,19 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
             and (deployment is None or labels == {**labels, **ownership_labels(deployment)}
                  or labels.get(LABEL_CREATED_BY) == deployment)
         )
+
+    def seed_image(self, project: str, name: str, *, holds: Sequence[str] = (), labels: Mapping[str, str] | None = None,
+                   size_gb: int = 250) -> str:
+        """Make a READY disk image exist at once, as if someone had built it, holding the
+        container images ``holds`` (what a node booting from it finds preloaded); returns its path."""
+        path = f"projects/{project}/global/images/{name}"
+        with self._core.lock:
+            self._core.images[(project, name)] = {
+                "kind": "compute#image", "id": str(self._core.next_id()), "name": name, "status": "READY",
+                "labels": dict(labels or {}), "diskSizeGb": str(size_gb), "archiveSizeBytes": str(size_gb * 10**9),
+                "selfLink": f"{self.rest_url}/compute/v1/{path}", "creationTimestamp": "2026-01-01T00:00:00Z"}
+            self._core.contents[path] = {"images": list(holds)}
+        return path
 
     def seed_network(
         self,

@@ -23,6 +23,7 @@ _CLUSTER = re.compile(r"projects/([^/]+)/locations/([^/]+)/clusters/([^/]+)")
 _POOL = re.compile(_CLUSTER.pattern + r"/nodePools/([^/]+)")
 _CLUSTER_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?")
 _ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
+_DISK_IMAGE = re.compile(r"projects/([^/]+)/global/images/([^/]+)")
 VERSION = "1.33.5-gke.1162000"
 PLACEHOLDER_CA = (
     "-----BEGIN CERTIFICATE-----\n"
@@ -200,6 +201,41 @@ class GkeFake:
         affinity = pool.config.reservation_affinity.consume_reservation_type
         if pool.config.spot and affinity == container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, "Spot VMs cannot consume a specific reservation.")
+        # GKE's stated requirements for a container image cache on a secondary boot disk.
+        for i, disk in enumerate(pool.config.secondary_boot_disks):
+            if disk.mode != container_v1.SecondaryBootDisk.Mode.CONTAINER_IMAGE_CACHE:
+                continue
+            where = f"node_pool.config.secondary_boot_disks[{i}]"
+            if not pool.config.gcfs_config.enabled:
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"{where}: mode CONTAINER_IMAGE_CACHE requires Image streaming "
+                                "(node_pool.config.gcfs_config.enabled).")
+            if pool.config.image_type != "COS_CONTAINERD":
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"{where}: mode CONTAINER_IMAGE_CACHE requires node_pool.config.image_type "
+                                f"COS_CONTAINERD, not {pool.config.image_type or 'the default'!r}.")
+            if not _DISK_IMAGE.fullmatch(disk.disk_image):
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"{where}.disk_image: {disk.disk_image!r} is not projects/P/global/images/NAME.")
+
+    def _secondary_disk_problem(self, pool: container_v1.NodePool) -> str | None:
+        """Why GKE cannot create the pool's secondary boot disks (the image is missing or not READY)."""
+        for disk in pool.config.secondary_boot_disks:
+            m = _DISK_IMAGE.fullmatch(disk.disk_image)
+            image = self.core.images.get((m[1], m[2])) if m else None
+            if image is None or image.get("status") != "READY":
+                state = "not found" if image is None else f"{image.get('status')}, not READY"
+                return f"Secondary boot disk image {disk.disk_image} {state}."
+        return None
+
+    def preloaded_images(self, pool: container_v1.NodePool) -> list[str]:
+        """The container images a node of ``pool`` finds on its secondary boot disks, by tag."""
+        refs: list[str] = []
+        for disk in pool.config.secondary_boot_disks:
+            m = _DISK_IMAGE.fullmatch(disk.disk_image)
+            held = self.core.contents.get(f"projects/{m[1]}/global/images/{m[2]}", {}) if m else {}
+            refs += [str(r).partition("@")[0] for r in held.get("images", [])]
+        return refs
 
     def create_cluster(self, request: container_v1.CreateClusterRequest) -> container_v1.Operation:
         parent = request.parent
@@ -352,10 +388,13 @@ class GkeFake:
             if current is None or current.status != PoolStatus.PROVISIONING:
                 self._finish(op, FakeError(grpc.StatusCode.ABORTED, f"node pool {name} was deleted"))
                 return
-            if fault is not None:
+            problem = self._secondary_disk_problem(current)
+            error = fault if fault is not None or problem is None else FakeError(
+                grpc.StatusCode.FAILED_PRECONDITION, problem)
+            if error is not None:
                 current.status = PoolStatus.ERROR
-                current.status_message = fault.message
-                self._finish(op, fault)
+                current.status_message = error.message
+                self._finish(op, error)
                 return
             current.status = PoolStatus.RUNNING
             if self.core.on_node_pool_ready is not None:

@@ -84,6 +84,8 @@ class KubeTimings:
     image_pull: float = 0.0
     # Per image, in place of ``image_pull`` (a 25 GB image and a 1 MB one do not take as long).
     image_pulls: Mapping[str, float] = attrs.field(factory=dict)
+    # An image a node finds on its secondary boot disk (KubeFake.preload): read, not pulled.
+    preloaded_pull: float = 0.0
     # A Job pod's container start once its image is on the node (None: ``start``, as Ray pods).
     job_start: float | None = None
     # How long a Job pod runs, per image of its first container, in place of ``job_run``

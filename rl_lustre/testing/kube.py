@@ -61,7 +61,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -276,6 +276,11 @@ class KubeFake:
         """Register ``count`` Ready ``v1`` Nodes of GKE node pool ``pool`` (DaemonSets then
         place a pod on each that their ``nodeSelector`` matches); returns their names."""
         return list(self._on_loop(lambda: self._controllers.workloads.add_nodes(pool, count, dict(labels or {}))))
+
+    def preload(self, pool: str, images: Sequence[str]) -> None:
+        """The nodes of node pool ``pool`` boot with ``images`` on a secondary boot disk (a
+        GKE preload image): their pods start without pulling them."""
+        self._on_loop(lambda: self._controllers.workloads.preloaded.__setitem__(pool, set(images)))
 
     def remove_nodes(self, pool: str) -> None:
         """Drop the Nodes of node pool ``pool``, as deleting the pool does."""
