@@ -254,8 +254,9 @@ def _compute(apis: Apis, project: str) -> Iterable[FoundResource]:
     for key, kind, api in kinds:
         for r in api.list_ours(project):
             labels = labels_from_description(r.description)
-            region = _last(r.region) if api.regional else "global"
-            scope = f"regions/{region}" if api.regional else "global"
+            regional = api.scope == "regions"
+            region = _last(r.region) if regional else "global"
+            scope = f"regions/{region}" if regional else "global"
             state = getattr(r, "state", "") or getattr(r, "status", "") or "READY"
             yield FoundResource(key=key, kind=kind, name=f"projects/{project}/{scope}/{api.collection}/{r.name}",
                                 deployment=labels[LABEL_DEPLOYMENT], location=region, state=str(state),

@@ -77,7 +77,8 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
 
     up = run("up", target, "--json")
     created = sorted(r["key"] for r in up["report"]["resources"] if r["outcome"] == "created")
-    assert created == sorted(r.key for r in spec.plan() if r.action == "create")
+    # The preload image too: built once for the project, kept for the next deployment.
+    assert created == sorted(r.key for r in spec.plan() if r.action in ("create", "cache"))
 
     crashed = _plant_leftover(fakes)
     listing = run("ls", "--project", "my-project", "--json")
@@ -126,11 +127,13 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
 
     # down by name, from the labels alone; then by file, which finds nothing left.
     down = run("down", "cli-e2e", "--project", "my-project", "--zone", "us-east1-b", "--json")
-    assert {r["outcome"] for r in down["report"]["resources"]} <= {"deleted", "absent"}
+    assert {r["outcome"] for r in down["report"]["resources"] if r["key"] != "preload-image"} <= {"deleted", "absent"}
+    # The preload image is kept for the next deployment of the image.
+    assert [r["outcome"] for r in down["report"]["resources"] if r["key"] == "preload-image"] == ["kept"]
     fakes.settle()
     assert fakes.leaked("cli-e2e") == []
     again = run("down", target, "--json")
-    assert {r["outcome"] for r in again["report"]["resources"]} == {"absent"}
+    assert {r["outcome"] for r in again["report"]["resources"] if r["key"] != "preload-image"} == {"absent"}
     assert run("ls", "--project", "my-project", "--json")["deployments"] == []
     assert "projects/my-project/global/networks/byhand" in fakes.resources()["compute.networks"]
 

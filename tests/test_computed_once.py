@@ -38,7 +38,7 @@ FAST = Backoff(initial=0.005, maximum=0.05, multiplier=1.5)
 RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
 SPEC: dict[str, Any] = {"name": "once", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
                         "num_nodes": 1, "image": "rayproject/ray:2.60.0", "prefetch_models": (),
-                        "prepull_image": False}
+                        "prepull_image": False, "preload_image": False}
 JOB = {"recipe": "grpo_math_1B", "model": "Qwen/Qwen2.5-1.5B", "dataset": "OpenMathInstruct-2", "num_prompts_per_step": 4,
            "num_generations_per_prompt": 8, "train_global_batch_size": 32, "max_num_steps": 2}
 # Before issue 19 (see the module docstring).

@@ -29,7 +29,8 @@ FABRIC_KINDS = ("networking.gke.io/v1/GKENetworkParamSet", "networking.gke.io/v1
 def spec(**kw: object) -> Cluster:
     # Without the start-up nodes (image pre-pull, model prefetch): their tests are elsewhere.
     base: dict[str, object] = {"name": "demo", "project": PROJECT, "region": "us-east1", "zone": "us-east1-b",
-                               "num_nodes": 2, "prefetch_models": (), "prepull_image": False}
+                               "num_nodes": 2, "prefetch_models": (), "prepull_image": False,
+                               "preload_image": False}
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
 
 

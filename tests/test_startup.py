@@ -70,7 +70,7 @@ def cluster(**kw: object) -> Cluster:
     # cluster-scoped network objects have fixed names (one GKE cluster per deployment).
     base: dict[str, object] = {"name": "boot", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
                                "num_nodes": 2, "secrets": ("HF_TOKEN",), "prefetch_models": (MODEL,),
-                               "fabric": "tcp"}
+                               "fabric": "tcp", "preload_image": False}  # the preload image: test_preload.py
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
 
 
