@@ -208,3 +208,36 @@ def test_the_operators_status_counts_a_worker_being_deleted(
     wait("one worker", lambda: len(_pods(kube, name, "worker")) == 1)
     wait("the status to count one ready worker",
          lambda: ((_rc_api(kube).get(name) or {}).get("status") or {}).get("readyWorkerReplicas") == 1, timeout=60)
+
+
+def test_a_pod_the_server_refuses_is_kuberays_replica_failure_and_the_diagnosis_names_it(kube: Any) -> None:
+    """A ResourceQuota leaves room for the head and one worker of two: the API server refuses
+    the second worker (403 exceeded quota), KubeRay reports ``ReplicaFailure``, and
+    ``wait_ready``'s timeout says so instead of only counting ready pods."""
+    from kubernetes import client
+
+    from rl_lustre.errors import WaitTimeoutError
+    from rl_lustre.kube.apply import apply_manifests, delete_manifests, wait_ready
+    from rl_lustre.kube.manifests import build_manifests
+
+    cluster = Cluster(**{**SPEC, "name": "kq"})
+    cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"
+    manifests = build_manifests(cluster, secret_values={"RAY_AUTH_TOKEN": "t"}, redact=False)
+    core = kube_both.core(kube)
+    core.create_namespaced_resource_quota("default", client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="pods"), spec=client.V1ResourceQuotaSpec(hard={"pods": "2"})))
+    api = kube.api_client()
+    try:
+        apply_manifests(api, manifests, deployment=cluster.name)
+        with pytest.raises(WaitTimeoutError) as info:
+            wait_ready(api, manifests, timeout=15)
+        text = str(info.value)
+        assert "ReplicaFailure" in {p.reason for p in info.value.last_state.problems}, text
+        assert "KubeRay cannot create its pods (FailedCreateWorkerPod)" in text
+        assert "exceeded quota: pods, requested: pods=1, used: pods=2, limited: pods=2" in text
+        assert "raise the quota" in text
+        assert len(_pods(kube, cluster.name)) == 2
+    finally:
+        core.delete_namespaced_resource_quota("pods", "default", _preload_content=False)
+        delete_manifests(api, manifests, deployment=cluster.name, timeout=60)
+    wait("the RayCluster's pods to go", lambda: not _pods(kube, cluster.name))

@@ -45,7 +45,7 @@ class Problem:
     Attributes:
         reason: a short code: ``ImagePull``, ``InsufficientGPU``, ``SpotCapacity``,
             ``NodeSelector``, ``Taint``, ``Unschedulable``, ``ClaimUnbound``,
-            ``CrashLoop``, ``ContainerWaiting``, ``NotReady``, ``NoPods``.
+            ``CrashLoop``, ``ContainerWaiting``, ``NotReady``, ``NoPods``, ``ReplicaFailure``.
         object: the object it concerns (``Pod default/x-head-abcde``).
         message: what is wrong and what to do about it.
     """
@@ -285,6 +285,33 @@ def _condition_summary(rc: Obj) -> str:
     return ", ".join(bits)
 
 
+def _replica_failure(rc: Obj) -> list[Problem]:
+    """KubeRay's ``ReplicaFailure`` condition: the API server refused a pod it creates (a
+    ResourceQuota, an admission webhook, a LimitRange).
+
+    Examples:
+        >>> rc = {"metadata": {"name": "demo", "namespace": "default"}, "status": {"conditions": [
+        ...     {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateWorkerPod",
+        ...      "message": 'pods "w" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2'}]}}
+        >>> print(_replica_failure(rc)[0])  # doctest: +NORMALIZE_WHITESPACE
+        RayCluster default/demo: KubeRay cannot create its pods (FailedCreateWorkerPod): pods "w" is forbidden:
+        exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2. A ResourceQuota of namespace
+        default limits it: raise the quota (kubectl describe quota -n default) or ask for fewer nodes.
+    """
+    meta = rc.get("metadata") or {}
+    ns = meta.get("namespace") or "default"
+    found = [c for c in (rc.get("status") or {}).get("conditions") or []
+             if c.get("type") == "ReplicaFailure" and c.get("status") == "True"]
+    problems = []
+    for cond in found:
+        message = str(cond.get("message") or "").strip().replace("\n", ": ")
+        advice = (f" A ResourceQuota of namespace {ns} limits it: raise the quota (kubectl describe quota -n {ns}) "
+                  "or ask for fewer nodes." if "exceeded quota" in message else "")
+        problems.append(Problem("ReplicaFailure", f"RayCluster {ns}/{meta.get('name')}",
+                                f"KubeRay cannot create its pods ({cond.get('reason')}): {message}.{advice}"))
+    return problems
+
+
 def diagnose(
     api_client: ApiClient,
     *,
@@ -332,6 +359,7 @@ def diagnose(
             else:
                 ready = sum(1 for p in pods if not explain_pod(p, ()))
                 summary_bits.append(f"RayCluster {namespace}/{raycluster}: {_condition_summary(rc)}; {ready}/{len(pods)} pods ready")
+                problems += _replica_failure(rc)
                 if not pods:
                     rc_events = [f"{e.get('reason')}: {e.get('message')}" for e in _events_for(rc, events) if e.get("type") == "Warning"]
                     detail = f" Its events: {'; '.join(rc_events)}" if rc_events else ""
@@ -344,7 +372,7 @@ def diagnose(
     if not summary_bits:
         summary_bits.append(f"namespace {namespace}")
     # Root causes first: a claim that does not bind explains the pods that wait for it.
-    order = ["ClaimUnbound", "ImagePull", "SpotCapacity", "InsufficientGPU", "NodeSelector", "Taint", "CrashLoop",
+    order = ["ClaimUnbound", "ReplicaFailure", "ImagePull", "SpotCapacity", "InsufficientGPU", "NodeSelector", "Taint", "CrashLoop",
              "ContainerWaiting", "Unschedulable", "NoPods", "NotReady"]
     problems.sort(key=lambda p: (order.index(p.reason) if p.reason in order else len(order), p.object))
     diagnosis = Diagnosis("; ".join(summary_bits), tuple(_dedupe(problems)))

@@ -20,6 +20,7 @@ from ._kube_faults import KubeFaults, KubeTimings
 from ._kube_gc import GarbageCollector
 from ._kube_kubelet import Kubelet
 from ._kube_operator import KubeRayOperator
+from ._kube_quota import install as install_quota
 from ._kube_spot import SpotCapacity
 from ._kube_store import Obj, Store, labels_of
 from ._kube_workloads import Workloads
@@ -31,6 +32,7 @@ class Controllers(Controller):
     def __init__(self, store: Store, faults: KubeFaults, timings: KubeTimings,
                  raylets: Callable[[str], Any] | None = None) -> None:
         super().__init__(store, faults, timings, Memory())
+        install_quota(store)
         self.spot = SpotCapacity(store, raylets)
         self.workloads = Workloads(store, faults, timings, self.memory)
         self.gc = GarbageCollector(store, faults, timings, self.memory, self.spot)

@@ -259,6 +259,9 @@ class ApiHandler:
         return run
 
     def _create(self, info: KindInfo, ns: str | None, body: Obj, field_validation: str, warnings: list[str]) -> Obj:
+        # As the API server: a body without apiVersion and kind is of the kind its path names.
+        body.setdefault("apiVersion", info.api_version)
+        body.setdefault("kind", info.kind)
         if body.get("kind") != info.kind or body.get("apiVersion") != info.api_version:
             raise ApiError(
                 400, "BadRequest",

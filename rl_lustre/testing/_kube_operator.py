@@ -82,7 +82,7 @@ class KubeRayOperator(Controller):
       replicas gets more pods, one with too many loses the first ones;
     - pods being deleted still count (the operator lists them): a worker group gets its
       replacement only once the old pod is gone;
-    - a pod the API server refuses (a ResourceQuota, ``_kube_quota``) is a
+    - a pod the API server refuses (a ResourceQuota: ``_kube_quota``) is a
       ``FailedToCreate...Pod`` event and the ``ReplicaFailure`` condition, cleared by the
       next pass without error;
     - the status counts every pod of the cluster, terminating ones too:
