@@ -264,6 +264,41 @@ class KubeletSim:
             preemption._bring_back(replacements)
         return preemption
 
+    # -- deleting the GKE cluster ---------------------------------------------------------------
+    def cluster_deleted(self, name: str) -> None:
+        """What deleting the GKE cluster does to its API server: its VMs (Nodes) and every
+        object in it go. down() relies on that (in-cluster objects are deleted "with
+        gke-cluster"); on the shared plane it is every Node and every object of an
+        rl_lustre deployment (and the pods and Services KubeRay made for them), at once:
+        no kubelet or controller is left to wait for, so finalizers are dropped."""
+        from kubernetes import client
+
+        from rl_lustre.kube.client import KINDS, ResourceClient
+
+        api = self.api_client()
+        core = client.CoreV1Api(api)
+        for node in core.list_node().items:
+            with contextlib.suppress(client.ApiException):
+                core.delete_node(node.metadata.name)
+        namespaces = [n.metadata.name for n in core.list_namespace().items]
+        selectors = ["managed-by=rl-lustre", "ray.io/cluster"]
+        for kind, info in KINDS.items():
+            if kind in ("Node", "Event", "Namespace"):
+                continue
+            for ns in namespaces if info.namespaced else [None]:
+                res = ResourceClient(api, kind, ns)
+                for selector in selectors:
+                    with contextlib.suppress(Exception):
+                        for obj in res.list(label_selector=selector)[0]:
+                            obj_name = obj["metadata"]["name"]
+                            with contextlib.suppress(Exception):
+                                if obj["metadata"].get("finalizers"):
+                                    res.patch(obj_name, {"metadata": {"finalizers": None}})
+                                res.delete(obj_name)
+        for pod in core.list_pod_for_all_namespaces(label_selector="ray.io/cluster").items:
+            with contextlib.suppress(client.ApiException):
+                core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+
     def close_kubelets(self) -> None:
         self.release_raylets()
         self._raylet_pool.shutdown(wait=True)

@@ -560,14 +560,6 @@ class ControlPlane(KubeletSim):
     def node_pool_deleted(self, name: str) -> None:
         self.remove_pool_nodes(name)
 
-    def cluster_deleted(self, name: str) -> None:
-        """The cluster's VMs go; what our code left in the API server stays for the test to see."""
-        from kubernetes import client
-
-        for node in client.CoreV1Api(self.api_client()).list_node().items:
-            with contextlib.suppress(client.ApiException):
-                client.CoreV1Api(self.api_client()).delete_node(node.metadata.name)
-
     def remove_pool_nodes(self, pool: str) -> None:
         from kubernetes import client
 
