@@ -23,7 +23,7 @@ from rl_lustre.testing import KubeFake
 
 SPEC: dict[str, Any] = {
     "name": "kr", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 2,
-    "image": "rayproject/ray:2.60.0", "mount_path": "/lustre", "secrets": ["RAY_AUTH_TOKEN"],
+    "image": "rayproject/ray:2.60.0", "mount_path": "/lustre", "secrets": ["RAY_AUTH_TOKEN"], "preload_image": False,
 }
 
 
