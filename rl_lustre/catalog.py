@@ -239,6 +239,21 @@ PRELOAD_BUILD_TIMEOUT = 3600.0
 # The builder VM deletes itself (with its disks) after this long, should up() die.
 PRELOAD_MAX_RUN_SECONDS = 7200
 
+# Machine series that boot only from Hyperdisk (GKE's default boot disk is pd-balanced); a
+# GKE secondary boot disk is of the node's boot disk type.
+_HYPERDISK_ONLY = re.compile(r"^(a4-|a4x-|a3-ultragpu-)")
+
+
+def boot_disk_type(machine_type: str) -> str:
+    """The boot disk type of a GKE node of ``machine_type`` (and of its secondary boot disks).
+
+    Examples:
+        >>> boot_disk_type("a4-highgpu-8g"), boot_disk_type("a3-highgpu-8g")
+        ('hyperdisk-balanced', 'pd-balanced')
+    """
+    return "hyperdisk-balanced" if _HYPERDISK_ONLY.match(machine_type) else "pd-balanced"
+
+
 # Google's Managed Lustre CSI driver (the GKE add-on a PersistentVolume names).
 LUSTRE_CSI_DRIVER = "lustre.csi.storage.gke.io"
 # The labels GKE puts on every node: its pool, its GPU type, Spot, a local-SSD ephemeral storage.
@@ -285,6 +300,8 @@ class PriceTable:
         machines: USD per hour per VM, by machine type.
         lustre_gib_month: USD per GiB-month of Managed Lustre capacity, by tier (MB/s per TiB).
         gke_cluster_hour: GKE's cluster management fee, USD per cluster-hour.
+        image_gib_month: USD per GiB-month of a custom disk image's storage.
+        disk_gib_month: USD per GiB-month of a disk's provisioned capacity, by disk type.
         hours_per_month: how Google converts monthly prices to hours.
         sources: the page each kind of price was read from.
     """
@@ -296,6 +313,8 @@ class PriceTable:
     lustre_gib_month: dict[int, float]
     gke_cluster_hour: float
     hours_per_month: float
+    image_gib_month: float = 0.0
+    disk_gib_month: dict[str, float] = attrs.field(factory=dict)
     sources: dict[str, str]
 
 
@@ -338,12 +357,19 @@ PRICES = PriceTable(
     lustre_gib_month={1000: 0.60, 500: 0.34, 250: 0.21, 125: 0.145},
     gke_cluster_hour=0.10,
     hours_per_month=730.0,
+    # Not read off the pricing page in the session that added them (its stored copies stop
+    # before the tables): image storage as reported ($0.05/GiB-month), Hyperdisk Balanced and
+    # pd-balanced capacity as remembered; pd-ssd from the page's own example (200 GB, $34/month).
+    # Check them before budgeting.
+    image_gib_month=0.05,
+    disk_gib_month={"hyperdisk-balanced": 0.06, "pd-balanced": 0.10, "pd-ssd": 0.17},
     sources={
         "gpu_machines": "https://cloud.google.com/compute/vm-instance-pricing#accelerator-optimized",
         "spot": "https://cloud.google.com/spot-vms/pricing",
         "cpu_machines": "https://cloud.google.com/compute/vm-instance-pricing#general-purpose_machine_type_family",
         "lustre": "https://cloud.google.com/products/managed-lustre/pricing",
         "gke": "https://cloud.google.com/kubernetes-engine/pricing#cluster_management_fee_and_free_tier",
+        "images_and_disks": "https://cloud.google.com/compute/disks-image-pricing",
     },
 )
 

@@ -7,7 +7,8 @@ Every price is a list price recorded on ``catalog.PRICES.as_of``; :class:`Prices
 any of them and applies your discounts (committed use, negotiated, reservations).
 
 Priced: the GPU node pool (Spot, reserved or on-demand), the CPU pool of the Ray head,
-Managed Lustre by tier and GiB, and GKE's cluster management fee. Networking
+Managed Lustre by tier and GiB, GKE's cluster management fee, and the preload disk image
+(its storage, which outlives ``down()``, and the GPU nodes' secondary boot disks). Networking
 resources (VPC, subnet, PSA range, firewall rule) carry no hourly charge of their own;
 traffic, boot disks and logging are not included.
 
@@ -16,9 +17,9 @@ Examples:
     >>> cost = Cluster(name="demo", project="my-project", region="us-east1",
     ...                zone="us-east1-b").plan().cost()
     >>> [(i.key, round(i.usd_per_hour, 2)) for i in cost.items]
-    [('gpu-pool', 296.0), ('cpu-pool', 1.05), ('lustre', 7.4), ('gke-cluster', 0.1)]
+    [('gpu-pool', 296.0), ('cpu-pool', 1.05), ('lustre', 7.4), ('gke-cluster', 0.1), ('preload-image', 0.02), ('secondary-disks', 0.16)]
     >>> round(cost.total_usd_per_hour, 2)
-    304.55
+    304.73
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     from .plan.graph import Plan
 
-__all__ = ["Cost", "CostItem", "Prices", "plan_cost"]
+__all__ = ["Cost", "CostItem", "Prices", "plan_cost", "preload_image_item", "secondary_disks_item"]
 
 Provisioning = str  # "Spot", "reserved" or "on-demand", as the plan's node pools say
 
@@ -221,7 +222,7 @@ class Cost:
         >>> cost.get("gpu-pool").description
         '8 × a4-highgpu-8g, on-demand'
         >>> round(cost.for_hours(24))
-        19626
+        19630
 
     Attributes:
         items: one per priced resource.
@@ -273,7 +274,7 @@ class Cost:
             >>> from rl_lustre import Cluster
             >>> Cluster(name="demo", project="my-project", region="us-east1",
             ...         zone="us-east1-b").plan().cost().headline()
-            '$304.55/hour · list prices of 2025-10-01, before taxes'
+            '$304.73/hour · list prices of 2025-10-01, before taxes'
         """
         if not self.items:
             return "no cloud resources, $0.00/hour"
@@ -327,6 +328,69 @@ def gke_cluster_item(key: str, name: str, prices: Prices) -> CostItem:
                     unit_usd_per_hour=prices.table.gke_cluster_hour)
 
 
+def preload_image_item(key: str, name: str, size_gib: float, prices: Prices, *, counted: bool = True,
+                       note: str = "") -> CostItem:
+    """The storage of a preload disk image of ``size_gib`` (kept after ``down()``).
+
+    Examples:
+        >>> round(preload_image_item("preload-image", "rlp-x", 250, Prices()).usd_per_hour * 730, 2)
+        12.5
+    """
+    t = prices.table
+    return CostItem(key=key, name=name, description=f"disk image storage, {size_gib:,.0f} GiB", quantity=size_gib,
+                    unit="GiB", unit_usd_per_hour=t.image_gib_month / t.hours_per_month, counted=counted,
+                    note=note)
+
+
+def secondary_disks_item(key: str, name: str, nodes: int, size_gib: float, disk_type: str,
+                         prices: Prices) -> CostItem:
+    """The secondary boot disks of ``nodes`` nodes, each of ``size_gib`` (the disk image's size),
+    of the nodes' boot disk type; they exist while the nodes do.
+
+    Examples:
+        >>> round(secondary_disks_item("secondary-disks", "gpu-pool", 8, 250, "hyperdisk-balanced",
+        ...                            Prices()).usd_per_hour, 3)
+        0.164
+    """
+    t = prices.table
+    month = t.disk_gib_month.get(disk_type)
+    return CostItem(key=key, name=name, description=f"{nodes} × {size_gib:,.0f} GiB {disk_type} secondary boot disks",
+                    quantity=nodes * size_gib, unit="GiB", note="" if month is not None else f"no price for {disk_type}",
+                    unit_usd_per_hour=None if month is None else month / t.hours_per_month)
+
+
+def _preload_items(plan: Plan, prices: Prices) -> tuple[list[CostItem], list[str]]:
+    """The preload image's storage and the GPU nodes' secondary boot disks, and a note."""
+    from .catalog import (
+        PRELOAD_DATA_DISK_GB,
+        PRELOAD_DATA_DISK_TYPE,
+        PRELOAD_MACHINE_TYPE,
+        boot_disk_type,
+    )
+
+    node = plan.get("preload-image")
+    t = prices.table
+    if node.action == "use":
+        return [], [f"your preload image {node.name} (storage yours; the GPU nodes' secondary boot disks, of its "
+                    "size, are not priced offline)"]
+    # The image is made from the builder's data disk: its size bounds the storage and each
+    # node's secondary boot disk (billed on what is stored: less).
+    size = float(PRELOAD_DATA_DISK_GB)
+    month = size * t.image_gib_month
+    vm = t.machines[PRELOAD_MACHINE_TYPE].on_demand
+    build_hours = node.settings["build"]["estimated_minutes"] / 60
+    build = build_hours * (vm + size * t.disk_gib_month.get(PRELOAD_DATA_DISK_TYPE, 0.0) / t.hours_per_month)
+    items = [preload_image_item("preload-image", node.name, size, prices, note=(
+        f"kept after down(): at most ${month:,.2f}/month until deleted; built once (about ${build:,.2f})"))]
+    gpu = plan.get("gpu-pool") if "gpu-pool" in plan else None
+    if gpu is not None and "preload" in gpu.settings:
+        s = gpu.settings
+        items.append(secondary_disks_item("secondary-disks", gpu.name, s["node_count"], size,
+                                          boot_disk_type(s["machine_type"]), prices))
+    return items, [f"kept after down(): the preload disk image, at most ${month:,.2f}/month "
+                   "(down(delete_preload_image=True) or rl-lustre gc --preload-images deletes it)"]
+
+
 def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
     """What ``plan``'s deployment costs per hour once it is up.
 
@@ -355,4 +419,8 @@ def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
         items.append(gke_cluster_item("gke-cluster", plan.get("gke-cluster").name, prices))
     notes = ["networking (VPC, subnet, PSA range, firewall) has no hourly charge; traffic, boot disks and "
              "logging are not included"]
+    if "preload-image" in plan:
+        more, said = _preload_items(plan, prices)
+        items += more
+        notes += said
     return Cost(items=items, prices_as_of=table.as_of, sources=table.sources, notes=notes)

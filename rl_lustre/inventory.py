@@ -160,14 +160,23 @@ class Deployment:
         return (now if now is not None else time.time()) - created.timestamp()
 
     def cost(self, prices: Prices | None = None) -> Cost:
-        """What what was found costs per hour (node pools, Lustre, the GKE fee).
+        """What what was found costs per hour (node pools and their secondary boot disks,
+        Lustre, the GKE fee; the preload images they boot from are shared: rl-lustre ls
+        prices them per month).
 
         Example::
 
             find_deployment("demo", project="my-project").cost().total_usd_per_hour
             # 304.55
         """
-        from .cost import Cost, Prices, gke_cluster_item, lustre_item, node_pool_item
+        from .cost import (
+            Cost,
+            Prices,
+            gke_cluster_item,
+            lustre_item,
+            node_pool_item,
+            secondary_disks_item,
+        )
 
         prices = prices or Prices()
         items = []
@@ -176,6 +185,9 @@ class Deployment:
             if r.key in ("gpu-pool", "cpu-pool"):
                 items.append(node_pool_item(r.key, r.short_name, d["machine_type"], d["node_count"],
                                             d["provisioning"], self.region, prices))
+                if d.get("secondary_disk_gb"):
+                    items.append(secondary_disks_item("secondary-disks", r.short_name, d["node_count"],
+                                                      d["secondary_disk_gb"], d["disk_type"], prices))
             elif r.key == "lustre":
                 items.append(lustre_item(r.key, r.short_name, d["capacity_gib"], d["tier"], prices))
             elif r.key == "gke-cluster":
@@ -205,8 +217,10 @@ class Deployment:
                 kwargs["network"] = on
         return Cluster(name=self.name, project=self.project, region=region, zone=zone, **kwargs)
 
-    def down(self, *, keys: Sequence[str] | None = None, apis: Apis | None = None) -> Report:
-        """Delete the deployment (or only the plan nodes ``keys``) through its plan's executor.
+    def down(self, *, keys: Sequence[str] | None = None, apis: Apis | None = None,
+             delete_preload_image: bool = False) -> Report:
+        """Delete the deployment (or only the plan nodes ``keys``) through its plan's executor;
+        the preload disk image only with ``delete_preload_image`` (and while no pool uses it).
 
         Raises:
             TeardownError: something could not be deleted; everything else was.
@@ -215,7 +229,7 @@ class Deployment:
 
         cluster = self.cluster()
         backend = GKEBackend(cluster, apis=apis)
-        return backend.down(keys=keys)
+        return backend.down(keys=keys, delete_preload_image=delete_preload_image)
 
     def to_dict(self, prices: Prices | None = None) -> dict[str, Any]:
         """The deployment as JSON data, with its cost."""
@@ -285,10 +299,24 @@ def _provisioning(pool: Any) -> str:
     return "reserved" if pool.config.reservation_affinity.consume_reservation_type == specific else "on-demand"
 
 
+def _image_sizes(apis: Apis, project: str, clusters: list[Any]) -> dict[str, int]:
+    """GB of each disk image a pool of ``clusters`` boots from (its nodes' secondary boot disks)."""
+    from .catalog import ROLE_PRELOAD_IMAGE
+    from .provision.preload import image_path
+
+    if not any(p.config.secondary_boot_disks for c in clusters for p in c.node_pools):
+        return {}
+    return {image_path(i): int(i.disk_size_gb or 0) for i in apis.images.list_role(project, ROLE_PRELOAD_IMAGE)}
+
+
 def _gke(apis: Apis, project: str) -> Iterable[FoundResource]:
     from google.cloud import container_v1
 
-    for c in apis.clusters.list_ours(project):
+    from .catalog import boot_disk_type
+
+    clusters = apis.clusters.list_ours(project)
+    sizes = _image_sizes(apis, project, clusters)
+    for c in clusters:
         deployment = c.resource_labels[LABEL_DEPLOYMENT]
         path = naming.container_cluster_path(project, c.location, c.name)
         yield FoundResource(key="gke-cluster", kind="container.v1.Cluster", name=path, deployment=deployment,
@@ -301,7 +329,12 @@ def _gke(apis: Apis, project: str) -> Iterable[FoundResource]:
                 location=pool.locations[0] if pool.locations else c.location,
                 state=container_v1.NodePool.Status(pool.status).name, created=_timestamp(c.create_time),
                 details={"machine_type": pool.config.machine_type, "node_count": pool.initial_node_count,
-                         "provisioning": _provisioning(pool)})
+                         "provisioning": _provisioning(pool),
+                         **({"secondary_boot_disks": [d.disk_image for d in pool.config.secondary_boot_disks],
+                             "secondary_disk_gb": sum(sizes.get(d.disk_image, 0)
+                                                      for d in pool.config.secondary_boot_disks),
+                             "disk_type": pool.config.disk_type or boot_disk_type(pool.config.machine_type)}
+                            if pool.config.secondary_boot_disks else {})})
 
 
 def find_deployments(project: str, *, apis: Apis | None = None) -> list[Deployment]:

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from rl_lustre import Cluster, LustreVolume
 from rl_lustre.backends.gke import GKEBackend
+from rl_lustre.catalog import PRICES
 from rl_lustre.cli._app import cli
 from rl_lustre.gcp import LustreInstances, _wait
 from rl_lustre.gcp.lustre import instance_request
@@ -88,8 +89,17 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     assert (live["state"], live["whole"], live["zone"]) == ("RUNNING", True, "us-east1-b")
     assert [r["key"] for r in live["resources"]] == ["network", "subnet", "psa-range", "firewall-lustre", "lustre",
                                                      "gke-cluster", "cpu-pool", "gpu-pool"]
-    # What it costs is what its plan said it would.
-    assert live["usd_per_hour"] == pytest.approx(spec.plan().cost().total_usd_per_hour, abs=1e-3)
+    # What it costs is what its plan said it would, its GPU nodes' secondary boot disks
+    # included; the preload image they boot from is shared, priced per month on its own.
+    planned = spec.plan().cost()
+    assert live["usd_per_hour"] == pytest.approx(
+        planned.total_usd_per_hour - planned.get("preload-image").usd_per_hour, abs=1e-3)
+    [image] = listing["shared"]["preload_images"]
+    assert image["name"].startswith("projects/my-project/global/images/" + spec.plan().get("preload-image").name)
+    assert (image["image"], image["status"], image["used_by"]) == (spec.image, "READY", ["cli-e2e/gpu-pool"])
+    assert image["digest"] == fakes.registry.digest(spec.image)
+    assert image["usd_per_month"] == pytest.approx(image["disk_gb"] * PRICES.image_gib_month)
+    assert listing["shared"]["preload_builders"] == []
     partial = by_name["crashed"]
     assert (partial["state"], partial["whole"]) == ("PARTIAL", False)
     assert [r["key"] for r in partial["resources"]] == ["network", "subnet", "psa-range", "firewall-lustre", "lustre"]
@@ -97,6 +107,9 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     assert listing["usd_per_hour"] == pytest.approx(live["usd_per_hour"] + partial["usd_per_hour"], abs=1e-3)
     text = run("ls", "--project", "my-project")
     assert "crashed  PARTIAL" in text
+    assert "SHARED (kept between deployments" in text
+    assert f"preload-image  {image['name'].rsplit('/', 1)[1]}" in text
+    assert "used by cli-e2e/gpu-pool" in text
     # The script's cluster names the project just as well.
     by_target = run("ls", target, "--json")
     assert by_target["project"] == "my-project"
@@ -126,6 +139,9 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     assert [d["name"] for d in run("ls", "--project", "my-project", "--json")["deployments"]] == ["cli-e2e"]
 
     # down by name, from the labels alone; then by file, which finds nothing left.
+    # gc does not take a preload image a node pool boots from, even when asked.
+    kept = run("gc", "--project", "my-project", "--preload-images", "--yes", "--json")["shared"]
+    assert (kept["preload_images"], [i["name"] for i in kept["in_use"]]) == ([], [image["name"]])
     down = run("down", "cli-e2e", "--project", "my-project", "--zone", "us-east1-b", "--json")
     assert {r["outcome"] for r in down["report"]["resources"] if r["key"] != "preload-image"} <= {"deleted", "absent"}
     # The preload image is kept for the next deployment of the image.
@@ -135,6 +151,14 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     again = run("down", target, "--json")
     assert {r["outcome"] for r in again["report"]["resources"] if r["key"] != "preload-image"} == {"absent"}
     assert run("ls", "--project", "my-project", "--json")["deployments"] == []
+    # Kept for the next deployment, listed unused; gc lists it, deletes it with --yes.
+    assert run("ls", "--project", "my-project", "--json")["shared"]["preload_images"][0]["used_by"] == []
+    assert "unused preload image" in run("gc", "--project", "my-project", "--preload-images")
+    assert fakes.resources()["compute.images"]
+    gone = run("gc", "--project", "my-project", "--preload-images", "--yes", "--json")["shared"]
+    assert [i["name"] for i in gone["preload_images"]] == [image["name"]]
+    fakes.settle()
+    assert not fakes.resources()["compute.images"]
     assert "projects/my-project/global/networks/byhand" in fakes.resources()["compute.networks"]
 
 

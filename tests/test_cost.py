@@ -21,7 +21,8 @@ BASE = Cluster(name="demo", project="my-project", region="us-east1", zone="us-ea
 def test_every_priced_resource_of_the_plan_and_the_total() -> None:
     cost = BASE.plan().cost()
     a4 = PRICES.machines["a4-highgpu-8g"]
-    assert [i.key for i in cost.items] == ["gpu-pool", "cpu-pool", "lustre", "gke-cluster"]
+    assert [i.key for i in cost.items] == ["gpu-pool", "cpu-pool", "lustre", "gke-cluster", "preload-image",
+                                           "secondary-disks"]
     assert cost.get("gpu-pool").usd_per_hour == pytest.approx(8 * a4.spot)
     assert cost.get("cpu-pool").usd_per_hour == pytest.approx(PRICES.machines["n2-highmem-16"].on_demand)
     # The default volume: what size_lustre picks for the default job (9,000 GiB at 1000 MB/s/TiB).
@@ -49,9 +50,31 @@ def test_lustre_is_priced_by_tier_and_capacity_and_a_volume_you_own_is_not_count
     yours = attrs.evolve(BASE, volume=LustreVolume(name="v", existing=True, capacity_gib=18_000))
     cost = yours.plan().cost()
     assert cost.get("lustre").counted is False
-    assert cost.total_usd_per_hour == pytest.approx(sum(cost.get(k).usd_per_hour for k in ("gpu-pool", "cpu-pool",
-                                                                                              "gke-cluster")))
+    assert cost.total_usd_per_hour == pytest.approx(sum(cost.get(k).usd_per_hour for k in (
+        "gpu-pool", "cpu-pool", "gke-cluster", "preload-image", "secondary-disks")))
     assert "(yours, not counted)" in str(cost)
+
+
+def test_the_preload_image_is_priced_per_month_it_is_kept_and_the_nodes_secondary_disks_per_hour() -> None:
+    cost = BASE.plan().cost()
+    image = cost.get("preload-image")
+    # The image is made from the builder's 250 GB data disk: that bounds what is stored.
+    assert (image.quantity, image.unit) == (250, "GiB")
+    assert image.usd_per_hour * 730 == pytest.approx(250 * PRICES.image_gib_month)
+    assert "kept after down(): at most $12.50/month" in image.note
+    # Building it once: the n2-standard-8 and its pd-ssd for ~16 minutes.
+    assert "built once (about $0.12)" in image.note
+    disks = cost.get("secondary-disks")
+    # Each A4 node gets a copy, of its boot disk type (A4 boots only from Hyperdisk).
+    assert disks.description == "8 × 250 GiB hyperdisk-balanced secondary boot disks"
+    assert disks.usd_per_hour == pytest.approx(8 * 250 * PRICES.disk_gib_month["hyperdisk-balanced"] / 730)
+    assert any("$12.50/month" in n and "gc --preload-images" in n for n in cost.notes)
+    # Off: neither; your own image: its storage is yours, not priced.
+    off = attrs.evolve(BASE, preload_image=False).plan().cost()
+    assert {"preload-image", "secondary-disks"}.isdisjoint(i.key for i in off.items)
+    yours = attrs.evolve(BASE, preload_image="global/images/team-nemo").plan().cost()
+    assert {"preload-image", "secondary-disks"}.isdisjoint(i.key for i in yours.items)
+    assert any("your preload image projects/my-project/global/images/team-nemo" in n for n in yours.notes)
 
 
 def test_discounts_and_a_region_without_recorded_prices() -> None:
@@ -72,8 +95,8 @@ def test_an_unknown_machine_type_makes_the_estimate_incomplete_not_wrong() -> No
     assert cost.get("gpu-pool").usd_per_hour is None
     assert not cost.complete
     assert "incomplete" in str(cost)
-    assert cost.total_usd_per_hour == pytest.approx(sum(cost.get(k).usd_per_hour for k in ("cpu-pool", "lustre",
-                                                                                             "gke-cluster")))
+    assert cost.total_usd_per_hour == pytest.approx(sum(cost.get(k).usd_per_hour for k in (
+        "cpu-pool", "lustre", "gke-cluster", "preload-image", "secondary-disks")))
 
 
 def test_str_and_to_dict_of_the_plan_show_the_cost() -> None:

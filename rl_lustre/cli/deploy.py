@@ -85,11 +85,15 @@ def up(target: str, as_json: bool, keep_on_failure: bool) -> None:
 @json_option
 @click.option("--project", help="With NAME: the project of the deployment, found by its labels.")
 @click.option("--zone", help="With NAME: its zone (checked against what is found).")
-def down(target: str, as_json: bool, project: str | None, zone: str | None) -> None:
+@click.option("--delete-preload-image", is_flag=True,
+              help="Delete the preload disk image too (kept by default for the next deployment of the image; "
+                   "kept anyway while a node pool boots from it).")
+def down(target: str, as_json: bool, project: str | None, zone: str | None, delete_preload_image: bool) -> None:
     """Delete what `up` created for TARGET; what you own is never deleted.
 
     `down NAME --project P [--zone Z]` finds the deployment NAME by its labels, without
-    the script, and deletes it the same way.
+    the script, and deletes it the same way. The preload disk image, shared by the
+    deployments of its image, is kept unless --delete-preload-image.
     """
     from ..errors import ConfigError
 
@@ -102,7 +106,7 @@ def down(target: str, as_json: bool, project: str | None, zone: str | None) -> N
             from .._output import enable_output
 
             enable_output()
-        cluster.down()
+        cluster.down(delete_preload_image=delete_preload_image)
         report = _report(cluster)
     else:
         if project is None:
@@ -115,7 +119,7 @@ def down(target: str, as_json: bool, project: str | None, zone: str | None) -> N
             from .._output import enable_output
 
             enable_output()
-        report = deployment.down()
+        report = deployment.down(delete_preload_image=delete_preload_image)
     data = {"target": target, "down": True, "report": None if report is None else report.to_dict()}
     emit(data, as_json, lambda: "\n".join(
         [*([str(report)] if report is not None else []), f"{target}: torn down."]))

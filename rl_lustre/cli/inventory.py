@@ -69,14 +69,37 @@ def ls(target: str | None, project: str | None, as_json: bool, prices_file: str 
     age, $/hour and resources.
     """
     from ..inventory import find_deployments
+    from ..shared import find_shared
 
     project = _project("ls", target, project)
     prices = load_prices(prices_file)
     found = find_deployments(project)
+    shared = find_shared(project)
     total = sum(d.cost(prices).total_usd_per_hour for d in found)
-    data = {"project": project, "usd_per_hour": round(total, 4), "deployments": [d.to_dict(prices) for d in found]}
-    emit(data, as_json, lambda: (f"{_table(found, prices)}\n\n{len(found)} deployment(s), ${total:,.2f}/hour"
-                                 if found else f"no rl_lustre deployment in project {project}"))
+    data = {"project": project, "usd_per_hour": round(total, 4), "deployments": [d.to_dict(prices) for d in found],
+            "shared": shared.to_dict(prices)}
+
+    def text() -> str:
+        out = (f"{_table(found, prices)}\n\n{len(found)} deployment(s), ${total:,.2f}/hour"
+               if found else f"no rl_lustre deployment in project {project}")
+        return out + _shared_table(shared, prices)
+
+    emit(data, as_json, text)
+
+
+def _shared_table(shared: Any, prices: Any) -> str:
+    """ls's section of what deployments share (kept by down())."""
+    if not shared.images and not shared.builders:
+        return ""
+    rows = [("preload-image", i.short_name, f"{i.image}@{i.digest[:19]}", f"{i.disk_gb} GB",
+             f"${i.usd_per_month(prices):,.2f}/month", i.status,
+             f"used by {', '.join(i.used_by)}" if i.used_by else "unused") for i in shared.images]
+    rows += [("preload-build", b.name.rsplit("/", 1)[-1], b.kind, "", "", "temporary", "")
+             for b in shared.builders]
+    widths = [max(len(r[c]) for r in rows) for c in range(6)]
+    lines = ["  ".join(r[c].ljust(widths[c]) for c in range(6)) + "  " + r[6] for r in rows]
+    return "\n\nSHARED (kept between deployments; rl-lustre gc --preload-images deletes unused ones)\n" + "\n".join(
+        line.rstrip() for line in lines)
 
 
 @click.command()
@@ -86,31 +109,43 @@ def ls(target: str | None, project: str | None, as_json: bool, prices_file: str 
 @click.option("--yes", is_flag=True, help="Delete what is listed (without it, nothing is deleted).")
 @click.option("--older-than", type=click.FloatRange(min=0), default=15.0, show_default=True,
               help="Minutes: leave younger partial deployments alone (their up() may be under way).")
-def gc(target: str | None, project: str | None, as_json: bool, yes: bool, older_than: float) -> None:
+@click.option("--preload-images", is_flag=True,
+              help="Also the preload disk images no node pool boots from (kept by down() for the next deployment).")
+def gc(target: str | None, project: str | None, as_json: bool, yes: bool, older_than: float,
+       preload_images: bool) -> None:
     """List resources labelled as ours in a project (--project, or TARGET's) that no longer
     form a whole deployment (no GKE cluster: a Lustre instance or a network left after a
-    crash); delete them with --yes.
+    crash), and the preload image builder's VMs and disks older than a build can take;
+    delete them with --yes. With --preload-images, also the preload disk images no node
+    pool uses.
 
     Nothing without our labels is ever touched; deletion goes through the deployment's
-    plan, in reverse dependency order, as `down` does.
+    plan, in reverse dependency order, as `down` does. An image a node pool boots from is
+    never deleted.
     """
     from ..inventory import collect_garbage
+    from ..shared import collect_shared
 
     project = _project("gc", target, project)
     collected = collect_garbage(project, delete=yes, older_than=older_than * 60)
-    data = {"project": project, "deleted": yes, "partial": [c.to_dict() for c in collected]}
+    shared = collect_shared(project, delete=yes, preload_images=preload_images)
+    data = {"project": project, "deleted": yes, "partial": [c.to_dict() for c in collected],
+            "shared": shared.to_dict()}
 
     def text() -> str:
-        if not collected:
+        lines = [f"{'deleted' if yes else 'unused'} preload image {i.name} ({i.image}, {i.disk_gb} GB)"
+                 for i in shared.images]
+        lines += [f"kept preload image {i.name}: node pool {', '.join(i.used_by)} boots from it" for i in shared.in_use]
+        lines += [f"{'deleted' if yes else 'leftover'} preload builder {b.kind} {b.name}" for b in shared.builders]
+        if not collected and not lines:
             return f"nothing to collect in project {project}"
-        lines = []
         for c in collected:
             lines.append(f"{c.deployment.name}: " + ", ".join(f"{r.key} {r.name}" for r in c.deployment.resources))
             if c.report is not None:
                 lines.append(f"  deleted: {', '.join(c.report.keys('deleted')) or 'nothing'}")
             if c.left:
                 lines.append(f"  LEFT (delete by hand): {', '.join(r.name for r in c.left)}")
-        if not yes:
+        if not yes and (collected or shared.images or shared.builders):
             lines.append("nothing deleted; run again with --yes to delete these")
         return "\n".join(lines)
 

@@ -27,14 +27,13 @@ Examples:
 from __future__ import annotations
 
 import datetime
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from google.cloud import container_v1
 
 from .. import naming
-from ..catalog import ownership_labels
+from ..catalog import boot_disk_type, ownership_labels
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -52,7 +51,6 @@ __all__ = [
 
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 # A4, A4X and A3 Ultra machines boot only from Hyperdisk; GKE's default pd-balanced fails.
-_HYPERDISK_ONLY = re.compile(r"^(a4-|a4x-|a3-ultragpu-)")
 
 
 def _labels(plan: Plan, key: str) -> dict[str, str]:
@@ -91,8 +89,8 @@ def node_pool_request(plan: Plan, key: str, *, preload_image: str | None = None)
         oauth_scopes=SCOPES,
         resource_labels=_labels(plan, key),
     )
-    if _HYPERDISK_ONLY.match(s["machine_type"]):
-        config.disk_type = "hyperdisk-balanced"
+    if boot_disk_type(s["machine_type"]) != "pd-balanced":  # GKE's default
+        config.disk_type = boot_disk_type(s["machine_type"])
     if "accelerator" in s:
         acc = s["accelerator"]
         driver = container_v1.GPUDriverInstallationConfig.GPUDriverVersion.__members__[acc["gpu_driver_version"]]
