@@ -12,7 +12,7 @@ from rl_lustre import Cluster
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import OwnershipError
 from rl_lustre.gcp import Backoff, RetryPolicy
-from rl_lustre.gcp.images import Instances
+from rl_lustre.gcp.images import Images, Instances
 from rl_lustre.shared import collect_shared, find_shared
 from rl_lustre.testing import FakeGCP
 
@@ -54,7 +54,8 @@ def test_images_are_listed_with_their_users_and_builder_leftovers_collected_when
     assert image.name.startswith(f"projects/{P}/global/images/{cluster.plan().get('preload-image').name}-")
     assert (image.image, image.status, image.used_by) == (cluster.image, "READY", ("demo/gpu-pool",))
     assert image.digest == gcp.registry.digest(cluster.image)
-    assert image.disk_gb == 250 and image.usd_per_month() == pytest.approx(12.5)
+    assert image.disk_gb == 250
+    assert image.usd_per_month() == pytest.approx(12.5)
     # The VM, and its boot and data disks.
     assert sorted((b.kind, b.name.rsplit("/", 1)[1]) for b in shared.builders) == [
         ("compute.v1.Disk", "rlp-build-dead"), ("compute.v1.Disk", "rlp-build-dead-data"),
@@ -65,18 +66,18 @@ def test_images_are_listed_with_their_users_and_builder_leftovers_collected_when
     assert (young.builders, young.images, [i.name for i in young.in_use]) == ((), (), [image.name])
     assert len(find_shared(P).builders) == 3
     old = collect_shared(P, delete=True, older_than=0)
-    assert len(old.builders) == 3 and old.images == ()
+    assert len(old.builders) == 3
+    assert old.images == ()
     gcp.settle()
     assert find_shared(P).builders == ()
 
     # Once no pool boots from it, gc --preload-images deletes it; what is not ours stays.
     GKEBackend(cluster, gcp_only=True, backoff=FAST, retry=RETRY).down()
     unused = collect_shared(P, preload_images=True)
-    assert [i.name for i in unused.images] == [image.name] and not unused.deleted
+    assert [i.name for i in unused.images] == [image.name]
+    assert not unused.deleted
     collect_shared(P, delete=True, preload_images=True)
     gcp.settle()
     assert sorted(gcp.resources()["compute.images"]) == [mine]
     with pytest.raises(OwnershipError):
-        from rl_lustre.gcp.images import Images
-
         Images(backoff=FAST).delete_ours(mine, role="preload-image")
