@@ -39,8 +39,35 @@ HF -> Megatron conversion      10     read 145 GB, write the Megatron checkpoint
 NeMo-RL start-up to step 1     5      Ray actors, vLLM engines, Megatron init; same in both orders
 ============================  ======  ================================================================
 
-Prints a table, and last ``time_to_first_step_ratio=<ours/reference>``. Target <= 0.70; a
-miss exits 1. Run ``python -m benchmarks.startup --unit 0.25``.
+- **cold** (``preload_image=True``, a project's first deployment): the GPU pool waits for the
+  preload disk image, built once on a temporary VM; its nodes then boot with the image on a
+  secondary boot disk (no pull); the CPU node still pre-pulls for the Ray head.
+
+The preload image's build, in simulated minutes (assumptions, to be replaced by the live
+test's measurements):
+
+============================  ======  ================================================================
+builder VM created, booted     1.0     an n2-standard-8 from Debian 12 to its startup script
+containerd, mkfs, mount        0.8     ``apt-get install containerd``, format and mount the data disk,
+                                       and later the snapshot mapping, fstrim and guest attributes
+pull + unpack, per GB          0.333   25 GB of compressed layers at 50 MB/s: ~60 GB unpacked written to a
+                                       250 GB pd-ssd (whose write rate grows with its size)
+detach the data disk           0.3     one Compute operation
+disk image from the disk       5.0     ~60 GB of used blocks at ~200 MB/s
+preloaded image on a node      0.1     read by containerd from the secondary boot disk, which GKE
+                                       provisions in parallel with the node (GKE's page)
+============================  ======  ================================================================
+
+Then a Spot preemption in the cold order's world: one worker's node goes, capacity comes back
+after 0.5 minutes, and the replacement node's worker must run the image within 2 minutes of
+the node being Ready (``replacement_image_running_minutes``).
+
+Prints a table, then ``replacement_image_running_minutes=<m>``,
+``time_to_first_step_ratio=<ours/reference>`` and ``time_to_first_step_ratio_cold=<cold/reference>``.
+Targets: 0.70, 0.70 and 2 minutes; a miss exits 1. Run ``python -m benchmarks.startup --unit 0.25``.
+
+Not measured here: the issue's ``time_to_first_step_ratio_warm`` (the image and a Cloud
+Storage warm-start bucket already there): the warm starts are not built yet.
 """
 
 from __future__ import annotations
@@ -65,6 +92,19 @@ JOB_START_MIN = 0.1
 CONVERSION_MIN = 10.0
 NEMO_RL_STARTUP_MIN = 5.0
 RATIO_TARGET = 0.70
+COLD_TARGET = 0.70
+REPLACEMENT_TARGET_MIN = 2.0
+# The preload image's build (simulated minutes; the module docstring says why).
+BUILD_MINUTES = {
+    "compute.create_instance": 1.0,
+    "compute.preload_boot": 0.8,
+    "compute.preload_unpack_per_gb": 0.333,
+    "compute.detach_disk": 0.3,
+    "compute.create_image": 5.0,
+    "compute.delete_instance": 0.5,
+    "compute.delete_disk": 0.5,
+}
+PRELOADED_PULL_MIN = 0.1
 
 
 def minutes(gigabytes: float, mb_per_s: float) -> float:
@@ -77,7 +117,7 @@ class Order:
     """One order's measurement.
 
     Attributes:
-        name: ``"reference"`` or ``"ours"``.
+        name: ``"reference"``, ``"ours"`` or ``"cold"``.
         up_minutes: simulated minutes ``up()`` took on the fakes (measured).
         job_minutes: the in-job phases before step 1 (stated).
         phases: when each plan node started and finished, in simulated minutes.
@@ -87,6 +127,7 @@ class Order:
     up_minutes: float
     job_minutes: Mapping[str, float]
     phases: Mapping[str, tuple[float, float]]
+    replacement_minutes: float | None = None
 
     @property
     def total(self) -> float:
@@ -98,30 +139,81 @@ class Result:
     unit: float
     reference: Order
     ours: Order
+    cold: Order
 
     @property
     def ratio(self) -> float:
         return self.ours.total / self.reference.total
 
+    @property
+    def ratio_cold(self) -> float:
+        return self.cold.total / self.reference.total
+
+    @property
+    def orders(self) -> tuple[Order, ...]:
+        return (self.reference, self.ours, self.cold)
+
+    def missed(self) -> list[str]:
+        """The targets missed, in words."""
+        out = []
+        if self.ratio > RATIO_TARGET:
+            out.append(f"time to first step is {self.ratio:.3f} x the reference's (target <= {RATIO_TARGET})")
+        if self.ratio_cold > COLD_TARGET:
+            out.append(f"cold, it is {self.ratio_cold:.3f} x the reference's (target <= {COLD_TARGET})")
+        rep = self.cold.replacement_minutes
+        if rep is None or rep > REPLACEMENT_TARGET_MIN:
+            out.append(f"a replacement node ran the image {rep if rep is None else round(rep, 2)} minutes after "
+                       f"Ready (target <= {REPLACEMENT_TARGET_MIN})")
+        return out
+
     def table(self) -> str:
-        keys = ["lustre", "gpu-pool", "image-prepull", "pvc", "raycluster", "model-prefetch"]
+        keys = ["lustre", "preload-image", "gpu-pool", "image-prepull", "pvc", "raycluster", "model-prefetch"]
         lines = [f"one simulated minute = {self.unit:g} s; minutes below are simulated",
                  "", f"{'order':<10} {'node':<16} {'start':>7} {'end':>7}"]
-        for order in (self.reference, self.ours):
+        for order in self.orders:
             for key in keys:
                 if key in order.phases:
                     start, end = order.phases[key]
                     lines.append(f"{order.name:<10} {key:<16} {start:7.1f} {end:7.1f}")
         lines += ["", f"{'order':<10} {'up() measured':>14} {'in-job phases (stated)':<44} {'to step 1':>10}"]
-        for order in (self.reference, self.ours):
+        for order in self.orders:
             job = ", ".join(f"{k} {v:.1f}" for k, v in order.job_minutes.items())
             lines.append(f"{order.name:<10} {order.up_minutes:14.1f} {job:<44} {order.total:10.1f}")
         verdict = "ok" if self.ratio <= RATIO_TARGET else "MISSED"
-        lines += ["", f"ours / reference = {self.ratio:.3f} (target <= {RATIO_TARGET}) {verdict}"]
+        cold = "ok" if self.ratio_cold <= COLD_TARGET else "MISSED"
+        rep = self.cold.replacement_minutes
+        lines += ["", f"ours / reference = {self.ratio:.3f} (target <= {RATIO_TARGET}) {verdict}",
+                  f"cold / reference = {self.ratio_cold:.3f} (target <= {COLD_TARGET}) {cold}",
+                  f"replacement node: image running {'-' if rep is None else f'{rep:.2f}'} min after Ready "
+                  f"(target <= {REPLACEMENT_TARGET_MIN:g})"]
         return "\n".join(lines)
 
 
-def _order(name: str, unit: float, **switches: Any) -> Order:
+def _replacement_minutes(kube: Any, cluster: Any, unit: float) -> float:
+    """Preempt one worker's node; the simulated minutes from its replacement Node's creation
+    to the replacement worker pod running (bounded: 20 simulated minutes)."""
+    from rl_lustre import naming
+
+    before = {n["metadata"]["name"]: n["metadata"]["uid"] for n in kube.objects("Node")}
+    pods_before = {p["metadata"]["uid"] for p in kube.objects("Pod")}
+    kube.preempt(naming.raycluster_name(cluster), nodes=1, back_after=0.5 * unit)
+    deadline = time.monotonic() + 20 * unit
+    node_seen: float | None = None
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        fresh = [n for n in kube.objects("Node") if before.get(n["metadata"]["name"]) != n["metadata"]["uid"]]
+        if fresh and node_seen is None:
+            node_seen = now
+        new_workers = [p for p in kube.objects("Pod") if p["metadata"]["uid"] not in pods_before
+                       and (p["metadata"].get("labels") or {}).get("ray.io/node-type") == "worker"
+                       and (p.get("status") or {}).get("phase") == "Running"]
+        if node_seen is not None and new_workers:
+            return (now - node_seen) / unit
+        time.sleep(min(0.01, unit / 50))
+    raise TimeoutError("the preempted worker was not replaced within 20 simulated minutes")
+
+
+def _order(name: str, unit: float, *, replacement: bool = False, **switches: Any) -> Order:
     from rl_lustre import Cluster
     from rl_lustre.backends.gke import GKEBackend
     from rl_lustre.gcp._wait import DEFAULT_BACKOFF, Backoff
@@ -139,14 +231,16 @@ def _order(name: str, unit: float, **switches: Any) -> Order:
     timings = KubeTimings(tick=min(0.03, unit / 20), schedule=0.0, start=RAY_START_MIN * unit, bind=0.0,
                           deletion=0.0, job_run=minutes(MODEL_GB, PREFETCH_MB_S) * unit,
                           image_pulls={cluster.image: minutes(IMAGE_GB, PULL_MB_S) * unit},
-                          job_start=JOB_START_MIN * unit)
-    with KubeFake(timings=timings) as kube, FakeGCP(kube=kube, latency=CREATE_MINUTES, time_scale=unit):
+                          job_start=JOB_START_MIN * unit, preloaded_pull=PRELOADED_PULL_MIN * unit)
+    latency = {**CREATE_MINUTES, **BUILD_MINUTES}
+    with KubeFake(timings=timings) as kube, FakeGCP(kube=kube, latency=latency, time_scale=unit):
         # Import the clients first: their import time is not provisioning time.
         Apis.from_env()
         ResourceClient(kube.api_client(), "Job", "default")
         started = time.monotonic()
         report = GKEBackend(cluster, backoff=backoff).up()
         wall = time.monotonic() - started
+        replaced = _replacement_minutes(kube, cluster, unit) if replacement else None
     phases = {k: (r.started / unit, r.finished / unit) for k, r in report.records.items()
               if r.started is not None and r.finished is not None}
     job: dict[str, float] = {}
@@ -154,11 +248,11 @@ def _order(name: str, unit: float, **switches: Any) -> Order:
         job["download"] = minutes(MODEL_GB, NEMO_RL_DOWNLOAD_MB_S)
     job["conversion"] = CONVERSION_MIN
     job["start-up"] = NEMO_RL_STARTUP_MIN
-    return Order(name, wall / unit, job, phases)
+    return Order(name, wall / unit, job, phases, replaced)
 
 
 def run(unit: float = 0.25) -> Result:
-    """Measure both orders.
+    """Measure the three orders.
 
     Example:
         >>> run(unit=0.05).ratio < 1  # doctest: +SKIP
@@ -167,7 +261,8 @@ def run(unit: float = 0.25) -> Result:
     # Neither order boots from a preload image (today's line: the pre-pull and the prefetch).
     reference = _order("reference", unit, prepull_image=False, prefetch_models=(), preload_image=False)
     ours = _order("ours", unit, preload_image=False)
-    return Result(unit, reference, ours)
+    cold = _order("cold", unit, preload_image=True, replacement=True)
+    return Result(unit, reference, ours, cold)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -177,11 +272,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, _ = parser.parse_known_args(argv)
     result = run(args.unit)
     print(result.table())
-    missed = result.ratio > RATIO_TARGET
-    if missed:
-        print(f"MISSED: time to first step is {result.ratio:.3f} x the reference's (target <= {RATIO_TARGET})",
-              file=sys.stderr)
-    print(f"time_to_first_step_ratio={result.ratio:.3f}", flush=True)
+    missed = result.missed()
+    for what in missed:
+        print(f"MISSED: {what}", file=sys.stderr)
+    rep = result.cold.replacement_minutes
+    print(f"replacement_image_running_minutes={'-' if rep is None else f'{rep:.2f}'}")
+    print(f"time_to_first_step_ratio={result.ratio:.3f}")
+    print(f"time_to_first_step_ratio_cold={result.ratio_cold:.3f}", flush=True)
     return 1 if missed else 0
 
 
