@@ -226,11 +226,11 @@ class Run:
         return self.info().terminal
 
     @overload
-    def logs(self, follow: Literal[False] = False) -> str: ...
+    def logs(self, follow: Literal[False] = False, *, records: bool = False) -> str: ...
     @overload
-    def logs(self, follow: Literal[True]) -> Iterator[str]: ...
+    def logs(self, follow: Literal[True], *, records: bool = False) -> Iterator[str]: ...
 
-    def logs(self, follow: bool = False) -> str | Iterator[str]:
+    def logs(self, follow: bool = False, *, records: bool = False) -> str | Iterator[str]:
         """The run's log: all of it so far, or (``follow=True``) its lines as they come.
 
         Following starts from the beginning and ends when the run does; ``break``
@@ -239,14 +239,25 @@ class Run:
         line twice, none missing. Retries are logged and bounded by
         :attr:`outage_budget`.
 
+        The supervisor's journal records (``RL_LUSTRE_EVENT {...}`` lines, the goodput
+        ledger's evidence) are left out unless ``records=True``; its lines for people and
+        its ``RL_LUSTRE_RESTART`` / ``RL_LUSTRE_RESUMED`` records stay.
+
         Examples:
             >>> for line in run.logs(follow=True):  # doctest: +SKIP
             ...     print(line)
         """
         _v.need("Run.logs", "follow", follow, bool, "True or False")
+        _v.need("Run.logs", "records", records, bool, "True or False")
+        from .recovery.journal import MARK
+
         if follow:
-            return self._jobs.follow(self.job_id, outage_budget=self.outage_budget)
-        return self._jobs.logs(self.job_id)
+            lines = self._jobs.follow(self.job_id, outage_budget=self.outage_budget)
+            return lines if records else (line for line in lines if not line.startswith(MARK))
+        text = self._jobs.logs(self.job_id)
+        if records or MARK not in text:
+            return text
+        return "".join(line for line in text.splitlines(keepends=True) if not line.startswith(MARK))
 
     @property
     def progress(self) -> Progress:

@@ -89,14 +89,15 @@ def status(target: str, job_id: str, as_json: bool) -> None:
 @target_argument
 @job_argument
 @click.option("-f", "--follow", is_flag=True, help="Keep printing lines as they come until the job ends.")
-def logs(target: str, job_id: str, follow: bool) -> None:
+@click.option("--raw", is_flag=True, help="Keep the supervisor's journal records (RL_LUSTRE_EVENT lines).")
+def logs(target: str, job_id: str, follow: bool, raw: bool) -> None:
     """Print JOB_ID's log (Ctrl-C stops following; the job keeps running)."""
     run = _run(target, job_id)
     if not follow:
-        click.echo(run.logs(), nl=False)
+        click.echo(run.logs(records=raw), nl=False)
         return
     try:
-        for line in run.logs(follow=True):
+        for line in run.logs(follow=True, records=raw):
             click.echo(line)
     except KeyboardInterrupt:
         click.echo(f"stopped following; {job_id} keeps running", err=True)

@@ -10,7 +10,8 @@ supervisor, and :func:`rl_lustre.nemo_rl.checkpoints.listing_command` pastes its
 into the script it runs on the Ray head.
 
 The format is that of NeMo-RL v0.4.0: ``grpo_train`` in ``nemo_rl/algorithms/grpo.py``
-prints the header; ``CheckpointManager`` in ``nemo_rl/utils/checkpoint.py`` writes a save
+prints the headers (epoch, step), the save, validation and results lines and the last
+line, ``setup`` the ``SETUP COMPLETE`` banner; ``CheckpointManager`` in ``nemo_rl/utils/checkpoint.py`` writes a save
 into ``tmp_step_N``, renames it ``step_N`` once complete, and passes a ``step_N`` that
 ``keep_top_k`` deletes through ``old_step_N``.
 
@@ -32,6 +33,15 @@ import re
 STEP_HEADER = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
 # Printed inside a step, before the save, on the steps that save.
 SAVE_LINE = re.compile(r"Saving checkpoint for step (\d+)\.\.\.")
+# The epoch header, before the first step of each epoch: 25 '=' on each side of "Epoch e/E".
+EPOCH_HEADER = re.compile(r"={3,} Epoch (\d+)/(\d+) ={3,}")
+# Printed when validation starts (S is the global step; 0 for grpo.val_at_start's).
+VALIDATION_LINE = re.compile(r"▶ Starting validation at step (\d+)\.\.\.")
+# The banner's middle line at the end of setup(), and the header of a step's results.
+SETUP_DONE = "SETUP COMPLETE"
+RESULTS_LINE = re.compile(r"📊 Training Results:")
+# The loop's last line: max_num_steps reached, or checkpoint_must_save_by's timeout.
+END_LINE = re.compile(r"(Max number of steps|Timeout) has been reached, stopping training early")
 
 # The prefixes of a checkpoint directory's name, followed by the step number.
 COMPLETE = "step_"  # a complete checkpoint: the only kind NeMo-RL resumes from

@@ -50,15 +50,12 @@ from typing import Literal
 
 import attrs
 
-from .formats import SAVE_LINE, STEP_HEADER
+from .formats import END_LINE, EPOCH_HEADER, SAVE_LINE, STEP_HEADER
 
 __all__ = ["CheckpointSave", "LogParser", "ParsedLog", "StepRecord", "parse_log"]
 
-# NeMo-RL's epoch header: 25 '=' on each side of "Epoch e/E".
-EPOCH_HEADER = re.compile(r"={3,} Epoch (\d+)/(\d+) ={3,}")
 # The supervisor's lines for people and its records for programs (rl_lustre.recovery).
 _SUPERVISOR = ("rl_lustre supervisor:", "RL_LUSTRE_")
-_END = re.compile(r"(?:Max number of steps|Timeout) has been reached, stopping training early")
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
 # "  • Loss: 0.0123", "  • policy_training: 10.97s (30.7%)", "    - E2E (Tokens/sec/gpu): 1073.59"
 _ITEM = re.compile(rf"\s*[•-]\s*(?P<label>[^:]+?):\s*(?P<value>{_NUMBER})(?P<rest>.*)")
@@ -278,7 +275,7 @@ class LogParser:
             self._open_save = CheckpointSave(step=int(m.group(1)), started_at=now)
             self._block = None
             return done
-        if _END.fullmatch(text):
+        if END_LINE.fullmatch(text):
             self.finished = True
             return done + self._complete()
         for pattern, block in _HEADERS:

@@ -62,12 +62,13 @@ class Restart:
         nodes: the worker nodes lost.
         resumed_from_step: the newest complete checkpoint (``step_N``) the rerun resumed
             from; None when there was none and the rerun started over.
-        last_step: the step that was running when the nodes were lost.
+        last_step: the (global) step that was running when the nodes were lost.
         exit_code: how the interrupted attempt ended.
         first_step: the first step the rerun printed; None until it has.
         seconds_lost: seconds from ``lost_at`` to the rerun's first step header: what the
             preemption cost in wall-clock time, waiting for GPUs included; None until then.
         capacity_seconds: of those, the seconds spent waiting for the GPUs to come back.
+        first_step_at: when the rerun printed its first step header (the head's clock).
     """
 
     number: int
@@ -79,6 +80,7 @@ class Restart:
     first_step: int | None = None
     seconds_lost: float | None = None
     capacity_seconds: float | None = None
+    first_step_at: float | None = None
 
     @property
     def when(self) -> _dt.datetime:
@@ -133,6 +135,7 @@ def parse_restarts(log: str) -> list[Restart]:
             restart = attrs.evolve(
                 restart, first_step=int(r["first_step"]), seconds_lost=float(r["seconds_lost"]),
                 capacity_seconds=float(r.get("capacity_seconds") or 0.0),
+                first_step_at=None if r.get("first_step_at") is None else float(r["first_step_at"]),
             )
         out.append(restart)
     return out
@@ -201,7 +204,8 @@ def supervised(
 # The files the supervisor needs, relative to the rl_lustre package: shipped at the same
 # places inside rl_lustre_supervisor, so that its relative imports work there as here.
 SHIPPED = (
-    "recovery/supervisor.py", "recovery/journal.py", "recovery/watch.py", "recovery/procs.py",
+    "recovery/supervisor.py", "recovery/journal.py", "recovery/stamps.py", "recovery/watch.py",
+    "recovery/procs.py",
     "nemo_rl/formats.py", "jobrecord.py",
     "queueing/claims.py", "queueing/policy.py", "queueing/view.py", "queueing/member.py",
 )
@@ -225,8 +229,8 @@ def shipped_module() -> str:
         ... # doctest: +NORMALIZE_WHITESPACE
         ('rl_lustre_supervisor', ['__init__.py', '__main__.py', 'jobrecord.py', 'nemo_rl/__init__.py', 'nemo_rl/formats.py',
          'queueing/__init__.py', 'queueing/claims.py', 'queueing/member.py', 'queueing/policy.py', 'queueing/view.py',
-         'recovery/__init__.py', 'recovery/journal.py', 'recovery/procs.py', 'recovery/supervisor.py',
-         'recovery/watch.py'])
+         'recovery/__init__.py', 'recovery/journal.py', 'recovery/procs.py', 'recovery/stamps.py',
+         'recovery/supervisor.py', 'recovery/watch.py'])
     """
     root, files = _shipped_files()
     package = root / MODULE

@@ -48,6 +48,13 @@ Records
     back from the job's log, from any process. The queue's records are journal lines
     (:mod:`rl_lustre.recovery.journal`).
 
+Journal
+    The supervisor stamps NeMo-RL's own lines (step headers, saves, validations, ...)
+    with the head's clock as it copies them (:mod:`rl_lustre.recovery.stamps`), and
+    records its attempts, waits and end, as journal lines (:mod:`rl_lustre.recovery.journal`):
+    from them, and NeMo-RL's own timers, the goodput ledger knows when every step, save and
+    wait happened (:mod:`rl_lustre.goodput.runlog`).
+
 Stopping
     Ray stops a job with SIGTERM to the entrypoint and its descendants (SIGKILL after a
     few seconds). On SIGTERM or SIGINT the supervisor passes the signal on to the
@@ -71,12 +78,13 @@ from typing import Any
 
 # Shipped with this file to the cluster, at the same places relative to it (see shipped_module).
 from ..jobrecord import DASHBOARD, SEQ, SUBMITTED_AT
-from ..nemo_rl.formats import STEP_HEADER, checkpoint_name, checkpoint_step
+from ..nemo_rl.formats import checkpoint_name, checkpoint_step
 from ..queueing.claims import Claim, Store, queue_root
 from ..queueing.member import Member
 from ..queueing.view import StateApi, read_view
 from . import journal
 from .journal import RESTART_MARK, RESUMED_MARK
+from .stamps import Stamper
 from .watch import NodeWatch, describe
 
 __all__ = ["PREFIX", "RESTART_MARK", "RESUMED_MARK", "main"]
@@ -143,22 +151,27 @@ class Supervisor:
 
     def _copy_output(self, stream: Any) -> None:
         out = sys.stdout.buffer
+        stamper = Stamper()
         for raw in iter(stream.readline, b""):
+            at = time.time()
             with journal.LOCK:
                 out.write(raw)
                 out.flush()
-            m = STEP_HEADER.search(raw.decode(errors="replace"))
-            if m:
-                step = int(m.group(1))
-                self.last_step = step
+            record = stamper.feed(raw.decode(errors="replace"))
+            if record is None:
+                continue
+            journal.write({**record, "attempt": self.attempts}, at=at)
+            if record["event"] == "step":
+                self.last_step = stamper.step
                 if self.first_step is None:
-                    self.first_step = (step, time.time())
+                    self.first_step = (stamper.step, at)
                     self._report_resumed(*self.first_step)
 
     def attempt(self) -> tuple[int, list[dict[str, Any]]]:
         """Run the command once; return its exit code and this run's nodes lost meanwhile."""
         self.attempts += 1
         self.first_step, self.last_step = None, 0
+        journal.write({"event": "attempt", "attempt": self.attempts})
         watch = self.watch
         if watch is not None:
             watch.start(None)
@@ -198,6 +211,7 @@ class Supervisor:
                 orphans.kill()
             orphans.wait()
         copier.join(timeout=5)
+        journal.write({"event": "exit", "attempt": self.attempts, "code": code})
         if watch is None:
             return code, []
         if code != 0 and not self.stopping.is_set():
@@ -258,6 +272,16 @@ class Supervisor:
         a queue, when Ray's node table has ``--nodes`` live worker nodes with
         ``--gpus-per-node`` GPUs.
         """
+        start = time.monotonic()
+        journal.write({"event": "capacity_wait", "need": self.args.nodes})
+        waited = self._await_nodes()
+        end: dict[str, Any] = {"event": "capacity_back", "waited": round(time.monotonic() - start, 3)}
+        if waited is None:
+            end["stopped" if self.stopping.is_set() else "timeout"] = True
+        journal.write(end)
+        return waited
+
+    def _await_nodes(self) -> float | None:
         if self.member is not None:
             self.member.recovering()
             return self.member.wait(self.stopping, timeout=self.args.capacity_timeout)
@@ -289,24 +313,30 @@ class Supervisor:
         ) or "none"
 
     def run(self) -> int:
-        """Wait in the queue, run, recover; returns the exit status. The claim is given back at the end."""
+        """Wait in the queue, run, recover; returns the exit status. The claim is given back at the end.
+
+        The journal has ``start`` first and ``end`` last."""
         args = self.args
         watching = (f"watching {args.nodes} worker node(s) with {args.gpus_per_node:g} GPU(s) each in Ray's node "
                     "table" if self.watch is not None else "no worker nodes to watch")
         _say(f"running the command with recovery from lost nodes (max_restarts={args.max_restarts}; {watching})")
+        journal.write({"event": "start", "nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
+                       "max_restarts": args.max_restarts, "capacity_timeout": args.capacity_timeout})
         member = self.member
-        reason = "stopped"
+        reason, status = "stopped", 1
         try:
             if member is not None:
                 member.join()
                 if member.wait(self.stopping) is None:
                     _say("stopped while queued: nothing ran")
-                    return 128 + signal.SIGTERM
+                    status = 128 + signal.SIGTERM
+                    return status
             status, reason = self._run()
             return status
         finally:
             if member is not None:
                 member.release(reason)
+            journal.write({"event": "end", "status": status})
 
     def _run(self) -> tuple[int, str]:
         """The attempts: the exit status, and why the nodes are given back."""
