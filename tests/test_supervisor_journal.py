@@ -40,10 +40,10 @@ def test_the_stamper_stamps_what_begins_something_and_nothing_else() -> None:
 
 
 @functools.cache
-def supervised_log(tmp: str) -> str:
+def supervised_log(tmp: str, extra: str = "") -> str:
     """The output of the supervisor running a 4-step rehearsal (no Ray: --nodes 0)."""
     command = (f"{sys.executable} -m rl_lustre.rehearsal {REHEARSAL} checkpointing.checkpoint_dir={tmp}/ckpt "
-               f"logger.log_dir={tmp}/logs")
+               f"logger.log_dir={tmp}/logs {extra}")
     root = os.path.dirname(shipped_module())
     out = subprocess.run([sys.executable, "-I", "-c", f"import sys, runpy; sys.path.insert(0, {root!r}); "
                           "runpy.run_module('rl_lustre_supervisor', run_name='__main__', alter_sys=True)",

@@ -39,6 +39,8 @@ output quoted in public guides. Later versions (2026 ``main``) are noted where t
     ``▶ Generating responses for batch of size B...``, ``▶ Processing rewards...,``,
     ``▶ Computing advantages...``, ``▶ Preparing for logprob inference...``,
     ``▶ Computing logprobs...``, ``▶ Preparing for training...``, ``▶ Training policy...``.
+    With ``grpo.val_at_start`` and no step done yet, ``\n🔍 Running initial validation...``
+    and a validation at step 0 come before the first epoch header.
     Validation every ``grpo.val_period`` steps prints ``▶ Starting validation at step k...``,
     ``\\n📊 Validation Results:`` with ``    • Accuracy: %.4f``,
     ``    • Average response length: %.1f tokens``, ``    • Samples processed: n`` and
@@ -303,6 +305,9 @@ class Rehearsal:
             return 0
         current_epoch = int(self.state.get("current_epoch", 0))
         current_step = int(self.state.get("current_step", 0))
+        if self.grpo.get("val_at_start") and total_steps == 0:
+            say("\n🔍 Running initial validation...")
+            self._validate(0)
         while current_epoch < self.max_epochs and total_steps < self.max_steps:
             say(f"\n{'=' * 25} Epoch {current_epoch + 1}/{self.max_epochs} {'=' * 25}")
             # The dataset is taken to outlast max_num_steps: one epoch of max_num_steps batches.
