@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
     from .backends import Backend
     from .check import CheckReport
+    from .cost import Prices
+    from .goodput import GoodputLedger
     from .job import GRPOJob
     from .metrics import ClusterMetrics
     from .plan import Plan
@@ -377,6 +379,31 @@ class Cluster(ClusterSpec):
             NotReadyError: the cluster is not up.
         """
         return self._backend().queue()
+
+    def goodput(self, since: Any = None, until: Any = None, *, prices: Prices | None = None) -> GoodputLedger:
+        """Where the cluster's GPU-node-seconds went over a window: every run's ledger
+        (``.runs``) and the cluster's own time, no run's (``.own``), in seconds and USD.
+
+        Examples:
+            >>> ledger = cluster.goodput(since="2h")  # doctest: +SKIP
+            >>> [(r.name, f"{r.goodput_fraction:.0%}") for r in ledger.runs], ledger.own.seconds["idle"]  # doctest: +SKIP
+
+        Args:
+            since: seconds since the epoch, an aware datetime, a timedelta before now, or text
+                (``"2025-12-01T10:00Z"``, ``"30m"``); None: from the first billed second known.
+            until: the same; None: now.
+            prices: your prices; by default the dated list prices.
+
+        Raises:
+            ConfigError: a bad ``since`` or ``until`` (before any remote call).
+            NotReadyError: the cluster is not up.
+        """
+        import time
+
+        from .goodput.when import window
+
+        lo, hi = window("Cluster.goodput", since, until, now=time.time())
+        return self._backend().cluster_goodput(lo, hi, prices=prices)
 
     def metrics(self, start: Any = None, end: Any = None, *, step: int = 60, monitoring: Any = None) -> ClusterMetrics:
         """GPU utilisation of the deployment's pods and its Lustre throughput, from Cloud Monitoring.

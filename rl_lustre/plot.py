@@ -1,5 +1,6 @@
-"""A picture of a run: reward and loss per step, checkpoint writes, and on GKE, Lustre
-throughput and GPU utilisation over time.
+"""A picture of a run: reward and loss per step, checkpoint writes, on GKE Lustre
+throughput and GPU utilisation over time, and where its GPU-node-hours went (the goodput
+ledger as one stacked bar).
 
 :func:`collect` gathers the data from a :class:`~rl_lustre.run.Run` (its log, its
 checkpoints and, on GKE, Cloud Monitoring); :func:`figure` draws it on a matplotlib
@@ -26,13 +27,17 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from .goodput import GoodputLedger
     from .metrics import ClusterMetrics
     from .run import Run
 
 __all__ = ["RunData", "SaveRecord", "collect", "figure", "save", "save_check"]
 
 REWARD_KEYS = ("avg_reward", "reward", "mean_reward")
-WIDTH_IN, ROW_IN, DPI = 12.0, 4.0, 100
+WIDTH_IN, ROW_IN, LEDGER_IN, DPI = 12.0, 4.0, 1.8, 100
+# The ledger's bar: one colour per category, in the ledger's order.
+CATEGORY_COLORS = {"capacity": "tab:gray", "startup": "tab:olive", "training": "tab:green", "checkpoint": "tab:blue",
+                   "validation": "tab:cyan", "lost": "tab:red", "idle": "tab:orange", "unattributed": "lightgray"}
 
 
 @attrs.frozen
@@ -60,6 +65,8 @@ class RunData:
         subtitle: the line under the title (the job id).
         synthetic: a rehearsal run: the title and the training panel say its metrics are
             synthetic (no model was trained).
+        ledger: the run's goodput ledger, or None (``no_ledger`` says why).
+        no_ledger: why there is no ledger.
     """
 
     title: str
@@ -70,6 +77,8 @@ class RunData:
     cluster: ClusterMetrics | None = None
     subtitle: str = ""
     synthetic: bool = False
+    ledger: GoodputLedger | None = None
+    no_ledger: str = ""
 
 
 def _first(metrics: Mapping[str, float], keys: Sequence[str]) -> float | None:
@@ -101,6 +110,7 @@ def collect(run: Run, *, cluster_metrics: bool = True) -> RunData:
                    checkpoints[step].size_bytes / 1e6 if step in checkpoints else None)
         for step in sorted(set(logged) | set(checkpoints)))
     named = [meta[k] for k in (MODEL, RECIPE) if meta.get(k)]
+    ledger, no_ledger = _ledger(run)
     return RunData(
         title=" · ".join(named) if named else run.job_id,
         subtitle=run.job_id if named else "",
@@ -110,7 +120,18 @@ def collect(run: Run, *, cluster_metrics: bool = True) -> RunData:
         loss=tuple(_first(per_step[s], ("loss",)) for s in steps),
         saves=saves,
         cluster=run.cluster_metrics() if cluster_metrics else None,
+        ledger=ledger,
+        no_ledger=no_ledger,
     )
+
+
+def _ledger(run: Run) -> tuple[GoodputLedger | None, str]:
+    from .errors import NotReadyError, RayError
+
+    try:
+        return run.goodput(), ""
+    except (NotImplementedError, NotReadyError, RayError) as exc:
+        return None, str(exc)
 
 
 def _xy(xs: Sequence[Any], ys: Sequence[float | None]) -> tuple[list[Any], list[float]]:
@@ -119,24 +140,29 @@ def _xy(xs: Sequence[Any], ys: Sequence[float | None]) -> tuple[list[Any], list[
 
 
 def figure(data: RunData) -> Figure:
-    """``data`` drawn on a new matplotlib ``Figure`` (Agg canvas): 2 panels, 4 with cluster metrics.
+    """``data`` drawn on a new matplotlib ``Figure`` (Agg canvas): 2 panels, 4 with cluster
+    metrics, and the goodput ledger's bar across the bottom.
 
     Every line and bar carries a label (``"reward"``, ``"loss"``, ``"save seconds"``,
-    ``"write MB/s"``, ``"Lustre read MB/s"``, ``"Lustre write MB/s"``, ``"GPU utilisation %"``).
+    ``"write MB/s"``, ``"Lustre read MB/s"``, ``"Lustre write MB/s"``, ``"GPU utilisation %"``,
+    and each non-zero category of the ledger: ``"capacity"``, ``"startup"``, ``"training"``,
+    ``"checkpoint"``, ``"validation"``, ``"lost"``, ``"idle"``, ``"unattributed"``, its width
+    the category's node-hours).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     rows = 2 if data.cluster is not None else 1
-    fig = Figure(figsize=(WIDTH_IN, ROW_IN * rows + 0.5), dpi=DPI, layout="constrained")
+    fig = Figure(figsize=(WIDTH_IN, ROW_IN * rows + LEDGER_IN + 0.5), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     lines = [data.title]
     if data.subtitle or data.synthetic:
         lines.append(" · ".join(filter(None, (
             data.subtitle, "rehearsal: no model is trained, the metrics are synthetic" if data.synthetic else ""))))
     fig.suptitle("\n".join(lines))
-    axes = fig.subplots(rows, 2, squeeze=False)
+    grid = fig.add_gridspec(rows + 1, 2, height_ratios=[ROW_IN] * rows + [LEDGER_IN])
+    axes = [[fig.add_subplot(grid[r, c]) for c in range(2)] for r in range(rows)]
 
     ax = axes[0][0]
     ax.set_title("Training, per step (synthetic)" if data.synthetic else "Training, per step")
@@ -191,7 +217,38 @@ def figure(data: RunData) -> Figure:
         ax.legend(loc="best")
         for ax in axes[1]:
             ax.tick_params(axis="x", labelrotation=30)
+    _ledger_bar(fig.add_subplot(grid[rows, :]), data)
     return fig
+
+
+def _ledger_bar(ax: Any, data: RunData) -> None:
+    """The ledger as one horizontal bar of node-hours, stacked in the ledger's category order."""
+    ledger = data.ledger
+    ax.set_yticks([])
+    ax.set_xlabel("GPU-node-hours")
+    if ledger is None:
+        ax.set_title("GPU-node-hours by cause")
+        ax.set_xticks([])
+        ax.text(0.5, 0.5, "no goodput ledger for this run" + (f": {data.no_ledger}" if data.no_ledger else ""),
+                transform=ax.transAxes, ha="center", va="center", wrap=True)
+        return
+    total = ledger.total_seconds / 3600
+    money = f", ${ledger.total_usd:,.2f}" if ledger.total_usd > 0 else ""
+    ax.set_title(f"GPU-node-hours by cause (total {total:.3g} h{money}{', so far' if not ledger.complete else ''}; "
+                 f"attributed {ledger.attributed_fraction:.0%})")
+    left = 0.0
+    for category, color in CATEGORY_COLORS.items():
+        width = ledger.seconds[category] / 3600
+        if width <= 0:
+            continue
+        ax.barh([0], [width], left=left, color=color, label=category)
+        share = width / total if total else 0.0
+        if share > 0.04:
+            text = f"{share:.0%}" + (f"\n${ledger.usd[category]:,.2f}" if ledger.usd[category] > 0 else "")
+            ax.text(left + width / 2, 0, text, ha="center", va="center", fontsize=8)
+        left += width
+    ax.set_xlim(0, max(left, 1e-9))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=len(CATEGORY_COLORS), frameon=False)
 
 
 def save_check(path: str | os.PathLike[str], owner: str = "Run.plot") -> Path:

@@ -33,6 +33,8 @@ from .jobrecord import JOB, NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
 from .outages import TRANSIENT, Outage, OutageBudget
 
 if TYPE_CHECKING:
+    from .cost import Prices
+    from .goodput import GoodputLedger
     from .metrics import ClusterMetrics
     from .nemo_rl.checkpoints import Checkpoint
     from .nemo_rl.logs import CheckpointSave, LogParser, StepRecord
@@ -92,6 +94,7 @@ class Run:
         cluster_metrics: reads the deployment's Cloud Monitoring metrics (GKE only).
         outage_budget: how long :meth:`wait` and ``logs(follow=True)`` ride out an
             unreachable cluster (see :mod:`rl_lustre.outages`).
+        goodput: computes the run's goodput ledger (see :meth:`goodput`).
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class Run:
         usd_per_hour: Callable[[], float] | None = None,
         cluster_metrics: Callable[..., ClusterMetrics] | None = None,
         outage_budget: OutageBudget | None = None,
+        goodput: Callable[..., GoodputLedger] | None = None,
     ) -> None:
         self.job_id = job_id
         self.outage_budget = outage_budget if outage_budget is not None else OutageBudget()
@@ -112,6 +116,7 @@ class Run:
         self._list_checkpoints = list_checkpoints
         self._usd_per_hour = usd_per_hour
         self._cluster_metrics = cluster_metrics
+        self._goodput = goodput
         self._lock = threading.Lock()
         self._parser: LogParser | None = None
         self._fed = 0
@@ -354,6 +359,35 @@ class Run:
             return 0.0
         end = info.end_time if info.end_time is not None else time.time()
         return max(0.0, end - info.start_time) / 3600 * self._usd_per_hour()
+
+    def goodput(self, *, prices: Prices | None = None) -> GoodputLedger:
+        """Where this run's GPU-node-seconds went, so far or in full, in seconds and USD.
+
+        Every billed second of the nodes the run held (and of the nodes it waited for) is
+        in exactly one of ``capacity``, ``startup``, ``training``, ``checkpoint``,
+        ``validation``, ``lost``, ``idle`` or ``unattributed``, each from a recorded event:
+        the supervisor's journal in the job's log, NeMo-RL's own timers, Ray's node table
+        and, on GKE, the Kubernetes Nodes, Pods and Events. USD is each node's seconds at
+        the price of its capacity kind; a local cluster costs nothing (see
+        :meth:`GoodputLedger.priced <rl_lustre.goodput.GoodputLedger.priced>`).
+
+        Examples:
+            >>> ledger = run.goodput()  # doctest: +SKIP
+            >>> round(ledger.seconds["training"]), f"{ledger.attributed_fraction:.0%}"  # doctest: +SKIP
+            (412, '99%')
+            >>> print(ledger)  # doctest: +SKIP
+
+        Args:
+            prices: your prices (discounts, your own rates); by default the dated list prices.
+
+        Raises:
+            NotImplementedError: this backend cannot account for its nodes.
+            NotReadyError: the cluster (and with it the evidence) is gone.
+            RayError: the cluster no longer knows the job.
+        """
+        if self._goodput is None:
+            raise NotImplementedError(f"this backend cannot account for the GPU-node-seconds of {self.job_id}")
+        return self._goodput(prices=prices)
 
     def cluster_metrics(self, *, step: int = 60) -> ClusterMetrics | None:
         """GPU utilisation and Lustre throughput while this run ran, from Cloud Monitoring.

@@ -199,3 +199,18 @@ def test_check_without_credentials_exits_with_the_credentials_code_and_says_how_
     assert done.stderr.startswith("error: no Google Cloud credentials found: run `gcloud auth "
                                   "application-default login`")
     assert "Traceback" not in done.stderr
+
+
+def test_goodput_refuses_a_window_with_a_job_and_a_bad_when_before_any_remote_call(script: Path) -> None:
+    code, _, err = invoke("goodput", f"{script}:gke", "rl-lustre-x-1", "--since", "1h")
+    assert code == 2
+    assert "--since" in err
+    code, _, err = invoke("goodput", f"{script}:gke", "--since", "last tuesday")
+    assert code == 2
+    assert "'last tuesday'" in err
+    code, _, err = invoke("goodput", f"{script}:gke", "--since", "1h", "--until", "2h")
+    assert code == 2
+    assert "until" in err
+    code, _, err = invoke("goodput", "cli-demo")
+    assert code == 2
+    assert "--project" in err

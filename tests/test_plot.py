@@ -16,7 +16,18 @@ from rl_lustre import Cluster, GRPOJob
 from rl_lustre.cli._app import cli
 from rl_lustre.errors import ConfigError
 from rl_lustre.metrics import ClusterMetrics, Series, VolumeMetrics
-from rl_lustre.plot import DPI, ROW_IN, WIDTH_IN, RunData, SaveRecord, figure, save
+from rl_lustre.plot import (
+    CATEGORY_COLORS,
+    DPI,
+    LEDGER_IN,
+    ROW_IN,
+    WIDTH_IN,
+    RunData,
+    SaveRecord,
+    figure,
+    save,
+)
+from rl_lustre.plot import collect as plot_collect
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -52,29 +63,49 @@ def _lines(fig) -> dict[str, tuple[list, list]]:  # type: ignore[no-untyped-def]
 def test_the_figure_draws_every_series_of_the_run(tmp_path: Path) -> None:
     fig = figure(DATA)
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
-    assert titles == ["Training, per step", "Checkpoint saves"]
+    assert titles == ["Training, per step", "Checkpoint saves", "GPU-node-hours by cause"]
     lines = _lines(fig)
     assert lines["reward"] == ([1, 2, 3, 4], [0.1, 0.2, 0.35, 0.4])
     assert lines["loss"] == ([1, 2, 3, 4], [0.01, -0.01, 0.0, 0.005])
     assert lines["write MB/s"] == ([2, 4], [200.0, 400.0])
-    bars = [p for ax in fig.axes for c in ax.containers for p in c.patches]
+    bars = [p for ax in fig.axes[:2] for c in ax.containers for p in c.patches]
     assert [(b.get_x() + b.get_width() / 2, b.get_height()) for b in bars] == [(2, 0.5), (4, 0.25)]
+    assert "no goodput ledger for this run" in [t.get_text() for t in fig.axes[-1].texts]
 
     path = save(fig, tmp_path / "run.png")
-    assert png_size(path) == (int(WIDTH_IN * DPI), int((ROW_IN + 0.5) * DPI))
+    assert png_size(path) == (int(WIDTH_IN * DPI), int((ROW_IN + LEDGER_IN + 0.5) * DPI))
     assert path.stat().st_size > 20_000
 
 
 def test_on_gke_lustre_throughput_and_gpu_utilisation_are_drawn_too(tmp_path: Path) -> None:
     fig = figure(attrs.evolve(DATA, cluster=_cluster_metrics()))
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == [
-        "Training, per step", "Checkpoint saves", "Lustre throughput", "GPU utilisation"]
+        "Training, per step", "Checkpoint saves", "Lustre throughput", "GPU utilisation", "GPU-node-hours by cause"]
     lines = _lines(fig)
     assert lines["Lustre write MB/s"][1] == [900.0, 899.0, 898.0, 897.0, 896.0]
     assert lines["Lustre read MB/s"][1][0] == 100.0
     assert lines["GPU utilisation %"][1] == [80.0] * 5
     path = save(fig, tmp_path / "gke.png")
-    assert png_size(path) == (int(WIDTH_IN * DPI), int((2 * ROW_IN + 0.5) * DPI))
+    assert png_size(path) == (int(WIDTH_IN * DPI), int((2 * ROW_IN + LEDGER_IN + 0.5) * DPI))
+
+
+def test_the_ledger_is_one_stacked_bar_of_node_hours_per_category(tmp_path: Path) -> None:
+    from test_goodput_attribute import preempted
+
+    from rl_lustre.goodput.ledger import build
+
+    ledger = build(preempted(), scope="run", run="r")
+    fig = figure(attrs.evolve(DATA, ledger=ledger))
+    ax = fig.axes[-1]
+    assert ax.get_title().startswith(f"GPU-node-hours by cause (total {ledger.total_seconds / 3600:.3g} h, $")
+    patches = [(c.get_label(), p.get_x(), p.get_width()) for c in ax.containers for p in c.patches]
+    shown = [c for c in CATEGORY_COLORS if ledger.seconds[c] > 0]
+    assert [label for label, _, _ in patches] == shown
+    assert [w for _, _, w in patches] == pytest.approx([ledger.seconds[c] / 3600 for c in shown])
+    # Stacked: each starts where the one before it ends.
+    assert [x for _, x, _ in patches][1:] == pytest.approx([x + w for _, x, w in patches][:-1])
+    assert f"{ledger.seconds['lost'] / ledger.total_seconds:.0%}" in "".join(t.get_text() for t in ax.texts)
+    save(fig, tmp_path / "ledger.png")
 
 
 def test_a_bad_path_is_refused_before_anything_is_drawn(tmp_path: Path) -> None:
@@ -90,7 +121,10 @@ def test_a_real_run_plotted_and_inspected_from_the_command_line(local_cluster: C
     run = local_cluster.submit(job)
     assert run.wait(timeout=120) == "SUCCEEDED"
     path = run.plot(tmp_path / "run.png")
-    assert png_size(path) == (int(WIDTH_IN * DPI), int((ROW_IN + 0.5) * DPI))
+    data = plot_collect(run)
+    assert data.ledger is not None
+    assert data.ledger.seconds["training"] > 0
+    assert png_size(path) == (int(WIDTH_IN * DPI), int((ROW_IN + LEDGER_IN + 0.5) * DPI))
     assert path.stat().st_size > 20_000
     with pytest.raises(ConfigError):
         run.plot(tmp_path / "run.svg")
@@ -113,6 +147,9 @@ def test_a_real_run_plotted_and_inspected_from_the_command_line(local_cluster: C
     saved = json.loads(run_cli("checkpoints", target, run.job_id, "--json"))
     assert [c["step"] for c in saved] == [c.step for c in run.checkpoints()] == [2, 4]
     assert run_cli("logs", target, run.job_id) == run.logs()
+    assert "RL_LUSTRE_EVENT" not in run.logs()
+    assert run_cli("logs", target, run.job_id, "--raw") == run.logs(records=True)
+    assert "RL_LUSTRE_EVENT" in run.logs(records=True)
     assert "Step 4/4" in run_cli("logs", target, run.job_id, "--follow")
     assert json.loads(run_cli("stop", target, run.job_id, "--json")) == {"job_id": run.job_id, "status": "SUCCEEDED"}
     missing = CliRunner().invoke(cli, ["status", target, "no-such-job"])
@@ -127,7 +164,7 @@ def test_the_picture_names_the_model_and_recipe_and_says_what_is_synthetic_or_mi
     assert fig.get_suptitle().splitlines() == [
         "Qwen/Qwen2.5-1.5B · grpo_math_1B",
         "rl-lustre-demo-1 · rehearsal: no model is trained, the metrics are synthetic"]
-    training, saves = (ax for ax in fig.axes if ax.get_title())
+    training, saves, _ = (ax for ax in fig.axes if ax.get_title())
     assert training.get_title() == "Training, per step (synthetic)"
     assert saves.get_xlabel().splitlines()[1] == (
         "no MB/s for step 2: keep_top_k deleted the checkpoint, so its size is unknown")

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from ..cost import Prices
+    from ..goodput import GoodputLedger
     from ..queueing.state import QueueState
     from ..run import Run
     from ..spec import JobSpec
@@ -45,6 +47,10 @@ class Backend(Protocol):
     def queue(self) -> list[tuple[Run, QueueState]]:
         """The cluster's jobs that have not ended, in the queue's order, with their queue state."""
 
+    def cluster_goodput(self, since: float | None, until: float | None, *, prices: Prices | None = None,
+                        runs: list[str] | None = None) -> GoodputLedger:
+        """The goodput ledger of the cluster over ``[since, until)``, or of a sweep's ``runs``."""
+
     def describe(self) -> str:
         """One line saying what runs and where (for messages)."""
 
@@ -57,7 +63,7 @@ def missing_methods(obj: object) -> list[str]:
 
     Examples:
         >>> missing_methods(object())[:3]
-        ['attach', 'cleanup_hint', 'describe']
+        ['attach', 'cleanup_hint', 'cluster_goodput']
     """
     wanted = [name for name, value in vars(Backend).items() if callable(value) and not name.startswith("_")]
     return sorted(name for name in wanted if not callable(getattr(obj, name, None)))

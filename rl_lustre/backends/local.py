@@ -22,6 +22,8 @@ from ..errors import NotReadyError
 from . import submission
 
 if TYPE_CHECKING:
+    from ..cost import Prices
+    from ..goodput.timeline import Evidence
     from ..nemo_rl.checkpoints import Checkpoint
     from ..ray.head import LocalHead
     from ..ray.jobs import JobsClient
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from ..ray.workers import LocalWorker
     from ..run import Run
     from ..spec import ClusterSpec, JobSpec
+    from .goodput import TimelineCache
 
 __all__ = ["LocalBackend"]
 
@@ -95,6 +98,7 @@ class LocalBackend(submission.JobsBackend):
         self._auth = auth
         self.head: LocalHead | None = None
         self._jobs: JobsClient | None = None
+        self._timelines: TimelineCache | None = None
 
     def __repr__(self) -> str:
         return f"LocalBackend({self.cluster.name!r}, head={self.head!r})"
@@ -213,6 +217,25 @@ class LocalBackend(submission.JobsBackend):
                 "NeMo-RL itself", run.job_id,
             )
         return run
+
+    def goodput_evidence(self, since: float, until: float | None, *, prices: Prices | None = None) -> Evidence:
+        """The goodput ledger's evidence: the raylets, Ray's node table and the jobs' logs
+        (see :mod:`rl_lustre.backends.goodput_local`); a local cluster costs nothing, whatever ``prices``."""
+        from .goodput import TimelineCache
+        from .goodput_local import local_evidence
+
+        if self._timelines is None:
+            self._timelines = TimelineCache()
+        return local_evidence(self, since, until, cache=self._timelines)
+
+    def head_for_goodput(self) -> LocalHead:
+        """The running head, or why there is no ledger without it."""
+        if not self._adopt():
+            raise NotReadyError(
+                f"the local cluster {self.cluster.name!r} is not up, and its job logs and Ray's node table went with "
+                "its head: take the ledger (run.goodput(), cluster.goodput()) before down()")
+        assert self.head is not None
+        return self.head
 
     def list_checkpoints(self, checkpoint_dir: str) -> list[Checkpoint]:
         """The checkpoints in ``checkpoint_dir``, read straight from the volume directory."""

@@ -46,6 +46,9 @@ from ..recovery import shipped_module, supervised
 from ..spec.job import secret_in_env
 
 if TYPE_CHECKING:
+    from ..cost import Prices
+    from ..goodput import GoodputLedger
+    from ..goodput.timeline import Evidence
     from ..nemo_rl.checkpoints import Checkpoint
     from ..queueing.state import QueueState
     from ..ray.jobs import JobInfo, JobsClient
@@ -432,6 +435,23 @@ class JobsBackend:
 
         return sorted(found, key=order)
 
+    def goodput_evidence(self, since: float, until: float | None, *, prices: Prices | None = None) -> Evidence:
+        """What the goodput ledger is computed from, over ``[since, until)`` (to now when None)."""
+        raise NotImplementedError(f"the {self._where} cannot account for its GPU-node-seconds")
+
+    def run_goodput(self, job_id: str, *, prices: Prices | None = None) -> GoodputLedger:
+        """The goodput ledger of one run (see :meth:`rl_lustre.run.Run.goodput`)."""
+        from .goodput import run_goodput
+
+        return run_goodput(self, job_id, prices=prices)
+
+    def cluster_goodput(self, since: float | None, until: float | None, *, prices: Prices | None = None,
+                        runs: list[str] | None = None) -> GoodputLedger:
+        """The cluster's goodput ledger over a window, or a sweep's (``runs``)."""
+        from .goodput import cluster_goodput
+
+        return cluster_goodput(self, since, until, prices=prices, runs=runs)
+
     def attach(self, job_id: str) -> Run:
         info = self.jobs.info(job_id)
         if info is None:
@@ -446,5 +466,6 @@ class JobsBackend:
         lister = None if checkpoint_dir is None else functools.partial(self.list_checkpoints, checkpoint_dir)
         cluster = self.cluster
         return Run(self.jobs, job_id, total_steps=total_steps, list_checkpoints=lister,
+                   goodput=functools.partial(self.run_goodput, job_id),
                    usd_per_hour=functools.partial(usd_per_hour, cluster),
                    cluster_metrics=functools.partial(cluster_metrics, cluster) if cluster.backend == "gke" else None)

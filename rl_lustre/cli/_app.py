@@ -25,6 +25,7 @@ VERBS: dict[str, str] = {
     "checkpoints": "rl_lustre.cli.jobs:checkpoints",
     "stop": "rl_lustre.cli.jobs:stop",
     "queue": "rl_lustre.cli.jobs:queue",
+    "goodput": "rl_lustre.cli.goodput:goodput",
 }
 
 

@@ -96,6 +96,7 @@ class LocalHead:
         dashboard_url: the Jobs API / dashboard, ``http://127.0.0.1:PORT``.
         gcs_address: the GCS address (``127.0.0.1:PORT``), what ``ray.init`` takes.
         auth_mode: ``"token"`` or ``"disabled"``.
+        launched_at: when ``ray start`` was launched (seconds since the epoch), if recorded.
     """
 
     pid: int
@@ -103,6 +104,7 @@ class LocalHead:
     dashboard_url: str
     gcs_address: str
     auth_mode: AuthMode
+    launched_at: float | None = None
     _process: subprocess.Popen[bytes] | None = attrs.field(default=None, alias="process")
 
     def __repr__(self) -> str:
@@ -205,6 +207,7 @@ class LocalHead:
             "dashboard_url": self.dashboard_url,
             "gcs_address": self.gcs_address,
             "auth_mode": self.auth_mode,
+            "launched_at": self.launched_at,
         }
         (self.temp_dir / _STATE_FILE).write_text(json.dumps(state))
 
@@ -330,6 +333,7 @@ def _launch_head(
         command += ["--num-cpus", str(num_cpus)]
     if num_gpus is not None:
         command += ["--num-gpus", str(num_gpus)]
+    launched_at = time.time()
     with open(temp_dir / _LOG_FILE, "wb") as log:
         process = subprocess.Popen(
             command,
@@ -346,6 +350,7 @@ def _launch_head(
         dashboard_url=f"http://127.0.0.1:{dashboard}",
         gcs_address=f"127.0.0.1:{gcs}",
         auth_mode=mode,
+        launched_at=launched_at,
         process=process,
     )
     logger.info(
@@ -375,6 +380,7 @@ def find_local_head(temp_dir: Path) -> LocalHead | None:
             dashboard_url=str(state["dashboard_url"]),
             gcs_address=str(state["gcs_address"]),
             auth_mode=state["auth_mode"],
+            launched_at=float(state["launched_at"]) if isinstance(state.get("launched_at"), (int, float)) else None,
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

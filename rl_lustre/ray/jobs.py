@@ -180,6 +180,11 @@ class JobsClient:
     def __repr__(self) -> str:
         return f"JobsClient({self.address!r})"
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers every request carries (for other APIs of the same dashboard)."""
+        return {k: v for k, v in self._headers.items() if v}
+
     @contextlib.contextmanager
     def _calls(self, action: str) -> Iterator[None]:
         """:func:`ray_errors`, and a :class:`NotReadyError` for a cluster known to be gone."""

@@ -9,15 +9,19 @@ dies with it (see :func:`rl_lustre.testing.preempt`).
 
 Worker nodes carry the head's mark (``RL_LUSTRE_HEAD``), so stopping the head also
 finds any that are left. Their pids are kept in ``workers.json`` in the head's temp
-dir, so another process (``testing.preempt`` on an adopted cluster) finds them too.
+dir, so another process (``testing.preempt`` on an adopted cluster) finds them too, with
+when each was launched, when its raylet ran and when it was ended (``launched_at``,
+``ready_at``, ``ended_at``): the goodput ledger bills a local node from its launch to its end.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,13 +38,14 @@ from .nodes import OverloadedStart, indent, log_tail, node_env, overloaded_start
 from .ports import free_port_range, free_ports
 from .processes import proc_pids, running, send_signal
 
-__all__ = ["LocalWorker", "live_workers", "start_local_worker"]
+__all__ = ["LocalWorker", "live_workers", "start_local_worker", "worker_records"]
 
 _NODE_SCRIPT = Path(__file__).with_name("_worker_node.py")
 
 logger = logging.getLogger("rl_lustre.ray.workers")
 
 _STATE_FILE = "workers.json"
+_NUMBERED = re.compile(r"worker-(\d+)")
 _WORKER_PORTS = 20
 
 
@@ -86,6 +91,7 @@ class LocalWorker:
             send_signal(pid, signal.SIGKILL)
         if self._process is not None:
             self._process.wait()
+        _update_state(self.log.parent, self.name, ended_at=time.time(), only_if_missing=True)
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM the node's launcher (it stops the raylet and agents), SIGKILL after ``grace``."""
@@ -110,6 +116,7 @@ def start_local_worker(
     num_cpus: int = 1,
     env: Mapping[str, str] | None = None,
     timeout: float = 90.0,
+    name: str | None = None,
 ) -> LocalWorker:
     """Start a worker node for ``head`` and wait until its raylet runs.
 
@@ -124,6 +131,8 @@ def start_local_worker(
         num_cpus: the CPUs the node declares (its per-node work needs a worker process).
         env: the environment of the node; by default this process's (like the head's).
         timeout: seconds to wait for the raylet.
+        name: the node's name in Ray's node table (by default the next ``worker-<n>``);
+            unique within the head.
 
     Raises:
         RayError: the node exited while starting.
@@ -131,17 +140,21 @@ def start_local_worker(
     """
     return retry_overloaded(
         "the local Ray worker node",
-        lambda: _start_worker(head, num_gpus=num_gpus, num_cpus=num_cpus, env=env, timeout=timeout),
+        lambda: _start_worker(head, num_gpus=num_gpus, num_cpus=num_cpus, env=env, timeout=timeout, name=name),
     )
 
 
 def _start_worker(
-    head: LocalHead, *, num_gpus: int, num_cpus: int, env: Mapping[str, str] | None, timeout: float
+    head: LocalHead, *, num_gpus: int, num_cpus: int, env: Mapping[str, str] | None, timeout: float,
+    name: str | None = None,
 ) -> LocalWorker:
     temp_dir = head.temp_dir
     known = _read_state(temp_dir)
-    number = 1 + max((int(n.rsplit("-", 1)[1]) for n in known), default=0)
-    name = f"worker-{number}"
+    if name is None:
+        number = 1 + max((int(m.group(1)) for n in known if (m := _NUMBERED.fullmatch(n))), default=0)
+        name = f"worker-{number}"
+    elif name in known and running(int(known[name]["pid"] or 0)):
+        raise RayError(f"a local Ray worker node named {name!r} already runs (pid {known[name]['pid']})")
     ports = free_ports(6)
     worker_lo = free_port_range(_WORKER_PORTS, exclude=ports)
     spec = {
@@ -163,6 +176,7 @@ def _start_worker(
     command = [sys.executable, str(_NODE_SCRIPT), json.dumps(spec)]
     log_path = temp_dir / f"{name}.log"
     worker_env = node_env(temp_dir, env, head.auth_mode)
+    launched_at = time.time()
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             command,
@@ -190,7 +204,8 @@ def _start_worker(
     except BaseException:
         worker.kill()
         raise
-    _write_state(temp_dir, {**known, name: {"pid": process.pid, "num_gpus": num_gpus}})
+    _update_state(temp_dir, name, pid=process.pid, num_gpus=num_gpus, launched_at=launched_at,
+                  ready_at=time.time(), ended_at=None)
     return worker
 
 
@@ -203,26 +218,51 @@ def live_workers(head: LocalHead) -> list[LocalWorker]:
     """
     found = []
     state = _read_state(head.temp_dir)
-    for name, record in sorted(state.items(), key=lambda kv: int(kv[0].rsplit("-", 1)[1])):
-        worker = LocalWorker(name=name, pid=record["pid"], num_gpus=record["num_gpus"],
+    for name, record in sorted(state.items(), key=lambda kv: (kv[1].get("launched_at") or 0, kv[0])):
+        worker = LocalWorker(name=name, pid=int(record["pid"] or 0), num_gpus=int(record["num_gpus"] or 0),
                              log=head.temp_dir / f"{name}.log")
         if worker.alive():
             found.append(worker)
     return found
 
 
-def _read_state(temp_dir: Path) -> dict[str, dict[str, int]]:
+def worker_records(temp_dir: Path) -> dict[str, dict[str, float | None]]:
+    """Every worker node a head ever had (``workers.json``): ``{name: {pid, num_gpus,
+    launched_at, ready_at, ended_at}}``, the times None when not recorded."""
+    return _read_state(temp_dir)
+
+
+def _read_state(temp_dir: Path) -> dict[str, dict[str, float | None]]:
+    def when(value: object) -> float | None:
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
     try:
         state = json.loads((temp_dir / _STATE_FILE).read_text())
-        return {str(k): {"pid": int(v["pid"]), "num_gpus": int(v["num_gpus"])} for k, v in state.items()}
+        return {str(k): {"pid": int(v["pid"]), "num_gpus": int(v["num_gpus"]),
+                         **{t: when(v.get(t)) for t in ("launched_at", "ready_at", "ended_at")}}
+                for k, v in state.items()}
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return {}
 
 
-def _write_state(temp_dir: Path, state: Mapping[str, Mapping[str, int]]) -> None:
-    tmp = temp_dir / f"{_STATE_FILE}.tmp"
-    tmp.write_text(json.dumps(dict(state)))
-    os.replace(tmp, temp_dir / _STATE_FILE)
+def _update_state(temp_dir: Path, name: str, *, only_if_missing: bool = False, **fields: float | None) -> None:
+    """Change one node's record in ``workers.json`` (under a lock: another process may write too)."""
+    if not temp_dir.is_dir():
+        return
+    with open(temp_dir / f"{_STATE_FILE}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = _read_state(temp_dir)
+        record = state.get(name)
+        if record is None and "pid" not in fields:
+            return
+        record = dict(record or {})
+        for key, value in fields.items():
+            if not (only_if_missing and record.get(key) is not None):
+                record[key] = value
+        state[name] = record
+        tmp = temp_dir / f"{_STATE_FILE}.tmp"
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, temp_dir / _STATE_FILE)
 
 
 def _session_pids(sid: int) -> list[int]:
