@@ -156,11 +156,11 @@ def figure(data: RunData) -> Figure:
     rows = 2 if data.cluster is not None else 1
     fig = Figure(figsize=(WIDTH_IN, ROW_IN * rows + LEDGER_IN + 0.5), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
-    lines = [data.title]
+    heading = [data.title]
     if data.subtitle or data.synthetic:
-        lines.append(" · ".join(filter(None, (
+        heading.append(" · ".join(filter(None, (
             data.subtitle, "rehearsal: no model is trained, the metrics are synthetic" if data.synthetic else ""))))
-    fig.suptitle("\n".join(lines))
+    fig.suptitle("\n".join(heading))
     grid = fig.add_gridspec(rows + 1, 2, height_ratios=[ROW_IN] * rows + [LEDGER_IN])
     axes = [[fig.add_subplot(grid[r, c]) for c in range(2)] for r in range(rows)]
 
