@@ -162,7 +162,7 @@ def figure(data: RunData) -> Figure:
             data.subtitle, "rehearsal: no model is trained, the metrics are synthetic" if data.synthetic else ""))))
     fig.suptitle("\n".join(heading))
     grid = fig.add_gridspec(rows + 1, 2, height_ratios=[ROW_IN] * rows + [LEDGER_IN])
-    axes = [[fig.add_subplot(grid[r, c]) for c in range(2)] for r in range(rows)]
+    axes: list[list[Any]] = [[fig.add_subplot(grid[r, c]) for c in range(2)] for r in range(rows)]
 
     ax = axes[0][0]
     ax.set_title("Training, per step (synthetic)" if data.synthetic else "Training, per step")
