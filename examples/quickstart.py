@@ -2,7 +2,9 @@
 
 Starts a local cluster (a real Ray head on 127.0.0.1 and a directory as the volume),
 submits the reference workflow's job with fewer steps, shows progress, prints a table
-of the checkpoints it wrote, draws a PNG of the run and tears everything down.
+of the checkpoints it wrote and where its GPU-node-hours went (the goodput ledger: start-up,
+training, checkpoint stalls, validation, idle; and what they would cost on A4 Spot nodes),
+draws a PNG of the run and tears everything down.
 
 Without a NeMo-RL installation the job runs in *rehearsal* mode: NeMo-RL's command
 line, config rules, log lines and checkpoint layout at a small fraction of the real
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 import rl_lustre
+import rl_lustre.goodput
 
 
 def main() -> None:
@@ -65,8 +68,11 @@ def main() -> None:
         # Reward and loss per step, checkpoint write time and MB/s per save.
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         picture = run.plot(args.plot)
+        # Where the GPU-node-seconds went: the ledger reads the head's job log and node table.
+        ledger = run.goodput()
 
     _print_table(checkpoints)
+    _print_ledger(ledger)
     if last:
         print("last step: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(last.items())))
     print(f"plot of the run: {picture}")
@@ -88,6 +94,19 @@ def _print_table(checkpoints: list) -> None:  # type: ignore[type-arg]
             "-" if c.mb_per_second is None else f"{c.mb_per_second:.0f}",
         )
     Console().print(table)
+
+
+def _print_ledger(ledger: rl_lustre.goodput.GoodputLedger) -> None:
+    from rl_lustre.cost import Prices
+
+    print()
+    print("goodput (where the GPU-node-seconds went):")
+    print(ledger)
+    rate, _ = Prices().machine_rate("a4-highgpu-8g", "Spot", None)
+    if rate is not None:
+        at = ledger.priced(rate)
+        print(f"at the A4 Spot list price (${rate:.2f} per node-hour, {Prices().table.as_of}) this run would have cost "
+              f"${at.total_usd:,.2f}, of which ${at.usd['training']:,.2f} trained")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ The jobs share the cluster through its queue (see :mod:`rl_lustre.queueing`): ea
 :class:`Outcome` says how long it was queued, how long it held its nodes and the GPU-hours
 that came to, from its queue records (the head's clock); the result gives the sweep's
 makespan against its lower bound, and ``result.plot("sweep.png")`` draws which run held
-which node when.
+which node when. Each run's goodput and cost come from its goodput ledger;
+``result.goodput()`` is the sweep's ledger: its runs and, from :func:`run_sweep`, the
+cluster's own idle time while it ran.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .jobrecord import NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
 
 if TYPE_CHECKING:
     from .cluster import Cluster
+    from .goodput import GoodputLedger
     from .job import GRPOJob
     from .queueing.state import Timeline
     from .run import Run
@@ -77,6 +80,8 @@ class Outcome:
             rehearsal, what a real job of this length would hold).
         timeline: its queue records (:class:`~rl_lustre.queueing.state.Timeline`).
         ended_at: when it gave its nodes back, or left the queue (the head's clock).
+        goodput: its goodput ledger (where its GPU-node-seconds went), when the backend
+            could account for them.
     """
 
     name: str
@@ -99,6 +104,7 @@ class Outcome:
     gpu_hours: float | None = None
     timeline: Timeline | None = None
     ended_at: float | None = None
+    goodput: GoodputLedger | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -114,10 +120,37 @@ class SweepResult:
         outcomes: one per run.
         submit_seconds: how long :func:`run_sweep` took to check and submit every job
             (0 from :func:`wait_all`, which submits nothing).
+        ledger: the sweep's goodput ledger (its runs and the cluster's own time while it
+            ran), from :func:`run_sweep`.
     """
 
     outcomes: tuple[Outcome, ...]
     submit_seconds: float = 0.0
+    ledger: GoodputLedger | None = attrs.field(default=None, eq=False, repr=False)
+
+    def goodput(self) -> GoodputLedger:
+        """Where the sweep's GPU-node-seconds went: :attr:`ledger` from :func:`run_sweep`; from
+        :func:`wait_all`, the sum of its runs' ledgers (without the cluster's own idle time).
+
+        Examples:
+            >>> print(result.goodput())  # doctest: +SKIP
+
+        Raises:
+            NotReadyError: no run of it has a ledger (the backend could not account for them).
+        """
+        if self.ledger is not None:
+            return self.ledger
+        ledgers = [o.goodput for o in self.outcomes if o.goodput is not None]
+        if not ledgers:
+            from .errors import NotReadyError
+
+            raise NotReadyError("no run of this sweep has a goodput ledger (see the log for why)")
+        total = ledgers[0]
+        for ledger in ledgers[1:]:
+            total = total + ledger
+        return attrs.evolve(total, scope="sweep", name=f"sweep of {len(ledgers)} runs", notes=(
+            *total.notes, "the cluster's own idle time is not included: wait_all has no cluster; run_sweep or "
+            "cluster.goodput(since=...) includes it"))
 
     @property
     def ok(self) -> bool:
@@ -210,6 +243,7 @@ class SweepResult:
         names = list(metrics) if metrics is not None else self.metric_names()
         varied = self.varied_names()
         queued = any(o.nodes is not None for o in self.outcomes)
+        accounted = any(o.goodput is not None for o in self.outcomes)
         return [
             {
                 "name": o.name,
@@ -224,6 +258,7 @@ class SweepResult:
                     "run_s": _round(o.run_seconds, 1),
                     "gpu_h": _round(o.gpu_hours, 3)} if queued else {}),
                 "seconds": round(o.seconds, 1),
+                **(_ledger_cells(o.goodput) if accounted else {}),
                 "job_id": o.job_id,
             }
             for o in self.outcomes
@@ -242,6 +277,13 @@ class SweepResult:
         widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(headers)]
         lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
         lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+        if self.ledger is not None or any(o.goodput is not None for o in self.outcomes):
+            g = self.goodput()
+            total = g.total_seconds
+            share = {c: 0.0 if total <= 0 else g.seconds[c] / total for c in ("lost", "idle")}
+            lines.append(f"GPU-hours billed: {g.gpu_hours():.3g} (goodput {g.goodput_fraction:.0%}, lost {share['lost']:.0%}, "
+                         f"idle {share['idle']:.0%}) · ${g.total_usd:,.2f}"
+                         + ("" if self.ledger is not None else " (runs only)"))
         if starred:
             lines.append("* synthetic: rehearsal runs train no model; their metrics only exercise the pipeline")
         idle = [o.name for o in self.outcomes if o.nothing_to_do]
@@ -274,6 +316,12 @@ class SweepResult:
         if hours is not None:
             text += f", {hours:.3g} GPU-hours held"
         return text
+
+
+def _ledger_cells(ledger: GoodputLedger | None) -> dict[str, Any]:
+    if ledger is None:
+        return {"goodput": None, "usd": None}
+    return {"goodput": f"{ledger.goodput_fraction:.0%}", "usd": round(ledger.total_usd, 2)}
 
 
 def varied_fields(jobs: Sequence[GRPOJob]) -> list[dict[str, Any]]:
@@ -334,6 +382,7 @@ def wait_all(
     timeout: float | None = None,
     poll: float = 1.0,
     jobs: Sequence[GRPOJob] | None = None,
+    ledgers: bool = True,
 ) -> SweepResult:
     """Wait until every run has ended; never raises for a failed run.
 
@@ -349,6 +398,8 @@ def wait_all(
         poll: seconds between status checks.
         jobs: the runs' jobs, in the same order: the fields that differ between them
             become columns of the result.
+        ledgers: take each run's goodput ledger (``Outcome.goodput``); a backend that
+            cannot leaves it None, with the reason logged.
     """
     from .run import Run
 
@@ -376,12 +427,21 @@ def wait_all(
         if deadline is not None and time.monotonic() >= deadline:
             break
         time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
-    return SweepResult(tuple(_outcome(run, labels[i], ended.get(i), time.monotonic() - start, varied[i])
+    return SweepResult(tuple(_outcome(run, labels[i], ended.get(i), time.monotonic() - start, varied[i],
+                                      ledger=_run_ledger(run) if ledgers else None)
                              for i, run in enumerate(runs)))
 
 
+def _run_ledger(run: Run) -> GoodputLedger | None:
+    try:
+        return run.goodput()
+    except (NotImplementedError, RLLustreError) as exc:
+        logger.info("sweep: no goodput ledger for %s: %s", run.job_id, exc)
+        return None
+
+
 def _outcome(run: Run, name: str, seconds: float | None, elapsed: float,
-             varied: Mapping[str, Any]) -> Outcome:
+             varied: Mapping[str, Any], *, ledger: GoodputLedger | None = None) -> Outcome:
     status = run.status() if seconds is not None else "TIMEOUT"
     error: str | None = None
     if status == "FAILED":
@@ -418,6 +478,7 @@ def _outcome(run: Run, name: str, seconds: float | None, elapsed: float,
         synthetic=REHEARSAL_NOTE in notes,
         nothing_to_do=any(n.startswith(NOTHING_TO_DO_NOTE) for n in notes),
         **timing,
+        goodput=ledger,
     )
 
 
@@ -503,8 +564,24 @@ def run_sweep(
         seen.add(job.name)
     for job in jobs:
         job.preflight(cluster)
+    began = time.time()
     runs = cluster._backend().submit_all(jobs, fresh=fresh, start_over=SWEEP_FRESH)
     submitted = time.monotonic() - start
     logger.info("sweep: %d jobs checked and submitted in %.2fs", len(runs), submitted)
-    result = wait_all(runs, names=[j.name for j in jobs], timeout=timeout, poll=poll, jobs=jobs)
-    return attrs.evolve(result, submit_seconds=submitted)
+    result = wait_all(runs, names=[j.name for j in jobs], timeout=timeout, poll=poll, jobs=jobs, ledgers=False)
+    # One ledger for the whole sweep (one reading of the cluster): its runs, and the
+    # cluster's own time while it ran; each run's part goes to its outcome.
+    try:
+        ledger = cluster._backend().cluster_goodput(began - 1.0, time.time(), runs=[r.job_id for r in runs])
+    except (NotImplementedError, RLLustreError) as exc:
+        logger.info("sweep: no goodput ledger: %s", exc)
+        return attrs.evolve(result, submit_seconds=submitted)
+    outcomes = tuple(attrs.evolve(o, goodput=_part(ledger, o.job_id)) for o in result.outcomes)
+    return attrs.evolve(result, outcomes=outcomes, submit_seconds=submitted, ledger=ledger)
+
+
+def _part(ledger: GoodputLedger, job_id: str) -> GoodputLedger | None:
+    try:
+        return ledger.run(job_id)
+    except KeyError:
+        return None

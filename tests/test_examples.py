@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
@@ -48,3 +50,28 @@ def test_reference_workflow_manifests_are_json() -> None:
     assert kinds.count("GKENetworkParamSet") == 9
     assert kinds.count("Network") == 9
     assert kinds.count("DaemonSet") >= 1
+
+
+@pytest.mark.slow
+def test_quickstart_prints_the_ledger_after_the_checkpoint_table(tmp_path: Path) -> None:
+    import re
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "RL_LUSTRE_GCP"))}
+    env["RL_LUSTRE_OUTPUT"] = "0"
+    done = subprocess.run([sys.executable, str(EXAMPLES / "quickstart.py"), "--steps", "2", "--volume-dir",
+                           str(tmp_path / "volume"), "--plot", str(tmp_path / "run.png")],
+                          capture_output=True, text=True, env=env, timeout=600, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    table, ledger = out.index("checkpoints"), out.index("goodput (where the GPU-node-seconds went):")
+    assert table < ledger
+    block = out[ledger:]
+    for row in ("capacity", "startup", "training", "checkpoint", "validation", "lost", "idle", "unattributed",
+                "total"):
+        assert re.search(rf"^  {row} +\d", block, re.MULTILINE), row
+    assert "attributed" in block
+    price = re.search(r"at the A4 Spot list price \(\$37\.00 per node-hour, [\d-]+\) this run would have cost "
+                      r"\$([\d,.]+)", block)
+    assert price is not None
+    assert float(price.group(1).replace(",", "")) > 0
+    assert (tmp_path / "run.png").stat().st_size > 20_000

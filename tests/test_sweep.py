@@ -172,3 +172,33 @@ def test_the_table_explains_only_what_it_shows() -> None:
     alone = str(SweepResult((idle,))).splitlines()
     assert not any("synthetic" in line or "*" in line for line in alone)
     assert all(line == line.rstrip() for line in both + alone)
+
+
+def test_a_sweeps_ledger_is_its_runs_and_the_clusters_own_time(local_cluster: Cluster) -> None:
+    from rl_lustre import wait_all
+    from rl_lustre.goodput import CATEGORIES
+
+    jobs = [attrs.evolve(BASE, name=f"ledger-{g}", max_num_steps=2, num_generations_per_prompt=g,
+                         train_global_batch_size=4 * g) for g in (2, 4)]
+    result = run_sweep(local_cluster, jobs, timeout=240, poll=0.3, fresh=True)
+    assert result.ok, str(result)
+    ledger = result.goodput()
+    assert ledger.scope == "sweep"
+    assert ledger is result.ledger
+    assert ledger.own is not None
+    assert sorted(r.name for r in ledger.runs) == sorted(o.job_id for o in result)
+    for c in CATEGORIES:
+        assert ledger.seconds[c] == pytest.approx(sum(r.seconds[c] for r in ledger.runs) + ledger.own.seconds[c])
+    for o in result:
+        assert o.goodput is not None
+        assert o.goodput.name == o.job_id
+        assert o.goodput.total_seconds > 0
+    row = result.rows()[0]
+    assert row["gpu_h"] == pytest.approx(result.outcomes[0].goodput.gpu_hours(), abs=1e-3)
+    assert "GPU-hours: " in str(result)
+
+    # wait_all has no cluster: the runs' own ledgers, summed, and a note saying what is missing.
+    again = wait_all([local_cluster.attach(o.job_id) for o in result], names=[o.name for o in result])
+    total = again.goodput()
+    assert total.total_seconds == pytest.approx(sum(o.goodput.total_seconds for o in again if o.goodput))
+    assert any("wait_all has no cluster" in n for n in total.notes)
