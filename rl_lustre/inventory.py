@@ -291,12 +291,9 @@ def _lustre(apis: Apis, project: str) -> Iterable[FoundResource]:
 
 
 def _provisioning(pool: Any) -> str:
-    from google.cloud import container_v1
+    from .gcp.container import pool_provisioning
 
-    if pool.config.spot or pool.config.preemptible:
-        return "Spot"
-    specific = container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION
-    return "reserved" if pool.config.reservation_affinity.consume_reservation_type == specific else "on-demand"
+    return pool_provisioning(pool)
 
 
 def _image_sizes(apis: Apis, project: str, clusters: list[Any]) -> dict[str, int]:

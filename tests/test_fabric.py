@@ -118,7 +118,11 @@ def test_worker_pods_use_the_fabric() -> None:
     assert env["NCCL_NET"] == "gIB"
     assert env["NCCL_SOCKET_IFNAME"] == "eth0"
     assert "source /usr/local/gib/scripts/set_nccl_env.sh" in container["args"][0]
-    assert container["args"][0].endswith("exec ${KUBERAY_GEN_RAY_START_CMD}")
+    # KubeRay's command, then the Ray node's name: the Kubernetes node's (expanded by the shell;
+    # a value inside KUBERAY_GEN_RAY_START_CMD would not be).
+    assert container["args"][0].endswith("exec ${KUBERAY_GEN_RAY_START_CMD} --node-name=$RL_LUSTRE_NODE_NAME")
+    assert {"name": "RL_LUSTRE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container["env"]
+    assert "node-name" not in rc["spec"]["workerGroupSpecs"][0]["rayStartParams"]
     assert container["resources"]["requests"]["ephemeral-storage"].endswith("Gi")
     assert worker["spec"]["nodeSelector"]["cloud.google.com/gke-ephemeral-storage-local-ssd"] == "true"
     head = rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]

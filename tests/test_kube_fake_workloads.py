@@ -170,3 +170,57 @@ def test_nodes_of_a_preloaded_pool_start_the_image_without_pulling_it(kube: Kube
     kube.add_nodes("gpu-pool", 1)
     _pod(kube, "replacement", "nvcr.io/nvidia/nemo-rl:v0.4.0", "gpu-pool")
     assert _running_after(kube, ["replacement"])["replacement"] < 0.6
+
+
+def test_nodes_are_registered_and_removed_with_the_node_controllers_events(kube: KubeFake) -> None:
+    names = kube.add_nodes("gpu-pool", 2)
+    kube.remove_nodes("gpu-pool")
+    events = [e for e in kube.objects("Event", include_events=True) if e["involvedObject"]["kind"] == "Node"]
+    said = sorted((e["involvedObject"]["name"], e["reason"], e["source"]["component"]) for e in events)
+    assert said == sorted([(n, r, c) for n in names for r, c in (("RegisteredNode", "node-controller"),
+                                                                  ("NodeReady", "kubelet"),
+                                                                  ("RemovingNode", "node-controller"))])
+    # As the API server stores them: in "default", about an object of no namespace.
+    assert {(e["metadata"]["namespace"], e["involvedObject"].get("namespace", "")) for e in events} == {("default", "")}
+    assert next(e for e in events if e["reason"] == "RemovingNode")["message"] == (
+        f"Node {names[0]} event: Removing Node {names[0]} from Controller")
+
+
+def test_a_worker_pods_raylet_is_named_as_its_manifest_makes_ray_start_name_it() -> None:
+    from rl_lustre.testing.kube import KubeTimings
+
+    started: list[tuple[str, str]] = []
+
+    class Raylet:
+        def kill(self) -> None:
+            pass
+
+    def start(pod: str, name: str) -> Raylet:
+        started.append((pod, name))
+        return Raylet()
+
+    worker = {"name": "ray-worker", "image": "rayproject/ray:2.46.0",
+              "env": [{"name": "RL_LUSTRE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+              "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8"}}}
+    groups = [{"groupName": "named", "replicas": 1, "minReplicas": 1, "maxReplicas": 1,
+               "rayStartParams": {"node-name": "$RL_LUSTRE_NODE_NAME"},
+               "template": {"spec": {"containers": [worker]}}},
+              {"groupName": "plain", "replicas": 1, "minReplicas": 1, "maxReplicas": 1, "rayStartParams": {},
+               "template": {"spec": {"containers": [{**worker, "env": []}]}}}]
+    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc", "namespace": "default"},
+          "spec": {"rayVersion": "2.46.0", "workerGroupSpecs": groups,
+                   "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                       {"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}}}}
+    with KubeFake(raylets=start, timings=KubeTimings(schedule=0.0, start=0.0)) as fake:
+        fake.add_nodes("gpu-pool", 2)
+        ResourceClient(fake.api_client(), "RayCluster", "default").create(rc)
+        until(lambda: len(started) == 2, timeout=30)
+        pods = {p["metadata"]["name"]: p for p in fake.objects("Pod")}
+    by_group = {pods[pod]["metadata"]["labels"]["ray.io/group"]: (pod, name) for pod, name in started}
+    pod, name = by_group["named"]
+    assert name == pods[pod]["spec"]["nodeName"]
+    assert name.startswith("gke-gpu-pool-")
+    pod, name = by_group["plain"]
+    # Without --node-name Ray names the node by its address.
+    assert name in (pods[pod]["status"].get("podIP"), pod)
+    assert not name.startswith("gke-")

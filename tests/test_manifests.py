@@ -329,6 +329,9 @@ def test_workers_on_spot_gpu_pool() -> None:
     machine = GPU_MACHINE_TYPES["a4-highgpu-8g"]
     for kind in ("limits", "requests"):
         assert c["resources"][kind] == {"nvidia.com/gpu": "8", "cpu": machine.worker_cpu, "memory": machine.worker_memory}
+    # The Ray node is named after its Kubernetes node: KubeRay's command runs in bash, unquoted.
+    assert group["rayStartParams"] == {"node-name": "$RL_LUSTRE_NODE_NAME"}
+    assert {"name": "RL_LUSTRE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
 
 
 def test_reservation_workers_do_not_ask_for_spot() -> None:

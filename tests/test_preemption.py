@@ -316,6 +316,8 @@ def test_the_kube_fake_preempts_a_spot_node_the_way_gke_does() -> None:
         events = fake.objects("Event", include_events=True)
         reasons = {(e["involvedObject"]["name"], e["reason"]) for e in events}
         assert (before[victim], "PreemptionNotice") in reasons
+        # The node lifecycle controller's record of the VM going away (the goodput ledger's end of its bill).
+        assert (before[victim], "RemovingNode") in reasons
         assert (victim, "TerminationByKubelet") in reasons
         _until(lambda: any(r == "FailedScaleUp" for _, r in {(e["involvedObject"]["name"], e["reason"])
                                                             for e in fake.objects("Event", include_events=True)}))
@@ -372,9 +374,9 @@ def test_on_the_gke_fakes_a_preempted_spot_node_is_recovered_on_the_cluster(
     job = GRPOJob(**{**JOB_ARGS, "name": "spot", "num_generations_per_prompt": 8, "train_global_batch_size": 32,
                      "nemo_rl_dir": str(image)})
 
-    def raylet(pod: str) -> Any:
-        # The pod's GPUs, as the node's raylet declares them, joined to the session's head.
-        return start_local_worker(head, num_gpus=8, env=backend._head_env())  # type: ignore[attr-defined]
+    def raylet(pod: str, name: str) -> Any:
+        # The pod's GPUs, as the node's raylet declares them, joined to the session's head, named as Ray would.
+        return start_local_worker(head, num_gpus=8, env=backend._head_env(), name=name)  # type: ignore[attr-defined]
 
     host, port = head.dashboard_url.removeprefix("http://").rsplit(":", 1)
     with KubeFake(head_target=(host, int(port)), raylets=raylet) as kube, FakeGCP(kube=kube):

@@ -42,7 +42,9 @@ from ..provision.signals import cancel_on_signals
 from . import submission
 
 if TYPE_CHECKING:
+    from ..cost import Prices
     from ..gcp import Backoff, RetryPolicy
+    from ..goodput.timeline import Evidence
     from ..kube.portforward import PortForward
     from ..nemo_rl.checkpoints import Checkpoint
     from ..plan import Plan
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from ..provision.progress import Display
     from ..ray.jobs import JobsClient
     from ..spec import ClusterSpec
+    from .goodput import TimelineCache
 
 __all__ = ["GKEBackend"]
 
@@ -110,6 +113,7 @@ class GKEBackend(submission.JobsBackend):
         self._lock = threading.Lock()
         self._forward: PortForward | None = None
         self._jobs: JobsClient | None = None
+        self._timelines: TimelineCache | None = None
 
     def __repr__(self) -> str:
         return f"GKEBackend({self.cluster.name!r}, gcp_only={self.gcp_only})"
@@ -297,6 +301,25 @@ class GKEBackend(submission.JobsBackend):
             return parse_listing(log)
         except ValueError as exc:
             raise RayError(f"listing the checkpoints in {checkpoint_dir} on the Ray head: {exc}") from exc
+
+    def goodput_evidence(self, since: float, until: float | None, *, prices: Prices | None = None) -> Evidence:
+        """The goodput ledger's evidence: the GPU Nodes, worker Pods and Events, Ray's node
+        table, the live node pools and the jobs' logs (see :mod:`rl_lustre.backends.goodput_gke`)."""
+        from .goodput import TimelineCache
+        from .goodput_gke import gke_evidence
+
+        if self._timelines is None:
+            self._timelines = TimelineCache()
+        return gke_evidence(self, since, until, prices=prices, cache=self._timelines)
+
+    def live_node_pools(self) -> list[Any] | None:
+        """The GKE cluster's node pools as they are now (None when the cluster is gone)."""
+        from ..gcp import GkeClusters
+
+        clusters = self._apis.clusters if self._apis is not None else GkeClusters(backoff=self._backoff,
+                                                                                  retry=self._retry)
+        found = clusters.get_or_none(naming.gke_cluster_path(self.cluster))
+        return None if found is None else list(found.node_pools)
 
     def describe(self) -> str:
         c = self.cluster

@@ -37,6 +37,23 @@ PoolStatus = container_v1.NodePool.Status
 OpStatus = container_v1.Operation.Status
 
 
+def pool_provisioning(pool: container_v1.NodePool) -> str:
+    """The capacity kind a live node pool's nodes have: ``"Spot"``, ``"reserved"`` or
+    ``"on-demand"`` -- the one place that maps a pool to what its nodes cost
+    (:meth:`rl_lustre.cost.Prices.machine_rate` takes every value it returns).
+
+    Examples:
+        >>> pool_provisioning(container_v1.NodePool(config=container_v1.NodeConfig(spot=True)))
+        'Spot'
+        >>> pool_provisioning(container_v1.NodePool(config=container_v1.NodeConfig()))
+        'on-demand'
+    """
+    if pool.config.spot or pool.config.preemptible:
+        return "Spot"
+    specific = container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION
+    return "reserved" if pool.config.reservation_affinity.consume_reservation_type == specific else "on-demand"
+
+
 _PORT_988 = ("the Lustre CSI driver reaches Managed Lustre on port 988 only from GKE {minimum} (the legacy "
              "port is off). Upgrade the control plane, or pick a newer release channel.")
 

@@ -453,5 +453,6 @@ def build(ev: Evidence, *, scope: str = "cluster", window: Interval | None = Non
     chosen = [s for s in segments if s.owner is None or s.owner in keep]
     complete = window.end is not None and window.end <= ev.now and all(r.complete for r in run_ledgers)
     return _from_segments(scope, name or scope, w, chosen, spans, complete=complete, notes=common,
-                          runs=run_ledgers, own=own, fixed_usd=fixed_usd, prices_as_of=prices_as_of)
+                          runs=run_ledgers, own=own, fixed_usd=fixed_usd, prices_as_of=prices_as_of,
+                          details=dict(ev.details))
 

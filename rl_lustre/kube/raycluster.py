@@ -58,6 +58,10 @@ _CUSTOM = re.compile(r"[a-z][a-z0-9]*-custom-(?P<vcpus>\d+)-(?P<mib>\d+)(?:-ext)
 _HEAD_REQUEST_CAP = (8, 64)
 _HEAD_LIMIT_CAP = (32, 1000)
 
+# The worker pod's Kubernetes node name (downward API), and the flag naming its Ray node so.
+NODE_NAME_ENV = "RL_LUSTRE_NODE_NAME"
+NODE_NAME_FLAG = f"--node-name=${NODE_NAME_ENV}"
+
 
 def raycluster_manifest(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]:
     """The RayCluster of ``cluster``, its objects labelled ``labels``, checked against the CRD.
@@ -233,7 +237,19 @@ def _worker_group(cluster: ClusterSpec, labels: dict[str, str]) -> tuple[dict[st
         }],
         "volumes": _volumes(cluster),
     }
+    container = pod["containers"][0]
+    # Ray names the node after its Kubernetes node, so that the goodput ledger can tell
+    # which node a raylet ran on once the pod is gone (Ray's default name is the pod IP).
+    container["env"] = [*container["env"], {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {
+        "fieldPath": "spec.nodeName"}}}]
     annotations, keep_command = fabric_worker_pod(cluster, pod)
+    start_params: dict[str, str] = {}
+    if keep_command:
+        # The container's own command runs KubeRay's; a flag after it is expanded by its shell.
+        container["args"] = [f"{container['args'][0]} {NODE_NAME_FLAG}"]
+    else:
+        # KubeRay's generated command runs in bash unquoted: the variable is expanded there.
+        start_params["node-name"] = f"${NODE_NAME_ENV}"
     metadata: dict[str, Any] = {"labels": dict(labels)}
     if annotations:
         metadata["annotations"] = annotations
@@ -242,7 +258,7 @@ def _worker_group(cluster: ClusterSpec, labels: dict[str, str]) -> tuple[dict[st
         "replicas": cluster.num_nodes,
         "minReplicas": cluster.num_nodes,
         "maxReplicas": cluster.num_nodes,
-        "rayStartParams": {},
+        "rayStartParams": start_params,
         "template": {"metadata": metadata, "spec": pod},
     }
     return group, keep_command

@@ -42,7 +42,8 @@ def _now() -> str:
 
 def node_labels(pool: container_v1.NodePool) -> dict[str, str]:
     """The labels GKE puts on a node of ``pool`` (besides its pool name and hostname)."""
-    labels = {"cloud.google.com/machine-family": pool.config.machine_type.split("-")[0]}
+    labels = {"cloud.google.com/machine-family": pool.config.machine_type.split("-")[0],
+              "node.kubernetes.io/instance-type": pool.config.machine_type}
     if pool.config.accelerators:
         labels[GKE_ACCELERATOR_LABEL] = pool.config.accelerators[0].accelerator_type
     if pool.config.spot:

@@ -3,10 +3,14 @@ local raylets, and GKE's Spot preemption of the nodes they run on.
 
 Backing
     With ``KubeFake(raylets=start)``, every RayCluster worker pod that the simulated
-    kubelet would start gets a real Ray worker node first: ``start(pod_name)`` (run in a
-    thread; it returns a handle with ``kill()``) joins a raylet to the real local head
-    that the fake's head service forwards to. The pod goes Running and Ready once that
-    raylet runs, and its raylet is killed when the pod goes away.
+    kubelet would start gets a real Ray worker node first: ``start(pod_name, node_name)``
+    (run in a thread; it returns a handle with ``kill()``) joins a raylet to the real local
+    head that the fake's head service forwards to. ``node_name`` is the name Ray gives the
+    node, as the pod's own manifest makes ``ray start`` choose it: its worker group's
+    ``--node-name`` (in ``rayStartParams``, or after the container's command), with the
+    shell's ``$VAR`` expanded from the container's env (a ``fieldRef`` to ``spec.nodeName``
+    is the pod's node); without one, the pod's IP, Ray's default. The pod goes Running
+    and Ready once that raylet runs, and its raylet is killed when the pod goes away.
 
 Preemption (what GKE does to a Spot VM, see GKE's "Spot VMs" and "graceful node
 shutdown" pages)
@@ -23,13 +27,14 @@ shutdown" pages)
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ._kube_store import Obj, Store, labels_of, now_rfc3339
+from ._kube_store import Obj, Store, labels_of, now_rfc3339, owned_by
 
 IMPENDING_TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
 SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
@@ -42,7 +47,7 @@ def is_ray_worker(pod: Obj) -> bool:
 class SpotCapacity:
     """Raylets behind worker pods, and the Spot capacity GPU pods wait for."""
 
-    def __init__(self, store: Store, start: Callable[[str], Any] | None) -> None:
+    def __init__(self, store: Store, start: Callable[[str, str], Any] | None) -> None:
         self.store = store
         self._start = start
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kube-fake-raylet") if start else None
@@ -72,7 +77,7 @@ class SpotCapacity:
         with self._lock:
             future = self._raylets.get(name)
             if future is None:
-                self._raylets[name] = self._pool.submit(self._start, name)
+                self._raylets[name] = self._pool.submit(self._start, name, self.ray_node_name(pod))
                 return False
         if not future.done():
             return False
@@ -82,6 +87,34 @@ class SpotCapacity:
                 del self._raylets[name]
             return False
         return True
+
+    def ray_node_name(self, pod: Obj) -> str:
+        """The name ``ray start`` gives the pod's node (see the module docstring)."""
+        group = self._group(pod)
+        flag = str((group.get("rayStartParams") or {}).get("node-name") or "")
+        spec = pod.get("spec") or {}
+        container = (spec.get("containers") or [{}])[0]
+        if not flag:
+            m = re.search(r"--node-name=(\S+)", " ".join(container.get("args") or []))
+            flag = m.group(1) if m else ""
+        if not flag:
+            return str((pod.get("status") or {}).get("podIP") or pod["metadata"]["name"])
+        env = {}
+        for e in container.get("env") or []:
+            path = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+            env[e["name"]] = str(spec.get("nodeName") or "") if path == "spec.nodeName" else str(e.get("value") or "")
+        return re.sub(r"\$\{?(\w+)\}?", lambda m: env.get(m.group(1), ""), flag)
+
+    def _group(self, pod: Obj) -> Obj:
+        """The RayCluster worker group the pod was made from (empty when not found)."""
+        owners = pod["metadata"].get("ownerReferences") or []
+        group = labels_of(pod).get("ray.io/group")
+        for rc in self.store.find("RayCluster", pod["metadata"].get("namespace")):
+            if any(o.get("uid") == rc["metadata"]["uid"] for o in owners) or owned_by(pod, rc["metadata"]["uid"]):
+                for g in (rc.get("spec") or {}).get("workerGroupSpecs") or []:
+                    if g.get("groupName") == group:
+                        return dict(g)
+        return {}
 
     def release(self, pod_name: str) -> None:
         """Kill the raylet behind ``pod_name``, if any (now, or once it has started)."""
@@ -114,6 +147,8 @@ class SpotCapacity:
             event(pod, "TerminationByKubelet", SHUTDOWN_MESSAGE, warning=True, component="kubelet")
             self.release(pod["metadata"]["name"])
             if node is not None:
+                event(node, "RemovingNode", f"Node {node_name} event: Removing Node {node_name} from Controller",
+                      component="node-controller")
                 self.store.remove(self.store.get("Node", None, node_name) or node)
 
     def _taint(self, node: Obj) -> None:

@@ -186,7 +186,7 @@ class Workloads(Controller):
             room = {"cpu": "1k", "memory": "1Ti", "ephemeral-storage": "1Pi", "pods": "110"}
             if GKE_ACCELERATOR_LABEL in labels:
                 room["nvidia.com/gpu"] = "8"
-            self.store.create({
+            node = self.store.create({
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
                                                       GKE_NODEPOOL_LABEL: pool, **labels}},
@@ -195,11 +195,16 @@ class Workloads(Controller):
                            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                            "lastTransitionTime": now_rfc3339()}]},
             })
+            # What the node lifecycle controller and the kubelet record for a new node.
+            self.event(node, "RegisteredNode", f"Node {name} event: Registered Node {name} in Controller",
+                       component="node-controller")
+            self.event(node, "NodeReady", f"Node {name} status is now: NodeReady", component="kubelet")
             names.append(name)
         return names
 
     def remove_nodes(self, pool: str) -> None:
         for node in self.store.find("Node", match=lambda n: labels_of(n).get(GKE_NODEPOOL_LABEL) == pool):
+            removing_node(self, node)
             self.store.remove(node)
 
     # DaemonSet controller
@@ -354,6 +359,13 @@ class Workloads(Controller):
 _DAEMON_TOLERATIONS = [{"key": f"node.kubernetes.io/{k}", "operator": "Exists", "effect": e} for k, e in (
     ("not-ready", "NoExecute"), ("unreachable", "NoExecute"), ("disk-pressure", "NoSchedule"),
     ("memory-pressure", "NoSchedule"), ("pid-pressure", "NoSchedule"), ("unschedulable", "NoSchedule"))]
+
+
+def removing_node(controller: Controller, node: Obj) -> None:
+    """The node lifecycle controller's Event for a Node that is deleted."""
+    name = node["metadata"]["name"]
+    controller.event(node, "RemovingNode", f"Node {name} event: Removing Node {name} from Controller",
+                     component="node-controller")
 
 
 def _fits(pod_spec: Obj, node: Obj) -> bool:

@@ -109,8 +109,10 @@ class KubeFake:
         faults: fault knobs (also settable later through :attr:`faults`).
         timings: how fast the simulated cluster moves.
         watch_timeout: how long a watch without ``timeoutSeconds`` stays open.
-        raylets: ``start(pod_name)`` joins a real Ray worker node to the head behind
-            ``head_target`` and returns a handle with ``kill()``; with it, every RayCluster
+        raylets: ``start(pod_name, node_name)`` joins a real Ray worker node named
+            ``node_name`` (what the pod's manifest makes ``ray start`` name it, see
+            :mod:`rl_lustre.testing._kube_spot`) to the head behind ``head_target`` and
+            returns a handle with ``kill()``; with it, every RayCluster
             worker pod is backed by such a raylet (Ready once it runs, killed with the pod),
             and :meth:`preempt` takes them away as Spot does.
     """
@@ -127,7 +129,7 @@ class KubeFake:
         faults: KubeFaults | None = None,
         timings: KubeTimings | None = None,
         watch_timeout: float = 300.0,
-        raylets: Callable[[str], Any] | None = None,
+        raylets: Callable[[str, str], Any] | None = None,
     ) -> None:
         from ..kube.client import EMULATOR_TOKEN
 
