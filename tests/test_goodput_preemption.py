@@ -1,0 +1,217 @@
+"""The goodput ledger of a preempted run, end to end: real worker raylets taken away mid-run,
+locally and on the GKE fakes, checked against the supervisor's record, NeMo-RL's own step
+times (printed by the rehearsal) and, on the fakes, the node-seconds the Kubernetes objects
+themselves say were billed."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from test_preemption import GKE_SHIM, JOB_ARGS, REPO, STEP_SECONDS, _wait_done
+
+from rl_lustre import Cluster, GRPOJob
+from rl_lustre.goodput import CATEGORIES, GoodputLedger
+from rl_lustre.nemo_rl.logs import StepRecord, parse_log
+from rl_lustre.testing import preempt
+
+pytestmark = pytest.mark.slow
+
+JOB = GRPOJob(**{**JOB_ARGS, "name": "ledger-preempt", "overrides": {"grpo.val_period": 5}})
+
+
+@pytest.fixture(scope="module")
+def workers_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Two real worker nodes of one GPU each."""
+    if not Path("/proc/self/environ").exists():
+        pytest.skip("the local backend reads the process table from /proc (Linux)")
+    cluster = Cluster.local(f"rll-ledger-{os.getpid()}", volume_dir=tmp_path_factory.mktemp("ledger-volume"),
+                            num_nodes=2, gpus_per_node=1, worker_nodes=2, rehearsal_step_seconds=STEP_SECONDS)
+    with cluster:
+        yield cluster
+
+
+def attempts(log: str) -> list[dict[int, StepRecord]]:
+    """NeMo-RL's own records of each attempt's steps (as printed), by step."""
+    parts = log.split("Loaded configuration from:")[1:]
+    return [{s.global_step: s for s in parse_log(part).steps} for part in parts]
+
+
+def surviving(log: str, resume: int) -> list[StepRecord]:
+    """The steps whose work was kept: the first attempt's up to the checkpoint resumed from, then the rerun's."""
+    first, second = attempts(log)
+    return [s for k, s in first.items() if k <= resume] + list(second.values())
+
+
+def check_lost_and_training(ledger: GoodputLedger, run: Any, gone: Any, nodes: int) -> None:
+    """What the issue asks of a preempted run's ledger, on ``nodes`` nodes."""
+    [restart] = run.restarts()
+    [d] = ledger.restarts
+    assert d.resume_step == restart.resumed_from_step == 4
+    assert d.steps_redone == restart.steps_redone
+    assert restart.seconds_lost is not None
+    assert d.recovery_wall == pytest.approx(restart.seconds_lost, abs=0.01)  # the same supervisor records
+    log = run.logs()
+    first, second = attempts(log)
+    t5 = first[5].seconds
+    assert t5 is not None
+    # Lost covers the redone steps and the wait: every node ran step 5 for nothing (NeMo-RL's own
+    # time of it), and the survivors waited the whole recovery (the supervisor's record of it).
+    lower = nodes * t5 + (nodes - 1) * restart.seconds_lost
+    t6 = max((a[6].seconds or 0) for a in (first, second) if 6 in a)
+    assert restart.first_step_at is not None
+    upper = (lower + nodes * (t6 + (restart.lost_at - gone.at) + 1.0)
+             + (restart.first_step_at - gone.at - (gone.back_after or 0)))
+    assert lower <= ledger.seconds["lost"] <= upper, (lower, ledger.seconds["lost"], upper, str(ledger))
+    # Training: the steps completed times their step time, within 10 %.
+    kept = surviving(log, 4)
+    assert [s.global_step for s in kept] == list(range(1, 11))
+    work = nodes * math.fsum((s.seconds or 0) - s.timings.get("checkpointing", 0) - (s.validation_seconds or 0)
+                             for s in kept)
+    assert abs(ledger.seconds["training"] - work) <= 0.10 * work, (ledger.seconds["training"], work)
+    median = statistics.median(s.seconds or 0 for s in kept)
+    assert abs(ledger.seconds["training"] - nodes * 10 * median) <= 0.10 * nodes * 10 * median
+    assert ledger.attributed_fraction >= 0.95, str(ledger)
+    validation = nodes * math.fsum(s.validation_seconds or 0 for s in kept)
+    assert ledger.seconds["validation"] == pytest.approx(validation, rel=0.10, abs=0.05 * nodes)
+    saves = nodes * math.fsum(s.timings.get("checkpointing", 0) for s in kept)
+    assert ledger.seconds["checkpoint"] == pytest.approx(saves, rel=0.10, abs=0.05 * nodes)
+    # Exactly once: the categories are the total, and no two pieces of a node overlap.
+    assert math.fsum(ledger.seconds.values()) == pytest.approx(ledger.total_seconds)
+    for node in {s.node for s in ledger.segments}:
+        mine = sorted((s for s in ledger.segments if s.node == node), key=lambda s: s.start)
+        assert all(a.end <= b.start for a, b in itertools.pairwise(mine))
+
+
+def test_a_local_preempted_runs_ledger_covers_the_redone_steps_and_the_wait(
+        workers_cluster: Cluster, preemption_report: list[str]) -> None:
+    cluster = workers_cluster
+    job = attrs.evolve(JOB, name=f"ledger-{time.time_ns() % 10**6}")
+    run = cluster.submit(job)
+    _wait_done(job, cluster, 5)
+    gone = preempt(cluster, nodes=1, back_after=1.0)
+    assert run.wait(timeout=300) == "SUCCEEDED"
+    ledger = run.goodput()
+
+    check_lost_and_training(ledger, run, gone, nodes=2)
+    # Three nodes: the two it started on and the replacement; the lost one billed until its kill.
+    assert len(ledger.nodes) == 3
+    [lost] = [s for s in ledger.segments if s.node == gone.nodes[0]][-1:]
+    assert gone.at <= lost.end <= gone.at + 1.0
+    assert ledger.total_usd == 0
+    assert "a local deployment has no cloud cost" in ledger.notes
+    d = ledger.restarts[0]
+    preemption_report.append(
+        f"local ledger, 2 nodes: lost {ledger.seconds['lost']:.1f} node-s (redone {d.redone_node_seconds:.1f}, "
+        f"recovery {d.recovery_node_seconds:.1f}), attributed {ledger.attributed_fraction:.1%}")
+
+
+def billed_by_the_fake(kube: Any, since: float, now: float) -> tuple[float, int]:
+    """Node-seconds of the GPU nodes inside ``[since, now)``, from the fake's Nodes and Events alone."""
+    from rl_lustre.backends.goodput_gke import seconds
+
+    spans: dict[str, list[float | None]] = {}
+    for n in kube.objects("Node"):
+        if n["metadata"]["labels"].get("cloud.google.com/gke-accelerator"):
+            spans[n["metadata"]["uid"]] = [seconds(n["metadata"]["creationTimestamp"]), None]
+    for e in kube.objects("Event", include_events=True):
+        obj = e["involvedObject"]
+        if obj["kind"] == "Node" and "gpu" in obj["name"]:
+            span = spans.setdefault(obj["uid"], [None, None])
+            if e["reason"] == "RegisteredNode" and span[0] is None:
+                span[0] = seconds(e["firstTimestamp"])
+            elif e["reason"] == "RemovingNode":
+                span[1] = seconds(e["firstTimestamp"])
+    total = 0.0
+    for start, end in spans.values():
+        assert start is not None
+        total += max(0.0, min(end if end is not None else now, now) - max(start, since))
+    return total, len(spans)
+
+
+def test_on_the_gke_fakes_a_preempted_runs_ledger_in_spot_dollars_and_the_clusters_ledger(
+        local_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        preemption_report: list[str]) -> None:
+    import shutil
+
+    from rl_lustre.backends.gke import GKEBackend
+    from rl_lustre.catalog import PRICES
+    from rl_lustre.gcp import Backoff, RetryPolicy
+    from rl_lustre.ray.workers import start_local_worker
+    from rl_lustre.testing import FakeGCP, KubeFake
+
+    backend = local_cluster._backend()
+    head = backend.head  # type: ignore[attr-defined]
+    token = head.headers().get("Authorization", "").removeprefix("Bearer ")
+    if not token:
+        pytest.skip("the session's Ray head does not run in token mode")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", token)
+    image = tmp_path / "nemo-rl"
+    (image / "examples" / "configs").mkdir(parents=True)
+    (image / "examples" / "run_grpo_math.py").write_text(GKE_SHIM)
+    for recipe in (REPO / "rl_lustre" / "nemo_rl" / "recipes" / "v0.4.0").glob("*.yaml"):
+        shutil.copy(recipe, image / "examples" / "configs" / recipe.name)
+    spec = {"name": "rl-ledger", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
+            "num_nodes": 2, "image": "rayproject/ray:2.60.0", "mount_path": str(tmp_path / "lustre"),
+            "secrets": ["RAY_AUTH_TOKEN"]}
+    base = {**JOB_ARGS, "num_generations_per_prompt": 8, "train_global_batch_size": 32, "nemo_rl_dir": str(image),
+            "overrides": {"grpo.val_period": 5}}
+    job_a = GRPOJob(**{**base, "name": "ledger-a"})
+    job_b = GRPOJob(**{**base, "name": "ledger-b", "max_num_steps": 4})
+
+    def raylet(pod: str, name: str) -> Any:
+        return start_local_worker(head, num_gpus=8, env=backend._head_env(), name=name)  # type: ignore[attr-defined]
+
+    host, port = head.dashboard_url.removeprefix("http://").rsplit(":", 1)
+    with KubeFake(head_target=(host, int(port)), raylets=raylet) as kube, FakeGCP(kube=kube):
+        cluster = Cluster(**spec)
+        cluster.use_backend(GKEBackend(cluster, backoff=Backoff(initial=0.005, maximum=0.05, multiplier=1.5),
+                                       retry=RetryPolicy(attempts=3, initial=0.005, maximum=0.01)))
+        with cluster:
+            # The cluster is up and idle a moment before the first run.
+            time.sleep(2.0)
+            before = time.time() - 1.0
+            run = cluster.submit(job_a)
+            _wait_done(job_a, cluster, 5)
+            gone = preempt(cluster, nodes=1, back_after=1.0)
+            assert run.wait(timeout=300) == "SUCCEEDED"
+            gone.wait(timeout=120)
+            ledger = run.goodput()
+            second = cluster.submit(job_b)
+            assert second.wait(timeout=300) == "SUCCEEDED"
+            whole = cluster.goodput(since=before)
+            billed, count = billed_by_the_fake(kube, before, time.time())
+            labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in kube.objects("Node")}
+
+    check_lost_and_training(ledger, run, gone, nodes=2)
+    # Three Spot nodes (the second of them the same VM name again), each at the A4 Spot list price.
+    assert len(ledger.nodes) == 3
+    assert {n.kind for n in ledger.nodes} == {"spot"}
+    assert all(labels[n.node.split("#")[0]]["cloud.google.com/gke-spot"] == "true"
+               for n in ledger.nodes if n.node.split("#")[0] in labels)
+    spot = PRICES.machines["a4-highgpu-8g"].spot
+    for c in CATEGORIES:
+        assert ledger.usd[c] == pytest.approx(ledger.seconds[c] * spot / 3600)
+    assert ledger.prices_as_of == PRICES.as_of
+    # The cluster's ledger: the two runs and its own time, and all of what the Kubernetes objects say was billed.
+    assert {r.name for r in whole.runs} == {run.job_id, second.job_id}
+    for c in CATEGORIES:
+        assert whole.seconds[c] == pytest.approx(sum(r.seconds[c] for r in whole.runs) + whole.own.seconds[c],
+                                                 abs=1e-6)
+    assert whole.run(run.job_id).seconds["lost"] == pytest.approx(ledger.seconds["lost"], rel=0.02)
+    assert abs(whole.total_seconds - billed) <= 1.0 * count + 1.0, (whole.total_seconds, billed, count)
+    assert whole.own.seconds["idle"] > 0
+    assert whole.attributed_fraction >= 0.95, str(whole)
+    d = ledger.restarts[0]
+    preemption_report.append(
+        f"fake GKE ledger, 2 Spot nodes: lost {ledger.seconds['lost']:.1f} node-s (${ledger.usd['lost']:.3f}), "
+        f"redone {d.redone_node_seconds:.1f}, recovery {d.recovery_node_seconds:.1f}, "
+        f"attributed {ledger.attributed_fraction:.1%}; cluster {whole.total_seconds:.0f} node-s")
