@@ -36,10 +36,12 @@ _HOLDING = ("CREATED", "RESCHEDULING")
 class StateApi:
     """The dashboard's state API at ``url`` (with Ray's bearer token when the head uses one)."""
 
-    def __init__(self, url: str, *, token: str | None = None, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = 10.0,
+                 headers: dict[str, str] | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
-        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # ``headers``: a client's own (the Jobs API's, with its token) in place of ``token``.
+        self._headers = dict(headers) if headers is not None else {"Authorization": f"Bearer {token}"} if token else {}
 
     @classmethod
     def for_job(cls, url: str | None) -> StateApi:

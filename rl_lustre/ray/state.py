@@ -1,25 +1,24 @@
 """Ray's node table, dead nodes included, over the dashboard's state API.
 
-``GET /api/v0/nodes?detail=1`` on the same dashboard the Jobs API uses (the local head's,
-or a port-forwarded one on GKE), with the same headers (the bearer token when Ray auth is
-on). It answers ``{"result": bool, "msg": str, "data": {"result": {"result": [node, ...]}}}``
-with each node's ``node_id``, ``node_name``, ``node_ip``, ``state``, ``state_message``,
-``resources_total``, ``is_head_node`` and (detail) ``start_time_ms`` -- when its raylet
-registered -- and ``end_time_ms`` (``ray.util.state.common.NodeState``, the same fields in
+``GET /api/v0/nodes`` (read by :class:`rl_lustre.queueing.view.StateApi`, the supervisor's
+reader too) on the same dashboard the Jobs API uses (the local head's, or a port-forwarded
+one on GKE), with the same headers (the bearer token when Ray auth is on): each node's
+``node_id``, ``node_name``, ``node_ip``, ``state``, ``state_message``, ``resources_total``,
+``is_head_node`` and (detail) ``start_time_ms`` -- when its raylet registered -- and
+``end_time_ms`` (``ray.util.state.common.NodeState``, the same fields in
 Ray 2.46 and 2.60). Dead nodes stay listed: the dashboard keeps up to 1000 of them.
 """
 
 from __future__ import annotations
 
-import json
 import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from ..errors import RayError
+from ..queueing.view import StateApi
 
 __all__ = ["RayNode", "node_table"]
 
@@ -63,19 +62,13 @@ def node_table(address: str, headers: Mapping[str, str] | None = None, *, timeou
         RayError: the dashboard cannot be reached, refuses the request, or answers with
             something else than a node list.
     """
-    url = address.rstrip("/") + "/api/v0/nodes?detail=1&limit=10000"
-    request = urllib.request.Request(url, headers=dict(headers or {}))
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = json.loads(response.read())
+        rows = StateApi(address, headers=dict(headers or {}), timeout=timeout).list("nodes")
     except urllib.error.HTTPError as exc:
         raise RayError(f"cannot read Ray's node table at {address}: HTTP {exc.code} {exc.reason}") from exc
     except (OSError, ValueError) as exc:
         raise RayError(f"cannot read Ray's node table at {address}: {exc}") from exc
     try:
-        if not body.get("result", True):
-            raise RayError(f"Ray's node table at {address} answered: {body.get('msg')}")
-        rows = body["data"]["result"]["result"]
         nodes = [_node(row) for row in rows]
     except (KeyError, TypeError, AttributeError) as exc:
         raise RayError(f"Ray's node table at {address} is not in the state API's shape: {exc!r}") from exc
