@@ -1,5 +1,5 @@
 """The goodput ledger of a preempted run, end to end: real worker raylets taken away mid-run,
-locally and on the GKE fakes, checked against the supervisor's record, NeMo-RL's own step
+locally and on the GKE fakes (with a second job queued behind it), checked against the supervisor's record, NeMo-RL's own step
 times (printed by the rehearsal) and, on the fakes, the node-seconds the Kubernetes objects
 themselves say were billed."""
 
@@ -21,6 +21,7 @@ from test_preemption import GKE_SHIM, JOB_ARGS, REPO, STEP_SECONDS, _wait_done
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.goodput import CATEGORIES, GoodputLedger
 from rl_lustre.nemo_rl.logs import StepRecord, parse_log
+from rl_lustre.recovery.journal import read_journal
 from rl_lustre.testing import preempt
 
 pytestmark = pytest.mark.slow
@@ -137,7 +138,7 @@ def billed_by_the_fake(kube: Any, since: float, now: float) -> tuple[float, int]
     return total, len(spans)
 
 
-def test_on_the_gke_fakes_a_preempted_runs_ledger_in_spot_dollars_and_the_clusters_ledger(
+def test_on_the_gke_fakes_a_preempted_runs_ledger_in_spot_dollars_a_queued_jobs_and_the_clusters(
         local_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         preemption_report: list[str]) -> None:
     import shutil
@@ -180,13 +181,18 @@ def test_on_the_gke_fakes_a_preempted_runs_ledger_in_spot_dollars_and_the_cluste
             time.sleep(2.0)
             before = time.time() - 1.0
             run = cluster.submit(job_a)
+            _wait_done(job_a, cluster, 2)
+            # B takes the whole cluster too: it waits in the queue behind A, through A's recovery.
+            second = cluster.submit(job_b)
             _wait_done(job_a, cluster, 5)
             gone = preempt(cluster, nodes=1, back_after=1.0)
             assert run.wait(timeout=300) == "SUCCEEDED"
             gone.wait(timeout=120)
             ledger = run.goodput()
-            second = cluster.submit(job_b)
             assert second.wait(timeout=300) == "SUCCEEDED"
+            queued = second.goodput()
+            journal_b = read_journal(second.logs(records=True))
+            a_end = run.info().end_time
             whole = cluster.goodput(since=before)
             billed, count = billed_by_the_fake(kube, before, time.time())
             labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in kube.objects("Node")}
@@ -210,6 +216,31 @@ def test_on_the_gke_fakes_a_preempted_runs_ledger_in_spot_dollars_and_the_cluste
     assert abs(whole.total_seconds - billed) <= 1.0 * count + 1.0, (whole.total_seconds, billed, count)
     assert whole.own.seconds["idle"] > 0
     assert whole.attributed_fraction >= 0.95, str(whole)
+    # No node-second is in two runs' ledgers.
+    for node in {s.node for s in whole.segments}:
+        owned = sorted((s for s in whole.segments if s.node == node and s.owner is not None), key=lambda s: s.start)
+        assert all(a.end <= b.start + 1e-9 for a, b in itertools.pairwise(owned)), node
+
+    # The queued second job: its supervisor's records say it waited behind A until A ended.
+    assert a_end is not None
+    [q] = [r for r in journal_b if r["event"] == "queued"]
+    granted = [r["at"] for r in journal_b if r["event"] == "granted"]
+    assert run.job_id in q["behind"]
+    assert q["at"] < a_end, (q, a_end)
+    assert granted
+    assert granted[0] >= q["at"]
+    # While A held the nodes they were A's: B's ledger starts when A ended, and its wait from
+    # then to its grant is idle (the cluster had the nodes B needs).
+    assert queued.segments
+    assert min(s.start for s in queued.segments) >= a_end - 1e-6
+    wait = 2 * max(0.0, granted[0] - a_end)
+    waited = [s for s in queued.segments if s.tag == "queued"]
+    assert {s.category for s in waited} <= {"idle"}
+    assert math.fsum(s.seconds for s in waited) == pytest.approx(wait, abs=0.05), (waited, wait, str(queued))
+    assert queued.seconds["lost"] == 0
+    assert queued.seconds["training"] > 0
+    assert queued.attributed_fraction >= 0.95, str(queued)
+    assert whole.run(second.job_id).seconds == pytest.approx(queued.seconds)
     d = ledger.restarts[0]
     preemption_report.append(
         f"fake GKE ledger, 2 Spot nodes: lost {ledger.seconds['lost']:.1f} node-s (${ledger.usd['lost']:.3f}), "
