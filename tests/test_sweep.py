@@ -179,7 +179,7 @@ def test_a_sweeps_ledger_is_its_runs_and_the_clusters_own_time(local_cluster: Cl
     from rl_lustre.goodput import CATEGORIES
 
     jobs = [attrs.evolve(BASE, name=f"ledger-{g}", max_num_steps=2, num_generations_per_prompt=g,
-                         train_global_batch_size=4 * g) for g in (2, 4)]
+                         train_global_batch_size=4 * g) for g in (8, 16)]
     result = run_sweep(local_cluster, jobs, timeout=240, poll=0.3, fresh=True)
     assert result.ok, str(result)
     ledger = result.goodput()
