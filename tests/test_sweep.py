@@ -194,8 +194,10 @@ def test_a_sweeps_ledger_is_its_runs_and_the_clusters_own_time(local_cluster: Cl
         assert o.goodput.name == o.job_id
         assert o.goodput.total_seconds > 0
     row = result.rows()[0]
-    assert row["gpu_h"] == pytest.approx(result.outcomes[0].goodput.gpu_hours(), abs=1e-3)
-    assert "GPU-hours: " in str(result)
+    first = result.outcomes[0].goodput
+    assert row["goodput"] == f"{first.goodput_fraction:.0%}"
+    assert row["usd"] == round(first.total_usd, 2)
+    assert f"GPU-hours billed: {ledger.gpu_hours():.3g}" in str(result)
 
     # wait_all has no cluster: the runs' own ledgers, summed, and a note saying what is missing.
     again = wait_all([local_cluster.attach(o.job_id) for o in result], names=[o.name for o in result])
