@@ -212,7 +212,7 @@ def test_a_worker_pods_raylet_is_named_as_its_manifest_makes_ray_start_name_it()
                    "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
                        {"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}}}}
     with KubeFake(raylets=start, timings=KubeTimings(schedule=0.0, start=0.0)) as fake:
-        fake.add_nodes("gpu-pool", 2)
+        fake.add_nodes("gpu-pool", 2, {"cloud.google.com/gke-accelerator": "nvidia-b200"})  # 8 GPUs each
         ResourceClient(fake.api_client(), "RayCluster", "default").create(rc)
         until(lambda: len(started) == 2, timeout=30)
         pods = {p["metadata"]["name"]: p for p in fake.objects("Pod")}
