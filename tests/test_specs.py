@@ -234,7 +234,7 @@ class _RecordingBackend:
     def submit(self, job: Any, *, fresh: bool = False) -> Any:
         raise NotImplementedError("no jobs in these tests")
 
-    submit_all = attach = queue = submit
+    submit_all = attach = queue = cluster_goodput = submit
 
 
 @pytest.mark.parametrize(("make", "torn_down_at_exit"), [
@@ -266,7 +266,7 @@ def test_use_backend_refuses_what_is_not_a_backend_for_this_cluster() -> None:
     from rl_lustre.backends.gke import GKEBackend
 
     cluster = Cluster(**GKE)
-    with pytest.raises(ConfigError, match=r"backend.*lacks attach, queue, submit, submit_all") as info:
+    with pytest.raises(ConfigError, match=r"backend.*lacks attach, cluster_goodput, queue, submit, submit_all") as info:
         cluster.use_backend(_PartialBackend())  # type: ignore[arg-type]
     assert info.value.owner == "Cluster.use_backend"
     with pytest.raises(ConfigError, match=r"built for another cluster .'other'."):
