@@ -490,7 +490,7 @@ class Run:
                 )
                 time.sleep(remaining)
         if info.status == "FAILED":
-            tail = self._jobs.logs(self.job_id).splitlines()[-_TAIL_LINES:]
+            tail = self.logs().splitlines()[-_TAIL_LINES:]  # for people: without the journal's records
             raise JobFailedError(self.job_id, info.status, tail)
         logger.info("job %s %s", self.job_id, info.status)
         if self._idle is None and info.status == "SUCCEEDED":
