@@ -230,7 +230,7 @@ def test_a_pod_the_server_refuses_is_kuberays_replica_failure_and_the_diagnosis_
     try:
         apply_manifests(api, manifests, deployment=cluster.name)
         with pytest.raises(WaitTimeoutError) as info:
-            wait_ready(api, manifests, timeout=15)
+            wait_ready(api, manifests, timeout=10)
         text = str(info.value)
         assert "ReplicaFailure" in {p.reason for p in info.value.last_state.problems}, text
         assert "KubeRay cannot create its pods (FailedCreateWorkerPod)" in text
