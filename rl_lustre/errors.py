@@ -14,6 +14,8 @@ so callers may catch either (``except ValueError`` works for bad configuration):
     │   │   ├── PermissionDeniedError (PermissionError)
     │   │   │   └── CredentialsError       no Google Cloud credentials here, or they were rejected
     │   │   ├── QuotaExceededError         quota, rate limits, GPU/Spot stock-outs
+    │   │   │   ├── StockoutError          the zone has no VMs of the kind asked for (``.signal``)
+    │   │   │   ├── CapacityExhaustedError every capacity the policy allows was tried (``.attempts``)
     │   │   │   └── CapacityError          the check before up(): zone or quota cannot host it
     │   │   ├── NotFoundError (LookupError)
     │   │   ├── OperationFailedError       a long-running operation ended in error
@@ -27,10 +29,13 @@ so callers may catch either (``except ValueError`` works for bad configuration):
     │   └── TeardownError                  down() could not delete everything
     └── RollbackError                      provisioning failed; says what was cleaned up
         └── ProvisioningError              up() failed at a step (names it) and rolled back
+            ├── NoCapacityError            no GPUs anywhere the policy allows: every attempt, what was kept
             └── ProvisioningInterrupted (KeyboardInterrupt)   SIGINT/SIGTERM during up()
 
-Warnings: :class:`NothingToDoWarning` (a ``UserWarning``): a submitted run found its
-checkpoint directory already at ``max_num_steps`` and ends SUCCEEDED without training.
+Warnings (``UserWarning``): :class:`NothingToDoWarning`: a submitted run found its
+checkpoint directory already at ``max_num_steps`` and ends SUCCEEDED without training;
+:class:`CapacityDeadlineWarning`: a run may not finish inside the lifetime of capacity
+that ends (flex-start's ``max_run_duration``).
 
 Foreign exceptions (``google.*``, ``kubernetes.*``, ``ray.*``) are translated at the
 boundary and chained with ``raise ... from exc``; none reaches a caller unwrapped.
@@ -46,13 +51,16 @@ from typing import Any
 _Report = Any
 
 __all__ = [
+    "CapacityDeadlineWarning",
     "CapacityError",
+    "CapacityExhaustedError",
     "ConfigError",
     "CredentialsError",
     "GCPError",
     "ImageNotFoundError",
     "JobFailedError",
     "KubernetesError",
+    "NoCapacityError",
     "NotFoundError",
     "NotReadyError",
     "NothingToDoWarning",
@@ -70,6 +78,7 @@ __all__ = [
     "RegistryError",
     "RemoteError",
     "RollbackError",
+    "StockoutError",
     "TeardownError",
     "WaitTimeoutError",
 ]
@@ -191,7 +200,45 @@ class CredentialsError(PermissionDeniedError):
 
 
 class QuotaExceededError(GCPError):
-    """Quota, rate limit, or capacity (GPU / Spot stock-out) exhausted."""
+    """Quota, rate limit, or capacity (GPU / Spot stock-out) exhausted.
+
+    ``signal`` is the capacity signal behind it
+    (:class:`~rl_lustre.recovery.capacity_signals.Signal`), when it is a quota or stock-out
+    of a capacity kind; None for a rate limit.
+    """
+
+    signal: Any = None
+
+
+class StockoutError(QuotaExceededError):
+    """The zone has no VMs of the kind asked for right now (``GCE_STOCKOUT``,
+    ``ZONE_RESOURCE_POOL_EXHAUSTED``); ``signal`` says where and what Google said.
+    Waiting, another capacity kind or another zone may help; more quota does not."""
+
+    def __init__(self, message: str, signal: Any = None) -> None:
+        super().__init__(message)
+        self.signal = signal
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.args[0] if self.args else "", self.signal))
+
+
+class CapacityExhaustedError(QuotaExceededError):
+    """Every capacity the cluster's policy allows was tried, in order, and none came.
+
+    Attributes:
+        attempts: one record per attempt (:class:`rl_lustre.provision.capacity.Attempt`),
+            in order, each with its lane, times, outcome and reason.
+        summary: the attempts as lines of text.
+    """
+
+    def __init__(self, summary: str, attempts: Sequence[Any] = ()) -> None:
+        super().__init__(summary)
+        self.summary = summary
+        self.attempts = list(attempts)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.summary, self.attempts))
 
 
 class CapacityError(QuotaExceededError):
@@ -328,6 +375,32 @@ class ProvisioningError(RollbackError):
         self.args = ("\n".join(lines),)
 
 
+class NoCapacityError(ProvisioningError):
+    """``up()`` got no GPUs from any capacity its policy allows.
+
+    The deployment did not fail for any other reason: what is kept follows
+    ``up(on_no_capacity=...)`` (by default the storage: the Lustre volume and its
+    network, so that the next ``up()`` skips the longest step).
+
+    Attributes:
+        attempts: every attempt, in order (see :class:`CapacityExhaustedError`).
+        on_no_capacity: the option that decided what was kept.
+    """
+
+    def __init__(self, cause: CapacityExhaustedError, *, on_no_capacity: str, **kwargs: Any) -> None:
+        self.attempts = list(cause.attempts)
+        self.on_no_capacity = on_no_capacity
+        super().__init__(cause, **kwargs)
+        lines = [cause.summary,
+                 f"  kept (on_no_capacity={on_no_capacity!r}): {', '.join(self.kept) or 'nothing'}",
+                 f"  cleaned up: {', '.join(self.cleaned) or 'nothing'}"]
+        if self.left:
+            lines.append(f"  NOT cleaned up (delete by hand, or run cluster.down() again): {', '.join(self.left)}")
+        if self.kept:
+            lines.append("  cluster.up() again adopts what was kept; cluster.down() deletes it.")
+        self.args = ("\n".join(lines),)
+
+
 class ProvisioningInterrupted(ProvisioningError, KeyboardInterrupt):
     """``up()`` was interrupted (SIGINT or SIGTERM) and rolled back.
 
@@ -394,6 +467,13 @@ def nothing_to_do_advice(start_over: str = SUBMIT_FRESH) -> str:
     """
     return (f"To start over, use {start_over} (the old checkpoints are moved aside, not deleted), "
             "or raise max_num_steps to train further")
+
+
+class CapacityDeadlineWarning(UserWarning):
+    """A run may not finish inside the lifetime of capacity that ends: flex-start nodes
+    live at most ``max_run_duration`` (7 days at most). NeMo-RL is told to save before the
+    nodes go (``checkpointing.checkpoint_must_save_by``) and the run continues on the
+    capacity the policy provides next."""
 
 
 class NothingToDoWarning(UserWarning):

@@ -9,8 +9,10 @@ Google error                              rl_lustre error
 UNAVAILABLE, DEADLINE_EXCEEDED, 502/504,  retried with capped exponential backoff; then
 ABORTED, connection errors                :class:`~rl_lustre.errors.GCPError`
 RESOURCE_EXHAUSTED / 429 (rate limit)     retried; then :class:`~rl_lustre.errors.QuotaExceededError`
-quota text, GPU/Spot stock-outs           :class:`~rl_lustre.errors.QuotaExceededError` naming
+quota text                                :class:`~rl_lustre.errors.QuotaExceededError` naming
                                           the resource, the zone and what to try
+GPU/Spot stock-outs                       :class:`~rl_lustre.errors.StockoutError`, its ``signal``
+                                          classified by :mod:`rl_lustre.gcp.stockouts`
 PERMISSION_DENIED                         :class:`~rl_lustre.errors.PermissionDeniedError`
                                           naming the API and the role needed
 UNAUTHENTICATED, no credentials found     :class:`~rl_lustre.errors.CredentialsError` (a
@@ -41,7 +43,11 @@ from ..errors import (
     PermissionDeniedError,
     QuotaExceededError,
     RLLustreError,
+    StockoutError,
 )
+from .stockouts import QUOTA as _QUOTA
+from .stockouts import STOCKOUT as _STOCKOUT
+from .stockouts import classify_gcp
 
 log = logging.getLogger("rl_lustre.gcp.errors")
 
@@ -128,18 +134,12 @@ class AlreadyExistsError(GCPError):
     """A create found the name taken (usually by our own earlier, retried attempt)."""
 
 
-_STOCKOUT = re.compile(
-    r"ZONE_RESOURCE_POOL_EXHAUSTED|GCE_STOCKOUT|STOCKOUT|does not have enough resources|"
-    r"resource pool exhausted|not enough resources available",
-    re.IGNORECASE,
-)
 # Google words rate limits as quotas too ("Quota exceeded for quota metric 'Queries' and
 # limit 'Queries per minute'"): per-time limits are rate limits, retried; the rest are not.
 _RATE = re.compile(
     r"rate ?limit|RATE_LIMIT_EXCEEDED|rateLimitExceeded|per (?:minute|second|100 seconds)|too many requests",
     re.IGNORECASE,
 )
-_QUOTA = re.compile(r"quota|QUOTA_EXCEEDED", re.IGNORECASE)
 # GKE runs one mutating operation per cluster at a time and asks callers to come back;
 # Compute refuses to use a resource that an operation is still setting up.
 _BUSY = re.compile(
@@ -267,9 +267,12 @@ def translate(exc: BaseException, call: Call, *, attempts: int = 1) -> RLLustreE
     text = _message(norm)
     api = call.api
     if kind == "stockout":
-        return QuotaExceededError(f"{_stockout_advice(call)}. ({api}: {text})")
+        return StockoutError(f"{_stockout_advice(call)}. ({api}: {text})",
+                             classify_gcp(None, text, source=call.what(), zone=call.zone))
     if kind == "quota":
-        return QuotaExceededError(f"{_quota_advice(call)}. ({api}: {text})")
+        err = QuotaExceededError(f"{_quota_advice(call)}. ({api}: {text})")
+        err.signal = classify_gcp(None, text, source=call.what(), zone=call.zone)
+        return err
     if kind == "rate_limit":
         return QuotaExceededError(
             f"{api} kept rate-limiting {call.what()} after {attempts} attempt(s); "
@@ -309,21 +312,25 @@ def translate(exc: BaseException, call: Call, *, attempts: int = 1) -> RLLustreE
 def operation_error(call: Call, message: str, code: Any = None) -> RLLustreError:
     """The error for a long-running operation that finished with an error.
 
-    A stock-out or quota failure reported by the operation is a
-    :class:`~rl_lustre.errors.QuotaExceededError` (so the advice applies); anything
-    else an :class:`~rl_lustre.errors.OperationFailedError`.
+    A stock-out reported by the operation is a :class:`~rl_lustre.errors.StockoutError`,
+    a quota failure a :class:`~rl_lustre.errors.QuotaExceededError` (so the advice
+    applies), each with its ``signal``; anything else an
+    :class:`~rl_lustre.errors.OperationFailedError`.
 
     Examples:
         >>> err = operation_error(Call(CONTAINER, "create", "node pool gpu-pool", zone="us-east1-b"),
         ...                       "ZONE_RESOURCE_POOL_EXHAUSTED: no a4-highgpu-8g", code=8)
-        >>> type(err).__name__, "us-east1-b" in str(err)
-        ('QuotaExceededError', True)
+        >>> type(err).__name__, "us-east1-b" in str(err), err.signal.kind
+        ('StockoutError', True, 'stockout')
     """
     code_text = f" [code {getattr(code, 'name', code)}]" if code not in (None, 0, "") else ""
+    signal = classify_gcp(None, message, source=f"{call.action} operation", zone=call.zone)
     if _STOCKOUT.search(message):
-        return QuotaExceededError(f"{_stockout_advice(call)}. (operation failed{code_text}: {message})")
+        return StockoutError(f"{_stockout_advice(call)}. (operation failed{code_text}: {message})", signal)
     if _QUOTA.search(message):
-        return QuotaExceededError(f"{_quota_advice(call)}. (operation failed{code_text}: {message})")
+        err = QuotaExceededError(f"{_quota_advice(call)}. (operation failed{code_text}: {message})")
+        err.signal = signal
+        return err
     return OperationFailedError(f"{call.api}: the operation to {call.what()} failed{code_text}: {message}")
 
 
