@@ -25,7 +25,9 @@ def test_both_phases_are_measured_against_the_critical_path(result: provisioning
     assert result.up.path[0] == "network"
     assert result.down.path[0] == "lustre"
     assert result.down.path[-1] == "network"
-    assert result.up.bound == pytest.approx(22 * 0.01)
+    # network 0.5, the PSA range 0.5 (reserved beside the subnet, not after it), the peering 0.5,
+    # Lustre 20: simulated minutes at the benchmark's unit.
+    assert result.up.bound == pytest.approx(21.5 * 0.01)
 
 
 def test_polls_are_counted_per_resource_that_waited(result: provisioning.Result) -> None:
