@@ -96,8 +96,8 @@ def sweep(prefix: str, n: int) -> list[GRPOJob]:
     from rl_lustre import GRPOJob
 
     base = GRPOJob(name=f"{prefix}-base", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B",
-                   max_num_steps=4, num_prompts_per_step=4, num_generations_per_prompt=2,
-                   train_global_batch_size=8, save_period=2)
+                   max_num_steps=4, num_prompts_per_step=4, num_generations_per_prompt=8,
+                   train_global_batch_size=32, save_period=2)
     return [attrs.evolve(base, name=f"{prefix}-{i}", overrides={"policy.optimizer.kwargs.lr": 1e-6 * (i + 1)})
             for i in range(n)]
 

@@ -135,6 +135,8 @@ def world(local_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         "image": IMAGE,
         "mount_path": str(tmp_path / "lustre"),
         "secrets": ["HF_TOKEN", "RAY_AUTH_TOKEN"],
+        # The registry fake holds the catalog's images (the NeMo-RL image), not this Ray one.
+        "preload_image": False,
     }
     with KubeFake(validate=validate, head_target=(host, int(port))) as kube, FakeGCP(kube=kube) as gcp:
         yield World(gcp=gcp, kube=kube, spec=spec, image=_image(tmp_path / "nemo-rl"), head=head,

@@ -162,7 +162,7 @@ def test_on_the_gke_fakes_a_preempted_runs_ledger_in_spot_dollars_a_queued_jobs_
         shutil.copy(recipe, image / "examples" / "configs" / recipe.name)
     spec = {"name": "rl-ledger", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
             "num_nodes": 2, "image": "rayproject/ray:2.60.0", "mount_path": str(tmp_path / "lustre"),
-            "secrets": ["RAY_AUTH_TOKEN"]}
+            "secrets": ["RAY_AUTH_TOKEN"], "preload_image": False}
     base = {**JOB_ARGS, "num_generations_per_prompt": 8, "train_global_batch_size": 32, "nemo_rl_dir": str(image),
             "overrides": {"grpo.val_period": 5}}
     job_a = GRPOJob(**{**base, "name": "ledger-a"})
