@@ -138,6 +138,16 @@ def test_the_jobs_converter_type_follows_the_model() -> None:
         "policy.megatron_cfg.converter_type"] == "Qwen2ForCausalLM"
 
 
+def test_a_preload_image_by_name_follows_the_project() -> None:
+    assert Cluster(**GKE).preload_image is True
+    named = Cluster(**GKE, preload_image="global/images/my-preload")
+    assert named.preload_image == f"projects/{GKE['project']}/global/images/my-preload"
+    moved = attrs.evolve(named, project="other-project")
+    assert moved.preload_image == "projects/other-project/global/images/my-preload"
+    off = attrs.evolve(named, preload_image=False)
+    assert off.preload_image is False
+
+
 def test_derived_and_given_values_are_the_same_spec() -> None:
     """Equality, hashing, the repr and pickling see the value in force, as before."""
     derived = Cluster(**GKE)
@@ -152,7 +162,8 @@ def test_derived_and_given_values_are_the_same_spec() -> None:
     assert again == derived
     assert attrs.evolve(again, image="rayproject/ray:2.60.0").ray_version == "2.60.0"
     assert [a.name for a in attrs.fields(Cluster) if a.init and a.name.startswith("_")] == [
-        "_given_accelerator_type", "_given_gpus_per_node", "_given_ray_version", "_given_mount_path", "_given_fabric"]
+        "_given_accelerator_type", "_given_gpus_per_node", "_given_ray_version", "_given_mount_path", "_given_fabric",
+        "_given_preload_image"]
 
 
 def test_a_bad_value_of_a_derived_field_names_the_parameter() -> None:
