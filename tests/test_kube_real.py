@@ -146,6 +146,7 @@ def test_the_raycluster_is_ready_through_the_real_operator_which_keeps_our_comma
     """(KubeFake copies the pod templates as they are: it has no generated ``ray start``,
     probes or init containers to compare; what it does keep is our commands.)"""
     from rl_lustre.kube.apply import wait_ready
+    from rl_lustre.kube.raycluster import NODE_NAME_ENV, NODE_NAME_FLAG
 
     cluster, manifests = deployed
     wait_ready(kube_plane.api_client(), manifests, timeout=120)
@@ -168,7 +169,12 @@ def test_the_raycluster_is_ready_through_the_real_operator_which_keeps_our_comma
     for pod in [head, *by_type["worker"]]:
         container = pod.spec.containers[0]
         assert container.command == ["/bin/bash", "-lc", "--"]
-        assert container.args[0].endswith("exec ${KUBERAY_GEN_RAY_START_CMD}")
+        # (A worker names its raylet after its Kubernetes node: the goodput ledger's join key.)
+        suffix = f" {NODE_NAME_FLAG}" if pod in by_type["worker"] else ""
+        assert container.args[0].endswith("exec ${KUBERAY_GEN_RAY_START_CMD}" + suffix)
+        if suffix:
+            names = {e.name: e.value_from for e in container.env}
+            assert names[NODE_NAME_ENV].field_ref.field_path == "spec.nodeName"
         generated = {e.name: e.value for e in container.env}["KUBERAY_GEN_RAY_START_CMD"]
         assert generated.startswith("ray start")
         assert "--block" in generated
