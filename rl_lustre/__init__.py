@@ -16,6 +16,7 @@ from ._output import enable_output
 from .cluster import Cluster
 from .job import GRPOJob
 from .run import Run
+from .spec.capacity import Capacity
 from .sizing import LustreSizing, size_lustre
 from .sweep import SweepResult, run_sweep, wait_all
 from .volume import LustreVolume
@@ -23,6 +24,7 @@ from .volume import LustreVolume
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "Capacity",
     "Cluster",
     "GRPOJob",
     "LustreSizing",

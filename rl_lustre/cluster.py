@@ -103,8 +103,29 @@ class Cluster(ClusterSpec):
         accelerator_type: GPU type; derived from ``machine_type`` when omitted.
         gpus_per_node: GPUs per node; derived from ``machine_type`` when omitted.
         num_nodes: GPU nodes, one Ray worker each.
-        spot: use Spot VMs for the GPU pool.
-        reservation: a reservation name to consume (not with ``spot``).
+        spot: use Spot VMs for the GPU pool (the default when ``capacity`` is not given;
+            ``spot=False`` is on-demand). With ``capacity`` given, ``spot`` says whether its
+            first kind is Spot, and may be left out.
+        reservation: a reservation to consume: its name, ``"<name>/reservationBlocks/<block>"``,
+            or one shared from another project, ``"projects/<project>/reservations/<name>"``
+            (not with ``spot`` unless ``capacity`` lists both).
+        capacity: the capacity to try, in order: ``"reservation"`` (the ``reservation``
+            field's), ``"spot"``, ``"flex-start"`` (Dynamic Workload Scheduler, queued: all
+            nodes at once, for at most 7 days) and ``"on-demand"`` (list price; only when
+            listed), or :class:`rl_lustre.Capacity` values for their options
+            (``Capacity("flex-start", queued=False, max_run_duration=86400)``,
+            ``Capacity("reservation", reservation="projects/p/reservations/r")``, ``wait=``).
+            ``up()`` moves on to the next when one is stocked out or does not deliver its
+            nodes within its ``wait`` (see docs/capacity.md). Default: what ``spot`` /
+            ``reservation`` say.
+        capacity_zones: where the GPU pool may go: ``"zone"`` (the default: ``zone``
+            only), ``"region"`` (every zone of the region that offers the machine type and
+            Managed Lustre, found at ``up()``), or a list of zones of the region starting
+            with ``zone``. Each capacity kind is tried in every zone before the next kind.
+            The volume stays in ``zone``; a GPU pool elsewhere reaches it across zones.
+        on_no_capacity: what ``up()`` keeps when no capacity came: ``"storage"`` (the
+            default: the Lustre instance and its network, so the next ``up()`` skips the
+            longest step) or ``"nothing"`` (everything it created is deleted).
         head_machine_type: on-demand CPU machine type for the Ray head.
         head_on_gpu_pool: put the head on the GPU pool, as the reference workflow does
             (a Spot preemption then kills the driver).

@@ -65,6 +65,19 @@ def gpu_pool_name(cluster: ClusterSpec) -> str:
     return "gpu-pool"
 
 
+_LANE_POOL_KIND = {"reservation": "resv", "spot": "spot", "flex-start": "flex", "on-demand": "ondemand"}
+
+
+def gpu_lane_pool_name(cluster: ClusterSpec, kind: str, zone: str) -> str:
+    """The GPU pool of a capacity lane after the first (``gpu-flex-c``: flex-start in zone ``-c``)."""
+    return f"gpu-{_LANE_POOL_KIND[kind]}-{zone.rsplit('-', 1)[1]}"
+
+
+def provisioning_request_name(cluster: ClusterSpec, pool: str) -> str:
+    """The ProvisioningRequest (and its PodTemplate) of a queued flex-start pool."""
+    return f"{cluster.name}-{pool}"
+
+
 def pv_name(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-lustre-pv"
 

@@ -162,8 +162,8 @@ def test_derived_and_given_values_are_the_same_spec() -> None:
     assert again == derived
     assert attrs.evolve(again, image="rayproject/ray:2.60.0").ray_version == "2.60.0"
     assert [a.name for a in attrs.fields(Cluster) if a.init and a.name.startswith("_")] == [
-        "_given_accelerator_type", "_given_gpus_per_node", "_given_ray_version", "_given_mount_path", "_given_fabric",
-        "_given_preload_image"]
+        "_given_accelerator_type", "_given_gpus_per_node", "_given_spot", "_given_capacity", "_given_ray_version",
+        "_given_mount_path", "_given_fabric", "_given_preload_image"]
 
 
 def test_a_bad_value_of_a_derived_field_names_the_parameter() -> None:

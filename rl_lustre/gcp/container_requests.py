@@ -37,7 +37,7 @@ from ..catalog import boot_disk_type, ownership_labels
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..plan import Plan
+    from ..plan import Plan, PlannedResource
 
 __all__ = [
     "SCOPES",
@@ -68,7 +68,8 @@ def node_pool_path(plan: Plan, key: str) -> str:
     return f"{cluster_path(plan)}/nodePools/{plan.get(key).name}"
 
 
-def node_pool_request(plan: Plan, key: str, *, preload_image: str | None = None) -> container_v1.NodePool:
+def node_pool_request(plan: Plan, key: str, *, preload_image: str | None = None,
+                      node: PlannedResource | None = None) -> container_v1.NodePool:
     """The ``NodePool`` for the plan's node pool ``key`` (``"cpu-pool"``, ``"gpu-pool"``, or
     any other GPU pool of the plan).
 
@@ -77,11 +78,13 @@ def node_pool_request(plan: Plan, key: str, *, preload_image: str | None = None)
         key: the node pool's key.
         preload_image: the preload disk image's path (``projects/P/global/images/NAME``),
             which a GPU pool's secondary boot disk names once ``up()`` has found or built it.
+        node: the pool to build instead of the plan's ``key`` (a capacity lane's pool,
+            :func:`rl_lustre.plan.nodepools.gpu_pool`); its labels are ``key``'s.
 
     Raises:
         ConfigError: the pool boots with the preload image and its path is not given.
     """
-    node = plan.get(key)
+    node = node if node is not None else plan.get(key)
     s = node.settings
     config = container_v1.NodeConfig(
         machine_type=s["machine_type"],
@@ -89,6 +92,10 @@ def node_pool_request(plan: Plan, key: str, *, preload_image: str | None = None)
         oauth_scopes=SCOPES,
         resource_labels=_labels(plan, key),
     )
+    if s.get("flex_start"):
+        config.flex_start = True
+    if s.get("max_run_duration_seconds"):
+        config.max_run_duration = datetime.timedelta(seconds=s["max_run_duration_seconds"])
     if boot_disk_type(s["machine_type"]) != "pd-balanced":  # GKE's default
         config.disk_type = boot_disk_type(s["machine_type"])
     if "accelerator" in s:
@@ -118,13 +125,23 @@ def node_pool_request(plan: Plan, key: str, *, preload_image: str | None = None)
             local_ssd_count=s["ephemeral_storage_local_ssd_count"])
     if s.get("preload"):
         _preload(config, s["preload"], preload_image, key)
+    management = s.get("management", {"auto_repair": True, "auto_upgrade": True})
     pool = container_v1.NodePool(
         name=node.name,
         initial_node_count=s["node_count"],
         locations=[s["location"]],
         config=config,
-        management=container_v1.NodeManagement(auto_repair=True, auto_upgrade=True),
+        management=container_v1.NodeManagement(auto_repair=management["auto_repair"],
+                                                auto_upgrade=management["auto_upgrade"]),
     )
+    if "autoscaling" in s:
+        a = s["autoscaling"]
+        pool.autoscaling = container_v1.NodePoolAutoscaling(
+            enabled=a["enabled"], total_min_node_count=a["total_min_node_count"],
+            total_max_node_count=a["total_max_node_count"],
+            location_policy=container_v1.NodePoolAutoscaling.LocationPolicy.__members__[a["location_policy"]])
+    if s.get("queued_provisioning", {}).get("enabled"):
+        pool.queued_provisioning = container_v1.NodePool.QueuedProvisioning(enabled=True)
     if "upgrade_settings" in s:
         up = s["upgrade_settings"]
         pool.upgrade_settings = container_v1.NodePool.UpgradeSettings(

@@ -115,7 +115,8 @@ def _env(cluster: ClusterSpec) -> list[dict[str, Any]]:
 def _gpu_node_selector(cluster: ClusterSpec) -> dict[str, str]:
     assert cluster.accelerator_type is not None
     selector = {GKE_ACCELERATOR_LABEL: cluster.accelerator_type}
-    if cluster.spot:
+    if cluster.capacity and all(c.kind == "spot" for c in cluster.capacity):
+        # Only Spot nodes can come; a policy with other kinds selects by GPU alone.
         selector[GKE_SPOT_LABEL] = "true"
     return selector
 

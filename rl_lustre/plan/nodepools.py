@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import naming
 from ..catalog import GPU_MACHINE_TYPES, GPU_RESOURCE
+from .capacity import Lane, capacity_lanes, lane_pool_settings
 from .fabric import extra_networks, fabric_nodes, gpu_pool_subnet_keys
 from .graph import PlannedResource
 from .preload import gpu_node_preload, preload_keys
@@ -91,28 +92,25 @@ def gpu_pool_depends_on(cluster: ClusterSpec) -> tuple[str, ...]:
     return ("gke-cluster", *gpu_pool_subnet_keys(cluster), *preload_keys(cluster))
 
 
-def gpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
-    """The ``gpu-pool`` node (``created``: its action and labels)."""
-    if cluster.spot:
-        provisioning = "Spot"
-    elif cluster.reservation is not None:
-        provisioning = "reserved"
-    else:
-        provisioning = "on-demand"
+def gpu_pool(cluster: ClusterSpec, created: dict[str, Any], lane: Lane | None = None) -> PlannedResource:
+    """The ``gpu-pool`` node (``created``: its action and labels): the first lane of the
+    capacity policy, or ``lane``'s pool (a fallback ``up()`` asks for when that one does not come)."""
+    lanes = capacity_lanes(cluster)
+    lane = lane or lanes[0]
     pool_settings: dict[str, Any] = {
         **gpu_node_settings(cluster),
-        "location": cluster.zone,
-        "node_count": cluster.num_nodes,
-        "provisioning": provisioning,
-        "spot": cluster.spot,
-        "reservation_affinity": (
-            {"consume_reservation_type": "SPECIFIC_RESERVATION",
-             "key": "compute.googleapis.com/reservation-name", "values": [cluster.reservation]}
-            if cluster.reservation is not None else {"consume_reservation_type": "NO_RESERVATION"}
-        ),
+        **lane_pool_settings(cluster, lane),
         # One node at a time, never a surge node: a spare A4 is rarely to be had.
         "upgrade_settings": {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1},
         "hosts": ["Ray workers", *(["Ray head"] if cluster.head_on_gpu_pool else [])],
     }
-    return PlannedResource(key="gpu-pool", kind="container.v1.NodePool", name=naming.gpu_pool_name(cluster),
+    if lane.index == 0 and (len(lanes) > 1 or cluster.capacity_zones == "region"):
+        more = [] if cluster.capacity_zones != "region" else [
+            "then the same kinds in the region's other zones that offer the machine type and Managed Lustre "
+            "(found at up())"]
+        pool_settings["capacity_policy"] = {
+            "try_in_order": [f"{la.label} (pool {la.pool_name})" for la in lanes] + more,
+            "on_no_capacity": cluster.on_no_capacity,
+        }
+    return PlannedResource(key="gpu-pool", kind="container.v1.NodePool", name=lane.pool_name,
                            depends_on=gpu_pool_depends_on(cluster), settings=pool_settings, **created)

@@ -19,8 +19,9 @@ imported here.
 
 from __future__ import annotations
 
+from .capacity import Capacity
 from .cluster import ClusterSpec
 from .job import JobSpec
 from .volume import VolumeSpec, VolumeState
 
-__all__ = ["ClusterSpec", "JobSpec", "VolumeSpec", "VolumeState"]
+__all__ = ["Capacity", "ClusterSpec", "JobSpec", "VolumeSpec", "VolumeState"]

@@ -26,6 +26,7 @@ from ..catalog import (
 )
 from ..errors import ConfigError
 from ._fields import settle
+from .capacity import NO_CAPACITY_OPTIONS, RESERVATION_PATTERN, RESERVATION_RULE, Capacity
 from .volume import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE, VolumeSpec
 
 __all__ = ["CLUSTER_NAME_RULE", "DEFAULT_MOUNT_PATH", "DEFAULT_SECRETS", "HF_REPO_ID_RULE", "MAINTENANCE_EXCLUSIONS",
@@ -153,15 +154,16 @@ class ClusterSpec:
         validator=v.integer(min=0, max=16, optional=True))
     gpus_per_node: int = attrs.field(init=False)
     num_nodes: int = attrs.field(default=8, validator=v.integer(min=1, max=1000))
-    spot: bool = attrs.field(default=True, validator=v.boolean)
+    _given_spot: bool | None = attrs.field(alias="spot", default=None, eq=False, repr=False,
+                                           validator=attrs.validators.optional(v.boolean))
+    spot: bool = attrs.field(init=False)
     reservation: str | None = attrs.field(
-        default=None,
-        validator=v.matches(
-            r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?:/reservationBlocks/[a-z0-9-]+)?",
-            "must be a reservation name (optionally '<name>/reservationBlocks/<block>')",
-            optional=True,
-        ),
-    )
+        default=None, validator=v.matches(RESERVATION_PATTERN, RESERVATION_RULE, optional=True))
+    _given_capacity: tuple[Capacity | str, ...] | None = attrs.field(
+        alias="capacity", default=None, eq=False, repr=False, converter=v.to_tuple)
+    capacity: tuple[Capacity, ...] = attrs.field(init=False)
+    capacity_zones: str | tuple[str, ...] = attrs.field(default="zone", converter=v.to_tuple)
+    on_no_capacity: str = attrs.field(default="storage", validator=v.one_of(NO_CAPACITY_OPTIONS))
     head_machine_type: str = attrs.field(
         default=HEAD_MACHINE_TYPE,
         validator=v.matches(r"[a-z][a-z0-9]*-[a-z0-9-]+", "must be a Compute Engine machine type like 'n2-highmem-16'"),
@@ -267,9 +269,7 @@ class ClusterSpec:
         if gpus == 0:
             v.fail(self, "gpus_per_node", 0, "a GPU node pool needs at least 1 GPU per node")
         self._check_fabric(known.rdma_nics if known is not None else 0)
-        if self.spot and self.reservation is not None:
-            v.fail(self, "reservation", self.reservation,
-                   "Spot VMs cannot consume a reservation; pass spot=False to use one")
+        self._check_capacity()
         if self.head_machine_type in GPU_MACHINE_TYPES:
             v.fail(self, "head_machine_type", self.head_machine_type,
                    "the head pool is a CPU pool; use head_on_gpu_pool=True to put the head on GPU nodes")
@@ -280,6 +280,68 @@ class ClusterSpec:
         self._check_image()
         self._check_preload()
         self._check_volume()
+
+    def _check_capacity(self) -> None:
+        """The capacity policy: given, or the one the ``spot`` / ``reservation`` fields say."""
+        given, spot, reservation = self._given_capacity, self._given_spot, self.reservation
+        if given is None:
+            if spot and reservation is not None:
+                v.fail(self, "reservation", reservation,
+                       "Spot VMs cannot consume a reservation; pass spot=False to use one")
+            if reservation is not None:
+                policy: tuple[Capacity, ...] = (Capacity("reservation", reservation=reservation),)
+            elif spot is False:
+                policy = (Capacity("on-demand"),)
+            else:
+                policy = (Capacity("spot"),)
+        else:
+            if not isinstance(given, tuple) or not given:
+                v.fail(self, "capacity", given,
+                       "must be a non-empty list of capacity kinds to try in order, like ('spot', 'flex-start')")
+            policy = tuple(Capacity.parse(c, owner=type(self).__name__) for c in given)
+            named = []
+            for i, c in enumerate(policy):
+                if c.kind == "reservation" and c.reservation is None:
+                    if reservation is None:
+                        v.fail(self, "capacity", given,
+                               f"entry {i} is a reservation without a name: pass Capacity('reservation', "
+                               "reservation='NAME') or Cluster(reservation='NAME')")
+                    policy = (*policy[:i], c.with_reservation(reservation), *policy[i + 1:])
+                if policy[i].kind == "reservation":
+                    named.append(policy[i].reservation)
+            labels = [c.label for c in policy]
+            if len(set(labels)) != len(labels):
+                v.fail(self, "capacity", given, "each capacity may be listed once")
+            kinds = [c.kind for c in policy]
+            if spot is True and "spot" not in kinds:
+                v.fail(self, "spot", True, f"conflicts with capacity={tuple(kinds)}, which lists no 'spot' "
+                       "(leave spot out when you give a capacity policy)")
+            if spot is False and "spot" in kinds:
+                v.fail(self, "spot", False, f"conflicts with capacity={tuple(kinds)}, which lists 'spot'")
+            if reservation is not None and reservation not in named:
+                v.fail(self, "reservation", reservation,
+                       f"conflicts with capacity={tuple(labels)}: the policy must list this reservation "
+                       "(add 'reservation' to it) or leave reservation out")
+        settle(self, "capacity", policy)
+        settle(self, "spot", policy[0].kind == "spot")
+        self._check_capacity_zones()
+
+    def _check_capacity_zones(self) -> None:
+        zones = self.capacity_zones
+        rule = ("must be 'zone' (the cluster's zone only), 'region' (every zone of the region that offers the "
+                "machine type and Managed Lustre, found at up()) or a list of zones of the region")
+        if isinstance(zones, str):
+            if zones not in ("zone", "region"):
+                v.fail(self, "capacity_zones", zones, rule)
+            return
+        if not isinstance(zones, tuple) or not zones or len(set(zones)) != len(zones):
+            v.fail(self, "capacity_zones", zones, rule + ", each once")
+        for z in zones:
+            if not isinstance(z, str) or z.rsplit("-", 1)[0] != self.region:
+                v.fail(self, "capacity_zones", z, f"must be a zone of region {self.region!r} (like '{self.region}-b')")
+        if zones[0] != self.zone:
+            v.fail(self, "capacity_zones", zones,
+                   f"must start with the cluster's zone {self.zone!r} (where the volume is)")
 
     def _check_preload(self) -> None:
         given = self._given_preload_image
@@ -330,6 +392,10 @@ class ClusterSpec:
 
     def _check_local(self) -> None:
         self._check_fabric(0)
+        settle(self, "spot", bool(self._given_spot))
+        if self._given_capacity is not None:
+            v.fail(self, "capacity", self._given_capacity, "is for GKE clusters (the GPU node pools' capacity)")
+        settle(self, "capacity", ())
         if isinstance(self._given_preload_image, str):
             v.fail(self, "preload_image", self._given_preload_image,
                    "is for GKE clusters (a secondary boot disk of the GPU nodes); a local cluster has no nodes to boot")

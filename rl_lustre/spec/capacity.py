@@ -1,0 +1,155 @@
+"""``Capacity``: one kind of GPU capacity a deployment may use, and the policy's rules.
+
+A cluster's ``capacity`` is an ordered tuple of these: ``up()`` tries each in turn (in
+every candidate zone, see ``ClusterSpec.capacity_zones``) until one delivers the GPU
+nodes. The kinds, in the order of what they cost:
+
+- ``"reservation"``: capacity held for you (a specific reservation of this project, a
+  block of one, or one shared from another project as ``projects/P/reservations/R``);
+  paid whether used or not, so tried first when listed.
+- ``"spot"``: Spot VMs, the cheapest on-demand-free capacity, preemptible at any time.
+- ``"flex-start"``: Dynamic Workload Scheduler flex-start: nodes for at most
+  ``max_run_duration`` (7 days), discounted; with ``queued`` (the default) all nodes come
+  at once through a ProvisioningRequest, or not at all.
+- ``"on-demand"``: list price; never tried unless listed.
+
+Examples:
+    >>> Capacity("flex-start").max_run_duration
+    604800.0
+    >>> Capacity.parse("spot").kind
+    'spot'
+    >>> Capacity("spot", queued=False)
+    Traceback (most recent call last):
+    ...
+    rl_lustre.errors.ConfigError: Capacity.queued=False: is for kind 'flex-start' only (kind is 'spot')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .. import _validate as v
+from ..errors import ConfigError
+
+__all__ = ["CAPACITY_KINDS", "DEFAULT_WAIT", "FLEX_START_MAX_RUN_SECONDS", "NO_CAPACITY_OPTIONS",
+           "RESERVATION_RULE", "Capacity"]
+
+CAPACITY_KINDS = ("reservation", "spot", "flex-start", "on-demand")
+# GKE flex-start: a node lives at most 7 days (maxRunDurationSeconds / max_run_duration).
+FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600.0
+_FLEX_START_MIN_RUN_SECONDS = 600.0
+# How long a lane may take to deliver its nodes once asked, before the next is tried (seconds).
+DEFAULT_WAIT = {"reservation": 900.0, "spot": 900.0, "flex-start": 7200.0, "on-demand": 900.0}
+# What up() keeps when no capacity came (ClusterSpec.on_no_capacity).
+NO_CAPACITY_OPTIONS = ("storage", "nothing")
+RESERVATION_PATTERN = (r"(?:projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/reservations/)?"
+                       r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?:/reservationBlocks/[a-z0-9-]+)?")
+RESERVATION_RULE = ("must be a reservation name, '<name>/reservationBlocks/<block>', or a reservation shared "
+                    "from another project as 'projects/<project>/reservations/<name>'")
+
+
+def _kind(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if value not in CAPACITY_KINDS:
+        v.fail(inst, "kind", value, f"must be one of {', '.join(map(repr, CAPACITY_KINDS))}")
+
+
+def _seconds_or_none(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        v.fail(inst, attr.name, value, "must be a positive number of seconds")
+
+
+def _to_float(value: Any) -> Any:
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+@attrs.frozen(init=False)
+class Capacity:
+    """One kind of capacity to try (see the module's doc for what each costs and guarantees).
+
+    Args:
+        kind: ``"reservation"``, ``"spot"``, ``"flex-start"`` or ``"on-demand"``.
+        reservation: kind ``"reservation"`` only: its name, ``"<name>/reservationBlocks/<block>"``
+            or, shared from another project, ``"projects/<project>/reservations/<name>"``;
+            None takes the cluster's ``reservation``.
+        queued: kind ``"flex-start"`` only: queued provisioning (a ProvisioningRequest; every
+            node at once). Default True.
+        max_run_duration: kind ``"flex-start"`` only: seconds the nodes may live, 600 to
+            604800 (7 days, the default).
+        wait: seconds this kind may take to deliver the nodes once asked before the next is
+            tried; default :data:`DEFAULT_WAIT` of the kind (15 minutes; flex-start 2 hours).
+    """
+
+    kind: str = attrs.field(validator=_kind)
+    reservation: str | None = attrs.field(
+        default=None, validator=v.matches(RESERVATION_PATTERN, RESERVATION_RULE, optional=True))
+    queued: bool = attrs.field(default=True, validator=v.boolean)
+    max_run_duration: float | None = attrs.field(default=None, converter=_to_float, validator=_seconds_or_none)
+    wait: float = attrs.field(default=0.0, converter=_to_float, validator=_seconds_or_none)
+
+    def __init__(self, kind: str, *, reservation: str | None = None, queued: bool | None = None,
+                 max_run_duration: float | None = None, wait: float | None = None) -> None:
+        flex = kind == "flex-start"
+        for name, given in (("queued", queued), ("max_run_duration", max_run_duration)):
+            if given is not None and not flex:
+                raise ConfigError("Capacity", name, given, f"is for kind 'flex-start' only (kind is {kind!r})")
+        if reservation is not None and kind != "reservation":
+            raise ConfigError("Capacity", "reservation", reservation,
+                              f"is for kind 'reservation' only (kind is {kind!r})")
+        if flex and max_run_duration is None:
+            max_run_duration = FLEX_START_MAX_RUN_SECONDS
+        self.__attrs_init__(  # type: ignore[attr-defined]
+            kind=kind, reservation=reservation, queued=True if queued is None else queued,
+            max_run_duration=max_run_duration,
+            wait=DEFAULT_WAIT.get(kind, 900.0) if wait is None else wait)
+        if flex:
+            assert self.max_run_duration is not None
+            if not _FLEX_START_MIN_RUN_SECONDS <= self.max_run_duration <= FLEX_START_MAX_RUN_SECONDS:
+                raise ConfigError("Capacity", "max_run_duration", max_run_duration,
+                                  f"must be {_FLEX_START_MIN_RUN_SECONDS:g} to {FLEX_START_MAX_RUN_SECONDS:g} seconds "
+                                  "(GKE flex-start nodes live at most 7 days)")
+        else:
+            object.__setattr__(self, "queued", False)
+
+    @classmethod
+    def parse(cls, value: Any, *, owner: str = "ClusterSpec", field: str = "capacity") -> Capacity:
+        """A ``Capacity`` from itself or a kind's name (``"spot"``)."""
+        if isinstance(value, Capacity):
+            return value
+        if isinstance(value, str) and value in CAPACITY_KINDS:
+            return cls(value)
+        raise ConfigError(owner, field, value,
+                          f"each entry must be one of {', '.join(map(repr, CAPACITY_KINDS))} or a rl_lustre.Capacity")
+
+    def with_reservation(self, name: str) -> Capacity:
+        """This reservation lane naming ``name`` (the cluster's ``reservation``)."""
+        return Capacity("reservation", reservation=name, wait=self.wait)
+
+    @property
+    def label(self) -> str:
+        """``spot``, ``flex-start (queued, 7d)``, ``reservation projects/p/reservations/r``."""
+        if self.kind == "reservation":
+            return f"reservation {self.reservation}"
+        if self.kind == "flex-start":
+            assert self.max_run_duration is not None
+            days = self.max_run_duration / 86400
+            span = f"{days:g}d" if days >= 1 else f"{self.max_run_duration / 3600:g}h"
+            return f"flex-start ({'queued, ' if self.queued else ''}{span})"
+        return self.kind
+
+    @property
+    def shared(self) -> bool:
+        """A reservation shared from another project (named by its path)."""
+        return self.reservation is not None and self.reservation.startswith("projects/")
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "wait_seconds": self.wait}
+        if self.kind == "reservation":
+            out["reservation"] = self.reservation
+        if self.kind == "flex-start":
+            out["queued"] = self.queued
+            out["max_run_duration_seconds"] = self.max_run_duration
+        return out

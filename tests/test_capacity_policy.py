@@ -1,0 +1,119 @@
+"""The capacity policy on the spec: its lanes, and each kind's node-pool request as the
+google-cloud-container protos carry it (offline)."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from google.cloud import container_v1
+
+from rl_lustre import Capacity, Cluster
+from rl_lustre.errors import ConfigError
+from rl_lustre.gcp.container_requests import node_pool_request
+from rl_lustre.plan.capacity import capacity_lanes
+from rl_lustre.plan.nodepools import gpu_pool
+
+GKE = {"name": "demo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "fabric": "tcp",
+       "preload_image": False}
+
+
+def _requests(cluster: Cluster) -> list[container_v1.NodePool]:
+    plan = cluster.plan()
+    return [node_pool_request(plan, "gpu-pool", node=gpu_pool(cluster, {"action": "create"}, lane))
+            for lane in capacity_lanes(cluster)]
+
+
+def _set_fields(msg: object) -> set[str]:
+    """The proto fields the request sets, as the wire sees them (unknown names cannot be set)."""
+    pb = type(msg).pb(msg)  # type: ignore[attr-defined]
+    return {f.name for f, _ in pb.ListFields()}
+
+
+def test_legacy_fields_map_to_one_kind() -> None:
+    assert [c.kind for c in Cluster(**GKE).capacity] == ["spot"]
+    assert [c.kind for c in Cluster(**GKE, spot=False).capacity] == ["on-demand"]
+    res = Cluster(**GKE, reservation="projects/other-proj/reservations/r1")
+    assert [(c.kind, c.reservation, c.shared) for c in res.capacity] == [
+        ("reservation", "projects/other-proj/reservations/r1", True)]
+    assert res.spot is False
+    # Derived again by attrs.evolve from what was given.
+    assert [c.kind for c in attrs.evolve(res, reservation=None).capacity] == ["spot"]
+    assert Cluster(**GKE, capacity=("flex-start", "spot")).spot is False
+
+
+def test_on_demand_only_when_listed() -> None:
+    c = Cluster(**GKE, capacity=("spot", "flex-start"), capacity_zones=("us-east1-b", "us-east1-c", "us-east1-d"))
+    assert "on-demand" not in {lane.kind for lane in capacity_lanes(c)}
+    assert [(la.kind, la.zone) for la in capacity_lanes(c)][:4] == [
+        ("spot", "us-east1-b"), ("spot", "us-east1-c"), ("spot", "us-east1-d"), ("flex-start", "us-east1-b")]
+
+
+def test_capacity_options_are_checked() -> None:
+    with pytest.raises(ConfigError, match=r"max_run_duration=864000.*7 days"):
+        Capacity("flex-start", max_run_duration=10 * 86400)
+    with pytest.raises(ConfigError, match="for kind 'reservation' only"):
+        Capacity("spot", reservation="r")
+    with pytest.raises(ConfigError, match="RESERVATION|reservation name"):
+        Capacity("reservation", reservation="Projects/x")
+    with pytest.raises(ConfigError, match="is for GKE clusters"):
+        Cluster.local("x", volume_dir="/tmp/x", capacity=("spot",))
+
+
+def test_each_kind_gets_googles_node_pool_settings() -> None:
+    c = Cluster(**GKE, num_nodes=8, reservation="projects/other-proj/reservations/r1",
+                capacity=("reservation", "spot", "flex-start", Capacity("flex-start", queued=False,
+                                                                        max_run_duration=86400), "on-demand"))
+    resv, spot, queued, flex, on_demand = _requests(c)
+    affinity = container_v1.ReservationAffinity.Type
+    # Reservation: SPECIFIC with the key and the shared reservation's path.
+    assert resv.config.reservation_affinity.consume_reservation_type == affinity.SPECIFIC_RESERVATION
+    assert resv.config.reservation_affinity.key == "compute.googleapis.com/reservation-name"
+    assert list(resv.config.reservation_affinity.values) == ["projects/other-proj/reservations/r1"]
+    assert not resv.config.spot and resv.initial_node_count == 8
+    # Spot.
+    assert spot.config.spot and spot.initial_node_count == 8
+    assert spot.config.reservation_affinity.consume_reservation_type == affinity.NO_RESERVATION
+    # Flex-start: from 0, autoscaling ANY, no auto-repair, no reservation; queued or its own max_run_duration.
+    for pool in (queued, flex):
+        assert pool.config.flex_start and not pool.config.spot
+        assert pool.initial_node_count == 0
+        assert pool.autoscaling.enabled and pool.autoscaling.total_min_node_count == 0
+        assert pool.autoscaling.total_max_node_count == 8
+        assert pool.autoscaling.location_policy == container_v1.NodePoolAutoscaling.LocationPolicy.ANY
+        assert pool.management.auto_repair is False
+        assert pool.config.reservation_affinity.consume_reservation_type == affinity.NO_RESERVATION
+        assert {"flex_start", "reservation_affinity"} <= _set_fields(pool.config)
+        assert {"autoscaling", "management"} <= _set_fields(pool)
+    assert queued.queued_provisioning.enabled and "queued_provisioning" in _set_fields(queued)
+    assert "max_run_duration" not in _set_fields(queued.config)
+    assert not flex.queued_provisioning.enabled
+    assert flex.config.max_run_duration.total_seconds() == 86400
+    # On-demand: none of the above.
+    assert not on_demand.config.spot and not on_demand.config.flex_start and on_demand.initial_node_count == 8
+    assert "autoscaling" not in _set_fields(on_demand)
+    # Every lane's pool carries the same GPU node settings (GPUs, taint, gVNIC).
+    for pool in (resv, spot, queued, flex, on_demand):
+        assert pool.config.accelerators[0].accelerator_count == 8 and pool.config.gvnic.enabled
+        assert [t.key for t in pool.config.taints] == ["nvidia.com/gpu"]
+    assert len({p.name for p in (resv, spot, queued, flex, on_demand)}) == 5
+
+
+def test_fallback_pools_get_the_preload_disk() -> None:
+    c = Cluster(**{**GKE, "preload_image": True}, capacity=("spot", "flex-start"),
+                capacity_zones=("us-east1-b", "us-east1-c"))
+    plan = c.plan()
+    for lane in capacity_lanes(c):
+        req = node_pool_request(plan, "gpu-pool", node=gpu_pool(c, {"action": "create"}, lane),
+                                preload_image="projects/my-project/global/images/rlp-x")
+        assert [d.disk_image for d in req.config.secondary_boot_disks] == ["projects/my-project/global/images/rlp-x"]
+        assert list(req.locations) == [lane.zone]
+
+
+def test_plan_shows_the_policy() -> None:
+    c = Cluster(**GKE, capacity=("spot", "flex-start"), capacity_zones="region")
+    policy = c.plan().get("gpu-pool").settings["capacity_policy"]
+    assert policy["try_in_order"][:2] == ("spot in us-east1-b (pool gpu-pool)",
+                                          "flex-start (queued, 7d) in us-east1-b (pool gpu-flex-b)")
+    assert "region's other zones" in policy["try_in_order"][2]
+    assert "capacity_policy: {try_in_order: [spot in us-east1-b" in " ".join(str(c.plan()).split())
+    assert "capacity_policy" not in Cluster(**GKE).plan().get("gpu-pool").settings
