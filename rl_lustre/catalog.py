@@ -219,6 +219,13 @@ ROLE_WARM_START = "warm-start"
 SHARED_ROLES = (ROLE_PRELOAD_IMAGE, ROLE_WARM_START)
 RESERVED_LABELS = (LABEL_MANAGED_BY, LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_DIGEST, LABEL_LAYOUT, LABEL_CREATED_BY)
 
+# Warm starts from Cloud Storage (Cluster.warm_start, rl_lustre.plan.warmstart): the volume's
+# files go to gs://BUCKET/PREFIX/<WARM_DATA_DIR>/<path on the volume>, and the manifest of
+# what an export holds (each object with its size) to gs://BUCKET/PREFIX/<WARM_MANIFEST>.
+WARM_DATA_DIR = "volume"
+WARM_MANIFEST = "rl-lustre-manifest.json"
+WARM_FORMAT = "rl-lustre-warm-start/v1"
+
 # The preload disk image: a GKE secondary boot disk (mode CONTAINER_IMAGE_CACHE) holding the
 # cluster's image unpacked. GKE supports it from these versions ("Use secondary boot disks to
 # preload data or container images", cloud.google.com/kubernetes-engine/docs/how-to/
@@ -301,6 +308,8 @@ class PriceTable:
         lustre_gib_month: USD per GiB-month of Managed Lustre capacity, by tier (MB/s per TiB).
         gke_cluster_hour: GKE's cluster management fee, USD per cluster-hour.
         image_gib_month: USD per GiB-month of a custom disk image's storage.
+        gcs_gb_month: USD per GB-month of Cloud Storage Standard storage in a region (the
+            warm-start export, ``Cluster.warm_start``).
         disk_gib_month: USD per GiB-month of a disk's provisioned capacity, by disk type.
         hours_per_month: how Google converts monthly prices to hours.
         sources: the page each kind of price was read from.
@@ -314,6 +323,7 @@ class PriceTable:
     gke_cluster_hour: float
     hours_per_month: float
     image_gib_month: float = 0.0
+    gcs_gb_month: float = 0.0
     disk_gib_month: dict[str, float] = attrs.field(factory=dict)
     sources: dict[str, str]
 
@@ -363,6 +373,11 @@ PRICES = PriceTable(
     # Check them before budgeting.
     image_gib_month=0.05,
     disk_gib_month={"hyperdisk-balanced": 0.06, "pd-balanced": 0.10, "pd-ssd": 0.17},
+    # Cloud Storage Standard storage, us-east1 (and us-central1, us-east5, us-west1): $0.020
+    # per GB-month, as Google's pricing-examples page computes it ("50 GB Standard storage in
+    # the us-east1 region * $0.020 per GB"), read on 2026-12-02 from a stored copy; the
+    # pricing table lists other regions higher (us-east4, us-west2-4: $0.023).
+    gcs_gb_month=0.020,
     sources={
         "gpu_machines": "https://cloud.google.com/compute/vm-instance-pricing#accelerator-optimized",
         "spot": "https://cloud.google.com/spot-vms/pricing",
@@ -370,6 +385,8 @@ PRICES = PriceTable(
         "lustre": "https://cloud.google.com/products/managed-lustre/pricing",
         "gke": "https://cloud.google.com/kubernetes-engine/pricing#cluster_management_fee_and_free_tier",
         "images_and_disks": "https://cloud.google.com/compute/disks-image-pricing",
+        "cloud_storage": "https://cloud.google.com/storage/pricing (Standard storage; read 2026-12-02 on "
+                         "https://cloud.google.com/storage/pricing-examples)",
     },
 )
 

@@ -166,6 +166,14 @@ class Cluster(ClusterSpec):
             (pre-pulled, with ``prepull_image``). A string
             ``"projects/P/global/images/NAME"`` (or ``"global/images/NAME"``): your own
             disk image, used as it is, never built or deleted.
+        warm_start: ``"gs://BUCKET/PREFIX"`` (your bucket, in the cluster's region; never
+            created or deleted by rl_lustre): after the model prefetch, ``up()`` exports
+            the Hugging Face cache from Lustre to it (``ExportData``), and ``down()`` the
+            converted checkpoints and compile caches too; the next deployment imports them
+            (``ImportData``) instead of downloading and converting again. Credentials
+            (huggingface_hub's ``token``, anything under a secrets directory) are never
+            kept; ``PREFIX/rl-lustre-manifest.json`` lists every object with its size.
+            None (default): no warm start. Needs a volume this deployment creates.
         keep: leave everything running at the end of a ``with`` block.
     """
 

@@ -8,7 +8,8 @@ any of them and applies your discounts (committed use, negotiated, reservations)
 
 Priced: the GPU node pool (Spot, reserved or on-demand), the CPU pool of the Ray head,
 Managed Lustre by tier and GiB, GKE's cluster management fee, and the preload disk image
-(its storage, which outlives ``down()``, and the GPU nodes' secondary boot disks). Networking
+(its storage, which outlives ``down()``, and the GPU nodes' secondary boot disks), and the
+warm-start export's Cloud Storage (``Cluster.warm_start``; also kept after ``down()``). Networking
 resources (VPC, subnet, PSA range, firewall rule) carry no hourly charge of their own;
 traffic, boot disks and logging are not included.
 
@@ -38,7 +39,8 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     from .plan.graph import Plan
 
-__all__ = ["Cost", "CostItem", "Prices", "plan_cost", "preload_image_item", "secondary_disks_item"]
+__all__ = ["Cost", "CostItem", "Prices", "plan_cost", "preload_image_item", "secondary_disks_item",
+           "warm_start_item"]
 
 Provisioning = str  # "Spot", "reserved" or "on-demand", as the plan's node pools say
 
@@ -391,6 +393,22 @@ def _preload_items(plan: Plan, prices: Prices) -> tuple[list[CostItem], list[str
                    "(down(delete_preload_image=True) or rl-lustre gc --preload-images deletes it)"]
 
 
+def warm_start_item(key: str, name: str, gigabytes: float, prices: Prices) -> CostItem:
+    """The Cloud Storage the warm-start export of ``gigabytes`` occupies (kept after ``down()``).
+
+    Examples:
+        >>> item = warm_start_item("warm-export", "gs://b/p/volume/", 290.8, Prices())
+        >>> round(item.usd_per_hour * 730, 2)
+        5.82
+    """
+    t = prices.table
+    month = gigabytes * t.gcs_gb_month
+    return CostItem(key=key, name=name, description=f"Cloud Storage Standard, {gigabytes:,.0f} GB (estimated)",
+                    quantity=gigabytes, unit="GB", unit_usd_per_hour=t.gcs_gb_month / t.hours_per_month,
+                    note=f"kept after down(): ${month:,.2f}/month while the export stays in your bucket; "
+                         "transfers between Lustre and a bucket in its region are not billed as egress")
+
+
 def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
     """What ``plan``'s deployment costs per hour once it is up.
 
@@ -423,4 +441,10 @@ def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
         more, said = _preload_items(plan, prices)
         items += more
         notes += said
+    if "warm-export" in plan:
+        node = plan.get("warm-export")
+        item = warm_start_item("warm-export", node.name, node.settings["estimated_gb"], prices)
+        items.append(item)
+        notes.append(f"kept after down(): the warm-start export in your bucket, about "
+                     f"${(item.usd_per_hour or 0) * table.hours_per_month:,.2f}/month")
     return Cost(items=items, prices_as_of=table.as_of, sources=table.sources, notes=notes)

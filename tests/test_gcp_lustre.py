@@ -152,13 +152,21 @@ def test_bad_input_fails_before_any_request(gcp: FakeGCP, api: LustreInstances) 
 
 def test_import_and_export_report_the_operation_counters(gcp: FakeGCP, api: LustreInstances) -> None:
     vol = volume().create(api=api)
+    gcp.seed_bucket("datasets", {"deepscaler/train.jsonl": 2000, "deepscaler/val.jsonl": 100, "other/x": 1})
+    gcp.seed_bucket("backups")
+    gcp.seed_files(vol.resource_name(), {"checkpoints/run-1/step_20/model.pt": 5000, "checkpoints/run-2/y": 7})
     imported = vol.import_data("gs://datasets/deepscaler", "/data/deepscaler", api=api)
     exported = vol.export_data("/checkpoints/run-1", "gs://backups/run-1", api=api)
-    assert imported.objects_copied > 0
-    assert imported.bytes_copied > 0
+    assert (imported.objects_copied, imported.bytes_copied) == (2, 2100)
+    assert (exported.objects_copied, exported.bytes_copied) == (1, 5000)
     assert exported.operation != imported.operation
+    assert gcp.files(vol.resource_name())["data/deepscaler/train.jsonl"] == 2000
+    assert gcp.bucket_objects("backups") == {"run-1/step_20/model.pt": 5000}
+    # Incremental: what is there already is skipped.
+    again = vol.import_data("gs://datasets/deepscaler", "/data/deepscaler", api=api)
+    assert (again.objects_copied, again.objects_skipped) == (0, 2)
     counts = gcp.request_counts("lustre.")
-    assert counts["lustre.ImportData"] == counts["lustre.ExportData"] == 1
+    assert (counts["lustre.ImportData"], counts["lustre.ExportData"]) == (2, 1)
 
 
 def test_create_without_private_services_access_is_a_gcp_error(gcp: FakeGCP, api: LustreInstances) -> None:

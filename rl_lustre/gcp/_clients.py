@@ -30,6 +30,7 @@ GRPC_EMULATOR_ENV = "RL_LUSTRE_GCP_EMULATOR_HOST"
 REST_EMULATOR_ENV = "RL_LUSTRE_GCP_REST_EMULATOR"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 SERVICE_NETWORKING_URL = "https://servicenetworking.googleapis.com"
+STORAGE_URL = "https://storage.googleapis.com"
 
 T = TypeVar("T")
 

@@ -74,6 +74,7 @@ COMPUTE_FIREWALLS = Api("Compute Engine API", "compute.googleapis.com", "roles/c
 SERVICE_NETWORKING = Api(
     "Service Networking API", "servicenetworking.googleapis.com", "roles/servicenetworking.networksAdmin"
 )
+STORAGE = Api("Cloud Storage JSON API", "storage.googleapis.com", "roles/storage.objectAdmin")
 MONITORING = Api("Cloud Monitoring API", "monitoring.googleapis.com", "roles/monitoring.viewer")
 
 

@@ -369,6 +369,9 @@ class LustreInstances(StatefulResource):
         op = wait_for(what, poll, done=lambda o: o.done, describe=describe, timeout=timeout,
                       backoff=self._backoff, progress=progress)
         if op.HasField("error") and op.error.code:
-            raise operation_error(Call(LUSTRE, action, f"{KIND} {resource}", zone=_zone(resource)), op.error.message,
+            err = operation_error(Call(LUSTRE, action, f"{KIND} {resource}", zone=_zone(resource)), op.error.message,
                                   code=op.error.code)
+            # The google.rpc code (5: NOT_FOUND, a transfer's missing path), for callers that tell them apart.
+            err.grpc_code = int(op.error.code)  # type: ignore[attr-defined]
+            raise err
         return op

@@ -27,6 +27,8 @@ import threading
 import time
 
 MARK = "RL_LUSTRE_PREFETCH"
+# Under $HF_HOME: one marker per model a prefetch finished.
+MARKER_DIR = "rl_lustre_prefetch"
 
 
 def say(message: str) -> None:
@@ -39,7 +41,7 @@ def repo_folder(repo: str) -> str:
 
 
 def marker_path(home: str, repo: str) -> str:
-    return os.path.join(home, "rl_lustre_prefetch", repo_folder(repo) + ".json")
+    return os.path.join(home, MARKER_DIR, repo_folder(repo) + ".json")
 
 
 def cached(home: str, repo: str) -> dict | None:

@@ -22,6 +22,7 @@ from .lustre import instance_labels, instance_settings
 from .nodepools import cpu_pool, gpu_pool
 from .preload import preload_nodes
 from .startup import startup_nodes
+from .warmstart import warmstart_nodes
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
@@ -241,6 +242,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         **created,
     ))
     resources += startup_nodes(cluster)
+    resources += warmstart_nodes(cluster, prefetch=bool(cluster.prefetch_models))
     return Plan(cluster_name=cluster.name, backend="gke", resources=resources,
                 project=project, region=region, zone=zone)
 

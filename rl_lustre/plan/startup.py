@@ -24,6 +24,7 @@ from ..catalog import ownership_labels
 from ..kube.prepull import prepull_node_count, prepull_pools
 from ..nemo_rl.caches import nemo_rl_cache_env
 from .graph import PlannedResource
+from .warmstart import import_keys
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
@@ -69,7 +70,7 @@ def startup_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
             **created,
         ))
     if cluster.prefetch_models:
-        deps = ("pvc", "cpu-pool", *(("secret",) if cluster.secrets else ()))
+        deps = ("pvc", "cpu-pool", *(("secret",) if cluster.secrets else ()), *import_keys(cluster))
         token = (f"HF_TOKEN from Secret {naming.secret_name(cluster)} (secretKeyRef)" if "HF_TOKEN" in cluster.secrets
                  else "none: public models only (add HF_TOKEN to Cluster.secrets for gated ones)")
         nodes.append(PlannedResource(
@@ -82,7 +83,8 @@ def startup_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
                 "tool": "the image's python and huggingface_hub (snapshot_download)",
                 "node_pool": naming.cpu_pool_name(cluster),
                 "token": token,
-                "skips": "models a finished prefetch already put in the cache",
+                "skips": "models a finished prefetch already put in the cache"
+                         + (" (or the warm-start import brought)" if cluster.warm_start else ""),
                 "done_when": "the Job is Complete; jobs submitted after up() find the models on the volume",
             },
             **created,

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         Subnetworks,
     )
     from ..gcp.images import Disks, Images, Instances
+    from ..gcp.storage import BucketObjects
     from ..plan import Plan
     from ..spec import ClusterSpec
 
@@ -65,6 +66,7 @@ class Apis:
     images: Images
     disks: Disks
     instances: Instances
+    storage: BucketObjects
 
     @classmethod
     def from_env(cls, *, backoff: Backoff | None = None, retry: RetryPolicy | None = None) -> Apis:
@@ -76,6 +78,7 @@ class Apis:
         """
         from .. import gcp
         from ..gcp.images import Disks, Images, Instances
+        from ..gcp.storage import BucketObjects
 
         kw: dict[str, Any] = {"backoff": backoff, "retry": retry}
         return cls(
@@ -90,6 +93,7 @@ class Apis:
             images=Images(**kw),
             disks=Disks(**kw),
             instances=Instances(**kw),
+            storage=BucketObjects(retry=retry),
         )
 
 

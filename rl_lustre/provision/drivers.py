@@ -24,6 +24,8 @@ podnet-*,
 nccl-installer
 image-prepull,    :mod:`rl_lustre.provision.startup` (likewise skipped without the
 model-prefetch    Kubernetes part)
+warm-import,      :mod:`rl_lustre.provision.warmstart`: ImportData / ExportData with the
+warm-export       bucket of ``Cluster.warm_start``
 ================  =======================================================================
 
 Every driver checks before it creates: a resource that exists is adopted through the
@@ -53,6 +55,7 @@ from .kube_drivers import KubeObjectDriver, SkippedDriver, kube_keys
 from .preload import PreloadImageDriver
 from .startup import startup_drivers
 from .step import Driver, Step
+from .warmstart import warmstart_drivers
 
 if TYPE_CHECKING:
     from ..plan import Plan
@@ -112,4 +115,5 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
             "Kubernetes part switched off (gcp_only=True)")
     # The start-up nodes have drivers of their own.
     drivers.update(startup_drivers(ctx, kube=kube))
+    drivers.update(warmstart_drivers(ctx))
     return drivers

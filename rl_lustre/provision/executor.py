@@ -295,7 +295,7 @@ class Executor:
                 rec.outcome, rec.started = "running", self._clock() - t0
                 display.started(rec)
                 run = contextvars.copy_context().run
-                futures[pool.submit(run, self._delete, rec, recs, abandon, t0, display)] = key
+                futures[pool.submit(run, self._delete, rec, recs, abandon, t0, display, operation)] = key
 
             def settle(rec: NodeRecord) -> None:
                 for rider, owner in riders.items():
@@ -334,10 +334,10 @@ class Executor:
         return report
 
     def _delete(self, rec: NodeRecord, recs: Mapping[str, NodeRecord], cancel: threading.Event, t0: float,
-                display: Display) -> None:
+                display: Display, operation: str = "down") -> None:
         from ..gcp._wait import progress_hook
 
-        step = Step(self.plan.get(rec.key), self.plan, rec, recs, cancel)
+        step = Step(self.plan.get(rec.key), self.plan, rec, recs, cancel, operation)
 
         def on_poll(progress: Any) -> None:
             display.polled(rec, progress.state)

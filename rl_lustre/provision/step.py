@@ -50,6 +50,7 @@ class Step:
         record: this node's record.
         records: every node's record (a dependency's ``value`` is its output).
         cancel: set when the run is stopping.
+        operation: ``"up"``, ``"down"`` or ``"rollback"`` (a failed ``up()`` undoing its work).
     """
 
     node: PlannedResource
@@ -57,6 +58,7 @@ class Step:
     record: NodeRecord
     records: Mapping[str, NodeRecord]
     cancel: threading.Event
+    operation: str = "up"
 
     def dep(self, key: str) -> Any:
         """The value a finished dependency's driver returned."""

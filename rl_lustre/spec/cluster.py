@@ -29,7 +29,7 @@ from ._fields import settle
 from .capacity import NO_CAPACITY_OPTIONS, RESERVATION_PATTERN, RESERVATION_RULE, Capacity
 from .volume import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE, VolumeSpec
 
-__all__ = ["CLUSTER_NAME_RULE", "DEFAULT_MOUNT_PATH", "DEFAULT_SECRETS", "HF_REPO_ID_RULE", "MAINTENANCE_EXCLUSIONS",
+__all__ = ["CLUSTER_NAME_RULE", "DEFAULT_MOUNT_PATH", "DEFAULT_SECRETS", "HF_REPO_ID_RULE", "MAINTENANCE_EXCLUSIONS", "WARM_START_RULE",
            "ClusterSpec", "default_local_root", "default_volume_size"]
 
 CLUSTER_NAME_RULE = (
@@ -97,6 +97,24 @@ def _hf_repo_ids(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
             v.fail(inst, v.field_name(attr), repo, HF_REPO_ID_RULE)
     if len(set(value)) != len(value):
         v.fail(inst, v.field_name(attr), value, "model ids must be unique")
+
+
+# A Cloud Storage bucket (its naming rules, dots aside) and an optional prefix of plain
+# '/'-separated names: where the warm-start export lives (rl_lustre.plan.warmstart).
+_WARM_START = re.compile(r"gs://([a-z0-9][a-z0-9_-]{1,61}[a-z0-9])((?:/[A-Za-z0-9_.=+-]+)*)")
+WARM_START_RULE = ("must be a Cloud Storage location 'gs://BUCKET' or 'gs://BUCKET/PREFIX': a bucket name of 3-63 "
+                   "lowercase letters, digits, '-' or '_' that starts and ends with a letter or digit (no dots, "
+                   "not starting with 'goog'), and a prefix of '/'-separated names of letters, digits and "
+                   "'_.=+-' (no '.' or '..' name, no trailing '/', no spaces or wildcards)")
+
+
+def _warm_start_value(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    m = _WARM_START.fullmatch(value) if isinstance(value, str) else None
+    if (m is None or m[1].startswith("goog") or "google" in m[1]
+            or any(part in (".", "..") for part in m[2].split("/")[1:])):
+        v.fail(inst, "warm_start", value, WARM_START_RULE)
 
 
 @functools.lru_cache(maxsize=1)
@@ -203,6 +221,7 @@ class ClusterSpec:
     _given_preload_image: bool | str | None = attrs.field(
         alias="preload_image", default=None, eq=False, repr=False, validator=_preload_image_value)
     preload_image: bool | str = attrs.field(init=False)
+    warm_start: str | None = attrs.field(default=None, validator=_warm_start_value)
     keep: bool = attrs.field(default=False, validator=v.boolean)
     backend: Literal["gke", "local"] = attrs.field(default="gke", validator=v.one_of(["gke", "local"]))
     nemo_rl_path: str | None = attrs.field(
@@ -280,6 +299,11 @@ class ClusterSpec:
         self._check_image()
         self._check_preload()
         self._check_volume()
+        if self.warm_start is not None and self.volume is not None and self.volume.existing:
+            v.fail(self, "warm_start", self.warm_start,
+                   f"needs a volume this deployment creates; {self.volume.name!r} is existing=True, and an existing "
+                   "volume keeps its files between deployments already (copy to or from a bucket with "
+                   "volume.import_data() / volume.export_data())")
 
     def _check_capacity(self) -> None:
         """The capacity policy: given, or the one the ``spot`` / ``reservation`` fields say."""
@@ -400,6 +424,10 @@ class ClusterSpec:
             v.fail(self, "preload_image", self._given_preload_image,
                    "is for GKE clusters (a secondary boot disk of the GPU nodes); a local cluster has no nodes to boot")
         settle(self, "preload_image", False)
+        if self.warm_start is not None:
+            v.fail(self, "warm_start", self.warm_start,
+                   "is for GKE clusters (Managed Lustre imports from and exports to Cloud Storage); a local "
+                   "cluster's volume directory stays on this machine between deployments")
         if self.volume is not None:
             v.fail(self, "volume", self.volume, "a local cluster uses a directory, not a LustreVolume")
         settle(self, "accelerator_type", self._given_accelerator_type)

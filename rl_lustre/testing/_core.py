@@ -287,6 +287,11 @@ class Core:
         self.instances: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.contents: dict[str, dict[str, Any]] = {}
         self.lustre: dict[str, Any] = {}
+        # What each Lustre instance holds (path relative to its root -> bytes), and Cloud
+        # Storage buckets (name -> object name -> object): ImportData and ExportData copy
+        # between them.
+        self.lustre_files: dict[str, dict[str, int]] = {}
+        self.buckets: dict[str, dict[str, dict[str, Any]]] = {}
         self.clusters: dict[str, Any] = {}
         self.kube_endpoint: str | None = None
         self.kube_ca_pem: str | None = None

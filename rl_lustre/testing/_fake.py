@@ -386,6 +386,46 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
             self._core.contents[path] = {"images": list(holds)}
         return path
 
+    def seed_bucket(self, bucket: str, objects: Mapping[str, int] | None = None) -> None:
+        """Make a Cloud Storage bucket exist (a user's: rl_lustre never creates one), holding
+        ``objects`` (name -> bytes).
+
+        Examples:
+            >>> from rl_lustre.testing import FakeGCP
+            >>> with FakeGCP() as gcp:
+            ...     gcp.seed_bucket("my-bucket", {"a/b.bin": 3})
+            ...     gcp.bucket_objects("my-bucket")
+            {'a/b.bin': 3}
+        """
+        from ._storage import put_object
+
+        with self._core.lock:
+            self._core.buckets.setdefault(bucket, {})
+            for name, size in (objects or {}).items():
+                put_object(self._core, bucket, name, size)
+
+    def bucket_objects(self, bucket: str) -> dict[str, int]:
+        """The objects of ``bucket`` (name -> bytes); KeyError when there is no such bucket."""
+        with self._core.lock:
+            return {n: o["size"] for n, o in sorted(self._core.buckets[bucket].items())}
+
+    def bucket_content(self, bucket: str, name: str) -> Any:
+        """What a media upload wrote to object ``name`` (the JSON data), or None."""
+        with self._core.lock:
+            obj = self._core.buckets[bucket].get(name)
+            return None if obj is None else obj["content"]
+
+    def seed_files(self, instance: str, files: Mapping[str, int]) -> None:
+        """Put ``files`` (path relative to the volume's root -> bytes) on the Lustre instance
+        ``instance`` (its full name), as a job or the prefetch writing them would."""
+        with self._core.lock:
+            self._core.lustre_files.setdefault(instance, {}).update({p.strip("/"): int(n) for p, n in files.items()})
+
+    def files(self, instance: str) -> dict[str, int]:
+        """What the Lustre instance ``instance`` holds (path -> bytes)."""
+        with self._core.lock:
+            return dict(sorted(self._core.lustre_files.get(instance, {}).items()))
+
     def seed_network(
         self,
         project: str,

@@ -21,6 +21,7 @@ from ..catalog import LUSTRE_TIERS
 from ._core import Core, FakeError
 from ._filters import label_filter
 from ._grpc import GrpcServer
+from ._storage import put_object
 
 LUSTRE = "google.cloud.lustre.v1.Lustre"
 OPERATIONS = "google.longrunning.Operations"
@@ -28,6 +29,7 @@ _PARENT = re.compile(r"projects/([^/]+)/locations/([^/]+)")
 _NAME = re.compile(r"projects/([^/]+)/locations/([^/]+)/instances/([^/]+)")
 _ID = re.compile(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _FS = re.compile(r"[A-Za-z][A-Za-z0-9]{0,7}")
+_GCS = re.compile(r"gs://([a-z0-9][a-z0-9._-]{1,220}[a-z0-9])(/.*)?")
 _NETWORK = re.compile(r"projects/([^/]+)/global/networks/([^/]+)")
 State = lustre_v1.Instance.State
 
@@ -49,6 +51,8 @@ class LustreFake:
         self.core = core
         self.ops: dict[str, operations_pb2.Operation] = {}
         self._ips: dict[str, int] = {}
+        # Transfer operations, by name: the instance they run on.
+        self._transfers: dict[str, str] = {}
 
     def register(self, server: GrpcServer) -> None:
         add = server.add
@@ -195,6 +199,7 @@ class LustreFake:
                 return
             if self.core.lustre.get(name) is inst:
                 del self.core.lustre[name]
+                self.core.lustre_files.pop(name, None)
             self._finish(op, response=empty_pb2.Empty())
 
         self.core.schedule(self.core.delay("lustre.delete"), finish)
@@ -205,12 +210,19 @@ class LustreFake:
         if inst.state != State.ACTIVE:
             raise FakeError(grpc.StatusCode.FAILED_PRECONDITION,
                             f"instance {request.name} is {State(inst.state).name}, not ACTIVE")
-        if not request.gcs_path.uri.startswith("gs://"):
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"gcs_path.uri {request.gcs_path.uri!r} is not gs://...")
+        m = _GCS.fullmatch(request.gcs_path.uri)
+        if m is None:
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"gcs_path.uri {request.gcs_path.uri!r} is not gs://BUCKET/...")
         if not request.lustre_path.path.startswith("/"):
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"lustre_path.path {request.lustre_path.path!r} is not absolute")
-        counters = lustre_v1.TransferCounters(found_objects_count=3, objects_copied_count=3,
-                                              bytes_found_count=3 << 20, bytes_copied_count=3 << 20)
+        busy = [o for o in self.ops.values() if not o.done and o.name in self._transfers
+                and self._transfers[o.name] == request.name]
+        if busy:
+            # The real service: one transfer per instance at a time.
+            raise FakeError(grpc.StatusCode.ABORTED, "unable to queue the operation")
+        bucket, prefix = m[1], (m[2] or "").lstrip("/")
+        directory = request.lustre_path.path.strip("/")
+        counters = lustre_v1.TransferCounters()
         parent = request.name.rsplit("/instances/", 1)[0]
         if kind == "import":
             transfer = lustre_v1.TransferOperationMetadata(
@@ -229,8 +241,58 @@ class LustreFake:
             response = lustre_v1.ExportDataResponse()
             method, latency = "lustre.ExportData", "lustre.export_data"
         op = self._start_op(parent, kind, request.name, metadata)
+        self._transfers[op.name] = request.name
         fault = self.core.operation_fault(method)
-        self.core.schedule(self.core.delay(latency), lambda: self._finish(op, response=response, error=fault))
+
+        def finish() -> None:
+            if self.core.lustre.get(request.name) is not inst:
+                self._finish(op, error=FakeError(grpc.StatusCode.ABORTED, f"instance {request.name} was deleted"))
+                return
+            files = self.core.lustre_files.setdefault(request.name, {})
+            objects = self.core.buckets.get(bucket)
+            if objects is None:
+                self._finish(op, error=FakeError(grpc.StatusCode.NOT_FOUND, f"bucket {bucket} does not exist"))
+                return
+            if kind == "import":
+                todo = {(f"{directory}/" if directory else "") + n[len(prefix):].lstrip("/"): o["size"]
+                        for n, o in sorted(objects.items()) if n.startswith(prefix) and not n.endswith("/")}
+                have = files
+            else:
+                under = f"{directory}/" if directory else ""
+                todo = {(prefix.rstrip("/") + "/" if prefix else "") + p[len(under):]: size
+                        for p, size in sorted(files.items()) if p.startswith(under)}
+                if not todo:
+                    self._finish(op, error=FakeError(grpc.StatusCode.NOT_FOUND,
+                                                     f"lustre_path {request.lustre_path.path} does not exist"))
+                    return
+                have = {n: o["size"] for n, o in objects.items()}
+            # A fault stops half-way: what was copied stays copied, as on the real service.
+            items = list(todo.items())
+            stop = len(items) // 2 if fault is not None else len(items)
+            c = counters
+            for dest, size in items[:stop]:
+                c.found_objects_count += 1
+                c.bytes_found_count += size
+                if have.get(dest) == size:
+                    c.objects_skipped_count += 1
+                    continue
+                if kind == "import":
+                    files[dest] = size
+                else:
+                    put_object(self.core, bucket, dest, size)
+                c.objects_copied_count += 1
+                c.bytes_copied_count += size
+            transfer.counters = c
+            if kind == "import":
+                op.metadata.CopyFrom(_pack(lustre_v1.ImportDataMetadata(
+                    operation_metadata=transfer, create_time=_now(), target=request.name, api_version="v1")))
+            else:
+                op.metadata.CopyFrom(_pack(lustre_v1.ExportDataMetadata(
+                    operation_metadata=transfer, create_time=_now(), target=request.name, verb="export",
+                    api_version="v1")))
+            self._finish(op, response=response, error=fault)
+
+        self.core.schedule(self.core.delay(latency), finish)
         return op
 
     def import_data(self, request: lustre_v1.ImportDataRequest) -> operations_pb2.Operation:

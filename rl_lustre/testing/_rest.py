@@ -1,5 +1,5 @@
-"""The HTTP fake for the REST APIs: Compute Engine networking (:mod:`._compute`) and
-Service Networking (:mod:`._servicenetworking`).
+"""The HTTP fake for the REST APIs: Compute Engine networking (:mod:`._compute`),
+Service Networking (:mod:`._servicenetworking`) and Cloud Storage (:mod:`._storage`).
 
 Routes follow the real URL templates (``/compute/v1/projects/{project}/global/networks``,
 ``/v1/services/{service}/connections``, ...). Any other route answers 501 naming itself.
@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 from ._compute import ComputeFake, Handler
 from ._core import Core, FakeError, RequestRecord
 from ._servicenetworking import ServiceNetworkingFake
+from ._storage import StorageFake
 
 
 class RestFake:
@@ -28,7 +29,9 @@ class RestFake:
         self._routes: list[tuple[str, re.Pattern[str], str, Handler]] = []
         self.compute = ComputeFake(core, lambda: self.base)
         self.servicenetworking = ServiceNetworkingFake(core)
-        for verb, path, method, fn in [*self.compute.routes(), *self.servicenetworking.routes()]:
+        self.storage = StorageFake(core)
+        for verb, path, method, fn in [*self.compute.routes(), *self.servicenetworking.routes(),
+                                       *self.storage.routes()]:
             self.add_route(verb, path, method, fn)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None

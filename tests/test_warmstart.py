@@ -1,0 +1,188 @@
+"""Warm starts from Cloud Storage (``Cluster.warm_start``) on the fakes, over the real wire
+(Lustre ImportData / ExportData over gRPC, the Cloud Storage JSON API over HTTP): the first
+deployment exports what the prefetch and the jobs left on the volume (never a credential),
+with a manifest of every object and its size; the next one imports it into its new volume;
+every failure on the way leaves the bucket as it was and nothing of ours behind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from rl_lustre import Cluster
+from rl_lustre.backends.gke import GKEBackend
+from rl_lustre.catalog import WARM_FORMAT
+from rl_lustre.errors import ConfigError, ProvisioningError
+from rl_lustre.gcp import Backoff, RetryPolicy
+from rl_lustre.testing import FakeGCP
+
+FAST = Backoff(initial=0.005, maximum=0.03)
+RETRY = RetryPolicy(attempts=2, initial=0.001, maximum=0.002)
+P = "my-project"
+BUCKET = "warm-bucket"
+MANIFEST = "qwen/rl-lustre-manifest.json"
+HUB = "huggingface_cache/hub/models--Qwen--Qwen2.5-72B-Instruct"
+# What the prefetch (and huggingface_hub's login) leave on the volume.
+DOWNLOADED = {
+    f"{HUB}/blobs/aa01": 4_000_000_000,
+    f"{HUB}/blobs/aa02": 3_500_000_000,
+    f"{HUB}/snapshots/rev1/config.json": 700,
+    "huggingface_cache/rl_lustre_prefetch/models--Qwen--Qwen2.5-72B-Instruct.json": 120,
+    "huggingface_cache/token": 37,
+    "huggingface_cache/stored_tokens": 80,
+    "huggingface_cache/hub/secrets/hf_api_key": 40,
+}
+CONVERTED = {"huggingface_cache/nemo_rl/Qwen/Qwen2.5-72B-Instruct/iter_0000000/model.pt": 9_000_000_000,
+             "cache/triton/abc/kernel.cubin": 50_000}
+
+
+def spec(**kw: object) -> Cluster:
+    base: dict[str, object] = {"name": "demo", "project": P, "region": "us-east1", "zone": "us-east1-b",
+                               "num_nodes": 2, "fabric": "tcp", "preload_image": False,
+                               "warm_start": f"gs://{BUCKET}/qwen"}
+    return Cluster(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def backend(c: Cluster) -> GKEBackend:
+    return GKEBackend(c, gcp_only=True, backoff=FAST, retry=RETRY)
+
+
+@pytest.fixture
+def gcp() -> Iterator[FakeGCP]:
+    with FakeGCP() as fake:
+        fake.seed_bucket(BUCKET, {"elsewhere/user-file": 5})
+        yield fake
+
+
+def exported(gcp: FakeGCP) -> dict[str, int]:
+    return {k.removeprefix("qwen/volume/"): v for k, v in gcp.bucket_objects(BUCKET).items()
+            if k.startswith("qwen/volume/")}
+
+
+def first_deployment(gcp: FakeGCP, c: Cluster) -> None:
+    # The files the prefetch and the first job write (the GKE side runs in gcp_only mode).
+    gcp.seed_files(c.volume.resource_name(), DOWNLOADED)
+    backend(c).up()
+
+
+def test_the_field_is_validated_before_any_remote_call() -> None:
+    with pytest.raises(ConfigError, match=r"Cluster\.warm_start='s3://x'.*gs://BUCKET"):
+        spec(warm_start="s3://x")
+    with pytest.raises(ConfigError, match=r"warm_start='gs://bucket/x/'"):
+        spec(warm_start="gs://bucket/x/")
+    with pytest.raises(ConfigError, match=r"warm_start='gs://bucket/a/\.\./b'"):
+        spec(warm_start="gs://bucket/a/../b")
+    from rl_lustre import LustreVolume
+
+    with pytest.raises(ConfigError, match="existing=True"):
+        spec(volume=LustreVolume(name="mine", existing=True, capacity_gib=18000))
+    with pytest.raises(ConfigError, match="is for GKE clusters"):
+        Cluster.local("demo", volume_dir="/tmp/rl-warm", warm_start="gs://bucket/p")
+
+
+def test_plan_shows_the_import_and_the_export_and_the_cost_prices_the_bucket() -> None:
+    plan = spec().plan()
+    assert plan.get("warm-import").depends_on == ("lustre",)
+    assert "warm-import" in plan.get("model-prefetch").depends_on
+    assert plan.get("warm-export").depends_on == ("model-prefetch", "warm-import")
+    assert plan.get("warm-export").name == "gs://warm-bucket/qwen/volume/"
+    item = plan.cost().get("warm-export")
+    assert item.unit == "GB"
+    assert item.quantity > 200
+    assert round(item.usd_per_hour * 730, 2) == round(item.quantity * 0.020, 2)
+    assert "warm-import" not in spec(warm_start=None).plan()
+
+
+def test_exported_once_never_a_secret_listed_with_sizes_then_imported_in_place_of_the_download(
+        gcp: FakeGCP) -> None:
+    c = spec()
+    first_deployment(gcp, c)
+    got = exported(gcp)
+    assert set(got) == {p for p in DOWNLOADED if "token" not in p and "secrets" not in p}
+    manifest = gcp.bucket_content(BUCKET, MANIFEST)
+    assert manifest["format"] == WARM_FORMAT
+    assert {o["path"]: o["bytes"] for o in manifest["objects"]} == got
+    assert manifest["total_bytes"] == sum(got.values())
+    assert manifest["secrets_removed"] == ["huggingface_cache/hub/secrets/hf_api_key"]
+    assert manifest["models"] == ["Qwen/Qwen2.5-72B-Instruct"]
+    # The first job converts; down() exports that too before the volume goes.
+    gcp.seed_files(c.volume.resource_name(), CONVERTED)
+    backend(c).down()
+    assert set(exported(gcp)) == set(got) | set(CONVERTED)
+    assert gcp.leaked() == []
+    assert gcp.bucket_objects(BUCKET)["elsewhere/user-file"] == 5
+    # The next deployment: a new volume, filled from the bucket; nothing downloaded, nothing exported.
+    report = backend(c).up()
+    assert report.records["warm-import"].outcome == "created"
+    assert report.records["warm-export"].outcome == "skipped"
+    assert gcp.files(c.volume.resource_name()) == {**got, **CONVERTED}
+    assert gcp.request_counts("lustre.ExportData")["lustre.ExportData"] == 2 + 5
+
+
+def test_a_failed_import_leaves_no_volume_and_the_bucket_as_it_was(gcp: FakeGCP) -> None:
+    c = spec()
+    first_deployment(gcp, c)
+    backend(c).down()
+    before = gcp.bucket_objects(BUCKET)
+    gcp.faults.fail_operation("lustre.ImportData", message="internal error")
+    with pytest.raises(ProvisioningError, match="warm-import"):
+        backend(c).up()
+    gcp.settle()
+    assert gcp.leaked() == []
+    assert gcp.files(c.volume.resource_name()) == {}
+    assert gcp.bucket_objects(BUCKET) == before
+
+
+@pytest.mark.parametrize("fault", ["export-operation", "manifest-write", "bucket-listing"])
+def test_a_failed_export_deletes_what_it_added_and_writes_no_manifest(gcp: FakeGCP, fault: str) -> None:
+    c = spec()
+    if fault == "export-operation":
+        gcp.faults.fail_operation("lustre.ExportData", message="internal error", times=1)
+    elif fault == "manifest-write":
+        gcp.faults.fail_call("storage.objects.insert", code=403, times=5)
+    else:
+        gcp.faults.fail_call("storage.objects.list", code=403, times=1, after=1)
+    with pytest.raises(ProvisioningError):
+        first_deployment(gcp, c)
+    gcp.settle()
+    assert gcp.leaked() == []
+    if fault != "bucket-listing":
+        assert gcp.bucket_objects(BUCKET) == {"elsewhere/user-file": 5}
+
+
+def test_a_rollback_after_a_finished_export_takes_it_back() -> None:
+    # The GPU pool fails well after the export has finished.
+    with FakeGCP(latency={"gke.create_node_pool": 1.5}) as gcp:
+        gcp.seed_bucket(BUCKET, {"elsewhere/user-file": 5})
+        gcp.faults.fail_operation("gke.CreateNodePool", message="ZONE_RESOURCE_POOL_EXHAUSTED")
+        c = spec()
+        with pytest.raises(ProvisioningError) as info:
+            first_deployment(gcp, c)
+        assert info.value.report.records["warm-export"].outcome == "created"
+        gcp.settle()
+        assert gcp.leaked() == []
+        assert gcp.bucket_objects(BUCKET) == {"elsewhere/user-file": 5}
+
+
+def test_a_missing_bucket_is_said_and_rolled_back(gcp: FakeGCP) -> None:
+    c = spec(warm_start="gs://no-such-bucket/x")
+    with pytest.raises(ProvisioningError, match=r"no-such-bucket.*never creates or deletes it"):
+        backend(c).up()
+    gcp.settle()
+    assert gcp.leaked() == []
+
+
+def test_a_failed_export_at_down_still_deletes_the_volume_and_cleans_up(gcp: FakeGCP) -> None:
+    c = spec()
+    first_deployment(gcp, c)
+    before = gcp.bucket_objects(BUCKET)
+    manifest = gcp.bucket_content(BUCKET, MANIFEST)
+    gcp.seed_files(c.volume.resource_name(), CONVERTED)
+    gcp.faults.fail_operation("lustre.ExportData", message="internal error", after=3)
+    report = backend(c).down()
+    assert "failed" in report.records["warm-export"].note
+    gcp.settle()
+    assert gcp.leaked() == []
+    assert gcp.bucket_objects(BUCKET) == before
+    assert gcp.bucket_content(BUCKET, MANIFEST) == manifest
