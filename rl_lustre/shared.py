@@ -1,5 +1,6 @@
 """What deployments share, found by its role labels: the preload disk images, and the
-temporary VMs and disks that build them.
+temporary VMs and disks that build them; and, by its manifest, a warm-start export in
+your bucket (:func:`find_warm_start`).
 
 A preload image (``rl-lustre-role=preload-image``) belongs to no deployment: every
 deployment of its container image's digest boots its GPU nodes from it, and ``down()``
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
     from .cost import Prices
     from .provision.context import Apis
 
-__all__ = ["CollectedShared", "PreloadImage", "Shared", "collect_shared", "find_shared"]
+__all__ = ["CollectedShared", "PreloadImage", "Shared", "WarmStartExport", "collect_shared", "find_shared",
+           "find_warm_start"]
 
 logger = logging.getLogger("rl_lustre.inventory")
 
@@ -195,3 +197,70 @@ def collect_shared(project: str, *, delete: bool = False, preload_images: bool =
             logger.info("deleting the unused preload image %s", i.name)
             apis.images.delete_ours(i.name, role=ROLE_PRELOAD_IMAGE)
     return CollectedShared(images=unused, builders=builders, deleted=delete, in_use=in_use)
+
+
+@attrs.frozen(kw_only=True)
+class WarmStartExport:
+    """What a warm-start export (``Cluster.warm_start``) holds, from its manifest.
+
+    Attributes:
+        uri: ``gs://BUCKET/PREFIX``.
+        exported_at: when the last export finished (UTC, ISO 8601).
+        deployment: the deployment that exported it last.
+        models: the prefetched models it holds.
+        objects: ``(path on the volume, bytes)`` of every exported file.
+        secrets_removed: paths that looked like credentials and were deleted from the bucket.
+    """
+
+    uri: str
+    exported_at: str
+    deployment: str
+    models: tuple[str, ...]
+    objects: tuple[tuple[str, int], ...]
+    secrets_removed: tuple[str, ...] = ()
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(n for _, n in self.objects)
+
+    def usd_per_month(self, prices: Prices | None = None) -> float:
+        """What its Cloud Storage costs a month at the dated list price."""
+        from .cost import Prices
+
+        return self.total_bytes / 1e9 * (prices or Prices()).table.gcs_gb_month
+
+    def to_dict(self, prices: Prices | None = None) -> dict[str, Any]:
+        return {"uri": self.uri, "exported_at": self.exported_at, "deployment": self.deployment,
+                "models": list(self.models), "objects": [{"path": p, "bytes": n} for p, n in self.objects],
+                "total_bytes": self.total_bytes, "secrets_removed": list(self.secrets_removed),
+                "usd_per_month": round(self.usd_per_month(prices), 2)}
+
+
+def find_warm_start(uri: str, *, storage: Any = None) -> WarmStartExport | None:
+    """The export at ``uri`` (``gs://BUCKET/PREFIX``, as ``Cluster.warm_start``), or None
+    when nothing was exported there.
+
+    Example::
+
+        export = find_warm_start("gs://my-bucket/qwen72b")
+        print(export.exported_at, f"{export.total_bytes / 1e9:.1f} GB", export.models)
+
+    Raises:
+        ConfigError: ``uri`` is not a warm-start location, or holds a manifest rl_lustre did not write.
+    """
+    from .gcp.storage import BucketObjects
+    from .plan.warmstart import WarmStart
+    from .provision.warmstart import read_manifest
+    from .errors import ConfigError
+    from .spec.cluster import WARM_START_RULE, is_warm_start
+
+    if not is_warm_start(uri):
+        raise ConfigError("find_warm_start", "uri", uri, WARM_START_RULE)
+    found = read_manifest(storage or BucketObjects(), WarmStart(uri))
+    if found is None:
+        return None
+    return WarmStartExport(
+        uri=uri, exported_at=str(found.get("exported_at", "")), deployment=str(found.get("deployment", "")),
+        models=tuple(found.get("models") or ()),
+        objects=tuple((str(o["path"]), int(o["bytes"])) for o in found["objects"]),
+        secrets_removed=tuple(found.get("secrets_removed") or ()))

@@ -15,6 +15,7 @@ from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.catalog import WARM_FORMAT
 from rl_lustre.errors import ConfigError, ProvisioningError
 from rl_lustre.gcp import Backoff, RetryPolicy
+from rl_lustre.shared import find_warm_start
 from rl_lustre.testing import FakeGCP
 
 FAST = Backoff(initial=0.005, maximum=0.03)
@@ -79,6 +80,8 @@ def test_the_field_is_validated_before_any_remote_call() -> None:
         spec(volume=LustreVolume(name="mine", existing=True, capacity_gib=18000))
     with pytest.raises(ConfigError, match="is for GKE clusters"):
         Cluster.local("demo", volume_dir="/tmp/rl-warm", warm_start="gs://bucket/p")
+    with pytest.raises(ConfigError, match=r"find_warm_start\.uri='s3://x'"):
+        find_warm_start("s3://x")
 
 
 def test_plan_shows_the_import_and_the_export_and_the_cost_prices_the_bucket() -> None:
@@ -106,6 +109,21 @@ def test_exported_once_never_a_secret_listed_with_sizes_then_imported_in_place_o
     assert manifest["total_bytes"] == sum(got.values())
     assert manifest["secrets_removed"] == ["huggingface_cache/hub/secrets/hf_api_key"]
     assert manifest["models"] == ["Qwen/Qwen2.5-72B-Instruct"]
+    listed = find_warm_start(f"gs://{BUCKET}/qwen")
+    assert listed is not None
+    assert dict(listed.objects) == got
+    assert listed.to_dict()["usd_per_month"] == round(sum(got.values()) / 1e9 * 0.020, 2)
+    assert find_warm_start(f"gs://{BUCKET}/elsewhere") is None
+    # rl-lustre ls --warm-start lists it, file by file with sizes.
+    from click.testing import CliRunner
+
+    from rl_lustre.cli._app import cli
+
+    out = CliRunner().invoke(cli, ["ls", "--project", P, "--warm-start", f"gs://{BUCKET}/qwen"],
+                             catch_exceptions=False).output
+    assert f"WARM START gs://{BUCKET}/qwen: 4 file(s), 7.5 GB" in out
+    assert f"{HUB}/blobs/aa01" in out
+    assert "token" not in out
     # The first job converts; down() exports that too before the volume goes.
     gcp.seed_files(c.volume.resource_name(), CONVERTED)
     backend(c).down()

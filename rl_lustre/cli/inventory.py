@@ -61,30 +61,48 @@ def _table(deployments: list[Any], prices: Any) -> str:
 @project_option
 @json_option
 @prices_option
-def ls(target: str | None, project: str | None, as_json: bool, prices_file: str | None) -> None:
+@click.option("--warm-start", "warm_start", metavar="gs://BUCKET/PREFIX", default=None,
+              help="Also list what the warm-start export there holds (Cluster.warm_start), from its manifest.")
+def ls(target: str | None, project: str | None, as_json: bool, prices_file: str | None,
+       warm_start: str | None) -> None:
     """List every deployment in a project found by our labels, partial ones too: the
     project of --project, or of the Cluster TARGET names (`path/to/script.py:name`).
 
     Shows each one's state (its GKE cluster's status, or PARTIAL without one), zone,
-    age, $/hour and resources.
+    age, $/hour and resources; with --warm-start, the export in that bucket, file by file
+    with sizes.
     """
     from ..inventory import find_deployments
-    from ..shared import find_shared
+    from ..shared import find_shared, find_warm_start
 
     project = _project("ls", target, project)
     prices = load_prices(prices_file)
+    export = find_warm_start(warm_start) if warm_start else None
     found = find_deployments(project)
     shared = find_shared(project)
     total = sum(d.cost(prices).total_usd_per_hour for d in found)
     data = {"project": project, "usd_per_hour": round(total, 4), "deployments": [d.to_dict(prices) for d in found],
             "shared": shared.to_dict(prices)}
+    if warm_start:
+        data["warm_start"] = export.to_dict(prices) if export is not None else {"uri": warm_start, "objects": []}
 
     def text() -> str:
         out = (f"{_table(found, prices)}\n\n{len(found)} deployment(s), ${total:,.2f}/hour"
                if found else f"no rl_lustre deployment in project {project}")
-        return out + _shared_table(shared, prices)
+        return out + _shared_table(shared, prices) + (_warm_table(warm_start, export, prices) if warm_start else "")
 
     emit(data, as_json, text)
+
+
+def _warm_table(uri: str, export: Any, prices: Any) -> str:
+    """ls's section of a warm-start export: its totals, then every file with its size."""
+    if export is None:
+        return f"\n\nWARM START {uri}: nothing exported there yet"
+    lines = [f"\n\nWARM START {uri}: {len(export.objects)} file(s), {export.total_bytes / 1e9:,.1f} GB, "
+             f"${export.usd_per_month(prices):,.2f}/month; exported {export.exported_at} by {export.deployment}"]
+    width = max((len(p) for p, _ in export.objects), default=0)
+    lines += [f"  {p.ljust(width)}  {n / 1e9:10.3f} GB" for p, n in export.objects]
+    return "\n".join(lines)
 
 
 def _shared_table(shared: Any, prices: Any) -> str:

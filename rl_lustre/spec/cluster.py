@@ -108,12 +108,15 @@ WARM_START_RULE = ("must be a Cloud Storage location 'gs://BUCKET' or 'gs://BUCK
                    "'_.=+-' (no '.' or '..' name, no trailing '/', no spaces or wildcards)")
 
 
-def _warm_start_value(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
-    if value is None:
-        return
+def is_warm_start(value: Any) -> bool:
+    """Whether ``value`` follows :data:`WARM_START_RULE`."""
     m = _WARM_START.fullmatch(value) if isinstance(value, str) else None
-    if (m is None or m[1].startswith("goog") or "google" in m[1]
-            or any(part in (".", "..") for part in m[2].split("/")[1:])):
+    return not (m is None or m[1].startswith("goog") or "google" in m[1]
+                or any(part in (".", "..") for part in m[2].split("/")[1:]))
+
+
+def _warm_start_value(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not is_warm_start(value):
         v.fail(inst, "warm_start", value, WARM_START_RULE)
 
 
