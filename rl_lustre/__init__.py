@@ -16,8 +16,8 @@ from ._output import enable_output
 from .cluster import Cluster
 from .job import GRPOJob
 from .run import Run
-from .spec.capacity import Capacity
 from .sizing import LustreSizing, size_lustre
+from .spec.capacity import Capacity
 from .sweep import SweepResult, run_sweep, wait_all
 from .volume import LustreVolume
 

@@ -53,7 +53,7 @@ def test_capacity_options_are_checked() -> None:
         Capacity("flex-start", max_run_duration=10 * 86400)
     with pytest.raises(ConfigError, match="for kind 'reservation' only"):
         Capacity("spot", reservation="r")
-    with pytest.raises(ConfigError, match="RESERVATION|reservation name"):
+    with pytest.raises(ConfigError, match=r"reservation name"):
         Capacity("reservation", reservation="Projects/x")
     with pytest.raises(ConfigError, match="is for GKE clusters"):
         Cluster.local("x", volume_dir="/tmp/x", capacity=("spot",))
@@ -69,31 +69,39 @@ def test_each_kind_gets_googles_node_pool_settings() -> None:
     assert resv.config.reservation_affinity.consume_reservation_type == affinity.SPECIFIC_RESERVATION
     assert resv.config.reservation_affinity.key == "compute.googleapis.com/reservation-name"
     assert list(resv.config.reservation_affinity.values) == ["projects/other-proj/reservations/r1"]
-    assert not resv.config.spot and resv.initial_node_count == 8
+    assert not resv.config.spot
+    assert resv.initial_node_count == 8
     # Spot.
-    assert spot.config.spot and spot.initial_node_count == 8
+    assert spot.config.spot
+    assert spot.initial_node_count == 8
     assert spot.config.reservation_affinity.consume_reservation_type == affinity.NO_RESERVATION
     # Flex-start: from 0, autoscaling ANY, no auto-repair, no reservation; queued or its own max_run_duration.
     for pool in (queued, flex):
-        assert pool.config.flex_start and not pool.config.spot
+        assert pool.config.flex_start
+        assert not pool.config.spot
         assert pool.initial_node_count == 0
-        assert pool.autoscaling.enabled and pool.autoscaling.total_min_node_count == 0
+        assert pool.autoscaling.enabled
+        assert pool.autoscaling.total_min_node_count == 0
         assert pool.autoscaling.total_max_node_count == 8
         assert pool.autoscaling.location_policy == container_v1.NodePoolAutoscaling.LocationPolicy.ANY
         assert pool.management.auto_repair is False
         assert pool.config.reservation_affinity.consume_reservation_type == affinity.NO_RESERVATION
         assert {"flex_start", "reservation_affinity"} <= _set_fields(pool.config)
         assert {"autoscaling", "management"} <= _set_fields(pool)
-    assert queued.queued_provisioning.enabled and "queued_provisioning" in _set_fields(queued)
+    assert queued.queued_provisioning.enabled
+    assert "queued_provisioning" in _set_fields(queued)
     assert "max_run_duration" not in _set_fields(queued.config)
     assert not flex.queued_provisioning.enabled
     assert flex.config.max_run_duration.total_seconds() == 86400
     # On-demand: none of the above.
-    assert not on_demand.config.spot and not on_demand.config.flex_start and on_demand.initial_node_count == 8
+    assert not on_demand.config.spot
+    assert not on_demand.config.flex_start
+    assert on_demand.initial_node_count == 8
     assert "autoscaling" not in _set_fields(on_demand)
     # Every lane's pool carries the same GPU node settings (GPUs, taint, gVNIC).
     for pool in (resv, spot, queued, flex, on_demand):
-        assert pool.config.accelerators[0].accelerator_count == 8 and pool.config.gvnic.enabled
+        assert pool.config.accelerators[0].accelerator_count == 8
+        assert pool.config.gvnic.enabled
         assert [t.key for t in pool.config.taints] == ["nvidia.com/gpu"]
     assert len({p.name for p in (resv, spot, queued, flex, on_demand)}) == 5
 

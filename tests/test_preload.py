@@ -106,7 +106,7 @@ def test_a_failed_build_fails_up_rolls_back_the_rest_and_leaves_no_builder(gcp: 
 def test_a_rollback_keeps_a_completed_preload_image_and_says_so(gcp: FakeGCP) -> None:
     gcp.faults.fail_operation("gke.CreateNodePool", message="ZONE_RESOURCE_POOL_EXHAUSTED: no a4-highgpu-8g")
     with pytest.raises(ProvisioningError) as err:
-        backend(spec()).up()
+        backend(spec(on_no_capacity="nothing")).up()
     assert err.value.step == "gpu-pool"
     [image] = images(gcp)
     assert any(image.rsplit("/", 1)[1] in kept for kept in err.value.kept)

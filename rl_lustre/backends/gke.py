@@ -30,7 +30,7 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
@@ -84,6 +84,9 @@ class GKEBackend(submission.JobsBackend):
         backoff: polling delays of every wait (when ``apis`` is not given).
         retry: retries of transient failures (when ``apis`` is not given).
         display: where progress goes; by default the log, plus a live view when output is on.
+        zones: finds the GPU pool's candidate zones for ``capacity_zones="region"`` (by default
+            ``rl_lustre.gcp.zones.capacity_zones``, through the Compute and Lustre location APIs).
+        time_scale: wall seconds per second of the capacity lanes' waits (the fakes' simulated time).
     """
 
     _where = "RayCluster"
@@ -101,8 +104,12 @@ class GKEBackend(submission.JobsBackend):
         backoff: Backoff | None = None,
         retry: RetryPolicy | None = None,
         display: Display | None = None,
+        zones: Callable[[ClusterSpec], Sequence[str]] | None = None,
+        time_scale: float = 1.0,
     ) -> None:
         self.cluster = cluster
+        self._zones = zones
+        self._time_scale = time_scale
         self.gcp_only = gcp_only
         self._apis = apis
         self._backoff = backoff
@@ -141,7 +148,9 @@ class GKEBackend(submission.JobsBackend):
         from ..provision.context import Apis, Context
 
         apis = self._apis or Apis.from_env(backoff=self._backoff, retry=self._retry)
-        return Context(self.cluster, self.plan, apis, backoff=self._backoff)
+        ctx = Context(self.cluster, self.plan, apis, backoff=self._backoff)
+        ctx.time_scale = self._time_scale
+        return ctx
 
     def up(self, *, keep_on_failure: bool = False, check: bool = True) -> Report:
         """Create or adopt the whole deployment and wait until it is ready.
@@ -174,6 +183,10 @@ class GKEBackend(submission.JobsBackend):
             # Built once for this up(), before any remote call: this checks the RayCluster
             # against KubeRay's schema, and the drivers apply these very objects.
             ctx.manifests()
+        from ..provision.capacity import zones_for
+
+        # Where the GPU pool may go: known (and refused when it cannot be found) before anything is created.
+        ctx.capacity_zones = zones_for(ctx, self._zones)  # type: ignore[arg-type]
         if check:
             from ..check import check_cluster
 
@@ -192,7 +205,7 @@ class GKEBackend(submission.JobsBackend):
 
             try:
                 report = executor.up(keep_on_failure=keep_on_failure, cancel=cancel, abandon=abandon,
-                                     reason=reason)
+                                     reason=reason, on_no_capacity=self.cluster.on_no_capacity)
             except BaseException as exc:
                 self.last_report = getattr(exc, "report", None)
                 raise

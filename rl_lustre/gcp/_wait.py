@@ -119,6 +119,21 @@ def progress_hook(callback: ProgressCallback | None) -> Iterator[None]:
         _hook.reset(token)
 
 
+def report_progress(what: str, state: str) -> None:
+    """Send one observation that is not a poll (a step's own progress line) to the installed hook.
+
+    Examples:
+        >>> seen = []
+        >>> with progress_hook(seen.append):
+        ...     report_progress("GPU capacity", "asking for spot in us-east1-b")
+        >>> seen[0].state
+        'asking for spot in us-east1-b'
+    """
+    hook = _hook.get()
+    if hook is not None:
+        hook(WaitProgress(what, state, 0.0, 0, False))
+
+
 def wait_for(
     what: str,
     poll: Callable[[], T],

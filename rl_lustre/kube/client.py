@@ -441,6 +441,8 @@ KINDS: dict[str, Kind] = {
         Kind("Node", "v1", "nodes", namespaced=False, core="node"),
         Kind("GKENetworkParamSet", "networking.gke.io/v1", "gkenetworkparamsets", namespaced=False),
         Kind("Network", "networking.gke.io/v1", "networks", namespaced=False),
+        Kind("PodTemplate", "v1", "podtemplates", core="pod_template"),
+        Kind("ProvisioningRequest", "autoscaling.x-k8s.io/v1", "provisioningrequests"),
     ]
 }
 

@@ -122,6 +122,11 @@ class Context:
         self.deployment = plan.cluster_name
         self.kube_timeout = kube_timeout
         self._kube: Any = None
+        # The GPU pool's candidate zones (set by the backend before up(); see provision/capacity.py),
+        # wall seconds per second of the capacity lanes' waits, and the lane that delivered.
+        self.capacity_zones: tuple[str, ...] | None = None
+        self.time_scale = 1.0
+        self.capacity_lane: Any = None
         self._manifests: dict[str, dict[str, Any]] | None = None
         self._lock = threading.Lock()
 

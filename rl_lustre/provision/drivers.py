@@ -15,7 +15,8 @@ psa-peering       :class:`PeeringDriver`: adds our range to the network's connec
 lustre            :class:`LustreDriver`; the mount point goes to the ``LustreVolume``
 gke-cluster       :class:`GkeClusterDriver`, created with the CPU pool as its only pool
 cpu-pool          :class:`NodePoolDriver`: came with the cluster, or created / adopted
-gpu-pool          :class:`NodePoolDriver`, with the preload image as its secondary boot disk
+gpu-pool          :class:`~rl_lustre.provision.capacity.CapacityPoolDriver`: the capacity policy's
+                  lanes in order, each pool with the preload image as its secondary boot disk
 preload-image     :class:`PreloadImageDriver`: found by digest, or built once; kept by ``down()``
 pv, pvc, secret,  :class:`KubeObjectDriver` (``rl_lustre.kube.apply``), or
 raycluster,       :class:`SkippedDriver` when the Kubernetes part is switched off
@@ -43,6 +44,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .capacity import CapacityPoolDriver
 from .context import Context
 from .gcp_drivers import (
     ComputeDriver,
@@ -106,7 +108,7 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
         "lustre": LustreDriver(ctx),
         "gke-cluster": GkeClusterDriver(ctx),
         "cpu-pool": NodePoolDriver(ctx, "cpu-pool"),
-        "gpu-pool": NodePoolDriver(ctx, "gpu-pool"),
+        "gpu-pool": CapacityPoolDriver(ctx, kube=kube),
     }
     if PRELOAD_KEY in plan:
         drivers[PRELOAD_KEY] = PreloadImageDriver(ctx)

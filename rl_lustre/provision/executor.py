@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    CapacityExhaustedError,
+    NoCapacityError,
     OwnershipError,
     ProvisioningError,
     ProvisioningInterrupted,
@@ -46,12 +48,38 @@ from .step import Cancelled, Driver, Step
 if TYPE_CHECKING:
     from ..plan import Plan
 
-__all__ = ["Executor"]
+__all__ = ["Executor", "storage_keys"]
 
 logger = logging.getLogger("rl_lustre.provision")
 
 # How often the main thread looks at the cancel event while nodes run.
 _TICK = 0.05
+
+
+def storage_keys(plan: Plan) -> frozenset[str]:
+    """The storage branch a deployment keeps when no GPUs came: the Lustre instance and
+    everything it waits for (network, PSA range and peering, firewall rule).
+
+    Examples:
+        >>> from rl_lustre import Cluster
+        >>> sorted(storage_keys(Cluster(name="demo", project="my-project", region="us-east1",
+        ...                             zone="us-east1-b").plan()))
+        ['firewall-lustre', 'lustre', 'network', 'psa-peering', 'psa-range']
+    """
+    if "lustre" not in plan:
+        return frozenset()
+    return frozenset({"lustre", *plan.upstream("lustre")})
+
+
+class _Either(threading.Event):
+    """Set when either event is (what a step of the non-storage branches checks)."""
+
+    def __init__(self, a: threading.Event, b: threading.Event) -> None:
+        super().__init__()
+        self._a, self._b = a, b
+
+    def is_set(self) -> bool:
+        return self._a.is_set() or self._b.is_set()
 
 
 class Executor:
@@ -108,8 +136,15 @@ class Executor:
         cancel: threading.Event | None = None,
         abandon: threading.Event | None = None,
         reason: Callable[[], str] | None = None,
+        on_no_capacity: str = "storage",
     ) -> Report:
         """Create or adopt every node; on failure or cancellation, roll back.
+
+        When no capacity came for the GPU pool (its driver raised
+        :class:`~rl_lustre.errors.CapacityExhaustedError`), ``on_no_capacity="storage"``
+        lets the storage branch (the Lustre instance and what it waits for) finish and keeps
+        it, rolling back the rest; ``"nothing"`` rolls back everything. Either way
+        :class:`~rl_lustre.errors.NoCapacityError` says what was kept.
 
         Examples:
             >>> report = Executor(plan, drivers).up()  # doctest: +SKIP
@@ -131,6 +166,10 @@ class Executor:
         recs = self._records()
         waiting = {r.key: set(r.depends_on) for r in self.plan}
         failure: tuple[str | None, BaseException] | None = None
+        # Stops everything but the storage branch once no capacity came (on_no_capacity="storage").
+        no_capacity = threading.Event()
+        storage = storage_keys(self.plan) if on_no_capacity == "storage" else frozenset()
+        rest_cancel = _Either(cancel, no_capacity)
         display = self._display or display_for("up", self.plan)
         with display, concurrent.futures.ThreadPoolExecutor(self._workers, "rl-lustre-up") as pool:
             futures: dict[concurrent.futures.Future[None], str] = {}
@@ -140,7 +179,8 @@ class Executor:
                 rec.outcome, rec.started = "running", self._clock() - t0
                 display.started(rec)
                 run = contextvars.copy_context().run
-                futures[pool.submit(run, self._ensure, rec, recs, cancel, t0, display)] = key
+                stop = cancel if key in storage else rest_cancel
+                futures[pool.submit(run, self._ensure, rec, recs, stop, t0, display)] = key
 
             for key in [r.key for r in self.plan]:
                 if not waiting[key]:
@@ -160,11 +200,16 @@ class Executor:
                     if rec.outcome == "failed" and failure is None:
                         assert rec.error is not None
                         failure = (rec.key, rec.error)
-                        cancel.set()
-                    elif rec.outcome in UP_DONE and failure is None:
+                        if isinstance(rec.error, CapacityExhaustedError) and storage:
+                            no_capacity.set()
+                        else:
+                            cancel.set()
+                    elif rec.outcome == "failed" and no_capacity.is_set() and rec.key in storage:
+                        cancel.set()  # the storage branch failed too: nothing is kept half-made
+                    elif rec.outcome in UP_DONE and (failure is None or no_capacity.is_set()):
                         for dep in self.plan.dependents(rec.key):
                             waiting[dep].discard(rec.key)
-                            if not waiting[dep]:
+                            if not waiting[dep] and (failure is None or (dep in storage and not cancel.is_set())):
                                 launch(dep)
         if cancel.is_set() and failure is None:
             # Cancelled as the last node finished: still the caller's wish to stop.
@@ -178,7 +223,10 @@ class Executor:
                         report.wall, len(report.keys("created")), len(report.keys("adopted")),
                         len(report.keys("used")))
             return report
-        self._fail(report, *failure, keep_on_failure=keep_on_failure, abandon=abandon)
+        capacity = isinstance(failure[1], CapacityExhaustedError)
+        self._fail(report, *failure, keep_on_failure=keep_on_failure, abandon=abandon,
+                   keep=storage if capacity and not cancel.is_set() else frozenset(),
+                   on_no_capacity=on_no_capacity if capacity else None)
         raise AssertionError("unreachable: _fail raises")  # pragma: no cover
 
     def _ensure(self, rec: NodeRecord, recs: Mapping[str, NodeRecord], cancel: threading.Event, t0: float,
@@ -212,9 +260,11 @@ class Executor:
             display.finished(rec)
 
     def _fail(self, report: Report, step: str | None, cause: BaseException, *, keep_on_failure: bool,
-              abandon: threading.Event | None) -> None:
+              abandon: threading.Event | None, keep: frozenset[str] = frozenset(),
+              on_no_capacity: str | None = None) -> None:
         recs = report.records
-        requested = [k for k, r in recs.items() if r.requested]
+        kept_storage = [recs[k].label for k, r in recs.items() if r.requested and k in keep]
+        requested = [k for k, r in recs.items() if r.requested and k not in keep]
         adopted = [recs[k].label for k in report.keys("adopted")]
         # A cache this run completed stays, as after down(): the next up() reuses it.
         adopted += [f"{recs[k].label}: {recs[k].note or 'made by this run'}; kept for the next up() (a cache "
@@ -225,8 +275,20 @@ class Executor:
         else:
             logger.warning("up() of %r was interrupted", self.plan.cluster_name)
         error_cls = ProvisioningError if step is not None else ProvisioningInterrupted
+        if on_no_capacity is not None and not keep_on_failure:
+            assert isinstance(cause, CapacityExhaustedError)
+            if requested:
+                logger.warning("no GPU capacity: rolling back %s; keeping %s", ", ".join(requested),
+                               ", ".join(kept_storage) or "nothing")
+            rollback = self._teardown("rollback", requested, cancel=abandon)
+            raise NoCapacityError(
+                cause, on_no_capacity=on_no_capacity, step=step,
+                cleaned=[rollback.records[k].label for k in rollback.keys("deleted", "absent")],
+                kept=[*kept_storage, *adopted],
+                left=[rollback.records[k].label for k in rollback.keys("left", "not-ours")],
+                report=report, rollback=rollback) from cause
         if keep_on_failure:
-            kept = [recs[k].label for k in requested]
+            kept = [recs[k].label for k, r in recs.items() if r.requested]
             raise error_cls(cause, step=step, kept=[*kept, *adopted], report=report,
                             hint="keep_on_failure=True: nothing was deleted; cluster.down() removes it") from cause
         if requested:

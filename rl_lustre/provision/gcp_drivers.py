@@ -223,11 +223,17 @@ class NodePoolDriver:
         self.path = node_pool_path(ctx.plan, key)
 
     def ensure(self, step: Step) -> Done:
+        return self.adopt(step)
+
+    def adopt(self, step: Step, node: Any = None) -> Done:
+        """Create or adopt the pool (``node``: a capacity lane's pool instead of the plan's)."""
         from ..gcp.container_requests import node_pool_request
 
         api = self.ctx.apis.pools
-        preload = self._preload(step)
-        request = node_pool_request(self.ctx.plan, self.key, preload_image=preload)
+        preload = self.preload_path(step)
+        request = node_pool_request(self.ctx.plan, self.key, preload_image=preload, node=node)
+        if node is not None:
+            self.path = f"{self.cluster}/nodePools/{node.name}"
         came_with_cluster = step.records["gke-cluster"].outcome == "created" and any(
             p.name == request.name for p in step.dep("gke-cluster").node_pools)
         if came_with_cluster:
@@ -244,7 +250,7 @@ class NodePoolDriver:
                     f"too) do not get {preload}: delete the pool and run up() again to recreate it"))
         return done
 
-    def _preload(self, step: Step) -> str | None:
+    def preload_path(self, step: Step) -> str | None:
         """The preload image's path when this pool's nodes boot with it (after checking that
         the cluster's GKE version supports secondary boot disks)."""
         from ..gcp.container import check_version

@@ -101,7 +101,7 @@ class Capacity:
                               f"is for kind 'reservation' only (kind is {kind!r})")
         if flex and max_run_duration is None:
             max_run_duration = FLEX_START_MAX_RUN_SECONDS
-        self.__attrs_init__(  # type: ignore[attr-defined]
+        self.__attrs_init__(
             kind=kind, reservation=reservation, queued=True if queued is None else queued,
             max_run_duration=max_run_duration,
             wait=DEFAULT_WAIT.get(kind, 900.0) if wait is None else wait)

@@ -333,6 +333,7 @@ class ClusterSpec:
                         v.fail(self, "capacity", given,
                                f"entry {i} is a reservation without a name: pass Capacity('reservation', "
                                "reservation='NAME') or Cluster(reservation='NAME')")
+                    assert reservation is not None
                     policy = (*policy[:i], c.with_reservation(reservation), *policy[i + 1:])
                 if policy[i].kind == "reservation":
                     named.append(policy[i].reservation)

@@ -28,6 +28,7 @@ from ._lustre import LustreFake
 from ._monitoring import MonitoringFake
 from ._registry import RegistryFake
 from ._rest import RestFake
+from ._stock import Stock
 
 if TYPE_CHECKING:
     from .kube import KubeFake
@@ -126,7 +127,10 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
             self._core.on_node_pool_deleted = kube.node_pool_deleted
         self._grpc = GrpcServer(self._core)
         self._lustre = LustreFake(self._core)
-        self._gke = GkeFake(self._core)
+        self._stock = Stock(self._core)
+        self._gke = GkeFake(self._core, self._stock)
+        if kube is not None:
+            kube.provisioning = self._flex_decider
         self._monitoring = MonitoringFake(self._core)
         self._lustre.register(self._grpc)
         self._gke.register(self._grpc)
@@ -200,6 +204,31 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         generous by default, narrowed with ``withdraw``, ``set_quota``, ``lustre_zones``,
         ``retire_zone`` (and ``add_zone`` for one newer than rl_lustre's list)."""
         return self._catalog
+
+    @property
+    def stock(self) -> Stock:
+        """GPU capacity per kind and zone over time: ``out``, ``back``, ``flex_start``,
+        ``reservation`` (see :mod:`rl_lustre.testing._stock`); every kind everywhere by default."""
+        return self._stock
+
+    def _flex_decider(self, pool: str, count: int, asked_at: float) -> tuple[str, str, list[Any]]:
+        """How a ProvisioningRequest for flex-start ``pool`` is answered (the KubeFake asks)."""
+        from ._gke_nodes import pool_nodes
+
+        # Called on the Kubernetes fake's loop, which a GKE change holding the lock may be
+        # waiting for (to register a pool's nodes): never block on the lock here.
+        if not self._core.lock.acquire(timeout=0.01):
+            return "wait", "", []
+        try:
+            found = [p for c in self._core.clusters.values() for p in c.node_pools if p.name == pool]
+            if not found:
+                return "failed", f"node pool {pool} not found", []
+            zone = found[0].locations[0] if found[0].locations else ""
+            state, message = self._stock.flex_decision(zone, asked_at, self._core.now(), pool)
+            nodes = pool_nodes(found[0], count=count) if state == "granted" else []
+        finally:
+            self._core.lock.release()
+        return state, message, nodes
 
     @property
     def registry(self) -> RegistryFake:

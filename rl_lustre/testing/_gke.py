@@ -16,6 +16,7 @@ from google.cloud import container_v1
 from ..catalog import GKE_ACCELERATOR_LABEL, GKE_LOCAL_SSD_LABEL, GKE_SPOT_LABEL, GPU_MACHINE_TYPES
 from ._core import Core, FakeError
 from ._grpc import GrpcServer
+from ._stock import Stock
 
 SERVICE = "google.container.v1.ClusterManager"
 _PARENT = re.compile(r"projects/([^/]+)/locations/([^/]+)")
@@ -61,8 +62,9 @@ def _region(location: str) -> str:
 class GkeFake:
     """GKE clusters and node pools: PROVISIONING → RUNNING → STOPPING → gone, or ERROR."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, stock: Stock | None = None) -> None:
         self.core = core
+        self.stock = stock if stock is not None else Stock(core)
         self.ops: dict[str, container_v1.Operation] = {}
 
     def register(self, server: GrpcServer) -> None:
@@ -340,6 +342,8 @@ class GkeFake:
                 return
             if self.core.clusters.get(name) is cluster:
                 del self.core.clusters[name]
+                for gone in cluster.node_pools:
+                    self.stock.node_pool_deleted(gone.name)
                 if self.core.on_cluster_deleted is not None:
                     self.core.on_cluster_deleted(name)
             self._finish(op)
@@ -380,6 +384,8 @@ class GkeFake:
         pool.self_link = f"https://container.googleapis.com/v1/{name}"
         op = self._start_op(f"projects/{m[1]}/locations/{m[2]}", OpType.CREATE_NODE_POOL, name)
         fault = self.core.operation_fault("gke.CreateNodePool")
+        due = self.core.now() + self.core.delay("gke.create_node_pool")
+        zone = spec.locations[0] if spec.locations else (cluster.locations[0] if cluster.locations else m[2])
 
         def finish() -> None:
             try:
@@ -390,7 +396,12 @@ class GkeFake:
                 self._finish(op, FakeError(grpc.StatusCode.ABORTED, f"node pool {name} was deleted"))
                 return
             problem = self._secondary_disk_problem(current)
-            error = fault if fault is not None or problem is None else FakeError(
+            failure = fault
+            if failure is None and problem is None:
+                stockout = self.stock.node_pool_problem(current, m[1], zone, due, spec.name)
+                if stockout is not None:
+                    failure = FakeError(grpc.StatusCode.RESOURCE_EXHAUSTED, stockout)
+            error = failure if failure is not None or problem is None else FakeError(
                 grpc.StatusCode.FAILED_PRECONDITION, problem)
             if error is not None:
                 current.status = PoolStatus.ERROR
@@ -432,6 +443,7 @@ class GkeFake:
             kept = [p for p in cluster.node_pools if p.name != pool.name]
             del cluster.node_pools[:]
             cluster.node_pools.extend(kept)
+            self.stock.node_pool_deleted(pool.name)
             if self.core.on_node_pool_deleted is not None:
                 self.core.on_node_pool_deleted(pool.name)
             self._finish(op)

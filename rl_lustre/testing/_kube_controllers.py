@@ -20,6 +20,7 @@ from ._kube_faults import KubeFaults, KubeTimings
 from ._kube_gc import GarbageCollector
 from ._kube_kubelet import Kubelet
 from ._kube_operator import KubeRayOperator
+from ._kube_provisioning import ProvisioningRequests
 from ._kube_quota import install as install_quota
 from ._kube_spot import SpotCapacity
 from ._kube_store import Obj, Store, labels_of
@@ -38,6 +39,7 @@ class Controllers(Controller):
         self.gc = GarbageCollector(store, faults, timings, self.memory, self.spot)
         self.binder = VolumeBinder(store, faults, timings, self.memory)
         self.operator = KubeRayOperator(store, faults, timings, self.memory)
+        self.provisioning = ProvisioningRequests(store)
         self.kubelet = Kubelet(store, faults, timings, self.memory, self.spot, self.workloads)
         # Node pools whose preempted nodes come back (as new nodes) with the capacity.
         self._replace_nodes: list[tuple[str, dict[str, str]]] = []
@@ -56,6 +58,7 @@ class Controllers(Controller):
         self.gc.step()
         self.binder.step()
         self.operator.reconcile()
+        self.provisioning.step()
         self.workloads.step()
         self.kubelet.step()
         self.operator.update_status()

@@ -302,6 +302,16 @@ class KubeFake:
                                if self._store.get("Node", None, node["metadata"]["name"]) is None])
         return [node["metadata"]["name"] for node in nodes]
 
+    @property
+    def provisioning(self) -> Any:
+        """How ProvisioningRequests are answered: ``(pool, count, asked_at) -> (state, message,
+        nodes)`` (see :mod:`rl_lustre.testing._kube_provisioning`); None grants each at once."""
+        return self._controllers.provisioning.decide
+
+    @provisioning.setter
+    def provisioning(self, decide: Any) -> None:
+        self._controllers.provisioning.decide = decide
+
     def node_pool_deleted(self, name: str) -> None:
         """The Nodes of node pool ``name`` go with it."""
         self.remove_nodes(name)

@@ -1,0 +1,130 @@
+"""up() on the fakes when GPUs are not there: the capacity policy's lanes in order, what is
+kept when none delivers, and nothing of a failed lane left behind."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+import pytest
+
+from rl_lustre import Cluster
+from rl_lustre.backends.gke import GKEBackend
+from rl_lustre.errors import ConfigError, NoCapacityError, ProvisioningError
+from rl_lustre.gcp import Backoff, RetryPolicy
+from rl_lustre.testing import FakeGCP
+
+FAST = Backoff(initial=0.005, maximum=0.02, multiplier=1.5)
+RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
+BASE: dict[str, object] = {"name": "demo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
+                           "num_nodes": 2, "preload_image": False, "fabric": "tcp"}
+
+
+def spec(**kw: object) -> Cluster:
+    return Cluster(**{**BASE, **kw})  # type: ignore[arg-type]
+
+
+def backend(cluster: Cluster, **kw: object) -> GKEBackend:
+    return GKEBackend(cluster, gcp_only=True, backoff=FAST, retry=RETRY, **kw)  # type: ignore[arg-type]
+
+
+def pools(gcp: FakeGCP) -> list[str]:
+    return sorted(name.rsplit("/", 1)[1] for name in gcp.resources()["gke.nodePools"])
+
+
+def test_spot_stocked_out_in_the_first_zone_moves_to_the_next(caplog: pytest.LogCaptureFixture) -> None:
+    c = spec(capacity=("spot",), capacity_zones=("us-east1-b", "us-east1-c"))
+    with FakeGCP() as gcp:
+        gcp.stock.out("spot", zone="us-east1-b")
+        b = backend(c)
+        with caplog.at_level(logging.INFO, logger="rl_lustre.provision.capacity"):
+            report = b.up(check=False)
+        assert report.records["gpu-pool"].outcome == "created"
+        assert "spot in us-east1-c" in (report.records["gpu-pool"].note or "")
+        assert pools(gcp) == ["gpu-spot-c", "ray-head-pool"]
+        lines = [r.getMessage() for r in caplog.records if r.name == "rl_lustre.provision.capacity"]
+        assert any("asking for spot in us-east1-b" in x and "next: spot in us-east1-c" in x for x in lines)
+        assert any("spot in us-east1-b: stockout" in x and "GCE_STOCKOUT" in x for x in lines)
+        assert any("asking for spot in us-east1-c" in x and "reached across zones" in x for x in lines)
+        b.down()
+        assert gcp.leaked() == []
+
+
+def test_a_reservation_that_fits_is_consumed_and_given_back() -> None:
+    c = spec(reservation="my-res", capacity=("reservation", "spot"))
+    with FakeGCP() as gcp:
+        gcp.stock.reservation("my-res", zone="us-east1-b", free=2)
+        b = backend(c)
+        b.up(check=False)
+        assert gcp.stock.free("my-res") == 0
+        assert pools(gcp) == ["gpu-pool", "ray-head-pool"]
+        b.down()
+        assert gcp.stock.free("my-res") == 2
+
+
+def test_a_full_reservation_falls_back_to_spot() -> None:
+    c = spec(reservation="projects/other-proj/reservations/shared", capacity=("reservation", "spot"))
+    with FakeGCP() as gcp:
+        gcp.stock.reservation("shared", project="other-proj", zone="us-east1-b", free=1)
+        b = backend(c)
+        report = b.up(check=False)
+        assert "spot in us-east1-b" in (report.records["gpu-pool"].note or "")
+        assert pools(gcp) == ["gpu-spot-b", "ray-head-pool"]
+        b.down()
+
+
+@pytest.mark.parametrize("keep", ["storage", "nothing"])
+def test_no_capacity_anywhere_keeps_what_the_option_says(keep: str) -> None:
+    c = spec(capacity=("spot", "on-demand"), capacity_zones=("us-east1-b", "us-east1-c"), on_no_capacity=keep)
+    with FakeGCP() as gcp:
+        gcp.stock.out("spot")
+        gcp.stock.out("on-demand")
+        with pytest.raises(NoCapacityError) as info:
+            backend(c).up(check=False)
+        err = info.value
+        assert [(a.label, a.outcome) for a in err.attempts] == [
+            ("spot in us-east1-b", "stockout"), ("spot in us-east1-c", "stockout"),
+            ("on-demand in us-east1-b", "stockout"), ("on-demand in us-east1-c", "stockout")]
+        assert all("does not have enough resources" in a.reason for a in err.attempts)
+        text = str(err)
+        assert "no GPU capacity from any of the 4 lane(s)" in text
+        assert f"on_no_capacity={keep!r}" in text
+        left = gcp.leaked("demo")
+        if keep == "storage":
+            assert any(x.startswith("lustre.instances ") for x in left)
+            assert not any(x.startswith(("gke.", "compute.subnetworks")) for x in left)
+            assert any("lustre" in k for k in err.kept)
+            # The next up() adopts the kept volume and network.
+            gcp.stock.back("spot")
+            report = backend(c).up(check=False)
+            assert report.records["lustre"].outcome == "adopted"
+            backend(c).down()
+        assert gcp.leaked() == []
+
+
+def test_a_failure_that_is_not_capacity_still_rolls_back() -> None:
+    c = spec(capacity=("spot", "flex-start"))
+    with FakeGCP() as gcp:
+        gcp.faults.fail_operation("gke.CreateNodePool", grpc.StatusCode.INTERNAL, message="internal error", after=0)
+        with pytest.raises(ProvisioningError) as info:
+            backend(c).up(check=False)
+        assert not isinstance(info.value, NoCapacityError)
+        assert gcp.leaked() == []
+
+
+def test_region_without_zone_discovery_is_refused_before_any_call() -> None:
+    c = spec(capacity=("spot",), capacity_zones="region")
+    with FakeGCP() as gcp:
+        try:
+            import rl_lustre.gcp.zones  # noqa: F401
+        except ImportError:
+            with pytest.raises(ConfigError, match="capacity_zones"):
+                backend(c).up(check=False)
+            assert not gcp.request_counts("gke.")
+        seen = []
+        b = backend(c, zones=lambda s: seen.append(s) or ("us-east1-c", "us-east1-b"))
+        gcp.stock.out("spot", zone="us-east1-b")
+        report = b.up(check=False)
+        assert "us-east1-c" in (report.records["gpu-pool"].note or "")
+        assert seen
+        b.down()
