@@ -67,6 +67,25 @@ GPU_MACHINE_TYPES: dict[str, MachineType] = {
 }
 
 
+# GPU quotas as the Cloud Quotas API names them (service compute.googleapis.com): the newer
+# families count in GPUS_PER_GPU_FAMILY (metric compute.googleapis.com/gpus_per_gpu_family,
+# dimensions region and gpu_family), Spot and flex-start VMs in its preemptible twin
+# (flex-start VMs "consume preemptible quota"), and every GPU in GPUS_ALL_REGIONS on top.
+# Sources: cloud.google.com/compute/resource-usage (GPU quota), cloud.google.com/compute/docs/
+# instances/about-flex-start-vms; the gpu_family values as the Cloud Quotas API lists them.
+GPU_QUOTA_SERVICE = "compute.googleapis.com"
+GPU_FAMILY_QUOTA = "GPUS-PER-GPU-FAMILY-per-project-region"
+PREEMPTIBLE_GPU_FAMILY_QUOTA = "PREEMPTIBLE-GPUS-PER-GPU-FAMILY-per-project-region"
+GPUS_ALL_REGIONS_QUOTA = "GPUS-ALL-REGIONS-per-project"
+# GPU type -> its gpu_family; the types not listed count in Compute's per-type region quotas
+# (NVIDIA_L4_GPUS, NVIDIA_A100_GPUS, ...).
+GPU_FAMILIES = MappingProxyType({
+    "nvidia-b200": "NVIDIA_B200",
+    "nvidia-h200-141gb": "NVIDIA_H200",
+    "nvidia-h100-80gb": "NVIDIA_H100",
+})
+
+
 @attrs.frozen
 class LustreTier:
     """A Managed Lustre performance tier (``per_unit_storage_throughput``).

@@ -8,9 +8,17 @@ only after Managed Lustre had been creating for many minutes:
 - the zone offers the GPU machine type, its GPU type and the Ray head's machine type
   (Compute ``machineTypes.get`` / ``acceleratorTypes.get``);
 - Managed Lustre runs in the zone (Lustre ``ListLocations``), unless the volume exists;
-- the region's quota covers the GPUs: for Spot, ``PREEMPTIBLE_<GPU>_GPUS`` (where the
-  project has none, Spot VMs count against the on-demand ``<GPU>_GPUS``); on demand,
-  ``<GPU>_GPUS``; with a reservation, the reserved capacity was counted when it was made.
+- with ``capacity_zones="region"`` (or a tuple), every zone of the region and what it
+  offers (:mod:`rl_lustre.gcp.zones`): the candidate zones of the capacity policy;
+- the GPU quota for each kind of capacity the policy tries, from the Cloud Quotas API
+  (:mod:`rl_lustre.check_quotas`): ``GPUS_PER_GPU_FAMILY`` (on demand) or
+  ``PREEMPTIBLE_GPUS_PER_GPU_FAMILY`` (Spot, flex-start) in the region, and
+  ``GPUS_ALL_REGIONS``; GPU types outside those families against Compute's per-type region
+  quotas (``PREEMPTIBLE_<GPU>_GPUS``, where the project has none Spot VMs count against
+  ``<GPU>_GPUS``); a reservation holds its own capacity (counted when it was made) and is
+  looked up instead;
+- Managed Lustre's capacity quota in the zone for the volume's tier (Cloud Quotas);
+- the reservations the project sees for the machine type, each with its free VMs.
 
 ``Cluster.up()`` runs it first on GKE and creates nothing when it finds a problem;
 ``cluster.check()`` and ``rl-lustre check TARGET`` run it on their own.
@@ -20,108 +28,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
-
-import attrs
+from typing import TYPE_CHECKING
 
 from .catalog import known_zones
-from .errors import CapacityError
+from .check_items import CheckItem, CheckReport, Verdict, quota_metric
 
 if TYPE_CHECKING:
     from .gcp.capacity import Capacity
+    from .gcp.quotas import CloudQuotas
     from .spec import ClusterSpec
 
-__all__ = ["CheckItem", "CheckReport", "check_cluster", "quota_metric"]
+__all__ = ["CheckItem", "CheckReport", "Verdict", "check_cluster", "quota_metric"]
 
 logger = logging.getLogger("rl_lustre.check")
 
-Verdict = Literal["ok", "problem", "unknown"]
-_MARK = {"ok": "ok", "problem": "PROBLEM", "unknown": "unknown"}
 
-# GPU type → Compute quota metric, where the metric is not the type's name in capitals.
-_METRICS = {
-    "nvidia-h100-80gb": "NVIDIA_H100_GPUS",
-    "nvidia-h100-mega-80gb": "NVIDIA_H100_MEGA_GPUS",
-    "nvidia-h200-141gb": "NVIDIA_H200_GPUS",
-    "nvidia-tesla-a100": "NVIDIA_A100_GPUS",
-    "nvidia-a100-80gb": "NVIDIA_A100_80GB_GPUS",
-}
-
-
-def quota_metric(accelerator: str, *, spot: bool) -> str:
-    """The regional Compute quota that GPUs of type ``accelerator`` count against.
-
-    Examples:
-        >>> quota_metric("nvidia-b200", spot=True), quota_metric("nvidia-h100-80gb", spot=False)
-        ('PREEMPTIBLE_NVIDIA_B200_GPUS', 'NVIDIA_H100_GPUS')
-    """
-    base = _METRICS.get(accelerator) or accelerator.upper().replace("-", "_").replace("TESLA_", "") + "_GPUS"
-    return f"PREEMPTIBLE_{base}" if spot else base
-
-
-@attrs.frozen
-class CheckItem:
-    """One question the check asked, and the answer.
-
-    Attributes:
-        what: what was checked (``"zone us-east1-b offers a4-highgpu-8g"``).
-        verdict: ``"ok"``, ``"problem"`` (``up()`` would fail) or ``"unknown"`` (could not tell).
-        detail: what was found.
-        fix: what to do about a problem (the quota to raise, another zone, ...).
-    """
-
-    what: str
-    verdict: Verdict
-    detail: str = ""
-    fix: str = ""
-
-    def __str__(self) -> str:
-        line = f"{_MARK[self.verdict]:<8} {self.what}"
-        if self.detail:
-            line += f": {self.detail}"
-        if self.fix:
-            line += f"\n         -> {self.fix}"
-        return line
-
-
-@attrs.frozen
-class CheckReport:
-    """What :func:`check_cluster` found; ``str()`` is one line per question.
-
-    Examples:
-        >>> report = CheckReport("demo", (CheckItem("zone offers x", "ok"),))
-        >>> report.ok, str(report).splitlines()[1]
-        (True, 'ok       zone offers x')
-    """
-
-    cluster: str
-    items: tuple[CheckItem, ...]
-
-    @property
-    def ok(self) -> bool:
-        """No problem found (unknowns do not count against it)."""
-        return not self.problems
-
-    @property
-    def problems(self) -> list[CheckItem]:
-        return [i for i in self.items if i.verdict == "problem"]
-
-    def raise_for_problems(self) -> CheckReport:
-        """Raise :class:`~rl_lustre.errors.CapacityError` listing every problem; else return self."""
-        if self.problems:
-            raise CapacityError(self)
-        return self
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "ok": self.ok,
-                "items": [attrs.asdict(i) for i in self.items]}
-
-    def __str__(self) -> str:
-        head = f"check of {self.cluster!r}: " + ("ok" if self.ok else f"{len(self.problems)} problem(s)")
-        return "\n".join([head, *map(str, self.items)])
-
-
-def check_cluster(cluster: ClusterSpec, *, capacity: Capacity | None = None) -> CheckReport:
+def check_cluster(cluster: ClusterSpec, *, capacity: Capacity | None = None,
+                  quotas: CloudQuotas | None = None) -> CheckReport:
     """Ask Google Cloud, read-only, whether ``cluster`` can be created where it asks.
 
     Example::
@@ -132,14 +55,17 @@ def check_cluster(cluster: ClusterSpec, *, capacity: Capacity | None = None) -> 
 
     Args:
         cluster: a GKE cluster spec (a local one has nothing to check).
-        capacity: the read-only adapter; by default one for this environment.
+        capacity: the read-only Compute/Lustre adapter; by default one for this environment.
+        quotas: the read-only Cloud Quotas adapter; by default one for this environment.
 
     Raises:
         GCPError: a question could not be asked (credentials, permissions).
     """
     if cluster.backend == "local":
         return CheckReport(cluster.name, (CheckItem("local backend", "ok", "nothing in Google Cloud to check"),))
+    from .check_quotas import quota_items
     from .gcp.capacity import Capacity
+    from .gcp.quotas import CloudQuotas
 
     cap = capacity or Capacity()
     project, zone, region = str(cluster.project), str(cluster.zone), str(cluster.region)
@@ -156,7 +82,9 @@ def check_cluster(cluster: ClusterSpec, *, capacity: Capacity | None = None) -> 
                 f"list --filter=name={name}` lists them",
             ))
 
-    if cap.zone_exists(project, zone):
+    zones: tuple[str, ...] = (zone,)
+    exists = cap.zone_exists(project, zone)
+    if exists:
         items.append(CheckItem(f"zone {zone} exists", "ok"))
         offered("machine type", cluster.machine_type, cap.offers_machine_type)
         if cluster.accelerator_type:
@@ -164,6 +92,9 @@ def check_cluster(cluster: ClusterSpec, *, capacity: Capacity | None = None) -> 
         if not cluster.head_on_gpu_pool:
             offered("machine type", cluster.head_machine_type, cap.offers_machine_type)
         items.append(_lustre_item(cluster, cap))
+        if getattr(cluster, "capacity_zones", "zone") != "zone":
+            zone_item, zones = _candidate_zones(cluster, cap)
+            items.append(zone_item)
     else:
         # The server's word wins over rl_lustre's list (and over $RL_LUSTRE_EXTRA_ZONES).
         others = [z for z in known_zones(region) if z != zone]
@@ -171,10 +102,23 @@ def check_cluster(cluster: ClusterSpec, *, capacity: Capacity | None = None) -> 
             f"zone {zone} exists", "problem", "Compute Engine has no such zone (404)",
             f"use a zone of {region}" + (f": {', '.join(others)}" if others else "")
             + f"; `gcloud compute zones list --filter=region:{region}` lists them"))
-    items.append(_quota_item(cluster, cap))
+    items.extend(quota_items(cluster, cap, quotas or CloudQuotas(), zones, zone_exists=exists))
     report = CheckReport(cluster.name, tuple(items))
     logger.info("online check of %r: %s", cluster.name, "ok" if report.ok else f"{len(report.problems)} problem(s)")
     return report
+
+
+def _candidate_zones(cluster: ClusterSpec, cap: Capacity) -> tuple[CheckItem, tuple[str, ...]]:
+    """The zones of the region the policy may move the GPU pool to, with what the others lack."""
+    from .gcp.zones import capacity_zones, region_zones
+
+    offers = region_zones(cluster, capacity=cap)
+    zones = capacity_zones(cluster, capacity=cap)
+    lacking = [f"{o.zone} lacks {' and '.join(o.missing())}" for o in offers if not o.usable and o.zone != cluster.zone]
+    what = (f"zones of {cluster.region} offering {cluster.machine_type}"
+            + (f", {cluster.accelerator_type}" if cluster.accelerator_type else "") + " and Managed Lustre")
+    detail = f"candidates {', '.join(zones)}" + (f"; {'; '.join(lacking)}" if lacking else "")
+    return CheckItem(what, "ok", detail), zones
 
 
 def _lustre_item(cluster: ClusterSpec, cap: Capacity) -> CheckItem:
@@ -191,34 +135,4 @@ def _lustre_item(cluster: ClusterSpec, cap: Capacity) -> CheckItem:
         what, "problem", "it is not among Managed Lustre's locations for this project",
         f"use a zone where it runs ({', '.join(nearby)} in {cluster.region})" if nearby
         else f"use a region where it runs (none in {cluster.region}); `gcloud lustre locations list` lists them",
-    )
-
-
-def _quota_item(cluster: ClusterSpec, cap: Capacity) -> CheckItem:
-    gpus = cluster.num_nodes * (cluster.gpus_per_node or 0)
-    region = cluster.region
-    if not cluster.accelerator_type or gpus == 0:
-        return CheckItem(f"GPU quota in {region}", "ok", "no GPUs asked for")
-    if cluster.reservation:
-        return CheckItem(f"GPU quota in {region}", "ok",
-                         f"the reservation {cluster.reservation} holds the capacity (its quota was counted when it was made)")
-    quotas = cap.region_quotas(str(cluster.project), str(region))
-    on_demand = quota_metric(cluster.accelerator_type, spot=False)
-    metric = quota_metric(cluster.accelerator_type, spot=True) if cluster.spot else on_demand
-    quota = quotas.get(metric)
-    if cluster.spot and (quota is None or quota.limit == 0) and on_demand in quotas:
-        # Without preemptible quota, Spot VMs count against the on-demand quota.
-        metric, quota = on_demand, quotas[on_demand]
-    what = f"{metric} quota in {region} covers {gpus} GPUs ({cluster.num_nodes} nodes × {cluster.gpus_per_node})"
-    if quota is None:
-        return CheckItem(what, "unknown", f"the region lists no {metric} quota",
-                         f"look for the GPU family's quota in the console (IAM & Admin → Quotas, "
-                         f"'GPUs per GPU family', region {region}) before up()")
-    if quota.free >= gpus:
-        return CheckItem(what, "ok", f"limit {quota.limit:g}, {quota.usage:g} in use")
-    return CheckItem(
-        what, "problem", f"limit {quota.limit:g}, {quota.usage:g} in use: {quota.free:g} free",
-        f"raise {metric} in {region} to at least {quota.usage + gpus:g} (IAM & Admin → Quotas), "
-        + ("or use on-demand capacity (spot=False) / a reservation" if cluster.spot
-           else "or use Spot capacity (spot=True) / a reservation"),
     )

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 from click.testing import CliRunner
 
@@ -18,7 +19,13 @@ from rl_lustre.testing import FakeGCP
 
 SPEC = {"name": "chk", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 2}
 READ_ONLY = {"compute.zones.get", "compute.machineTypes.get", "compute.acceleratorTypes.get", "compute.regions.get",
-             "lustre.ListLocations"}
+             "lustre.ListLocations", "cloudquotas.GetQuotaInfo", "cloudquotas.ListQuotaInfos",
+             "compute.reservations.aggregatedList", "compute.reservations.get", "compute.zones.list",
+             "compute.machineTypes.aggregatedList", "compute.acceleratorTypes.aggregatedList"}
+FAMILY = "GPUS-PER-GPU-FAMILY-per-project-region"
+PREEMPTIBLE = "PREEMPTIBLE-GPUS-PER-GPU-FAMILY-per-project-region"
+ALL_REGIONS = "GPUS-ALL-REGIONS-per-project"
+L4 = {**SPEC, "machine_type": "g2-standard-96"}
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +37,9 @@ def fake() -> Iterator[FakeGCP]:
 @pytest.fixture
 def gcp(fake: FakeGCP) -> FakeGCP:
     fake.catalog.reset()
+    fake.quotas.reset()
+    fake.reservations.reset()
+    fake.faults.clear()
     return fake
 
 
@@ -37,17 +47,19 @@ def test_a_deployment_the_project_can_get_passes_with_read_only_calls(gcp: FakeG
     before = len(gcp.requests)
     report = Cluster(**SPEC).check()
     assert report.ok, str(report)
-    assert [i.verdict for i in report.items] == ["ok"] * 6
+    assert [i.verdict for i in report.items] == ["ok"] * 9
     assert report.items[0].what == "zone us-east1-b exists"
-    assert "PREEMPTIBLE_NVIDIA_B200_GPUS quota in us-east1 covers 16 GPUs (2 nodes × 8)" in str(report)
+    assert f"{PREEMPTIBLE} [NVIDIA_B200, us-east1] covers 16 GPUs (2 nodes × 8) for spot: limit 4096" in str(report)
+    assert f"{ALL_REGIONS} covers 16 GPUs: limit 4096" in str(report)
     asked = {r.method for r in gcp.requests[before:]}
-    assert asked == READ_ONLY
+    assert asked <= READ_ONLY
+    assert {"cloudquotas.GetQuotaInfo", "cloudquotas.ListQuotaInfos", "compute.reservations.aggregatedList"} <= asked
 
 
 def test_missing_machine_type_lustre_zone_and_quota_are_each_named_with_their_fix(gcp: FakeGCP) -> None:
     gcp.catalog.withdraw("us-east1-b", "a4-highgpu-8g")
     gcp.catalog.lustre_zones(["us-east1-c", "us-central1-a"])
-    gcp.catalog.set_quota("us-east1", "PREEMPTIBLE_NVIDIA_B200_GPUS", limit=16, usage=8)
+    gcp.quotas.set_limit(PREEMPTIBLE, 8, region="us-east1", gpu_family="NVIDIA_B200")
     report = Cluster(**SPEC).check()
     assert not report.ok
     problems = {p.what: p for p in report.problems}
@@ -56,26 +68,94 @@ def test_missing_machine_type_lustre_zone_and_quota_are_each_named_with_their_fi
     assert "404" in machine.detail
     lustre = problems["Managed Lustre runs in us-east1-b"]
     assert lustre.fix == "use a zone where it runs (us-east1-c in us-east1)"
-    quota = next(p for p in report.problems if p.what.startswith("PREEMPTIBLE_NVIDIA_B200_GPUS"))
-    assert quota.detail == "limit 16, 8 in use: 8 free"
-    assert quota.fix.startswith("raise PREEMPTIBLE_NVIDIA_B200_GPUS in us-east1 to at least 24")
+    quota = next(p for p in report.problems if p.what.startswith(PREEMPTIBLE))
+    assert quota.detail == "limit 8"
+    assert quota.fix.startswith(f"raise {PREEMPTIBLE} (region=us-east1, gpu_family=NVIDIA_B200) to at least 16")
+    assert (f"`gcloud quotas preferences create --service=compute.googleapis.com --project=my-project "
+            f"--quota-id={PREEMPTIBLE} --preferred-value=16 --dimensions=region=us-east1,gpu_family=NVIDIA_B200`"
+            in quota.fix)
 
 
-def test_spot_without_preemptible_quota_counts_against_on_demand_and_names_it(gcp: FakeGCP) -> None:
+def test_a4_quota_comes_from_cloud_quotas_where_compute_lists_no_b200_metric(gcp: FakeGCP) -> None:
+    # Compute's region quotas list nothing for B200 (as for the newer families): not "unknown" any more.
     gcp.catalog.drop_quota("us-east1", "PREEMPTIBLE_NVIDIA_B200_GPUS")
-    gcp.catalog.set_quota("us-east1", "NVIDIA_B200_GPUS", limit=8)
-    (problem,) = Cluster(**SPEC).check().problems
-    assert problem.what.startswith("NVIDIA_B200_GPUS quota in us-east1 covers 16 GPUs")
-    assert "raise NVIDIA_B200_GPUS in us-east1 to at least 16" in problem.fix
-    # On demand asks NVIDIA_B200_GPUS; with a reservation the quota is not asked at all.
-    assert Cluster(**{**SPEC, "spot": False}).check().problems[0].what.startswith("NVIDIA_B200_GPUS")
-    reserved = Cluster(**{**SPEC, "spot": False, "reservation": "my-a4-reservation"}).check()
-    assert reserved.ok
-    # A region that lists no quota for the GPU family: unknown, not a failure.
     gcp.catalog.drop_quota("us-east1", "NVIDIA_B200_GPUS")
+    gcp.quotas.set_limit(PREEMPTIBLE, 16, region="us-east1", gpu_family="NVIDIA_B200")
+    gcp.quotas.set_limit(PREEMPTIBLE, 0, region="us-east4", gpu_family="NVIDIA_B200")
+    report = Cluster(**SPEC).check()
+    assert report.ok, str(report)
+    assert not [i for i in report.items if i.verdict == "unknown"]
+    # On demand reads GPUS-PER-GPU-FAMILY; GPUS-ALL-REGIONS on top of both.
+    gcp.quotas.set_limit(FAMILY, 8, gpu_family="NVIDIA_B200")
+    on_demand = Cluster(**{**SPEC, "spot": False}).check()
+    assert [p.what for p in on_demand.problems] == [f"{FAMILY} [NVIDIA_B200, us-east1] covers 16 GPUs (2 nodes × 8) "
+                                                   "for on-demand"]
+    gcp.quotas.set_limit(ALL_REGIONS, 12)
+    (global_cap,) = Cluster(**SPEC).check().problems
+    assert global_cap.what == f"{ALL_REGIONS} covers 16 GPUs"
+    assert f"raise {ALL_REGIONS} to at least 16" in global_cap.fix
+    # A project whose Cloud Quotas has no such quota: unknown, not a failure.
+    gcp.quotas.drop(PREEMPTIBLE)
+    gcp.quotas.drop(ALL_REGIONS)
     unknown = Cluster(**SPEC).check()
     assert unknown.ok
-    assert unknown.items[-1].verdict == "unknown"
+    assert [i.verdict for i in unknown.items if "GPUS" in i.what] == ["unknown", "unknown"]
+
+
+def test_cloud_quotas_refused_is_unknown_and_says_how_to_enable_it(gcp: FakeGCP) -> None:
+    gcp.faults.fail_call("cloudquotas.GetQuotaInfo", grpc.StatusCode.PERMISSION_DENIED, times=2,
+                         message="Cloud Quotas API has not been used in project my-project (SERVICE_DISABLED)")
+    report = Cluster(**SPEC).check()
+    assert report.ok
+    family = next(i for i in report.items if i.what.startswith(PREEMPTIBLE))
+    assert family.verdict == "unknown"
+    assert "gcloud services enable cloudquotas.googleapis.com" in family.fix
+
+
+def test_legacy_gpu_types_use_compute_region_quotas_and_spot_falls_back_to_on_demand(gcp: FakeGCP) -> None:
+    gcp.catalog.drop_quota("us-east1", "PREEMPTIBLE_NVIDIA_L4_GPUS")
+    gcp.catalog.set_quota("us-east1", "NVIDIA_L4_GPUS", limit=8)
+    (problem,) = Cluster(**L4).check().problems
+    assert problem.what.startswith("NVIDIA_L4_GPUS quota in us-east1 covers 16 GPUs")
+    assert "raise NVIDIA_L4_GPUS in us-east1 to at least 16" in problem.fix
+    assert Cluster(**{**L4, "spot": False}).check().problems[0].what.startswith("NVIDIA_L4_GPUS")
+    gcp.catalog.drop_quota("us-east1", "NVIDIA_L4_GPUS")
+    unknown = Cluster(**L4).check()
+    assert unknown.ok
+    assert next(i for i in unknown.items if "L4" in i.what).verdict == "unknown"
+
+
+def test_a_reservation_is_looked_up_instead_of_the_gpu_quota(gcp: FakeGCP) -> None:
+    gcp.quotas.set_limit(FAMILY, 0)
+    reserved = {**SPEC, "spot": False, "reservation": "my-a4-reservation"}
+    missing = Cluster(**reserved).check()
+    assert [p.what for p in missing.problems] == ["reservation my-a4-reservation in us-east1-b holds 2 × a4-highgpu-8g"]
+    assert "there is no reservation my-a4-reservation in projects/my-project/zones/us-east1-b" in missing.problems[0].detail
+    gcp.reservations.add("my-project", "us-east1-b", "my-a4-reservation", "a4-highgpu-8g", count=4, in_use=3)
+    short = Cluster(**reserved).check()
+    assert short.problems[0].detail == "1 of 4 free"
+    assert "--vm-count=5" in short.problems[0].fix
+    gcp.reservations.add("my-project", "us-east1-b", "my-a4-reservation", "a4-highgpu-8g", count=4, in_use=1)
+    gcp.reservations.add("my-project", "us-east1-c", "elsewhere", "a4-highgpu-8g", count=2)
+    ok = Cluster(**reserved).check()
+    assert ok.ok, str(ok)
+    assert not any(i.what.startswith(FAMILY) for i in ok.items)  # no GPU quota asked for a reservation
+    visible = next(i for i in ok.items if i.what.startswith("reservations of a4-highgpu-8g"))
+    assert visible.detail == "my-a4-reservation in us-east1-b: 3 of 4 free"   # the candidate zones only
+
+
+def test_lustre_capacity_quota_per_zone_and_tier(gcp: FakeGCP) -> None:
+    from rl_lustre.testing._cloudquotas import LUSTRE_CAPACITY_QUOTA
+
+    volume = LustreVolume(name="v", capacity_gib=36000, throughput_mbps_per_tib=500)
+    gcp.quotas.set_limit(LUSTRE_CAPACITY_QUOTA, 18000, zone="us-east1-b", throughput="500")
+    gcp.quotas.set_limit(LUSTRE_CAPACITY_QUOTA, 72000, zone="us-east1-b", throughput="1000")
+    (problem,) = Cluster(**SPEC, volume=volume).check().problems
+    assert problem.what == "Managed Lustre capacity quota in us-east1-b (500 MB/s per TiB) covers 36000 GiB"
+    assert "--service=lustre.googleapis.com" in problem.fix
+    assert "zone=us-east1-b,throughput=500" in problem.fix
+    faster = LustreVolume(name="v", capacity_gib=36000, throughput_mbps_per_tib=1000)
+    assert Cluster(**SPEC, volume=faster).check().ok
 
 
 def test_an_existing_volume_needs_no_lustre_location(gcp: FakeGCP) -> None:
@@ -86,12 +166,12 @@ def test_an_existing_volume_needs_no_lustre_location(gcp: FakeGCP) -> None:
 
 
 def test_up_checks_first_and_creates_nothing_when_the_check_fails(gcp: FakeGCP) -> None:
-    gcp.catalog.set_quota("us-east1", "PREEMPTIBLE_NVIDIA_B200_GPUS", limit=8)
+    gcp.quotas.set_limit(PREEMPTIBLE, 8, region="us-east1", gpu_family="NVIDIA_B200")
     before = len(gcp.requests)
     with pytest.raises(CapacityError, match="nothing was created") as caught:
         Cluster(**SPEC).up()
     assert isinstance(caught.value, QuotaExceededError)
-    assert "raise PREEMPTIBLE_NVIDIA_B200_GPUS in us-east1 to at least 16" in str(caught.value)
+    assert f"raise {PREEMPTIBLE} (region=us-east1, gpu_family=NVIDIA_B200) to at least 16" in str(caught.value)
     assert not caught.value.report.ok
     assert {r.method for r in gcp.requests[before:]} <= READ_ONLY
     assert gcp.leaked() == []
@@ -157,4 +237,4 @@ def test_the_server_has_the_last_word_over_a_zone_rl_lustre_lists(gcp: FakeGCP) 
     assert [p.what for p in report.problems] == ["zone us-east1-d exists"]
     # The zone's own questions are not asked of a zone that does not exist; the region's quota is.
     assert not any("offers" in i.what or "Lustre" in i.what for i in report.items)
-    assert any("quota" in i.what for i in report.items)
+    assert any(i.what.startswith(PREEMPTIBLE) for i in report.items)

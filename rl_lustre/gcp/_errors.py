@@ -202,7 +202,8 @@ def _kind(exc: BaseException) -> str:
     if isinstance(exc, gexc.BadRequest) and _BUSY.search(text):
         return "busy"
     if isinstance(exc, (gexc.PermissionDenied, gexc.Forbidden)):
-        return "quota" if _QUOTA.search(text) else "permission"
+        # "Cloud Quotas API has not been used in project ..." is an API to enable, not a quota.
+        return "quota" if _QUOTA.search(text) and not _SERVICE_DISABLED.search(text) else "permission"
     if isinstance(exc, (gexc.Unauthenticated, gexc.Unauthorized)):
         return "unauthenticated"
     if isinstance(exc, gexc.NotFound):

@@ -6,6 +6,9 @@ what a region's quotas allow.
   ``google-cloud-compute`` client): does the zone offer the machine and GPU type?
 - Managed Lustre's ``ListLocations`` (the ``google-cloud-lustre`` client's location
   mixin): does Managed Lustre run in the zone?
+- Compute ``zones.list`` (a region's zones), ``machineTypes.aggregatedList`` and
+  ``acceleratorTypes.aggregatedList`` filtered by name (the zones offering a type), and
+  ``reservations.aggregatedList`` / ``reservations.get`` (the reservations the project sees);
 - Compute ``regions.get``, read as plain JSON: the region's quotas, ``metric`` →
   ``limit`` and ``usage``. Plain JSON because the client library's ``Quota.Metric`` enum
   predates the newer GPU families (no ``NVIDIA_B200_GPUS``); it would drop those entries.
@@ -24,7 +27,7 @@ from ..errors import NotFoundError
 from . import _clients
 from ._errors import Api, Call, RetryPolicy, call
 
-__all__ = ["COMPUTE_URL", "Capacity", "Quota"]
+__all__ = ["COMPUTE_URL", "Capacity", "Quota", "Reservation"]
 
 logger = logging.getLogger("rl_lustre.gcp.capacity")
 
@@ -45,6 +48,45 @@ class Quota:
     def free(self) -> float:
         """``limit - usage``, never below 0."""
         return max(0.0, self.limit - self.usage)
+
+
+@attrs.frozen
+class Reservation:
+    """A specific reservation of VMs the project can see.
+
+    Attributes:
+        path: ``projects/P/zones/Z/reservations/NAME``.
+        zone: its zone.
+        machine_type: the machine type it holds.
+        count: VMs reserved.
+        in_use: VMs consuming it now.
+        specific_required: only VMs that name it may consume it.
+        shared: the projects it is shared with (``()``: local to its project).
+    """
+
+    path: str
+    zone: str
+    machine_type: str
+    count: int
+    in_use: int
+    specific_required: bool = True
+    shared: tuple[str, ...] = ()
+
+    @property
+    def free(self) -> int:
+        return max(0, self.count - self.in_use)
+
+
+def _reservation(project: str, res: Any) -> Reservation:
+    zone = str(res.zone).rsplit("/", 1)[-1]
+    specific = res.specific_reservation
+    share = res.share_settings
+    return Reservation(
+        path=f"projects/{project}/zones/{zone}/reservations/{res.name}", zone=zone,
+        machine_type=str(specific.instance_properties.machine_type).rsplit("/", 1)[-1],
+        count=int(specific.count), in_use=int(specific.in_use_count),
+        specific_required=bool(res.specific_reservation_required),
+        shared=tuple(sorted(share.project_map.keys())) if share else ())
 
 
 class Capacity:
@@ -112,3 +154,58 @@ class Capacity:
             q["metric"]: Quota(q["metric"], float(q.get("limit", 0)), float(q.get("usage", 0)))
             for q in body.get("quotas", []) if "metric" in q
         }
+
+    def region_zone_names(self, project: str, region: str) -> list[str]:
+        """The zones Compute Engine has in ``region`` (``zones.list``), in name order."""
+        from google.cloud import compute_v1
+
+        client = _clients.compute(compute_v1.ZonesClient)
+
+        def fetch() -> list[str]:
+            return sorted(z.name for z in client.list(request={"project": project, "filter": f'region eq ".*/regions/{region}"'}))
+
+        return call(Call(COMPUTE_VIEW, "list", f"zones of {region} in projects/{project}"), fetch, policy=self._retry)
+
+    def zones_offering(self, project: str, kind: str, name: str) -> set[str]:
+        """The zones offering the machine type (``kind="machine"``) or GPU type (``"accelerator"``)
+        ``name``, from one ``aggregatedList`` filtered by name."""
+        from google.cloud import compute_v1
+
+        client_cls: type[Any] = (compute_v1.MachineTypesClient if kind == "machine"
+                                 else compute_v1.AcceleratorTypesClient)
+        field = "machine_types" if kind == "machine" else "accelerator_types"
+        client = _clients.compute(client_cls)
+
+        def fetch() -> set[str]:
+            found: set[str] = set()
+            for scope, scoped in client.aggregated_list(request={"project": project, "filter": f"name eq {name}"}):
+                if any(t.name == name for t in getattr(scoped, field)):
+                    found.add(scope.removeprefix("zones/"))
+            return found
+
+        what = f"zones offering {'machine type' if kind == 'machine' else 'GPU type'} {name} in projects/{project}"
+        return call(Call(COMPUTE_VIEW, "list", what), fetch, policy=self._retry)
+
+    def reservations(self, project: str) -> list[Reservation]:
+        """The reservations of ``project``, every zone (``reservations.aggregatedList``)."""
+        from google.cloud import compute_v1
+
+        client = _clients.compute(compute_v1.ReservationsClient)
+
+        def fetch() -> list[Reservation]:
+            return [_reservation(project, r) for _, scoped in client.aggregated_list(request={"project": project})
+                    for r in scoped.reservations]
+
+        return call(Call(COMPUTE_VIEW, "list", f"reservations of projects/{project}"), fetch, policy=self._retry)
+
+    def reservation(self, project: str, zone: str, name: str) -> Reservation | None:
+        """The reservation ``name`` of ``project`` in ``zone`` (another project's, if shared); None if absent."""
+        from google.cloud import compute_v1
+
+        client = _clients.compute(compute_v1.ReservationsClient)
+        try:
+            res = call(Call(COMPUTE_VIEW, "get", f"reservation projects/{project}/zones/{zone}/reservations/{name}"),
+                       client.get, policy=self._retry, project=project, zone=zone, reservation=name)
+        except NotFoundError:
+            return None
+        return _reservation(project, res)

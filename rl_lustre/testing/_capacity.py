@@ -13,12 +13,14 @@ that passes elsewhere passes here. Tests narrow that down with :meth:`Catalog.wi
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from google.cloud.location import locations_pb2
 
 from ..catalog import ZONES, known_zones
 from ._core import Core, FakeError
+from ._filters import compute_filter
 
 __all__ = ["DEFAULT_LUSTRE_ZONES", "DEFAULT_QUOTA", "DEFAULT_ZONES", "Catalog"]
 
@@ -33,6 +35,8 @@ DEFAULT_LUSTRE_ZONES = frozenset(
 )
 # The zones Compute Engine has, unless a test adds or retires some: those of rl_lustre's list.
 DEFAULT_ZONES = frozenset(f"{region}-{suffix}" for region, suffixes in ZONES.items() for suffix in suffixes)
+# The type a name filter asks for ("name = X", "(name = X)", "name eq X").
+_FILTER_NAME = re.compile(r"""name\s*(?:=|eq)\s*["']?([a-z0-9-]+)""")
 _GPU_METRICS = ("NVIDIA_B200_GPUS", "PREEMPTIBLE_NVIDIA_B200_GPUS", "NVIDIA_H100_GPUS",
                 "PREEMPTIBLE_NVIDIA_H100_GPUS", "NVIDIA_H200_GPUS", "PREEMPTIBLE_NVIDIA_H200_GPUS",
                 "NVIDIA_L4_GPUS", "PREEMPTIBLE_NVIDIA_L4_GPUS", "CPUS", "N2_CPUS")
@@ -136,3 +140,42 @@ class Catalog:
         return locations_pb2.ListLocationsResponse(locations=[
             locations_pb2.Location(name=f"projects/{project}/locations/{z}", location_id=z) for z in sorted(zones)
         ])
+
+    # -- lists: the zones of a region and what each offers (zone discovery) --------------
+
+    def zone_list(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
+        wanted = compute_filter(q.get("filter", ""))
+        items = [self.zone_get({**p, "zone": z}, q, body) for z in sorted(self._zones)]
+        items = [z for z in items if wanted(z)]
+        return {"kind": "compute#zoneList", "id": f"projects/{p['project']}/zones", "items": items,
+                "selfLink": f"projects/{p['project']}/zones"}
+
+    def machine_types_aggregated(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
+        return self._aggregated("machineTypes", p, q, {"guestCpus": 224, "isSharedCpu": False})
+
+    def accelerator_types_aggregated(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
+        return self._aggregated("acceleratorTypes", p, q, {"maximumCardsPerInstance": 8})
+
+    def _aggregated(self, kind: str, p: dict[str, str], q: dict[str, str], extra: dict[str, Any]) -> dict[str, Any]:
+        # Every zone offers every type the filter names (or the ones rl_lustre knows, without
+        # a name filter), unless withdrawn: as generous as the gets.
+        from ..catalog import GPU_MACHINE_TYPES, HEAD_MACHINE_TYPE
+
+        wanted = compute_filter(q.get("filter", ""))
+        names = ({m.name for m in GPU_MACHINE_TYPES.values()} | {HEAD_MACHINE_TYPE} if kind == "machineTypes"
+                 else {m.accelerator for m in GPU_MACHINE_TYPES.values()})
+        named = _FILTER_NAME.search(q.get("filter", ""))
+        if named:
+            names.add(named.group(1))
+        items: dict[str, Any] = {}
+        for zone in sorted(self._zones):
+            found = [{"kind": f"compute#{kind[:-1]}", "name": n, "zone": zone,
+                      "selfLink": f"projects/{p['project']}/zones/{zone}/{kind}/{n}", **extra}
+                     for n in sorted(names) if (zone, n) not in self._withdrawn]
+            found = [r for r in found if wanted(r)]
+            items[f"zones/{zone}"] = ({kind: found} if found else
+                                      {"warning": {"code": "NO_RESULTS_ON_PAGE",
+                                                   "message": "There are no results for scope "
+                                                              f"'zones/{zone}' on this page."}})
+        return {"kind": f"compute#{kind[:-1]}AggregatedList", "id": f"projects/{p['project']}/aggregated/{kind}",
+                "items": items, "selfLink": f"projects/{p['project']}/aggregated/{kind}"}

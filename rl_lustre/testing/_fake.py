@@ -20,6 +20,7 @@ from ..catalog import (
 from ..gcp import _clients
 from ..gcp._ownership import describe_ownership, labels_from_description
 from ._capacity import Catalog
+from ._cloudquotas import QuotasFake
 from ._compute_vm import ComputeVmFake, PreloadKnobs
 from ._core import Core, Faults, RequestRecord, project_number
 from ._gke import GkeFake
@@ -27,6 +28,7 @@ from ._grpc import GrpcServer
 from ._lustre import LustreFake
 from ._monitoring import MonitoringFake
 from ._registry import RegistryFake
+from ._reservations import ReservationsFake
 from ._rest import RestFake
 from ._stock import Stock
 
@@ -52,7 +54,8 @@ class FakeGCP:
     """Stateful fakes of the Google APIs rl_lustre uses, speaking their real protocols.
 
     One gRPC server on loopback hosts ``google.cloud.lustre.v1.Lustre``,
-    ``google.longrunning.Operations`` and ``google.container.v1.ClusterManager``; one
+    ``google.longrunning.Operations``, ``google.container.v1.ClusterManager`` and
+    ``google.api.cloudquotas.v1.CloudQuotas``; one
     HTTP server hosts the Compute Engine and Service Networking calls, another the
     container registries (:mod:`rl_lustre.testing._registry`). Entering the context starts
     them and points ``RL_LUSTRE_GCP_EMULATOR_HOST``, ``RL_LUSTRE_GCP_REST_EMULATOR`` and
@@ -135,9 +138,14 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         self._lustre.register(self._grpc)
         self._gke.register(self._grpc)
         self._monitoring.register(self._grpc)
+        self._quotas = QuotasFake(self._core)
+        self._quotas.register(self._grpc)
         self._rest = RestFake(self._core)
         self._catalog = Catalog(self._core)
         self._register_catalog()
+        self._reservations = ReservationsFake(self._core)
+        for verb, path, method, fn in self._reservations.routes():
+            self._rest.add_route(verb, path, method, fn)
         self._registry = RegistryFake(self._core)
         self._compute_vm = ComputeVmFake(self._core, self._rest.compute, self._registry.compressed_bytes)
         for verb, path, method, fn in self._compute_vm.routes():
@@ -195,6 +203,12 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
                              cat.accelerator_type_get)
         self._rest.add_route("GET", "/compute/v1/projects/(?P<project>[^/]+)/regions/(?P<region>[^/]+)",
                              "compute.regions.get", cat.region_get)
+        project = "/compute/v1/projects/(?P<project>[^/]+)"
+        self._rest.add_route("GET", project + "/zones", "compute.zones.list", cat.zone_list)
+        self._rest.add_route("GET", project + "/aggregated/machineTypes", "compute.machineTypes.aggregatedList",
+                             cat.machine_types_aggregated)
+        self._rest.add_route("GET", project + "/aggregated/acceleratorTypes",
+                             "compute.acceleratorTypes.aggregatedList", cat.accelerator_types_aggregated)
         self._grpc.add("google.cloud.location.Locations", "ListLocations", "lustre.ListLocations",
                        cat.list_locations, locations_pb2.ListLocationsRequest, locations_pb2.ListLocationsResponse)
 
@@ -229,6 +243,18 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         finally:
             self._core.lock.release()
         return state, message, nodes
+
+    @property
+    def quotas(self) -> QuotasFake:
+        """The Cloud Quotas API's limits (GPUs per family and region, GPUs in all regions,
+        Managed Lustre capacity per zone and tier); generous by default, narrowed with
+        ``set_limit`` and ``drop``."""
+        return self._quotas
+
+    @property
+    def reservations(self) -> ReservationsFake:
+        """Compute Engine reservations (none by default): ``add``."""
+        return self._reservations
 
     @property
     def registry(self) -> RegistryFake:
