@@ -156,6 +156,9 @@ LUSTRE_TIERS: dict[int, LustreTier] = {
 FABRIC_MTU = 8896
 # The Lustre CSI driver reaches Managed Lustre on port 988 from this GKE version on.
 LUSTRE_PORT_988_MIN_GKE = "1.33.2-gke.4780000"
+# From this GKE version the Lustre CSI driver uses every suitable NIC of a node by default
+# (multi-NIC) and wants all standard NICs in one VPC (the addon's disable_multi_nic turns it off).
+LUSTRE_MULTI_NIC_MIN_GKE = "1.35.2-gke.1842000"
 
 
 def rdma_machine_types() -> list[str]:

@@ -48,7 +48,7 @@ def lanes(cluster: ClusterSpec) -> list[tuple[str, str | None]]:
 
     Examples:
         >>> from rl_lustre.spec import ClusterSpec
-        >>> lanes(ClusterSpec(name="d", project="p", region="us-east1", zone="us-east1-b"))
+        >>> lanes(ClusterSpec(name="d", project="my-project", region="us-east1", zone="us-east1-b"))
         [('spot', None)]
     """
     policy = getattr(cluster, "capacity", None)

@@ -69,6 +69,12 @@ def test_cluster_request_settings() -> None:
     assert addons.lustre_csi_driver_config.enabled
     assert not addons.lustre_csi_driver_config.enable_legacy_lustre_port
     assert addons.ray_operator_config.enabled
+    # Multi-NIC off on the RDMA fabric (eth1 is on a second gVNIC VPC without a route to
+    # Lustre); the driver's default (on) where the node has one standard NIC.
+    rdma = cluster_request(attrs.evolve(BASE, fabric="rdma").plan())
+    assert rdma.addons_config.lustre_csi_driver_config.disable_multi_nic
+    tcp = cluster_request(attrs.evolve(BASE, fabric="tcp").plan())
+    assert not tcp.addons_config.lustre_csi_driver_config.disable_multi_nic
     man = req.master_authorized_networks_config
     assert man.enabled
     assert not man.gcp_public_cidrs_access_enabled

@@ -47,6 +47,26 @@ RELEASE_CHANNEL = "REGULAR"
 MAINTENANCE_EXCLUSION_NAME = "rl-lustre-no-node-recreation"
 
 
+def lustre_nic_settings(cluster: ClusterSpec) -> dict[str, bool]:
+    """The Lustre CSI driver's NIC setting: multi-NIC off on the RDMA fabric.
+
+    From GKE 1.35.2-gke.1842000 (``catalog.LUSTRE_MULTI_NIC_MIN_GKE``) the driver configures every suitable NIC of a node
+    for Lustre and expects all standard NICs in one VPC; ``fabric="rdma"`` puts eth1 on a
+    second gVNIC VPC (the A4 blueprint's GPU network), which has no route to the Lustre
+    instance (reached through the primary VPC's private services access). So the driver
+    keeps to eth0 there; the RoCE NICs are not standard NICs and carry NCCL, not Lustre.
+
+    Examples:
+        >>> from rl_lustre.spec import ClusterSpec
+        >>> lustre_nic_settings(ClusterSpec(name="d", project="my-project", region="us-east1", zone="us-east1-b"))
+        {'disable_multi_nic': True}
+        >>> lustre_nic_settings(ClusterSpec(name="d", project="my-project", region="us-east1", zone="us-east1-b",
+        ...                                 fabric="tcp"))
+        {}
+    """
+    return {"disable_multi_nic": True} if cluster.fabric == "rdma" else {}
+
+
 def gke_plan(cluster: ClusterSpec) -> Plan:
     assert cluster.volume is not None
     assert cluster.project is not None
@@ -160,7 +180,8 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
                 "subnetwork": subnet,
                 "ip_allocation_policy": ip_allocation,
                 "addons": {
-                    "lustre_csi_driver_config": {"enabled": True, "enable_legacy_lustre_port": False},
+                    "lustre_csi_driver_config": {"enabled": True, "enable_legacy_lustre_port": False,
+                                                 **lustre_nic_settings(cluster)},
                     "ray_operator_config": {"enabled": True},
                 },
                 "master_authorized_networks": {"enabled": True, "cidr_blocks": blocks, "public_access": public},
