@@ -311,11 +311,14 @@ class MachinePrice:
         spot: the Spot rate (Spot prices move, at most once a day).
         reserved: the rate of a VM consuming a reservation; None bills it on demand,
             as Google does for reservations without a committed use discount.
+        flex_start: the Dynamic Workload Scheduler flex-start rate; None where none is
+            recorded (the cost then shows the on-demand rate, and says so).
     """
 
     on_demand: float
     spot: float
     reserved: float | None = None
+    flex_start: float | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -360,7 +363,9 @@ PRICES = PriceTable(
     same_price_regions=frozenset({"us-central1", "us-east1", "us-east4", "us-east5", "us-south1", "us-west1",
                                   "us-west4"}),
     machines={
-        "a4-highgpu-8g": MachinePrice(on_demand=101.15, spot=37.00),
+        # flex-start: the "DWS Flex-start" column of Google's accelerator-optimized price list
+        # (us-central1), $64.44 per VM-hour, as recorded on FLEX_START_AS_OF (sources["flex_start"]).
+        "a4-highgpu-8g": MachinePrice(on_demand=101.15, spot=37.00, flex_start=64.44),
         "a3-ultragpu-8g": MachinePrice(on_demand=84.81, spot=30.70),
         "a3-megagpu-8g": MachinePrice(on_demand=88.25, spot=25.60),
         "a3-highgpu-8g": MachinePrice(on_demand=88.49, spot=21.50),
@@ -409,8 +414,13 @@ PRICES = PriceTable(
         "images_and_disks": "https://cloud.google.com/compute/disks-image-pricing",
         "cloud_storage": "https://cloud.google.com/storage/pricing (Standard storage; read 2026-12-02 on "
                          "https://cloud.google.com/storage/pricing-examples)",
+        "flex_start": "https://cloud.google.com/products/compute/pricing/accelerator-optimized (DWS Flex-start)",
     },
 )
+# When the flex-start rates above were recorded: the A4 rate as a public price tracker read
+# Google's list on this date (the project's own stored copies of the page stop before the
+# table); no other machine's flex-start rate is recorded. Check the page before budgeting.
+FLEX_START_AS_OF = "2026-07-28"
 
 
 # Compute Engine zones by region, as the public list showed them on ZONES_AS_OF

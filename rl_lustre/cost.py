@@ -6,7 +6,8 @@
 Every price is a list price recorded on ``catalog.PRICES.as_of``; :class:`Prices` overrides
 any of them and applies your discounts (committed use, negotiated, reservations).
 
-Priced: the GPU node pool (Spot, reserved or on-demand), the CPU pool of the Ray head,
+Priced: the GPU node pool (Spot, flex-start, reserved or on-demand; :func:`lane_item` prices
+each lane of a capacity policy), the CPU pool of the Ray head,
 Managed Lustre by tier and GiB, GKE's cluster management fee, and the preload disk image
 (its storage, which outlives ``down()``, and the GPU nodes' secondary boot disks), and the
 warm-start export's Cloud Storage (``Cluster.warm_start``; also kept after ``down()``). Networking
@@ -38,9 +39,10 @@ from .errors import ConfigError
 
 if TYPE_CHECKING:
     from .plan.graph import Plan
+    from .spec import ClusterSpec
 
-__all__ = ["Cost", "CostItem", "Prices", "plan_cost", "preload_image_item", "secondary_disks_item",
-           "warm_start_item"]
+__all__ = ["Cost", "CostItem", "Prices", "lane_item", "plan_cost", "preload_image_item",
+           "secondary_disks_item", "warm_start_item"]
 
 Provisioning = str  # "Spot", "reserved" or "on-demand", as the plan's node pools say
 
@@ -53,7 +55,7 @@ def _fraction(instance: Any, attribute: attrs.Attribute[Any], value: float) -> N
 def _rates(instance: Any, attribute: attrs.Attribute[Any], value: Mapping[Any, Any]) -> None:
     for key, rate in value.items():
         if isinstance(rate, MachinePrice):
-            numbers = [rate.on_demand, rate.spot] + ([rate.reserved] if rate.reserved is not None else [])
+            numbers = [rate.on_demand, rate.spot] + [r for r in (rate.reserved, rate.flex_start) if r is not None]
         else:
             numbers = [rate]
         for n in numbers:
@@ -123,7 +125,7 @@ class Prices:
             lustre = {int(tier): rate for tier, rate in data.get("lustre_gib_month", {}).items()}
         except (TypeError, ValueError, AttributeError) as exc:
             raise ConfigError("Prices", "file", str(path),
-                              f"machines must map a machine type to {{on_demand, spot[, reserved]}} and "
+                              f"machines must map a machine type to {{on_demand, spot[, reserved, flex_start]}} and "
                               f"lustre_gib_month a tier to a price ({exc})") from exc
         rest = {k: data[k] for k in ("compute_discount", "spot_discount", "lustre_discount") if k in data}
         return cls(machines=machines, lustre_gib_month=lustre, **rest)
@@ -136,13 +138,21 @@ class Prices:
             (37.0, '')
             >>> Prices().machine_rate("a4-highgpu-8g", "Spot", "europe-west4")[1]
             "no price recorded for europe-west4; us-central1's list price used"
+            >>> Prices().machine_rate("a4-highgpu-8g", "flex-start", "us-east1")
+            (64.44, '')
+            >>> Prices().machine_rate("a3-highgpu-8g", "flex-start", "us-east1")[1][:32]
+            'no flex-start rate recorded: the'
         """
         if machine_type in self.machines:
             price = self.machines[machine_type]
-            return _pick(price, provisioning), ""
+            return _pick(price, provisioning), _flex_note(price, provisioning)
         price_or_none = self.table.machines.get(machine_type)
         if price_or_none is None:
             return None, f"no price for machine type {machine_type}; pass Prices(machines={{...}})"
+        flex = _flex_note(price_or_none, provisioning)
+        if flex:
+            rate = price_or_none.on_demand * (1 - self.compute_discount)
+            return round(rate, 6), "; ".join(n for n in (flex, self._region_note(region)) if n)
         if provisioning == "Spot":
             rate = price_or_none.spot * (1 - self.spot_discount)
         else:
@@ -169,7 +179,16 @@ class Prices:
         return f"no price recorded for {region}; {self.table.region}'s list price used"
 
 
+def _flex_note(price: MachinePrice, provisioning: Provisioning) -> str:
+    if provisioning == "flex-start" and price.flex_start is None:
+        return ("no flex-start rate recorded: the on-demand rate is shown (Google lists flex-start at a discount; "
+                "pass Prices(machines={...: MachinePrice(..., flex_start=...)}))")
+    return ""
+
+
 def _pick(price: MachinePrice, provisioning: Provisioning) -> float:
+    if provisioning == "flex-start":
+        return price.flex_start if price.flex_start is not None else price.on_demand
     if provisioning == "Spot":
         return price.spot
     if provisioning == "reserved" and price.reserved is not None:
@@ -312,6 +331,23 @@ def node_pool_item(key: str, name: str, machine_type: str, nodes: int, provision
                     unit="node", unit_usd_per_hour=rate, note=note)
 
 
+def lane_item(spec: ClusterSpec, provisioning: Provisioning, *, zone: str | None = None,
+              prices: Prices | None = None) -> CostItem:
+    """What the GPU pool costs per hour on one lane of the capacity policy, for ``plan()`` to
+    show beside each attempt; ``provisioning`` as the lane's pool names it
+    (``plan.capacity.PROVISIONING[kind]``: ``"Spot"``, ``"flex-start"``, ``"reserved"``,
+    ``"on-demand"``).
+
+    Examples:
+        >>> from rl_lustre import Cluster
+        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=8)
+        >>> [(p, lane_item(c, p).usd_per_hour) for p in ("Spot", "flex-start", "on-demand")]
+        [('Spot', 296.0), ('flex-start', 515.52), ('on-demand', 809.2)]
+    """
+    return node_pool_item("gpu-pool", f"{provisioning} in {zone or spec.zone}", spec.machine_type, spec.num_nodes,
+                          provisioning, str(spec.region), prices or Prices())
+
+
 def lustre_item(key: str, name: str, capacity_gib: int, tier: int, prices: Prices, *, counted: bool = True) -> CostItem:
     """The cost of a Managed Lustre instance of ``capacity_gib`` at ``tier`` MB/s per TiB.
 
@@ -426,7 +462,9 @@ def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
         if key in plan:
             node = plan.get(key)
             s = node.settings
-            items.append(node_pool_item(key, node.name, s["machine_type"], s["node_count"], s["provisioning"],
+            # A pool that autoscales from 0 (flex-start) is priced at the nodes it runs once granted.
+            nodes = s.get("autoscaling", {}).get("total_max_node_count") or s["node_count"]
+            items.append(node_pool_item(key, node.name, s["machine_type"], nodes, s["provisioning"],
                                         plan.region, prices))
     if "lustre" in plan:
         node = plan.get("lustre")

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from click.testing import CliRunner
 
-from rl_lustre import Cluster, LustreVolume
+from rl_lustre import Capacity, Cluster, LustreVolume
 from rl_lustre.check import quota_metric
 from rl_lustre.cli._app import cli
 from rl_lustre.errors import CapacityError, QuotaExceededError
@@ -238,3 +238,47 @@ def test_the_server_has_the_last_word_over_a_zone_rl_lustre_lists(gcp: FakeGCP) 
     # The zone's own questions are not asked of a zone that does not exist; the region's quota is.
     assert not any("offers" in i.what or "Lustre" in i.what for i in report.items)
     assert any(i.what.startswith(PREEMPTIBLE) for i in report.items)
+
+
+def test_quota_per_capacity_kind_of_the_policy_and_a_short_lane_is_not_a_failure(gcp: FakeGCP) -> None:
+    policy = {**SPEC, "capacity": ("spot", "flex-start", "on-demand")}
+    gcp.quotas.set_limit(PREEMPTIBLE, 0, region="us-east1", gpu_family="NVIDIA_B200")
+    report = Cluster(**policy).check()
+    assert report.ok, str(report)   # on-demand still can: up() tries it after the others
+    by_id = {i.what.split(" ")[0]: i for i in report.items if "GPUS" in i.what}
+    assert by_id[PREEMPTIBLE].what.endswith("for spot, flex-start")   # flex-start consumes preemptible quota
+    assert by_id[PREEMPTIBLE].verdict == "unknown"
+    assert "up() has other lanes to try" in by_id[PREEMPTIBLE].detail
+    assert by_id[PREEMPTIBLE].fix.startswith(f"raise {PREEMPTIBLE}")
+    assert by_id[FAMILY].verdict == "ok"
+    assert by_id[FAMILY].what.endswith("for on-demand")
+    # Every lane short: a problem, each named with its quota.
+    gcp.quotas.set_limit(FAMILY, 8, region="us-east1", gpu_family="NVIDIA_B200")
+    assert sorted(p.what.split(" ")[0] for p in Cluster(**policy).check().problems) == [FAMILY, PREEMPTIBLE]
+
+
+def test_region_policy_checks_every_candidate_zone_and_its_reservations(gcp: FakeGCP) -> None:
+    gcp.catalog.withdraw("us-east1-d", "nvidia-b200")
+    gcp.reservations.add("my-project", "us-east1-c", "a4-c", "a4-highgpu-8g", count=2)
+    gcp.reservations.add("my-project", "us-east1-d", "a4-d", "a4-highgpu-8g", count=2)
+    gcp.reservations.add("my-project", "us-east1-b", "h200", "a3-ultragpu-8g", count=2)
+    report = Cluster(**SPEC, capacity_zones="region").check()
+    assert report.ok, str(report)
+    zones = next(i for i in report.items if i.what.startswith("zones of us-east1 offering"))
+    assert zones.detail == "candidates us-east1-b, us-east1-c; us-east1-d lacks the GPU type"
+    visible = next(i for i in report.items if i.what.startswith("reservations of a4-highgpu-8g"))
+    assert visible.what == "reservations of a4-highgpu-8g in us-east1-b, us-east1-c"
+    assert visible.detail == "a4-c in us-east1-c: 2 of 2 free"
+
+
+def test_a_reservation_shared_from_another_project_is_looked_up_there(gcp: FakeGCP) -> None:
+    gcp.reservations.add("other-project", "us-east1-b", "shared", "a4-highgpu-8g", count=2,
+                         shared_with=["my-project"])
+    spec = {**SPEC, "capacity": (Capacity("reservation", reservation="projects/other-project/reservations/shared"),)}
+    report = Cluster(**spec).check()
+    assert report.ok, str(report)
+    assert "reservation projects/other-project/reservations/shared in us-east1-b holds 2 × a4-highgpu-8g" in str(report)
+    missing = {**SPEC, "capacity": (Capacity("reservation", reservation="projects/other-project/reservations/gone"),
+                                    "spot")}
+    # The reservation lane fails, Spot may pass: unknown, not a problem.
+    assert Cluster(**missing).check().ok

@@ -153,3 +153,30 @@ def test_a_run_reports_the_deployments_cost_while_it_ran() -> None:
     jobs.record = JobInfo("j", "PENDING")
     assert run.cost_so_far() == 0.0
     assert Run(jobs, "j").cost_so_far() is None  # type: ignore[arg-type]
+
+
+def test_flex_start_is_priced_at_its_own_dated_rate_or_says_it_is_not_recorded() -> None:
+    from rl_lustre.catalog import FLEX_START_AS_OF
+    from rl_lustre.cost import lane_item
+
+    assert FLEX_START_AS_OF and "flex_start" in PRICES.sources
+    flex = attrs.evolve(BASE, capacity=("flex-start", "spot"))
+    cost = flex.plan().cost()
+    gpu = cost.get("gpu-pool")
+    a4 = PRICES.machines["a4-highgpu-8g"]
+    assert a4.flex_start is not None and a4.spot < a4.flex_start < a4.on_demand
+    assert gpu.usd_per_hour == pytest.approx(BASE.num_nodes * a4.flex_start)
+    assert gpu.description.endswith("flex-start")
+    assert gpu.note == ""
+    # Each lane of a policy, priced for plan(): Spot < flex-start < on-demand for A4.
+    rates = [lane_item(BASE, p).usd_per_hour for p in ("Spot", "flex-start", "on-demand")]
+    assert rates == sorted(rates)
+    # A machine without a recorded flex-start rate: the on-demand rate, and the line says so.
+    h100 = lane_item(attrs.evolve(BASE, machine_type="a3-highgpu-8g"), "flex-start")
+    assert h100.unit_usd_per_hour == pytest.approx(PRICES.machines["a3-highgpu-8g"].on_demand)
+    assert h100.note.startswith("no flex-start rate recorded")
+    # The user's own rate wins, and is validated.
+    mine = Prices(machines={"a3-highgpu-8g": MachinePrice(on_demand=80, spot=20, flex_start=40)})
+    assert lane_item(attrs.evolve(BASE, machine_type="a3-highgpu-8g"), "flex-start", prices=mine).unit_usd_per_hour == 40
+    with pytest.raises(ConfigError, match="finite price"):
+        Prices(machines={"a4-highgpu-8g": MachinePrice(on_demand=80, spot=20, flex_start=-1)})

@@ -269,3 +269,25 @@ def test_wait_timeout_carries_the_last_operation_state() -> None:
         assert info.value.last_state == "RUNNING"
         assert isinstance(info.value, TimeoutError)
         assert "demo" in info.value.what
+
+
+def test_both_pools_run_as_the_given_node_service_account_or_gkes_default() -> None:
+    from rl_lustre.errors import ConfigError
+    from rl_lustre.gcp.container_requests import node_pool_request
+
+    email = "rl-nodes@my-project.iam.gserviceaccount.com"
+    mine = attrs.evolve(BASE, node_service_account=email).plan()
+    for key in ("cpu-pool", "gpu-pool"):
+        assert mine.get(key).settings["service_account"] == email
+        config = node_pool_request(mine, key, preload_image="projects/p/global/images/i").config
+        assert config.service_account == email
+        assert list(config.oauth_scopes) == ["https://www.googleapis.com/auth/cloud-platform"]
+    assert cluster_request(mine).node_pools[0].config.service_account == email
+    # By default: GKE's default (the project's Compute Engine default account), and the plan says so.
+    assert PLAN.get("gpu-pool").settings["service_account"] == "default"
+    assert "roles/container.defaultNodeServiceAccount" in PLAN.get("gpu-pool").settings["service_account_note"]
+    assert cluster_request(PLAN).node_pools[0].config.service_account == ""
+    for bad in ("rl-nodes", "RL@my-project.iam.gserviceaccount.com", "a@b.iam.gserviceaccount.com",
+                "rl-nodes@my-project.iam.gserviceaccount.com\n"):
+        with pytest.raises(ConfigError, match="node_service_account.*must be a service account e-mail"):
+            attrs.evolve(BASE, node_service_account=bad)

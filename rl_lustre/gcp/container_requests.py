@@ -92,6 +92,8 @@ def node_pool_request(plan: Plan, key: str, *, preload_image: str | None = None,
         oauth_scopes=SCOPES,
         resource_labels=_labels(plan, key),
     )
+    if s.get("service_account", "default") != "default":  # "default": GKE's own default, sent as nothing
+        config.service_account = s["service_account"]
     if s.get("flex_start"):
         config.flex_start = True
     if s.get("max_run_duration_seconds"):

@@ -26,9 +26,30 @@ from .preload import gpu_node_preload, preload_keys
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
-__all__ = ["GPU_TAINT", "cpu_pool", "gpu_node_settings", "gpu_pool", "gpu_pool_depends_on"]
+__all__ = ["GPU_TAINT", "cpu_pool", "gpu_node_settings", "gpu_pool", "gpu_pool_depends_on", "node_identity"]
 
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NO_SCHEDULE"}
+
+
+def node_identity(cluster: ClusterSpec) -> dict[str, Any]:
+    """Who the nodes of both pools run as: ``node_service_account``, or GKE's ``"default"``
+    (the project's Compute Engine default service account), with the cloud-platform scope
+    (what the account may do is its IAM roles' business).
+
+    Examples:
+        >>> from rl_lustre.spec import ClusterSpec
+        >>> spec = ClusterSpec(name="d", project="my-project", region="us-east1", zone="us-east1-b",
+        ...                    node_service_account="rl-nodes@my-project.iam.gserviceaccount.com")
+        >>> node_identity(spec)["service_account"]
+        'rl-nodes@my-project.iam.gserviceaccount.com'
+    """
+    if cluster.node_service_account:
+        return {"service_account": cluster.node_service_account, "oauth_scopes": ["cloud-platform"],
+                "service_account_note": "the user's own: rl_lustre never creates, changes or deletes it"}
+    return {"service_account": "default", "oauth_scopes": ["cloud-platform"],
+            "service_account_note": ("the project's Compute Engine default service account (GKE's default); "
+                                     "give node_service_account an account with "
+                                     "roles/container.defaultNodeServiceAccount instead")}
 
 
 def cpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
@@ -43,6 +64,7 @@ def cpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
             "provisioning": "on-demand",
             "spot": False,
             "hosts": ["system pods", *([] if cluster.head_on_gpu_pool else ["Ray head"])],
+            **node_identity(cluster),
             "created_with": "gke-cluster, as its initial node pool",
         },
         **created,
@@ -68,6 +90,7 @@ def gpu_node_settings(cluster: ClusterSpec) -> dict[str, Any]:
         },
         "taints": [GPU_TAINT],
         "gvnic": True,
+        **node_identity(cluster),
     }
     if known is not None:
         node["vcpus_per_node"] = known.vcpus
