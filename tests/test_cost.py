@@ -159,12 +159,14 @@ def test_flex_start_is_priced_at_its_own_dated_rate_or_says_it_is_not_recorded()
     from rl_lustre.catalog import FLEX_START_AS_OF
     from rl_lustre.cost import lane_item
 
-    assert FLEX_START_AS_OF and "flex_start" in PRICES.sources
+    assert FLEX_START_AS_OF
+    assert "flex_start" in PRICES.sources
     flex = attrs.evolve(BASE, capacity=("flex-start", "spot"))
     cost = flex.plan().cost()
     gpu = cost.get("gpu-pool")
     a4 = PRICES.machines["a4-highgpu-8g"]
-    assert a4.flex_start is not None and a4.spot < a4.flex_start < a4.on_demand
+    assert a4.flex_start is not None
+    assert a4.spot < a4.flex_start < a4.on_demand
     assert gpu.usd_per_hour == pytest.approx(BASE.num_nodes * a4.flex_start)
     assert gpu.description.endswith("flex-start")
     assert gpu.note == ""

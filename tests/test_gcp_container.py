@@ -289,5 +289,5 @@ def test_both_pools_run_as_the_given_node_service_account_or_gkes_default() -> N
     assert cluster_request(PLAN).node_pools[0].config.service_account == ""
     for bad in ("rl-nodes", "RL@my-project.iam.gserviceaccount.com", "a@b.iam.gserviceaccount.com",
                 "rl-nodes@my-project.iam.gserviceaccount.com\n"):
-        with pytest.raises(ConfigError, match="node_service_account.*must be a service account e-mail"):
+        with pytest.raises(ConfigError, match=r"node_service_account.*must be a service account e-mail"):
             attrs.evolve(BASE, node_service_account=bad)

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ..goodput.timeline import Evidence
     from ..kube.portforward import PortForward
     from ..nemo_rl.checkpoints import Checkpoint
+    from ..nemo_rl.deadline import Deadline
     from ..plan import Plan
     from ..provision.context import Apis, Context
     from ..provision.progress import Display
@@ -121,6 +122,13 @@ class GKEBackend(submission.JobsBackend):
         self._forward: PortForward | None = None
         self._jobs: JobsClient | None = None
         self._timelines: TimelineCache | None = None
+        # When the GPU nodes' capacity ends (flex-start: their arrival plus max_run_duration);
+        # set when up() is granted such a lane, None for capacity that does not end.
+        self.granted_deadline: Deadline | None = None
+
+    def capacity_deadline(self) -> Deadline | None:
+        """When the GPU nodes' capacity ends: jobs submitted now are told to save before then."""
+        return self.granted_deadline
 
     def __repr__(self) -> str:
         return f"GKEBackend({self.cluster.name!r}, gcp_only={self.gcp_only})"

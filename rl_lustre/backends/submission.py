@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from ..goodput import GoodputLedger
     from ..goodput.timeline import Evidence
     from ..nemo_rl.checkpoints import Checkpoint
+    from ..nemo_rl.deadline import Deadline
+    from ..nemo_rl.resolved import ResolvedJob
     from ..queueing.state import QueueState
     from ..ray.jobs import JobInfo, JobsClient
     from ..run import Run
@@ -86,12 +88,17 @@ class Submission:
     total_steps: int | None
 
 
-def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False) -> Submission:
+def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False, deadline: Deadline | None = None,
+            now: float | None = None) -> Submission:
     """Render and check ``job`` for ``cluster``; makes no remote call.
 
     Runs the job's preflight (a job NeMo-RL would reject fails here) and refuses any
     secret in the command, runtime env or metadata. With ``fresh``, the command first
-    moves the checkpoint directory aside (see :func:`fresh_entrypoint`).
+    moves the checkpoint directory aside (see :func:`fresh_entrypoint`). On capacity that
+    ends (``deadline``, e.g. flex-start nodes), NeMo-RL is told to save before it does
+    (:mod:`rl_lustre.nemo_rl.deadline`; ``now``: the submission time), unless the job sets
+    ``checkpointing.checkpoint_must_save_by`` itself, and a
+    :class:`~rl_lustre.errors.CapacityDeadlineWarning` says when that cannot work.
 
     Examples:
         >>> from rl_lustre import Cluster, GRPOJob
@@ -113,9 +120,12 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False) -> Submi
     if fresh and checkpoint_dir is not None:
         # Outside the supervisor: only the first attempt starts over, a recovery resumes.
         entrypoint = fresh_entrypoint(entrypoint, checkpoint_dir)
+    # The job's identity leaves the deadline out: the same job submitted later is the same job.
     digest = hashlib.sha256(
         json.dumps([entrypoint, resolved.runtime_env], sort_keys=True, default=str).encode()
     ).hexdigest()[:8]
+    if deadline is not None:
+        entrypoint = _with_deadline(cluster, job, resolved, deadline, time.time() if now is None else now, fresh)
     runtime_env = {**resolved.runtime_env,
                    "py_modules": [*resolved.runtime_env.get("py_modules", []), shipped_module()]}
     base_id = f"rl-lustre-{job.name}-{digest}"
@@ -145,6 +155,25 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False) -> Submi
         checkpoint_dir=checkpoint_dir,
         total_steps=steps if isinstance(steps, int) else None,
     )
+
+
+def _with_deadline(cluster: ClusterSpec, job: JobSpec, resolved: ResolvedJob, deadline: Deadline, now: float,
+                   fresh: bool) -> str:
+    """The job's entrypoint with NeMo-RL told to save before ``deadline`` (a job that sets the
+    key keeps its own value), warning when that cannot work."""
+    from ..errors import CapacityDeadlineWarning
+    from ..nemo_rl.deadline import user_value
+
+    given = user_value(job.extra_overrides)
+    for message in deadline.findings(now, given=given):
+        warn_caller(f"job {job.name!r}: {message}", CapacityDeadlineWarning)
+    command = resolved.entrypoint
+    if given is None and resolved.checkpointing:
+        command += "".join(f" {shlex.quote(f'{k}={v}')}" for k, v in deadline.override(now).items())
+    entrypoint = _supervised(cluster, job, resolved.num_nodes, command, resolved.checkpoint_dir)
+    if fresh and resolved.checkpointing:
+        entrypoint = fresh_entrypoint(entrypoint, resolved.checkpoint_dir)
+    return entrypoint
 
 
 def _supervised(cluster: ClusterSpec, job: JobSpec, nodes: int, command: str, checkpoint_dir: str | None) -> str:
@@ -360,6 +389,10 @@ class JobsBackend:
     def submit(self, job: JobSpec, *, fresh: bool = False) -> Run:
         return self.submit_all([job], fresh=fresh)[0]
 
+    def capacity_deadline(self) -> Deadline | None:
+        """When the capacity the jobs run on ends (flex-start nodes), or None: it does not."""
+        return None
+
     def submit_all(self, jobs: Sequence[JobSpec], *, fresh: bool = False,
                    start_over: str = SUBMIT_FRESH) -> list[Run]:
         """Prepare every job (none is sent if one fails), then submit each in order.
@@ -369,7 +402,8 @@ class JobsBackend:
         reaches ``max_num_steps`` are reported first, in one :class:`NothingToDoWarning`
         that advises ``start_over`` (the call that starts them over).
         """
-        prepared = [prepare(self.cluster, job, fresh=fresh) for job in jobs]
+        deadline = self.capacity_deadline()
+        prepared = [prepare(self.cluster, job, fresh=fresh, deadline=deadline) for job in jobs]
         if not fresh and self.cheap_listing:
             self._warn_if_nothing_to_do(jobs, prepared, start_over)
         client = self.jobs
