@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from rl_lustre import Cluster, GRPOJob
+from rl_lustre import Capacity, Cluster, GRPOJob
 from rl_lustre.backends.submission import prepare
 from rl_lustre.errors import CapacityDeadlineWarning
 from rl_lustre.nemo_rl.deadline import (
@@ -81,3 +81,15 @@ def test_the_gke_backend_passes_the_granted_deadline_to_every_job() -> None:
     assert backend.capacity_deadline() is None          # nothing granted yet, or capacity that does not end
     backend.granted_deadline = Deadline.after(T0, 7 * 86400.0)
     assert backend.capacity_deadline() == Deadline(end=T0 + 7 * 86400.0)
+
+
+def test_preflight_warns_when_a_run_on_flex_start_cannot_save() -> None:
+    off = GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=10, checkpointing=False)
+    flex = Cluster(name="flex", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2,
+                   capacity=(Capacity("flex-start", max_run_duration=2 * 3600),))
+    (warning,) = [w for w in off.preflight(flex) if "flex-start" in w]
+    assert "live at most 2 h" in warning
+    assert "cannot finish inside the capacity's lifetime" in warning
+    assert not [w for w in JOB.preflight(flex) if "flex-start" in w]      # it saves: no warning
+    spot = Cluster(name="flex", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2)
+    assert not [w for w in off.preflight(spot) if "flex-start" in w]

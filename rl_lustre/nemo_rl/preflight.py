@@ -61,6 +61,7 @@ def check_config(
     _check_secrets(job, cluster, overrides, found)
     _check_versions(cluster, version, found)
     _check_nodes(job, cluster, overrides, flat, found)
+    _check_capacity_lifetime(job, cluster, flat, found)
     if flat is not None:
         _check_disabled_sections(job, flat, found)
         _check_converter(job, flat, found)
@@ -172,6 +173,21 @@ def _check_versions(cluster: ClusterSpec, version: NemoRLVersion, found: _Findin
             f"NeMo-RL {version.version} pins Ray {pinned} (and Python {version.python_version}), but "
             f"the cluster runs Ray {ours}; Ray clients and workers of different versions may not talk"
         )
+
+
+def _check_capacity_lifetime(job: JobSpec, cluster: ClusterSpec, flat: Mapping[str, Any] | None,
+                             found: _Findings) -> None:
+    """Capacity that ends (flex-start): a run that cannot save cannot outlive it."""
+    ends = [c for c in getattr(cluster, "capacity", ()) if c.kind == "flex-start" and c.max_run_duration]
+    if not ends:
+        return
+    shortest = min(float(c.max_run_duration) for c in ends)
+    enabled = flat.get("checkpointing.enabled") if flat is not None else job.checkpointing
+    if enabled is False or not job.checkpointing:
+        found.warnings.append(
+            f"the capacity policy has flex-start nodes, which live at most {shortest / 3600:g} h, and checkpointing "
+            "is off: a run longer than that cannot finish inside the capacity's lifetime (it cannot save before "
+            "the nodes go, so it starts over); turn checkpointing on (CapacityDeadlineWarning)")
 
 
 def _check_converter(job: JobSpec, flat: Mapping[str, Any], found: _Findings) -> None:
