@@ -11,8 +11,11 @@ from ._common import emit, json_option, load, target_argument
 @target_argument
 @json_option
 def check(target: str, as_json: bool) -> None:
-    """Check, read-only, that TARGET's zone offers its machine and GPU types and Managed
-    Lustre, and that the region's GPU quota covers its nodes.
+    """Check, read-only, that TARGET's zone (and, with capacity_zones, each candidate zone)
+    offers its machine and GPU types and Managed Lustre; that the GPU quota of each kind of
+    capacity its policy tries covers its nodes (Cloud Quotas: GPUS_PER_GPU_FAMILY, its
+    preemptible twin, GPUS_ALL_REGIONS); the Lustre capacity quota; and the reservations it
+    names or the project sees.
 
     Exits 7 (quota or capacity) when something would make `up` fail, naming the quota
     to raise or the zones that work; `up` runs the same check before creating anything.
