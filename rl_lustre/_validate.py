@@ -142,6 +142,15 @@ def matches(pattern: str, rule: str, *, optional: bool = False) -> Validator:
     return check
 
 
+# A service account e-mail: one of a project (NAME@PROJECT.iam.gserviceaccount.com) or a
+# project's Compute Engine default (NUMBER-compute@developer.gserviceaccount.com).
+SERVICE_ACCOUNT_PATTERN = (r"[a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z][a-z0-9-]{4,28}[a-z0-9]\.iam\.gserviceaccount\.com"
+                           r"|[0-9]+-compute@developer\.gserviceaccount\.com")
+SERVICE_ACCOUNT_RULE = ("must be a service account e-mail like 'rl-nodes@my-project.iam.gserviceaccount.com' "
+                        "(6-30 characters before the @)")
+service_account = matches(SERVICE_ACCOUNT_PATTERN, SERVICE_ACCOUNT_RULE, optional=True)
+
+
 def known_zone(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     """The value (a zone, or None) is a Compute Engine zone rl_lustre knows of (see
     :func:`rl_lustre.catalog.zone_problem`; ``$RL_LUSTRE_EXTRA_ZONES`` adds newer ones)."""

@@ -55,14 +55,6 @@ def default_local_root() -> Path:
     return Path(base) / "rl_lustre"
 
 
-# A service account e-mail: one of a project (NAME@PROJECT.iam.gserviceaccount.com) or a
-# project's Compute Engine default (NUMBER-compute@developer.gserviceaccount.com).
-NODE_SERVICE_ACCOUNT_PATTERN = (r"[a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z][a-z0-9-]{4,28}[a-z0-9]\.iam\.gserviceaccount\.com"
-                                r"|[0-9]+-compute@developer\.gserviceaccount\.com")
-NODE_SERVICE_ACCOUNT_RULE = ("must be a service account e-mail like 'rl-nodes@my-project.iam.gserviceaccount.com' "
-                             "(6-30 characters before the @)")
-
-
 def _check_secret_names(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     from .._secrets import secret_shape
 
@@ -216,8 +208,7 @@ class ClusterSpec:
         default=None,
         validator=v.matches(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?", "must be a VPC network name", optional=True),
     )
-    node_service_account: str | None = attrs.field(
-        default=None, validator=v.matches(NODE_SERVICE_ACCOUNT_PATTERN, NODE_SERVICE_ACCOUNT_RULE, optional=True))
+    node_service_account: str | None = attrs.field(default=None, validator=v.service_account)
     authorized_networks: tuple[str, ...] = attrs.field(default=(), converter=v.to_tuple, validator=v.cidr)
     public_control_plane: bool = attrs.field(default=False, validator=v.boolean)
     secrets: tuple[str, ...] = attrs.field(default=DEFAULT_SECRETS, converter=v.to_tuple, validator=_check_secret_names)
