@@ -79,6 +79,44 @@ class KubeletSim:
         self._raylet_lock = threading.Lock()
         self._stage_saved: dict[str, Any] | None = None
         self._pools: dict[str, tuple[Any, str, str]] = {}
+        self._baseline: set[str] = set()
+        self.deleted_clusters: list[str] = []
+
+    # -- what deleting the GKE cluster does --------------------------------------------------
+    _SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+    def _take_baseline(self) -> None:
+        """Remember what the plane holds once started (its own objects, kept by :meth:`cluster_deleted`)."""
+        from kube_inventory import inventory
+
+        self._baseline = {item.uid for item in inventory(self.api_client())}
+
+    def cluster_deleted(self, name: str) -> None:
+        """What deleting GKE cluster ``name`` does to its API server (``FakeGCP(kube=plane)``
+        calls this): its VMs (Nodes) and every object in it go. down() relies on that
+        (in-cluster objects are deleted "with gke-cluster"). The plane is the test session's,
+        so it stays: what was made in it since it started goes instead (the system
+        namespaces' own objects stay), at once: no kubelet or controller is left to wait
+        for, so finalizers are dropped."""
+        from kube_inventory import delete, inventory
+        from kubernetes import client
+
+        api = self.api_client()
+        self.deleted_clusters.append(name)
+        core = client.CoreV1Api(api)
+        for node in core.list_node().items:
+            if node.metadata.name.startswith(f"gke-{name}-"):
+                with contextlib.suppress(client.ApiException):
+                    core.delete_node(node.metadata.name)
+        for item in inventory(api):
+            if item.uid in self._baseline:
+                continue
+            if item.namespace in self._SYSTEM_NAMESPACES and "rl-lustre-deployment" not in item.labels:
+                continue
+            if item.kind in ("Namespace", "ServiceAccount") or (item.kind, item.name) in (
+                    ("ConfigMap", "kube-root-ca.crt"), ("Service", "kubernetes")):
+                continue
+            delete(api, item, force=True)
 
     # -- Job pods, by kwok's pod-complete Stage ----------------------------------------------
     def _custom(self) -> Any:
@@ -263,41 +301,6 @@ class KubeletSim:
 
             preemption._bring_back(replacements)
         return preemption
-
-    # -- deleting the GKE cluster ---------------------------------------------------------------
-    def cluster_deleted(self, name: str) -> None:
-        """What deleting the GKE cluster does to its API server: its VMs (Nodes) and every
-        object in it go. down() relies on that (in-cluster objects are deleted "with
-        gke-cluster"); on the shared plane it is every Node and every object of an
-        rl_lustre deployment (and the pods and Services KubeRay made for them), at once:
-        no kubelet or controller is left to wait for, so finalizers are dropped."""
-        from kubernetes import client
-
-        from rl_lustre.kube.client import KINDS, ResourceClient
-
-        api = self.api_client()
-        core = client.CoreV1Api(api)
-        for node in core.list_node().items:
-            with contextlib.suppress(client.ApiException):
-                core.delete_node(node.metadata.name)
-        namespaces = [n.metadata.name for n in core.list_namespace().items]
-        selectors = ["managed-by=rl-lustre", "ray.io/cluster"]
-        for kind, info in KINDS.items():
-            if kind in ("Node", "Event", "Namespace"):
-                continue
-            for ns in namespaces if info.namespaced else [None]:
-                res = ResourceClient(api, kind, ns)
-                for selector in selectors:
-                    with contextlib.suppress(Exception):
-                        for obj in res.list(label_selector=selector)[0]:
-                            obj_name = obj["metadata"]["name"]
-                            with contextlib.suppress(Exception):
-                                if obj["metadata"].get("finalizers"):
-                                    res.patch(obj_name, {"metadata": {"finalizers": None}})
-                                res.delete(obj_name)
-        for pod in core.list_pod_for_all_namespaces(label_selector="ray.io/cluster").items:
-            with contextlib.suppress(client.ApiException):
-                core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
 
     def close_kubelets(self) -> None:
         self.release_raylets()

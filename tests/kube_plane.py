@@ -352,6 +352,7 @@ class ControlPlane(KubeletSim):
             ])
             self._wait("the KubeRay operator", deadline, lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"))
             self._wait("the default ServiceAccount", deadline, self._default_service_account)
+            self._take_baseline()
             if self.head_target is not None:
                 self._forwarder = threading.Thread(target=self._forward_heads, name="kube-plane-forwards",
                                                    daemon=True)
@@ -502,8 +503,6 @@ class ControlPlane(KubeletSim):
         """Give every head pod a kwok ``PortForward`` of its port 8265 to :attr:`head_target`."""
         from kubernetes import client, watch
 
-        assert self.head_target is not None
-        host, port = self.head_target
         api = self.api_client()
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         while not self._stopping.is_set():
@@ -511,8 +510,9 @@ class ControlPlane(KubeletSim):
                 for event in watch.Watch().stream(core.list_pod_for_all_namespaces, label_selector=HEAD_LABEL,
                                                   timeout_seconds=5):
                     pod = event["object"]
-                    if event["type"] != "ADDED":
+                    if event["type"] != "ADDED" or self.head_target is None:
                         continue
+                    host, port = self.head_target  # (read each time: a test may point it elsewhere)
                     body = {
                         "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward",
                         "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace,

@@ -241,3 +241,57 @@ def test_a_pod_the_server_refuses_is_kuberays_replica_failure_and_the_diagnosis_
         core.delete_namespaced_resource_quota("pods", "default", _preload_content=False)
         delete_manifests(api, manifests, deployment=cluster.name, timeout=60)
     wait("the RayCluster's pods to go", lambda: not _pods(kube, cluster.name))
+
+
+def test_a_failing_jobs_pods_are_retried_after_a_doubling_backoff_and_our_diagnosis_names_why(kube: Any) -> None:
+    """The Job controller waits before it replaces a failed pod, 10 s then 20 s on a real
+    server (KubeFake: its ``timings.job_backoff``, here 1 s, then twice that); after
+    ``backoffLimit`` retries the Job is Failed. It does not matter to us: the prefetch Job's
+    ``backoffLimit`` of 2 costs at most 30 s of back-off, inside the start-up wait
+    (``KUBE_TIMEOUT``), and the failure is named from the last pod's exit."""
+    import time
+
+    from kube_kubelet import job_pods_failing
+
+    from rl_lustre.kube.apply import apply_manifests, delete_manifests
+    from rl_lustre.kube.client import ResourceClient
+    from rl_lustre.kube.diagnose import pod_problem
+    from rl_lustre.kube.prefetch import PREFETCH_BACKOFF_LIMIT, job_state
+    from rl_lustre.provision.context import KUBE_TIMEOUT
+
+    cluster = Cluster(**{**SPEC, "name": "kb", "prefetch_models": ("Qwen/Qwen2.5-0.5B",)})
+    job = _job(cluster)
+    name = job["metadata"]["name"]
+    assert job["spec"]["backoffLimit"] == PREFETCH_BACKOFF_LIMIT == 2
+    assert KUBE_TIMEOUT / 10 > 10 + 20
+    api = kube.api_client()
+    jobs = ResourceClient(api, "Job", "default")
+    core = kube_both.core(kube)
+    seen: dict[str, float] = {}
+    saved = getattr(kube, "timings", None) and kube.timings.job_backoff
+    if not kube_both.is_real(kube):
+        kube.timings.job_backoff = 1.0
+    try:
+        with job_pods_failing(kube, "401 Unauthorized"):
+            apply_manifests(api, [job], deployment=cluster.name)
+            deadline = time.monotonic() + 90
+            while job_state(jobs.get(name)) != "failed":
+                for pod in core.list_namespaced_pod("default", label_selector=f"job-name={name}").items:
+                    seen.setdefault(pod.metadata.name, time.monotonic())
+                assert time.monotonic() < deadline, f"the Job did not fail in 90 s ({len(seen)} pods)"
+                time.sleep(0.05)
+        pods = [api.sanitize_for_serialization(p) for p in core.list_namespaced_pod(
+            "default", label_selector=f"job-name={name}").items]
+    finally:
+        if not kube_both.is_real(kube):
+            kube.timings.job_backoff = saved
+    assert len(seen) == len(pods) == PREFETCH_BACKOFF_LIMIT + 1
+    at = sorted(seen.values())
+    first, second = at[1] - at[0], at[2] - at[1]
+    base = 10.0 if kube_both.is_real(kube) else 1.0
+    assert first >= 0.8 * base, (first, second)
+    assert 1.5 <= second / first <= 3.0, (first, second)
+    problems = {p[0].split(": ", 1)[1] for p in (pod_problem(pod) for pod in pods) if p is not None}
+    assert problems == {"container prefetch exited 1 (Error): 401 Unauthorized"}, problems
+    delete_manifests(api, [job], deployment=cluster.name, timeout=60)
+    wait("the Job's pods to go", lambda: not core.list_namespaced_pod("default", label_selector=f"job-name={name}").items)
