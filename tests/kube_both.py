@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from rl_lustre import Cluster
-from rl_lustre.testing import KubeFake
+from rl_lustre.testing import KubeFake, kube_schema_validator
 
 SPEC: dict[str, Any] = {
     "name": "kr", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 2,
@@ -88,7 +88,8 @@ def kube(request: pytest.FixtureRequest) -> Iterator[Any]:
         request.getfixturevalue("nodes")
         yield request.getfixturevalue("kube_plane")
     else:
-        with KubeFake() as fake:
+        # Validating what it receives against the real schemas, as a real server does.
+        with KubeFake(validate=kube_schema_validator()) as fake:
             register_nodes(fake, SPEC)
             yield fake
 

@@ -161,3 +161,42 @@ def test_up_submit_logs_wait_and_down_on_gke_through_the_operators_status_and_a_
     wait("the GKE cluster's objects to go with it", lambda: inventory(api) - before == set(), timeout=60)
     if is_real(world.kube):
         assert world.kube.deleted_clusters[-1] == cluster.name
+
+
+def test_the_fabric_objects_are_accepted_as_sent_and_a_malformed_one_is_refused_by_the_servers_schema(
+        kube: Any) -> None:
+    """The networking.gke.io/v1 CRDs the plane installs come from the schemas we vendor
+    (``rl_lustre/kube/crds``): our objects are stored unchanged; one outside the schema is
+    refused by the server too (422, naming the field), as it is by our check before sending."""
+    from kubernetes.client.exceptions import ApiException
+
+    from rl_lustre.errors import ConfigError
+    from rl_lustre.kube.apply import apply_manifests, delete_manifests
+    from rl_lustre.kube.client import ResourceClient
+    from rl_lustre.kube.fabric import fabric_manifests, validate_networking
+    from rl_lustre.kube.labels import deployment_labels
+
+    cluster = Cluster(**{**kube_both.SPEC, "name": "kn"})
+    networking = [m for m in fabric_manifests(cluster, deployment_labels(cluster)) if m["apiVersion"] == "networking.gke.io/v1"]
+    api = kube.api_client()
+    applied = apply_manifests(api, networking, deployment=cluster.name)
+    assert {a.action for a in applied} == {"created"}
+    try:
+        for m in networking:
+            stored = ResourceClient(api, m["kind"], None).get(m["metadata"]["name"])
+            assert stored is not None
+            assert (stored["spec"], stored["metadata"]["labels"]) == (m["spec"], m["metadata"]["labels"])
+        bad = copy.deepcopy(next(m for m in networking if m["kind"] == "GKENetworkParamSet"))
+        bad["metadata"] = {"name": "bad-mode"}
+        bad["spec"]["deviceMode"] = "RMDA"
+        with pytest.raises(ConfigError, match="deviceMode"):
+            validate_networking(bad)
+        with pytest.raises(ApiException) as info:
+            ResourceClient(api, "GKENetworkParamSet", None).create(bad)
+        assert info.value.status == 422
+        assert "spec.deviceMode" in str(info.value.body)
+        assert ResourceClient(api, "GKENetworkParamSet", None).get("bad-mode") is None
+    finally:
+        delete_manifests(api, networking, deployment=cluster.name, timeout=60)
+    for m in networking:
+        assert ResourceClient(api, m["kind"], None).get(m["metadata"]["name"]) is None
