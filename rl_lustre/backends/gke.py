@@ -63,6 +63,26 @@ logger = logging.getLogger("rl_lustre.backends.gke")
 _LISTING_TIMEOUT = 300.0
 
 
+def granted_deadline(lane: Any, arrived: float | None) -> Deadline | None:
+    """When the nodes of the lane that delivered them go: flex-start nodes live
+    ``max_run_duration`` from their arrival; other capacity does not end (None).
+
+    Examples:
+        >>> from rl_lustre import Capacity
+        >>> from types import SimpleNamespace
+        >>> granted_deadline(SimpleNamespace(capacity=Capacity("flex-start", max_run_duration=3600)), 100.0).end
+        3700.0
+        >>> granted_deadline(SimpleNamespace(capacity=Capacity("spot")), 100.0) is None
+        True
+    """
+    from ..nemo_rl.deadline import Deadline
+
+    capacity = getattr(lane, "capacity", None)
+    if capacity is None or arrived is None or capacity.kind != "flex-start" or not capacity.max_run_duration:
+        return None
+    return Deadline.after(arrived, float(capacity.max_run_duration))
+
+
 class GKEBackend(submission.JobsBackend):
     """The live side of a GKE ``Cluster``.
 
@@ -218,6 +238,7 @@ class GKEBackend(submission.JobsBackend):
                 self.last_report = getattr(exc, "report", None)
                 raise
         self.last_report = report
+        self.granted_deadline = granted_deadline(ctx.capacity_lane, ctx.capacity_granted_at)
         return report
 
     def down(self, keys: Sequence[str] | None = None, *, delete_preload_image: bool = False) -> Report:

@@ -160,7 +160,7 @@ class CapacityPoolDriver:
                 value = self._try(step, lane, attempt, preload)
                 if value is not None:
                     attempt.end("granted", f"{self.ctx.cluster.num_nodes} nodes")
-                    self.ctx.capacity_lane = lane
+                    self.ctx.capacity_lane, self.ctx.capacity_granted_at = lane, attempt.ended
                     self._say(f"got {lane.label} after {len(self.attempts)} attempt(s)")
                     return Done("created", value, note=f"{lane.label}" + (
                         f", after {len(self.attempts) - 1} stock-out(s)" if len(self.attempts) > 1 else ""))

@@ -127,6 +127,8 @@ class Context:
         self.capacity_zones: tuple[str, ...] | None = None
         self.time_scale = 1.0
         self.capacity_lane: Any = None
+        # When the delivering lane's nodes arrived (time.time()): where capacity that ends starts counting.
+        self.capacity_granted_at: float | None = None
         self._manifests: dict[str, dict[str, Any]] | None = None
         self._lock = threading.Lock()
 
