@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-BENCHMARKS = ("provisioning", "startup", "submit", "sweep")
+BENCHMARKS = ("provisioning", "startup", "submit", "sweep", "capacity")
 
 
 def main(argv: list[str] | None = None) -> int:

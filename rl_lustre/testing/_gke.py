@@ -192,9 +192,18 @@ class GkeFake:
                             f"{rdma} RDMA networks were given.")
 
     def _check_pool(self, pool: container_v1.NodePool) -> None:
-        if pool.initial_node_count < 1 or not pool.config.machine_type:
+        # An autoscaled pool (flex-start) may start at 0 nodes.
+        if pool.initial_node_count < (0 if pool.autoscaling.enabled else 1) or not pool.config.machine_type:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
                             f"Node pool {pool.name!r} needs a machine type and initial_node_count > 0.")
+        if pool.config.flex_start:
+            # GKE's documented requirements of a flex-start pool.
+            if pool.config.spot or not pool.autoscaling.enabled or pool.management.auto_repair or \
+                    pool.config.reservation_affinity.consume_reservation_type != \
+                    container_v1.ReservationAffinity.Type.NO_RESERVATION:
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"Node pool {pool.name!r}: flex-start needs autoscaling, no Spot, auto-repair off "
+                                "and reservation affinity NO_RESERVATION.")
         known = GPU_MACHINE_TYPES.get(pool.config.machine_type)
         if known is not None:
             acc = pool.config.accelerators
