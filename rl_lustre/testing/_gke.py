@@ -196,14 +196,13 @@ class GkeFake:
         if pool.initial_node_count < (0 if pool.autoscaling.enabled else 1) or not pool.config.machine_type:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
                             f"Node pool {pool.name!r} needs a machine type and initial_node_count > 0.")
-        if pool.config.flex_start:
-            # GKE's documented requirements of a flex-start pool.
-            if pool.config.spot or not pool.autoscaling.enabled or pool.management.auto_repair or \
-                    pool.config.reservation_affinity.consume_reservation_type != \
-                    container_v1.ReservationAffinity.Type.NO_RESERVATION:
-                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"Node pool {pool.name!r}: flex-start needs autoscaling, no Spot, auto-repair off "
-                                "and reservation affinity NO_RESERVATION.")
+        no_reservation = container_v1.ReservationAffinity.Type.NO_RESERVATION
+        # GKE's documented requirements of a flex-start pool.
+        if pool.config.flex_start and (pool.config.spot or not pool.autoscaling.enabled or pool.management.auto_repair
+                                       or pool.config.reservation_affinity.consume_reservation_type != no_reservation):
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"Node pool {pool.name!r}: flex-start needs autoscaling, no Spot, auto-repair off "
+                            "and reservation affinity NO_RESERVATION.")
         known = GPU_MACHINE_TYPES.get(pool.config.machine_type)
         if known is not None:
             acc = pool.config.accelerators
