@@ -73,6 +73,11 @@ def gpu_lane_pool_name(cluster: ClusterSpec, kind: str, zone: str) -> str:
     return f"gpu-{_LANE_POOL_KIND[kind]}-{zone.rsplit('-', 1)[1]}"
 
 
+def gpu_standby_pool_name(cluster: ClusterSpec) -> str:
+    """The flex-start pool beside a Spot GPU pool that replaces lost Spot nodes."""
+    return "gpu-standby"
+
+
 def provisioning_request_name(cluster: ClusterSpec, pool: str) -> str:
     """The ProvisioningRequest (and its PodTemplate) of a queued flex-start pool."""
     return f"{cluster.name}-{pool}"

@@ -19,7 +19,7 @@ from ..kube.manifests import PV_KEY, PVC_KEY, RAYCLUSTER_KEY, SECRET_KEY
 from .fabric import fabric_nodes, ray_dependency_keys
 from .graph import Plan, PlannedResource
 from .lustre import instance_labels, instance_settings
-from .nodepools import cpu_pool, gpu_pool
+from .nodepools import cpu_pool, gpu_pool, standby_pool
 from .preload import preload_nodes
 from .startup import startup_nodes
 from .warmstart import warmstart_nodes
@@ -205,6 +205,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         *preload_nodes(cluster),
         cpu_pool(cluster, created),
         gpu_pool(cluster, created),
+        *[n for n in (standby_pool(cluster, created),) if n is not None],
         # Needs only the API server and the instance's address, not the node pools.
         PlannedResource(
             key=PV_KEY, kind="v1/PersistentVolume", name=naming.pv_name(cluster),

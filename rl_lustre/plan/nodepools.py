@@ -137,3 +137,33 @@ def gpu_pool(cluster: ClusterSpec, created: dict[str, Any], lane: Lane | None = 
         }
     return PlannedResource(key="gpu-pool", kind="container.v1.NodePool", name=lane.pool_name,
                            depends_on=gpu_pool_depends_on(cluster), settings=pool_settings, **created)
+
+
+STANDBY_KEY = "gpu-standby"
+
+
+def standby_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource | None:
+    """The replacement pool beside a Spot GPU pool, when the capacity policy lists flex-start
+    after Spot: flex-start without queued provisioning, autoscaled from 0 (it costs nothing
+    while empty). When preempted Spot nodes do not come back, the cluster autoscaler scales
+    it up for the Ray workers left pending (they select GPU nodes by accelerator, not by
+    pool), so the run's supervisor resumes instead of waiting out ``capacity_timeout``."""
+    if not cluster.capacity or cluster.capacity[0].kind != "spot":
+        return None
+    flex = next((c for c in cluster.capacity if c.kind == "flex-start"), None)
+    if flex is None:
+        return None
+    from ..spec.capacity import Capacity
+
+    assert cluster.zone is not None
+    lane = Lane(-1, Capacity("flex-start", queued=False, max_run_duration=flex.max_run_duration, wait=flex.wait),
+                cluster.zone, naming.gpu_standby_pool_name(cluster))
+    settings: dict[str, Any] = {
+        **gpu_node_settings(cluster),
+        **lane_pool_settings(cluster, lane),
+        "upgrade_settings": {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1},
+        "hosts": ["Ray workers the Spot pool lost and cannot take back (scaled up by the cluster autoscaler)"],
+        "role": "replacement after a preemption; empty (no cost) until Spot nodes are lost",
+    }
+    return PlannedResource(key=STANDBY_KEY, kind="container.v1.NodePool", name=lane.pool_name,
+                           depends_on=gpu_pool_depends_on(cluster), settings=settings, **created)

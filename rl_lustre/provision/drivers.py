@@ -17,6 +17,7 @@ gke-cluster       :class:`GkeClusterDriver`, created with the CPU pool as its on
 cpu-pool          :class:`NodePoolDriver`: came with the cluster, or created / adopted
 gpu-pool          :class:`~rl_lustre.provision.capacity.CapacityPoolDriver`: the capacity policy's
                   lanes in order, each pool with the preload image as its secondary boot disk
+gpu-standby       :class:`NodePoolDriver`: the flex-start replacement pool beside a Spot pool
 preload-image     :class:`PreloadImageDriver`: found by digest, or built once; kept by ``down()``
 pv, pvc, secret,  :class:`KubeObjectDriver` (``rl_lustre.kube.apply``), or
 raycluster,       :class:`SkippedDriver` when the Kubernetes part is switched off
@@ -86,6 +87,7 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
             Cloud side, and deployments whose objects are applied by other means).
     """
     from ..gcp import compute
+    from ..plan.nodepools import STANDBY_KEY
     from ..plan.preload import PRELOAD_KEY
 
     plan, apis = ctx.plan, ctx.apis
@@ -112,6 +114,8 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
     }
     if PRELOAD_KEY in plan:
         drivers[PRELOAD_KEY] = PreloadImageDriver(ctx)
+    if STANDBY_KEY in plan:
+        drivers[STANDBY_KEY] = NodePoolDriver(ctx, STANDBY_KEY)
     for key in kube_keys(plan):
         drivers[key] = KubeObjectDriver(ctx, key) if kube else SkippedDriver(
             "Kubernetes part switched off (gcp_only=True)")

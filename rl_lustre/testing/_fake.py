@@ -134,6 +134,7 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         self._gke = GkeFake(self._core, self._stock)
         if kube is not None:
             kube.provisioning = self._flex_decider
+            kube.autoscaling = self._flex_decider
         self._monitoring = MonitoringFake(self._core)
         self._lustre.register(self._grpc)
         self._gke.register(self._grpc)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..catalog import GKE_NODEPOOL_LABEL
+from ._kube_autoscaler import Autoscaler
 from ._kube_binder import VolumeBinder
 from ._kube_controller import Controller, Memory
 from ._kube_faults import KubeFaults, KubeTimings
@@ -40,6 +41,7 @@ class Controllers(Controller):
         self.binder = VolumeBinder(store, faults, timings, self.memory)
         self.operator = KubeRayOperator(store, faults, timings, self.memory)
         self.provisioning = ProvisioningRequests(store)
+        self.autoscaler = Autoscaler(store, faults, timings, self.memory)
         self.kubelet = Kubelet(store, faults, timings, self.memory, self.spot, self.workloads)
         # Node pools whose preempted nodes come back (as new nodes) with the capacity.
         self._replace_nodes: list[tuple[str, dict[str, str]]] = []
@@ -59,6 +61,7 @@ class Controllers(Controller):
         self.binder.step()
         self.operator.reconcile()
         self.provisioning.step()
+        self.autoscaler.step()
         self.workloads.step()
         self.kubelet.step()
         self.operator.update_status()

@@ -119,12 +119,23 @@ class Kubelet(Controller):
                     "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. no new claims to "
                     "deallocate, preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
                 ), None
-        if wants_gpu(pod) and self.spot.gpu_capacity_gone():
+        if wants_gpu(pod) and self.spot.gpu_capacity_gone() and not self._other_gpu_node(pod):
             return UNSCHEDULABLE_MESSAGES["spot-stockout"], AUTOSCALER_EVENTS.get("spot-stockout")
         fault = self.faults.unschedulable
         if fault is not None and wants_gpu(pod):
             return UNSCHEDULABLE_MESSAGES[fault], AUTOSCALER_EVENTS.get(fault)
         return None
+
+    def _other_gpu_node(self, pod: Obj) -> bool:
+        """A Ready GPU node that is not Spot fits the pod (a flex-start or reserved node: Spot's
+        stock-out does not keep the pod from it)."""
+        from ..catalog import GKE_SPOT_LABEL
+        from ._kube_scheduler import fits_node
+
+        spec = pod.get("spec") or {}
+        return any(GKE_SPOT_LABEL not in labels_of(n) and fits_node(spec, labels_of(n))
+                   and "nvidia.com/gpu" in ((n.get("status") or {}).get("allocatable") or {})
+                   for n in self.store.find("Node"))
 
     def _image_fails(self, image: str) -> bool:
         knob = self.faults.image_pull

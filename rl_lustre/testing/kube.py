@@ -300,7 +300,22 @@ class KubeFake:
         nodes = pool_nodes(pool)
         self._on_loop(lambda: [self._store.create(node) for node in nodes
                                if self._store.get("Node", None, node["metadata"]["name"]) is None])
+        if pool.autoscaling.enabled and not pool.queued_provisioning.enabled:
+            sample = pool_nodes(pool, count=1)[0]["metadata"]["labels"]
+            zone = pool.locations[0] if pool.locations else ""
+            self._on_loop(lambda: self._controllers.autoscaler.register(
+                pool.name, dict(sample), pool.autoscaling.total_max_node_count, zone))
         return [node["metadata"]["name"] for node in nodes]
+
+    @property
+    def autoscaling(self) -> Any:
+        """How the autoscaler's scale-ups of autoscaled pools are answered (same shape as
+        :attr:`provisioning`; see :mod:`rl_lustre.testing._kube_autoscaler`)."""
+        return self._controllers.autoscaler.decide
+
+    @autoscaling.setter
+    def autoscaling(self, decide: Any) -> None:
+        self._controllers.autoscaler.decide = decide
 
     @property
     def provisioning(self) -> Any:
@@ -314,6 +329,7 @@ class KubeFake:
 
     def node_pool_deleted(self, name: str) -> None:
         """The Nodes of node pool ``name`` go with it."""
+        self._on_loop(lambda: self._controllers.autoscaler.forget(name))
         self.remove_nodes(name)
 
     def cluster_deleted(self, name: str) -> None:
