@@ -10,6 +10,7 @@ from pathlib import Path
 import rl_lustre
 
 PUBLIC = {
+    "Capacity",
     "Cluster",
     "GRPOJob",
     "LustreSizing",
