@@ -173,7 +173,7 @@ def test_a_rollback_after_a_finished_export_takes_it_back() -> None:
     # The GPU pool fails well after the export has finished.
     with FakeGCP(latency={"gke.create_node_pool": 1.5}) as gcp:
         gcp.seed_bucket(BUCKET, {"elsewhere/user-file": 5})
-        gcp.faults.fail_operation("gke.CreateNodePool", message="ZONE_RESOURCE_POOL_EXHAUSTED")
+        gcp.faults.fail_operation("gke.CreateNodePool", message="internal error")
         c = spec()
         with pytest.raises(ProvisioningError) as info:
             first_deployment(gcp, c)
