@@ -128,3 +128,37 @@ def test_region_without_zone_discovery_is_refused_before_any_call() -> None:
         assert "us-east1-c" in (report.records["gpu-pool"].note or "")
         assert seen
         b.down()
+
+
+def test_flex_start_nodes_granted_give_every_job_a_save_by_deadline() -> None:
+    import time
+
+    from rl_lustre import Capacity, GRPOJob
+    from rl_lustre.backends.submission import prepare
+    from rl_lustre.nemo_rl.deadline import DEADLINE_KEY, SAVE_MARGIN_SECONDS, save_by_text
+    from rl_lustre.testing import KubeFake
+
+    c = spec(capacity=("spot", Capacity("flex-start", max_run_duration=6 * 3600)), prepull_image=False,
+             prefetch_models=(), secrets=())
+    with KubeFake() as kube, FakeGCP(kube=kube, time_scale=0.01) as gcp:
+        gcp.stock.out("spot")
+        gcp.stock.flex_start(after=60.0)
+        b = GKEBackend(c, backoff=FAST, retry=RETRY, time_scale=0.01)
+        before = time.time()
+        b.up()                                    # the check first, then spot (out), then flex-start
+        after = time.time()
+        deadline = b.capacity_deadline()
+        assert deadline is not None
+        assert before + 6 * 3600 <= deadline.end <= after + 6 * 3600
+        sub = prepare(c, GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=4), deadline=deadline,
+                      now=after)
+        left = deadline.end - SAVE_MARGIN_SECONDS - after
+        assert f"{DEADLINE_KEY}={save_by_text(left)}" in sub.entrypoint
+        b.down()
+        assert gcp.leaked() == []
+    # Spot granted: capacity that does not end, no deadline.
+    with FakeGCP() as gcp:
+        b = backend(spec(capacity=("spot",)))
+        b.up(check=False)
+        assert b.capacity_deadline() is None
+        b.down()
