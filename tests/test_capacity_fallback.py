@@ -162,3 +162,29 @@ def test_flex_start_nodes_granted_give_every_job_a_save_by_deadline() -> None:
         b.up(check=False)
         assert b.capacity_deadline() is None
         b.down()
+
+
+@pytest.mark.parametrize("fault", ["next-lane-create-call", "next-lane-operation", "failed-lane-delete",
+                                   "interrupted-delete-then-rollback"])
+def test_a_fault_in_a_fallback_step_leaves_nothing_behind_but_the_kept_storage(fault: str) -> None:
+    c = spec(capacity=("spot",), capacity_zones=("us-east1-b", "us-east1-c"), on_no_capacity="storage")
+    with FakeGCP() as gcp:
+        gcp.stock.out("spot", zone="us-east1-b")
+        if fault == "next-lane-create-call":
+            gcp.faults.fail_call("gke.CreateNodePool", grpc.StatusCode.PERMISSION_DENIED, after=1)
+        elif fault == "next-lane-operation":
+            gcp.faults.fail_operation("gke.CreateNodePool", grpc.StatusCode.INTERNAL, message="internal error",
+                                      after=1)
+        elif fault == "failed-lane-delete":
+            gcp.faults.fail_operation("gke.DeleteNodePool", grpc.StatusCode.INTERNAL, message="internal error")
+        else:
+            gcp.faults.fail_call("gke.DeleteNodePool", grpc.StatusCode.PERMISSION_DENIED)
+        with pytest.raises(ProvisioningError) as info:
+            backend(c).up(check=False)
+        assert not isinstance(info.value, NoCapacityError)  # not a capacity failure: the whole up() is undone
+        gcp.settle()
+        # The rollback removed everything, the stocked-out lane's pool included.
+        assert gcp.leaked("demo") == []
+        assert not info.value.left
+        backend(c).down()
+        assert gcp.leaked() == []
