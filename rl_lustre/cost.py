@@ -442,7 +442,7 @@ def warm_start_item(key: str, name: str, gigabytes: float, prices: Prices) -> Co
     return CostItem(key=key, name=name, description=f"Cloud Storage Standard, {gigabytes:,.0f} GB (estimated)",
                     quantity=gigabytes, unit="GB", unit_usd_per_hour=t.gcs_gb_month / t.hours_per_month,
                     note=f"kept after down(): ${month:,.2f}/month while the export stays in your bucket; "
-                         "transfers between Lustre and a bucket in its region are not billed as egress")
+                         "transfers and operations not included")
 
 
 def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
