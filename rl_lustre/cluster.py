@@ -116,7 +116,7 @@ class Cluster(ClusterSpec):
             (``Capacity("flex-start", queued=False, max_run_duration=86400)``,
             ``Capacity("reservation", reservation="projects/p/reservations/r")``, ``wait=``).
             ``up()`` moves on to the next when one is stocked out or does not deliver its
-            nodes within its ``wait`` (see docs/capacity.md). Default: what ``spot`` /
+            nodes within its ``wait`` (see docs/getting-gpus.md). Default: what ``spot`` /
             ``reservation`` say.
         capacity_zones: where the GPU pool may go: ``"zone"`` (the default: ``zone``
             only), ``"region"`` (every zone of the region that offers the machine type and
