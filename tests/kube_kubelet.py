@@ -101,6 +101,7 @@ class KubeletSim:
         from kube_inventory import delete, inventory
         from kubernetes import client
 
+        name = name.rsplit("/", 1)[-1]  # (FakeGCP names it by its path: projects/P/locations/L/clusters/C)
         api = self.api_client()
         self.deleted_clusters.append(name)
         core = client.CoreV1Api(api)
