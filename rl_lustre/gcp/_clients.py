@@ -197,6 +197,21 @@ def monitoring() -> Any:
     return grpc_client(MetricServiceClient, MetricServiceGrpcTransport)
 
 
+def cloud_quotas() -> Any:
+    """The cached ``google.cloud.cloudquotas_v1.CloudQuotasClient``.
+
+    Example::
+
+        cloud_quotas().list_quota_infos(parent="projects/my-project/locations/global/services/compute.googleapis.com")
+    """
+    from google.cloud.cloudquotas_v1 import CloudQuotasClient
+    from google.cloud.cloudquotas_v1.services.cloud_quotas.transports import (
+        CloudQuotasGrpcTransport,
+    )
+
+    return grpc_client(CloudQuotasClient, CloudQuotasGrpcTransport)
+
+
 def compute(client_cls: type[T]) -> T:
     """A cached Compute Engine REST client, e.g. ``compute(compute_v1.NetworksClient)``.
 

@@ -32,7 +32,7 @@ from ..errors import NotFoundError
 from . import _clients
 from ._errors import Api, Call, RetryPolicy, call
 
-__all__ = ["CLOUD_QUOTAS", "CloudQuotas", "QuotaInfo", "QuotaLimit", "cloud_quotas_client"]
+__all__ = ["CLOUD_QUOTAS", "CloudQuotas", "QuotaInfo", "QuotaLimit"]
 
 logger = logging.getLogger("rl_lustre.gcp.quotas")
 
@@ -103,16 +103,6 @@ class QuotaInfo:
         return None if best is None else best[1]
 
 
-def cloud_quotas_client() -> Any:
-    """The cached ``google.cloud.cloudquotas_v1.CloudQuotasClient`` (the emulator's when set)."""
-    from google.cloud.cloudquotas_v1 import CloudQuotasClient
-    from google.cloud.cloudquotas_v1.services.cloud_quotas.transports import (
-        CloudQuotasGrpcTransport,
-    )
-
-    return _clients.grpc_client(CloudQuotasClient, CloudQuotasGrpcTransport)
-
-
 def _info(message: Any) -> QuotaInfo:
     return QuotaInfo(
         service=message.service,
@@ -141,7 +131,7 @@ class CloudQuotas:
 
     @property
     def client(self) -> Any:
-        return self._client if self._client is not None else cloud_quotas_client()
+        return self._client if self._client is not None else _clients.cloud_quotas()
 
     def quota_info(self, project: str, service: str, quota_id: str) -> QuotaInfo | None:
         """The quota ``quota_id`` of ``service`` for ``project``; None if the service has none such."""
