@@ -4,7 +4,6 @@ a :class:`~rl_lustre.testing.KubeFake` (a test helper)."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,14 +11,13 @@ from typing import Any
 import attrs
 import kube_both
 import pytest
+from nemo_image import nemo_rl_image
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.gcp import Backoff, RetryPolicy
 from rl_lustre.testing import FakeGCP, KubeFake, kube_schema_validator
 
-REPO = Path(__file__).resolve().parents[1]
-RECIPES = REPO / "rl_lustre" / "nemo_rl" / "recipes" / "v0.4.0"
 FAST = Backoff(initial=0.005, maximum=0.05, multiplier=1.5)
 RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
 IMAGE = "rayproject/ray:2.60.0"
@@ -39,12 +37,7 @@ WORLDS = [pytest.param("real", marks=pytest.mark.kube), pytest.param("fake", mar
 
 def image(root: Path, *extra: str) -> Path:
     """A directory laid out like NeMo-RL in its container image, running the rehearsal."""
-    (root / "examples" / "configs").mkdir(parents=True)
-    args = "".join(f"{a!r}, " for a in extra)
-    (root / "examples" / "run_grpo_math.py").write_text(SHIM.format(extra=args))
-    for recipe in RECIPES.glob("*.yaml"):
-        shutil.copy(recipe, root / "examples" / "configs" / recipe.name)
-    return root
+    return nemo_rl_image(root, SHIM.format(extra="".join(f"{a!r}, " for a in extra)))
 
 
 @attrs.define

@@ -21,7 +21,6 @@ import logging
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -32,6 +31,7 @@ from typing import Any
 
 import attrs
 import pytest
+from nemo_image import nemo_rl_image
 from ray_fixtures import FAKE_HF_TOKEN
 
 import rl_lustre
@@ -46,7 +46,6 @@ from rl_lustre.testing import FakeGCP, KubeFake, kube_schema_validator
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPES = REPO / "rl_lustre" / "nemo_rl" / "recipes" / "v0.4.0"
 FAST = Backoff(initial=0.005, maximum=0.05, multiplier=1.5)
 RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
 STEP = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
@@ -87,11 +86,7 @@ BASE_JOB = GRPOJob(
 
 def _image(root: Path) -> Path:
     """A directory laid out like NeMo-RL in its container image (``/opt/nemo-rl``)."""
-    (root / "examples" / "configs").mkdir(parents=True)
-    (root / "examples" / "run_grpo_math.py").write_text(GRPO_SHIM)
-    for recipe in RECIPES.glob("*.yaml"):
-        shutil.copy(recipe, root / "examples" / "configs" / recipe.name)
-    return root
+    return nemo_rl_image(root, GRPO_SHIM)
 
 
 @attrs.frozen
