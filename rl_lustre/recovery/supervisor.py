@@ -215,13 +215,9 @@ class Supervisor:
         if watch is None:
             return code, []
         if code != 0 and not self.stopping.is_set():
-            # The command may fail a moment before the node table says why: look once more.
-            deadline = time.monotonic() + self.args.settle
-            while True:
-                watch.look()
-                if watch.own_losses() or time.monotonic() >= deadline:
-                    break
-                time.sleep(min(0.5, self.args.poll))
+            # The command may fail a moment before the node table says why, and several nodes
+            # taken at once are declared dead one by one: look on for a while.
+            watch.settle(self.args.settle, self.args.poll)
         others = watch.others_losses()
         if others and code != 0:
             _say(f"other jobs' nodes were lost meanwhile ({', '.join(describe(n) for n in others)}); "
@@ -475,7 +471,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--poll", type=float, default=1.0)
     p.add_argument("--hang-grace", type=float, default=60.0)
     p.add_argument("--settle", type=float, default=3.0,
-                   help="seconds to look for a lost node after the command failed")
+                   help="seconds to look for lost nodes after the command failed")
     p.add_argument("command", help="the shell command (after --)")
     return p
 
