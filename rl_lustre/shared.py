@@ -248,10 +248,10 @@ def find_warm_start(uri: str, *, storage: Any = None) -> WarmStartExport | None:
     Raises:
         ConfigError: ``uri`` is not a warm-start location, or holds a manifest rl_lustre did not write.
     """
+    from .errors import ConfigError
     from .gcp.storage import BucketObjects
     from .plan.warmstart import WarmStart
     from .provision.warmstart import read_manifest
-    from .errors import ConfigError
     from .spec.cluster import WARM_START_RULE, is_warm_start
 
     if not is_warm_start(uri):
