@@ -212,6 +212,7 @@ def test_requires_a_bearer_token(fake: KubeFake) -> None:
     ctx = ssl.create_default_context(cadata=fake.ca_pem.decode())
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(f"{fake.url}/api/v1/namespaces/default/secrets", context=ctx, timeout=5)
+    info.value.close()
     assert info.value.code == 401
 
 

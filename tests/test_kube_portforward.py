@@ -208,6 +208,7 @@ def test_close_stops_listening_and_ends_open_streams(api) -> None:
     assert time.monotonic() - started < 2
     conn.sock.settimeout(5)
     assert conn.sock.recv(1) == b""
+    conn.close()
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=2):
         pass
 
@@ -229,6 +230,7 @@ def test_real_ray_head_through_the_port_forward(fake: KubeFake, api, echo, local
             if head.headers():
                 with pytest.raises(urllib.error.HTTPError) as info:
                     urllib.request.urlopen(pf.url + "/api/jobs/", timeout=30)
+                info.value.close()
                 assert info.value.code in (401, 403), "Ray's token auth sees exactly what the client sent"
     finally:
         fake.head_target = echo.server_address[:2]

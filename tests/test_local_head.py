@@ -91,10 +91,12 @@ def test_session_head_listens_on_loopback_only_and_demands_the_token(
     url = f"{head.dashboard_url}/api/version"
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(url, timeout=5)
+    missing.value.close()
     assert missing.value.code == 401
     wrong = urllib.request.Request(url, headers={"Authorization": "Bearer " + "0" * 64})
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(wrong, timeout=5)
+    refused.value.close()
     assert refused.value.code == 403
     right = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(right, timeout=5) as response:

@@ -70,12 +70,16 @@ def test_jobs_wait_their_turn_are_seen_queued_from_anywhere_and_leave_the_queue_
     second, third = attrs.evolve(JOB, name="q-second"), attrs.evolve(JOB, name="q-third")
     first, queued, stopped = local_cluster._backend().submit_all([long, second, third], fresh=True)
     try:
+        # Each job's supervisor is a Ray job driver started by the head's job agent: on a loaded
+        # 2-core machine their start can take a minute or more, so the waits are long.
         _until("the first job to hold the node", lambda: (_claim(local_cluster, first.job_id) or Claim(
-            job="", nodes=0, gpus_per_node=0, cluster_nodes=0)).state == "holding")
+            job="", nodes=0, gpus_per_node=0, cluster_nodes=0)).state == "holding", timeout=180)
         assert first.status() == "RUNNING"
-        _until("the second job to be seen queued", lambda: queued.status() == "QUEUED")
-        # Both queued jobs have joined once the second counts two in the queue.
-        state = _until("the third job to join", lambda: (q := queued.queue()) is not None and q.queued == 2 and q)
+        _until("the second job to be seen queued", lambda: queued.status() == "QUEUED", timeout=180)
+        # Both queued jobs have joined once the second counts two in the queue behind the holder
+        # (the second may join while the first is still queued: "2nd of 2" behind it, not yet holding).
+        state = _until("the third job to join", lambda: (q := queued.queue()) is not None and q.queued == 2
+                       and q.ahead[:1] == ((first.job_id, "holding", 1),) and q, timeout=180)
         assert (state.state, state.place, state.queued, state.nodes) == ("queued", 1, 2, 1)
         assert state.ahead == ((first.job_id, "holding", 1),)
         assert state.waiting_for == "1 node: 0 of the cluster's 1 are free (1 held by 1 job)"

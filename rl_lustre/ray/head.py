@@ -427,6 +427,7 @@ def _wait_ready(head: LocalHead, timeout: float) -> None:
                 logger.debug("Ray %s Jobs API answers at %s", version, head.dashboard_url)
                 return
             except urllib.error.HTTPError as exc:
+                exc.close()  # the response it holds, at once rather than when collected
                 if exc.code in (401, 403):
                     raise RayError(
                         f"the local Ray head at {head.dashboard_url} refused our token (HTTP {exc.code})"

@@ -65,6 +65,7 @@ def node_table(address: str, headers: Mapping[str, str] | None = None, *, timeou
     try:
         rows = StateApi(address, headers=dict(headers or {}), timeout=timeout).list("nodes")
     except urllib.error.HTTPError as exc:
+        exc.close()  # the response it holds, at once rather than when collected
         raise RayError(f"cannot read Ray's node table at {address}: HTTP {exc.code} {exc.reason}") from exc
     except (OSError, ValueError) as exc:
         raise RayError(f"cannot read Ray's node table at {address}: {exc}") from exc
