@@ -186,27 +186,33 @@ def test_nodes_are_registered_and_removed_with_the_node_controllers_events(kube:
         f"Node {names[0]} event: Removing Node {names[0]} from Controller")
 
 
-def test_a_worker_pods_raylet_is_named_as_its_manifest_makes_ray_start_name_it() -> None:
+def test_a_worker_pods_raylet_is_named_and_sized_as_its_manifest_makes_ray_start_do_it() -> None:
     from rl_lustre.testing.kube import KubeTimings
 
-    started: list[tuple[str, str]] = []
+    started: list[tuple[str, str, dict[str, int]]] = []
 
     class Raylet:
         def kill(self) -> None:
             pass
 
-    def start(pod: str, name: str) -> Raylet:
-        started.append((pod, name))
+    def start(pod: str, name: str, resources: dict[str, int]) -> Raylet:
+        started.append((pod, name, resources))
         return Raylet()
 
+    # As rl_lustre's RayCluster sizes an A4 worker: CPU, memory and GPUs pinned in the limits.
     worker = {"name": "ray-worker", "image": "rayproject/ray:2.46.0",
               "env": [{"name": "RL_LUSTRE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-              "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8"}}}
+              "resources": {"limits": {"nvidia.com/gpu": "8", "cpu": "100", "memory": "1000Gi"},
+                            "requests": {"nvidia.com/gpu": "8", "cpu": "100", "memory": "1000Gi"}}}
+    # A CPU request without a limit, and rayStartParams that override the container (KubeRay's order).
+    plain = {**worker, "env": [], "resources": {"limits": {"nvidia.com/gpu": "8"},
+                                                "requests": {"nvidia.com/gpu": "8", "cpu": "15500m"}}}
     groups = [{"groupName": "named", "replicas": 1, "minReplicas": 1, "maxReplicas": 1,
                "rayStartParams": {"node-name": "$RL_LUSTRE_NODE_NAME"},
                "template": {"spec": {"containers": [worker]}}},
-              {"groupName": "plain", "replicas": 1, "minReplicas": 1, "maxReplicas": 1, "rayStartParams": {},
-               "template": {"spec": {"containers": [{**worker, "env": []}]}}}]
+              {"groupName": "plain", "replicas": 1, "minReplicas": 1, "maxReplicas": 1,
+               "rayStartParams": {"num-gpus": "4"},
+               "template": {"spec": {"containers": [plain]}}}]
     rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc", "namespace": "default"},
           "spec": {"rayVersion": "2.46.0", "workerGroupSpecs": groups,
                    "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
@@ -216,11 +222,35 @@ def test_a_worker_pods_raylet_is_named_as_its_manifest_makes_ray_start_name_it()
         ResourceClient(fake.api_client(), "RayCluster", "default").create(rc)
         until(lambda: len(started) == 2, timeout=30)
         pods = {p["metadata"]["name"]: p for p in fake.objects("Pod")}
-    by_group = {pods[pod]["metadata"]["labels"]["ray.io/group"]: (pod, name) for pod, name in started}
-    pod, name = by_group["named"]
+    by_group = {pods[pod]["metadata"]["labels"]["ray.io/group"]: (pod, name, res) for pod, name, res in started}
+    pod, name, resources = by_group["named"]
     assert name == pods[pod]["spec"]["nodeName"]
     assert name.startswith("gke-gpu-pool-")
-    pod, name = by_group["plain"]
+    assert resources == {"CPU": 100, "GPU": 8, "memory": 1000 * 2**30}
+    pod, name, resources = by_group["plain"]
     # Without --node-name Ray names the node by its address.
     assert name in (pods[pod]["status"].get("podIP"), pod)
     assert not name.startswith("gke-")
+    # No memory limit: Ray sizes its memory itself.
+    assert resources == {"CPU": 16, "GPU": 4}
+
+
+def test_the_nodes_of_a_gke_node_pool_are_ready_with_the_node_controllers_events(kube: KubeFake) -> None:
+    from google.cloud import container_v1
+
+    pool = container_v1.NodePool(
+        name="gpu", initial_node_count=2, locations=["us-east1-b"],
+        self_link="https://container.googleapis.com/v1/projects/p/locations/us-east1/clusters/c/nodePools/gpu",
+        config=container_v1.NodeConfig(machine_type="a4-highgpu-8g", spot=True, accelerators=[
+            container_v1.AcceleratorConfig(accelerator_type="nvidia-b200", accelerator_count=8)]))
+    names = kube.node_pool_ready(pool)
+    assert len(names) == 2
+    # Registering a running pool again adds nothing (FakeGCP calls it on every read of a RUNNING pool).
+    assert kube.node_pool_ready(pool) == names
+    nodes = {n["metadata"]["name"]: n for n in kube.objects("Node")}
+    for name in names:
+        [ready] = [c for c in nodes[name]["status"]["conditions"] if c["type"] == "Ready"]
+        assert ready["status"] == "True"
+    events = [e for e in kube.objects("Event", include_events=True) if e["involvedObject"]["kind"] == "Node"]
+    said = sorted((e["involvedObject"]["name"], e["involvedObject"]["uid"], e["reason"]) for e in events)
+    assert said == sorted((n, nodes[n]["metadata"]["uid"], r) for n in names for r in ("RegisteredNode", "NodeReady"))

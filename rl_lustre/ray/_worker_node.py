@@ -12,7 +12,7 @@ line, stops every process of the node on SIGTERM, and exits if one of them dies.
 
 Usage (by :func:`rl_lustre.ray.workers.start_local_worker`)::
 
-    python _worker_node.py '<json: gcs_address, ports, num_cpus, num_gpus, object_store_memory>'
+    python _worker_node.py '<json: gcs_address, ports, num_cpus, num_gpus, memory, object_store_memory>'
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def main(argv: list[str]) -> int:
         max_worker_port=spec["max_worker_port"],
         num_cpus=spec["num_cpus"],
         num_gpus=spec["num_gpus"],
+        memory=spec.get("memory"),
         object_store_memory=spec["object_store_memory"],
         # One log monitor per machine is enough (the head's). Ray annotates it as a string
         # but reads it as a flag (ray.cluster_utils passes False too).

@@ -114,6 +114,7 @@ def start_local_worker(
     *,
     num_gpus: int,
     num_cpus: int = 1,
+    memory: int | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = 90.0,
     name: str | None = None,
@@ -129,6 +130,8 @@ def start_local_worker(
         head: the local head the node joins.
         num_gpus: the GPUs the node declares.
         num_cpus: the CPUs the node declares (its per-node work needs a worker process).
+        memory: the bytes of Ray's logical ``memory`` resource the node declares (None: Ray's
+            default, from this machine's memory); a number, as ``ray start --memory``.
         env: the environment of the node; by default this process's (like the head's).
         timeout: seconds to wait for the raylet.
         name: the node's name in Ray's node table (by default the next ``worker-<n>``);
@@ -140,13 +143,14 @@ def start_local_worker(
     """
     return retry_overloaded(
         "the local Ray worker node",
-        lambda: _start_worker(head, num_gpus=num_gpus, num_cpus=num_cpus, env=env, timeout=timeout, name=name),
+        lambda: _start_worker(head, num_gpus=num_gpus, num_cpus=num_cpus, memory=memory, env=env, timeout=timeout,
+                              name=name),
     )
 
 
 def _start_worker(
-    head: LocalHead, *, num_gpus: int, num_cpus: int, env: Mapping[str, str] | None, timeout: float,
-    name: str | None = None,
+    head: LocalHead, *, num_gpus: int, num_cpus: int, memory: int | None, env: Mapping[str, str] | None,
+    timeout: float, name: str | None = None,
 ) -> LocalWorker:
     temp_dir = head.temp_dir
     known = _read_state(temp_dir)
@@ -170,6 +174,7 @@ def _start_worker(
         "max_worker_port": worker_lo + _WORKER_PORTS - 1,
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
+        "memory": memory,
         "object_store_memory": 80 * 1024 * 1024,
     }
     # Not `ray start --address`: it cannot join a loopback-only head (see _worker_node.py).

@@ -55,8 +55,7 @@ class Autoscaler(Controller):
             state, _message, nodes = decide(pool, have + need, asked)
             if state == "granted" and nodes:
                 for node in nodes:
-                    if self.store.get("Node", None, node["metadata"]["name"]) is None:
-                        self.store.create(node)
+                    self.register_node(node)
                 for pod in wanting[:need]:
                     self.event(pod, "TriggeredScaleUp", f"pod triggered scale-up: [{{{pool} {have}->{have + need} "
                                f"(max: {maximum})}}]", component="cluster-autoscaler")

@@ -9,6 +9,7 @@ more than one controller reads.
 
 from __future__ import annotations
 
+import copy
 import time
 
 import attrs
@@ -47,6 +48,25 @@ class Controller:
         """Seconds since this controller set first saw ``obj``."""
         uid = obj["metadata"]["uid"]
         return time.monotonic() - self.memory.born.setdefault(uid, time.monotonic())
+
+    def register_node(self, node: Obj) -> Obj:
+        """Create ``node`` as a VM that joins the cluster does, unless a Node of its name is there:
+        ``Ready`` (when its status says nothing of it), with the node lifecycle controller's
+        ``RegisteredNode`` and the kubelet's ``NodeReady`` Events. Returns the stored Node."""
+        name = node["metadata"]["name"]
+        existing = self.store.get("Node", None, name)
+        if existing is not None:
+            return existing
+        node = copy.deepcopy(node)
+        status = node.setdefault("status", {})
+        if not any(c.get("type") == "Ready" for c in status.get("conditions") or []):
+            status["conditions"] = [*(status.get("conditions") or []), {
+                "type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": now_rfc3339()}]
+        stored = self.store.create(node)
+        self.event(stored, "RegisteredNode", f"Node {name} event: Registered Node {name} in Controller",
+                   component="node-controller")
+        self.event(stored, "NodeReady", f"Node {name} status is now: NodeReady", component="kubelet")
+        return stored
 
     def event(self, involved: Obj, reason: str, message: str, *, warning: bool = False, component: str = "") -> None:
         """Record an Event once per (object, reason, message), as the event recorder dedupes them."""

@@ -32,7 +32,7 @@ class Controllers(Controller):
     """All simulated controllers; :meth:`step` runs one pass."""
 
     def __init__(self, store: Store, faults: KubeFaults, timings: KubeTimings,
-                 raylets: Callable[[str, str], Any] | None = None) -> None:
+                 raylets: Callable[[str, str, dict[str, int]], Any] | None = None) -> None:
         super().__init__(store, faults, timings, Memory())
         install_quota(store)
         self.spot = SpotCapacity(store, raylets)

@@ -65,8 +65,7 @@ class ProvisioningRequests:
             state, message, nodes = (self.decide or _granted_at_once)(pool, int(pod_sets[0].get("count") or 0), asked)
             if state == "granted":
                 for node in nodes:
-                    if self.store.get("Node", None, node["metadata"]["name"]) is None:
-                        self.store.create(node)
+                    self.register_node(node)
                 self._set(pr, "Provisioned", "Provisioned", message)
             elif state == "failed":
                 self._set(pr, "Failed", "ResizeRequestFailed", message)

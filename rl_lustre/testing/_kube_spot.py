@@ -3,14 +3,17 @@ local raylets, and GKE's Spot preemption of the nodes they run on.
 
 Backing
     With ``KubeFake(raylets=start)``, every RayCluster worker pod that the simulated
-    kubelet would start gets a real Ray worker node first: ``start(pod_name, node_name)``
-    (run in a thread; it returns a handle with ``kill()``) joins a raylet to the real local
-    head that the fake's head service forwards to. ``node_name`` is the name Ray gives the
-    node, as the pod's own manifest makes ``ray start`` choose it: its worker group's
+    kubelet would start gets a real Ray worker node first: ``start(pod_name, node_name,
+    resources)`` (run in a thread; it returns a handle with ``kill()``) joins a raylet to the
+    real local head that the fake's head service forwards to. ``node_name`` is the name Ray
+    gives the node, as the pod's own manifest makes ``ray start`` choose it: its worker group's
     ``--node-name`` (in ``rayStartParams``, or after the container's command), with the
     shell's ``$VAR`` expanded from the container's env (a ``fieldRef`` to ``spec.nodeName``
-    is the pod's node); without one, the pod's IP, Ray's default. The pod goes Running
-    and Ready once that raylet runs, and its raylet is killed when the pod goes away.
+    is the pod's node); without one, the pod's IP, Ray's default. ``resources`` is what
+    KubeRay's generated ``ray start`` declares (:func:`ray_start_resources`: ``CPU``,
+    ``GPU``, ``memory`` from the group's ``rayStartParams``, else the Ray container's
+    limits). The pod goes Running and Ready once that raylet runs, and its raylet is killed
+    when the pod goes away.
 
 Preemption (what GKE does to a Spot VM, see GKE's "Spot VMs" and "graceful node
 shutdown" pages)
@@ -34,6 +37,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from ._kube_scheduler import quantity
 from ._kube_store import Obj, Store, labels_of, now_rfc3339, owned_by
 
 IMPENDING_TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
@@ -44,10 +48,37 @@ def is_ray_worker(pod: Obj) -> bool:
     return labels_of(pod).get("ray.io/node-type") == "worker"
 
 
+def ray_start_resources(pod: Obj, start_params: dict[str, Any]) -> dict[str, int]:
+    """The ``CPU``, ``GPU`` and ``memory`` (bytes) that KubeRay's generated ``ray start`` declares
+    for ``pod`` (its worker group's ``rayStartParams`` given): ``num-cpus``, ``num-gpus`` and
+    ``memory`` from the params when set, else from the Ray container's limits (CPU: its
+    requests when no limit is set; GPUs: the first resource whose name ends in ``gpu``),
+    each rounded up to a whole number as KubeRay's ``Quantity.Value()``; absent when neither
+    says (Ray then counts them).
+
+    Examples:
+        >>> pod = {"spec": {"containers": [{"resources": {
+        ...     "limits": {"cpu": "15500m", "memory": "1Gi", "nvidia.com/gpu": "8"}}}]}}
+        >>> ray_start_resources(pod, {})
+        {'CPU': 16, 'GPU': 8, 'memory': 1073741824}
+        >>> ray_start_resources(pod, {"num-cpus": "0", "num-gpus": "2"})
+        {'CPU': 0, 'GPU': 2, 'memory': 1073741824}
+    """
+    container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
+    limits = (container.get("resources") or {}).get("limits") or {}
+    requests = (container.get("resources") or {}).get("requests") or {}
+    gpus = next((v for k, v in limits.items() if k.endswith("gpu") and quantity(v)), None)
+    found = {"CPU": limits.get("cpu") or requests.get("cpu"), "GPU": gpus, "memory": limits.get("memory")}
+    for key, param in (("CPU", "num-cpus"), ("GPU", "num-gpus"), ("memory", "memory")):
+        if param in start_params:
+            found[key] = start_params[param]
+    return {k: math.ceil(quantity(v)) for k, v in found.items() if v is not None and str(v) != ""}
+
+
 class SpotCapacity:
     """Raylets behind worker pods, and the Spot capacity GPU pods wait for."""
 
-    def __init__(self, store: Store, start: Callable[[str, str], Any] | None) -> None:
+    def __init__(self, store: Store, start: Callable[[str, str, dict[str, int]], Any] | None) -> None:
         self.store = store
         self._start = start
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kube-fake-raylet") if start else None
@@ -77,7 +108,8 @@ class SpotCapacity:
         with self._lock:
             future = self._raylets.get(name)
             if future is None:
-                self._raylets[name] = self._pool.submit(self._start, name, self.ray_node_name(pod))
+                resources = ray_start_resources(pod, dict(self._group(pod).get("rayStartParams") or {}))
+                self._raylets[name] = self._pool.submit(self._start, name, self.ray_node_name(pod), resources)
                 return False
         if not future.done():
             return False

@@ -186,19 +186,13 @@ class Workloads(Controller):
             room = {"cpu": "1k", "memory": "1Ti", "ephemeral-storage": "1Pi", "pods": "110"}
             if GKE_ACCELERATOR_LABEL in labels:
                 room["nvidia.com/gpu"] = "8"
-            node = self.store.create({
+            self.register_node({
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
                                                       GKE_NODEPOOL_LABEL: pool, **labels}},
                 "spec": {},
-                "status": {"capacity": dict(room), "allocatable": dict(room),
-                           "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                           "lastTransitionTime": now_rfc3339()}]},
+                "status": {"capacity": dict(room), "allocatable": dict(room)},
             })
-            # What the node lifecycle controller and the kubelet record for a new node.
-            self.event(node, "RegisteredNode", f"Node {name} event: Registered Node {name} in Controller",
-                       component="node-controller")
-            self.event(node, "NodeReady", f"Node {name} status is now: NodeReady", component="kubelet")
             names.append(name)
         return names
 

@@ -109,9 +109,11 @@ class KubeFake:
         faults: fault knobs (also settable later through :attr:`faults`).
         timings: how fast the simulated cluster moves.
         watch_timeout: how long a watch without ``timeoutSeconds`` stays open.
-        raylets: ``start(pod_name, node_name)`` joins a real Ray worker node named
+        raylets: ``start(pod_name, node_name, resources)`` joins a real Ray worker node named
             ``node_name`` (what the pod's manifest makes ``ray start`` name it, see
-            :mod:`rl_lustre.testing._kube_spot`) to the head behind ``head_target`` and
+            :mod:`rl_lustre.testing._kube_spot`) declaring ``resources`` (``{"CPU": n, "GPU": n,
+            "memory": bytes}``, what KubeRay's ``ray start`` declares from the pod's
+            ``rayStartParams`` and container resources) to the head behind ``head_target`` and
             returns a handle with ``kill()``; with it, every RayCluster
             worker pod is backed by such a raylet (Ready once it runs, killed with the pod),
             and :meth:`preempt` takes them away as Spot does.
@@ -129,7 +131,7 @@ class KubeFake:
         faults: KubeFaults | None = None,
         timings: KubeTimings | None = None,
         watch_timeout: float = 300.0,
-        raylets: Callable[[str, str], Any] | None = None,
+        raylets: Callable[[str, str, dict[str, int]], Any] | None = None,
     ) -> None:
         from ..kube.client import EMULATOR_TOKEN
 
@@ -294,12 +296,12 @@ class KubeFake:
         """Register the Nodes of a RUNNING GKE node pool (a ``container_v1.NodePool`` whose
         ``self_link`` names its cluster), shaped as GKE registers them
         (:func:`rl_lustre.testing._gke_nodes.gke_node`: labels, the GPU taint, capacity and
-        allocatable); returns their names."""
+        allocatable), Ready, with their ``RegisteredNode`` and ``NodeReady`` Events; returns
+        their names."""
         from ._gke_nodes import pool_nodes
 
         nodes = pool_nodes(pool)
-        self._on_loop(lambda: [self._store.create(node) for node in nodes
-                               if self._store.get("Node", None, node["metadata"]["name"]) is None])
+        self._on_loop(lambda: [self._controllers.workloads.register_node(node) for node in nodes])
         if pool.autoscaling.enabled and not pool.queued_provisioning.enabled:
             sample = pool_nodes(pool, count=1)[0]["metadata"]["labels"]
             zone = pool.locations[0] if pool.locations else ""
