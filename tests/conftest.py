@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # A real local Ray head shared by the whole session (and process-table helpers).
-pytest_plugins = ["ray_fixtures", "preemption_report", "kube_plane", "kube_both"]
+pytest_plugins = ["ray_fixtures", "preemption_report", "kube_plane", "kube_both", "spot_gke"]
 
 # Upstream reference data, vendored as data only (provenance and licences in its README).
 REF = Path(__file__).resolve().parent / "ref"

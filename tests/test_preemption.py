@@ -3,8 +3,9 @@
 Local: ``Cluster.local(..., worker_nodes=2)`` runs two real worker raylets next to its
 head; the rehearsal driver places one actor per node on them (``--place-workers``), as
 NeMo-RL places its workers, so killing a raylet's process group fails the run the way a
-lost node fails NeMo-RL. Fake GKE: the KubeFake backs each worker pod of the RayCluster
-with a real raylet joined to the session's head and preempts its node as GKE does.
+lost node fails NeMo-RL. Fake GKE (``spot_gke``): the KubeFake backs each worker pod of the
+RayCluster with a real raylet, sized as the pod, joined to a head that offers no CPU or GPU
+(as a RayCluster head), and preempts its node as GKE does.
 
 Every recovery's lost time (from the loss to the rerun's first step) is reported at the
 end of the test session (``preemption_report``).
@@ -26,6 +27,7 @@ from typing import Any
 
 import attrs
 import pytest
+from spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.errors import JobFailedError
@@ -340,108 +342,62 @@ def _until(predicate: Any, timeout: float = 90.0) -> None:
         time.sleep(0.02)
 
 
-GKE_SHIM = f"""\
-import sys
-
-from rl_lustre.rehearsal import main
-
-sys.exit(main(["--step-seconds", "{STEP_SECONDS}", "--place-workers", *sys.argv[1:]]))
-"""
-
-
-@pytest.mark.skip(reason=(
-    "open (issues 20/22): since 7f00025 the session head declares 8 GPUs, so on the GKE fakes the job's "
-    "placement group lands on the head, not on the Spot worker, and the worker's loss does not touch it "
-    "(a RayCluster head offers no GPUs); holding the head's GPUs with another job's placement group "
-    "left the rehearsal's actors unscheduled. Local preemption and tests/test_goodput_preemption.py "
-    "cover recovery meanwhile."))
 def test_on_the_gke_fakes_a_preempted_spot_node_is_recovered_on_the_cluster(
-        local_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        preemption_report: list[str]) -> None:
-    import shutil
-
-    from rl_lustre.backends.gke import GKEBackend
-    from rl_lustre.gcp import Backoff, RetryPolicy
-    from rl_lustre.ray.workers import start_local_worker
-    from rl_lustre.testing import FakeGCP, KubeFake
-
-    backend = local_cluster._backend()
-    head = backend.head  # type: ignore[attr-defined]
-    token = head.headers().get("Authorization", "").removeprefix("Bearer ")
-    if not token:
-        pytest.skip("the session's Ray head does not run in token mode")
-    monkeypatch.setenv("RAY_AUTH_TOKEN", token)
-    image = tmp_path / "nemo-rl"
-    (image / "examples" / "configs").mkdir(parents=True)
-    (image / "examples" / "run_grpo_math.py").write_text(GKE_SHIM)
-    for recipe in (REPO / "rl_lustre" / "nemo_rl" / "recipes" / "v0.4.0").glob("*.yaml"):
-        shutil.copy(recipe, image / "examples" / "configs" / recipe.name)
-    spec = {"name": "rl-spot", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 1,
-            "image": "rayproject/ray:2.60.0", "mount_path": str(tmp_path / "lustre"), "secrets": ["RAY_AUTH_TOKEN"],
-            "preload_image": False}
+        spot_head: SpotHead, tmp_path: Path, preemption_report: list[str]) -> None:
+    spec = spot_spec("rl-spot", tmp_path, num_nodes=1)
     job = GRPOJob(**{**JOB_ARGS, "name": "spot", "num_generations_per_prompt": 8, "train_global_batch_size": 32,
-                     "nemo_rl_dir": str(image)})
+                     "nemo_rl_dir": str(nemo_rl_dir(tmp_path, STEP_SECONDS))})
+    with spot_gke(spot_head, spec) as (cluster, kube):
+        run = cluster.submit(job)
+        _wait_done(job, cluster, 5)
+        gone = preempt(cluster, nodes=1, back_after=1.0)
+        victim = kube.get("Pod", gone.nodes[0])
+        assert victim is not None
+        assert any(c["type"] == "DisruptionTarget" for c in victim["status"]["conditions"])
+        assert run.wait(timeout=300) == "SUCCEEDED"
+        [restart] = run.restarts()
+        assert restart.resumed_from_step == 4
+        assert restart.first_step == 5
+        assert [c.step for c in run.checkpoints()] == [8, 10]
+        assert restart.seconds_lost is not None
+        preemption_report.append(f"fake GKE, 1 Spot node: lost {restart.seconds_lost:.1f}s "
+                                 f"(waited {restart.capacity_seconds:.1f}s for capacity)")
+        gone.wait(timeout=120)
 
-    def raylet(pod: str, name: str) -> Any:
-        # The pod's GPUs, as the node's raylet declares them, joined to the session's head, named as Ray would.
-        return start_local_worker(head, num_gpus=8, env=backend._head_env(), name=name)  # type: ignore[attr-defined]
+        # Two preemptions of one run: two restarts, each from the newest complete save.
+        twice = attrs.evolve(job, name="spot-twice")
+        run = cluster.submit(twice)
+        _wait_done(twice, cluster, 3, attempt=1)
+        preempt(cluster, nodes=1, back_after=0.5).wait(timeout=120)
+        _wait_done(twice, cluster, 5, attempt=2)
+        preempt(cluster, nodes=1, back_after=0.5).wait(timeout=120)
+        assert run.wait(timeout=300) == "SUCCEEDED"
+        assert [(r.number, r.resumed_from_step) for r in run.restarts()] == [(1, 2), (2, 4)]
+        assert [c.step for c in run.checkpoints()] == [8, 10]
+        for r in run.restarts():
+            assert r.seconds_lost is not None
+            preemption_report.append(f"fake GKE, restart {r.number} of 2: lost {r.seconds_lost:.1f}s")
 
-    host, port = head.dashboard_url.removeprefix("http://").rsplit(":", 1)
-    with KubeFake(head_target=(host, int(port)), raylets=raylet) as kube, FakeGCP(kube=kube):
-        cluster = Cluster(**spec)
-        cluster.use_backend(GKEBackend(cluster, backoff=Backoff(initial=0.005, maximum=0.05, multiplier=1.5),
-                                       retry=RetryPolicy(attempts=3, initial=0.005, maximum=0.01)))
-        with cluster:
-            run = cluster.submit(job)
-            _wait_done(job, cluster, 5)
-            gone = preempt(cluster, nodes=1, back_after=1.0)
-            victim = kube.get("Pod", gone.nodes[0])
-            assert victim is not None
-            assert any(c["type"] == "DisruptionTarget" for c in victim["status"]["conditions"])
-            assert run.wait(timeout=300) == "SUCCEEDED"
-            [restart] = run.restarts()
-            assert restart.resumed_from_step == 4
-            assert restart.first_step == 5
-            assert [c.step for c in run.checkpoints()] == [8, 10]
-            assert restart.seconds_lost is not None
-            preemption_report.append(f"fake GKE, 1 Spot node: lost {restart.seconds_lost:.1f}s "
-                                     f"(waited {restart.capacity_seconds:.1f}s for capacity)")
-            gone.wait(timeout=120)
+        # A failure of the run's own, with every node alive: not restarted.
+        bug = attrs.evolve(job, name="spot-bug", max_num_steps=4)
+        Path(bug.checkpoint_dir(cluster)).parent.mkdir(parents=True, exist_ok=True)
+        Path(bug.checkpoint_dir(cluster)).write_text("not a directory")
+        run = cluster.submit(bug)
+        with pytest.raises(JobFailedError):
+            run.wait(timeout=120)
+        assert run.restarts() == []
+        assert "while every worker node was alive: not restarted" in run.logs()
 
-            # Two preemptions of one run: two restarts, each from the newest complete save.
-            twice = attrs.evolve(job, name="spot-twice")
-            run = cluster.submit(twice)
-            _wait_done(twice, cluster, 3, attempt=1)
-            preempt(cluster, nodes=1, back_after=0.5).wait(timeout=120)
-            _wait_done(twice, cluster, 5, attempt=2)
-            preempt(cluster, nodes=1, back_after=0.5).wait(timeout=120)
-            assert run.wait(timeout=300) == "SUCCEEDED"
-            assert [(r.number, r.resumed_from_step) for r in run.restarts()] == [(1, 2), (2, 4)]
-            assert [c.step for c in run.checkpoints()] == [8, 10]
-            for r in run.restarts():
-                assert r.seconds_lost is not None
-                preemption_report.append(f"fake GKE, restart {r.number} of 2: lost {r.seconds_lost:.1f}s")
+        # Recovery off: a preemption ends the run.
+        off = attrs.evolve(job, name="spot-off", max_restarts=0)
+        run = cluster.submit(off)
+        _wait_done(off, cluster, 2)
+        gone = preempt(cluster, nodes=1, back_after=0.5)
+        with pytest.raises(JobFailedError):
+            run.wait(timeout=120)
+        assert run.restarts() == []
+        assert "recovery is off (max_restarts=0): not restarted" in run.logs()
+        gone.wait(timeout=120)
 
-            # A failure of the run's own, with every node alive: not restarted.
-            bug = attrs.evolve(job, name="spot-bug", max_num_steps=4)
-            Path(bug.checkpoint_dir(cluster)).parent.mkdir(parents=True, exist_ok=True)
-            Path(bug.checkpoint_dir(cluster)).write_text("not a directory")
-            run = cluster.submit(bug)
-            with pytest.raises(JobFailedError):
-                run.wait(timeout=120)
-            assert run.restarts() == []
-            assert "while every worker node was alive: not restarted" in run.logs()
-
-            # Recovery off: a preemption ends the run.
-            off = attrs.evolve(job, name="spot-off", max_restarts=0)
-            run = cluster.submit(off)
-            _wait_done(off, cluster, 2)
-            gone = preempt(cluster, nodes=1, back_after=0.5)
-            with pytest.raises(JobFailedError):
-                run.wait(timeout=120)
-            assert run.restarts() == []
-            assert "recovery is off (max_restarts=0): not restarted" in run.logs()
-            gone.wait(timeout=120)
-
-            # Spot capacity that never comes back: FAILED once capacity_timeout has passed.
-            _stranded(attrs.evolve(job, name="spot-stranded"), cluster)
+        # Spot capacity that never comes back: FAILED once capacity_timeout has passed.
+        _stranded(attrs.evolve(job, name="spot-stranded"), cluster)
