@@ -40,7 +40,7 @@ class Controllers(Controller):
         self.gc = GarbageCollector(store, faults, timings, self.memory, self.spot)
         self.binder = VolumeBinder(store, faults, timings, self.memory)
         self.operator = KubeRayOperator(store, faults, timings, self.memory)
-        self.provisioning = ProvisioningRequests(store)
+        self.provisioning = ProvisioningRequests(store, register=self.workloads.register_node)
         self.autoscaler = Autoscaler(store, faults, timings, self.memory)
         self.kubelet = Kubelet(store, faults, timings, self.memory, self.spot, self.workloads)
         # Node pools whose preempted nodes come back (as new nodes) with the capacity.

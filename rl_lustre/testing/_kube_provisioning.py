@@ -38,8 +38,10 @@ def _granted_at_once(pool: str, count: int, asked_at: float) -> tuple[str, str, 
 class ProvisioningRequests:
     """The queued-provisioning side of the cluster autoscaler (see the module's doc)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, register: Callable[[Obj], Obj]) -> None:
         self.store = store
+        # How a granted Node joins the cluster (Controller.register_node: Ready, with its Events).
+        self.register = register
         self.decide: Decider | None = None
         self._asked: dict[str, float] = {}
 
@@ -65,7 +67,8 @@ class ProvisioningRequests:
             state, message, nodes = (self.decide or _granted_at_once)(pool, int(pod_sets[0].get("count") or 0), asked)
             if state == "granted":
                 for node in nodes:
-                    self.register_node(node)
+                    if self.store.get("Node", None, node["metadata"]["name"]) is None:
+                        self.register(node)
                 self._set(pr, "Provisioned", "Provisioned", message)
             elif state == "failed":
                 self._set(pr, "Failed", "ResizeRequestFailed", message)
