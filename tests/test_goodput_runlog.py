@@ -106,6 +106,33 @@ def test_two_attempts_and_a_recovery() -> None:
     assert [(s.step, s.start, s.end) for s in a2.steps] == [(2, 40, None)]
 
 
+def test_a_save_line_stamped_late_keeps_its_timers_seconds_inside_its_step() -> None:
+    # The supervisor read the save's line together with the next step's header (a loaded
+    # machine): both are stamped 20, where step 1 ends.
+    lines = [
+        ev({"event": "start", "nodes": 1, "gpus_per_node": 8}, 1),
+        ev({"event": "attempt", "attempt": 1}, 2),
+        formats.step_header(1, 2), ev({"event": "step", "step": 1, "k": 1, "of": 2, "epoch": 1, "attempt": 1}, 10),
+        formats.save_line(1), ev({"event": "save", "step": 1, "attempt": 1}, 20),
+        "", "📊 Training Results:", "  • Loss: 0.1", "", "⏱️  Timing:", "  • Total step time: 10.00s",
+        "  • checkpointing: 2.00s (20.0%)",
+        formats.step_header(2, 2), ev({"event": "step", "step": 2, "k": 2, "of": 2, "epoch": 1, "attempt": 1}, 20),
+        "", "📊 Training Results:", "  • Loss: 0.1", "", "⏱️  Timing:", "  • Total step time: 10.00s",
+        ev({"event": "exit", "attempt": 1, "code": 0}, 30.5),
+    ]
+    t = run_timeline("r", "\n".join(lines) + "\n", status="SUCCEEDED", submitted_at=0, ended_at=31)
+    [a] = t.attempts
+    first = a.steps[0]
+    assert (first.start, first.end) == (10, 20)
+    # NeMo-RL's checkpointing timer runs inside its step: the save is its last 2 s, not cut to nothing.
+    assert first.checkpoint is not None
+    assert (first.checkpoint.start, first.checkpoint.end) == (18, 20)
+    node = NodeSpan("head/1", "local", 0.0, 1, 0, 0, 0, None, 0)
+    ledger = build(Evidence(nodes=(node,), runs=(t,), now=40), scope="run", run="r")
+    assert ledger.seconds["checkpoint"] == pytest.approx(2.0)
+    assert ledger.seconds["training"] == pytest.approx(8.0 + 10.0)
+
+
 def test_a_log_without_the_journal() -> None:
     t = run_timeline("old", "Loaded configuration from: x\n" + formats.step_header(1, 2) + "\n",
                      status="SUCCEEDED", submitted_at=0, ended_at=9)

@@ -13,7 +13,8 @@ A step runs from its header to the next header; the last of an attempt for NeMo-
 ``Total step time`` (else until its results were printed; else, cut off by the attempt's
 end, or running). A save lasts from its ``Saving checkpoint`` line for the step's
 ``checkpointing`` timer, a validation from its ``Starting validation`` line for its
-``Total validation time`` -- both inside their step.
+``Total validation time`` -- both inside their step (a late stamp that would run one past
+its step's end is moved back to end with the step, see :func:`_inside`).
 """
 
 from __future__ import annotations
@@ -173,25 +174,37 @@ def _attempt(a: _Attempt) -> Attempt:
             end = min(end, a.ended_at)
         stop = end if end is not None else a.ended_at
         checkpoint = _inside(a.saves.get(k), None if record is None else record.timings.get("checkpointing"),
-                             a.results.get(k), stop)
+                             a.results.get(k), start, stop)
+        # NeMo-RL validates before it saves: a validation ends by the save's start.
         validation = _inside(a.validations.get(k), None if record is None else record.validation_seconds,
-                             a.results.get(k), stop)
+                             a.results.get(k), start, stop if checkpoint is None else checkpoint.start)
         steps.append(StepSpan(step=k, start=start, end=end, total_seconds=total, checkpoint=checkpoint,
                               validation=validation))
     initial = None
     if a.initial_validation_at is not None:
         seconds = a.parser.initial_validation.get("total_validation_time")
         first = a.steps[0]["at"] if a.steps else a.ended_at
-        initial = _inside(a.initial_validation_at, seconds, None, first)
+        initial = _inside(a.initial_validation_at, seconds, None, a.setup_done_at or a.started_at, first)
     return Attempt(number=a.number, started_at=a.started_at, ended_at=a.ended_at, exit_code=a.exit_code,
                    setup_done_at=a.setup_done_at, initial_validation=initial, steps=tuple(steps))
 
 
-def _inside(at: float | None, seconds: float | None, results: float | None, stop: float | None) -> Interval | None:
-    """``[at, at + seconds)`` inside its step; without the timer, up to the results (or the step's end)."""
+def _inside(at: float | None, seconds: float | None, results: float | None, start: float,
+            stop: float | None) -> Interval | None:
+    """``[at, at + seconds)`` inside its step (``[start, stop)``); without the timer, up to the
+    results (or the step's end).
+
+    The supervisor stamps a line when it reads it: on a loaded machine it reads a save's line
+    together with the lines after it (the next step's header), so the stamp is late, and
+    ``at + seconds`` would run past the step's end, which NeMo-RL's own timers say it does not
+    (its ``checkpointing`` and validation timers run inside ``Total step time``). Then the
+    interval is moved back to end with its step, keeping the timer's duration (no earlier than
+    the step's start): clamping it would hand the save's recorded seconds to the next step."""
     if at is None:
         return None
     if seconds is not None:
+        if stop is not None and at + seconds > stop:
+            at = max(start, min(at, stop - seconds))
         end: float | None = at + seconds
     else:
         end = results if results is not None and results >= at else stop
