@@ -59,6 +59,11 @@ def test_a_node_still_alive_keeps_the_look_going_only_a_short_while_after_the_la
     took = time.monotonic() - began
     assert [n["node_id"] for n in watch.own_losses()] == ["a"]
     assert 4.5 <= took < 10, took
+    short = _watch(NodeTable({"a": 0.2, "b": None}))
+    began = time.monotonic()
+    short.settle(30.0, 0.1, siblings=1.0)
+    assert [n["node_id"] for n in short.own_losses()] == ["a"]
+    assert 0.9 <= time.monotonic() - began < 4
 
 
 def test_with_no_loss_the_look_lasts_the_settle_time() -> None:

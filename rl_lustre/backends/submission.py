@@ -182,20 +182,21 @@ def _supervised(cluster: ClusterSpec, job: JobSpec, nodes: int, command: str, ch
     It first waits in the cluster's queue (named after the cluster) for the job's
     ``nodes``. On GKE it then watches the job's GPU nodes, reading Ray's node table every
     2 s; a failure with every node alive is looked at for 30 s more (Ray's default health
-    checks take about 15 s to declare a vanished node dead) before the run ends FAILED. A
-    local cluster with worker nodes declares lost nodes dead within about 2 s (see
-    :func:`rl_lustre.ray.nodes.node_env`), so it looks faster and for less long; one
-    without worker nodes has none to lose.
+    checks take about 15 s to declare a vanished node dead) before the run ends FAILED,
+    and once a node is found lost, 5 s more for others taken with it (declared dead one
+    3 s health check apart). A local cluster with worker nodes declares lost nodes dead
+    within about 2 s, one 0.5 s health check apart (see :func:`rl_lustre.ray.nodes.node_env`),
+    so it looks faster and for less long; one without worker nodes has none to lose.
     """
     assert cluster.gpus_per_node is not None
     if cluster.backend == "gke":
-        python, poll, settle, watch = "python", 2.0, 30.0, True
+        python, poll, settle, siblings, watch = "python", 2.0, 30.0, 5.0, True
     else:
-        python, poll, settle, watch = sys.executable, 0.5, 3.0, bool(cluster.worker_nodes)
+        python, poll, settle, siblings, watch = sys.executable, 0.5, 3.0, 1.5, bool(cluster.worker_nodes)
     return supervised(
         command, python=python, max_restarts=job.max_restarts, nodes=nodes, gpus_per_node=cluster.gpus_per_node,
         capacity_timeout=job.capacity_timeout, checkpoint_dir=checkpoint_dir, poll=poll, settle=settle,
-        queue=cluster.name, cluster_nodes=cluster.num_nodes, priority=job.priority,
+        siblings=siblings, queue=cluster.name, cluster_nodes=cluster.num_nodes, priority=job.priority,
         backfill_window=job.backfill_window, watch=watch,
     )
 

@@ -160,6 +160,7 @@ def supervised(
     checkpoint_dir: str | None,
     poll: float,
     settle: float,
+    siblings: float = 5.0,
     hang_grace: float = 60.0,
     queue: str | None = None,
     cluster_nodes: int | None = None,
@@ -178,7 +179,7 @@ def supervised(
         ...            gpus_per_node=8, capacity_timeout=1800, checkpoint_dir="/lustre/c/run", poll=2,
         ...            settle=30, queue="demo", cluster_nodes=8)  # doctest: +NORMALIZE_WHITESPACE
         "python -m rl_lustre_supervisor --max-restarts 3 --nodes 8 --gpus-per-node 8 --capacity-timeout 1800
-         --poll 2 --settle 30 --hang-grace 60 --queue demo --cluster-nodes 8 --priority 0 --backfill-window 3600
+         --poll 2 --settle 30 --siblings 5 --hang-grace 60 --queue demo --cluster-nodes 8 --priority 0 --backfill-window 3600
          --checkpoint-dir /lustre/c/run -- 'cd /opt/nemo-rl && uv run python x.py'"
     """
     parts = [
@@ -189,6 +190,7 @@ def supervised(
         "--capacity-timeout", _number(capacity_timeout),
         "--poll", _number(poll),
         "--settle", _number(settle),
+        "--siblings", _number(siblings),
         "--hang-grace", _number(hang_grace),
     ]  # fmt: skip
     if queue:

@@ -217,7 +217,7 @@ class Supervisor:
         if code != 0 and not self.stopping.is_set():
             # The command may fail a moment before the node table says why, and several nodes
             # taken at once are declared dead one by one: look on for a while.
-            watch.settle(self.args.settle, self.args.poll)
+            watch.settle(self.args.settle, self.args.poll, siblings=self.args.siblings)
         others = watch.others_losses()
         if others and code != 0:
             _say(f"other jobs' nodes were lost meanwhile ({', '.join(describe(n) for n in others)}); "
@@ -472,6 +472,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hang-grace", type=float, default=60.0)
     p.add_argument("--settle", type=float, default=3.0,
                    help="seconds to look for lost nodes after the command failed")
+    p.add_argument("--siblings", type=float, default=5.0,
+                   help="seconds to look on for more lost nodes after one was found lost")
     p.add_argument("command", help="the shell command (after --)")
     return p
 

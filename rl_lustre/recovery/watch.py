@@ -21,11 +21,9 @@ from typing import Any
 from ..queueing.view import NodeView, StateApi, attempt_nodes, read_view
 from .procs import session_of
 
-__all__ = ["ATTRIBUTE_EVERY", "SIBLINGS", "NodeWatch"]
+__all__ = ["ATTRIBUTE_EVERY", "NodeWatch"]
 
 ATTRIBUTE_EVERY = 10.0
-# Seconds to look on for more lost nodes after one was found lost (see NodeWatch.settle).
-SIBLINGS = 5.0
 
 
 class NodeWatch:
@@ -95,20 +93,20 @@ class NodeWatch:
             return []
         return sorted((n for k, n in self.lost.items() if k not in self.mine), key=lambda n: n["detected_at"])
 
-    def settle(self, seconds: float, poll: float) -> None:
+    def settle(self, seconds: float, poll: float, *, siblings: float = 5.0) -> None:
         """After the command failed: look for lost nodes for up to ``seconds``, since the node
         table may say so a moment after the command failed. Nodes taken at once are declared dead
-        one health check apart, so once one is found the look goes on for :data:`SIBLINGS`
-        seconds (at most ``seconds``) after the latest, unless every node it could lose is lost."""
+        one health check apart, so once one is found the look goes on for ``siblings`` seconds
+        (within ``seconds``) after the latest, unless every node it could lose is lost."""
         deadline = time.monotonic() + seconds
         found, end = len(self.own_losses()), deadline
         if found:
-            end = min(deadline, time.monotonic() + min(seconds, SIBLINGS))
+            end = min(deadline, time.monotonic() + siblings)
         while True:
             self.look()
             own = len(self.own_losses())
             if own > found:
-                found, end = own, min(deadline, time.monotonic() + min(seconds, SIBLINGS))
+                found, end = own, min(deadline, time.monotonic() + siblings)
             candidates = self.mine if self.mine is not None else set(self.watched)
             if (candidates and candidates <= set(self.lost)) or time.monotonic() >= end:
                 return
