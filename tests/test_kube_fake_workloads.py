@@ -133,6 +133,14 @@ def test_each_image_takes_its_own_pull_time(kube: KubeFake, timings: Any) -> Non
     assert after["small"] < 0.6 <= 0.8 <= after["big"]
 
 
+def test_the_pull_begins_when_the_pod_is_bound_and_the_start_follows_it(kube: KubeFake, timings: Any) -> None:
+    # The kubelet pulls, then starts the containers: a pull and one start, not start + pull + start.
+    timings.start, timings.image_pulls = 0.5, {"img": 0.8}
+    kube.add_nodes("gpu-pool", 1)
+    _pod(kube, "p", "img", "gpu-pool")
+    assert 1.3 <= _running_after(kube, ["p"])["p"] < 1.65
+
+
 def test_a_replacement_node_of_the_same_name_pulls_again(kube: KubeFake, timings: Any) -> None:
     timings.image_pulls = {"img": 0.6}
     [node] = kube.add_nodes("gpu-pool", 1)

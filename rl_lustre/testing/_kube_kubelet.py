@@ -2,8 +2,8 @@
 
 A pod is scheduled after :attr:`KubeTimings.schedule` (onto a Node that fits, see
 ``_kube_workloads``) unless its claims are unbound, Spot capacity is gone or
-:attr:`KubeFaults.unschedulable` holds; it then runs and goes Ready after
-:attr:`KubeTimings.start` and its image pulls, or fails as :class:`KubeFaults` asks
+:attr:`KubeFaults.unschedulable` holds; it then runs and goes Ready after its image pulls
+(begun once it is on the node) and then :attr:`KubeTimings.start`, or fails as :class:`KubeFaults` asks
 (``ErrImagePull``/``ImagePullBackOff``, ``CrashLoopBackOff``). A worker pod backed by a real
 raylet (``_kube_spot``) goes Ready once that raylet runs.
 """
@@ -82,15 +82,17 @@ class Kubelet(Controller):
             self.event(pod, "Scheduled", f"Successfully assigned {ns}/{name} to {node}", component="default-scheduler")
             return
         start = self._start_time(pod)
+        bad = [c for c in containers(pod) if self._image_fails(c.get("image", ""))]
+        # The kubelet pulls what the node lacks as soon as the pod is bound to it; the
+        # containers start once the images are there (a pull, then ``start``: not both after it).
+        pulled = None if bad else self.workloads.pulled_at(pod)
         if age < self.timings.schedule + start:
             return
-        bad = [c for c in containers(pod) if self._image_fails(c.get("image", ""))]
         if not bad and self.faults.crash_loop is None and not self.spot.ready(pod):
             return  # the raylet behind this worker pod is still starting
         if bad:
             self._image_pull_failed(pod, bad, backoff=age >= self.timings.schedule + 2 * start)
             return
-        pulled = self.workloads.pulled_at(pod)
         if pulled is None or time.monotonic() < pulled + start:
             return  # the kubelet is pulling an image the node does not have yet
         if self.faults.crash_loop is not None:
