@@ -204,3 +204,46 @@ def test_a_failed_export_at_down_still_deletes_the_volume_and_cleans_up(gcp: Fak
     assert gcp.leaked() == []
     assert gcp.bucket_objects(BUCKET) == before
     assert gcp.bucket_content(BUCKET, MANIFEST) == manifest
+
+
+def test_an_import_that_brought_every_model_whole_runs_no_prefetch_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rl_lustre import naming
+    from rl_lustre.testing.kube import KubeFake
+
+    monkeypatch.setenv("HF_TOKEN", "hf_warm_test_value")
+    c = spec(secrets=("HF_TOKEN",))
+    job = naming.prefetch_name(c)
+    with KubeFake() as kube, FakeGCP(kube=kube) as gcp:
+        gcp.seed_bucket(BUCKET)
+        gcp.seed_files(c.volume.resource_name(), DOWNLOADED)
+        full = GKEBackend(c, backoff=FAST, retry=RETRY)
+        # The first deployment fetches (its Job runs), exports, and goes.
+        assert full.up().records["model-prefetch"].outcome == "created"
+        full.down()
+        # The next one: the import brought the model, its marker and its snapshot; no Job at all.
+        report = GKEBackend(c, backoff=FAST, retry=RETRY).up()
+        assert report.records["warm-import"].outcome == "created"
+        assert report.records["model-prefetch"].outcome == "skipped"
+        assert "the warm-start import brought Qwen/Qwen2.5-72B-Instruct" in report.records["model-prefetch"].note
+        assert [j for j in kube.objects("Job") if j["metadata"]["name"] == job] == []
+        GKEBackend(c, backoff=FAST, retry=RETRY).down()
+        assert gcp.leaked() == []
+
+
+def test_a_model_the_import_did_not_bring_whole_is_left_to_the_prefetch_job() -> None:
+    from rl_lustre.provision.warmstart import imported_models
+
+    c = spec()
+    marker = "huggingface_cache/rl_lustre_prefetch/models--Qwen--Qwen2.5-72B-Instruct.json"
+    snapshot = f"{HUB}/snapshots/rev1/config.json"
+    manifest = {"models": ["Qwen/Qwen2.5-72B-Instruct"],
+                "objects": [{"path": marker, "bytes": 120}, {"path": snapshot, "bytes": 700}]}
+    assert imported_models(c, {"manifest": manifest, "failed": 0}) == ["Qwen/Qwen2.5-72B-Instruct"]
+    assert imported_models(c, {"manifest": manifest, "failed": 2}) == []  # an object failed to copy
+    assert imported_models(c, {"manifest": None}) == []  # nothing exported yet
+    assert imported_models(c, None) == []
+    for kept in ([marker], [snapshot]):  # no snapshot, or no marker (a prefetch cut short)
+        partial = {**manifest, "objects": [{"path": p, "bytes": 1} for p in kept]}
+        assert imported_models(c, {"manifest": partial, "failed": 0}) == []
+    # Exported before that model's prefetch finished: not named in the manifest.
+    assert imported_models(c, {"manifest": {**manifest, "models": []}, "failed": 0}) == []

@@ -84,7 +84,8 @@ def startup_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
                 "node_pool": naming.cpu_pool_name(cluster),
                 "token": token,
                 "skips": "models a finished prefetch already put in the cache"
-                         + (" (or the warm-start import brought)" if cluster.warm_start else ""),
+                         + (" (or the warm-start import brought); no Job at all when the import brought every model whole"
+                            if cluster.warm_start else ""),
                 "done_when": "the Job is Complete; jobs submitted after up() find the models on the volume",
             },
             **created,

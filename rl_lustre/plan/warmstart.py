@@ -9,8 +9,9 @@ in your bucket between deployments::
 
 - ``warm-import`` (``lustre.v1.ImportData``): when the bucket holds a manifest (a previous
   deployment exported), Managed Lustre copies ``gs://BUCKET/PREFIX/volume/`` into the
-  volume at the paths the files were exported from. The prefetch Job then finds the
-  models cached and skips them, and NeMo-RL finds the converted checkpoint. No manifest
+  volume at the paths the files were exported from. A model it brought whole (its prefetch
+  marker and snapshot) needs no prefetch: when that is every model, no prefetch Job runs;
+  otherwise the Job skips those. NeMo-RL finds the converted checkpoint. No manifest
   (the first deployment): nothing to import.
 - ``warm-export`` (``lustre.v1.ExportData``): once the prefetch is done, the Hugging Face
   hub cache goes to the bucket (unless the import brought every model already); at
@@ -144,7 +145,7 @@ def warmstart_nodes(cluster: ClusterSpec, *, prefetch: bool) -> list[PlannedReso
                 "into": "/ (the volume's root: each file at the path it was exported from)",
                 "when": "the manifest exists (a previous deployment exported); otherwise nothing to import",
                 "replaces": [f"the Hugging Face download of {', '.join(cluster.prefetch_models) or 'the models'} "
-                             f"(the prefetch finds them in {hf['HF_HOME']} and skips)",
+                             f"(into {hf['HF_HOME']}: with every model brought whole, no prefetch Job runs)",
                              f"the HF -> Megatron conversion (NeMo-RL finds {hf['NRL_MEGATRON_CHECKPOINT_DIR']}"
                              "/<model>/iter_0000000)"],
                 "on_failure": "up() fails and rolls back: the volume, created by this up(), goes with what was "

@@ -8,7 +8,8 @@ the library's polling policy, so their progress reaches the live view and the lo
 - ``image-prepull``: creates the DaemonSet, waits until every node holds the image,
   then until the RayCluster's workers run, then deletes it. A later ``up()`` that finds
   the workers already running skips it. An image that cannot exist fails the step.
-- ``model-prefetch``: creates the Job, or adopts it (a Complete one of an earlier ``up()``
+- ``model-prefetch``: nothing when a warm-start import brought every model whole
+  (:func:`rl_lustre.provision.warmstart.imported_models`); otherwise creates the Job, or adopts it (a Complete one of an earlier ``up()``
   for the same models is done already; a failed or outdated one is replaced), and waits
   until it completes, showing the newest progress line of its pod. A failed Job fails the
   step with its pod's reason, and the executor rolls back as for any step.
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import KubernetesError
 from ..plan.startup import PREFETCH_KEY, PREPULL_KEY
+from ..plan.warmstart import IMPORT_KEY
 from .gcp_drivers import GkeClusterDriver
 from .kube_drivers import SkippedDriver
 from .step import Done, Driver, Step
@@ -169,6 +171,13 @@ class PrefetchDriver(_KubeNode):
         from ..kube.diagnose import pod_problem
         from ..kube.prefetch import job_state, models_of
 
+        if IMPORT_KEY in step.node.depends_on:
+            from .warmstart import imported_models
+
+            brought = imported_models(self.ctx.cluster, step.dep(IMPORT_KEY))
+            if set(self.models) <= set(brought):
+                return Done("skipped", note=f"the warm-start import brought {', '.join(self.models)} (prefetch "
+                                            "markers and snapshots): nothing to fetch, no Job")
         api = self._api(step)
         found = self._read(api)
         outcome: Literal["created", "adopted"] = "created"

@@ -19,19 +19,23 @@ from __future__ import annotations
 
 import datetime
 import logging
+import posixpath
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._secrets import secret_path
 from ..catalog import WARM_FORMAT
 from ..errors import ConfigError, NotFoundError, RLLustreError
+from ..kube.prefetch_program import MARKER_DIR, repo_folder
+from ..nemo_rl.caches import nemo_rl_cache_env
 from ..plan.warmstart import IMPORT_KEY, WarmStart, warm_paths, warm_start
 from .context import Context
 from .step import Done, Step
 
 if TYPE_CHECKING:
     from ..gcp.storage import BucketObjects
+    from ..spec import ClusterSpec
 
-__all__ = ["WarmExportDriver", "WarmImportDriver", "warmstart_drivers"]
+__all__ = ["WarmExportDriver", "WarmImportDriver", "imported_models", "warmstart_drivers"]
 
 log = logging.getLogger("rl_lustre.provision")
 _NOT_FOUND = 5
@@ -68,6 +72,40 @@ def read_manifest(storage: BucketObjects, warm: WarmStart) -> dict[str, Any] | N
     return found
 
 
+def imported_models(cluster: ClusterSpec, imported: dict[str, Any] | None) -> list[str]:
+    """The prefetched models a finished import brought whole: the export's manifest names
+    the model (exported after its prefetch finished) and lists its prefetch marker and a
+    snapshot of it in the hub cache, and the import failed no object. The prefetch Job
+    would find exactly these cached (``rl_lustre.kube.prefetch_program``); none when
+    nothing was imported.
+
+    Examples:
+        >>> from rl_lustre import Cluster
+        >>> c = Cluster(name="d", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> hub = "huggingface_cache/hub/models--Qwen--Qwen2.5-0.5B"
+        >>> manifest = {"models": ["Qwen/Qwen2.5-0.5B"], "objects": [
+        ...     {"path": f"{hub}/snapshots/abc/config.json", "bytes": 700},
+        ...     {"path": "huggingface_cache/rl_lustre_prefetch/models--Qwen--Qwen2.5-0.5B.json", "bytes": 90}]}
+        >>> imported_models(c, {"manifest": manifest, "failed": 0})
+        ['Qwen/Qwen2.5-0.5B']
+        >>> imported_models(c, {"manifest": manifest, "failed": 1}), imported_models(c, {"manifest": None})
+        ([], [])
+    """
+    manifest = (imported or {}).get("manifest")
+    if not manifest or (imported or {}).get("failed"):
+        return []
+    hf = posixpath.relpath(nemo_rl_cache_env(cluster.mount_path)["HF_HOME"], cluster.mount_path)
+    paths = [str(o.get("path", "")) for o in manifest.get("objects") or []]
+    brought = []
+    for model in manifest.get("models") or []:
+        folder = repo_folder(model)
+        marker = posixpath.join(hf, MARKER_DIR, f"{folder}.json")
+        snapshots = posixpath.join(hf, "hub", folder, "snapshots") + "/"
+        if marker in paths and any(p.startswith(snapshots) for p in paths):
+            brought.append(model)
+    return brought
+
+
 class WarmImportDriver:
     """Imports a previous deployment's export into the new volume."""
 
@@ -92,7 +130,7 @@ class WarmImportDriver:
         step.requesting()
         result = self.ctx.apis.lustre.import_data(_instance(self.ctx), warm.data_uri, "/")
         total = int(manifest.get("total_bytes") or 0)
-        return Done("created", {"manifest": manifest, "copied": result.bytes_copied},
+        return Done("created", {"manifest": manifest, "copied": result.bytes_copied, "failed": result.objects_failed},
                     note=f"imported {result.objects_copied} object(s), {_gb(result.bytes_copied)} of the "
                          f"{_gb(total)} exported on {manifest.get('exported_at', '?')}")
 
