@@ -66,12 +66,13 @@ the node being Ready (``replacement_image_running_minutes``).
   the preload image and the bucket's export are there. A first deployment in the same
   world (not timed) builds the image, has the prefetch's files and the first job's
   conversion on its volume (seeded: the fakes run no real download), exports them and
-  goes with ``down()``; the timed ``up()`` then finds the image, imports the export into
-  its new volume, and the prefetch Job finds the models and skips. In the job only
+  goes with ``down()``; the timed ``up()`` then finds the image and imports the export into
+  its new volume, which brings every model whole (marker and snapshot), so no prefetch Job
+  runs (``rl_lustre.provision.warmstart.imported_models``). In the job only
   NeMo-RL's start-up is left (the converted checkpoint is there: NeMo-RL skips the
   conversion when ``iter_0000000`` exists).
 
-The warm order's import and the skipping prefetch (simulated minutes):
+The warm order's import (simulated minutes):
 
 ============================  ======  ================================================================
 import from Cloud Storage      1.6     290 GB (the 145 GB hub cache and the 145 GB Megatron checkpoint)
@@ -83,7 +84,6 @@ import from Cloud Storage      1.6     290 GB (the 145 GB hub cache and the 145 
                                        region; the instance writes at most its throughput (the default
                                        9,000 GiB at 1,000 MB/s/TiB: 8.8 GB/s); half of the lower of the
                                        two is our assumption (not measured), as is the 0.5 minutes
-prefetch that skips            0.1     the Job's pod reads one marker per model and exits
 ============================  ======  ================================================================
 
 Prints a table, then ``replacement_image_running_minutes=<m>``,
@@ -133,7 +133,6 @@ WARM_START = "gs://bench-warm/qwen"
 EXPORT_GB = 2 * MODEL_GB
 IMPORT_MB_S = 4400.0
 IMPORT_START_MIN = 0.5
-PREFETCH_SKIP_MIN = 0.1
 # The first deployment's exports (not timed).
 EXPORT_MIN = 0.5
 
@@ -311,10 +310,12 @@ def _order(name: str, unit: float, *, replacement: bool = False, **switches: Any
         ResourceClient(kube.api_client(), "Job", "default")
         if warm:
             _first_deployment(gcp, cluster, backoff)
-            kube.timings.job_run = PREFETCH_SKIP_MIN * unit
         started = time.monotonic()
         report = GKEBackend(cluster, backoff=backoff).up()
         wall = time.monotonic() - started
+        if warm and report.records["model-prefetch"].outcome != "skipped":
+            raise AssertionError(f"warm: the import did not bring every model, the prefetch Job ran "
+                                 f"({report.records['model-prefetch'].note})")
         replaced = _replacement_minutes(kube, cluster, unit) if replacement else None
     phases = {k: (r.started / unit, r.finished / unit) for k, r in report.records.items()
               if r.started is not None and r.finished is not None}

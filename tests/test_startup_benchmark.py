@@ -31,7 +31,7 @@ def test_the_orders_run_and_the_last_lines_are_the_replacement_and_the_ratios(
     assert "cold       preload-image" in text
     assert "ours       preload-image" not in text
     assert "reference  preload-image" not in text
-    # Warm: the export is imported, the prefetch skips and nothing is exported again; no
+    # Warm: the export is imported, no prefetch Job runs (the benchmark checks) and nothing is exported again; no
     # download, no conversion in the job.
     assert "warm       warm-import" in text
     assert "cold       warm-import" not in text
