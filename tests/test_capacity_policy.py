@@ -125,3 +125,18 @@ def test_plan_shows_the_policy() -> None:
     assert "region's other zones" in policy["try_in_order"][2]
     assert "capacity_policy: {try_in_order: [spot in us-east1-b" in " ".join(str(c.plan()).split())
     assert "capacity_policy" not in Cluster(**GKE).plan().get("gpu-pool").settings
+
+
+@pytest.mark.parametrize("zones", ["region", ("us-east1-b", "us-east1-c")])
+def test_an_rdma_gpu_pool_may_not_move_zones_refused_offline(zones: object) -> None:
+    # The RoCE VPC is bound to the home zone's network profile: a lane elsewhere could not
+    # attach its RDMA NICs, so the spec refuses it before anything is asked of Google Cloud.
+    rdma = {**GKE, "fabric": "rdma", "machine_type": "a4-highgpu-8g"}
+    with pytest.raises(ConfigError) as err:
+        Cluster(**rdma, capacity_zones=zones)
+    assert (err.value.field, err.value.value) == ("capacity_zones", zones)
+    assert "'us-east1-b-vpc-roce'" in str(err.value) and "fabric='tcp'" in str(err.value)
+    with pytest.raises(ConfigError):  # evolving a valid spec into it is refused too
+        attrs.evolve(Cluster(**rdma), capacity_zones=zones)
+    assert Cluster(**rdma, capacity_zones=("us-east1-b",)).fabric == "rdma"  # the home zone only: fine
+    assert len(capacity_lanes(Cluster(**GKE, capacity_zones=zones if zones != "region" else ("us-east1-b", "us-east1-c")))) == 2

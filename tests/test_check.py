@@ -262,7 +262,7 @@ def test_region_policy_checks_every_candidate_zone_and_its_reservations(gcp: Fak
     gcp.reservations.add("my-project", "us-east1-c", "a4-c", "a4-highgpu-8g", count=2)
     gcp.reservations.add("my-project", "us-east1-d", "a4-d", "a4-highgpu-8g", count=2)
     gcp.reservations.add("my-project", "us-east1-b", "h200", "a3-ultragpu-8g", count=2)
-    report = Cluster(**SPEC, capacity_zones="region").check()
+    report = Cluster(**SPEC, fabric="tcp", capacity_zones="region").check()
     assert report.ok, str(report)
     zones = next(i for i in report.items if i.what.startswith("zones of us-east1 offering"))
     assert zones.detail == "candidates us-east1-b, us-east1-c; us-east1-d lacks the GPU type"

@@ -34,7 +34,7 @@ from .. import _validate as v
 from ..errors import ConfigError
 
 __all__ = ["CAPACITY_KINDS", "DEFAULT_WAIT", "FLEX_START_MAX_RUN_SECONDS", "NO_CAPACITY_OPTIONS",
-           "RESERVATION_RULE", "Capacity"]
+           "RDMA_ZONE_RULE", "RESERVATION_RULE", "Capacity", "check_capacity_zones"]
 
 CAPACITY_KINDS = ("reservation", "spot", "flex-start", "on-demand")
 # GKE flex-start: a node lives at most 7 days (maxRunDurationSeconds / max_run_duration).
@@ -46,6 +46,11 @@ DEFAULT_WAIT = {"reservation": 900.0, "spot": 900.0, "flex-start": 7200.0, "on-d
 NO_CAPACITY_OPTIONS = ("storage", "nothing")
 RESERVATION_PATTERN = (r"(?:projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/reservations/)?"
                        r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?:/reservationBlocks/[a-z0-9-]+)?")
+# A RoCE VPC is bound to its zone's network profile (<zone>-vpc-roce): every VM with a NIC on it
+# must be in that zone (Google's "RDMA network profiles" page, "Zonal constraint").
+RDMA_ZONE_RULE = ("a GPU pool with fabric='rdma' cannot move to another zone: its RoCE VPC is on the network "
+                  "profile '{zone}-vpc-roce', and every VM with a NIC on it must be in {zone}; keep "
+                  "capacity_zones='zone', or use fabric='tcp' to let the GPU pool move (without GPUDirect-RDMA)")
 RESERVATION_RULE = ("must be a reservation name, '<name>/reservationBlocks/<block>', or a reservation shared "
                     "from another project as 'projects/<project>/reservations/<name>'")
 
@@ -153,3 +158,32 @@ class Capacity:
             out["queued"] = self.queued
             out["max_run_duration_seconds"] = self.max_run_duration
         return out
+
+
+def check_capacity_zones(spec: Any) -> None:
+    """Validate ``spec.capacity_zones`` (a GKE ``ClusterSpec`` whose ``fabric`` is settled), offline.
+
+    Examples:
+        >>> from rl_lustre import Cluster
+        >>> Cluster(name="d", project="my-project", region="us-east1", zone="us-east1-b",
+        ...         capacity_zones="region")
+        Traceback (most recent call last):
+        ...
+        rl_lustre.errors.ConfigError: Cluster.capacity_zones='region': a GPU pool with fabric='rdma' cannot move to another zone: its RoCE VPC is on the network profile 'us-east1-b-vpc-roce', and every VM with a NIC on it must be in us-east1-b; keep capacity_zones='zone', or use fabric='tcp' to let the GPU pool move (without GPUDirect-RDMA)
+    """
+    zones = spec.capacity_zones
+    rule = ("must be 'zone' (the cluster's zone only), 'region' (every zone of the region that offers the "
+            "machine type and Managed Lustre, found at up()) or a list of zones of the region")
+    if isinstance(zones, str):
+        if zones not in ("zone", "region"):
+            v.fail(spec, "capacity_zones", zones, rule)
+    else:
+        if not isinstance(zones, tuple) or not zones or len(set(zones)) != len(zones):
+            v.fail(spec, "capacity_zones", zones, rule + ", each once")
+        for z in zones:
+            if not isinstance(z, str) or z.rsplit("-", 1)[0] != spec.region:
+                v.fail(spec, "capacity_zones", z, f"must be a zone of region {spec.region!r} (like '{spec.region}-b')")
+        if zones[0] != spec.zone:
+            v.fail(spec, "capacity_zones", zones, f"must start with the cluster's zone {spec.zone!r} (where the volume is)")
+    if spec.fabric == "rdma" and zones not in ("zone", (spec.zone,)):
+        v.fail(spec, "capacity_zones", zones, RDMA_ZONE_RULE.format(zone=spec.zone))

@@ -26,7 +26,7 @@ from ..catalog import (
 )
 from ..errors import ConfigError
 from ._fields import settle
-from .capacity import NO_CAPACITY_OPTIONS, RESERVATION_PATTERN, RESERVATION_RULE, Capacity
+from .capacity import NO_CAPACITY_OPTIONS, RESERVATION_PATTERN, RESERVATION_RULE, Capacity, check_capacity_zones
 from .volume import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE, VolumeSpec
 
 __all__ = ["CLUSTER_NAME_RULE", "DEFAULT_MOUNT_PATH", "DEFAULT_SECRETS", "HF_REPO_ID_RULE", "MAINTENANCE_EXCLUSIONS", "WARM_START_RULE",
@@ -353,24 +353,7 @@ class ClusterSpec:
                        "(add 'reservation' to it) or leave reservation out")
         settle(self, "capacity", policy)
         settle(self, "spot", policy[0].kind == "spot")
-        self._check_capacity_zones()
-
-    def _check_capacity_zones(self) -> None:
-        zones = self.capacity_zones
-        rule = ("must be 'zone' (the cluster's zone only), 'region' (every zone of the region that offers the "
-                "machine type and Managed Lustre, found at up()) or a list of zones of the region")
-        if isinstance(zones, str):
-            if zones not in ("zone", "region"):
-                v.fail(self, "capacity_zones", zones, rule)
-            return
-        if not isinstance(zones, tuple) or not zones or len(set(zones)) != len(zones):
-            v.fail(self, "capacity_zones", zones, rule + ", each once")
-        for z in zones:
-            if not isinstance(z, str) or z.rsplit("-", 1)[0] != self.region:
-                v.fail(self, "capacity_zones", z, f"must be a zone of region {self.region!r} (like '{self.region}-b')")
-        if zones[0] != self.zone:
-            v.fail(self, "capacity_zones", zones,
-                   f"must start with the cluster's zone {self.zone!r} (where the volume is)")
+        check_capacity_zones(self)
 
     def _check_preload(self) -> None:
         given = self._given_preload_image
