@@ -39,7 +39,8 @@ LUSTRE_SERVICE = "lustre.googleapis.com"
 _USAGE = "Cloud Quotas reports limits, not usage: what already runs counts against it too"
 _ENABLE = ("enable the Cloud Quotas API (`gcloud services enable cloudquotas.googleapis.com`) and grant "
            "roles/cloudquotas.viewer, or look it up in the console (IAM & Admin → Quotas)")
-# Which pool of GPU quota each kind of capacity draws on (flex-start VMs consume preemptible quota).
+# Which pool of GPU quota each kind of capacity draws on: flex-start VMs consume the preemptible
+# quota, as Spot VMs do (Google's Dynamic Workload Scheduler pages, "Quota requirements").
 _POOL = {"spot": "preemptible", "flex-start": "preemptible", "on-demand": "on-demand"}
 
 
@@ -80,6 +81,8 @@ def quota_items(cluster: ClusterSpec, cap: Capacity, quotas: CloudQuotas, zones:
         outcomes: list[tuple[CheckItem, bool, list[str]]] = []
         for pool, kinds in pools.items():
             item, passes = _gpu_pool_item(cluster, cap, quotas, pool, kinds, gpus)
+            # A region's quota: the same for every candidate zone of the lanes (all in the region).
+            item = CheckItem(f"{item.what} in {', '.join(zones)}", item.verdict, item.detail, item.fix)
             outcomes.append((item, passes, kinds))
         if pools:
             item, passes = _all_regions_item(cluster, quotas, gpus)

@@ -49,7 +49,7 @@ def test_a_deployment_the_project_can_get_passes_with_read_only_calls(gcp: FakeG
     assert report.ok, str(report)
     assert [i.verdict for i in report.items] == ["ok"] * 9
     assert report.items[0].what == "zone us-east1-b exists"
-    assert f"{PREEMPTIBLE} [NVIDIA_B200, us-east1] covers 16 GPUs (2 nodes × 8) for spot: limit 4096" in str(report)
+    assert f"{PREEMPTIBLE} [NVIDIA_B200, us-east1] covers 16 GPUs (2 nodes × 8) for spot in us-east1-b: limit 4096" in str(report)
     assert f"{ALL_REGIONS} covers 16 GPUs: limit 4096" in str(report)
     asked = {r.method for r in gcp.requests[before:]}
     assert asked <= READ_ONLY
@@ -89,7 +89,7 @@ def test_a4_quota_comes_from_cloud_quotas_where_compute_lists_no_b200_metric(gcp
     gcp.quotas.set_limit(FAMILY, 8, gpu_family="NVIDIA_B200")
     on_demand = Cluster(**{**SPEC, "spot": False}).check()
     assert [p.what for p in on_demand.problems] == [f"{FAMILY} [NVIDIA_B200, us-east1] covers 16 GPUs (2 nodes × 8) "
-                                                   "for on-demand"]
+                                                   "for on-demand in us-east1-b"]
     gcp.quotas.set_limit(ALL_REGIONS, 12)
     (global_cap,) = Cluster(**SPEC).check().problems
     assert global_cap.what == f"{ALL_REGIONS} covers 16 GPUs"
@@ -246,12 +246,12 @@ def test_quota_per_capacity_kind_of_the_policy_and_a_short_lane_is_not_a_failure
     report = Cluster(**policy).check()
     assert report.ok, str(report)   # on-demand still can: up() tries it after the others
     by_id = {i.what.split(" ")[0]: i for i in report.items if "GPUS" in i.what}
-    assert by_id[PREEMPTIBLE].what.endswith("for spot, flex-start")   # flex-start consumes preemptible quota
+    assert by_id[PREEMPTIBLE].what.endswith("for spot, flex-start in us-east1-b")   # flex-start: preemptible quota
     assert by_id[PREEMPTIBLE].verdict == "unknown"
     assert "up() has other lanes to try" in by_id[PREEMPTIBLE].detail
     assert by_id[PREEMPTIBLE].fix.startswith(f"raise {PREEMPTIBLE}")
     assert by_id[FAMILY].verdict == "ok"
-    assert by_id[FAMILY].what.endswith("for on-demand")
+    assert by_id[FAMILY].what.endswith("for on-demand in us-east1-b")
     # Every lane short: a problem, each named with its quota.
     gcp.quotas.set_limit(FAMILY, 8, region="us-east1", gpu_family="NVIDIA_B200")
     assert sorted(p.what.split(" ")[0] for p in Cluster(**policy).check().problems) == [FAMILY, PREEMPTIBLE]
@@ -282,3 +282,14 @@ def test_a_reservation_shared_from_another_project_is_looked_up_there(gcp: FakeG
                                     "spot")}
     # The reservation lane fails, Spot may pass: unknown, not a problem.
     assert Cluster(**missing).check().ok
+
+
+def test_gpu_quota_per_kind_names_every_candidate_zone_it_covers(gcp: FakeGCP) -> None:
+    # GPU quotas are regional: one item per kind of quota, for every candidate zone of the lanes.
+    c = Cluster(**SPEC, fabric="tcp", capacity=("spot", "on-demand"), capacity_zones=("us-east1-b", "us-east1-c"))
+    gcp.quotas.set_limit(FAMILY, 8, region="us-east1", gpu_family="NVIDIA_B200")
+    items = {i.what.split(" ")[0]: i for i in c.check().items if "GPUS" in i.what}
+    assert items[PREEMPTIBLE].what.endswith("for spot in us-east1-b, us-east1-c")
+    assert items[PREEMPTIBLE].verdict == "ok"
+    assert items[FAMILY].what.endswith("for on-demand in us-east1-b, us-east1-c")
+    assert items[FAMILY].verdict == "unknown" and items[FAMILY].fix.startswith(f"raise {FAMILY}")

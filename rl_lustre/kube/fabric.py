@@ -50,7 +50,7 @@ INSTALLER_NAME = "nccl-rdma-installer"
 INSTALLER_NAMESPACE = "kube-system"
 # The gIB version the A4 blueprint pins (kubectl-apply variables: v1.0.2 ... v1.1.0 supported).
 GIB_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib:v1.1.0"
-_PAUSE_IMAGE = "gke.gcr.io/pause:3.8@sha256:880e63f94b145e46f1b1082bb71b85e21f16b99b180b9996407d61240ceb9830"
+PAUSE_IMAGE = "gke.gcr.io/pause:3.8@sha256:880e63f94b145e46f1b1082bb71b85e21f16b99b180b9996407d61240ceb9830"
 NCCL_ENV_SCRIPT = "/usr/local/gib/scripts/set_nccl_env.sh"
 # KubeRay (>= 1.1) keeps our command and hands its generated `ray start` in this variable.
 OVERWRITE_CMD_ANNOTATION = "ray.io/overwrite-container-cmd"
@@ -189,7 +189,7 @@ def _installer(cluster: ClusterSpec, labels: Mapping[str, str]) -> dict[str, Any
                                   "cp -r /var/lib/gib/lib64/. /usr/local/home/kubernetes/bin/nvidia/lib64\n"
                                   "cp -r /var/lib/gib/. /usr/local/home/kubernetes/bin/gib\n"]},
                     ],
-                    "containers": [{"name": "pause", "image": _PAUSE_IMAGE}],
+                    "containers": [{"name": "pause", "image": PAUSE_IMAGE}],
                 },
             },
         },

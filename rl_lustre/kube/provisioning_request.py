@@ -42,7 +42,7 @@ __all__ = ["CLASS_ANNOTATION", "CONSUME_ANNOTATION", "QUEUED_CLASS", "consume_an
 QUEUED_CLASS = "queued-provisioning.gke.io"
 CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
 CLASS_ANNOTATION = "autoscaling.x-k8s.io/provisioning-class-name"
-_TOLERATIONS = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+TOLERATIONS = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
 
 
 def pod_template(cluster: ClusterSpec, lane: Lane, resources: Mapping[str, Any]) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def pod_template(cluster: ClusterSpec, lane: Lane, resources: Mapping[str, Any])
         "metadata": {"name": name, "namespace": cluster.namespace, "labels": deployment_labels(cluster)},
         "template": {"spec": {
             "nodeSelector": {GKE_NODEPOOL_LABEL: lane.pool_name},
-            "tolerations": copy.deepcopy(_TOLERATIONS),
+            "tolerations": copy.deepcopy(TOLERATIONS),
             "containers": [{"name": "ray-worker", "image": cluster.image, "resources": copy.deepcopy(dict(resources))}],
         }},
     }

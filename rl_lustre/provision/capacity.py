@@ -6,6 +6,9 @@ capacity_lanes`). A lane ends without nodes when
 - the pool's operation fails with a stock-out, a quota or a reservation problem (GKE's
   ``GCE_STOCKOUT``, Compute's ``ZONE_RESOURCE_POOL_EXHAUSTED``, "Specified reservation ...
   does not have available resources"), classified by :mod:`rl_lustre.gcp.stockouts`;
+- flex-start without queued provisioning (a pool autoscaled from 0): the cluster
+  autoscaler's ``FailedScaleUp`` on the pods that ask for its nodes, or not all nodes
+  Ready within the lane's ``wait`` (:mod:`rl_lustre.provision.scaleup`);
 - queued flex-start: its ProvisioningRequest turns ``Failed``, ``CapacityRevoked`` or
   ``BookingExpired`` (:func:`rl_lustre.recovery.capacity_signals.provisioning_request_state`),
   or is not ``Provisioned`` within the lane's ``wait``.
@@ -184,6 +187,10 @@ class CapacityPoolDriver:
         if lane.capacity.queued and not self.kube:
             attempt.end("skipped", "queued flex-start needs the Kubernetes part (a ProvisioningRequest)")
             return None
+        if _autoscaled(lane) and not self.kube:
+            attempt.end("skipped", "flex-start without queued provisioning needs the Kubernetes part (pods for the "
+                                   "cluster autoscaler to scale the pool up for)")
+            return None
         request = node_pool_request(self.ctx.plan, "gpu-pool", preload_image=preload, node=self._node(lane))
         step.requesting()
         try:
@@ -198,6 +205,12 @@ class CapacityPoolDriver:
         if lane.capacity.queued and not self._queue(step, lane, attempt):
             self._drop(lane)
             return None
+        if _autoscaled(lane):
+            from .scaleup import wait_for_scale_up
+
+            if not wait_for_scale_up(self.ctx, step, lane, attempt):
+                self._drop(lane)
+                return None
         return pool
 
     def _queue(self, step: Step, lane: Lane, attempt: Attempt) -> bool:
@@ -323,6 +336,11 @@ class CapacityPoolDriver:
             if pools.delete(self._path(lane), deployment=self.ctx.deployment):
                 outcome = "deleted"
         return outcome
+
+
+def _autoscaled(lane: Lane) -> bool:
+    """A pool created with 0 nodes that the cluster autoscaler fills: flex-start, not queued."""
+    return lane.kind == "flex-start" and not lane.capacity.queued
 
 
 def zones_for(ctx: Context, finder: Callable[[Any], tuple[str, ...]] | None) -> tuple[str, ...]:
