@@ -8,7 +8,8 @@
 - tests-kube: the tests marked ``kube``: the Kubernetes half against a real control plane
               (kube-apiserver, etcd, controller-manager, scheduler, kwok, the KubeRay
               operator) built from Go modules by ``tools/kube/build.sh`` (needs Go >= 1.26;
-              the first build takes about 20 minutes on 2 cores, later ones reuse it).
+              the first build takes about 10-35 minutes on 2 cores, idle to loaded; later
+              ones reuse it).
 - lint:      ruff check.
 - typecheck: mypy on the package.
 - docs:      mkdocs build --strict (broken links and missing pages fail).

@@ -4,12 +4,12 @@ a :class:`~rl_lustre.testing.KubeFake` (a test helper)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
-import kube_both
 import pytest
 from nemo_image import nemo_rl_image
 
@@ -55,12 +55,15 @@ class World:
 
 
 def world_on(request: pytest.FixtureRequest, spec: dict[str, Any], head_target: tuple[str, int],
-           raylets: Any = None) -> Iterator[World]:
+             raylets: Any = None) -> Iterator[World]:
+    """The world of ``request.param``; ``raylets(pod, node, cpus, gpus)`` backs each Ray worker
+    pod with a raylet of the pod's CPUs and GPUs (on the real plane, as the operator's
+    ``ray start`` declares them)."""
     if request.param == "real":
         plane = request.getfixturevalue("kube_plane")
         saved = plane.head_target, plane.raylets
         plane.head_target = head_target
-        plane.raylets = None if raylets is None else (lambda pod: raylets(pod, _node_of(plane, pod)))
+        plane.raylets = raylets
         try:
             with FakeGCP(kube=plane) as gcp:
                 yield World(gcp, plane, spec)
@@ -68,13 +71,21 @@ def world_on(request: pytest.FixtureRequest, spec: dict[str, Any], head_target: 
             plane.release_raylets()
             plane.head_target, plane.raylets = saved
     else:
-        with KubeFake(validate=kube_schema_validator(), head_target=head_target, raylets=raylets) as fake, \
-                FakeGCP(kube=fake) as gcp:
+        made: list[KubeFake] = []
+
+        def fake_raylet(pod: str, node: str) -> Any:
+            from kubernetes.utils import parse_quantity
+
+            # The fake writes no KubeRay command: the CPUs and GPUs of the container's limits, as KubeRay reads them.
+            assert raylets is not None
+            limits = made[0].get("Pod", pod)["spec"]["containers"][0].get("resources", {}).get("limits", {})
+            cpus = math.ceil(float(parse_quantity(limits.get("cpu", "0"))))
+            return raylets(pod, node, cpus, int(limits.get("nvidia.com/gpu", 0)))
+
+        with KubeFake(validate=kube_schema_validator(), head_target=head_target,
+                      raylets=None if raylets is None else fake_raylet) as fake, FakeGCP(kube=fake) as gcp:
+            made.append(fake)
             yield World(gcp, fake, spec)
-
-
-def _node_of(plane: Any, pod: str) -> str:
-    return str(kube_both.core(plane).read_namespaced_pod(pod, "default").spec.node_name)
 
 
 def ray_token(head: Any) -> str:
