@@ -4,7 +4,6 @@ a :class:`~rl_lustre.testing.KubeFake` (a test helper)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,9 +55,9 @@ class World:
 
 def world_on(request: pytest.FixtureRequest, spec: dict[str, Any], head_target: tuple[str, int],
              raylets: Any = None) -> Iterator[World]:
-    """The world of ``request.param``; ``raylets(pod, node, cpus, gpus)`` backs each Ray worker
-    pod with a raylet of the pod's CPUs and GPUs (on the real plane, as the operator's
-    ``ray start`` declares them)."""
+    """The world of ``request.param``; ``raylets(pod, node, resources)`` backs each Ray worker
+    pod with a raylet declaring what its ``ray start`` would (on the real plane, read from
+    the operator's command: ``kube_kubelet.operator_ray_start_resources``)."""
     if request.param == "real":
         plane = request.getfixturevalue("kube_plane")
         saved = plane.head_target, plane.raylets
@@ -71,20 +70,8 @@ def world_on(request: pytest.FixtureRequest, spec: dict[str, Any], head_target: 
             plane.release_raylets()
             plane.head_target, plane.raylets = saved
     else:
-        made: list[KubeFake] = []
-
-        def fake_raylet(pod: str, node: str) -> Any:
-            from kubernetes.utils import parse_quantity
-
-            # The fake writes no KubeRay command: the CPUs and GPUs of the container's limits, as KubeRay reads them.
-            assert raylets is not None
-            limits = made[0].get("Pod", pod)["spec"]["containers"][0].get("resources", {}).get("limits", {})
-            cpus = math.ceil(float(parse_quantity(limits.get("cpu", "0"))))
-            return raylets(pod, node, cpus, int(limits.get("nvidia.com/gpu", 0)))
-
-        with KubeFake(validate=kube_schema_validator(), head_target=head_target,
-                      raylets=None if raylets is None else fake_raylet) as fake, FakeGCP(kube=fake) as gcp:
-            made.append(fake)
+        with KubeFake(validate=kube_schema_validator(), head_target=head_target, raylets=raylets) as fake, \
+                FakeGCP(kube=fake) as gcp:
             yield World(gcp, fake, spec)
 
 

@@ -11,7 +11,7 @@ more things a real GKE node does, each done through the API as the real componen
 - a pod the kubelet evicts (:meth:`KubeletSim.evict`): ``Failed``, reason ``Evicted``;
 - Ray worker pods backed by real raylets joined to a local Ray head
   (:attr:`KubeletSim.raylets`), each with the CPUs and GPUs the operator's ``ray start``
-  gives the pod (:func:`ray_start_resources`), killed with their pod;
+  gives the pod (:func:`operator_ray_start_resources`), killed with their pod;
 - a Spot preemption (:meth:`KubeletSim.preempt`), as GKE does it: the node's
   ``cloud.google.com/impending-node-termination`` taint, the kubelet's graceful shutdown
   marking its pods ``Failed`` (``Terminated``, ``DisruptionTarget``), the VM and its Node
@@ -64,24 +64,24 @@ phase: Failed
 """
 
 
-def ray_start_resources(pod: Any) -> tuple[int, int]:
-    """The (CPUs, GPUs) the KubeRay operator's ``ray start`` declares for ``pod``: the
-    ``--num-cpus`` and ``--num-gpus`` of the command it generated into the container's
-    ``KUBERAY_GEN_RAY_START_CMD`` (it takes them from ``rayStartParams``, else from the
-    container's limits, ``cpu`` rounded up and ``nvidia.com/gpu``); a flag it left out is
-    what Ray would count on a kwok node: none."""
+def operator_ray_start_resources(pod: Any) -> dict[str, int]:
+    """What the KubeRay operator's ``ray start`` declares for ``pod``: ``CPU``, ``GPU`` and
+    ``memory`` from the ``--num-cpus``, ``--num-gpus`` and ``--memory`` of the command it
+    generated into the container's ``KUBERAY_GEN_RAY_START_CMD`` (it takes them from
+    ``rayStartParams``, else from the container's limits); a flag it left out is left out
+    (the KubeFake's twin, which computes them, is ``rl_lustre.testing._kube_spot.ray_start_resources``)."""
     container = pod.spec.containers[0]
     env = {e.name: e.value for e in container.env or []}
     command = env.get("KUBERAY_GEN_RAY_START_CMD")
     if command is None:
         raise ValueError(f"pod {pod.metadata.name}: its container {container.name!r} has no KUBERAY_GEN_RAY_START_CMD "
                          "(the KubeRay operator writes it into every Ray pod it creates)")
-
-    def flag(name: str) -> int:
-        m = re.search(rf"--{name}[= ]['\"]?(\d+)", command)
-        return int(m[1]) if m else 0
-
-    return flag("num-cpus"), flag("num-gpus")
+    found = {}
+    for flag, key in (("num-cpus", "CPU"), ("num-gpus", "GPU"), ("memory", "memory")):
+        m = re.search(rf"--{flag}[= ]['\"]?(\d+)", command)
+        if m:
+            found[key] = int(m[1])
+    return found
 
 
 def _now() -> str:
@@ -95,8 +95,9 @@ class KubeletSim:
     _stopping: threading.Event
 
     def _kubelet_init(self) -> None:
-        # start(pod name, node name, CPUs, GPUs) -> a handle with kill(): a raylet for a worker pod.
-        self.raylets: Callable[[str, str, int, int], Any] | None = None
+        # start(pod name, node name, resources) -> a handle with kill(): a raylet for a worker
+        # pod (the same call as KubeFake(raylets=start)).
+        self.raylets: Callable[[str, str, dict[str, int]], Any] | None = None
         self._raylets: dict[str, Future[Any]] = {}
         self._raylet_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kube-plane-raylet")
         self._raylet_lock = threading.Lock()
@@ -228,11 +229,10 @@ class KubeletSim:
                     elif pod.status.phase == "Running" and self.raylets is not None:
                         with self._raylet_lock:
                             if name not in self._raylets:
-                                cpus, gpus = ray_start_resources(pod)
-                                logger.info("starting a raylet behind worker pod %s (%d CPUs, %d GPUs)",
-                                            name, cpus, gpus)
+                                resources = operator_ray_start_resources(pod)
+                                logger.info("starting a raylet behind worker pod %s (%s)", name, resources)
                                 self._raylets[name] = self._raylet_pool.submit(
-                                    self.raylets, name, str(pod.spec.node_name), cpus, gpus)
+                                    self.raylets, name, str(pod.spec.node_name), resources)
             except Exception:  # the API server is going away, or a watch broke: look again
                 if self._stopping.wait(0.5):
                     return

@@ -5,7 +5,7 @@ Google's APIs, as in ``test_kube_gke``). The RayCluster's head pod reaches a loc
 that offers no CPU and no GPU to tasks, as a RayCluster head does (``num-cpus: 0``,
 ``num-gpus: 0``); every worker pod the KubeRay operator makes is backed by a real raylet
 with the CPUs and GPUs the operator's own ``ray start`` gives that pod
-(``kube_kubelet.ray_start_resources``), so the run's placement groups and per-node actors
+(``kube_kubelet.operator_ray_start_resources``), so the run's placement groups and per-node actors
 (the rehearsal's ``--place-workers``, as NeMo-RL places its workers) land on the worker.
 
 Then GKE takes the Spot node away (``KubeletSim.preempt``): the impending-termination taint,
@@ -18,12 +18,12 @@ its checkpoint and ends with the checkpoints an uninterrupted run ends with. Wit
 off (``max_restarts=0``) the same loss ends the run FAILED.
 
 Only on the real plane: the KubeFake's twin of this scenario is
-``test_preemption.test_on_the_gke_fakes_a_preempted_spot_node_is_recovered_on_the_cluster``.
+``test_preemption.test_on_the_gke_fakes_a_preempted_spot_node_is_recovered_on_the_cluster``,
+with the same Ray head (``spot_gke.spot_head``).
 """
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,8 +33,8 @@ from typing import Any
 import attrs
 import pytest
 from kube_both import core, wait
-from kube_gke import IMAGE, World, image, world_on
-from ray_fixtures import FAKE_HF_TOKEN, image_tools
+from kube_gke import IMAGE, World, world_on
+from spot_gke import SpotHead, nemo_rl_dir
 
 from rl_lustre import GRPOJob, naming
 from rl_lustre.errors import JobFailedError
@@ -47,50 +47,21 @@ JOB = GRPOJob(name="spot", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", dat
               max_num_steps=9, save_period=3, keep_top_k=2)
 
 
-@pytest.fixture
-def rc_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A local Ray head shaped like a RayCluster's: no CPU and no GPU for tasks (token auth)."""
-    from rl_lustre.backends.local import _package_root
-    from rl_lustre.ray.head import head_dir, start_local_head
-
-    env = dict(os.environ)
-    env["PATH"] = f"{image_tools(tmp_path_factory.mktemp('image-tools'))}{os.pathsep}{env['PATH']}"
-    env["HF_TOKEN"] = FAKE_HF_TOKEN
-    root = _package_root()
-    if root is not None:  # job drivers import this rl_lustre
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    head = start_local_head(head_dir(f"kube-spot-{os.getpid()}-{uuid.uuid4().hex[:6]}"), num_cpus=0, num_gpus=0,
-                            env=env, auth="token")
-    try:
-        yield head
-    finally:
-        head.stop()
-
-
 @pytest.fixture(params=[pytest.param("real", marks=pytest.mark.kube)])
-def world(request: pytest.FixtureRequest, rc_head: Any, tmp_path: Path,
+def world(request: pytest.FixtureRequest, spot_head: SpotHead, tmp_path: Path,
           monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    """FakeGCP reporting the real plane as the GKE cluster; the head pod reaches ``rc_head``;
-    worker pods are backed by raylets joined to it."""
-    from rl_lustre.ray.workers import start_local_worker
-
-    token = str(rc_head.headers().get("Authorization", "")).removeprefix("Bearer ")
-    assert token, "the head runs in token mode"
-    monkeypatch.setenv("RAY_AUTH_TOKEN", token)
+    """FakeGCP reporting the real plane as the GKE cluster; the head pod reaches ``spot_head``
+    (no CPU, no GPU for tasks, as a RayCluster head); worker pods are backed by raylets joined to it."""
+    monkeypatch.setenv("RAY_AUTH_TOKEN", spot_head.token)
     monkeypatch.setenv("HF_TOKEN", "hf_ks_" + uuid.uuid4().hex)
-    host, port = rc_head.dashboard_url.removeprefix("http://").rsplit(":", 1)
+    host, port = spot_head.head.dashboard_url.removeprefix("http://").rsplit(":", 1)
     spec = {
         "name": "ks", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
         "num_nodes": 1, "image": IMAGE, "mount_path": str(tmp_path / "lustre"),
         "secrets": ["HF_TOKEN", "RAY_AUTH_TOKEN"], "preload_image": False,
     }
-    env = dict(os.environ)
-
-    def raylet(pod: str, node: str, cpus: int, gpus: int) -> Any:
-        # The node's raylet, named as the pod's --node-name=$RL_LUSTRE_NODE_NAME names it.
-        return start_local_worker(rc_head, num_cpus=cpus, num_gpus=gpus, env=env, name=node)
-
-    yield from world_on(request, spec, (host, int(port)), raylets=raylet)
+    # Each raylet named as the pod's --node-name=$RL_LUSTRE_NODE_NAME names it: after its Node.
+    yield from world_on(request, spec, (host, int(port)), raylets=spot_head.raylet)
 
 
 def _tree(checkpoint_dir: str) -> dict[str, int]:
@@ -112,7 +83,7 @@ def test_a_spot_node_taken_away_is_replaced_by_the_operator_and_the_run_resumes_
     plane = world.kube
     cluster = world.cluster()
     name = naming.raycluster_name(cluster)
-    nemo = str(image(tmp_path / "nemo-rl", "--step-seconds", str(STEP_SECONDS), "--place-workers"))
+    nemo = str(nemo_rl_dir(tmp_path, STEP_SECONDS))
     steady = attrs.evolve(JOB, name="steady", nemo_rl_dir=nemo)
     spot = attrs.evolve(JOB, name="spot", nemo_rl_dir=nemo)
     off = attrs.evolve(JOB, name="spot-off", nemo_rl_dir=nemo, max_restarts=0)
