@@ -135,7 +135,8 @@ def test_an_rdma_gpu_pool_may_not_move_zones_refused_offline(zones: object) -> N
     with pytest.raises(ConfigError) as err:
         Cluster(**rdma, capacity_zones=zones)
     assert (err.value.field, err.value.value) == ("capacity_zones", zones)
-    assert "'us-east1-b-vpc-roce'" in str(err.value) and "fabric='tcp'" in str(err.value)
+    assert "'us-east1-b-vpc-roce'" in str(err.value)
+    assert "fabric='tcp'" in str(err.value)
     with pytest.raises(ConfigError):  # evolving a valid spec into it is refused too
         attrs.evolve(Cluster(**rdma), capacity_zones=zones)
     assert Cluster(**rdma, capacity_zones=("us-east1-b",)).fabric == "rdma"  # the home zone only: fine

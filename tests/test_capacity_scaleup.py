@@ -48,13 +48,17 @@ def test_failed_scale_up_is_a_stockout_and_up_moves_to_the_next_zone(caplog: pyt
         assert report.records["raycluster"].outcome == "created"
         lines = _lines(caplog)
         ended = [x for x in lines if "in us-east1-b: stockout" in x]
-        assert ended and "FailedScaleUp" in ended[0] and "GCE out of resources" in ended[0]
+        assert ended
+        assert "FailedScaleUp" in ended[0]
+        assert "GCE out of resources" in ended[0]
         # Within 2 minutes of the signal (fake seconds): the first failed scale-up to the next pool's request.
         failed = min(e.at for e in gcp.stock.events if e.what == "failed" and e.zone == "us-east1-b")
         creates = [r.time for r in gcp.requests if r.method == "gke.CreateNodePool" and r.time >= failed]
-        assert creates and creates[0] - failed < 120
+        assert creates
+        assert creates[0] - failed < 120
         nodes = {n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL) for n in kube.objects("Node")}
-        assert "gpu-flex-c" in nodes and "gpu-pool" not in nodes
+        assert "gpu-flex-c" in nodes
+        assert "gpu-pool" not in nodes
         assert _probes(kube) == []                                      # the probes are gone
         b.down()
         assert gcp.leaked() == []
@@ -92,7 +96,8 @@ def test_unqueued_flex_start_granted_after_a_delay_is_waited_for(caplog: pytest.
             report = b.up(check=False)
         pool = report.records["gpu-pool"]
         # gpu-pool ended only once its nodes were Ready: it took the second the scale-up did.
-        assert pool.outcome == "created" and pool.finished - pool.started >= 0.5
+        assert pool.outcome == "created"
+        assert pool.finished - pool.started >= 0.5
         assert any("0/2 nodes Ready, waiting since" in x for x in _lines(caplog))
         assert len([n for n in kube.objects("Node") if n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL) == "gpu-pool"]) == 2
         b.down()

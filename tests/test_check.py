@@ -292,4 +292,5 @@ def test_gpu_quota_per_kind_names_every_candidate_zone_it_covers(gcp: FakeGCP) -
     assert items[PREEMPTIBLE].what.endswith("for spot in us-east1-b, us-east1-c")
     assert items[PREEMPTIBLE].verdict == "ok"
     assert items[FAMILY].what.endswith("for on-demand in us-east1-b, us-east1-c")
-    assert items[FAMILY].verdict == "unknown" and items[FAMILY].fix.startswith(f"raise {FAMILY}")
+    assert items[FAMILY].verdict == "unknown"
+    assert items[FAMILY].fix.startswith(f"raise {FAMILY}")

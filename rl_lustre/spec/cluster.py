@@ -26,7 +26,13 @@ from ..catalog import (
 )
 from ..errors import ConfigError
 from ._fields import settle
-from .capacity import NO_CAPACITY_OPTIONS, RESERVATION_PATTERN, RESERVATION_RULE, Capacity, check_capacity_zones
+from .capacity import (
+    NO_CAPACITY_OPTIONS,
+    RESERVATION_PATTERN,
+    RESERVATION_RULE,
+    Capacity,
+    check_capacity_zones,
+)
 from .volume import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE, VolumeSpec
 
 __all__ = ["CLUSTER_NAME_RULE", "DEFAULT_MOUNT_PATH", "DEFAULT_SECRETS", "HF_REPO_ID_RULE", "MAINTENANCE_EXCLUSIONS", "WARM_START_RULE",
