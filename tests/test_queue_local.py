@@ -66,7 +66,9 @@ def _cli(*args: str) -> str:
 
 def test_jobs_wait_their_turn_are_seen_queued_from_anywhere_and_leave_the_queue_cleanly(
         local_cluster: Cluster, tmp_path: Path) -> None:
-    long = attrs.evolve(JOB, name="q-long", max_num_steps=200)
+    # Long enough (10 min of 0.2 s steps) to still hold the node when a supervisor slowed by load
+    # joins; the test kills it long before.
+    long = attrs.evolve(JOB, name="q-long", max_num_steps=3000)
     second, third = attrs.evolve(JOB, name="q-second"), attrs.evolve(JOB, name="q-third")
     first, queued, stopped = local_cluster._backend().submit_all([long, second, third], fresh=True)
     try:
