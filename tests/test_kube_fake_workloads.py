@@ -262,3 +262,58 @@ def test_the_nodes_of_a_gke_node_pool_are_ready_with_the_node_controllers_events
     events = [e for e in kube.objects("Event", include_events=True) if e["involvedObject"]["kind"] == "Node"]
     said = sorted((e["involvedObject"]["name"], e["involvedObject"]["uid"], e["reason"]) for e in events)
     assert said == sorted((n, nodes[n]["metadata"]["uid"], r) for n in names for r in ("RegisteredNode", "NodeReady"))
+
+
+def _one_worker_raycluster() -> dict:
+    worker = {"name": "ray-worker", "image": "rayproject/ray:2.46.0",
+              "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8"}}}
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc", "namespace": "default"},
+            "spec": {"rayVersion": "2.46.0",
+                     "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 1, "maxReplicas": 1,
+                                           "rayStartParams": {}, "template": {"spec": {"containers": [worker]}}}],
+                     "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                         {"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}}}}
+
+
+class _FlakyRaylets:
+    """A raylet start that fails its first ``fails`` calls as Ray does when out of its 30 s."""
+
+    class Raylet:
+        def kill(self) -> None:
+            pass
+
+    def __init__(self, fails: int) -> None:
+        self.fails = fails
+        self.calls: list[str] = []
+
+    def __call__(self, pod: str, name: str, resources: dict[str, int]) -> Raylet:
+        self.calls.append(pod)
+        if len(self.calls) <= self.fails:
+            raise RuntimeError("The current node timed out during startup.")
+        return self.Raylet()
+
+
+def _run_one_worker(raylets: _FlakyRaylets, done: Callable[[KubeFake], bool]) -> None:
+    from rl_lustre.testing.kube import KubeTimings
+
+    with KubeFake(raylets=raylets, timings=KubeTimings(schedule=0.0, start=0.0)) as fake:
+        fake.add_nodes("gpu-pool", 1, {"cloud.google.com/gke-accelerator": "nvidia-b200"})
+        ResourceClient(fake.api_client(), "RayCluster", "default").create(_one_worker_raycluster())
+        until(lambda: done(fake), timeout=30)
+
+
+def test_a_raylet_start_that_fails_then_works_is_no_controller_failure() -> None:
+    raylets = _FlakyRaylets(fails=1)
+
+    def running(fake: KubeFake) -> bool:
+        return any(p["metadata"]["labels"].get("ray.io/node-type") == "worker"
+                   and (p.get("status") or {}).get("phase") == "Running" for p in fake.objects("Pod"))
+
+    _run_one_worker(raylets, running)  # stops without raising
+    assert len(raylets.calls) == 2
+
+
+def test_a_raylet_that_never_starts_fails_the_fakes_stop_naming_its_pod() -> None:
+    raylets = _FlakyRaylets(fails=10**6)
+    with pytest.raises(RuntimeError, match=r"raylet behind pod rc-\S+: The current node timed out during startup"):
+        _run_one_worker(raylets, lambda _: len(raylets.calls) >= 3)

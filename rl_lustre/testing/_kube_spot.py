@@ -86,7 +86,9 @@ class SpotCapacity:
         self._lock = threading.Lock()
         # monotonic time when Spot GPU capacity is back (inf: never); None: it is there.
         self.back_at: float | None = None
-        self.failures: list[str] = []
+        # The pods whose raylet's latest start failed, with why (a later start that succeeds
+        # clears it: on a loaded machine a start can run out of Ray's fixed 30 s, then work).
+        self._failed: dict[str, str] = {}
 
     # capacity
 
@@ -114,11 +116,19 @@ class SpotCapacity:
         if not future.done():
             return False
         if future.exception() is not None:
-            self.failures.append(f"{name}: {future.exception()}")
             with self._lock:
+                self._failed[name] = f"{name}: {future.exception()}"
                 del self._raylets[name]
             return False
+        with self._lock:
+            self._failed.pop(name, None)
         return True
+
+    @property
+    def failures(self) -> list[str]:
+        """The pods whose raylet's latest start failed, and why."""
+        with self._lock:
+            return list(self._failed.values())
 
     def ray_node_name(self, pod: Obj) -> str:
         """The name ``ray start`` gives the pod's node (see the module docstring)."""
