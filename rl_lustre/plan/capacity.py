@@ -27,7 +27,7 @@ Per kind (GKE's documented settings):
 Examples:
     >>> from rl_lustre import Cluster
     >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
-    ...             capacity=("spot", "flex-start"), capacity_zones=("us-east1-b", "us-east1-c"))
+    ...             capacity=("spot", "flex-start"), capacity_zones=("us-east1-b", "us-east1-c"), fabric="tcp")
     >>> [(lane.kind, lane.zone, lane.pool_name) for lane in capacity_lanes(c)]
     [('spot', 'us-east1-b', 'gpu-pool'), ('spot', 'us-east1-c', 'gpu-spot-c'), ('flex-start', 'us-east1-b', 'gpu-flex-b'), ('flex-start', 'us-east1-c', 'gpu-flex-c')]
     >>> s = lane_pool_settings(c, capacity_lanes(c)[2])
