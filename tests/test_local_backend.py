@@ -186,7 +186,7 @@ def test_a_nemo_rl_checkout_runs_its_own_entrypoint_with_the_jobs_env_and_workin
         working_dir=str(workdir),
     )
     run = real.submit(job)
-    assert run.wait(timeout=90) == "SUCCEEDED"
+    assert run.wait(timeout=240) == "SUCCEEDED"
     log = run.logs()
     lines = log.splitlines()
     assert "FAKE NEMO-RL from-working-dir" in lines
