@@ -176,9 +176,9 @@ def gke_node(pool: Any, *, cluster: str, zone: str, index: int, project: str = "
         "kind": "Node",
         "metadata": {"name": name, "labels": labels},
         "spec": spec,
-        # Registered and Ready, as the kubelet reports a node GKE has just added.
-        "status": {**shape, "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                            "message": "kubelet is posting ready status"}]},
+        # No conditions: the kubelet reports Ready once the node registers (KubeFake's
+        # register_node; on the real plane kwok, which initialises only nodes not yet Ready).
+        "status": shape,
     }
 
 
