@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rl_lustre.backends.goodput_gke import PoolPrice, gke_node_spans, seconds
+from rl_lustre.backends.goodput_gke import PoolPrice, gke_node_spans
+from rl_lustre.kube.readiness import seconds
 from rl_lustre.ray.state import RayNode
 
 POOLS = {"gpu-pool": PoolPrice("spot", 37.0, 8)}

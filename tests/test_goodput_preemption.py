@@ -128,7 +128,7 @@ def _categories(ledger: GoodputLedger) -> str:
 
 def billed_by_the_fake(kube: Any, since: float, now: float) -> tuple[float, int]:
     """Node-seconds of the GPU nodes inside ``[since, now)``, from the fake's Nodes and Events alone."""
-    from rl_lustre.backends.goodput_gke import seconds
+    from rl_lustre.kube.readiness import seconds
 
     spans: dict[str, list[float | None]] = {}
     for n in kube.objects("Node"):

@@ -29,7 +29,6 @@ pure part (dicts in the API server's shape in, spans out); :func:`gke_evidence` 
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,6 +38,7 @@ import attrs
 
 from ..catalog import GKE_NODEPOOL_LABEL
 from ..goodput.timeline import Evidence, Interval, NodeSpan
+from ..kube.readiness import seconds
 from ..ray.state import RayNode, node_table
 from .goodput import TimelineCache, collect_runs
 
@@ -61,22 +61,6 @@ class PoolPrice:
     usd_per_hour: float | None
     gpus: int
     note: str = ""
-
-
-def seconds(stamp: Any) -> float | None:
-    """An RFC 3339 time stamp of the Kubernetes API as seconds since the epoch.
-
-    Examples:
-        >>> seconds("2025-12-01T20:41:03Z"), seconds("2025-12-01T20:41:03.250000Z"), seconds(None)
-        (1764621663.0, 1764621663.25, None)
-    """
-    if not isinstance(stamp, str) or not stamp:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)).timestamp()
 
 
 def _event_time(e: Mapping[str, Any], last: bool = False) -> float | None:

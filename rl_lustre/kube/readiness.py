@@ -1,13 +1,44 @@
 """When a deployment's objects are ready, as their controllers report it: a RayCluster by
-KubeRay's status, a claim by its phase. No remote call.
+KubeRay's status, a claim by its phase, any object by a condition; and the API's time
+stamps as seconds. No remote call.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["claim_bound", "raycluster_ready", "spec_worker_replicas"]
+__all__ = ["claim_bound", "condition_true", "raycluster_ready", "seconds", "spec_worker_replicas"]
+
+
+def seconds(stamp: Any) -> float | None:
+    """An RFC 3339 time stamp of the Kubernetes API as seconds since the epoch.
+
+    Examples:
+        >>> seconds("2025-12-01T20:41:03Z"), seconds("2025-12-01T20:41:03.250000Z"), seconds(None)
+        (1764621663.0, 1764621663.25, None)
+    """
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+def condition_true(obj: Mapping[str, Any], kind: str) -> bool:
+    """Whether ``obj``'s status has condition ``kind`` with status ``"True"`` (a Node's ``Ready``).
+
+    Examples:
+        >>> condition_true({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, "Ready")
+        True
+        >>> condition_true({"status": {}}, "Ready")
+        False
+    """
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
 
 
 def spec_worker_replicas(spec: Mapping[str, Any]) -> int:

@@ -18,13 +18,13 @@ applied next, are on them.
 from __future__ import annotations
 
 import copy
-import datetime
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
 from ..catalog import GKE_NODEPOOL_LABEL
+from ..kube.readiness import condition_true, seconds
 
 if TYPE_CHECKING:
     from ..plan.capacity import Lane
@@ -73,18 +73,10 @@ def probe_pods(cluster: ClusterSpec, lane: Lane, resources: Mapping[str, Any]) -
 
 def _event_time(event: Mapping[str, Any]) -> float:
     for key in ("eventTime", "firstTimestamp", "lastTimestamp"):
-        stamp = event.get(key)
-        if stamp:
-            try:
-                return datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                continue
+        at = seconds(event.get(key))
+        if at is not None:
+            return at
     return time.time()
-
-
-def _ready(node: Mapping[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (node.get("status") or {}).get("conditions") or [])
 
 
 def wait_for_scale_up(ctx: Context, step: Step, lane: Lane, attempt: Attempt) -> bool:
@@ -109,7 +101,7 @@ def wait_for_scale_up(ctx: Context, step: Step, lane: Lane, attempt: Attempt) ->
 
     def poll() -> str:
         found = nodes.list(label_selector=f"{GKE_NODEPOOL_LABEL}={lane.pool_name}")[0]
-        seen["ready"] = sum(1 for n in found if _ready(n))
+        seen["ready"] = sum(1 for n in found if condition_true(n, "Ready"))
         if seen["ready"] >= wanted:
             return "granted"
         for event in sorted(events.list()[0], key=_event_time):
