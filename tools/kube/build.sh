@@ -14,7 +14,7 @@
 # unchanged one reuses what is there. GOCACHE and GOMODCACHE are Go's own (outside the repo).
 #
 # Needs Go >= 1.26 (`go version`). Prints the cache directory (bin/, crds/, versions.env) on its
-# last line. A cold build on 2 cores takes about 20 minutes (see README, "Development").
+# last line. A cold build on 2 cores takes about 10-35 minutes, by the load (see README, "Development").
 set -euo pipefail
 
 # All in one function: bash reads it whole before running any of it.
