@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import socket
 import sys
 import time
 import uuid
@@ -45,6 +46,21 @@ def _submit(jobs: JobsClient) -> Run:
     return Run(jobs, job_id, outage_budget=FAST)
 
 
+def _until_down(fake: KubeFake, within: float = 30.0) -> None:
+    """Return once the fake refuses connections. outage() only schedules the outage on the
+    fake's loop, which a loaded machine may run seconds later: a CI run once saw a wait's
+    first poll reach the fake before its outage began and find the short job ended."""
+    host, port = fake.endpoint.rsplit(":", 1)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+        except OSError:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the fake still accepted connections {within:g}s after outage()")
+
+
 @pytest.mark.slow
 def test_a_follow_resumes_without_duplicates_or_gaps(world, caplog: pytest.LogCaptureFixture) -> None:
     fake, jobs = world
@@ -71,6 +87,7 @@ def test_a_wait_survives_a_control_plane_restart(world, caplog: pytest.LogCaptur
     time.sleep(0.5)
     fake.kill_portforwards()
     fake.outage(3.0)
+    _until_down(fake)
     assert run.wait(timeout=120, poll=0.2) == "SUCCEEDED"
     messages = [r.getMessage() for r in caplog.records]
     assert any("retry" in m for m in messages)
@@ -83,6 +100,7 @@ def test_an_outage_longer_than_the_budget_ends_the_wait(world) -> None:
     run.outage_budget = OutageBudget(max_outage=1.0, initial_delay=0.1, max_delay=0.2)
     fake.kill_portforwards()
     fake.outage(3.0)
+    _until_down(fake)
     started = time.monotonic()
     with pytest.raises(RayError, match=r"gave up after \d+s of failures \(outage budget 1s\)"):
         run.wait(timeout=120, poll=0.2)
