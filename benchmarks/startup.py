@@ -22,7 +22,9 @@ Assumptions (minutes), each with its source or reasoning:
 GKE cluster                    8      ``benchmarks/provisioning.py`` (GKE regional cluster creation)
 GPU node pool (8 x A4 Spot)    6      ``benchmarks/provisioning.py``
 network, PSA, firewall         2      ``benchmarks/provisioning.py`` (0.5 each, in sequence)
-Managed Lustre (18 TiB)        20     ``benchmarks/provisioning.py``; the longest branch
+Managed Lustre (18 TiB)        20     ``benchmarks/provisioning.py``; the longest branch. Favourable:
+                                      Google's Terraform provider change (magic-modules #14878, 2025)
+                                      puts the creation's P99 at 40-80 minutes (docs/startup.md)
 image pull, per node           4.2    25 GB of compressed layers for ``nvcr.io/nvidia/nemo-rl:v0.4.0``
                                       (NGC PyTorch base plus NeMo-RL's prebuilt Ray venvs, vLLM,
                                       Megatron) at 100 MB/s pulled and unpacked on the boot disk
