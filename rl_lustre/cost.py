@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["Cost", "CostItem", "Prices", "lane_item", "plan_cost", "preload_image_item",
            "secondary_disks_item", "warm_start_item"]
 
-Provisioning = str  # "Spot", "reserved" or "on-demand", as the plan's node pools say
+Provisioning = str  # "Spot", "flex-start", "reserved" or "on-demand", as the plan's node pools say
 
 
 def _fraction(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:

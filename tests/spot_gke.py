@@ -14,7 +14,7 @@ only land on the Spot workers, so a worker's loss is the run's.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from ray_fixtures import image_tools
 from rl_lustre import Cluster
 from rl_lustre.ray.head import LocalHead
 from rl_lustre.ray.workers import LocalWorker
-from rl_lustre.testing import KubeFake
+from rl_lustre.testing import FakeGCP, KubeFake
 
 
 @attrs.define
@@ -90,16 +90,19 @@ def nemo_rl_dir(root: Path, step_seconds: float) -> Path:
 
 
 @contextmanager
-def spot_gke(head: SpotHead, spec: dict[str, Any]) -> Iterator[tuple[Cluster, KubeFake]]:
+def spot_gke(head: SpotHead, spec: dict[str, Any],
+             gcp_setup: Callable[[FakeGCP], None] | None = None) -> Iterator[tuple[Cluster, KubeFake]]:
     """``Cluster(**spec)`` up on the GKE fakes (the production GKE backend), its worker pods
-    backed by raylets joined to ``head``; down again, and the fakes stopped, on leaving."""
+    backed by raylets joined to ``head``; down again, and the fakes stopped, on leaving.
+    ``gcp_setup`` shapes the fake Google Cloud first (its capacity: ``gcp.stock``)."""
     from rl_lustre.backends.gke import GKEBackend
-    from rl_lustre.testing import FakeGCP
 
     host, port = head.head.dashboard_url.removeprefix("http://").rsplit(":", 1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_AUTH_TOKEN", head.token)
-        with KubeFake(head_target=(host, int(port)), raylets=head.raylet) as kube, FakeGCP(kube=kube):
+        with KubeFake(head_target=(host, int(port)), raylets=head.raylet) as kube, FakeGCP(kube=kube) as gcp:
+            if gcp_setup is not None:
+                gcp_setup(gcp)
             cluster = Cluster(**spec)
             cluster.use_backend(GKEBackend(cluster, backoff=FAST, retry=RETRY))
             with cluster:

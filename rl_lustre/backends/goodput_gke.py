@@ -280,6 +280,7 @@ def gke_evidence(backend: GKEBackend, since: float, until: float | None, *, pric
     from .. import naming
     from ..cost import Prices
     from ..kube.client import ResourceClient, translate_errors
+    from ..plan.nodepools import has_standby_pool
 
     cluster = backend.cluster
     api = backend._kube_api()
@@ -297,6 +298,9 @@ def gke_evidence(backend: GKEBackend, since: float, until: float | None, *, pric
     live = backend.live_node_pools()
     fallback = {naming.gpu_pool_name(cluster): (cluster.machine_type, _plan_provisioning(cluster),
                                                 int(cluster.gpus_per_node or 0))}
+    if has_standby_pool(cluster):
+        fallback[naming.gpu_standby_pool_name(cluster)] = (cluster.machine_type, "flex-start",
+                                                           int(cluster.gpus_per_node or 0))
     pools = pool_prices(live, fallback, prices or Prices(), cluster.region)
     spans, pending, notes, details = gke_node_spans(nodes, pods, events, ray, pools, now)
     notes += ["VM boot before a node registers with Kubernetes is billed but not visible (typically about a minute "

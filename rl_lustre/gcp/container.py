@@ -38,18 +38,24 @@ OpStatus = container_v1.Operation.Status
 
 
 def pool_provisioning(pool: container_v1.NodePool) -> str:
-    """The capacity kind a live node pool's nodes have: ``"Spot"``, ``"reserved"`` or
-    ``"on-demand"`` -- the one place that maps a pool to what its nodes cost
-    (:meth:`rl_lustre.cost.Prices.machine_rate` takes every value it returns).
+    """The capacity kind a live node pool's nodes have: ``"Spot"``, ``"flex-start"``,
+    ``"reserved"`` or ``"on-demand"`` -- the one place that maps a pool to what its nodes cost
+    (:meth:`rl_lustre.cost.Prices.machine_rate` takes every value it returns). A flex-start
+    pool's nodes (``config.flex_start``: a fallback lane, or the standby pool beside a Spot
+    pool) are billed at the flex-start rate, not on demand.
 
     Examples:
         >>> pool_provisioning(container_v1.NodePool(config=container_v1.NodeConfig(spot=True)))
         'Spot'
+        >>> pool_provisioning(container_v1.NodePool(config=container_v1.NodeConfig(flex_start=True)))
+        'flex-start'
         >>> pool_provisioning(container_v1.NodePool(config=container_v1.NodeConfig()))
         'on-demand'
     """
     if pool.config.spot or pool.config.preemptible:
         return "Spot"
+    if pool.config.flex_start:
+        return "flex-start"
     specific = container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION
     return "reserved" if pool.config.reservation_affinity.consume_reservation_type == specific else "on-demand"
 

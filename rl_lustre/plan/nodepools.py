@@ -142,17 +142,22 @@ def gpu_pool(cluster: ClusterSpec, created: dict[str, Any], lane: Lane | None = 
 STANDBY_KEY = "gpu-standby"
 
 
+def has_standby_pool(cluster: ClusterSpec) -> bool:
+    """Whether the plan has the flex-start standby pool beside the Spot pool: the capacity
+    policy starts with Spot and lists flex-start after it (see :func:`standby_pool`)."""
+    return bool(cluster.capacity) and cluster.capacity[0].kind == "spot" and any(
+        c.kind == "flex-start" for c in cluster.capacity)
+
+
 def standby_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource | None:
     """The replacement pool beside a Spot GPU pool, when the capacity policy lists flex-start
     after Spot: flex-start without queued provisioning, autoscaled from 0 (it costs nothing
     while empty). When preempted Spot nodes do not come back, the cluster autoscaler scales
     it up for the Ray workers left pending (they select GPU nodes by accelerator, not by
     pool), so the run's supervisor resumes instead of waiting out ``capacity_timeout``."""
-    if not cluster.capacity or cluster.capacity[0].kind != "spot":
+    if not has_standby_pool(cluster):
         return None
-    flex = next((c for c in cluster.capacity if c.kind == "flex-start"), None)
-    if flex is None:
-        return None
+    flex = next(c for c in cluster.capacity if c.kind == "flex-start")
     from ..spec.capacity import Capacity
 
     assert cluster.zone is not None
