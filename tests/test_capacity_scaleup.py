@@ -102,3 +102,48 @@ def test_unqueued_flex_start_granted_after_a_delay_is_waited_for(caplog: pytest.
         assert len([n for n in kube.objects("Node") if n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL) == "gpu-pool"]) == 2
         b.down()
         assert gcp.leaked() == []
+
+
+def test_a_busy_fake_google_cloud_is_no_stockout_of_the_flex_start_lane(caplog: pytest.LogCaptureFixture) -> None:
+    """While a GKE change holds FakeGCP's lock, the autoscaler's question about flex-start capacity
+    gets no answer (the fake never blocks its Kubernetes loop on that lock): it says nothing and
+    asks again. It used to write FailedScaleUp "GCE out of resources" on the probes, a stock-out
+    the fake's stock (granting at once) never had, and up() left the lane for on-demand."""
+    import threading
+
+    c = Cluster(**BASE, capacity=(Capacity("flex-start", queued=False), "on-demand"))  # type: ignore[arg-type]
+    with KubeFake() as kube, FakeGCP(kube=kube) as gcp:
+        real, contended = kube.autoscaling, []
+
+        def busy_at_first(pool: str, count: int, asked_at: float) -> object:
+            if len(contended) >= 3:
+                return real(pool, count, asked_at)
+            contended.append(pool)
+            held, done = threading.Event(), threading.Event()
+
+            def hold() -> None:
+                with gcp._core.lock:
+                    held.set()
+                    done.wait(5)
+
+            holder = threading.Thread(target=hold)
+            holder.start()
+            held.wait(5)
+            try:
+                return real(pool, count, asked_at)
+            finally:
+                done.set()
+                holder.join()
+
+        kube.autoscaling = busy_at_first
+        b = _backend(c)
+        with caplog.at_level(logging.DEBUG):
+            report = b.up(check=False)
+        assert contended == ["gpu-pool"] * 3
+        assert report.records["gpu-pool"].outcome == "created"
+        assert "on-demand" not in (report.records["gpu-pool"].note or "")
+        assert not [x for x in _lines(caplog) if ": stockout" in x]
+        assert not [e for e in kube.objects("Event") if e.get("reason") == "FailedScaleUp"]
+        assert len([n for n in kube.objects("Node") if n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL) == "gpu-pool"]) == 2
+        b.down()
+        assert gcp.leaked() == []

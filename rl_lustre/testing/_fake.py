@@ -231,9 +231,10 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         from ._gke_nodes import pool_nodes
 
         # Called on the Kubernetes fake's loop, which a GKE change holding the lock may be
-        # waiting for (to register a pool's nodes): never block on the lock here.
+        # waiting for (to register a pool's nodes): never block on the lock here. "busy" is no
+        # answer about capacity (no stock-out event): the request is asked again next pass.
         if not self._core.lock.acquire(timeout=0.01):
-            return "wait", "", []
+            return "busy", "", []
         try:
             found = [p for c in self._core.clusters.values() for p in c.node_pools if p.name == pool]
             if not found:

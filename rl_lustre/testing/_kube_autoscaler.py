@@ -6,8 +6,9 @@ provisioning) with a sample of its nodes' labels and its ``total_max_node_count`
 pass, GPU pods that are Pending and unschedulable, and whose ``nodeSelector`` such a pool's
 nodes match, ask that pool for nodes: the *decider* (``KubeFake.autoscaling``, from the
 fake's capacity model; by default granted at once) answers ``granted`` with the Nodes
-(``TriggeredScaleUp`` on the pods), or ``wait`` (``FailedScaleUp`` "... failed: GCE out of
-resources", as GKE's autoscaler says on a stock-out).
+(``TriggeredScaleUp`` on the pods), ``wait`` (``FailedScaleUp`` "... failed: GCE out of
+resources", as GKE's autoscaler says on a stock-out), or ``busy`` (no answer yet: the fake
+Google Cloud was busy; nothing is said and the pool is asked again next pass).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class Autoscaler(Controller):
             asked = self._asked.setdefault(pool, time.monotonic())
             decide = self.decide or (lambda name, count, at: ("granted", "", None))
             state, _message, nodes = decide(pool, have + need, asked)
+            if state == "busy":
+                continue
             if state == "granted" and nodes:
                 for node in nodes:
                     self.register_node(node)

@@ -6,7 +6,8 @@ A ProvisioningRequest of class ``queued-provisioning.gke.io`` names a PodTemplat
 request not yet ``Provisioned`` or ``Failed``: ``Accepted`` is set, then the *decider*
 (``KubeFake.provisioning``, set by ``FakeGCP(kube=...)`` from its capacity model; by
 default every request is granted at once) says ``wait``, ``granted`` (with the Nodes to
-register: ``Provisioned`` True) or ``failed`` (``Failed`` True with the message), as the
+register: ``Provisioned`` True), ``failed`` (``Failed`` True with the message) or ``busy``
+(no answer yet: nothing changes until the next pass), as the
 condition types of kubernetes/autoscaler's ``provisioningrequest`` API say. Deleting the
 request takes nothing else away (its nodes go with their pool).
 """
@@ -27,7 +28,7 @@ register_kind(KindInfo("PodTemplate", "v1", "podtemplates", True))
 register_kind(KindInfo("ProvisioningRequest", "autoscaling.x-k8s.io/v1", "provisioningrequests", True,
                        status=True, builtin=False))
 
-# (pool, count, asked_at) -> ("wait" | "granted" | "failed", message, nodes to register)
+# (pool, count, asked_at) -> ("wait" | "granted" | "failed" | "busy", message, nodes to register)
 Decider = Callable[[str, int, float], tuple[str, str, list[Obj]]]
 
 
@@ -65,6 +66,8 @@ class ProvisioningRequests:
             if "Accepted" not in conds:
                 self._set(pr, "Accepted", "ProvisioningRequestAccepted", "Provisioning Request was accepted")
             state, message, nodes = (self.decide or _granted_at_once)(pool, int(pod_sets[0].get("count") or 0), asked)
+            if state == "busy":  # no answer yet (see _kube_autoscaler): asked again next pass
+                continue
             if state == "granted":
                 for node in nodes:
                     if self.store.get("Node", None, node["metadata"]["name"]) is None:
