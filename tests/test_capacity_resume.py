@@ -18,6 +18,7 @@ from test_preemption import JOB_ARGS, STEP, STEP_SECONDS, _attempts, _wait_done
 from rl_lustre import GRPOJob
 from rl_lustre.catalog import GKE_NODEPOOL_LABEL, GKE_SPOT_LABEL
 from rl_lustre.errors import JobFailedError
+from rl_lustre.kube.readiness import seconds
 from rl_lustre.recovery.journal import read_journal
 from rl_lustre.testing import FakeGCP, preempt
 
@@ -39,9 +40,12 @@ def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_
     # Far more than the standby pool's scale-up takes here, far less than the test's patience.
     job = _job("standby", tmp_path, capacity_timeout=150)
 
+    fakes: list[FakeGCP] = []
+
     def flex_start_in_seconds(gcp: FakeGCP) -> None:
         # A flex-start request is granted a few seconds after the autoscaler asks (not at once).
         gcp.stock.flex_start(after=FLEX_GRANT)
+        fakes.append(gcp)
 
     with spot_gke(spot_head, spec, flex_start_in_seconds) as (cluster, kube):
         assert [r.key for r in cluster.plan() if r.key.startswith("gpu-")] == ["gpu-pool", "gpu-standby"]
@@ -69,8 +73,7 @@ def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_
         assert restart.first_step == 5
         assert restart.seconds_lost is not None
         assert restart.capacity_seconds is not None
-        # It waited for the standby pool's grant, not for the Spot nodes (which never came).
-        assert FLEX_GRANT <= restart.capacity_seconds < job.capacity_timeout
+        assert restart.capacity_seconds < job.capacity_timeout
         # The same checkpoints and steps as an uninterrupted run, the rerun from step_4.
         assert [c.step for c in run.checkpoints()] == [8, 10]
         log = run.logs()
@@ -78,10 +81,16 @@ def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_
         assert [int(m[1]) for m in STEP.finditer(log)][-6:] == [5, 6, 7, 8, 9, 10]
         assert f"resuming from {job.checkpoint_dir(cluster)}/step_4" in log
         # The resumed attempt's placement groups held the standby pool's nodes.
-        held = {r["attempt"]: {n["name"] for n in r["nodes"]} for r in read_journal(run.logs(records=True))
-                if r["event"] == "held"}
+        journal = read_journal(run.logs(records=True))
+        held = {r["attempt"]: {n["name"] for n in r["nodes"]} for r in journal if r["event"] == "held"}
         assert held[1] == spot_nodes
         assert held[2] == standby
+        # The recovery's wait ended once the standby nodes had come (granted by flex-start, not Spot).
+        [back] = [r for r in journal if r["event"] == "capacity_back"]
+        assert "timeout" not in back
+        came = [seconds(n["metadata"]["creationTimestamp"]) for n in kube.objects("Node") if n["metadata"]["name"] in standby]
+        assert all(t is not None and t <= back["at"] for t in came), (came, back)
+        assert {e.pool for e in fakes[0].stock.events if e.kind == "flex-start" and e.what == "granted"} == {"gpu-standby"}
         # The goodput ledger bills the recovery to the standby (flex-start) nodes, as lost time.
         ledger = run.goodput()
         [recovery] = ledger.restarts
