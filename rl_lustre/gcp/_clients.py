@@ -4,7 +4,7 @@ Credentials are Application Default Credentials, unless an emulator is configure
 (Google's ``*_EMULATOR_HOST`` convention):
 
 - ``RL_LUSTRE_GCP_EMULATOR_HOST=host:port``: every gRPC client (Lustre,
-  ClusterManager, Monitoring) talks to that address over an insecure channel with
+  ClusterManager, Monitoring, Cloud Quotas, IAM, Resource Manager) talks to that address over an insecure channel with
   anonymous credentials.
 - ``RL_LUSTRE_GCP_REST_EMULATOR=http://host:port``: every REST client (Compute,
   Service Networking) talks to that base URL over plain HTTP with anonymous credentials.
@@ -210,6 +210,32 @@ def cloud_quotas() -> Any:
     )
 
     return grpc_client(CloudQuotasClient, CloudQuotasGrpcTransport)
+
+
+def iam_admin() -> Any:
+    """The cached ``google.cloud.iam_admin_v1.IAMClient`` (service accounts).
+
+    Example::
+
+        iam_admin().get_service_account(name="projects/-/serviceAccounts/rl-demo-nodes@my-project.iam.gserviceaccount.com")
+    """
+    from google.cloud.iam_admin_v1 import IAMClient
+    from google.cloud.iam_admin_v1.services.iam.transports import IAMGrpcTransport
+
+    return grpc_client(IAMClient, IAMGrpcTransport)
+
+
+def projects() -> Any:
+    """The cached ``google.cloud.resourcemanager_v3.ProjectsClient`` (a project's IAM policy).
+
+    Example::
+
+        projects().get_iam_policy(request={"resource": "projects/my-project"}).etag
+    """
+    from google.cloud.resourcemanager_v3 import ProjectsClient
+    from google.cloud.resourcemanager_v3.services.projects.transports import ProjectsGrpcTransport
+
+    return grpc_client(ProjectsClient, ProjectsGrpcTransport)
 
 
 def compute(client_cls: type[T]) -> T:

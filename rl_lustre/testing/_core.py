@@ -47,6 +47,9 @@ DEFAULT_LATENCY: dict[str, float] = {
     "gke.delete_cluster": 0.05,
     "gke.create_node_pool": 0.06,
     "gke.delete_node_pool": 0.04,
+    # Until then a new service account is unknown to the project IAM policy (IAM is
+    # eventually consistent): a grant to it is refused as a member that does not exist.
+    "iam.create_service_account": 0.0,
 }
 
 _GRPC_TO_HTTP: dict[grpc.StatusCode, int] = {
@@ -293,6 +296,8 @@ class Core:
         self.lustre_files: dict[str, dict[str, int]] = {}
         self.buckets: dict[str, dict[str, dict[str, Any]]] = {}
         self.clusters: dict[str, Any] = {}
+        # IAM service accounts by e-mail: GKE refuses node pools that run as one not there.
+        self.service_accounts: dict[str, Any] = {}
         self.kube_endpoint: str | None = None
         self.kube_ca_pem: str | None = None
         # Called with a GKE cluster's name once its deletion has finished.

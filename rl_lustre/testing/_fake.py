@@ -25,6 +25,7 @@ from ._compute_vm import ComputeVmFake, PreloadKnobs
 from ._core import Core, Faults, RequestRecord, project_number
 from ._gke import GkeFake
 from ._grpc import GrpcServer
+from ._iam import IamFake
 from ._lustre import LustreFake
 from ._monitoring import MonitoringFake
 from ._registry import RegistryFake
@@ -47,6 +48,8 @@ KINDS = (
     "lustre.instances",
     "gke.clusters",
     "gke.nodePools",
+    "iam.serviceAccounts",
+    "iam.bindings",
 )
 
 
@@ -54,8 +57,9 @@ class FakeGCP:
     """Stateful fakes of the Google APIs rl_lustre uses, speaking their real protocols.
 
     One gRPC server on loopback hosts ``google.cloud.lustre.v1.Lustre``,
-    ``google.longrunning.Operations``, ``google.container.v1.ClusterManager`` and
-    ``google.api.cloudquotas.v1.CloudQuotas``; one
+    ``google.longrunning.Operations``, ``google.container.v1.ClusterManager``,
+    ``google.api.cloudquotas.v1.CloudQuotas``, ``google.iam.admin.v1.IAM`` and
+    ``google.cloud.resourcemanager.v3.Projects`` (the project IAM policy); one
     HTTP server hosts the Compute Engine and Service Networking calls, another the
     container registries (:mod:`rl_lustre.testing._registry`). Entering the context starts
     them and points ``RL_LUSTRE_GCP_EMULATOR_HOST``, ``RL_LUSTRE_GCP_REST_EMULATOR`` and
@@ -141,6 +145,8 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         self._monitoring.register(self._grpc)
         self._quotas = QuotasFake(self._core)
         self._quotas.register(self._grpc)
+        self._iam = IamFake(self._core)
+        self._iam.register(self._grpc)
         self._rest = RestFake(self._core)
         self._catalog = Catalog(self._core)
         self._register_catalog()
@@ -252,6 +258,12 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         Managed Lustre capacity per zone and tier); generous by default, narrowed with
         ``set_limit`` and ``drop``."""
         return self._quotas
+
+    @property
+    def iam(self) -> IamFake:
+        """Service accounts and the project IAM policy (IAM Admin, Resource Manager):
+        ``seed_account``, ``bindings``, ``bind``, ``concurrent_change``, ``users_of``."""
+        return self._iam
 
     @property
     def reservations(self) -> ReservationsFake:
@@ -369,7 +381,9 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         """What exists: kind → full name → labels (for Compute, those in the description).
 
         Service Networking connections have no labels of their own; they show the
-        labels of the first reserved range that carries any.
+        labels of the first reserved range that carries any. Service accounts show those
+        in their description, project IAM bindings (``projects/P ROLE MEMBER``) those of
+        the member's account (kept after it is deleted).
         """
         core = self._core
         with core.lock:
@@ -405,7 +419,7 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
                 out["gke.clusters"][name] = dict(cluster.resource_labels)
                 for pool in cluster.node_pools:
                     out["gke.nodePools"][f"{name}/nodePools/{pool.name}"] = dict(pool.config.resource_labels)
-            return out
+            return {**out, **self._iam.resources()}
 
     def leaked(self, deployment: str | None = None, *, shared: bool = False) -> list[str]:
         """``"<kind> <name>"`` of every resource carrying our labels (of ``deployment``, if given).

@@ -192,6 +192,12 @@ class GkeFake:
                             f"{rdma} RDMA networks were given.")
 
     def _check_pool(self, pool: container_v1.NodePool) -> None:
+        account = pool.config.service_account
+        if account.endswith(".iam.gserviceaccount.com") and account not in self.core.service_accounts:
+            # GKE checks that the caller may act as the nodes' account, which must exist.
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"Node pool {pool.name!r}: service account {account!r} does not exist, or the caller "
+                            "lacks iam.serviceAccounts.actAs on it.")
         # An autoscaled pool (flex-start) may start at 0 nodes.
         if pool.initial_node_count < (0 if pool.autoscaling.enabled else 1) or not pool.config.machine_type:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,

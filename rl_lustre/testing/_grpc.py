@@ -22,7 +22,7 @@ def _codec(message_type: Any) -> tuple[Callable[[bytes], Any], Callable[[Any], b
 
 
 def _target(request: Any) -> str:
-    for field in ("name", "parent"):
+    for field in ("name", "parent", "resource"):
         value = getattr(request, field, "")
         if value:
             return str(value)
