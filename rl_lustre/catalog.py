@@ -217,6 +217,34 @@ def nemo_rl_version_for_image(image: str) -> str | None:
 
 # The default on-demand CPU machine for the Ray head (16 vCPU, 128 GiB): it holds the
 # NeMo-RL driver, which must survive a Spot preemption of the GPU nodes.
+DOCKER_HUB = "registry-1.docker.io"
+# Registries that take a Google access token as the password of user oauth2accesstoken.
+_GOOGLE_HOSTS = re.compile(r"^(?:[a-z0-9-]+-docker\.pkg\.dev|(?:[a-z]+\.)?gcr\.io)$")
+
+
+def split_host(reference: str) -> tuple[str, str]:
+    """An image reference's registry host and the rest, the way Docker splits them.
+
+    Examples:
+        >>> split_host("nvcr.io/nvidia/nemo-rl:v0.4.0"), split_host("rayproject/ray:2.46.0")
+        (('nvcr.io', 'nvidia/nemo-rl:v0.4.0'), ('registry-1.docker.io', 'rayproject/ray:2.46.0'))
+    """
+    first, slash, remainder = reference.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first, remainder
+    return DOCKER_HUB, reference
+
+
+def google_registry(host: str) -> bool:
+    """Whether ``host`` is Artifact Registry or Container Registry (Google credentials apply).
+
+    Examples:
+        >>> google_registry("us-docker.pkg.dev"), google_registry("gcr.io"), google_registry("nvcr.io")
+        (True, True, False)
+    """
+    return _GOOGLE_HOSTS.match(host) is not None
+
+
 HEAD_MACHINE_TYPE = "n2-highmem-16"
 # The reference workflow's model (its `policy.model_name`).
 REFERENCE_MODEL = "Qwen/Qwen2.5-72B-Instruct"

@@ -137,12 +137,16 @@ class Cluster(ClusterSpec):
         network: an existing VPC network to use as-is; by default ``<name>-net`` is created.
         authorized_networks: CIDR blocks allowed to reach the control plane.
         public_control_plane: must be True to allow ``0.0.0.0/0``.
-        node_service_account: the service account both node pools run as (an e-mail, checked
+        node_service_account: the service account every node pool runs as (an e-mail, checked
             offline), with the ``cloud-platform`` scope narrowed by its IAM roles; give it the
             minimal node role ``roles/container.defaultNodeServiceAccount`` (and
             ``roles/artifactregistry.reader`` for private images), as the A4 blueprint and GKE's
-            hardening guide do. rl_lustre never creates, changes or deletes it. By default the
-            pools run as the project's Compute Engine default service account (GKE's default).
+            hardening guide do. rl_lustre never creates, changes or deletes it. By default
+            ``up()`` creates one for the deployment (plan node ``node-sa``,
+            ``rl-<name>-nodes@PROJECT.iam.gserviceaccount.com``) with that role on the project
+            (and the registry reader role when ``image`` is in Artifact Registry), and
+            ``down()`` takes the roles back and deletes it; that needs
+            ``roles/iam.serviceAccountAdmin`` and ``roles/resourcemanager.projectIamAdmin``.
         secrets: names of environment variables copied into a Kubernetes Secret and
             exposed to the pods (never to the job's runtime env).
         fabric: ``"rdma"``: the GPUs talk over GPUDirect-RDMA (a gVNIC VPC and a RoCE VPC

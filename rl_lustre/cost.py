@@ -11,7 +11,7 @@ each lane of a capacity policy), the CPU pool of the Ray head,
 Managed Lustre by tier and GiB, GKE's cluster management fee, and the preload disk image
 (its storage, which outlives ``down()``, and the GPU nodes' secondary boot disks), and the
 warm-start export's Cloud Storage (``Cluster.warm_start``; also kept after ``down()``). Networking
-resources (VPC, subnet, PSA range, firewall rule) carry no hourly charge of their own;
+resources (VPC, subnet, PSA range, firewall rule) and the nodes' service account carry no hourly charge of their own;
 traffic, boot disks and logging are not included.
 
 Examples:
@@ -19,7 +19,7 @@ Examples:
     >>> cost = Cluster(name="demo", project="my-project", region="us-east1",
     ...                zone="us-east1-b").plan().cost()
     >>> [(i.key, round(i.usd_per_hour, 2)) for i in cost.items]
-    [('gpu-pool', 296.0), ('cpu-pool', 1.05), ('lustre', 7.4), ('gke-cluster', 0.1), ('preload-image', 0.02), ('secondary-disks', 0.16)]
+    [('gpu-pool', 296.0), ('cpu-pool', 1.05), ('lustre', 7.4), ('gke-cluster', 0.1), ('node-sa', 0.0), ('preload-image', 0.02), ('secondary-disks', 0.16)]
     >>> round(cost.total_usd_per_hour, 2)
     304.73
 """
@@ -473,6 +473,10 @@ def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
                                  counted=node.action == "create"))
     if "gke-cluster" in plan:
         items.append(gke_cluster_item("gke-cluster", plan.get("gke-cluster").name, prices))
+    if "node-sa" in plan:
+        items.append(CostItem(key="node-sa", name=plan.get("node-sa").name, unit="account", quantity=1,
+                              description="IAM service account of the nodes, with its project roles",
+                              unit_usd_per_hour=0.0, note="IAM has no charge"))
     notes = ["networking (VPC, subnet, PSA range, firewall) has no hourly charge; traffic, boot disks and "
              "logging are not included"]
     if "preload-image" in plan:

@@ -4,7 +4,8 @@ Every resource rl_lustre creates carries ``managed-by=rl-lustre`` and
 ``rl-lustre-deployment=<name>`` (as labels, or in the description of Compute
 networking). :func:`find_deployments` lists them with each API's own list call
 (Managed Lustre with a label filter, GKE clusters of every location, Compute resources
-with a description filter) and groups them by deployment, in every zone.
+with a description filter, the nodes' service accounts by their description) and groups
+them by deployment, in every zone.
 
 A deployment is *whole* while its GKE cluster exists; without it, whatever is left
 (a Lustre instance, a network after a crash) is *partial*, and :func:`collect_garbage`
@@ -44,7 +45,7 @@ __all__ = ["Collected", "Deployment", "FoundResource", "collect_garbage", "find_
 logger = logging.getLogger("rl_lustre.inventory")
 
 # The plan keys the labelled Google Cloud resources stand for, in the plan's order.
-KEYS = ("network", "subnet", "psa-range", "firewall-lustre", "lustre", "gke-cluster", "cpu-pool", "gpu-pool")
+KEYS = ("network", "subnet", "psa-range", "firewall-lustre", "lustre", "node-sa", "gke-cluster", "cpu-pool", "gpu-pool")
 # A placeholder region for a deployment of which only global resources are left: the
 # executor is then given only the keys of those resources, so nothing regional is named.
 _ANY_REGION = "us-central1"
@@ -290,6 +291,15 @@ def _lustre(apis: Apis, project: str) -> Iterable[FoundResource]:
                                      "network": _last(i.network), "mount_point": i.mount_point})
 
 
+def _accounts(apis: Apis, project: str) -> Iterable[FoundResource]:
+    from .gcp._ownership import labels_from_description
+
+    for a in apis.accounts.list_ours(project):
+        yield FoundResource(key="node-sa", kind="iam.v1.ServiceAccount", name=a.name,
+                            deployment=labels_from_description(a.description)[LABEL_DEPLOYMENT], location="global",
+                            state="DISABLED" if a.disabled else "ACTIVE", details={"email": a.email})
+
+
 def _provisioning(pool: Any) -> str:
     from .gcp.container import pool_provisioning
 
@@ -356,7 +366,7 @@ def find_deployments(project: str, *, apis: Apis | None = None) -> list[Deployme
     if not isinstance(project, str) or re.fullmatch(PROJECT_PATTERN, project) is None:
         raise ConfigError("rl-lustre", "project", project, PROJECT_RULE)
     apis = apis or Apis.from_env()
-    found = [*_compute(apis, project), *_lustre(apis, project), *_gke(apis, project)]
+    found = [*_compute(apis, project), *_lustre(apis, project), *_accounts(apis, project), *_gke(apis, project)]
     order = {k: i for i, k in enumerate(KEYS)}
     by_name: dict[str, list[FoundResource]] = {}
     for r in found:

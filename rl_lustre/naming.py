@@ -55,6 +55,57 @@ def firewall_name(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-allow-lustre"
 
 
+# IAM's rule for a service account id (the part of its e-mail before the @).
+SERVICE_ACCOUNT_ID_PATTERN = r"[a-z][a-z0-9-]{4,28}[a-z0-9]"
+SERVICE_ACCOUNT_ID_RULE = ("must give a service account id of 6-30 characters [a-z][a-z0-9-]*[a-z0-9] "
+                           "('rl-<name>-nodes', or 'rl-<first 20 characters>-<hash>' for a longer name)")
+
+
+def node_service_account_id(deployment: str) -> str:
+    """The id of the service account a deployment's nodes run as (when it is not given
+    one): ``rl-<name>-nodes``, or for a name longer than 21 characters its first 20 and a
+    hash of the whole, so that two long names never share an account.
+
+    Examples:
+        >>> node_service_account_id("demo"), node_service_account_id("a-rather-long-deployment-name-here")
+        ('rl-demo-nodes', 'rl-a-rather-long-deploy-412a53')
+        >>> node_service_account_id("Demo_1")
+        Traceback (most recent call last):
+        ...
+        rl_lustre.errors.ConfigError: Cluster.name='Demo_1': must give a service account id of 6-30 characters [a-z][a-z0-9-]*[a-z0-9] ('rl-<name>-nodes', or 'rl-<first 20 characters>-<hash>' for a longer name)
+    """
+    import hashlib
+    import re
+
+    account = f"rl-{deployment}-nodes"
+    if len(account) > 30:
+        account = f"rl-{deployment[:20].rstrip('-')}-{hashlib.sha256(deployment.encode()).hexdigest()[:6]}"
+    if re.fullmatch(SERVICE_ACCOUNT_ID_PATTERN, account) is None:
+        from .errors import ConfigError
+
+        raise ConfigError("Cluster", "name", deployment, SERVICE_ACCOUNT_ID_RULE)
+    return account
+
+
+def service_account_email(project: str, account_id: str) -> str:
+    """The e-mail of the service account ``account_id`` of ``project`` (a domain-scoped
+    project ``example.com:p`` has ``...@p.example.com.iam.gserviceaccount.com``).
+
+    Examples:
+        >>> service_account_email("my-project", "rl-demo-nodes")
+        'rl-demo-nodes@my-project.iam.gserviceaccount.com'
+    """
+    domain, _, project_id = project.rpartition(":")
+    return f"{account_id}@{project_id}{'.' + domain if domain else ''}.iam.gserviceaccount.com"
+
+
+def node_service_account_email(cluster: ClusterSpec) -> str:
+    """The account both node pools run as: ``node_service_account`` (yours), else ours."""
+    if cluster.node_service_account:
+        return cluster.node_service_account
+    return service_account_email(str(cluster.project), node_service_account_id(cluster.name))
+
+
 def cpu_pool_name(cluster: ClusterSpec) -> str:
     """The on-demand CPU pool that hosts the Ray head."""
     return "ray-head-pool"

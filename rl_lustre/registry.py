@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .catalog import DOCKER_HUB, google_registry, split_host
 from .errors import ConfigError, ImageNotFoundError, RegistryAuthError, RegistryError
 
 if TYPE_CHECKING:
@@ -51,15 +52,12 @@ __all__ = [
 ]
 
 EMULATOR_ENV = "RL_LUSTRE_REGISTRY_EMULATOR"
-DOCKER_HUB = "registry-1.docker.io"
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                "application/vnd.docker.distribution.manifest.list.v2+json")
 MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
                   "application/vnd.docker.distribution.manifest.v2+json")
 ACCEPT = ", ".join(INDEX_TYPES + MANIFEST_TYPES)
 PLATFORM = ("linux", "amd64")
-# Registries that take a Google access token as the password of user oauth2accesstoken.
-_GOOGLE_HOSTS = re.compile(r"^(?:[a-z0-9-]+-docker\.pkg\.dev|(?:[a-z]+\.)?gcr\.io)$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -131,11 +129,7 @@ def parse_reference(ref: str) -> Reference:
     rest, _, digest = ref.partition("@")
     if digest and not _DIGEST.match(digest):
         raise bad("a pinned digest must be sha256: and 64 lowercase hex digits")
-    first, slash, remainder = rest.partition("/")
-    if slash and ("." in first or ":" in first or first == "localhost"):
-        host, path = first, remainder
-    else:
-        host, path = DOCKER_HUB, rest
+    host, path = split_host(rest)
     tag: str | None = None
     name, colon, maybe_tag = path.rpartition(":")
     if colon and "/" not in maybe_tag:
@@ -151,16 +145,6 @@ def parse_reference(ref: str) -> Reference:
     if tag is None and not digest:
         tag = "latest"
     return Reference(host, path, tag, digest or None)
-
-
-def google_registry(host: str) -> bool:
-    """Whether ``host`` is Artifact Registry or Container Registry (Google credentials apply).
-
-    Examples:
-        >>> google_registry("us-docker.pkg.dev"), google_registry("gcr.io"), google_registry("nvcr.io")
-        (True, True, False)
-    """
-    return _GOOGLE_HOSTS.match(host) is not None
 
 
 def _base_url(host: str) -> str:

@@ -47,7 +47,7 @@ def run(*args: str, code: int = 0) -> Any:
 
 
 def _plant_leftover(gcp: FakeGCP) -> Cluster:
-    """What a crash leaves: a deployment's network, PSA range, firewall and Lustre, no GKE cluster."""
+    """What a crash leaves: a deployment's network, PSA range, firewall, Lustre and node account, no GKE cluster."""
     crashed = Cluster(name="crashed", project="my-project", region="us-east1", zone="us-east1-b", fabric="tcp",
                       volume=LustreVolume(name="crashed-lustre", capacity_gib=9_000, throughput_mbps_per_tib=1000))
     backend = GKEBackend(crashed, gcp_only=True, backoff=FAST_BACKOFF, retry=FAST_RETRY)
@@ -88,7 +88,7 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     live = by_name["cli-e2e"]
     assert (live["state"], live["whole"], live["zone"]) == ("RUNNING", True, "us-east1-b")
     assert [r["key"] for r in live["resources"]] == ["network", "subnet", "psa-range", "firewall-lustre", "lustre",
-                                                     "gke-cluster", "cpu-pool", "gpu-pool"]
+                                                     "node-sa", "gke-cluster", "cpu-pool", "gpu-pool"]
     # What it costs is what its plan said it would, its GPU nodes' secondary boot disks
     # included; the preload image they boot from is shared, priced per month on its own.
     planned = spec.plan().cost()
@@ -102,7 +102,8 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     assert listing["shared"]["preload_builders"] == []
     partial = by_name["crashed"]
     assert (partial["state"], partial["whole"]) == ("PARTIAL", False)
-    assert [r["key"] for r in partial["resources"]] == ["network", "subnet", "psa-range", "firewall-lustre", "lustre"]
+    assert [r["key"] for r in partial["resources"]] == ["network", "subnet", "psa-range", "firewall-lustre", "lustre",
+                                                        "node-sa"]
     assert partial["usd_per_hour"] == pytest.approx(crashed.plan().cost().get("lustre").usd_per_hour, abs=1e-3)
     assert listing["usd_per_hour"] == pytest.approx(live["usd_per_hour"] + partial["usd_per_hour"], abs=1e-3)
     text = run("ls", "--project", "my-project")
@@ -128,7 +129,7 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     collected = run("gc", "--project", "my-project", "--older-than", "0", "--yes", "--json")
     report = collected["partial"][0]["report"]
     assert sorted(r["key"] for r in report["resources"] if r["outcome"] == "deleted") == [
-        "firewall-lustre", "lustre", "network", "psa-peering", "psa-range", "subnet"]
+        "firewall-lustre", "lustre", "network", "node-sa", "psa-peering", "psa-range", "subnet"]
     assert collected["partial"][0]["left"] == []
     fakes.settle()
     assert fakes.leaked("crashed") == []

@@ -21,8 +21,9 @@ BASE = Cluster(name="demo", project="my-project", region="us-east1", zone="us-ea
 def test_every_priced_resource_of_the_plan_and_the_total() -> None:
     cost = BASE.plan().cost()
     a4 = PRICES.machines["a4-highgpu-8g"]
-    assert [i.key for i in cost.items] == ["gpu-pool", "cpu-pool", "lustre", "gke-cluster", "preload-image",
-                                           "secondary-disks"]
+    assert [i.key for i in cost.items] == ["gpu-pool", "cpu-pool", "lustre", "gke-cluster", "node-sa",
+                                           "preload-image", "secondary-disks"]
+    assert cost.get("node-sa").usd_per_hour == 0
     assert cost.get("gpu-pool").usd_per_hour == pytest.approx(8 * a4.spot)
     assert cost.get("cpu-pool").usd_per_hour == pytest.approx(PRICES.machines["n2-highmem-16"].on_demand)
     # The default volume: what size_lustre picks for the default job (9,000 GiB at 1000 MB/s/TiB).

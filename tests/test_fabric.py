@@ -70,7 +70,7 @@ def test_tcp_plans_none_of_the_fabric() -> None:
 
 def test_the_plan_shows_the_fabric_and_keeps_it_off_the_lustre_branch() -> None:
     plan = spec().plan()
-    assert plan.get("gpu-pool").depends_on == ("gke-cluster", "gvnic-subnet",
+    assert plan.get("gpu-pool").depends_on == ("gke-cluster", "node-sa", "gvnic-subnet",
                                                *(f"rdma-subnet-{i}" for i in range(8)))
     fabric = {r.key for r in plan if r.key.startswith(("gvnic-", "rdma-", "netparams-", "podnet-", "nccl-"))}
     assert not fabric & plan.upstream("lustre")
@@ -173,6 +173,7 @@ def test_the_fakes_reject_malformed_fabric_requests_loudly(gcp: FakeGCP) -> None
     bad = cluster_request(plan)
     bad.network_config.datapath_provider = container_v1.DatapathProvider.LEGACY_DATAPATH
     gcp.seed_network(PROJECT, "demo-net", subnet="demo-subnet", psa_range=None, deployment="demo")
+    gcp.iam.seed_account(PROJECT, "rl-demo-nodes")  # as node-sa would have made it
     with pytest.raises(GCPError, match="Dataplane V2"):
         GkeClusters(backoff=FAST).create(bad, parent=f"projects/{PROJECT}/locations/us-east1", deployment="demo")
     # A pool on networks that do not exist.

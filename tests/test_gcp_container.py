@@ -52,6 +52,8 @@ def gcp() -> Iterator[FakeGCP]:
         fake.seed_network(PROJECT, "demo-net", subnet="demo-subnet", deployment="demo")
         # The preload image the GPU pool's secondary boot disk names, as up() would have built it.
         fake.seed_image(PROJECT, IMAGE.rsplit("/", 1)[1])
+        # The nodes' account, as the node-sa step would have made it before the cluster.
+        fake.iam.seed_account(PROJECT, "rl-demo-nodes")
         yield fake
 
 
@@ -263,6 +265,7 @@ def test_spot_stockout_names_zone_and_what_to_try(gcp: FakeGCP) -> None:
 def test_wait_timeout_carries_the_last_operation_state() -> None:
     with FakeGCP(latency={"gke.create_cluster": 5.0}) as gcp:
         gcp.seed_network(PROJECT, "demo-net", subnet="demo-subnet", deployment="demo")
+        gcp.iam.seed_account(PROJECT, "rl-demo-nodes")
         with pytest.raises(WaitTimeoutError) as info:
             clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1",
                               deployment="demo", timeout=0.2)
@@ -271,7 +274,7 @@ def test_wait_timeout_carries_the_last_operation_state() -> None:
         assert "demo" in info.value.what
 
 
-def test_both_pools_run_as_the_given_node_service_account_or_gkes_default() -> None:
+def test_both_pools_run_as_the_given_node_service_account_or_the_deployments_own() -> None:
     from rl_lustre.errors import ConfigError
     from rl_lustre.gcp.container_requests import node_pool_request
 
@@ -283,10 +286,11 @@ def test_both_pools_run_as_the_given_node_service_account_or_gkes_default() -> N
         assert config.service_account == email
         assert list(config.oauth_scopes) == ["https://www.googleapis.com/auth/cloud-platform"]
     assert cluster_request(mine).node_pools[0].config.service_account == email
-    # By default: GKE's default (the project's Compute Engine default account), and the plan says so.
-    assert PLAN.get("gpu-pool").settings["service_account"] == "default"
+    # By default: the deployment's own account (node-sa), with GKE's minimal node role, and the plan says so.
+    ours = "rl-demo-nodes@my-project.iam.gserviceaccount.com"
+    assert PLAN.get("gpu-pool").settings["service_account"] == ours
     assert "roles/container.defaultNodeServiceAccount" in PLAN.get("gpu-pool").settings["service_account_note"]
-    assert cluster_request(PLAN).node_pools[0].config.service_account == ""
+    assert cluster_request(PLAN).node_pools[0].config.service_account == ours
     for bad in ("rl-nodes", "RL@my-project.iam.gserviceaccount.com", "a@b.iam.gserviceaccount.com",
                 "rl-nodes@my-project.iam.gserviceaccount.com\n"):
         with pytest.raises(ConfigError, match=r"node_service_account.*must be a service account e-mail"):

@@ -24,10 +24,11 @@ REFERENCE = {"name": "ray-a4-gpu-spot", "project": "my-project", "region": "us-e
              "fabric": "tcp"}
 HEAVY = ("ray", "kubernetes", "grpc", "google.cloud", "google.api_core", "google.auth", "hydra", "omegaconf", "rich")
 LUSTRE_CHAIN = {"psa-range", "psa-peering", "firewall-lustre", "lustre"}
-GKE_CHAIN = {"gke-cluster", "cpu-pool", "gpu-pool"}
+GKE_CHAIN = {"node-sa", "gke-cluster", "cpu-pool", "gpu-pool"}
 KINDS = {
     "network": "compute.v1.Network",
     "subnet": "compute.v1.Subnetwork",
+    "node-sa": "iam.v1.ServiceAccount",
     "psa-range": "compute.v1.GlobalAddress",
     "preload-image": "compute.v1.Image",
     "psa-peering": "servicenetworking.v1.Connection",
@@ -140,10 +141,12 @@ def test_dependencies_match_the_architecture(plan: Plan) -> None:
     assert "psa-range" in plan.get("firewall-lustre").depends_on
     assert plan.get("firewall-lustre").settings["source_ranges_from"] == "psa-range"
     assert set(plan.get("lustre").depends_on) == {"psa-peering", "firewall-lustre"}
-    assert plan.get("gke-cluster").depends_on == ("subnet",)
-    assert plan.get("cpu-pool").depends_on == ("gke-cluster",)
+    # The cluster's initial pool and every other pool run as the node account, made first.
+    assert plan.get("node-sa").depends_on == ()
+    assert plan.get("gke-cluster").depends_on == ("subnet", "node-sa")
+    assert plan.get("cpu-pool").depends_on == ("gke-cluster", "node-sa")
     # The GPU nodes boot with the preload image, built on a VM in the deployment's subnet.
-    assert plan.get("gpu-pool").depends_on == ("gke-cluster", "preload-image")
+    assert plan.get("gpu-pool").depends_on == ("gke-cluster", "node-sa", "preload-image")
     assert plan.get("preload-image").depends_on == ("subnet",)
     # The PV needs the API server and the instance's address, not the node pools.
     assert set(plan.get("pv").depends_on) == {"lustre", "gke-cluster"}
@@ -157,10 +160,11 @@ def test_dependencies_match_the_architecture(plan: Plan) -> None:
     off = Cluster(**REFERENCE, preload_image=False).plan()
     assert "preload-image" not in off
     assert off.get("image-prepull").depends_on == ("cpu-pool", "gpu-pool")
-    assert off.get("gpu-pool").depends_on == ("gke-cluster",)
+    assert off.get("gpu-pool").depends_on == ("gke-cluster", "node-sa")
     assert "preload" not in off.get("gpu-pool").settings
     assert plan.get("model-prefetch").depends_on == ("pvc", "cpu-pool", "secret")
     assert sorted(plan.dependents("gke-cluster")) == ["cpu-pool", "gpu-pool", "pv", "secret"]
+    assert sorted(plan.dependents("node-sa")) == ["cpu-pool", "gke-cluster", "gpu-pool"]
 
 
 def test_lustre_and_gke_are_parallel_branches(plan: Plan) -> None:
@@ -206,8 +210,9 @@ def test_teardown_order_deletes_dependents_first(plan: Plan) -> None:
     for r in plan:
         for dep in r.depends_on:
             assert wave_of[r.key] < wave_of[dep], (r.key, dep)
-    # Lustre and the GKE cluster are deleted concurrently.
+    # Lustre and the GKE cluster are deleted concurrently; the nodes' account after their pools.
     assert wave_of["lustre"] == wave_of["gke-cluster"]
+    assert wave_of["node-sa"] > wave_of["gke-cluster"]
 
 
 def test_critical_path_with_issue_4_proportions(plan: Plan) -> None:

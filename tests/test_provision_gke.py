@@ -47,6 +47,7 @@ FAKE_OF_KIND = {
     "lustre.v1.Instance": "lustre.instances",
     "container.v1.Cluster": "gke.clusters",
     "container.v1.NodePool": "gke.nodePools",
+    "iam.v1.ServiceAccount": "iam.serviceAccounts",
 }
 CREATES = re.compile(r"\.insert$|\.Create|connections\.(create|patch)$")
 
@@ -61,6 +62,9 @@ def spec(**kw: object) -> Cluster:
 
 # Where each plan node of the default (fabric="rdma") deployment shows up in FakeGCP.resources().
 FAKE_KIND = {r.key: FAKE_OF_KIND[r.kind] for r in spec(preload_image=True).plan() if r.kind in FAKE_OF_KIND}
+# What a whole deployment leaves when it is not torn down: those nodes, and the node
+# account's role binding (listed as the fake lists it).
+LEAKED_KIND = {**FAKE_KIND, "node-sa-role": "iam.bindings"}
 # Every plan node on the Kubernetes side (switched off with gcp_only=True): the fabric's
 # network objects and installer, PV, PVC, Secret, RayCluster, image pre-pull, model prefetch.
 KUBE_KEYS = K8S_KEYS = kube_keys(spec().plan())
@@ -85,6 +89,7 @@ def remote_name(plan_key: str, cluster: Cluster) -> str:
         "psa-peering": f"projects/{PROJECT}/global/networks/{plan.get('network').name}/peerings/{node.name}",
         "lustre": f"projects/{PROJECT}/locations/us-east1-b/instances/{node.name}",
         "gke-cluster": f"projects/{PROJECT}/locations/us-east1/clusters/{node.name}",
+        "node-sa": f"projects/{PROJECT}/serviceAccounts/{node.name}",
     }
     gke = f"projects/{PROJECT}/locations/us-east1/clusters/{plan.get('gke-cluster').name}"
     return full.get(plan_key) or f"{gke}/nodePools/{node.name}"
@@ -118,7 +123,10 @@ def test_up_creates_exactly_the_plans_create_nodes_and_down_from_a_fresh_process
     assert report.keys("skipped") == [r.key for r in plan if r.key in K8S_KEYS]
     assert all("gcp_only" in report.get(k).note for k in report.keys("skipped"))
     # What exists remotely is exactly those nodes, each carrying our labels.
-    expected = sorted(f"{FAKE_KIND[k]} {remote_name(k, cluster)}" for k in gcp_nodes)
+    # The node account's one role is there too (tests/test_node_account.py has the rest).
+    expected = sorted([f"{FAKE_KIND[k]} {remote_name(k, cluster)}" for k in gcp_nodes] + [
+        f"iam.bindings projects/{PROJECT} roles/container.defaultNodeServiceAccount "
+        f"serviceAccount:{plan.get('node-sa').name}"])
     assert gcp.leaked("demo") == expected
     assert existing(gcp) == {"compute.images": [image],
                              **{kind: sorted(n.split(" ", 1)[1] for n in expected if n.startswith(kind + " "))
@@ -213,7 +221,7 @@ def _rollback_keeps_adopted(gcp: FakeGCP) -> None:
     assert err.report is not None
     assert err.report.keys("adopted") == ["network", "subnet"]
     assert {c.split()[0] for c in err.cleaned} == {"psa-range", "psa-peering", "firewall-lustre", "lustre",
-                                                   "gke-cluster", "cpu-pool", "gpu-pool"}
+                                                   "node-sa", "gke-cluster", "cpu-pool", "gpu-pool"}
     assert existing(gcp) == {
         "compute.networks": [remote_name("network", spec())],
         "compute.subnetworks": [remote_name("subnet", spec())],
@@ -232,7 +240,9 @@ def test_a_same_named_network_without_our_labels_is_refused_and_left_alone(gcp: 
     assert isinstance(info.value.cause, OwnershipError)
     assert "demo-net" in str(info.value)
     assert "managed-by=rl-lustre" in str(info.value)
-    assert creates(gcp.requests) == []
+    # Only the node account, which has no dependency, may have been asked for beside the
+    # network; it was rolled back.
+    assert set(creates(gcp.requests)) <= {"iam.CreateServiceAccount"}
     assert gcp.leaked() == []
     assert existing(gcp) == mine
     # down() does not take it either.
@@ -265,8 +275,9 @@ def test_an_unlabelled_lustre_instance_is_refused_and_everything_this_up_made_is
     cleaned = {c.split()[0] for c in err.cleaned}
     # What was requested before Lustre failed depends on timing; the pools go with
     # their cluster whenever they were requested.
-    assert {"psa-range", "psa-peering", "firewall-lustre", "gke-cluster"} <= cleaned
-    assert cleaned <= {"psa-range", "psa-peering", "firewall-lustre", "gke-cluster", "cpu-pool", "gpu-pool"}
+    assert {"psa-range", "psa-peering", "firewall-lustre", "node-sa", "gke-cluster"} <= cleaned
+    assert cleaned <= {"psa-range", "psa-peering", "firewall-lustre", "node-sa", "gke-cluster", "cpu-pool",
+                       "gpu-pool"}
     assert err.left == []
     assert gcp.leaked() == []
     # The user's network, PSA range, connection and instance are exactly as they were.
@@ -323,8 +334,9 @@ FABRIC_STEPS = {
 
 def test_the_fault_table_covers_every_google_cloud_step_of_the_plan() -> None:
     gcp_steps = {r.key for r in spec().plan() if r.action == "create" and r.key not in K8S_KEYS}
-    # cpu-pool has no request of its own: it is created by CreateCluster (see below).
-    assert gcp_steps == {*STEP_FAULTS, *FABRIC_STEPS, "cpu-pool"}
+    # cpu-pool has no request of its own: it is created by CreateCluster (see below);
+    # node-sa's calls (IAM has no operations) are failed in tests/test_node_account.py.
+    assert gcp_steps == {*STEP_FAULTS, *FABRIC_STEPS, "cpu-pool", "node-sa"}
 
 
 # The fabric's subnets are alike: the first and the last stand for the eight.
@@ -369,7 +381,7 @@ def test_keep_on_failure_keeps_what_was_created_until_down() -> None:
         assert info.value.rollback is None
         assert {k.split()[0] for k in info.value.kept} == set(FAKE_KIND)
         # Not the stocked-out pool GKE left in ERROR: its capacity lane deleted it (nothing of a lane stays).
-        assert len(gcp.leaked("demo")) == len(FAKE_KIND) - 1
+        assert len(gcp.leaked("demo")) == len(LEAKED_KIND) - 1
         backend(spec()).down()
         assert existing(gcp) == {}
 
@@ -476,7 +488,7 @@ def test_a_with_block_that_raises_tears_the_deployment_down(gcp: FakeGCP) -> Non
 
     with pytest.raises(RuntimeError, match="bug in the training script"):
         script()
-    assert inside == [len(FAKE_KIND)]
+    assert inside == [len(LEAKED_KIND)]
     assert existing(gcp) == {}
 
 
@@ -486,7 +498,7 @@ def test_a_kept_cluster_survives_its_with_block_and_says_how_to_remove_it(
     cluster.use_backend(backend(cluster))
     with cluster:
         pass
-    assert len(gcp.leaked("demo")) == len(FAKE_KIND)
+    assert len(gcp.leaked("demo")) == len(LEAKED_KIND)
     assert "rl-lustre-deployment=demo" in caplog.text
     assert ".down()" in caplog.text
     backend(spec()).down()

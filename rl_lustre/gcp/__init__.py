@@ -9,6 +9,8 @@ module                    API and resources
 ``compute``               VPC network, subnetwork, PSA range, firewall rule (REST)
 ``servicenetworking``     the private services access connection (plain REST)
 ``monitoring``            time series of Cloud Monitoring metrics (gRPC, read only)
+``iam``                   the nodes' service account (IAM Admin) and its project roles (the
+                          project IAM policy, Resource Manager), gRPC
 ``_errors``               the one place Google errors become :mod:`rl_lustre.errors`
 ``_resource``             create-or-adopt and delete-if-ours, shared by the labelled adapters
 ``_wait``                 polling with capped backoff, deadlines and progress

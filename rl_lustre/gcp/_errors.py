@@ -76,6 +76,10 @@ SERVICE_NETWORKING = Api(
 )
 STORAGE = Api("Cloud Storage JSON API", "storage.googleapis.com", "roles/storage.objectAdmin")
 MONITORING = Api("Cloud Monitoring API", "monitoring.googleapis.com", "roles/monitoring.viewer")
+IAM = Api("IAM API", "iam.googleapis.com", "roles/iam.serviceAccountAdmin")
+# Granting a role on the project: reading and setting its IAM policy.
+RESOURCE_MANAGER = Api("Cloud Resource Manager API", "cloudresourcemanager.googleapis.com",
+                       "roles/resourcemanager.projectIamAdmin")
 
 
 @attrs.frozen

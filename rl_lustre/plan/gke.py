@@ -19,7 +19,7 @@ from ..kube.manifests import PV_KEY, PVC_KEY, RAYCLUSTER_KEY, SECRET_KEY
 from .fabric import fabric_nodes, ray_dependency_keys
 from .graph import Plan, PlannedResource
 from .lustre import instance_labels, instance_settings
-from .nodepools import cpu_pool, gpu_pool, standby_pool
+from .nodepools import cpu_pool, gpu_pool, node_account, node_account_keys, standby_pool
 from .preload import preload_nodes
 from .startup import startup_nodes
 from .warmstart import warmstart_nodes
@@ -171,7 +171,8 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         ),
         PlannedResource(
             key="gke-cluster", kind="container.v1.Cluster", name=naming.gke_cluster_name(cluster),
-            depends_on=("subnet",),
+            # Its initial pool (the CPU pool) runs as the node account.
+            depends_on=("subnet", *node_account_keys(cluster)),
             settings={
                 "region": region,
                 "location": naming.gke_cluster_location(cluster),
@@ -203,6 +204,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
             **created,
         ),
         *preload_nodes(cluster),
+        *[n for n in (node_account(cluster, created),) if n is not None],
         cpu_pool(cluster, created),
         gpu_pool(cluster, created),
         *[n for n in (standby_pool(cluster, created),) if n is not None],

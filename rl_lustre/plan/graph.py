@@ -157,7 +157,7 @@ class Plan:
         >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
         ...                zone="us-east1-b", fabric="tcp").plan()
         >>> plan.get("gpu-pool").depends_on
-        ('gke-cluster', 'preload-image')
+        ('gke-cluster', 'node-sa', 'preload-image')
         >>> sorted(plan.dependents("gke-cluster"))
         ['cpu-pool', 'gpu-pool', 'pv', 'secret']
         >>> "lustre" in plan.upstream("raycluster"), "gke-cluster" in plan.upstream("lustre")

@@ -1,4 +1,10 @@
-"""The GKE node pools of a deployment, as plan nodes: the CPU pool and the (Spot) GPU pool.
+"""The GKE node pools of a deployment, as plan nodes: the CPU pool and the (Spot) GPU pool,
+and the service account their nodes run as.
+
+- ``node-sa``: unless ``node_service_account`` names the user's own, an IAM service account
+  made for the deployment (``rl-<name>-nodes``, :func:`rl_lustre.naming.node_service_account_id`)
+  with GKE's minimal node role on the project (:func:`node_roles`); created before the
+  cluster, deleted with its roles after the pools.
 
 - ``cpu-pool``: one on-demand node of ``head_machine_type``, created with the GKE
   cluster as its initial pool; it hosts the system pods and the Ray head (unless
@@ -26,37 +32,98 @@ from .preload import gpu_node_preload, preload_keys
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
-__all__ = ["GPU_TAINT", "cpu_pool", "gpu_node_settings", "gpu_pool", "gpu_pool_depends_on", "node_identity"]
+__all__ = ["GPU_TAINT", "NODE_SA_KEY", "cpu_pool", "gpu_node_settings", "gpu_pool", "gpu_pool_depends_on",
+           "node_account", "node_identity", "node_roles"]
 
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NO_SCHEDULE"}
 
 
+NODE_SA_KEY = "node-sa"
+# The minimal role of a GKE node's account (GKE's hardening guide): write logs, metrics and
+# resource metadata, read monitoring config. The A4 blueprint's node account gets the same
+# as separate roles (logging.logWriter, monitoring.metricWriter, monitoring.viewer,
+# stackdriver.resourceMetadata.writer), plus two that ours gets only where they are needed.
+NODE_ROLE = "roles/container.defaultNodeServiceAccount"
+REGISTRY_READER_ROLE = "roles/artifactregistry.reader"
+
+
+def node_roles(cluster: ClusterSpec) -> dict[str, str]:
+    """The project roles of the deployment's own node account, each with why a node needs it.
+
+    Examples:
+        >>> from rl_lustre.spec import ClusterSpec
+        >>> spec = ClusterSpec(name="d", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> list(node_roles(spec))
+        ['roles/container.defaultNodeServiceAccount']
+        >>> import attrs
+        >>> list(node_roles(attrs.evolve(spec, image="us-docker.pkg.dev/my-project/rl/nemo-rl:v0.4.0",
+        ...                                          ray_version="2.46.0")))
+        ['roles/container.defaultNodeServiceAccount', 'roles/artifactregistry.reader']
+    """
+    from ..catalog import google_registry, split_host
+
+    roles = {NODE_ROLE: "GKE's minimal node role: the kubelet's logs, metrics and resource metadata"}
+    if google_registry(split_host(cluster.image)[0]):
+        roles[REGISTRY_READER_ROLE] = (f"the nodes pull {cluster.image} from Artifact Registry (an image in another "
+                                       "project needs this role granted there)")
+    return roles
+
+
+def node_account(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource | None:
+    """The ``node-sa`` node: the service account both pools run as, made for this deployment
+    (None when ``node_service_account`` names the user's own)."""
+    if cluster.node_service_account:
+        return None
+    account_id = naming.node_service_account_id(cluster.name)
+    return PlannedResource(
+        key=NODE_SA_KEY, kind="iam.v1.ServiceAccount", name=naming.node_service_account_email(cluster),
+        settings={
+            "project": cluster.project,
+            "account_id": account_id,
+            "display_name": f"rl_lustre GKE nodes of {cluster.name}",
+            "description": f"GKE nodes of rl_lustre deployment {cluster.name}, with the ownership labels",
+            "project_roles": node_roles(cluster),
+            "not_granted": {"roles/storage.objectAdmin": (
+                "the A4 blueprint's, for its Cloud Storage FUSE buckets: rl_lustre mounts none (warm start is "
+                "Managed Lustre's own import and export)")},
+            "used_by": "every node pool (cloud-platform scope); deleted by down() after them, with its roles",
+        },
+        **created,
+    )
+
+
 def node_identity(cluster: ClusterSpec) -> dict[str, Any]:
-    """Who the nodes of both pools run as: ``node_service_account``, or GKE's ``"default"``
-    (the project's Compute Engine default service account), with the cloud-platform scope
+    """Who the nodes of every pool run as: ``node_service_account`` (the user's own), or the
+    account ``up()`` makes for the deployment (``node-sa``), with the cloud-platform scope
     (what the account may do is its IAM roles' business).
 
     Examples:
         >>> from rl_lustre.spec import ClusterSpec
-        >>> spec = ClusterSpec(name="d", project="my-project", region="us-east1", zone="us-east1-b",
-        ...                    node_service_account="rl-nodes@my-project.iam.gserviceaccount.com")
+        >>> spec = ClusterSpec(name="d", project="my-project", region="us-east1", zone="us-east1-b")
         >>> node_identity(spec)["service_account"]
-        'rl-nodes@my-project.iam.gserviceaccount.com'
+        'rl-d-nodes@my-project.iam.gserviceaccount.com'
+        >>> import attrs
+        >>> node_identity(attrs.evolve(spec, node_service_account="rl-nodes@my-project.iam.gserviceaccount.com"))
+        ... # doctest: +ELLIPSIS
+        {'service_account': 'rl-nodes@my-project.iam.gserviceaccount.com', ...}
     """
     if cluster.node_service_account:
         return {"service_account": cluster.node_service_account, "oauth_scopes": ["cloud-platform"],
                 "service_account_note": "the user's own: rl_lustre never creates, changes or deletes it"}
-    return {"service_account": "default", "oauth_scopes": ["cloud-platform"],
-            "service_account_note": ("the project's Compute Engine default service account (GKE's default); "
-                                     "give node_service_account an account with "
-                                     "roles/container.defaultNodeServiceAccount instead")}
+    return {"service_account": naming.node_service_account_email(cluster), "oauth_scopes": ["cloud-platform"],
+            "service_account_note": f"this deployment's own ({NODE_SA_KEY}), with {NODE_ROLE}"}
+
+
+def node_account_keys(cluster: ClusterSpec) -> tuple[str, ...]:
+    """The plan key of the account the pools run as, when the deployment makes it."""
+    return () if cluster.node_service_account else (NODE_SA_KEY,)
 
 
 def cpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
     """The ``cpu-pool`` node (``created``: its action and labels)."""
     return PlannedResource(
         key="cpu-pool", kind="container.v1.NodePool", name=naming.cpu_pool_name(cluster),
-        depends_on=("gke-cluster",),
+        depends_on=("gke-cluster", *node_account_keys(cluster)),
         settings={
             "machine_type": cluster.head_machine_type,
             "location": cluster.zone,
@@ -111,8 +178,8 @@ def gpu_node_settings(cluster: ClusterSpec) -> dict[str, Any]:
 
 def gpu_pool_depends_on(cluster: ClusterSpec) -> tuple[str, ...]:
     """The plan keys every GPU pool waits for (the GKE cluster, the fabric's subnets, the
-    preload image its nodes boot with)."""
-    return ("gke-cluster", *gpu_pool_subnet_keys(cluster), *preload_keys(cluster))
+    node account, the preload image its nodes boot with)."""
+    return ("gke-cluster", *node_account_keys(cluster), *gpu_pool_subnet_keys(cluster), *preload_keys(cluster))
 
 
 def gpu_pool(cluster: ClusterSpec, created: dict[str, Any], lane: Lane | None = None) -> PlannedResource:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         RetryPolicy,
         Subnetworks,
     )
+    from ..gcp.iam import ProjectIam, ServiceAccounts
     from ..gcp.images import Disks, Images, Instances
     from ..gcp.storage import BucketObjects
     from ..plan import Plan
@@ -67,6 +68,8 @@ class Apis:
     disks: Disks
     instances: Instances
     storage: BucketObjects
+    accounts: ServiceAccounts
+    project_iam: ProjectIam
 
     @classmethod
     def from_env(cls, *, backoff: Backoff | None = None, retry: RetryPolicy | None = None) -> Apis:
@@ -77,6 +80,7 @@ class Apis:
             retry: retries of transient failures.
         """
         from .. import gcp
+        from ..gcp.iam import ProjectIam, ServiceAccounts
         from ..gcp.images import Disks, Images, Instances
         from ..gcp.storage import BucketObjects
 
@@ -94,6 +98,8 @@ class Apis:
             disks=Disks(**kw),
             instances=Instances(**kw),
             storage=BucketObjects(retry=retry),
+            accounts=ServiceAccounts(**kw),
+            project_iam=ProjectIam(**kw),
         )
 
 

@@ -18,6 +18,8 @@ cpu-pool          :class:`NodePoolDriver`: came with the cluster, or created / a
 gpu-pool          :class:`~rl_lustre.provision.capacity.CapacityPoolDriver`: the capacity policy's
                   lanes in order, each pool with the preload image as its secondary boot disk
 gpu-standby       :class:`NodePoolDriver`: the flex-start replacement pool beside a Spot pool
+node-sa           :class:`NodeAccountDriver`: the nodes' service account and its project roles
+                  (absent when ``node_service_account`` names the user's own)
 preload-image     :class:`PreloadImageDriver`: found by digest, or built once; kept by ``down()``
 pv, pvc, secret,  :class:`KubeObjectDriver` (``rl_lustre.kube.apply``), or
 raycluster,       :class:`SkippedDriver` when the Kubernetes part is switched off
@@ -55,6 +57,7 @@ from .gcp_drivers import (
     PeeringDriver,
 )
 from .kube_drivers import KubeObjectDriver, SkippedDriver, kube_keys
+from .node_account import NodeAccountDriver
 from .preload import PreloadImageDriver
 from .startup import startup_drivers
 from .step import Driver, Step
@@ -87,7 +90,7 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
             Cloud side, and deployments whose objects are applied by other means).
     """
     from ..gcp import compute
-    from ..plan.nodepools import STANDBY_KEY
+    from ..plan.nodepools import NODE_SA_KEY, STANDBY_KEY
     from ..plan.preload import PRELOAD_KEY
 
     plan, apis = ctx.plan, ctx.apis
@@ -116,6 +119,8 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
         drivers[PRELOAD_KEY] = PreloadImageDriver(ctx)
     if STANDBY_KEY in plan:
         drivers[STANDBY_KEY] = NodePoolDriver(ctx, STANDBY_KEY)
+    if NODE_SA_KEY in plan:
+        drivers[NODE_SA_KEY] = NodeAccountDriver(ctx)
     for key in kube_keys(plan):
         drivers[key] = KubeObjectDriver(ctx, key) if kube else SkippedDriver(
             "Kubernetes part switched off (gcp_only=True)")

@@ -18,7 +18,7 @@ __all__ = ["KUBE_KEYS", "KubeObjectDriver", "SkippedDriver", "kube_keys"]
 
 # The plan's core Kubernetes nodes; the fabric adds its own (see kube_keys).
 KUBE_KEYS = (PV_KEY, PVC_KEY, SECRET_KEY, RAYCLUSTER_KEY)
-_GOOGLE_KINDS = ("compute.", "container.", "lustre.", "servicenetworking.")
+_GOOGLE_KINDS = ("compute.", "container.", "lustre.", "servicenetworking.", "iam.")
 
 
 def kube_keys(plan: Plan) -> tuple[str, ...]:
