@@ -70,6 +70,7 @@ def test_a_cluster_still_provisioning_is_not_reachable_yet() -> None:
     plan = cluster.plan()
     with FakeGCP(latency={"gke.create_cluster": 30.0}) as gcp:
         gcp.seed_network("my-project", cluster.network_name, subnet=plan.get("subnet").name, deployment="jobs-demo")
+        gcp.iam.seed_account("my-project", plan.get("node-sa").settings["account_id"])  # as node-sa makes it
         _clients.cluster_manager().create_cluster(parent=parent_of(cluster_path(plan)), cluster=cluster_request(plan))
         with pytest.raises(NotReadyError, match="is PROVISIONING, not RUNNING"):
             cluster.attach("rl-lustre-tiny-0123abcd")
