@@ -21,6 +21,7 @@ node pools running as it).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -66,7 +67,7 @@ class IamFake:
         self._known_at: dict[str, float] = {}
 
     def register(self, server: Any) -> None:
-        for method, fn, req, resp in [
+        handlers: list[tuple[str, Callable[[Any], Any], Any, Any]] = [
             ("CreateServiceAccount", self.create_account, iam_admin_v1.CreateServiceAccountRequest,
              iam_admin_v1.ServiceAccount),
             ("GetServiceAccount", self.get_account, iam_admin_v1.GetServiceAccountRequest,
@@ -75,7 +76,8 @@ class IamFake:
              iam_admin_v1.ListServiceAccountsResponse),
             ("DeleteServiceAccount", self.delete_account, iam_admin_v1.DeleteServiceAccountRequest,
              empty_pb2.Empty),
-        ]:
+        ]
+        for method, fn, req, resp in handlers:
             server.add(IAM_SERVICE, method, f"iam.{method}", fn, req, resp)
         server.add(PROJECTS_SERVICE, "GetIamPolicy", "resourcemanager.GetIamPolicy", self.get_policy,
                    iam_policy_pb2.GetIamPolicyRequest, policy_pb2.Policy)
