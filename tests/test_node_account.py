@@ -235,3 +235,53 @@ def test_ls_finds_the_account_and_gc_collects_one_left_behind(gcp: FakeGCP) -> N
     [collected] = collect_garbage(PROJECT, delete=True, older_than=0, apis=apis)
     assert collected.report.keys("deleted") == ["node-sa"]
     assert gcp.leaked() == []
+
+
+# -- faults in down(), and what ls / gc / `down NAME` see ------------------------------------
+
+@pytest.mark.parametrize(("method", "code"), [
+    ("iam.GetServiceAccount", grpc.StatusCode.INTERNAL),
+    ("resourcemanager.GetIamPolicy", grpc.StatusCode.INTERNAL),
+    ("resourcemanager.SetIamPolicy", grpc.StatusCode.PERMISSION_DENIED),
+    ("iam.DeleteServiceAccount", grpc.StatusCode.INTERNAL),
+])
+def test_a_fault_in_downs_unbinding_or_deletion_leaves_what_gc_finds_and_removes(
+        gcp: FakeGCP, method: str, code: grpc.StatusCode) -> None:
+    from rl_lustre.errors import TeardownError
+    from rl_lustre.inventory import collect_garbage, find_deployments
+    from rl_lustre.provision.context import Apis
+
+    gcp.iam.bind(PROJECT, NODE_ROLE, "user:bob@example.com")
+    gcp.iam.bind(PROJECT, "roles/owner", "user:alice@example.com")
+    users = gcp.iam.bindings(PROJECT)
+    backend(spec()).up()
+    gcp.faults.fail_call(method, code, message=f"boom in {method}")
+    with pytest.raises(TeardownError) as info:
+        backend(spec()).down()
+    assert list(info.value.errors) == ["node-sa"]
+    assert f"boom in {method}" in str(info.value)
+    gcp.settle()
+    # Everything else went; the account never goes before its role: while the binding is
+    # there, so is the account that ls and gc find it by (a binding of a deleted account,
+    # deleted:serviceAccount:...?uid=N, is found by nothing).
+    left = gcp.leaked("demo")
+    assert f"iam.serviceAccounts {ACCOUNT}" in left
+    assert set(left) <= {f"iam.serviceAccounts {ACCOUNT}", f"iam.bindings projects/{PROJECT} {NODE_ROLE} {MEMBER}"}
+    apis = Apis.from_env(backoff=FAST, retry=RETRY)
+    [orphan] = find_deployments(PROJECT, apis=apis)
+    assert orphan.plan_keys() == ["node-sa"]
+    # gc removes the rest; the other members' bindings were never touched.
+    [collected] = collect_garbage(PROJECT, delete=True, older_than=0, apis=apis)
+    assert collected.report.keys("deleted") == ["node-sa"]
+    assert gcp.leaked() == []
+    assert gcp.iam.bindings(PROJECT) == users
+
+
+def test_a_concurrent_policy_change_during_down_is_read_again_and_kept(gcp: FakeGCP) -> None:
+    backend(spec()).up()
+    gcp.iam.concurrent_change(PROJECT, NODE_ROLE, "user:bob@example.com")
+    backend(spec()).down()
+    assert [r.outcome for r in gcp.requests if r.method == "resourcemanager.SetIamPolicy"] == ["ok", "ABORTED", "ok"]
+    assert gcp.iam.bindings(PROJECT) == {NODE_ROLE: ["user:bob@example.com"]}
+    assert gcp.leaked() == []
+
