@@ -293,11 +293,14 @@ def _lustre(apis: Apis, project: str) -> Iterable[FoundResource]:
 
 def _accounts(apis: Apis, project: str) -> Iterable[FoundResource]:
     from .gcp._ownership import labels_from_description
+    from .gcp.iam import created_of
 
+    # IAM keeps no creation time: ours carry it in their description.
     for a in apis.accounts.list_ours(project):
         yield FoundResource(key="node-sa", kind="iam.v1.ServiceAccount", name=a.name,
                             deployment=labels_from_description(a.description)[LABEL_DEPLOYMENT], location="global",
-                            state="DISABLED" if a.disabled else "ACTIVE", details={"email": a.email})
+                            state="DISABLED" if a.disabled else "ACTIVE", created=created_of(a),
+                            details={"email": a.email})
 
 
 def _provisioning(pool: Any) -> str:

@@ -285,3 +285,26 @@ def test_a_concurrent_policy_change_during_down_is_read_again_and_kept(gcp: Fake
     assert gcp.iam.bindings(PROJECT) == {NODE_ROLE: ["user:bob@example.com"]}
     assert gcp.leaked() == []
 
+
+def test_gc_leaves_a_young_account_alone_as_it_does_other_young_resources(gcp: FakeGCP) -> None:
+    # What an up() under way shows before its cluster is requested (here: only the account,
+    # as with your own network and an existing volume while the grant waits for IAM).
+    from rl_lustre.inventory import collect_garbage, find_deployments
+    from rl_lustre.provision.context import Apis
+
+    apis = Apis.from_env(backoff=FAST, retry=RETRY)
+    backend(spec()).up()
+    backend(spec()).down(keys=[r.key for r in spec().plan() if r.key != "node-sa"])
+    [young] = find_deployments(PROJECT, apis=apis)
+    assert young.plan_keys() == ["node-sa"]
+    age = young.age_seconds()
+    assert age is not None
+    assert 0 <= age < 60
+    assert young.to_dict()["resources"][0]["created"] is not None
+    assert collect_garbage(PROJECT, delete=True, apis=apis) == []  # older_than: 15 minutes
+    assert gcp.request_counts("iam.DeleteServiceAccount") == {}
+    assert f"iam.serviceAccounts {ACCOUNT}" in gcp.leaked("demo")
+    [old] = collect_garbage(PROJECT, delete=True, older_than=0, apis=apis)
+    assert old.report.keys("deleted") == ["node-sa"]
+    assert gcp.leaked() == []
+

@@ -3,7 +3,10 @@ roles on the project (the project's IAM policy, ``google.cloud.resourcemanager_v
 
 Service accounts have no labels: ownership is written into the account's description
 (``[managed-by=rl-lustre rl-lustre-deployment=NAME]``, as for Compute networking) and read
-back from there; an account without it is never adopted or deleted.
+back from there; an account without it is never adopted or deleted. Nor do they have a
+creation time: :meth:`ServiceAccounts.create` writes it into the description too
+(``(created 2026-12-03T08:50:00Z)``, :func:`created_of`), so that ``rl-lustre gc`` can
+leave a deployment whose ``up()`` is under way alone.
 
 A role is granted by a read-modify-write of the whole project policy guarded by its etag:
 a concurrent change makes the write fail (ABORTED), and the policy is read again. Only our
@@ -13,7 +16,9 @@ written back as read.
 
 from __future__ import annotations
 
+import datetime
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -36,12 +41,32 @@ from ._ownership import Ensured, describe_ownership, is_ours, labels_from_descri
 from ._resource import OwnedResource
 from ._wait import Backoff, ProgressCallback, default_backoff, wait_for
 
-__all__ = ["ProjectIam", "ServiceAccounts", "account_path"]
+__all__ = ["ProjectIam", "ServiceAccounts", "account_path", "created_of"]
 
 log = logging.getLogger("rl_lustre.gcp.iam")
 
 # A new account can take seconds to be readable everywhere (IAM is eventually consistent).
 VISIBLE_TIMEOUT = 120.0
+
+
+_CREATED = re.compile(r"\(created (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\)")
+
+
+def created_of(account: Any) -> datetime.datetime | None:
+    """When ``account`` was created (UTC), as :meth:`ServiceAccounts.create` wrote it into
+    its description; None for an account without it.
+
+    Examples:
+        >>> from types import SimpleNamespace
+        >>> created_of(SimpleNamespace(description="GKE nodes (created 2026-12-03T08:50:00Z) [managed-by=rl-lustre]"))
+        datetime.datetime(2026, 12, 3, 8, 50, tzinfo=datetime.timezone.utc)
+        >>> created_of(SimpleNamespace(description="made by hand")) is None
+        True
+    """
+    m = _CREATED.search(account.description or "")
+    if m is None:
+        return None
+    return datetime.datetime.strptime(m[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
 
 
 def account_path(project: str, email: str) -> str:
@@ -99,15 +124,17 @@ class ServiceAccounts(OwnedResource):
                         timeout=timeout, backoff=self._backoff, progress=progress)
 
     def create(self, project: str, account_id: str, *, display_name: str, text: str, deployment: str) -> Ensured[Any]:
-        """Create the account ``account_id`` of ``project`` with our labels in its
-        description, or adopt it if it already carries them.
+        """Create the account ``account_id`` of ``project`` with our labels and the time in
+        its description (after ``text``), or adopt it if it already carries the labels.
 
         Raises:
             OwnershipError: it exists without our labels (or with another deployment's).
         """
         from google.cloud import iam_admin_v1
 
-        body = iam_admin_v1.ServiceAccount(display_name=display_name, description=describe_ownership(deployment, text))
+        now = datetime.datetime.now(datetime.timezone.utc)
+        body = iam_admin_v1.ServiceAccount(display_name=display_name, description=describe_ownership(
+            deployment, f"{text} (created {now:%Y-%m-%dT%H:%M:%SZ})"))
         name = account_path(project, naming.service_account_email(project, account_id))
         request = iam_admin_v1.CreateServiceAccountRequest(name=f"projects/{project}", account_id=account_id,
                                                            service_account=body)
