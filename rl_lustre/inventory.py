@@ -200,7 +200,8 @@ class Deployment:
 
         Only the names matter: the volume is the Lustre instance found, the network the
         one the resources are on (ours, or yours when only our firewall rule and range
-        are on it).
+        are on it), the nodes' account yours when the pools run as your own (then ``down()``
+        does not touch, or even read, IAM for it).
         """
         from .cluster import Cluster
         from .volume import LustreVolume
@@ -216,7 +217,24 @@ class Deployment:
             on = next((r.details["network"] for r in self.resources if r.details.get("network")), None)
             if on is not None and on != f"{self.name}-net":
                 kwargs["network"] = on
+        theirs = self._users_node_account()
+        if theirs is not None:
+            kwargs["node_service_account"] = theirs
         return Cluster(name=self.name, project=self.project, region=region, zone=zone, **kwargs)
+
+    def _users_node_account(self) -> str | None:
+        """The user's own account the pools found run as (``Cluster.node_service_account``),
+        or None: they run as ours, or as none a spec can name (GKE's ``default``)."""
+        from ._validate import SERVICE_ACCOUNT_PATTERN
+
+        if self.get("node-sa") is not None:
+            return None
+        ours = naming.service_account_email(self.project, naming.node_service_account_id(self.name))
+        runs_as = sorted({r.details.get("service_account") or "" for r in self.resources
+                          if r.key in ("cpu-pool", "gpu-pool")} - {"", ours})
+        if len(runs_as) == 1 and re.fullmatch(SERVICE_ACCOUNT_PATTERN, runs_as[0]):
+            return runs_as[0]
+        return None
 
     def down(self, *, keys: Sequence[str] | None = None, apis: Apis | None = None,
              delete_preload_image: bool = False) -> Report:
@@ -339,7 +357,7 @@ def _gke(apis: Apis, project: str) -> Iterable[FoundResource]:
                 location=pool.locations[0] if pool.locations else c.location,
                 state=container_v1.NodePool.Status(pool.status).name, created=_timestamp(c.create_time),
                 details={"machine_type": pool.config.machine_type, "node_count": pool.initial_node_count,
-                         "provisioning": _provisioning(pool),
+                         "provisioning": _provisioning(pool), "service_account": pool.config.service_account,
                          **({"secondary_boot_disks": [d.disk_image for d in pool.config.secondary_boot_disks],
                              "secondary_disk_gb": sum(sizes.get(d.disk_image, 0)
                                                       for d in pool.config.secondary_boot_disks),

@@ -308,3 +308,24 @@ def test_gc_leaves_a_young_account_alone_as_it_does_other_young_resources(gcp: F
     assert old.report.keys("deleted") == ["node-sa"]
     assert gcp.leaked() == []
 
+
+def test_down_by_name_of_a_deployment_on_the_users_account_leaves_iam_alone(gcp: FakeGCP) -> None:
+    # `rl-lustre down NAME` rebuilds the spec from what it finds: the pools run as the
+    # user's account, so there is no node-sa to delete, and IAM is not even read for one.
+    from rl_lustre.inventory import find_deployment
+    from rl_lustre.provision.context import Apis
+
+    mine = gcp.iam.seed_account(PROJECT, "rl-nodes")
+    gcp.iam.bind(PROJECT, NODE_ROLE, f"serviceAccount:{mine}")
+    backend(spec(node_service_account=mine)).up()
+    apis = Apis.from_env(backoff=FAST, retry=RETRY)
+    found = find_deployment("demo", project=PROJECT, apis=apis)
+    assert found.get("gpu-pool").details["service_account"] == mine
+    assert found.cluster().node_service_account == mine
+    before = gcp.request_counts("iam.") + gcp.request_counts("resourcemanager.")
+    report = found.down(apis=apis)
+    assert "node-sa" not in report.records
+    assert gcp.request_counts("iam.") + gcp.request_counts("resourcemanager.") == before
+    assert gcp.leaked() == []
+    assert gcp.iam.bindings(PROJECT) == {NODE_ROLE: [f"serviceAccount:{mine}"]}
+    assert list(gcp.resources()["iam.serviceAccounts"]) == [f"projects/{PROJECT}/serviceAccounts/{mine}"]
