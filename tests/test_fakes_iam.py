@@ -96,3 +96,35 @@ def test_gke_refuses_a_pool_that_runs_as_an_account_that_does_not_exist(gcp: Fak
     gcp.settle()
     assert gcp.iam.users_of("missing-one@my-project.iam.gserviceaccount.com") == [
         f"projects/{PROJECT}/locations/us-east1/clusters/demo/nodePools/p"]
+
+
+def test_conditional_bindings_keep_their_condition_and_need_policy_version_3(gcp: FakeGCP) -> None:
+    projects = _clients.projects()
+    resource = f"projects/{PROJECT}"
+    until = {"title": "until 2027", "expression": 'request.time < timestamp("2027-01-01T00:00:00Z")'}
+    gcp.iam.bind(PROJECT, "roles/viewer", "user:carol@example.com", condition=until)
+    gcp.iam.bind(PROJECT, "roles/viewer", "user:alice@example.com")
+    # Version 3: the conditional binding whole, apart from the role's unconditional one.
+    v3 = projects.get_iam_policy(request={"resource": resource, "options": {"requested_policy_version": 3}})
+    assert v3.version == 3
+    assert [(b.role, list(b.members), b.condition.title) for b in v3.bindings] == [
+        ("roles/viewer", ["user:alice@example.com"], ""),
+        ("roles/viewer", ["user:carol@example.com"], "until 2027")]
+    projects.set_iam_policy(request={"resource": resource, "policy": v3})
+    assert gcp.iam.bindings(PROJECT) == {"roles/viewer": ["user:alice@example.com"],
+                                         f"roles/viewer if {until['expression']}": ["user:carol@example.com"]}
+    # Below version 3 (the default), IAM shows it as a role of its own, without its
+    # condition, and refuses that role when it is written back.
+    v1 = projects.get_iam_policy(request={"resource": resource})
+    assert v1.version == 1
+    [shown] = [b for b in v1.bindings if "carol" in b.members[0]]
+    assert shown.role.startswith("roles/viewer_withcond_")
+    assert not shown.HasField("condition")
+    with pytest.raises(gexc.InvalidArgument, match="_withcond_"):
+        projects.set_iam_policy(request={"resource": resource, "policy": v1})
+    # A conditional binding in a policy below version 3 is refused too.
+    v3 = projects.get_iam_policy(request={"resource": resource, "options": {"requested_policy_version": 3}})
+    v3.version = 1
+    with pytest.raises(gexc.InvalidArgument, match="version 3"):
+        projects.set_iam_policy(request={"resource": resource, "policy": v3})
+    assert len(gcp.iam.bindings(PROJECT)) == 2

@@ -160,6 +160,20 @@ def test_a_grant_iam_does_not_know_the_new_account_for_yet_is_retried() -> None:
         assert MEMBER in gcp.iam.bindings(PROJECT)[NODE_ROLE]
 
 
+def test_a_users_conditional_binding_of_our_role_is_kept_apart_and_whole(gcp: FakeGCP) -> None:
+    # A binding of the same role with a condition is another binding: our member goes into
+    # the unconditional one, and the conditional one is written back with its condition
+    # (which needs the policy read, and written, as version 3).
+    until = {"title": "until 2027", "expression": 'request.time < timestamp("2027-01-01T00:00:00Z")'}
+    gcp.iam.bind(PROJECT, NODE_ROLE, "user:carol@example.com", condition=until)
+    conditional = f"{NODE_ROLE} if {until['expression']}"
+    backend(spec()).up()
+    assert gcp.iam.bindings(PROJECT) == {NODE_ROLE: [MEMBER], conditional: ["user:carol@example.com"]}
+    backend(spec()).down()
+    assert gcp.iam.bindings(PROJECT) == {conditional: ["user:carol@example.com"]}
+    assert gcp.leaked() == []
+
+
 @pytest.mark.parametrize(("method", "code"), [
     ("iam.CreateServiceAccount", grpc.StatusCode.PERMISSION_DENIED),
     ("resourcemanager.SetIamPolicy", grpc.StatusCode.PERMISSION_DENIED),

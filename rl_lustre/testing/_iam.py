@@ -11,7 +11,12 @@ What it keeps of the real services' behaviour:
   ``serviceAccount:E`` that does not exist, or not yet (``latency["iam.create_service_account"]``
   after its creation), is INVALID_ARGUMENT;
 - deleting an account turns its members in the project policy into
-  ``deleted:serviceAccount:E?uid=N``, as IAM does (the bindings stay until removed).
+  ``deleted:serviceAccount:E?uid=N``, as IAM does (the bindings stay until removed);
+- conditional bindings are kept apart from the role's unconditional one, with their
+  condition. ``GetIamPolicy`` returns them only to a caller that asks for policy version 3
+  (the policy then says version 3); to others it shows them as IAM does, as roles
+  ``ROLE_withcond_HASH`` without their condition, which ``SetIamPolicy`` refuses, as it
+  refuses a conditional binding in a policy below version 3 (INVALID_ARGUMENT).
 
 :meth:`IamFake.concurrent_change` plays another administrator editing the policy between
 our read and our write; :meth:`IamFake.users_of` tells who acts as an account (the GKE
@@ -20,14 +25,16 @@ node pools running as it).
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
 from google.cloud import iam_admin_v1
 from google.iam.v1 import iam_policy_pb2, policy_pb2
 from google.protobuf import empty_pb2
+from google.type import expr_pb2
 
 from ..gcp._ownership import labels_from_description
 from ._core import Core, FakeError
@@ -39,11 +46,22 @@ PROJECTS_SERVICE = "google.cloud.resourcemanager.v3.Projects"
 _ACCOUNT_ID = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
 _PROJECT = re.compile(r"projects/([^/]+)")
 _ACCOUNT = re.compile(r"projects/([^/]+)/serviceAccounts/([^/]+)")
+_WITHCOND = "_withcond_"
 _PROJECT_ACCOUNT = re.compile(r"(?:deleted:)?serviceAccount:([^@]+)@([^.]+)\.iam\.gserviceaccount\.com(?:\?uid=\d+)?")
 
 
 def _email(account_id: str, project: str) -> str:
     return f"{account_id}@{project}.iam.gserviceaccount.com"
+
+
+# A binding's key in a project's policy: its role, and its condition (serialized; b"" for none).
+_Key = tuple[str, bytes]
+
+
+def _shown(key: _Key) -> str:
+    """How tests see a binding: its role, and ``if EXPRESSION`` for a conditional one."""
+    role, condition = key
+    return f"{role} if {expr_pb2.Expr.FromString(condition).expression}" if condition else role
 
 
 class IamFake:
@@ -58,10 +76,11 @@ class IamFake:
 
     def __init__(self, core: Core) -> None:
         self.core = core
-        # e-mail -> account; project -> (etag number, role -> members); the ownership labels
-        # an account's description carried, kept after it is deleted (for leaked bindings).
+        # e-mail -> account; project -> (etag number, (role, condition) -> members); the
+        # ownership labels an account's description carried, kept after it is deleted (for
+        # leaked bindings).
         self.accounts: dict[str, iam_admin_v1.ServiceAccount] = core.service_accounts
-        self.policies: dict[str, tuple[int, dict[str, list[str]]]] = {}
+        self.policies: dict[str, tuple[int, dict[_Key, list[str]]]] = {}
         self.marked: dict[str, dict[str, str]] = {}
         self._concurrent: dict[str, list[tuple[str, str]]] = {}
         self._known_at: dict[str, float] = {}
@@ -94,18 +113,21 @@ class IamFake:
                 display_name=account_id, description=description)).email
 
     def bindings(self, project: str) -> dict[str, list[str]]:
-        """The project policy's bindings: role -> members."""
+        """The project policy's bindings: role (``ROLE if EXPRESSION`` for a conditional
+        one) -> members."""
         with self.core.lock:
-            return {role: list(members) for role, members in self.policies.get(project, (0, {}))[1].items()}
+            return {_shown(key): list(members) for key, members in self.policies.get(project, (0, {}))[1].items()}
 
-    def bind(self, project: str, role: str, member: str) -> None:
-        """Add ``member`` to ``role`` in the project policy, as another administrator would."""
+    def bind(self, project: str, role: str, member: str, *, condition: Mapping[str, str] | None = None) -> None:
+        """Add ``member`` to ``role`` in the project policy, as another administrator would;
+        with ``condition`` (``{"title": ..., "expression": ...}``), to that conditional binding."""
         with self.core.lock:
-            self._bind(project, role, member)
+            self._bind(project, (role, expr_pb2.Expr(**condition).SerializeToString() if condition else b""), member)
 
     def concurrent_change(self, project: str, role: str, member: str) -> None:
         """Right after the next ``GetIamPolicy`` of ``project`` is answered, add ``member`` to
-        ``role``: the reader's etag is then stale, and its ``SetIamPolicy`` is ABORTED."""
+        ``role`` (unconditionally): the reader's etag is then stale, and its ``SetIamPolicy``
+        is ABORTED."""
         with self.core.lock:
             self._concurrent.setdefault(project, []).append((role, member))
 
@@ -121,11 +143,15 @@ class IamFake:
         accounts = {a.name: labels_from_description(a.description) for a in self.accounts.values()}
         bindings: dict[str, dict[str, str]] = {}
         for project, (_, roles) in self.policies.items():
-            for role, members in roles.items():
+            for key, members in roles.items():
+                role, condition = key
                 for member in members:
                     m = _PROJECT_ACCOUNT.fullmatch(member)
                     labels = self.marked.get(_email(*m.groups()), {}) if m else {}
-                    bindings[f"projects/{project} {role} {member}"] = dict(labels)
+                    shown = f"projects/{project} {role} {member}"
+                    if condition:
+                        shown += f" if {expr_pb2.Expr.FromString(condition).expression}"
+                    bindings[shown] = dict(labels)
         return {"iam.serviceAccounts": accounts, "iam.bindings": bindings}
 
     # -- handlers (under the core's lock) ------------------------------------------------
@@ -194,26 +220,39 @@ class IamFake:
                 self.policies[project] = (etag + 1, roles)
         return empty_pb2.Empty()
 
-    def _bind(self, project: str, role: str, member: str) -> None:
+    def _bind(self, project: str, key: _Key, member: str) -> None:
         etag, roles = self.policies.get(project, (1, {}))
-        members = roles.setdefault(role, [])
+        members = roles.setdefault(key, [])
         if member not in members:
             members.append(member)
         self.policies[project] = (etag + 1, roles)
 
-    def _policy(self, project: str) -> policy_pb2.Policy:
+    def _policy(self, project: str, version: int = 3) -> policy_pb2.Policy:
+        """The policy as IAM returns it to a caller asking for ``version``: conditional
+        bindings whole from version 3 on, below it as ``ROLE_withcond_HASH`` roles."""
         etag, roles = self.policies.get(project, (1, {}))
-        return policy_pb2.Policy(version=1, etag=f"BwY{etag:08d}".encode(), bindings=[
-            policy_pb2.Binding(role=role, members=sorted(members)) for role, members in sorted(roles.items())
-            if members])
+        bindings = []
+        for (role, condition), members in sorted(roles.items()):
+            if not members:
+                continue
+            if not condition:
+                bindings.append(policy_pb2.Binding(role=role, members=sorted(members)))
+            elif version >= 3:
+                bindings.append(policy_pb2.Binding(role=role, members=sorted(members),
+                                                   condition=expr_pb2.Expr.FromString(condition)))
+            else:
+                digest = hashlib.sha256(condition).hexdigest()[:20]
+                bindings.append(policy_pb2.Binding(role=f"{role}{_WITHCOND}{digest}", members=sorted(members)))
+        conditional = version >= 3 and any(b.HasField("condition") for b in bindings)
+        return policy_pb2.Policy(version=3 if conditional else 1, etag=f"BwY{etag:08d}".encode(), bindings=bindings)
 
     def get_policy(self, request: iam_policy_pb2.GetIamPolicyRequest) -> policy_pb2.Policy:
         m = _PROJECT.fullmatch(request.resource)
         if m is None:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"resource {request.resource!r} must be projects/P")
-        answer = self._policy(m[1])
+        answer = self._policy(m[1], request.options.requested_policy_version)
         for role, member in self._concurrent.pop(m[1], []):
-            self._bind(m[1], role, member)
+            self._bind(m[1], (role, b""), member)
         return answer
 
     def set_policy(self, request: iam_policy_pb2.SetIamPolicyRequest) -> policy_pb2.Policy:
@@ -225,8 +264,16 @@ class IamFake:
         if request.policy.etag and request.policy.etag != current.etag:
             raise FakeError(grpc.StatusCode.ABORTED, "There were concurrent policy changes. Please retry the "
                                                      "whole read-modify-write with exponential backoff.")
-        roles: dict[str, list[str]] = {}
+        roles: dict[_Key, list[str]] = {}
         for binding in request.policy.bindings:
+            if _WITHCOND in binding.role:
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"Role {binding.role} is a conditional binding as a version 1 policy shows it; "
+                                "read the policy with requested_policy_version 3 and write that.")
+            if binding.HasField("condition") and request.policy.version < 3:
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"The policy has a conditional binding of {binding.role}, and so must be "
+                                f"version 3 (it is version {request.policy.version}).")
             for member in binding.members:
                 sa = _PROJECT_ACCOUNT.fullmatch(member)
                 known = self._known_at.get(_email(*sa.groups()), 0.0) <= self.core.now() if sa else True
@@ -234,7 +281,8 @@ class IamFake:
                                                                  or not known):
                     raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
                                     f"Service account {_email(*sa.groups())} does not exist.")
-            members = roles.setdefault(binding.role, [])
+            key = (binding.role, binding.condition.SerializeToString() if binding.HasField("condition") else b"")
+            members = roles.setdefault(key, [])
             members += [x for x in binding.members if x not in members]
         self.policies[project] = (self.policies.get(project, (1, {}))[0] + 1, roles)
         return self._policy(project)
