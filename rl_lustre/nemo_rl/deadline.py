@@ -25,41 +25,12 @@ from typing import Any
 
 import attrs
 
+from .formats import DEADLINE_KEY, parse_save_by, save_by_text
+
 __all__ = ["DEADLINE_KEY", "SAVE_MARGIN_SECONDS", "Deadline", "parse_save_by", "save_by_text"]
 
-DEADLINE_KEY = "checkpointing.checkpoint_must_save_by"
 # Before NeMo-RL's clock starts (model load, vLLM start-up) plus the save: 30 minutes.
 SAVE_MARGIN_SECONDS = 1800.0
-
-
-def save_by_text(seconds: float) -> str:
-    """``seconds`` as NeMo-RL writes the key's value: ``DD:HH:MM:SS`` (whole seconds, rounded down).
-
-    Examples:
-        >>> save_by_text(0), save_by_text(7 * 86400 - 1)
-        ('00:00:00:00', '06:23:59:59')
-    """
-    total = max(0, int(seconds))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{days:02d}:{hours:02d}:{minutes:02d}:{secs:02d}"
-
-
-def parse_save_by(text: Any) -> float | None:
-    """The seconds a ``DD:HH:MM:SS`` value stands for; None for anything else (null included).
-
-    Examples:
-        >>> parse_save_by("00:03:30:00"), parse_save_by(None), parse_save_by("3h")
-        (12600.0, None, None)
-    """
-    if not isinstance(text, str):
-        return None
-    parts = text.split(":")
-    if len(parts) != 4 or not all(p.isdigit() for p in parts):
-        return None
-    days, hours, minutes, secs = (int(p) for p in parts)
-    return float(days * 86400 + hours * 3600 + minutes * 60 + secs)
 
 
 @attrs.frozen

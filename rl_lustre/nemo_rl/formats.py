@@ -28,6 +28,7 @@ into ``tmp_step_N``, renames it ``step_N`` once complete, and passes a ``step_N`
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # NeMo-RL's step header: 25 '=' on each side of "Step k/N" (3 or more are accepted).
 STEP_HEADER = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
@@ -49,6 +50,40 @@ SAVING = "tmp_step_"  # a save in progress, or one interrupted
 DELETING = "old_step_"  # a checkpoint on its way out (keep_top_k)
 # Written first into every checkpoint: NeMo-RL's step counters.
 TRAINING_INFO = "training_info.json"
+
+# NeMo-RL saves, then stops, before this much time from its training loop's start has passed:
+# a duration written DD:HH:MM:SS (see save_by_text).
+DEADLINE_KEY = "checkpointing.checkpoint_must_save_by"
+
+
+def save_by_text(seconds: float) -> str:
+    """``seconds`` as NeMo-RL writes the key's value: ``DD:HH:MM:SS`` (whole seconds, rounded down).
+
+    Examples:
+        >>> save_by_text(0), save_by_text(7 * 86400 - 1)
+        ('00:00:00:00', '06:23:59:59')
+    """
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{days:02d}:{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def parse_save_by(text: Any) -> float | None:
+    """The seconds a ``DD:HH:MM:SS`` value stands for; None for anything else (null included).
+
+    Examples:
+        >>> parse_save_by("00:03:30:00"), parse_save_by(None), parse_save_by("3h")
+        (12600.0, None, None)
+    """
+    if not isinstance(text, str):
+        return None
+    parts = text.split(":")
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        return None
+    days, hours, minutes, secs = (int(p) for p in parts)
+    return float(days * 86400 + hours * 3600 + minutes * 60 + secs)
 
 
 def step_header(step: int, total: int) -> str:
