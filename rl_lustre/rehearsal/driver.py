@@ -109,6 +109,7 @@ from ..errors import ConfigError
 from ..nemo_rl import formats
 from . import checkpoints
 from .metrics import metric_problem, print_results, say, train_metrics, val_metrics
+from .timeout import SaveBy
 
 if TYPE_CHECKING:
     from .placement import NodeWorkers
@@ -200,6 +201,7 @@ class Rehearsal:
         }
         self.metrics_log: TextIO | None = None
         self.step = 0
+        self.save_by = SaveBy(None)
         self.place_workers = place_workers
         self.reserve = reserve or place_workers
         self.workers: NodeWorkers | None = None
@@ -305,6 +307,7 @@ class Rehearsal:
             return 0
         current_epoch = int(self.state.get("current_epoch", 0))
         current_step = int(self.state.get("current_step", 0))
+        self.save_by = SaveBy(self.ckpt.get("checkpoint_must_save_by"))
         if self.grpo.get("val_at_start") and total_steps == 0:
             say("\n🔍 Running initial validation...")
             self._validate(0)
@@ -317,15 +320,19 @@ class Rehearsal:
                 is_last = self.step >= self.max_steps or (
                     current_epoch + 1 == self.max_epochs and current_step + 1 == steps_in_epoch
                 )
-                self._train_step(current_step + 1, steps_in_epoch, current_epoch, is_last)
+                timed_out = self._train_step(current_step + 1, steps_in_epoch, current_epoch, is_last)
                 current_step += 1
                 total_steps += 1
+                if timed_out:
+                    say("Timeout has been reached, stopping training early")
+                    return 0
             current_epoch += 1
             current_step = 0
         say("Max number of steps has been reached, stopping training early")
         return 0
 
-    def _train_step(self, step_in_epoch: int, steps_in_epoch: int, epoch: int, is_last: bool) -> None:
+    def _train_step(self, step_in_epoch: int, steps_in_epoch: int, epoch: int, is_last: bool) -> bool:
+        """One step; True when ``checkpoint_must_save_by`` is (nearly) up: it saved, the loop ends."""
         k = self.step
         rng = random.Random(f"{self.seed}:{k}")
         say("\n" + formats.step_header(step_in_epoch, min(steps_in_epoch, self.max_steps)))
@@ -350,7 +357,9 @@ class Rehearsal:
 
         self.state["consumed_samples"] = int(self.state.get("consumed_samples", 0)) + prompts
         self.state["total_valid_tokens"] = int(self.state.get("total_valid_tokens", 0)) + int(train["global_valid_toks"])
-        if self.ckpt.get("enabled") and (is_last or k % self.save_period == 0):
+        self.save_by.mark()
+        timed_out = self.save_by.due()
+        if self.ckpt.get("enabled") and (is_last or k % self.save_period == 0 or timed_out):
             self.state.update(current_step=step_in_epoch, total_steps=k, current_epoch=epoch)
             if val:
                 self.state["val_reward"] = val["accuracy"]
@@ -372,6 +381,7 @@ class Rehearsal:
             timings["checkpointing"] = time.perf_counter() - t0
         timings["total_step_time"] = time.perf_counter() - t_step
         self._report(k, train, timings, prompts * gens)
+        return timed_out
 
     def _validate(self, k: int) -> dict[str, float]:
         say(f"▶ Starting validation at step {k}...")
