@@ -15,6 +15,7 @@ from google.cloud import container_v1
 
 from ..catalog import GKE_ACCELERATOR_LABEL, GKE_LOCAL_SSD_LABEL, GKE_SPOT_LABEL, GPU_MACHINE_TYPES
 from ._core import Core, FakeError
+from ._gke_nodes import instance_group_urls
 from ._grpc import GrpcServer
 from ._stock import Stock
 
@@ -285,6 +286,8 @@ class GkeFake:
             pool.status = PoolStatus.PROVISIONING
             pool.version = VERSION
             pool.self_link = f"https://container.googleapis.com/v1/{name}/nodePools/{pool.name}"
+            pool.instance_group_urls = instance_group_urls(
+                m[1], list(pool.locations or cluster.locations or [m[2]]), name.rsplit("/", 1)[-1], pool.name)
         self.core.clusters[name] = cluster
         op = self._start_op(parent, OpType.CREATE_CLUSTER, name)
         fault = self.core.operation_fault("gke.CreateCluster")
@@ -396,6 +399,8 @@ class GkeFake:
         pool.version = VERSION
         name = f"{cluster_name}/nodePools/{spec.name}"
         pool.self_link = f"https://container.googleapis.com/v1/{name}"
+        pool.instance_group_urls = instance_group_urls(
+            m[1], list(pool.locations or cluster.locations or [m[2]]), cluster_name.rsplit("/", 1)[-1], pool.name)
         op = self._start_op(f"projects/{m[1]}/locations/{m[2]}", OpType.CREATE_NODE_POOL, name)
         fault = self.core.operation_fault("gke.CreateNodePool")
         due = self.core.now() + self.core.delay("gke.create_node_pool")

@@ -117,6 +117,35 @@ def allocatable(vcpus: int, memory_gib: float, *, local_ssds: int = 0) -> dict[s
     }
 
 
+def instance_group_base(cluster: str, pool: str) -> str:
+    """The base instance name of ``pool``'s managed instance groups: ``gke-<cluster>-<pool>-<8 hex>``,
+    the two names cut (the longer first) so that a node's name -- this, ``-`` and 4 characters
+    -- fits in 63. The group is this plus ``-grp`` (see :func:`instance_group_urls`).
+
+    Examples:
+        >>> instance_group_base("rl-demo", "gpu-standby")
+        'gke-rl-demo-gpu-standby-c5137810'
+        >>> len(instance_group_base("c" * 40, "gpu-standby")) + 5
+        63
+    """
+    suffix = hashlib.sha256(f"{cluster}/{pool}".encode()).hexdigest()[:8]
+    room = 63 - len("gke---") - len(suffix) - 5
+    c, p = cluster, pool
+    while len(c) + len(p) > room:
+        if len(c) >= len(p):
+            c = c[:-1]
+        else:
+            p = p[:-1]
+    return f"gke-{c}-{p}-{suffix}"
+
+
+def instance_group_urls(project: str, zones: list[str], cluster: str, pool: str) -> list[str]:
+    """``NodePool.instance_group_urls``: one managed instance group per zone of the pool."""
+    base = instance_group_base(cluster, pool)
+    return [f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}/instanceGroupManagers/{base}-grp"
+            for zone in zones]
+
+
 def gke_node(pool: Any, *, cluster: str, zone: str, index: int, project: str = "my-project") -> dict[str, Any]:
     """The ``v1`` Node GKE registers for the ``index``-th VM of ``pool`` (a ``container_v1.NodePool``).
 
@@ -137,8 +166,7 @@ def gke_node(pool: Any, *, cluster: str, zone: str, index: int, project: str = "
     vcpus, memory_gib, _ = machine_shape(machine)
     local_ssds = int(config.ephemeral_storage_local_ssd_config.local_ssd_count or 0)
     shape = allocatable(vcpus, memory_gib, local_ssds=local_ssds)
-    suffix = hashlib.sha256(f"{cluster}/{pool.name}".encode()).hexdigest()[:8]
-    name = f"gke-{cluster}-{pool.name}-{suffix}-{index:04x}"[:63].rstrip("-")
+    name = f"{instance_group_base(cluster, pool.name)}-{index:04x}"
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
