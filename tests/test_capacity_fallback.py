@@ -4,6 +4,7 @@ kept when none delivers, and nothing of a failed lane left behind."""
 from __future__ import annotations
 
 import logging
+import shlex
 
 import grpc
 import pytest
@@ -154,13 +155,32 @@ def test_flex_start_nodes_granted_give_every_job_a_save_by_deadline() -> None:
                       now=after)
         left = deadline.end - SAVE_MARGIN_SECONDS - after
         assert f"{DEADLINE_KEY}={save_by_text(left)}" in sub.entrypoint
+        # The flex-start pools (the lane granted, the standby pool beside Spot) name their nodes'
+        # prefix from their instance groups: every GPU node the lane brought has one, and the
+        # supervisor is given them with their max_run_duration, to work the value out again
+        # before every attempt.
+        lifetimes = b.capacity_lifetimes()
+        assert lifetimes
+        assert {seconds for _, seconds in lifetimes} == {6 * 3600.0}
+        gpu_nodes = [n["metadata"]["name"] for n in kube.objects("Node")
+                     if n["metadata"]["labels"].get("cloud.google.com/gke-nodepool", "").startswith("gpu")]
+        assert gpu_nodes
+        assert all(any(n.startswith(p) for p, _ in lifetimes) for n in gpu_nodes), (gpu_nodes, lifetimes)
+        flagged = prepare(c, GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=4), deadline=deadline,
+                          lifetimes=lifetimes, now=after)
+        words = shlex.split(flagged.entrypoint)
+        assert [w for w in words if w.startswith("--lifetime=")] == [f"--lifetime={p}={6 * 3600}" for p, _ in lifetimes]
+        assert words[words.index("--capacity-end") + 1] == str(round(deadline.end, 3))
+        assert words[words.index("--save-margin") + 1] == str(int(SAVE_MARGIN_SECONDS))
+        assert flagged.base_id == sub.base_id
         b.down()
         assert gcp.leaked() == []
-    # Spot granted: capacity that does not end, no deadline.
+    # Spot granted: capacity that does not end, no deadline, no lifetimes.
     with FakeGCP() as gcp:
         b = backend(spec(capacity=("spot",)))
         b.up(check=False)
         assert b.capacity_deadline() is None
+        assert b.capacity_lifetimes() == ()
         b.down()
 
 

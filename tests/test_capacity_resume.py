@@ -9,6 +9,7 @@ the job's ``capacity_timeout`` has passed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,10 @@ from rl_lustre import GRPOJob
 from rl_lustre.catalog import GKE_NODEPOOL_LABEL, GKE_SPOT_LABEL
 from rl_lustre.errors import JobFailedError
 from rl_lustre.kube.readiness import seconds
+from rl_lustre.nemo_rl.deadline import DEADLINE_KEY, SAVE_MARGIN_SECONDS, parse_save_by
 from rl_lustre.recovery.journal import read_journal
+from rl_lustre.recovery.lifetimes import ARRIVAL_ALLOWANCE
+from rl_lustre.spec.capacity import FLEX_START_MAX_RUN_SECONDS
 from rl_lustre.testing import FakeGCP, preempt
 
 # Real Ray worker nodes started, killed and replaced: the slow set (nox -s tests-slow).
@@ -91,6 +95,18 @@ def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_
         came = [seconds(n["metadata"]["creationTimestamp"]) for n in kube.objects("Node") if n["metadata"]["name"] in standby]
         assert all(t is not None and t <= back["at"] for t in came), (came, back)
         assert {e.pool for e in fakes[0].stock.events if e.kind == "flex-start" and e.what == "granted"} == {"gpu-standby"}
+        # The rerun on the standby nodes was told to save before they go (point 4): their
+        # max_run_duration after they came, never later (the supervisor counts from earlier).
+        deadlines = {r["attempt"]: r for r in journal if r["event"] == "deadline"}
+        assert set(deadlines) == {2}, deadlines          # attempt 1 ran on Spot nodes: no end
+        assert set(deadlines[2]["nodes"]) == standby
+        assert min(came) + FLEX_START_MAX_RUN_SECONDS - ARRIVAL_ALLOWANCE - 120 <= deadlines[2]["end"]
+        assert deadlines[2]["end"] <= min(came) + FLEX_START_MAX_RUN_SECONDS
+        first, second = re.findall(r"^Overrides: (.*)$", log, re.M)
+        assert DEADLINE_KEY not in first
+        [value] = re.findall(re.escape(DEADLINE_KEY) + r"=([\d:]+)", second)
+        [attempt_2] = [r["at"] for r in journal if r["event"] == "attempt" and r["attempt"] == 2]
+        assert parse_save_by(value) == pytest.approx(deadlines[2]["end"] - SAVE_MARGIN_SECONDS - attempt_2, abs=5)
         # The goodput ledger bills the recovery to the standby (flex-start) nodes, as lost time.
         ledger = run.goodput()
         [recovery] = ledger.restarts

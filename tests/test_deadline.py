@@ -68,6 +68,22 @@ def test_the_users_own_value_is_kept_and_flagged_when_it_is_past_the_end() -> No
         prepare(CLUSTER, late, deadline=deadline, now=T0)
 
 
+def test_the_supervisor_is_given_the_lifetimes_unless_the_user_set_the_key_or_nothing_is_saved() -> None:
+    lifetimes = [("gke-flex-gpu-standby-1a2b3c4d-", 86400.0)]
+    sub = prepare(CLUSTER, JOB, lifetimes=lifetimes, now=T0)
+    words = args_of(sub.entrypoint)
+    assert "--lifetime=gke-flex-gpu-standby-1a2b3c4d-=86400" in words
+    assert words[words.index("--save-margin") + 1] == "1800"
+    assert "--capacity-end" not in words                 # no end granted: only the nodes' own
+    assert DEADLINE_KEY not in sub.entrypoint            # the supervisor sets it, per attempt
+    assert sub.base_id == prepare(CLUSTER, JOB).base_id
+    mine = GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=10, overrides={DEADLINE_KEY: "00:02:00:00"})
+    off = GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=10, checkpointing=False)
+    for job in (mine, off):
+        other = args_of(prepare(CLUSTER, job, lifetimes=lifetimes, deadline=Deadline(end=T0 + 86400), now=T0).entrypoint)
+        assert not [w for w in other if w.startswith(("--lifetime", "--capacity-end", "--save-margin"))]
+
+
 def test_too_little_time_left_to_save_is_warned_about() -> None:
     with pytest.warns(CapacityDeadlineWarning, match="less than the 30 min a save needs"):
         sub = prepare(CLUSTER, JOB, deadline=Deadline(end=T0 + 600), now=T0)

@@ -150,6 +150,20 @@ class GKEBackend(submission.JobsBackend):
         """When the GPU nodes' capacity ends: jobs submitted now are told to save before then."""
         return self.granted_deadline
 
+    def capacity_lifetimes(self) -> tuple[tuple[str, float], ...]:
+        """The node-name prefixes of the live flex-start pools (the standby pool beside Spot, a
+        flex-start lane) and their ``max_run_duration``: a rerun on their nodes is told to save
+        before they go. Asks GKE only when the capacity policy lists flex-start."""
+        flex = [float(c.max_run_duration) for c in self.cluster.capacity
+                if c.kind == "flex-start" and c.max_run_duration]
+        if not flex:
+            return ()
+        from ..gcp.container import node_lifetimes
+
+        # A queued lane's ProvisioningRequest carries its lane's max_run_duration: the shortest
+        # of the policy's is a safe stand-in.
+        return node_lifetimes(self.live_node_pools() or (), queued=min(flex))
+
     def __repr__(self) -> str:
         return f"GKEBackend({self.cluster.name!r}, gcp_only={self.gcp_only})"
 

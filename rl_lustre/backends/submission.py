@@ -89,7 +89,7 @@ class Submission:
 
 
 def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False, deadline: Deadline | None = None,
-            now: float | None = None) -> Submission:
+            lifetimes: Sequence[tuple[str, float]] = (), now: float | None = None) -> Submission:
     """Render and check ``job`` for ``cluster``; makes no remote call.
 
     Runs the job's preflight (a job NeMo-RL would reject fails here) and refuses any
@@ -98,7 +98,11 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False, deadline
     ends (``deadline``, e.g. flex-start nodes), NeMo-RL is told to save before it does
     (:mod:`rl_lustre.nemo_rl.deadline`; ``now``: the submission time), unless the job sets
     ``checkpointing.checkpoint_must_save_by`` itself, and a
-    :class:`~rl_lustre.errors.CapacityDeadlineWarning` says when that cannot work.
+    :class:`~rl_lustre.errors.CapacityDeadlineWarning` says when that cannot work. The
+    supervisor works the value out again before each attempt (a rerun starts NeMo-RL's
+    clock again), from ``deadline`` and from ``lifetimes``: node-name prefixes of pools
+    whose nodes live a limited time (the flex-start standby pool a rerun may resume on;
+    :mod:`rl_lustre.recovery.lifetimes`).
 
     Examples:
         >>> from rl_lustre import Cluster, GRPOJob
@@ -124,8 +128,9 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False, deadline
     digest = hashlib.sha256(
         json.dumps([entrypoint, resolved.runtime_env], sort_keys=True, default=str).encode()
     ).hexdigest()[:8]
-    if deadline is not None:
-        entrypoint = _with_deadline(cluster, job, resolved, deadline, time.time() if now is None else now, fresh)
+    if deadline is not None or lifetimes:
+        entrypoint = _with_deadline(cluster, job, resolved, deadline, lifetimes, time.time() if now is None else now,
+                                    fresh)
     runtime_env = {**resolved.runtime_env,
                    "py_modules": [*resolved.runtime_env.get("py_modules", []), shipped_module()]}
     base_id = f"rl-lustre-{job.name}-{digest}"
@@ -157,26 +162,31 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False, deadline
     )
 
 
-def _with_deadline(cluster: ClusterSpec, job: JobSpec, resolved: ResolvedJob, deadline: Deadline, now: float,
-                   fresh: bool) -> str:
-    """The job's entrypoint with NeMo-RL told to save before ``deadline`` (a job that sets the
-    key keeps its own value), warning when that cannot work."""
+def _with_deadline(cluster: ClusterSpec, job: JobSpec, resolved: ResolvedJob, deadline: Deadline | None,
+                   lifetimes: Sequence[tuple[str, float]], now: float, fresh: bool) -> str:
+    """The job's entrypoint with NeMo-RL told to save before ``deadline`` and before nodes
+    with a lifetime go (a job that sets the key keeps its own value), warning when that
+    cannot work."""
     from ..errors import CapacityDeadlineWarning
-    from ..nemo_rl.deadline import user_value
+    from ..nemo_rl.deadline import SAVE_MARGIN_SECONDS, user_value
 
     given = user_value(job.extra_overrides)
-    for message in deadline.findings(now, given=given):
+    for message in deadline.findings(now, given=given) if deadline is not None else ():
         warn_caller(f"job {job.name!r}: {message}", CapacityDeadlineWarning)
     command = resolved.entrypoint
-    if given is None and resolved.checkpointing:
+    ours = given is None and resolved.checkpointing
+    if ours and deadline is not None:
         command += "".join(f" {shlex.quote(f'{k}={v}')}" for k, v in deadline.override(now).items())
-    entrypoint = _supervised(cluster, job, resolved.num_nodes, command, resolved.checkpoint_dir)
+    ends = {"capacity_end": deadline.end if deadline is not None else None, "lifetimes": tuple(lifetimes),
+            "save_margin": deadline.margin if deadline is not None else SAVE_MARGIN_SECONDS} if ours else {}
+    entrypoint = _supervised(cluster, job, resolved.num_nodes, command, resolved.checkpoint_dir, **ends)
     if fresh and resolved.checkpointing:
         entrypoint = fresh_entrypoint(entrypoint, resolved.checkpoint_dir)
     return entrypoint
 
 
-def _supervised(cluster: ClusterSpec, job: JobSpec, nodes: int, command: str, checkpoint_dir: str | None) -> str:
+def _supervised(cluster: ClusterSpec, job: JobSpec, nodes: int, command: str, checkpoint_dir: str | None,
+                **ends: Any) -> str:
     """The Ray job's entrypoint: the recovery supervisor around NeMo-RL's ``command``.
 
     It first waits in the cluster's queue (named after the cluster) for the job's
@@ -197,7 +207,7 @@ def _supervised(cluster: ClusterSpec, job: JobSpec, nodes: int, command: str, ch
         command, python=python, max_restarts=job.max_restarts, nodes=nodes, gpus_per_node=cluster.gpus_per_node,
         capacity_timeout=job.capacity_timeout, checkpoint_dir=checkpoint_dir, poll=poll, settle=settle,
         siblings=siblings, queue=cluster.name, cluster_nodes=cluster.num_nodes, priority=job.priority,
-        backfill_window=job.backfill_window, watch=watch,
+        backfill_window=job.backfill_window, watch=watch, **ends,
     )
 
 
@@ -394,6 +404,11 @@ class JobsBackend:
         """When the capacity the jobs run on ends (flex-start nodes), or None: it does not."""
         return None
 
+    def capacity_lifetimes(self) -> tuple[tuple[str, float], ...]:
+        """``(node-name prefix, seconds)`` of the nodes a job may run on that live a limited
+        time (flex-start pools: see :func:`rl_lustre.gcp.container.node_lifetimes`); none here."""
+        return ()
+
     def submit_all(self, jobs: Sequence[JobSpec], *, fresh: bool = False,
                    start_over: str = SUBMIT_FRESH) -> list[Run]:
         """Prepare every job (none is sent if one fails), then submit each in order.
@@ -403,8 +418,8 @@ class JobsBackend:
         reaches ``max_num_steps`` are reported first, in one :class:`NothingToDoWarning`
         that advises ``start_over`` (the call that starts them over).
         """
-        deadline = self.capacity_deadline()
-        prepared = [prepare(self.cluster, job, fresh=fresh, deadline=deadline) for job in jobs]
+        deadline, lifetimes = self.capacity_deadline(), self.capacity_lifetimes()
+        prepared = [prepare(self.cluster, job, fresh=fresh, deadline=deadline, lifetimes=lifetimes) for job in jobs]
         if not fresh and self.cheap_listing:
             self._warn_if_nothing_to_do(jobs, prepared, start_over)
         client = self.jobs

@@ -89,6 +89,8 @@ class NodeView:
     reserved: float
     reason: str = ""
     dead_at: float | None = None
+    # When its raylet started (seconds since the epoch), when Ray says.
+    started_at: float | None = None
 
     def record(self) -> dict[str, Any]:
         """The node as the supervisor's records name it."""
@@ -132,7 +134,7 @@ def read_view(api: StateApi, *, groups: bool = True, clock: Callable[[], float] 
     out = []
     for n in nodes:
         node_id = str(n.get("node_id") or "")
-        end = n.get("end_time_ms")
+        end, start = n.get("end_time_ms"), n.get("start_time_ms")
         out.append(NodeView(
             node_id=node_id,
             name=str(n.get("node_name") or ""),
@@ -143,6 +145,7 @@ def read_view(api: StateApi, *, groups: bool = True, clock: Callable[[], float] 
             reserved=reserved.get(node_id, 0.0),
             reason=str(n.get("state_message") or ""),
             dead_at=end / 1000 if end else None,
+            started_at=start / 1000 if start else None,
         ))
     return View(at=clock(), nodes=tuple(out))
 

@@ -20,6 +20,7 @@ import hashlib
 import json
 import shlex
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -167,12 +168,18 @@ def supervised(
     priority: int = 0,
     backfill_window: float = 3600.0,
     watch: bool = True,
+    capacity_end: float | None = None,
+    lifetimes: Sequence[tuple[str, float]] = (),
+    save_margin: float | None = None,
 ) -> str:
     """The Ray job's entrypoint: the supervisor, running ``command``.
 
     With ``queue`` (the cluster's name) the job first waits in the cluster's queue for
     ``nodes`` of its ``cluster_nodes`` nodes (see :mod:`rl_lustre.queueing`); without
-    ``watch`` it does not watch Ray's node table (a local head has no node to lose).
+    ``watch`` it does not watch Ray's node table (a local head has no node to lose). On
+    capacity that ends (``capacity_end``, seconds since the epoch; ``lifetimes``: node-name
+    prefixes and how long such nodes live) it tells NeMo-RL, before each attempt, to save
+    ``save_margin`` seconds before the end (see :mod:`rl_lustre.recovery.lifetimes`).
 
     Examples:
         >>> supervised("cd /opt/nemo-rl && uv run python x.py", python="python", max_restarts=3, nodes=8,
@@ -200,6 +207,12 @@ def supervised(
         parts.append("--no-watch")
     if checkpoint_dir:
         parts += ["--checkpoint-dir", shlex.quote(checkpoint_dir)]
+    if capacity_end is not None or lifetimes:
+        assert save_margin is not None, "a capacity that ends needs the save margin"
+        if capacity_end is not None:
+            parts += ["--capacity-end", _number(round(capacity_end, 3))]
+        parts += [f"--lifetime={shlex.quote(f'{prefix}={_number(seconds)}')}" for prefix, seconds in lifetimes]
+        parts += ["--save-margin", _number(save_margin)]
     return " ".join([*parts, "--", shlex.quote(command)])
 
 
@@ -207,7 +220,7 @@ def supervised(
 # places inside rl_lustre_supervisor, so that its relative imports work there as here.
 SHIPPED = (
     "recovery/supervisor.py", "recovery/journal.py", "recovery/stamps.py", "recovery/watch.py",
-    "recovery/procs.py",
+    "recovery/procs.py", "recovery/lifetimes.py",
     "nemo_rl/formats.py", "jobrecord.py",
     "queueing/claims.py", "queueing/policy.py", "queueing/view.py", "queueing/member.py",
 )
@@ -231,7 +244,7 @@ def shipped_module() -> str:
         ... # doctest: +NORMALIZE_WHITESPACE
         ('rl_lustre_supervisor', ['__init__.py', '__main__.py', 'jobrecord.py', 'nemo_rl/__init__.py', 'nemo_rl/formats.py',
          'queueing/__init__.py', 'queueing/claims.py', 'queueing/member.py', 'queueing/policy.py', 'queueing/view.py',
-         'recovery/__init__.py', 'recovery/journal.py', 'recovery/procs.py', 'recovery/stamps.py',
+         'recovery/__init__.py', 'recovery/journal.py', 'recovery/lifetimes.py', 'recovery/procs.py', 'recovery/stamps.py',
          'recovery/supervisor.py', 'recovery/watch.py'])
     """
     root, files = _shipped_files()

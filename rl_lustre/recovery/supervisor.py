@@ -40,6 +40,12 @@ After an attempt
     the same checkpoint directory, so NeMo-RL resumes from the newest complete
     ``step_N`` (a ``tmp_step_N`` is an interrupted save, never a checkpoint).
 
+Capacity that ends (``--capacity-end``, ``--lifetime``, ``--save-margin``)
+    Before each attempt, NeMo-RL's ``checkpointing.checkpoint_must_save_by`` is set (or
+    reset: a rerun starts NeMo-RL's clock again) from when the nodes it may run on go:
+    the capacity ``up()`` was granted, or flex-start nodes such as the standby pool's that
+    replaced lost Spot ones (:mod:`.lifetimes`); a ``deadline`` journal line records it.
+
 Records
     Each recovery prints a line for people and one for programs:
     :data:`RESTART_MARK` + JSON when the rerun is decided (when, which nodes and why,
@@ -77,12 +83,12 @@ from collections.abc import Sequence
 from typing import Any
 
 # Shipped with this file to the cluster, at the same places relative to it (see shipped_module).
-from ..jobrecord import DASHBOARD, SEQ, SUBMITTED_AT
-from ..nemo_rl.formats import checkpoint_name, checkpoint_step
+from ..jobrecord import DASHBOARD, SEQ, SUBMITTED_AT, TOTAL_STEPS
+from ..nemo_rl.formats import checkpoint_name, checkpoint_step, save_by_text
 from ..queueing.claims import Claim, Store, queue_root
 from ..queueing.member import Member
 from ..queueing.view import StateApi, read_view
-from . import journal
+from . import journal, lifetimes
 from .journal import RESTART_MARK, RESUMED_MARK
 from .stamps import Stamper
 from .watch import NodeWatch, describe
@@ -92,6 +98,8 @@ __all__ = ["PREFIX", "RESTART_MARK", "RESUMED_MARK", "main"]
 PREFIX = "rl_lustre supervisor:"
 # Ray's job stop waits 3 s before its SIGKILL; the command gets most of that.
 _STOP_GRACE = 2.5
+# After NeMo-RL stopped at a capacity's deadline: how long past the end to wait for its nodes to go.
+_END_GRACE = 600.0
 
 
 def _say(text: str) -> None:
@@ -128,6 +136,8 @@ class Supervisor:
         self.command: str = args.command
         meta = job_config() if metadata is None else metadata
         self.submission_id: str | None = meta.get("job_submission_id")
+        steps = str(meta.get(TOTAL_STEPS, ""))
+        self.total_steps: int | None = int(steps) if steps.isdigit() else None
         self.api = StateApi.for_job(meta.get(DASHBOARD))
         self.watch: NodeWatch | None = None
         if args.nodes > 0 and not args.no_watch:
@@ -146,6 +156,11 @@ class Supervisor:
         # (restart number, when the nodes were lost, seconds waited for capacity) until the
         # rerun prints its first step header.
         self.pending: tuple[int, float, float] | None = None
+        # The running attempt's capacity end, when it has one (see _attempt_command), whether
+        # NeMo-RL stopped for its save-by timeout, and nodes that outlived their estimated end.
+        self.deadline: lifetimes.End | None = None
+        self.timed_out = False
+        self.outlived: set[str] = set()
 
     # -- one attempt ----------------------------------------------------------------------
 
@@ -161,22 +176,54 @@ class Supervisor:
             if record is None:
                 continue
             journal.write({**record, "attempt": self.attempts}, at=at)
+            if record["event"] == "finished" and record.get("why") == "timeout":
+                self.timed_out = True
             if record["event"] == "step":
                 self.last_step = stamper.step
                 if self.first_step is None:
                     self.first_step = (stamper.step, at)
                     self._report_resumed(*self.first_step)
 
+    def _attempt_command(self) -> str:
+        """The command of the attempt about to start: on capacity that ends, with NeMo-RL told
+        when to save (see :mod:`.lifetimes`)."""
+        args = self.args
+        if args.capacity_end is None and not args.lifetime:
+            return self.command
+        nodes: list[Any] = []
+        if args.lifetime:
+            try:
+                nodes = [n for n in read_view(self.api, groups=False).workers().values() if n.name not in self.outlived]
+            except Exception as exc:  # the end granted at up(), if any, still holds
+                _say(f"could not read Ray's node table to see which nodes end ({type(exc).__name__}: {exc})")
+        lost_at = self.pending[1] if self.pending is not None else None
+        found = lifetimes.attempt_end(nodes, args.lifetime, gpus_per_node=args.gpus_per_node,
+                                      capacity_end=args.capacity_end, lost_at=lost_at)
+        if found is None:
+            return self.command
+        left = found.end - args.save_margin - time.time()
+        value = save_by_text(left)
+        journal.write({"event": "deadline", "attempt": self.attempts, "end": round(found.end, 3), "save_by": value,
+                       "nodes": found.nodes})
+        _say(f"the capacity this attempt may run on ends at {_stamp(found.end)} ({found.why}): NeMo-RL saves "
+             f"within {value} (DD:HH:MM:SS), {args.save_margin:g}s before that")
+        if left <= 0:
+            _say("too little time is left to save before those nodes go")
+        self.deadline = found
+        return lifetimes.with_save_by(self.command, value)
+
     def attempt(self) -> tuple[int, list[dict[str, Any]]]:
         """Run the command once; return its exit code and this run's nodes lost meanwhile."""
         self.attempts += 1
         self.first_step, self.last_step = None, 0
+        self.deadline, self.timed_out = None, False
+        command = self._attempt_command()
         journal.write({"event": "attempt", "attempt": self.attempts})
         watch = self.watch
         if watch is not None:
             watch.start(None)
         self.child = subprocess.Popen(
-            ["/bin/sh", "-c", self.command],
+            ["/bin/sh", "-c", command],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -343,19 +390,26 @@ class Supervisor:
                 _say(f"stopped; the command exited with code {code}")
                 return (128 + signal.SIGTERM if code == 0 else code if code > 0 else 128 - code), "stopped"
             if code == 0:
-                if self.restarts:
-                    _say(f"the run succeeded after {len(self.restarts)} restart(s): {self._describe_restarts()}")
-                return 0, "succeeded"
-            status = code if code > 0 else 128 - code
-            if not lost:
-                _say(f"the command failed with exit code {status} while every worker node was alive: not "
-                     "restarted (the run failed for a reason of its own)" if self.watch is None or not
-                     self.watch.lost else
-                     f"the command failed with exit code {status} while every node of its own was alive: not "
-                     "restarted (the run failed for a reason of its own)")
-                return status, "failed"
-            names = ", ".join(f"{describe(n)} ({n['reason']})" for n in lost)
-            _say(f"the command exited with code {status} after losing worker node(s): {names}")
+                ended = self._capacity_ended()
+                if ended is None:
+                    if self.restarts:
+                        _say(f"the run succeeded after {len(self.restarts)} restart(s): {self._describe_restarts()}")
+                    return 0, "succeeded"
+                if self.stopping.is_set():
+                    return 128 + signal.SIGTERM, "stopped"
+                # Not done: the run goes on, on the capacity that comes next (or ends FAILED).
+                status, lost = 1, ended
+            else:
+                status = code if code > 0 else 128 - code
+                if not lost:
+                    _say(f"the command failed with exit code {status} while every worker node was alive: not "
+                         "restarted (the run failed for a reason of its own)" if self.watch is None or not
+                         self.watch.lost else
+                         f"the command failed with exit code {status} while every node of its own was alive: not "
+                         "restarted (the run failed for a reason of its own)")
+                    return status, "failed"
+                names = ", ".join(f"{describe(n)} ({n['reason']})" for n in lost)
+                _say(f"the command exited with code {status} after losing worker node(s): {names}")
             if len(self.restarts) >= args.max_restarts:
                 if args.max_restarts == 0:
                     _say("recovery is off (max_restarts=0): not restarted")
@@ -390,6 +444,32 @@ class Supervisor:
                 return status, "gave-up"
             _say(f"capacity is back after {waited:.1f}s; rerunning (restart {number})")
             self.pending = (number, lost_at, waited)
+
+    def _capacity_ended(self) -> list[dict[str, Any]] | None:
+        """After an attempt that exited 0: None if the run is done; when NeMo-RL stopped at the
+        deadline of the capacity it ran on with steps left, the nodes of that capacity, once
+        gone (or past their end by ``_END_GRACE``), as lost nodes: the run goes on as after a
+        preemption."""
+        deadline = self.deadline
+        if deadline is None or not self.timed_out:
+            return None
+        newest = self._newest_checkpoint()
+        if self.total_steps is not None and newest is not None and newest >= self.total_steps:
+            return None
+        saved = checkpoint_name(newest) if newest is not None else "no checkpoint"
+        _say(f"NeMo-RL stopped at the deadline of the capacity it ran on ({saved} is the newest save; that "
+             f"capacity ends at {_stamp(deadline.end)}): waiting for {', '.join(deadline.nodes) or 'its end'} "
+             "to go, then for capacity to go on")
+        journal.write({"event": "capacity_end", "attempt": self.attempts, "end": round(deadline.end, 3),
+                       "nodes": deadline.nodes, "resume_step": newest})
+        gone, outlived = lifetimes.await_gone(lambda: read_view(self.api, groups=False).workers().values(),
+                                              deadline, self.stopping, poll=self.args.poll, grace=_END_GRACE,
+                                              say=_say)
+        if outlived:
+            _say(f"{', '.join(outlived)} outlived the end estimated for them by {_END_GRACE:g}s: going on without "
+                 "counting them as ending")
+            self.outlived.update(outlived)
+        return gone
 
     def _report_resumed(self, step: int, at: float) -> None:
         pending, self.pending = self.pending, None
@@ -468,6 +548,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backfill-window", type=float, default=3600.0)
     p.add_argument("--capacity-timeout", type=float, default=1800.0)
     p.add_argument("--checkpoint-dir", default="")
+    p.add_argument("--capacity-end", type=float, default=None, metavar="EPOCH",
+                   help="when the capacity granted at submission ends (seconds since the epoch)")
+    p.add_argument("--lifetime", type=lifetimes.parse_lifetime, action="append", default=[],
+                   metavar="PREFIX=SECONDS", help="nodes whose name starts with PREFIX live at most SECONDS")
+    p.add_argument("--save-margin", type=float, default=None,
+                   help="seconds before a capacity's end by which NeMo-RL must have saved")
     p.add_argument("--poll", type=float, default=1.0)
     p.add_argument("--hang-grace", type=float, default=60.0)
     p.add_argument("--settle", type=float, default=3.0,
@@ -485,6 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _parser().error("--max-restarts and --nodes must be >= 0")
     if args.queue and args.nodes < 1:
         _parser().error("--queue needs --nodes of at least 1")
+    if (args.capacity_end is not None or args.lifetime) and args.save_margin is None:
+        _parser().error("--capacity-end and --lifetime need --save-margin")
     supervisor = Supervisor(args)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, supervisor.stop)
