@@ -91,12 +91,12 @@ def state_api() -> Iterator[StateApi]:
     server.server_close()
 
 
-def _supervise(api: StateApi, tmp: Path, steps: int, **ends: Any) -> subprocess.Popen[str]:
+def _supervise(api: StateApi, tmp: Path, steps: int, max_restarts: int = 2, **ends: Any) -> subprocess.Popen[str]:
     """The shipped supervisor around a rehearsal of ``steps`` steps of 0.4 s, saving every 4."""
     command = (f"{sys.executable} -m rl_lustre.rehearsal --step-seconds 0.4 --checkpoint-scale 1e-6 "
                f"grpo.max_num_steps={steps} checkpointing.save_period=4 grpo.val_period=0 "
                f"checkpointing.metric_name=null checkpointing.checkpoint_dir={tmp}/ckpt logger.log_dir={tmp}/logs")
-    entrypoint = supervised(command, python=sys.executable, max_restarts=2, nodes=2, gpus_per_node=8,
+    entrypoint = supervised(command, python=sys.executable, max_restarts=max_restarts, nodes=2, gpus_per_node=8,
                             capacity_timeout=60, checkpoint_dir=f"{tmp}/ckpt", poll=0.2, settle=0.5, watch=False,
                             **ends)
     root = os.path.dirname(shipped_module())
@@ -155,6 +155,23 @@ def test_nodes_with_a_lifetime_make_nemo_rl_save_and_stop_and_the_run_goes_on_on
     assert f"resuming from {tmp_path}/ckpt/step_{saves_1[-1]}" in log
     assert [r["step"] for r in records if r["event"] == "step" and r["attempt"] == 2][-1] == 24
     assert sorted(int(p.name.split("_")[1]) for p in (tmp_path / "ckpt").glob("step_*"))[-1] == 24
+
+
+def test_a_stop_at_the_deadline_with_recovery_off_ends_the_run_failed_at_once_not_succeeded(
+        state_api: StateApi, tmp_path: Path) -> None:
+    started = time.time()
+    for suffix in ("aaaa", "bbbb"):
+        state_api.add(STANDBY + suffix, started=started)
+    proc = _supervise(state_api, tmp_path, 24, max_restarts=0, lifetimes=[(STANDBY, ARRIVAL_ALLOWANCE + 1.0 + 2.0)],
+                      save_margin=1.0)
+    out, _ = proc.communicate(timeout=60)
+    # Steps were left: not SUCCEEDED; and with no restart allowed, no wait for the nodes to go.
+    assert proc.returncode == 1, out
+    assert "with steps left: the run is not done" in out
+    assert "recovery is off (max_restarts=0): not restarted" in out
+    records = read_journal(out)
+    assert [r["event"] for r in records if r["event"] in ("capacity_end", "capacity_wait")] == ["capacity_end"]
+    assert records[-1] == {**records[-1], "event": "end", "status": 1}
 
 
 def test_an_end_granted_at_up_caps_the_nodes_own_and_is_counted_from_the_attempts_start(

@@ -457,11 +457,16 @@ class Supervisor:
         if self.total_steps is not None and newest is not None and newest >= self.total_steps:
             return None
         saved = checkpoint_name(newest) if newest is not None else "no checkpoint"
+        journal.write({"event": "capacity_end", "attempt": self.attempts, "end": round(deadline.end, 3),
+                       "nodes": deadline.nodes, "resume_step": newest})
+        if len(self.restarts) >= self.args.max_restarts:
+            _say(f"NeMo-RL stopped at the deadline of the capacity it ran on ({saved} is the newest save), with "
+                 "steps left: the run is not done")
+            return [{"node_id": "", "address": "", "name": name, "reason": "its capacity ended", "dead_at": None,
+                     "detected_at": time.time()} for name in deadline.nodes or [""]]
         _say(f"NeMo-RL stopped at the deadline of the capacity it ran on ({saved} is the newest save; that "
              f"capacity ends at {_stamp(deadline.end)}): waiting for {', '.join(deadline.nodes) or 'its end'} "
              "to go, then for capacity to go on")
-        journal.write({"event": "capacity_end", "attempt": self.attempts, "end": round(deadline.end, 3),
-                       "nodes": deadline.nodes, "resume_step": newest})
         gone, outlived = lifetimes.await_gone(lambda: read_view(self.api, groups=False).workers().values(),
                                               deadline, self.stopping, poll=self.args.poll, grace=_END_GRACE,
                                               say=_say)
