@@ -142,9 +142,11 @@ def matches(pattern: str, rule: str, *, optional: bool = False) -> Validator:
     return check
 
 
-# A service account e-mail: one of a project (NAME@PROJECT.iam.gserviceaccount.com) or a
-# project's Compute Engine default (NUMBER-compute@developer.gserviceaccount.com).
-SERVICE_ACCOUNT_PATTERN = (r"[a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z][a-z0-9-]{4,28}[a-z0-9]\.iam\.gserviceaccount\.com"
+# A service account e-mail: one of a project (NAME@PROJECT.iam.gserviceaccount.com; a
+# domain-scoped project example.com:PROJECT has NAME@PROJECT.example.com.iam.gserviceaccount.com)
+# or a project's Compute Engine default (NUMBER-compute@developer.gserviceaccount.com).
+SERVICE_ACCOUNT_PATTERN = (r"[a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z][a-z0-9-]{4,28}[a-z0-9]"
+                           r"(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.iam\.gserviceaccount\.com"
                            r"|[0-9]+-compute@developer\.gserviceaccount\.com")
 SERVICE_ACCOUNT_RULE = ("must be a service account e-mail like 'rl-nodes@my-project.iam.gserviceaccount.com' "
                         "(6-30 characters before the @)")

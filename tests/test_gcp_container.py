@@ -291,7 +291,11 @@ def test_both_pools_run_as_the_given_node_service_account_or_the_deployments_own
     assert PLAN.get("gpu-pool").settings["service_account"] == ours
     assert "roles/container.defaultNodeServiceAccount" in PLAN.get("gpu-pool").settings["service_account_note"]
     assert cluster_request(PLAN).node_pools[0].config.service_account == ours
+    # A domain-scoped project's (example.com:my-project) account is one too.
+    scoped = "rl-nodes@my-project.example.com.iam.gserviceaccount.com"
+    assert attrs.evolve(BASE, node_service_account=scoped).node_service_account == scoped
     for bad in ("rl-nodes", "RL@my-project.iam.gserviceaccount.com", "a@b.iam.gserviceaccount.com",
-                "rl-nodes@my-project.iam.gserviceaccount.com\n"):
+                "rl-nodes@my-project.iam.gserviceaccount.com\n", "rl-nodes@my-project..iam.gserviceaccount.com",
+                "rl-nodes@my-project.-x.iam.gserviceaccount.com"):
         with pytest.raises(ConfigError, match=r"node_service_account.*must be a service account e-mail"):
             attrs.evolve(BASE, node_service_account=bad)
