@@ -54,7 +54,7 @@ from typing import Any
 
 from ..nemo_rl.formats import DEADLINE_KEY
 
-__all__ = ["ARRIVAL_ALLOWANCE", "End", "attempt_end", "await_gone", "parse_lifetime", "with_save_by"]
+__all__ = ["ARRIVAL_ALLOWANCE", "End", "attempt_end", "await_gone", "ended", "parse_lifetime", "with_save_by"]
 
 # From a node's creation to its raylet's start: boot, joining Kubernetes, the GPU driver,
 # the image (pulled, or on a preloaded disk) and the pod's start. Taken generously: 15 min.
@@ -144,14 +144,18 @@ def await_gone(read: Callable[[], Iterable[Any]], end: End, stopping: threading.
             for name in sorted(names - set(gone)):
                 node = seen.get(name)
                 if node is None or not node.alive:
-                    gone[name] = {"node_id": node.node_id if node else "", "address": node.address if node else "",
-                                  "name": name, "reason": "its capacity ended",
-                                  "dead_at": node.dead_at if node else None, "detected_at": now}
+                    gone[name] = ended(name, node, at=now)
             if (len(gone) == len(names)) if names else now >= end.end:
                 break
         if now >= end.end + grace:
             break
         stopping.wait(poll)
-    records = list(gone.values()) or [{"node_id": "", "address": "", "name": "", "reason": "its capacity ended",
-                                       "dead_at": None, "detected_at": time.time()}]
-    return records, sorted(names - set(gone))
+    return list(gone.values()) or [ended("")], sorted(names - set(gone))
+
+
+def ended(name: str, node: Any = None, *, at: float | None = None) -> dict[str, Any]:
+    """A node whose capacity ended, as the supervisor records lost nodes (``node``: its
+    entry in Ray's node table, if it has one; ``at``: when it was seen gone)."""
+    return {"node_id": node.node_id if node else "", "address": node.address if node else "", "name": name,
+            "reason": "its capacity ended", "dead_at": node.dead_at if node else None,
+            "detected_at": time.time() if at is None else at}

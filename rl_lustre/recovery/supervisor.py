@@ -184,6 +184,10 @@ class Supervisor:
                     self.first_step = (stamper.step, at)
                     self._report_resumed(*self.first_step)
 
+    def _workers(self) -> list[Any]:
+        """Ray's worker nodes now (one read of the node table, without placement groups)."""
+        return list(read_view(self.api, groups=False).workers().values())
+
     def _attempt_command(self) -> str:
         """The command of the attempt about to start: on capacity that ends, with NeMo-RL told
         when to save (see :mod:`.lifetimes`)."""
@@ -193,7 +197,7 @@ class Supervisor:
         nodes: list[Any] = []
         if args.lifetime:
             try:
-                nodes = [n for n in read_view(self.api, groups=False).workers().values() if n.name not in self.outlived]
+                nodes = [n for n in self._workers() if n.name not in self.outlived]
             except Exception as exc:  # the end granted at up(), if any, still holds
                 _say(f"could not read Ray's node table to see which nodes end ({type(exc).__name__}: {exc})")
         lost_at = self.pending[1] if self.pending is not None else None
@@ -333,8 +337,7 @@ class Supervisor:
         said = -1
         while not self.stopping.is_set():
             try:
-                workers = read_view(self.api, groups=False).workers().values()
-                have = sum(1 for n in workers if n.alive and n.gpus >= gpus)
+                have = sum(1 for n in self._workers() if n.alive and n.gpus >= gpus)
             except Exception as exc:  # the dashboard may be busy: try again
                 _say(f"could not read Ray's node table ({type(exc).__name__}: {exc}); trying again")
                 have = -1
@@ -462,14 +465,12 @@ class Supervisor:
         if len(self.restarts) >= self.args.max_restarts:
             _say(f"NeMo-RL stopped at the deadline of the capacity it ran on ({saved} is the newest save), with "
                  "steps left: the run is not done")
-            return [{"node_id": "", "address": "", "name": name, "reason": "its capacity ended", "dead_at": None,
-                     "detected_at": time.time()} for name in deadline.nodes or [""]]
+            return [lifetimes.ended(name) for name in deadline.nodes or [""]]
         _say(f"NeMo-RL stopped at the deadline of the capacity it ran on ({saved} is the newest save; that "
              f"capacity ends at {_stamp(deadline.end)}): waiting for {', '.join(deadline.nodes) or 'its end'} "
              "to go, then for capacity to go on")
-        gone, outlived = lifetimes.await_gone(lambda: read_view(self.api, groups=False).workers().values(),
-                                              deadline, self.stopping, poll=self.args.poll, grace=_END_GRACE,
-                                              say=_say)
+        gone, outlived = lifetimes.await_gone(self._workers, deadline, self.stopping, poll=self.args.poll,
+                                              grace=_END_GRACE, say=_say)
         if outlived:
             _say(f"{', '.join(outlived)} outlived the end estimated for them by {_END_GRACE:g}s: going on without "
                  "counting them as ending")
