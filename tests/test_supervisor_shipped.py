@@ -70,7 +70,7 @@ def test_the_shipped_supervisor_resumes_from_the_newest_complete_step_dir(tmp_pa
     (tmp_path / formats.checkpoint_name(30)).write_text("a file, not a checkpoint")
     out = _isolated(
         "import rl_lustre_supervisor.recovery.supervisor as s\n"
-        "sup = s.Supervisor(s._parser().parse_args(['--checkpoint-dir', sys.argv[1], 'true']))\n"
+        "sup = s.Supervisor(s.parser().parse_args(['--checkpoint-dir', sys.argv[1], 'true']))\n"
         "print(sup._newest_checkpoint())\n",
         str(tmp_path),
     )

@@ -219,8 +219,8 @@ def supervised(
 # The files the supervisor needs, relative to the rl_lustre package: shipped at the same
 # places inside rl_lustre_supervisor, so that its relative imports work there as here.
 SHIPPED = (
-    "recovery/supervisor.py", "recovery/journal.py", "recovery/stamps.py", "recovery/watch.py",
-    "recovery/procs.py", "recovery/lifetimes.py",
+    "recovery/supervisor.py", "recovery/jobargs.py", "recovery/journal.py", "recovery/stamps.py",
+    "recovery/watch.py", "recovery/procs.py", "recovery/lifetimes.py",
     "nemo_rl/formats.py", "jobrecord.py",
     "queueing/claims.py", "queueing/policy.py", "queueing/view.py", "queueing/member.py",
 )
@@ -244,8 +244,8 @@ def shipped_module() -> str:
         ... # doctest: +NORMALIZE_WHITESPACE
         ('rl_lustre_supervisor', ['__init__.py', '__main__.py', 'jobrecord.py', 'nemo_rl/__init__.py', 'nemo_rl/formats.py',
          'queueing/__init__.py', 'queueing/claims.py', 'queueing/member.py', 'queueing/policy.py', 'queueing/view.py',
-         'recovery/__init__.py', 'recovery/journal.py', 'recovery/lifetimes.py', 'recovery/procs.py', 'recovery/stamps.py',
-         'recovery/supervisor.py', 'recovery/watch.py'])
+         'recovery/__init__.py', 'recovery/jobargs.py', 'recovery/journal.py', 'recovery/lifetimes.py', 'recovery/procs.py',
+         'recovery/stamps.py', 'recovery/supervisor.py', 'recovery/watch.py'])
     """
     root, files = _shipped_files()
     package = root / MODULE

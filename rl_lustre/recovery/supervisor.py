@@ -74,7 +74,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -83,19 +82,19 @@ from collections.abc import Sequence
 from typing import Any
 
 # Shipped with this file to the cluster, at the same places relative to it (see shipped_module).
-from ..jobrecord import DASHBOARD, SEQ, SUBMITTED_AT, TOTAL_STEPS
+from ..jobrecord import DASHBOARD, TOTAL_STEPS
 from ..nemo_rl.formats import checkpoint_name, checkpoint_step, save_by_text
-from ..queueing.claims import Claim, Store, queue_root
 from ..queueing.member import Member
 from ..queueing.view import StateApi, read_view
 from . import journal, lifetimes
+from .jobargs import PREFIX, claim_of, job_config, parser, store_of
 from .journal import RESTART_MARK, RESUMED_MARK
+from .procs import orphan_watcher
 from .stamps import Stamper
 from .watch import NodeWatch, describe
 
 __all__ = ["PREFIX", "RESTART_MARK", "RESUMED_MARK", "main"]
 
-PREFIX = "rl_lustre supervisor:"
 # Ray's job stop waits 3 s before its SIGKILL; the command gets most of that.
 _STOP_GRACE = 2.5
 # After NeMo-RL stopped at a capacity's deadline: how long past the end to wait for its nodes to go.
@@ -118,16 +117,6 @@ def _stamp(t: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 10)} UTC"
 
 
-def job_config() -> dict[str, Any]:
-    """What Ray tells a job's entrypoint about its submission: its metadata (with the submission id)."""
-    try:
-        config = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
-    except ValueError:
-        return {}
-    metadata = config.get("metadata") if isinstance(config, dict) else None
-    return metadata if isinstance(metadata, dict) else {}
-
-
 class Supervisor:
     """Runs attempts of one command until it succeeds, fails for a reason of its own, or gives up."""
 
@@ -144,7 +133,7 @@ class Supervisor:
             self.watch = NodeWatch(self.api, self.submission_id, say=_say, on_held=self._held)
         self.member: Member | None = None
         if args.queue:
-            self.member = Member(_store(args), _claim(args, meta, self.submission_id), self.api, say=_say,
+            self.member = Member(store_of(args), claim_of(args, meta, self.submission_id), self.api, say=_say,
                                  poll=args.poll)
         self.stopping = threading.Event()
         self.child: subprocess.Popen[bytes] | None = None
@@ -233,7 +222,7 @@ class Supervisor:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        orphans = _orphan_watcher(self.child.pid)
+        orphans = orphan_watcher(self.child.pid)
         if watch is not None:
             watch.session = self.child.pid
         assert self.child.stdout is not None
@@ -487,98 +476,15 @@ class Supervisor:
                                "seconds_lost": at - lost_at, "capacity_seconds": waited})
 
 
-def _orphan_watcher(pgid: int) -> subprocess.Popen[bytes]:
-    """A process that kills the command's process group should this supervisor die first.
-
-    The command runs in a session of its own, outside Ray's fate-sharing of the
-    entrypoint's group: without this, a SIGKILLed supervisor would leave NeMo-RL holding
-    its GPUs. It is killed when the attempt ends.
-    """
-    script = (f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; "
-              f"kill -9 -{pgid} 2>/dev/null; exit 0")
-    return subprocess.Popen(["/bin/sh", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-
-
-def _claim(args: argparse.Namespace, meta: dict[str, Any], submission_id: str | None) -> Claim:
-    """This job's claim, from its command line and the metadata it was submitted with."""
-    def number(key: str, default: float) -> float:
-        try:
-            return float(meta.get(key, default))
-        except (TypeError, ValueError):
-            return default
-
-    return Claim(job=submission_id or f"pid-{os.getpid()}", nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                 cluster_nodes=args.cluster_nodes or args.nodes, priority=args.priority,
-                 submitted_at=number(SUBMITTED_AT, time.time()), seq=int(number(SEQ, 0)),
-                 backfill_window=args.backfill_window, pid=os.getpid())
-
-
-def _store(args: argparse.Namespace) -> Store:
-    """The cluster's ledger on this head; refuses to run anywhere but on the head."""
-    if args.queue_dir:
-        return Store(args.queue_dir)
-    address = os.environ.get("RAY_ADDRESS", "")
-    host = address.rsplit(":", 1)[0].strip("[]")
-    if not address or not _local(host):
-        raise SystemExit(
-            f"{PREFIX} the rl_lustre supervisor runs on the Ray head, where the cluster's queue is; it was "
-            f"started on {socket.gethostname()} with RAY_ADDRESS={address!r}: is "
-            "RAY_JOB_ALLOW_DRIVER_ON_WORKER_NODES set on the head?")
-    return Store(queue_root(address, args.queue))
-
-
-def _local(host: str) -> bool:
-    """Whether ``host`` is an address of this machine."""
-    try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-        return True
-    except OSError:
-        return False
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m rl_lustre_supervisor", allow_abbrev=False,
-                                description="Wait for the job's nodes in the cluster's queue, run a command, and "
-                                "rerun it after Ray worker nodes were lost.")
-    p.add_argument("--max-restarts", type=int, default=3)
-    p.add_argument("--nodes", type=int, default=0, help="the GPU nodes the run takes (0: no queue, no watch)")
-    p.add_argument("--gpus-per-node", type=float, default=0)
-    p.add_argument("--no-watch", action="store_true", help="do not watch Ray's node table for lost nodes")
-    p.add_argument("--queue", default="", metavar="NAME", help="wait in this cluster's queue on the Ray head first")
-    p.add_argument("--queue-dir", default="", help=argparse.SUPPRESS)
-    p.add_argument("--cluster-nodes", type=int, default=0, help="the cluster's nodes (default: --nodes)")
-    p.add_argument("--priority", type=int, default=0)
-    p.add_argument("--backfill-window", type=float, default=3600.0)
-    p.add_argument("--capacity-timeout", type=float, default=1800.0)
-    p.add_argument("--checkpoint-dir", default="")
-    p.add_argument("--capacity-end", type=float, default=None, metavar="EPOCH",
-                   help="when the capacity granted at submission ends (seconds since the epoch)")
-    p.add_argument("--lifetime", type=lifetimes.parse_lifetime, action="append", default=[],
-                   metavar="PREFIX=SECONDS", help="nodes whose name starts with PREFIX live at most SECONDS")
-    p.add_argument("--save-margin", type=float, default=None,
-                   help="seconds before a capacity's end by which NeMo-RL must have saved")
-    p.add_argument("--poll", type=float, default=1.0)
-    p.add_argument("--hang-grace", type=float, default=60.0)
-    p.add_argument("--settle", type=float, default=3.0,
-                   help="seconds to look for lost nodes after the command failed")
-    p.add_argument("--siblings", type=float, default=5.0,
-                   help="seconds to look on for more lost nodes after one was found lost")
-    p.add_argument("command", help="the shell command (after --)")
-    return p
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and supervise; returns the exit status."""
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     if args.max_restarts < 0 or args.nodes < 0:
-        _parser().error("--max-restarts and --nodes must be >= 0")
+        parser().error("--max-restarts and --nodes must be >= 0")
     if args.queue and args.nodes < 1:
-        _parser().error("--queue needs --nodes of at least 1")
+        parser().error("--queue needs --nodes of at least 1")
     if (args.capacity_end is not None or args.lifetime) and args.save_margin is None:
-        _parser().error("--capacity-end and --lifetime need --save-margin")
+        parser().error("--capacity-end and --lifetime need --save-margin")
     supervisor = Supervisor(args)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, supervisor.stop)
