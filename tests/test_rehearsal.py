@@ -16,6 +16,7 @@ import yaml
 
 import rl_lustre.rehearsal.checkpoints as checkpoints
 import rl_lustre.rehearsal.driver as driver
+import rl_lustre.rehearsal.entrypoint as entrypoint
 from rl_lustre.nemo_rl import resolve_config
 from rl_lustre.nemo_rl.checkpoints import list_checkpoints
 from rl_lustre.nemo_rl.logs import parse_log
@@ -158,7 +159,7 @@ def test_interrupted_save_leaves_only_a_tmp_dir_that_the_next_start_clears(
     monkeypatch.setattr(checkpoints, "write_filler", interrupted_in_step_2)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert driver.main(args) == 128 + signal.SIGINT
+        assert entrypoint.main(args) == 128 + signal.SIGINT
     assert "stopped by SIGINT during step 2" in out.getvalue()
     assert _steps(tmp_path) == ["step_1", "tmp_step_2"]
     assert [c.step for c in list_checkpoints(tmp_path / "ckpt")] == [1]
@@ -166,7 +167,7 @@ def test_interrupted_save_leaves_only_a_tmp_dir_that_the_next_start_clears(
     monkeypatch.setattr(checkpoints, "write_filler", real_write)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert driver.main(args) == 0
+        assert entrypoint.main(args) == 0
     assert "removed stale tmp_step_2" in out.getvalue()
     assert _steps(tmp_path) == ["step_1", "step_2", "step_3"]
     assert [s.step for s in parse_log(out.getvalue()).steps] == [2, 3]

@@ -13,6 +13,7 @@ the NeMo-RL behaviour it reproduces and where that was read.
 
 from __future__ import annotations
 
-from .driver import PREFIX, main
+from .driver import PREFIX
+from .entrypoint import main
 
 __all__ = ["PREFIX", "main"]

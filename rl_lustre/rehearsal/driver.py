@@ -90,22 +90,16 @@ the results printed after each step in :mod:`rl_lustre.rehearsal.metrics`.
 
 from __future__ import annotations
 
-import argparse
 import glob
-import io
 import json
 import os
 import random
 import re
-import signal
-import sys
 import time
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from ..errors import ConfigError
 from ..nemo_rl import formats
 from . import checkpoints
 from .metrics import metric_problem, print_results, say, train_metrics, val_metrics
@@ -115,7 +109,7 @@ if TYPE_CHECKING:
     from .placement import NodeWorkers
     from .virtual_cluster import VirtualCluster
 
-__all__ = ["PREFIX", "main", "next_experiment_dir"]
+__all__ = ["PREFIX", "Rehearsal", "RehearsalError", "next_experiment_dir"]
 
 PREFIX = "rl_lustre rehearsal:"
 DEFAULT_RECIPE = "examples/configs/grpo_math_1B.yaml"
@@ -132,10 +126,6 @@ _PHASES: list[tuple[str, str, float]] = [
     ("training_prep", "▶ Preparing for training...", 0.03),
     ("policy_training", "▶ Training policy...", 0.30),
 ]
-
-
-class _Stopped(Exception):
-    """SIGTERM arrived (Ray's job stop sends it before SIGKILL)."""
 
 
 class RehearsalError(Exception):
@@ -161,7 +151,7 @@ def next_experiment_dir(base_log_dir: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _get(cfg: dict[str, Any], dotted: str) -> Any:
+def get(cfg: dict[str, Any], dotted: str) -> Any:
     node: Any = cfg
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -182,13 +172,13 @@ class Rehearsal:
         self.step_seconds = step_seconds
         self.param_count = param_count
         self.real_bytes = checkpoint_bytes(param_count)
-        self.grpo = _get(cfg, "grpo")
-        self.ckpt = _get(cfg, "checkpointing")
-        self.max_steps = int(_get(cfg, "grpo.max_num_steps"))
+        self.grpo = get(cfg, "grpo")
+        self.ckpt = get(cfg, "checkpointing")
+        self.max_steps = int(get(cfg, "grpo.max_num_steps"))
         self.max_epochs = int(self.grpo.get("max_num_epochs", 1))
         self.seed = int(self.grpo.get("seed", 42))
-        self.num_nodes = int(_get(cfg, "cluster.num_nodes"))
-        self.gpus_per_node = int(_get(cfg, "cluster.gpus_per_node"))
+        self.num_nodes = int(get(cfg, "cluster.num_nodes"))
+        self.gpus_per_node = int(get(cfg, "cluster.gpus_per_node"))
         self.checkpoint_dir = Path(str(self.ckpt.get("checkpoint_dir", "results/grpo")))
         self.keep_top_k: int | None = self.ckpt.get("keep_top_k")
         self.metric_name: str | None = self.ckpt.get("metric_name")
@@ -216,7 +206,7 @@ class Rehearsal:
     # -- start-up ---------------------------------------------------------------------
 
     def setup(self) -> None:
-        log_dir = next_experiment_dir(str(_get(self.cfg, "logger.log_dir")))
+        log_dir = next_experiment_dir(str(get(self.cfg, "logger.log_dir")))
         self.cfg["logger"]["log_dir"] = str(log_dir)
         say(f"📊 Using log directory: {log_dir}")
         if self.ckpt.get("enabled"):
@@ -423,145 +413,3 @@ class Rehearsal:
             import ray
 
             ray.shutdown()
-
-
-def _parser() -> argparse.ArgumentParser:
-    def fraction(text: str) -> float:
-        value = float(text)
-        if not 0 < value <= 1:
-            raise argparse.ArgumentTypeError(f"{text}: must be greater than 0 and at most 1")
-        return value
-
-    def seconds(text: str) -> float:
-        value = float(text)
-        if not 0 <= value <= 3600:
-            raise argparse.ArgumentTypeError(f"{text}: must be between 0 and 3600")
-        return value
-
-    p = argparse.ArgumentParser(
-        prog="python -m rl_lustre.rehearsal",
-        description="Rehearse a NeMo-RL GRPO run without training: NeMo-RL's command line, step "
-        "lines and checkpoint layout, with synthetic metrics and scaled-down checkpoints.",
-        allow_abbrev=False,
-    )
-    p.add_argument("--config", default=DEFAULT_RECIPE,
-                   help="a NeMo-RL recipe name or YAML path (default: %(default)s)")
-    p.add_argument("--checkpoint-scale", type=fraction, default=DEFAULT_SCALE, metavar="S",
-                   help="checkpoints are S x the real size for the model (default: %(default)g)")
-    p.add_argument("--step-seconds", type=seconds, default=DEFAULT_STEP_SECONDS, metavar="T",
-                   help="how long a rehearsed step takes (default: %(default)g)")
-    p.add_argument("--param-count", type=int, default=None, metavar="N",
-                   help="the model's parameter count, when policy.model_name does not state it")
-    p.add_argument("--reserve", action="store_true",
-                   help="hold the job's GPUs in Ray placement groups exactly as NeMo-RL's RayVirtualCluster does, "
-                   "and fail as it fails when they cannot be had")
-    p.add_argument("--place-workers", action="store_true",
-                   help="also place one Ray actor per node in those groups, as NeMo-RL places its workers; "
-                   "a lost node then fails the run as it fails NeMo-RL (implies --reserve)")
-    p.add_argument("--nemo-rl-version", default="0.4.0", metavar="V",
-                   help="the NeMo-RL version whose config rules apply (default: %(default)s)")
-    return p
-
-
-def _signal_stop(signum: int, frame: object) -> NoReturn:
-    raise _Stopped(signal.Signals(signum).name)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the rehearsal with NeMo-RL's command line; return the exit status.
-
-    Examples:
-        >>> import contextlib, io, tempfile
-        >>> d = tempfile.mkdtemp()
-        >>> out = io.StringIO()
-        >>> with contextlib.redirect_stdout(out):
-        ...     status = main(["--config", "grpo_math_1B", "--step-seconds", "0",
-        ...                    "grpo.max_num_steps=2", "checkpointing.save_period=1",
-        ...                    "checkpointing.metric_name=null",
-        ...                    f"checkpointing.checkpoint_dir={d}/ckpt", f"logger.log_dir={d}/logs"])
-        >>> status, sorted(p.name for p in Path(d, "ckpt").iterdir())
-        (0, ['step_1', 'step_2'])
-        >>> out.getvalue().splitlines()[0].startswith("rl_lustre rehearsal: REHEARSAL")
-        True
-    """
-    args, overrides = _parser().parse_known_args(argv)
-    if isinstance(sys.stdout, io.TextIOWrapper):
-        # Emoji must not kill the run on a non-UTF-8 terminal or pipe.
-        sys.stdout.reconfigure(errors="backslashreplace")
-    say(f"{PREFIX} REHEARSAL -- no model is trained. This driver stands in for NeMo-RL's GRPO "
-         "entrypoint to rehearse orchestration and checkpoint storage; its metrics are synthetic.")
-    say(f"{PREFIX} checkpoints are written in NeMo-RL's layout at {args.checkpoint_scale:g} x the real "
-         f"size; each step takes {args.step_seconds:g}s.")
-    previous = signal.getsignal(signal.SIGTERM)
-    in_main_thread = _is_main_thread()
-    if in_main_thread:
-        signal.signal(signal.SIGTERM, _signal_stop)
-    rehearsal: Rehearsal | None = None
-    status = 1
-    try:
-        cfg = _resolve(args.config, overrides, args.nemo_rl_version)
-        params = args.param_count or _param_count(cfg)
-        rehearsal = Rehearsal(cfg, scale=args.checkpoint_scale, step_seconds=args.step_seconds,
-                              param_count=params, place_workers=args.place_workers, reserve=args.reserve)
-        rehearsal.setup()
-        status = rehearsal.run()
-        say(f"{PREFIX} finished at step {rehearsal.step or rehearsal.state.get('total_steps', 0)}/"
-             f"{rehearsal.max_steps}. This was a REHEARSAL: no model was trained.")
-    except (RehearsalError, ConfigError) as exc:
-        print(f"{PREFIX} error: {exc}", file=sys.stderr, flush=True)
-        say(f"{PREFIX} failed before training could start or continue. This was a REHEARSAL: no model was trained.")
-        status = 1
-    except (_Stopped, KeyboardInterrupt) as exc:
-        name = str(exc) if isinstance(exc, _Stopped) else "SIGINT"
-        step = rehearsal.step if rehearsal is not None else 0
-        say(f"{PREFIX} stopped by {name} during step {step}; an unfinished {formats.checkpoint_name(step, formats.SAVING)} is cleared at the "
-             "next start. This was a REHEARSAL: no model was trained.")
-        status = 128 + signal.Signals[name].value
-    except Exception:
-        say(f"{PREFIX} failed (the traceback is on stderr). This was a REHEARSAL: no model was trained.")
-        raise
-    finally:
-        if rehearsal is not None:
-            rehearsal.close()
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
-    return status
-
-
-def _is_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
-def _recipe(config: str) -> str:
-    """A YAML file that exists is read; NeMo-RL's own ``examples/configs/<name>.yaml``
-    (a path inside the NeMo-RL image) selects the shipped recipe ``<name>``."""
-    if Path(config).is_file():
-        return config
-    m = re.fullmatch(r"(?:.*/)?examples/configs/([^/]+)\.ya?ml", config)
-    return m.group(1) if m else config
-
-
-def _resolve(config: str, overrides: list[str], version: str) -> dict[str, Any]:
-    from ..nemo_rl import resolve_config
-
-    say(f"Loaded configuration from: {config}")
-    if overrides:
-        say(f"Overrides: {overrides}")
-    cfg = resolve_config(_recipe(config), overrides, version=version)
-    say("Applied CLI overrides")
-    return cfg
-
-
-def _param_count(cfg: dict[str, Any]) -> int:
-    from .._sizing import parse_param_count
-
-    model = _get(cfg, "policy.model_name")
-    count = parse_param_count(str(model))
-    if count is None:
-        raise RehearsalError(
-            f"policy.model_name={model!r} states no parameter count, so the checkpoint size is unknown; "
-            "pass --param-count N"
-        )
-    return count
