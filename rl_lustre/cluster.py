@@ -24,8 +24,8 @@ from .spec.cluster import (
     HF_REPO_ID_RULE,
     MAINTENANCE_EXCLUSIONS,
     ClusterSpec,
-    default_volume_size,
 )
+from .spec.cluster_storage import default_volume_size
 from .volume import LustreVolume
 
 if TYPE_CHECKING:

@@ -252,7 +252,7 @@ def find_warm_start(uri: str, *, storage: Any = None) -> WarmStartExport | None:
     from .gcp.storage import BucketObjects
     from .plan.warmstart import WarmStart
     from .provision.warmstart import read_manifest
-    from .spec.cluster import WARM_START_RULE, is_warm_start
+    from .spec.cluster_storage import WARM_START_RULE, is_warm_start
 
     if not is_warm_start(uri):
         raise ConfigError("find_warm_start", "uri", uri, WARM_START_RULE)

@@ -32,9 +32,10 @@ import attrs
 
 from .. import _validate as v
 from ..errors import ConfigError
+from ._fields import settle
 
 __all__ = ["CAPACITY_KINDS", "DEFAULT_WAIT", "FLEX_START_MAX_RUN_SECONDS", "NO_CAPACITY_OPTIONS",
-           "RDMA_ZONE_RULE", "RESERVATION_RULE", "Capacity", "check_capacity_zones"]
+           "RDMA_ZONE_RULE", "RESERVATION_RULE", "Capacity", "check_capacity", "check_capacity_zones"]
 
 CAPACITY_KINDS = ("reservation", "spot", "flex-start", "on-demand")
 # GKE flex-start: a node lives at most 7 days (maxRunDurationSeconds / max_run_duration).
@@ -158,6 +159,55 @@ class Capacity:
             out["queued"] = self.queued
             out["max_run_duration_seconds"] = self.max_run_duration
         return out
+
+
+def check_capacity(spec: Any) -> None:
+    """Settle the capacity policy of a GKE ``ClusterSpec`` whose ``fabric`` is settled: the one
+    given, or the one its ``spot`` / ``reservation`` fields say; then ``spot`` (whether the
+    first lane is Spot) and :func:`check_capacity_zones`."""
+    given, spot, reservation = spec._given_capacity, spec._given_spot, spec.reservation
+    if given is None:
+        if spot and reservation is not None:
+            v.fail(spec, "reservation", reservation,
+                   "Spot VMs cannot consume a reservation; pass spot=False to use one")
+        if reservation is not None:
+            policy: tuple[Capacity, ...] = (Capacity("reservation", reservation=reservation),)
+        elif spot is False:
+            policy = (Capacity("on-demand"),)
+        else:
+            policy = (Capacity("spot"),)
+    else:
+        if not isinstance(given, tuple) or not given:
+            v.fail(spec, "capacity", given,
+                   "must be a non-empty list of capacity kinds to try in order, like ('spot', 'flex-start')")
+        policy = tuple(Capacity.parse(c, owner=type(spec).__name__) for c in given)
+        named = []
+        for i, c in enumerate(policy):
+            if c.kind == "reservation" and c.reservation is None:
+                if reservation is None:
+                    v.fail(spec, "capacity", given,
+                           f"entry {i} is a reservation without a name: pass Capacity('reservation', "
+                           "reservation='NAME') or Cluster(reservation='NAME')")
+                assert reservation is not None
+                policy = (*policy[:i], c.with_reservation(reservation), *policy[i + 1:])
+            if policy[i].kind == "reservation":
+                named.append(policy[i].reservation)
+        labels = [c.label for c in policy]
+        if len(set(labels)) != len(labels):
+            v.fail(spec, "capacity", given, "each capacity may be listed once")
+        kinds = [c.kind for c in policy]
+        if spot is True and "spot" not in kinds:
+            v.fail(spec, "spot", True, f"conflicts with capacity={tuple(kinds)}, which lists no 'spot' "
+                   "(leave spot out when you give a capacity policy)")
+        if spot is False and "spot" in kinds:
+            v.fail(spec, "spot", False, f"conflicts with capacity={tuple(kinds)}, which lists 'spot'")
+        if reservation is not None and reservation not in named:
+            v.fail(spec, "reservation", reservation,
+                   f"conflicts with capacity={tuple(labels)}: the policy must list this reservation "
+                   "(add 'reservation' to it) or leave reservation out")
+    settle(spec, "capacity", policy)
+    settle(spec, "spot", policy[0].kind == "spot")
+    check_capacity_zones(spec)
 
 
 def check_capacity_zones(spec: Any) -> None:

@@ -1,12 +1,14 @@
 """``ClusterSpec``: the fields and rules of a deployment (``Cluster``'s spec), and the
 values derived from them (the GPU type and count of a machine type, the fabric, the
-image's Ray version, the default volume and the local volume directory)."""
+image's Ray version, the default volume and the local volume directory).
+
+The rules of its volume, mount path and warm start are in
+:mod:`rl_lustre.spec.cluster_storage`, those of its capacity policy in
+:mod:`rl_lustre.spec.capacity`."""
 
 from __future__ import annotations
 
-import functools
 import os
-import posixpath
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,28 +26,24 @@ from ..catalog import (
     ray_version_for_image,
     rdma_machine_types,
 )
-from ..errors import ConfigError
 from ._fields import settle
 from .capacity import (
     NO_CAPACITY_OPTIONS,
     RESERVATION_PATTERN,
     RESERVATION_RULE,
     Capacity,
-    check_capacity_zones,
+    check_capacity,
 )
+from .cluster_storage import check_volume, local_mount, settle_mount_path, warm_start_value
 from .volume import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE, VolumeSpec
 
-__all__ = ["CLUSTER_NAME_RULE", "DEFAULT_MOUNT_PATH", "DEFAULT_SECRETS", "HF_REPO_ID_RULE", "MAINTENANCE_EXCLUSIONS", "WARM_START_RULE",
-           "ClusterSpec", "default_local_root", "default_volume_size"]
+__all__ = ["CLUSTER_NAME_RULE", "DEFAULT_SECRETS", "HF_REPO_ID_RULE", "MAINTENANCE_EXCLUSIONS", "ClusterSpec"]
 
 CLUSTER_NAME_RULE = (
     "must be 1-40 lowercase letters, digits or hyphens, start with a letter and not end with "
     "a hyphen (GKE cluster name rule)"
 )
-_SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run",
-                "/sbin", "/sys", "/usr", "/var", "/opt/nemo-rl")
 DEFAULT_SECRETS = ("HF_TOKEN", "WANDB_API_KEY")
-DEFAULT_MOUNT_PATH = "/lustre"
 # GKE's maintenance exclusion scopes (MaintenanceExclusionOptions.Scope). NO_UPGRADES
 # lasts at most 30 days and must end at a fixed time, so it is not offered here.
 MAINTENANCE_EXCLUSIONS = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES")
@@ -53,12 +51,6 @@ MAINTENANCE_EXCLUSIONS = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES")
 # The class local() is called on (Cluster.local() makes a Cluster): typing.Self before Python 3.11.
 Self = TypeVar("Self", bound="ClusterSpec")
 _T = TypeVar("_T")
-
-
-def default_local_root() -> Path:
-    """Where local deployments keep their volume directories: ``$XDG_DATA_HOME/rl_lustre``."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "rl_lustre"
 
 
 def _check_secret_names(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -105,44 +97,6 @@ def _hf_repo_ids(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
         v.fail(inst, v.field_name(attr), value, "model ids must be unique")
 
 
-# A Cloud Storage bucket (its naming rules, dots aside) and an optional prefix of plain
-# '/'-separated names: where the warm-start export lives (rl_lustre.plan.warmstart).
-_WARM_START = re.compile(r"gs://([a-z0-9][a-z0-9_-]{1,61}[a-z0-9])((?:/[A-Za-z0-9_.=+-]+)*)")
-WARM_START_RULE = ("must be a Cloud Storage location 'gs://BUCKET' or 'gs://BUCKET/PREFIX': a bucket name of 3-63 "
-                   "lowercase letters, digits, '-' or '_' that starts and ends with a letter or digit (no dots, "
-                   "not starting with 'goog'), and a prefix of '/'-separated names of letters, digits and "
-                   "'_.=+-' (no '.' or '..' name, no trailing '/', no spaces or wildcards)")
-
-
-def is_warm_start(value: Any) -> bool:
-    """Whether ``value`` follows :data:`WARM_START_RULE`."""
-    m = _WARM_START.fullmatch(value) if isinstance(value, str) else None
-    return not (m is None or m[1].startswith("goog") or "google" in m[1]
-                or any(part in (".", "..") for part in m[2].split("/")[1:]))
-
-
-def _warm_start_value(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and not is_warm_start(value):
-        v.fail(inst, "warm_start", value, WARM_START_RULE)
-
-
-@functools.lru_cache(maxsize=1)
-def default_volume_size() -> tuple[int, int]:
-    """``(capacity_gib, throughput_mbps_per_tib)`` of the volume a ``Cluster`` gets when
-    given none: what :func:`~rl_lustre.size_lustre` picks for the default job
-    (``GRPOJob()``'s model and ``keep_top_k``, a checkpoint written in 300 s).
-
-    Examples:
-        >>> default_volume_size()
-        (9000, 1000)
-    """
-    from .._sizing import smallest_instance
-    from .job import JobSpec
-
-    fields = attrs.fields(JobSpec)
-    return smallest_instance(str(fields.model.default), checkpoints_kept=fields.keep_top_k.default or 2)
-
-
 @v.keyword_errors
 @attrs.frozen(kw_only=True)
 class ClusterSpec:
@@ -153,7 +107,8 @@ class ClusterSpec:
     ``attrs.evolve`` from the new values: ``accelerator_type`` and ``gpus_per_node`` from
     ``machine_type``, ``fabric`` from the machine type's NICs, ``ray_version`` from
     ``image``, ``mount_path`` (``/lustre``; locally the volume directory under
-    :func:`default_local_root` named after ``name``) and the default ``volume``.
+    :func:`~rl_lustre.spec.cluster_storage.default_local_root` named after ``name``) and
+    the default ``volume``.
     """
 
     # Cluster (the façade) holds a LustreVolume; this layer only needs its spec.
@@ -231,7 +186,7 @@ class ClusterSpec:
     _given_preload_image: bool | str | None = attrs.field(
         alias="preload_image", default=None, eq=False, repr=False, validator=_preload_image_value)
     preload_image: bool | str = attrs.field(init=False)
-    warm_start: str | None = attrs.field(default=None, validator=_warm_start_value)
+    warm_start: str | None = attrs.field(default=None, validator=warm_start_value)
     keep: bool = attrs.field(default=False, validator=v.boolean)
     backend: Literal["gke", "local"] = attrs.field(default="gke", validator=v.one_of(["gke", "local"]))
     nemo_rl_path: str | None = attrs.field(
@@ -270,8 +225,7 @@ class ClusterSpec:
         assert self.region is not None
         if self.zone.rsplit("-", 1)[0] != self.region:
             v.fail(self, "zone", self.zone, f"must be a zone of region {self.region!r} (like '{self.region}-b')")
-        settle(self, "mount_path", DEFAULT_MOUNT_PATH if self._given_mount_path is None else self._given_mount_path)
-        self._check_mount_path(gke=True)
+        settle_mount_path(self, gke=True)
         if self.worker_nodes:
             v.fail(self, "worker_nodes", self.worker_nodes,
                    "is for Cluster.local(); a GKE cluster's worker nodes are its num_nodes GPU nodes")
@@ -298,7 +252,7 @@ class ClusterSpec:
         if gpus == 0:
             v.fail(self, "gpus_per_node", 0, "a GPU node pool needs at least 1 GPU per node")
         self._check_fabric(known.rdma_nics if known is not None else 0)
-        self._check_capacity()
+        check_capacity(self)
         if self.head_machine_type in GPU_MACHINE_TYPES:
             v.fail(self, "head_machine_type", self.head_machine_type,
                    "the head pool is a CPU pool; use head_on_gpu_pool=True to put the head on GPU nodes")
@@ -308,58 +262,7 @@ class ClusterSpec:
                    "opens the control plane to the whole internet; pass public_control_plane=True if you mean it")
         self._check_image()
         self._check_preload()
-        self._check_volume()
-        if self.warm_start is not None and self.volume is not None and self.volume.existing:
-            v.fail(self, "warm_start", self.warm_start,
-                   f"needs a volume this deployment creates; {self.volume.name!r} is existing=True, and an existing "
-                   "volume keeps its files between deployments already (copy to or from a bucket with "
-                   "volume.import_data() / volume.export_data())")
-
-    def _check_capacity(self) -> None:
-        """The capacity policy: given, or the one the ``spot`` / ``reservation`` fields say."""
-        given, spot, reservation = self._given_capacity, self._given_spot, self.reservation
-        if given is None:
-            if spot and reservation is not None:
-                v.fail(self, "reservation", reservation,
-                       "Spot VMs cannot consume a reservation; pass spot=False to use one")
-            if reservation is not None:
-                policy: tuple[Capacity, ...] = (Capacity("reservation", reservation=reservation),)
-            elif spot is False:
-                policy = (Capacity("on-demand"),)
-            else:
-                policy = (Capacity("spot"),)
-        else:
-            if not isinstance(given, tuple) or not given:
-                v.fail(self, "capacity", given,
-                       "must be a non-empty list of capacity kinds to try in order, like ('spot', 'flex-start')")
-            policy = tuple(Capacity.parse(c, owner=type(self).__name__) for c in given)
-            named = []
-            for i, c in enumerate(policy):
-                if c.kind == "reservation" and c.reservation is None:
-                    if reservation is None:
-                        v.fail(self, "capacity", given,
-                               f"entry {i} is a reservation without a name: pass Capacity('reservation', "
-                               "reservation='NAME') or Cluster(reservation='NAME')")
-                    assert reservation is not None
-                    policy = (*policy[:i], c.with_reservation(reservation), *policy[i + 1:])
-                if policy[i].kind == "reservation":
-                    named.append(policy[i].reservation)
-            labels = [c.label for c in policy]
-            if len(set(labels)) != len(labels):
-                v.fail(self, "capacity", given, "each capacity may be listed once")
-            kinds = [c.kind for c in policy]
-            if spot is True and "spot" not in kinds:
-                v.fail(self, "spot", True, f"conflicts with capacity={tuple(kinds)}, which lists no 'spot' "
-                       "(leave spot out when you give a capacity policy)")
-            if spot is False and "spot" in kinds:
-                v.fail(self, "spot", False, f"conflicts with capacity={tuple(kinds)}, which lists 'spot'")
-            if reservation is not None and reservation not in named:
-                v.fail(self, "reservation", reservation,
-                       f"conflicts with capacity={tuple(labels)}: the policy must list this reservation "
-                       "(add 'reservation' to it) or leave reservation out")
-        settle(self, "capacity", policy)
-        settle(self, "spot", policy[0].kind == "spot")
-        check_capacity_zones(self)
+        check_volume(self)
 
     def _check_preload(self) -> None:
         given = self._given_preload_image
@@ -375,28 +278,6 @@ class ClusterSpec:
                                f"reported to refuse secondary boot disk images named longer than "
                                f"{_GKE_DISK_IMAGE_NAME_MAX} when it attaches them to a node", UserWarning)
         settle(self, "preload_image", value)
-
-    def _check_volume(self) -> None:
-        kind = self._volume_class
-        vol = self.volume
-        if vol is not None and not isinstance(vol, kind):
-            v.fail(self, "volume", vol, f"must be a {kind.__name__}")
-        if vol is None or "name" in vol._filled:
-            # The default volume follows the cluster (also through attrs.evolve).
-            capacity, tier = default_volume_size()
-            vol = kind(name=naming.default_volume_name(self), capacity_gib=capacity, throughput_mbps_per_tib=tier)
-            object.__setattr__(vol, "_filled", frozenset({"name"}))
-        else:
-            vol = vol._unfilled()
-        for field in ("project", "zone"):
-            theirs = getattr(vol, field)
-            if theirs is not None and theirs != getattr(self, field):
-                v.fail(self, "volume", f"{vol.name} ({field}={theirs})",
-                       f"the volume must be in the cluster's {field} {getattr(self, field)!r}")
-        net = self.network_name
-        if vol.network is not None and vol.network != net:
-            v.fail(self, "volume", f"{vol.name} (network={vol.network})", f"the volume must be on the cluster's network {net!r}")
-        object.__setattr__(self, "volume", vol._with_defaults(project=self.project, zone=self.zone, network=net))
 
     def _check_fabric(self, rdma_nics: int) -> None:
         fabric = self._given_fabric
@@ -425,16 +306,7 @@ class ClusterSpec:
         if self.volume is not None:
             v.fail(self, "volume", self.volume, "a local cluster uses a directory, not a LustreVolume")
         settle(self, "accelerator_type", self._given_accelerator_type)
-        if self._given_mount_path is None:
-            default = posixpath.normpath(str((default_local_root() / self.name / "volume").absolute()))
-            settle(self, "mount_path", default)
-            if any(ch.isspace() for ch in default) or ":" in default or v.control_char(default) is not None:
-                v.fail(self, "mount_path", default,
-                       "the default volume directory must not contain whitespace, control characters or ':'; "
-                       "pass volume_dir= to Cluster.local()")
-        else:
-            settle(self, "mount_path", self._given_mount_path)
-        self._check_mount_path(gke=False)
+        settle_mount_path(self, gke=False)
         settle(self, "gpus_per_node", 1 if self._given_gpus_per_node is None else self._given_gpus_per_node)
         if self.nemo_rl_path is not None and not Path(self.nemo_rl_path).is_absolute():
             v.fail(self, "nemo_rl_path", self.nemo_rl_path, "must be an absolute path to a NeMo-RL checkout")
@@ -442,18 +314,6 @@ class ClusterSpec:
             v.fail(self, "num_nodes", self.num_nodes,
                    f"must be at most worker_nodes={self.worker_nodes}: each node of a job is one worker raylet")
         settle(self, "ray_version", self._given_ray_version)
-
-    def _check_mount_path(self, *, gke: bool) -> None:
-        p = self.mount_path
-        if not isinstance(p, str) or not p.startswith("/"):
-            v.fail(self, "mount_path", p, "must be an absolute path")
-        # normpath keeps a leading '//' (POSIX leaves its meaning to the system): refused too.
-        if posixpath.normpath(p) != p or p == "/" or p.startswith("//"):
-            v.fail(self, "mount_path", p, "must be a normalised path other than '/' (no trailing '/', '..' or '//')")
-        if any(c.isspace() for c in p) or ":" in p or v.control_char(p) is not None:
-            v.fail(self, "mount_path", p, "must not contain whitespace, control characters or ':'")
-        if gke and any(p == d or p.startswith(d + "/") for d in _SYSTEM_DIRS):
-            v.fail(self, "mount_path", p, f"must not be inside a system directory ({', '.join(_SYSTEM_DIRS)})")
 
     def _check_image(self) -> None:
         known = ray_version_for_image(self.image)
@@ -522,7 +382,7 @@ class ClusterSpec:
         v.need(owner, "volume_dir", volume_dir, (str, os.PathLike), "a directory path (str or Path)", optional=True)
         v.need(owner, "nemo_rl_path", nemo_rl_path, (str, os.PathLike), "a NeMo-RL checkout path (str or Path)",
                optional=True)
-        mount = None if volume_dir is None else _local_mount(owner, volume_dir)
+        mount = None if volume_dir is None else local_mount(owner, volume_dir)
         return cls(
             name=name,
             backend="local",
@@ -566,24 +426,3 @@ class _Derived(dict[str, Any]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Derived, ())
-
-
-def _local_mount(owner: str, volume_dir: str | os.PathLike[str]) -> str:
-    """``volume_dir`` as the absolute, normalised mount path of a local deployment."""
-    raw = os.fspath(volume_dir)
-    if not isinstance(raw, str) or not raw.strip():
-        raise ConfigError(owner, "volume_dir", raw, "must be a directory path, not empty (the default is "
-                          f"{default_local_root() / '<name>' / 'volume'})")
-    if v.control_char(raw) is not None:
-        v.no_control(owner, "volume_dir", raw)
-    try:
-        # expanduser() leaves a path without a leading "~" as it is.
-        expanded = Path(raw).expanduser()
-    except RuntimeError:
-        raise ConfigError(owner, "volume_dir", raw,
-                          "starts with '~user' for a user this machine does not know; give the directory's path") from None
-    mount = posixpath.normpath(str(expanded.absolute()))
-    if mount == "/" or any(ch.isspace() for ch in mount) or ":" in mount:
-        raise ConfigError(owner, "volume_dir", raw,
-                          "must be a directory other than '/', without whitespace or ':' in its path")
-    return mount
