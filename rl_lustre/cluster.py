@@ -33,11 +33,11 @@ if TYPE_CHECKING:
 
     from .backends import Backend
     from .check import CheckReport
-    from .cost import Prices
     from .goodput import GoodputLedger
     from .job import GRPOJob
     from .metrics import ClusterMetrics
     from .plan import Plan
+    from .prices import Prices
     from .queueing.state import QueueState
     from .run import Run
 

@@ -36,7 +36,8 @@ from .errors import ConfigError, NotFoundError
 
 if TYPE_CHECKING:
     from .cluster import Cluster
-    from .cost import Cost, Prices
+    from .cost import Cost
+    from .prices import Prices
     from .provision.context import Apis
     from .provision.records import Report
 
@@ -172,12 +173,12 @@ class Deployment:
         """
         from .cost import (
             Cost,
-            Prices,
             gke_cluster_item,
             lustre_item,
             node_pool_item,
             secondary_disks_item,
         )
+        from .prices import Prices
 
         prices = prices or Prices()
         items = []

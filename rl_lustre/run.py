@@ -33,11 +33,11 @@ from .jobrecord import JOB, NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
 from .outages import TRANSIENT, Outage, OutageBudget
 
 if TYPE_CHECKING:
-    from .cost import Prices
     from .goodput import GoodputLedger
     from .metrics import ClusterMetrics
     from .nemo_rl.checkpoints import Checkpoint
     from .nemo_rl.logs import CheckpointSave, LogParser, StepRecord
+    from .prices import Prices
     from .queueing.state import QueueState, Timeline
     from .ray.jobs import JobInfo, JobsClient
     from .recovery import Restart

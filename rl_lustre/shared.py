@@ -29,7 +29,7 @@ import attrs
 from .catalog import PRELOAD_BUILD_TIMEOUT, ROLE_PRELOAD_BUILD, ROLE_PRELOAD_IMAGE
 
 if TYPE_CHECKING:
-    from .cost import Prices
+    from .prices import Prices
     from .provision.context import Apis
 
 __all__ = ["CollectedShared", "PreloadImage", "Shared", "WarmStartExport", "collect_shared", "find_shared",
@@ -68,7 +68,7 @@ class PreloadImage:
 
     def usd_per_month(self, prices: Prices | None = None) -> float:
         """Its storage per month, priced at its disk size (an upper bound of what is stored)."""
-        from .cost import Prices
+        from .prices import Prices
 
         return self.disk_gb * (prices or Prices()).table.image_gib_month
 
@@ -225,7 +225,7 @@ class WarmStartExport:
 
     def usd_per_month(self, prices: Prices | None = None) -> float:
         """What its Cloud Storage costs a month at the dated list price."""
-        from .cost import Prices
+        from .prices import Prices
 
         return self.total_bytes / 1e9 * (prices or Prices()).table.gcs_gb_month
 

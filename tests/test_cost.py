@@ -10,8 +10,8 @@ import pytest
 
 from rl_lustre import Cluster, LustreVolume
 from rl_lustre.catalog import PRICES, MachinePrice
-from rl_lustre.cost import Prices
 from rl_lustre.errors import ConfigError
+from rl_lustre.prices import Prices
 from rl_lustre.ray.jobs import JobInfo
 from rl_lustre.run import Run
 

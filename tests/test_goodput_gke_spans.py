@@ -104,7 +104,7 @@ def test_each_pool_is_priced_as_its_capacity_kind() -> None:
 
     from rl_lustre.backends.goodput_gke import pool_prices
     from rl_lustre.catalog import PRICES
-    from rl_lustre.cost import Prices
+    from rl_lustre.prices import Prices
 
     def pool(name: str, **config: object) -> container_v1.NodePool:
         accelerators = [container_v1.AcceleratorConfig(accelerator_count=8, accelerator_type="nvidia-b200")]

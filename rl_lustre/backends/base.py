@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ..cost import Prices
     from ..goodput import GoodputLedger
+    from ..prices import Prices
     from ..queueing.state import QueueState
     from ..run import Run
     from ..spec import JobSpec

@@ -42,13 +42,13 @@ from ..provision.signals import cancel_on_signals
 from . import submission
 
 if TYPE_CHECKING:
-    from ..cost import Prices
     from ..gcp import Backoff, RetryPolicy
     from ..goodput.timeline import Evidence
     from ..kube.portforward import PortForward
     from ..nemo_rl.checkpoints import Checkpoint
     from ..nemo_rl.deadline import Deadline
     from ..plan import Plan
+    from ..prices import Prices
     from ..provision.context import Apis, Context
     from ..provision.progress import Display
     from ..ray.jobs import JobsClient

@@ -20,8 +20,8 @@ from ..goodput.runlog import run_timeline
 from ..goodput.timeline import Interval, RunTimeline
 
 if TYPE_CHECKING:
-    from ..cost import Prices
     from ..goodput import GoodputLedger
+    from ..prices import Prices
     from ..ray.jobs import JobInfo, JobsClient
     from .submission import JobsBackend
 

@@ -43,7 +43,7 @@ from ..ray.state import RayNode, node_table
 from .goodput import TimelineCache, collect_runs
 
 if TYPE_CHECKING:
-    from ..cost import Prices
+    from ..prices import Prices
     from .gke import GKEBackend
 
 __all__ = ["PoolPrice", "gke_evidence", "gke_node_spans", "pool_prices"]
@@ -278,9 +278,9 @@ def gke_evidence(backend: GKEBackend, since: float, until: float | None, *, pric
                  cache: TimelineCache | None = None) -> Evidence:
     """Everything the ledger needs about ``backend``'s deployment over ``[since, until)``."""
     from .. import naming
-    from ..cost import Prices
     from ..kube.client import ResourceClient, translate_errors
     from ..plan.nodepools import has_standby_pool
+    from ..prices import Prices
 
     cluster = backend.cluster
     api = backend._kube_api()

@@ -22,9 +22,9 @@ from ..errors import NotReadyError
 from . import submission
 
 if TYPE_CHECKING:
-    from ..cost import Prices
     from ..goodput.timeline import Evidence
     from ..nemo_rl.checkpoints import Checkpoint
+    from ..prices import Prices
     from ..ray.head import LocalHead
     from ..ray.jobs import JobsClient
     from ..ray.nodes import AuthMode

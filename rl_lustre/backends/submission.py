@@ -46,12 +46,12 @@ from ..recovery import shipped_module, supervised
 from ..spec.job import secret_in_env
 
 if TYPE_CHECKING:
-    from ..cost import Prices
     from ..goodput import GoodputLedger
     from ..goodput.timeline import Evidence
     from ..nemo_rl.checkpoints import Checkpoint
     from ..nemo_rl.deadline import Deadline
     from ..nemo_rl.resolved import ResolvedJob
+    from ..prices import Prices
     from ..queueing.state import QueueState
     from ..ray.jobs import JobInfo, JobsClient
     from ..run import Run

@@ -22,7 +22,7 @@ def load_prices(prices_file: str | None) -> Any:
     """The ``Prices`` of ``--prices``, or None for the list prices."""
     if prices_file is None:
         return None
-    from ..cost import Prices
+    from ..prices import Prices
 
     return Prices.from_file(prices_file)
 

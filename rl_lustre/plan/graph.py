@@ -19,7 +19,8 @@ from .._validate import FrozenDict
 from ..errors import ConfigError, RLLustreError
 
 if TYPE_CHECKING:
-    from ..cost import Cost, Prices
+    from ..cost import Cost
+    from ..prices import Prices
 
 __all__ = ["ACTIONS", "Action", "Plan", "PlanGraphError", "PlannedResource"]
 
@@ -415,7 +416,8 @@ class Plan:
             296.0
         """
         from .._validate import need
-        from ..cost import Prices, plan_cost
+        from ..cost import plan_cost
+        from ..prices import Prices
 
         need("Plan.cost", "prices", prices, Prices, "a rl_lustre.cost.Prices", optional=True)
         return plan_cost(self, prices)
