@@ -37,7 +37,7 @@ from benchmarks import report
 
 if TYPE_CHECKING:
     from rl_lustre import Cluster, GRPOJob
-    from rl_lustre.sweep import SweepResult
+    from rl_lustre.sweep_result import SweepResult
 
 RATIO_TARGET = 1.15
 NODES = 8

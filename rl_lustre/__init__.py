@@ -18,7 +18,8 @@ from .job import GRPOJob
 from .run import Run
 from .sizing import LustreSizing, size_lustre
 from .spec.capacity import Capacity
-from .sweep import SweepResult, run_sweep, wait_all
+from .sweep import run_sweep, wait_all
+from .sweep_result import SweepResult
 from .volume import LustreVolume
 
 __version__ = "0.1.0.dev0"

@@ -1,10 +1,10 @@
 """A picture of a sweep: which run held which of the cluster's nodes when, and how long
 each waited in the queue.
 
-:func:`collect` turns a :class:`~rl_lustre.sweep.SweepResult` into bars (seconds since
+:func:`collect` turns a :class:`~rl_lustre.sweep_result.SweepResult` into bars (seconds since
 the sweep's first submission, the head's clock, from each run's queue records);
 :func:`figure` draws them on a matplotlib ``Figure`` (imported only here);
-:meth:`SweepResult.plot <rl_lustre.sweep.SweepResult.plot>` does both and writes a PNG.
+:meth:`SweepResult.plot <rl_lustre.sweep_result.SweepResult.plot>` does both and writes a PNG.
 
 Example::
 
@@ -26,7 +26,7 @@ from .plot import WIDTH_IN, save, save_check
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from .sweep import Outcome, SweepResult
+    from .sweep_result import Outcome, SweepResult
 
 __all__ = ["Bar", "SweepPlot", "Wait", "collect", "figure", "plot"]
 

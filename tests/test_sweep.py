@@ -10,8 +10,8 @@ import pytest
 
 from rl_lustre import Cluster, GRPOJob, run_sweep
 from rl_lustre.errors import ConfigError, PreflightError
-from rl_lustre.sweep import SweepResult
 from rl_lustre.sweep_plot import collect
+from rl_lustre.sweep_result import SweepResult
 
 BASE = GRPOJob(
     name="sweep-base",
@@ -156,7 +156,7 @@ def test_a_sweep_rerun_says_once_that_there_is_nothing_to_do_and_how_to_start_ov
 
 
 def test_the_table_explains_only_what_it_shows() -> None:
-    from rl_lustre.sweep import Outcome, SweepResult
+    from rl_lustre.sweep_result import Outcome, SweepResult
 
     ran = Outcome(name="a", job_id="rl-lustre-a-1", status="SUCCEEDED", steps=2, total=2,
                   metrics={"loss": 0.5}, synthetic=True)

@@ -11,8 +11,8 @@ import pytest
 
 from rl_lustre.errors import ConfigError
 from rl_lustre.queueing.state import Timeline
-from rl_lustre.sweep import Outcome, SweepResult
 from rl_lustre.sweep_plot import collect
+from rl_lustre.sweep_result import Outcome, SweepResult
 
 
 def _outcome(name: str, nodes: int, submitted: float, admitted: float | None, released: float,
