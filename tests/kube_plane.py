@@ -5,7 +5,7 @@
 - ``etcd``;
 - ``kube-apiserver`` with a serving certificate from a throwaway CA (handed to clients
   separately, as GKE's ``master_auth.cluster_ca_certificate`` is) and bearer-token
-  authentication: static tokens, among them :data:`rl_lustre.kube.client.EMULATOR_TOKEN`,
+  authentication: static tokens, among them :data:`rl_lustre.kube.tokens.EMULATOR_TOKEN`,
   the token our GKE path sends while the GCP emulators are in use (on GKE it is a Google
   access token; to the API server both are a bearer token naming a user);
 - ``kube-controller-manager`` with the controllers our objects meet on GKE: the PV binder
@@ -273,7 +273,8 @@ class ControlPlane(KubeletSim):
 
     def api_client(self, token: str | None = None) -> Any:
         """A Kubernetes ``ApiClient`` made the way our GKE path makes one."""
-        from rl_lustre.kube.client import StaticTokenSource, kube_api_client
+        from rl_lustre.kube.client import kube_api_client
+        from rl_lustre.kube.tokens import StaticTokenSource
 
         return kube_api_client(self.endpoint, self.ca_pem, StaticTokenSource(token or self.token))
 
@@ -296,7 +297,7 @@ class ControlPlane(KubeletSim):
         self.stop()
 
     def start(self, timeout: float = 180.0) -> None:
-        from rl_lustre.kube.client import EMULATOR_TOKEN
+        from rl_lustre.kube.tokens import EMULATOR_TOKEN
         from rl_lustre.testing._kube_certs import make_certs
 
         self.workdir = Path(tempfile.mkdtemp(prefix="rl-kube-"))

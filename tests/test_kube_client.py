@@ -10,15 +10,17 @@ import pytest
 
 from rl_lustre.errors import ConfigError, GCPError, KubernetesError
 from rl_lustre.kube.client import (
-    EMULATOR_TOKEN,
-    GoogleTokenSource,
     ResourceClient,
-    StaticTokenSource,
-    default_token_source,
     gke_api_client,
     kube_api_client,
     kube_api_client_from_kubeconfig,
     translate_errors,
+)
+from rl_lustre.kube.tokens import (
+    EMULATOR_TOKEN,
+    GoogleTokenSource,
+    StaticTokenSource,
+    default_token_source,
 )
 from rl_lustre.testing.kube import DEFAULT_TOKEN, KubeFake
 

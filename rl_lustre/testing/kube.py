@@ -133,7 +133,7 @@ class KubeFake:
         watch_timeout: float = 300.0,
         raylets: Callable[[str, str, dict[str, int]], Any] | None = None,
     ) -> None:
-        from ..kube.client import EMULATOR_TOKEN
+        from ..kube.tokens import EMULATOR_TOKEN
 
         self.tokens = {DEFAULT_TOKEN, EMULATOR_TOKEN} if tokens is None else set(tokens)
         self.validate = validate
@@ -224,7 +224,8 @@ class KubeFake:
     def api_client(self, token: str = DEFAULT_TOKEN) -> ApiClient:
         """A kubernetes ``ApiClient`` for this fake, made by :func:`rl_lustre.kube.client.kube_api_client`
         (``token`` becomes one the fake accepts)."""
-        from ..kube.client import StaticTokenSource, kube_api_client
+        from ..kube.client import kube_api_client
+        from ..kube.tokens import StaticTokenSource
 
         self.tokens.add(token)  # the cluster issued it
         return kube_api_client(self.endpoint, self.ca_pem, StaticTokenSource(token))
