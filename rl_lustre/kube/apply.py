@@ -4,8 +4,8 @@
   Secret through ``CoreV1Api``; the ``ray.io/v1`` RayCluster through
   ``CustomObjectsApi``). A same-named object that carries our labels
   (``managed-by=rl-lustre``, ``rl-lustre-deployment=<name>``) is adopted and merge-patched
-  to the desired spec where the API allows it; one without them raises
-  :class:`~rl_lustre.errors.OwnershipError` and is left alone.
+  to the desired spec where the API allows it (:mod:`~rl_lustre.kube.adoption`); one
+  without them raises :class:`~rl_lustre.errors.OwnershipError` and is left alone.
 - :func:`wait_ready` watches (``resourceVersion`` + ``timeoutSeconds``, listing again on
   410 Gone) until the claims are Bound and the RayCluster reports ``HeadPodReady`` and
   ``RayClusterProvisioned`` (or ``status.state == "ready"`` on older KubeRay). At the
@@ -19,7 +19,6 @@ One INFO log line per remote change; DEBUG for watch events.
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,6 +28,7 @@ import attrs
 
 from ..catalog import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, MANAGED_BY, ownership_labels
 from ..errors import ConfigError, KubernetesError, NotReadyError, OwnershipError, WaitTimeoutError
+from .adoption import adoption_patch, changed_fields
 from .client import KINDS, ResourceClient, WatchExpired, translate_errors
 from .diagnose import Diagnosis, diagnose
 from .readiness import claim_bound, raycluster_ready
@@ -50,21 +50,6 @@ __all__ = [
 logger = logging.getLogger("rl_lustre.kube.apply")
 
 Obj = dict[str, Any]
-# What an adoption may change; the rest of these specs is immutable after creation
-# (API server validation), so a difference there is reported instead of patched.
-_MUTABLE_SPEC: dict[str, frozenset[str] | None] = {
-    "PersistentVolume": frozenset({"capacity", "mountOptions", "persistentVolumeReclaimPolicy"}),
-    "PersistentVolumeClaim": frozenset({"resources"}),
-    "RayCluster": None,  # all of it
-    "DaemonSet": frozenset({"template", "updateStrategy", "minReadySeconds", "revisionHistoryLimit"}),
-    # A Job's pod template (and selector, completion mode, ...) is immutable while it is not
-    # suspended: a changed command or image is a new Job (see immutable_drift).
-    "Job": frozenset({"parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "maxFailedIndexes",
-                      "ttlSecondsAfterFinished", "suspend", "podReplacementPolicy"}),
-    # GKE refuses changes to a network that pods may be attached to.
-    "GKENetworkParamSet": frozenset(),
-    "Network": frozenset(),
-}
 _PENDING_ANNOTATION = "rl-lustre/mount-point-pending"
 # Deletion order when collecting by labels: dependents first.
 _DELETE_ORDER = ("Job", "DaemonSet", "RayCluster", "Secret", "PersistentVolumeClaim", "PersistentVolume", "Network",
@@ -123,70 +108,6 @@ def _desired(manifest: Mapping[str, Any], deployment: str, ns: str | None) -> Ob
     return body
 
 
-def _subset(want: Any, have: Any) -> bool:
-    """Whether ``have`` (as the server stored it) already holds everything ``want`` asks for.
-
-    Server defaults (fields we did not send) are ignored, and so is an empty string we
-    sent that the server did not keep: built-in kinds drop empty ``omitempty`` fields
-    (a PersistentVolume's ``storageClassName: ""`` is stored without it).
-    """
-    if want == "" and have is None:
-        return True
-    if isinstance(want, Mapping):
-        return isinstance(have, Mapping) and all(_subset(v, have.get(k)) for k, v in want.items())
-    if isinstance(want, list):
-        return isinstance(have, list) and len(want) == len(have) and all(_subset(w, h) for w, h in zip(want, have, strict=True))
-    return bool(want == have)
-
-
-def _b64(value: Any) -> str:
-    return base64.b64encode(str(value).encode()).decode()
-
-
-def _adoption_patch(kind: str, desired: Obj, existing: Obj) -> tuple[Obj, list[str]]:
-    """``(merge patch, immutable fields that differ)`` taking ``existing`` to ``desired``."""
-    patch: Obj = {}
-    meta_patch = {}
-    for field in ("labels", "annotations"):
-        want = (desired.get("metadata") or {}).get(field)
-        if want and not _subset(want, (existing.get("metadata") or {}).get(field) or {}):
-            meta_patch[field] = want
-    if meta_patch:
-        patch["metadata"] = meta_patch
-    drift: list[str] = []
-    if kind == "Secret":
-        want_data = dict(desired.get("data") or {})
-        want_data.update({k: _b64(v) for k, v in (desired.get("stringData") or {}).items()})
-        if want_data != {k: v for k, v in (existing.get("data") or {}).items() if k in want_data}:
-            # Values go as stringData/data exactly as given; they are never logged.
-            for field in ("data", "stringData"):
-                if desired.get(field):
-                    patch[field] = desired[field]
-        if desired.get("type", "Opaque") != existing.get("type", "Opaque"):
-            drift.append("type")
-        return patch, drift
-    want_spec = desired.get("spec") or {}
-    have_spec = existing.get("spec") or {}
-    mutable = _MUTABLE_SPEC.get(kind)
-    spec_patch = {}
-    for field, value in want_spec.items():
-        if _subset(value, have_spec.get(field)):
-            continue
-        if kind == "PersistentVolumeClaim" and field == "resources" and want_spec.get("storageClassName") == "":
-            # A statically provisioned claim cannot be resized (the API server answers 403):
-            # it stays bound as it is, and the volume's own capacity is what grows.
-            logger.debug("claim %s keeps its request: a static claim is not resized",
-                         (desired.get("metadata") or {}).get("name"))
-            continue
-        if mutable is None or field in mutable:
-            spec_patch[field] = value
-        else:
-            drift.append(f"spec.{field}")
-    if spec_patch:
-        patch["spec"] = spec_patch
-    return patch, drift
-
-
 def immutable_drift(manifest: Mapping[str, Any], existing: Mapping[str, Any], *, deployment: str) -> list[str]:
     """The fields of ``existing`` that differ from ``manifest`` and that the API server does
     not let an update change (``spec.template`` of a Job): adopting it would fail, so an
@@ -200,7 +121,7 @@ def immutable_drift(manifest: Mapping[str, Any], existing: Mapping[str, Any], *,
         ['spec.template']
     """
     kind, ns, _ = _target(manifest, None)
-    return _adoption_patch(kind, _desired(manifest, deployment, ns), dict(existing))[1]
+    return adoption_patch(kind, _desired(manifest, deployment, ns), dict(existing))[1]
 
 
 def apply_manifests(
@@ -295,7 +216,7 @@ def _apply_one(api_client: ApiClient, desired: Obj, kind: str, ns: str | None, n
             logger.debug("%s is being deleted; waiting to create it again", what)
             _wait(res, name, lambda obj: obj is None, deadline, f"{what} to finish deleting before it is created again", timeout)
             continue
-        patch, drift = _adoption_patch(kind, desired, existing)
+        patch, drift = adoption_patch(kind, desired, existing)
         if kind == "PersistentVolume" and _stale_claim(api_client, existing):
             # A teardown stopped between deleting the claim and the volume: the volume is
             # Released and still names the old claim's uid, so no new claim would bind.
@@ -318,7 +239,7 @@ def _apply_one(api_client: ApiClient, desired: Obj, kind: str, ns: str | None, n
             except ApiException as exc:
                 _refused_fields(exc, f"adopt {what}", kind)
                 raise
-        logger.info("adopted %s (updated %s)", what, ", ".join(_changed_fields(patch)))
+        logger.info("adopted %s (updated %s)", what, ", ".join(changed_fields(patch)))
         return Applied(kind, ns, name, "adopted", patched)
 
 
@@ -348,17 +269,6 @@ def _stale_claim(api_client: ApiClient, pv: Mapping[str, Any]) -> bool:
     with translate_errors(f"read {claims.describe(str(ref.get('name')))}"):
         claim = claims.get(str(ref.get("name")))
     return claim is None or (claim.get("metadata") or {}).get("uid") != ref["uid"]
-
-
-def _changed_fields(patch: Mapping[str, Any]) -> list[str]:
-    """``metadata.labels``, ``spec.workerGroupSpecs``, ``stringData``: what a patch touches."""
-    fields = []
-    for top, value in patch.items():
-        if top in ("metadata", "spec") and isinstance(value, Mapping):
-            fields += [f"{top}.{key}" for key in value]
-        else:
-            fields.append(top)
-    return sorted(fields)
 
 
 def _wait(
