@@ -323,7 +323,7 @@ def _accounts(apis: Apis, project: str) -> Iterable[FoundResource]:
 
 
 def _provisioning(pool: Any) -> str:
-    from .gcp.container import pool_provisioning
+    from .gcp.pool_provisioning import pool_provisioning
 
     return pool_provisioning(pool)
 

@@ -158,7 +158,7 @@ class GKEBackend(submission.JobsBackend):
                 if c.kind == "flex-start" and c.max_run_duration]
         if not flex:
             return ()
-        from ..gcp.container import node_lifetimes
+        from ..gcp.pool_provisioning import node_lifetimes
 
         # A queued lane's ProvisioningRequest carries its lane's max_run_duration: the shortest
         # of the policy's is a safe stand-in.

@@ -20,7 +20,7 @@ billed to      its ``RemovingNode`` Event                       its ``deletionTi
 =============  ===============================================  =========================================
 
 A node's price is its node pool's: the pool's capacity kind
-(:func:`rl_lustre.gcp.container.pool_provisioning`) at ``Prices.machine_rate`` for its
+(:func:`rl_lustre.gcp.pool_provisioning.pool_provisioning`) at ``Prices.machine_rate`` for its
 instance type. Cluster time while a GPU worker pod waited unschedulable is ``pending``.
 Kubernetes keeps Events one hour and drops Nodes and Pods with their VMs: past that, what
 is no longer known is said in ``notes`` and never guessed. :func:`gke_node_spans` is the
@@ -257,7 +257,7 @@ def pool_prices(live_pools: Iterable[Any] | None, fallback: Mapping[str, tuple[s
                 prices: Prices, region: str | None) -> dict[str, PoolPrice]:
     """Each GPU pool's price: from the live pools (``container_v1.NodePool``), else from
     ``fallback`` (``{pool: (machine type, provisioning, gpus)}``, the plan's)."""
-    from ..gcp.container import pool_provisioning
+    from ..gcp.pool_provisioning import pool_provisioning
 
     def price(machine: str, provisioning: str, gpus: int, note: str = "") -> PoolPrice:
         rate, why = prices.machine_rate(machine, provisioning, region)

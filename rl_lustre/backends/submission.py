@@ -406,7 +406,7 @@ class JobsBackend:
 
     def capacity_lifetimes(self) -> tuple[tuple[str, float], ...]:
         """``(node-name prefix, seconds)`` of the nodes a job may run on that live a limited
-        time (flex-start pools: see :func:`rl_lustre.gcp.container.node_lifetimes`); none here."""
+        time (flex-start pools: see :func:`rl_lustre.gcp.pool_provisioning.node_lifetimes`); none here."""
         return ()
 
     def submit_all(self, jobs: Sequence[JobSpec], *, fresh: bool = False,

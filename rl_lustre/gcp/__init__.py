@@ -6,6 +6,7 @@ module                    API and resources
 ``lustre``                Managed Lustre instances, ImportData / ExportData (gRPC)
 ``container``             GKE clusters and node pools, GKE operations (gRPC)
 ``container_requests``    the GKE cluster and node pool requests, built from the plan
+``pool_provisioning``     what a live node pool's nodes are billed as, and how long they live
 ``compute``               VPC network, subnetwork, PSA range, firewall rule (REST)
 ``servicenetworking``     the private services access connection (plain REST)
 ``monitoring``            time series of Cloud Monitoring metrics (gRPC, read only)

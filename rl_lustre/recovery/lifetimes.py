@@ -13,7 +13,7 @@ attempt, from what the job was submitted with:
     ``max_run_duration``), in seconds since the epoch.
 ``--lifetime PREFIX=SECONDS`` (any number)
     nodes whose name starts with ``PREFIX`` live at most ``SECONDS``: a GPU pool of
-    flex-start nodes (:func:`rl_lustre.gcp.container.node_lifetimes`: GKE names a pool's
+    flex-start nodes (:func:`rl_lustre.gcp.pool_provisioning.node_lifetimes`: GKE names a pool's
     nodes after its managed instance group, and Ray the RayCluster's nodes after their
     Kubernetes nodes).
 ``--save-margin SECONDS``
