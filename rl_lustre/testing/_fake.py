@@ -1,10 +1,13 @@
-"""``FakeGCP``: the fake Google APIs, started together and wired to the emulator hooks."""
+"""``FakeGCP``: the fake Google APIs, started together and wired to the emulator hooks.
+
+What a test makes exist beforehand (``seed_network``, ``seed_bucket``, ...) comes from
+:class:`~rl_lustre.testing._seeding.Seeding`.
+"""
 
 from __future__ import annotations
 
 import datetime
 import os
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,11 +21,11 @@ from ..catalog import (
     ownership_labels,
 )
 from ..gcp import _clients
-from ..gcp._ownership import describe_ownership, labels_from_description
+from ..gcp._ownership import labels_from_description
 from ._capacity import Catalog
 from ._cloudquotas import QuotasFake
 from ._compute_vm import ComputeVmFake, PreloadKnobs
-from ._core import Core, Faults, RequestRecord, project_number
+from ._core import Core, Faults, RequestRecord
 from ._gke import GkeFake
 from ._grpc import GrpcServer
 from ._iam import IamFake
@@ -31,6 +34,7 @@ from ._monitoring import MonitoringFake
 from ._registry import RegistryFake
 from ._reservations import ReservationsFake
 from ._rest import RestFake
+from ._seeding import Seeding
 from ._stock import Stock
 
 if TYPE_CHECKING:
@@ -53,7 +57,7 @@ KINDS = (
 )
 
 
-class FakeGCP:
+class FakeGCP(Seeding):
     """Stateful fakes of the Google APIs rl_lustre uses, speaking their real protocols.
 
     One gRPC server on loopback hosts ``google.cloud.lustre.v1.Lustre``,
@@ -443,113 +447,3 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
             and (deployment is None or labels == {**labels, **ownership_labels(deployment)}
                  or labels.get(LABEL_CREATED_BY) == deployment)
         )
-
-    def seed_image(self, project: str, name: str, *, holds: Sequence[str] = (), labels: Mapping[str, str] | None = None,
-                   size_gb: int = 250) -> str:
-        """Make a READY disk image exist at once, as if someone had built it, holding the
-        container images ``holds`` (what a node booting from it finds preloaded); returns its path."""
-        path = f"projects/{project}/global/images/{name}"
-        with self._core.lock:
-            self._core.images[(project, name)] = {
-                "kind": "compute#image", "id": str(self._core.next_id()), "name": name, "status": "READY",
-                "labels": dict(labels or {}), "diskSizeGb": str(size_gb), "archiveSizeBytes": str(size_gb * 10**9),
-                "selfLink": f"{self.rest_url}/compute/v1/{path}", "creationTimestamp": "2026-01-01T00:00:00Z"}
-            self._core.contents[path] = {"images": list(holds)}
-        return path
-
-    def seed_bucket(self, bucket: str, objects: Mapping[str, int] | None = None) -> None:
-        """Make a Cloud Storage bucket exist (a user's: rl_lustre never creates one), holding
-        ``objects`` (name -> bytes).
-
-        Examples:
-            >>> from rl_lustre.testing import FakeGCP
-            >>> with FakeGCP() as gcp:
-            ...     gcp.seed_bucket("my-bucket", {"a/b.bin": 3})
-            ...     gcp.bucket_objects("my-bucket")
-            {'a/b.bin': 3}
-        """
-        from ._storage import put_object
-
-        with self._core.lock:
-            self._core.buckets.setdefault(bucket, {})
-            for name, size in (objects or {}).items():
-                put_object(self._core, bucket, name, size)
-
-    def bucket_objects(self, bucket: str) -> dict[str, int]:
-        """The objects of ``bucket`` (name -> bytes); KeyError when there is no such bucket."""
-        with self._core.lock:
-            return {n: o["size"] for n, o in sorted(self._core.buckets[bucket].items())}
-
-    def bucket_content(self, bucket: str, name: str) -> Any:
-        """What a media upload wrote to object ``name`` (the JSON data), or None."""
-        with self._core.lock:
-            obj = self._core.buckets[bucket].get(name)
-            return None if obj is None else obj["content"]
-
-    def seed_files(self, instance: str, files: Mapping[str, int]) -> None:
-        """Put ``files`` (path relative to the volume's root -> bytes) on the Lustre instance
-        ``instance`` (its full name), as a job or the prefetch writing them would."""
-        with self._core.lock:
-            self._core.lustre_files.setdefault(instance, {}).update({p.strip("/"): int(n) for p, n in files.items()})
-
-    def files(self, instance: str) -> dict[str, int]:
-        """What the Lustre instance ``instance`` holds (path -> bytes)."""
-        with self._core.lock:
-            return dict(sorted(self._core.lustre_files.get(instance, {}).items()))
-
-    def seed_network(
-        self,
-        project: str,
-        network: str,
-        *,
-        region: str = "us-east1",
-        subnet: str | None = None,
-        psa_range: str | None = "10.90.0.0/22",
-        deployment: str | None = None,
-    ) -> None:
-        """Make a network exist at once, as if someone had created it: a custom-mode VPC,
-        a subnet (``subnet`` or the network's name) with ``pods`` and ``services``
-        secondary ranges, and unless ``psa_range`` is None a PSA range
-        ``<network>-psa`` peered with Service Networking.
-
-        With ``deployment`` the resources carry that deployment's labels; otherwise
-        they are a user's own.
-
-        Examples:
-            >>> from rl_lustre.testing import FakeGCP
-            >>> with FakeGCP() as gcp:
-            ...     gcp.seed_network("p", "user-net")
-            ...     sorted(gcp.resources()["compute.subnetworks"])
-            ['projects/p/regions/us-east1/subnetworks/user-net']
-        """
-        core = self._core
-        desc = describe_ownership(deployment, "seeded") if deployment else "created by hand"
-
-        def link(path: str) -> str:
-            return f"{self.rest_url}/compute/v1/{path}"
-
-        net_path = f"projects/{project}/global/networks/{network}"
-        sub = subnet or network
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        with core.lock:
-            core.networks[(project, network)] = {
-                "kind": "compute#network", "name": network, "description": desc, "id": str(core.next_id()),
-                "autoCreateSubnetworks": False, "selfLink": link(net_path), "creationTimestamp": now}
-            core.subnetworks[(project, region, sub)] = {
-                "kind": "compute#subnetwork", "name": sub, "description": desc, "id": str(core.next_id()),
-                "network": link(net_path), "region": link(f"projects/{project}/regions/{region}"),
-                "ipCidrRange": "192.168.0.0/18", "state": "READY",
-                "secondaryIpRanges": [{"rangeName": "pods", "ipCidrRange": "10.4.0.0/14"},
-                                      {"rangeName": "services", "ipCidrRange": "10.0.32.0/20"}],
-                "selfLink": link(f"projects/{project}/regions/{region}/subnetworks/{sub}"), "creationTimestamp": now}
-            if psa_range is not None:
-                address, prefix = psa_range.split("/")
-                core.addresses[(project, f"{network}-psa")] = {
-                    "kind": "compute#address", "name": f"{network}-psa", "description": desc,
-                    "id": str(core.next_id()), "address": address, "prefixLength": int(prefix),
-                    "purpose": "VPC_PEERING", "addressType": "INTERNAL", "network": link(net_path),
-                    "status": "RESERVED", "selfLink": link(f"projects/{project}/global/addresses/{network}-psa")}
-                core.connections[(project, network)] = {
-                    "network": f"projects/{project_number(project)}/global/networks/{network}",
-                    "reservedPeeringRanges": [f"{network}-psa"], "peering": "servicenetworking-googleapis-com",
-                    "service": "services/servicenetworking.googleapis.com"}
