@@ -35,12 +35,22 @@ import attrs
 
 REACTION_TARGET_MINUTES = 2.0
 LATENCY_MINUTES = {
-    "compute.create_network": 0.5, "compute.create_subnetwork": 0.5, "compute.create_address": 0.5,
-    "servicenetworking.connect": 0.5, "compute.create_firewall": 0.5, "lustre.create": 20.0,
-    "gke.create_cluster": 8.0, "gke.create_node_pool": 6.0,
-    "compute.delete_network": 0.5, "compute.delete_subnetwork": 0.5, "compute.delete_address": 0.5,
-    "servicenetworking.disconnect": 1.0, "compute.delete_firewall": 0.5, "lustre.delete": 10.0,
-    "gke.delete_cluster": 5.0, "gke.delete_node_pool": 4.0,
+    "compute.create_network": 0.5,
+    "compute.create_subnetwork": 0.5,
+    "compute.create_address": 0.5,
+    "servicenetworking.connect": 0.5,
+    "compute.create_firewall": 0.5,
+    "lustre.create": 20.0,
+    "gke.create_cluster": 8.0,
+    "gke.create_node_pool": 6.0,
+    "compute.delete_network": 0.5,
+    "compute.delete_subnetwork": 0.5,
+    "compute.delete_address": 0.5,
+    "servicenetworking.disconnect": 1.0,
+    "compute.delete_firewall": 0.5,
+    "lustre.delete": 10.0,
+    "gke.delete_cluster": 5.0,
+    "gke.delete_node_pool": 4.0,
 }
 ZONES = ("us-east1-b", "us-east1-c")
 
@@ -70,8 +80,13 @@ def _reservation(gcp: Any) -> None:
 SCENARIOS = (
     Scenario("spot-moves-zone", ("spot",), "spot in us-east1-c", _spot_moves),
     Scenario("flex-after-20min", ("spot", "flex-start"), "flex-start (queued, 7d) in us-east1-b", _flex_after_20),
-    Scenario("reservation-fits", ("reservation", "spot"), "reservation bench-res in us-east1-b", _reservation,
-             {"reservation": "bench-res"}),
+    Scenario(
+        "reservation-fits",
+        ("reservation", "spot"),
+        "reservation bench-res in us-east1-b",
+        _reservation,
+        {"reservation": "bench-res"},
+    ),
 )
 
 
@@ -129,11 +144,26 @@ def run_one(s: Scenario, unit: float) -> Outcome:
     from rl_lustre.testing import FakeGCP, KubeFake
 
     scale = unit / 60.0  # wall seconds per simulated second
-    backoff = Backoff(initial=DEFAULT_BACKOFF.initial * scale, maximum=DEFAULT_BACKOFF.maximum * scale,
-                      multiplier=DEFAULT_BACKOFF.multiplier)
-    cluster = Cluster(name="bench", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2,
-                      fabric="tcp", preload_image=False, prepull_image=False, prefetch_models=(), secrets=(),
-                      capacity=s.policy, capacity_zones=ZONES, **s.extra)
+    backoff = Backoff(
+        initial=DEFAULT_BACKOFF.initial * scale,
+        maximum=DEFAULT_BACKOFF.maximum * scale,
+        multiplier=DEFAULT_BACKOFF.multiplier,
+    )
+    cluster = Cluster(
+        name="bench",
+        project="my-project",
+        region="us-east1",
+        zone="us-east1-b",
+        num_nodes=2,
+        fabric="tcp",
+        preload_image=False,
+        prepull_image=False,
+        prefetch_models=(),
+        secrets=(),
+        capacity=s.policy,
+        capacity_zones=ZONES,
+        **s.extra,
+    )
     with KubeFake() as kube, FakeGCP(latency=LATENCY_MINUTES, time_scale=unit, kube=kube) as gcp:
         s.setup(gcp)
         backend = GKEBackend(cluster, backoff=backoff, time_scale=scale)
@@ -170,8 +200,16 @@ class Result:
     def table(self) -> str:
         rows = [("scenario", "ok", "GPUs from", "lanes asked", "up (wall s)", "reaction (sim min)")]
         for o in self.outcomes:
-            rows.append((o.name, "yes" if o.ok else "NO", o.lane or o.error[:60], str(o.attempts), f"{o.up_seconds:.1f}",
-                         "-" if o.reaction is None else f"{o.reaction:.2f}"))
+            rows.append(
+                (
+                    o.name,
+                    "yes" if o.ok else "NO",
+                    o.lane or o.error[:60],
+                    str(o.attempts),
+                    f"{o.up_seconds:.1f}",
+                    "-" if o.reaction is None else f"{o.reaction:.2f}",
+                )
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
         lines += [f"  {o.name}: {o.error}" for o in self.outcomes if o.error]

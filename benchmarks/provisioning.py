@@ -85,8 +85,7 @@ NO_TIME_OF_ITS_OWN = {"cpu-pool"}
 
 def durations(plan: Any, of_kind: Mapping[str, str], minutes: Mapping[str, float]) -> dict[str, float]:
     """Simulated minutes of each plan node, by its kind."""
-    return {r.key: minutes[of_kind[r.kind]] for r in plan
-            if r.kind in of_kind and r.key not in NO_TIME_OF_ITS_OWN}
+    return {r.key: minutes[of_kind[r.kind]] for r in plan if r.kind in of_kind and r.key not in NO_TIME_OF_ITS_OWN}
 
 
 RATIO_TARGET = 1.10
@@ -135,23 +134,33 @@ class Result:
 
     def missed(self) -> list[str]:
         """The targets missed, in words (empty when all are met)."""
-        out = [f"{p.name}() took {p.ratio:.3f} x its lower bound (target <= {RATIO_TARGET})"
-               for p in (self.up, self.down) if p.ratio > RATIO_TARGET]
+        out = [
+            f"{p.name}() took {p.ratio:.3f} x its lower bound (target <= {RATIO_TARGET})"
+            for p in (self.up, self.down)
+            if p.ratio > RATIO_TARGET
+        ]
         for phase in (self.up, self.down):
             for key, rate in phase.polls_per_minute().items():
                 if phase.waited[key] >= LONG_WAIT_MINUTES and rate > POLLS_PER_MINUTE_TARGET:
-                    out.append(f"{phase.name} {key}: {rate:.1f} requests per minute of waiting "
-                               f"(target <= {POLLS_PER_MINUTE_TARGET:g})")
+                    out.append(
+                        f"{phase.name} {key}: {rate:.1f} requests per minute of waiting "
+                        f"(target <= {POLLS_PER_MINUTE_TARGET:g})"
+                    )
         return out
 
     def table(self) -> str:
         """The report, as text."""
-        lines = [f"one simulated minute = {self.unit:g} s", "",
-                 f"{'phase':<6} {'wall s':>8} {'bound s':>8} {'ratio':>6} {'target':>7}  critical path"]
+        lines = [
+            f"one simulated minute = {self.unit:g} s",
+            "",
+            f"{'phase':<6} {'wall s':>8} {'bound s':>8} {'ratio':>6} {'target':>7}  critical path",
+        ]
         for p in (self.up, self.down):
             ok = "ok" if p.ratio <= RATIO_TARGET else "MISSED"
-            lines.append(f"{p.name:<6} {p.wall:8.2f} {p.bound:8.2f} {p.ratio:6.3f} {'<=' + str(RATIO_TARGET):>7}  "
-                         f"{' > '.join(p.path)}  {ok}")
+            lines.append(
+                f"{p.name:<6} {p.wall:8.2f} {p.bound:8.2f} {p.ratio:6.3f} {'<=' + str(RATIO_TARGET):>7}  "
+                f"{' > '.join(p.path)}  {ok}"
+            )
         lines += ["", f"{'phase':<6} {'resource':<16} {'waited min':>10} {'requests':>9} {'per min':>8}  judged"]
         for p in (self.up, self.down):
             rates = p.polls_per_minute()
@@ -163,13 +172,22 @@ class Result:
         return "\n".join(lines)
 
 
-def _phase(name: str, report: Any, wall: float, bound: tuple[float, list[str]], durations: Mapping[str, float],
-           unit: float, polls: Counter[str], requests: int) -> Phase:
+def _phase(
+    name: str,
+    report: Any,
+    wall: float,
+    bound: tuple[float, list[str]],
+    durations: Mapping[str, float],
+    unit: float,
+    polls: Counter[str],
+    requests: int,
+) -> Phase:
     waited = {k: r.seconds / unit for k, r in report.records.items() if r.seconds is not None}
     # Only the steps that take time; a teardown walks the path backwards.
     path = [k for k in bound[1] if durations.get(k)]
-    return Phase(name, wall, bound[0] * unit, tuple(path if name == "up" else reversed(path)), waited,
-                 dict(polls), requests)
+    return Phase(
+        name, wall, bound[0] * unit, tuple(path if name == "up" else reversed(path)), waited, dict(polls), requests
+    )
 
 
 def run(unit: float = 0.25, *, project: str = "bench-project") -> Result:
@@ -204,8 +222,11 @@ def run(unit: float = 0.25, *, project: str = "bench-project") -> Result:
     Apis.from_env()
     scale = unit / 60.0
     # The library's own polling policy, in simulated time.
-    backoff = Backoff(initial=DEFAULT_BACKOFF.initial * scale, maximum=DEFAULT_BACKOFF.maximum * scale,
-                      multiplier=DEFAULT_BACKOFF.multiplier)
+    backoff = Backoff(
+        initial=DEFAULT_BACKOFF.initial * scale,
+        maximum=DEFAULT_BACKOFF.maximum * scale,
+        multiplier=DEFAULT_BACKOFF.multiplier,
+    )
     cluster = Cluster(name="bench", project=project, region="us-east1", zone="us-east1-b")
     plan = cluster.plan()
     create_minutes = durations(plan, CREATE_OF_KIND, CREATE_MINUTES)
@@ -220,8 +241,18 @@ def run(unit: float = 0.25, *, project: str = "bench-project") -> Result:
             started = time.monotonic()
             report = backend.up() if name == "up" else backend.down()
             wall = time.monotonic() - started
-            phases.append(_phase(name, report, wall, plan.critical_path(minutes), minutes, unit, display.polls,
-                                 len(gcp.requests) - before))
+            phases.append(
+                _phase(
+                    name,
+                    report,
+                    wall,
+                    plan.critical_path(minutes),
+                    minutes,
+                    unit,
+                    display.polls,
+                    len(gcp.requests) - before,
+                )
+            )
         left = gcp.leaked()
         if left:
             raise RuntimeError(f"the benchmark leaked {left}")
@@ -229,8 +260,9 @@ def run(unit: float = 0.25, *, project: str = "bench-project") -> Result:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.provisioning",
-                                     description="up()/down() against the critical path, on the fakes")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.provisioning", description="up()/down() against the critical path, on the fakes"
+    )
     parser.add_argument("--unit", type=float, default=0.25, help="seconds per simulated minute (default 0.25)")
     args = parser.parse_args(argv)
     result = run(args.unit)

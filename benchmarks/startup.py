@@ -201,15 +201,29 @@ class Result:
             out.append(f"warm, it is {self.ratio_warm:.3f} x the reference's (target <= {WARM_TARGET})")
         rep = self.cold.replacement_minutes
         if rep is None or rep > REPLACEMENT_TARGET_MIN:
-            out.append(f"a replacement node ran the image {rep if rep is None else round(rep, 2)} minutes after "
-                       f"Ready (target <= {REPLACEMENT_TARGET_MIN})")
+            out.append(
+                f"a replacement node ran the image {rep if rep is None else round(rep, 2)} minutes after "
+                f"Ready (target <= {REPLACEMENT_TARGET_MIN})"
+            )
         return out
 
     def table(self) -> str:
-        keys = ["lustre", "preload-image", "gpu-pool", "image-prepull", "pvc", "raycluster", "warm-import",
-                "model-prefetch", "warm-export"]
-        lines = [f"one simulated minute = {self.unit:g} s; minutes below are simulated",
-                 "", f"{'order':<10} {'node':<16} {'start':>7} {'end':>7}"]
+        keys = [
+            "lustre",
+            "preload-image",
+            "gpu-pool",
+            "image-prepull",
+            "pvc",
+            "raycluster",
+            "warm-import",
+            "model-prefetch",
+            "warm-export",
+        ]
+        lines = [
+            f"one simulated minute = {self.unit:g} s; minutes below are simulated",
+            "",
+            f"{'order':<10} {'node':<16} {'start':>7} {'end':>7}",
+        ]
         for order in self.orders:
             for key in keys:
                 if key in order.phases:
@@ -223,11 +237,14 @@ class Result:
         cold = "ok" if self.ratio_cold <= COLD_TARGET else "MISSED"
         warm = "ok" if self.ratio_warm <= WARM_TARGET else "MISSED"
         rep = self.cold.replacement_minutes
-        lines += ["", f"ours / reference = {self.ratio:.3f} (target <= {RATIO_TARGET}) {verdict}",
-                  f"cold / reference = {self.ratio_cold:.3f} (target <= {COLD_TARGET}) {cold}",
-                  f"warm / reference = {self.ratio_warm:.3f} (target <= {WARM_TARGET}) {warm}",
-                  f"replacement node: image running {'-' if rep is None else f'{rep:.2f}'} min after Ready "
-                  f"(target <= {REPLACEMENT_TARGET_MIN:g})"]
+        lines += [
+            "",
+            f"ours / reference = {self.ratio:.3f} (target <= {RATIO_TARGET}) {verdict}",
+            f"cold / reference = {self.ratio_cold:.3f} (target <= {COLD_TARGET}) {cold}",
+            f"warm / reference = {self.ratio_warm:.3f} (target <= {WARM_TARGET}) {warm}",
+            f"replacement node: image running {'-' if rep is None else f'{rep:.2f}'} min after Ready "
+            f"(target <= {REPLACEMENT_TARGET_MIN:g})",
+        ]
         return "\n".join(lines)
 
 
@@ -246,9 +263,13 @@ def _replacement_minutes(kube: Any, cluster: Any, unit: float) -> float:
         fresh = [n for n in kube.objects("Node") if before.get(n["metadata"]["name"]) != n["metadata"]["uid"]]
         if fresh and node_seen is None:
             node_seen = now
-        new_workers = [p for p in kube.objects("Pod") if p["metadata"]["uid"] not in pods_before
-                       and (p["metadata"].get("labels") or {}).get("ray.io/node-type") == "worker"
-                       and (p.get("status") or {}).get("phase") == "Running"]
+        new_workers = [
+            p
+            for p in kube.objects("Pod")
+            if p["metadata"]["uid"] not in pods_before
+            and (p["metadata"].get("labels") or {}).get("ray.io/node-type") == "worker"
+            and (p.get("status") or {}).get("phase") == "Running"
+        ]
         if node_seen is not None and new_workers:
             return (now - node_seen) / unit
         time.sleep(min(0.01, unit / 50))
@@ -261,9 +282,12 @@ IMPORT_MINUTES = IMPORT_START_MIN + minutes(EXPORT_GB, IMPORT_MB_S)
 _HUB = "huggingface_cache/hub/models--Qwen--Qwen2.5-72B-Instruct"
 DOWNLOADED = {f"{_HUB}/blobs/{i:02d}": int(MODEL_GB * 1e9 / 37) for i in range(37)} | {
     f"{_HUB}/snapshots/rev/config.json": 700,
-    "huggingface_cache/rl_lustre_prefetch/models--Qwen--Qwen2.5-72B-Instruct.json": 120}
-CONVERTED = {f"huggingface_cache/nemo_rl/Qwen/Qwen2.5-72B-Instruct/iter_0000000/shard_{i:02d}.distcp":
-             int(MODEL_GB * 1e9 / 16) for i in range(16)}
+    "huggingface_cache/rl_lustre_prefetch/models--Qwen--Qwen2.5-72B-Instruct.json": 120,
+}
+CONVERTED = {
+    f"huggingface_cache/nemo_rl/Qwen/Qwen2.5-72B-Instruct/iter_0000000/shard_{i:02d}.distcp": int(MODEL_GB * 1e9 / 16)
+    for i in range(16)
+}
 
 
 def _first_deployment(gcp: Any, cluster: Any, backoff: Any) -> None:
@@ -294,17 +318,32 @@ def _order(name: str, unit: float, *, replacement: bool = False, **switches: Any
     from rl_lustre.testing.kube import KubeFake, KubeTimings
 
     scale = unit / 60.0
-    backoff = Backoff(initial=DEFAULT_BACKOFF.initial * scale, maximum=DEFAULT_BACKOFF.maximum * scale,
-                      multiplier=DEFAULT_BACKOFF.multiplier)
-    cluster = Cluster(name="bench", project="bench-project", region="us-east1", zone="us-east1-b",
-                      secrets=("HF_TOKEN",), **switches)
+    backoff = Backoff(
+        initial=DEFAULT_BACKOFF.initial * scale,
+        maximum=DEFAULT_BACKOFF.maximum * scale,
+        multiplier=DEFAULT_BACKOFF.multiplier,
+    )
+    cluster = Cluster(
+        name="bench", project="bench-project", region="us-east1", zone="us-east1-b", secrets=("HF_TOKEN",), **switches
+    )
     # Only the NeMo-RL image is big; the small ones (pause, the NCCL installer) pull at once.
-    timings = KubeTimings(tick=min(0.03, unit / 20), schedule=0.0, start=RAY_START_MIN * unit, bind=0.0,
-                          deletion=0.0, job_run=minutes(MODEL_GB, PREFETCH_MB_S) * unit,
-                          image_pulls={cluster.image: minutes(IMAGE_GB, PULL_MB_S) * unit},
-                          job_start=JOB_START_MIN * unit, preloaded_pull=PRELOADED_PULL_MIN * unit)
-    latency = {**CREATE_MINUTES, **BUILD_MINUTES, "lustre.import_data": IMPORT_MINUTES,
-               "lustre.export_data": EXPORT_MIN}
+    timings = KubeTimings(
+        tick=min(0.03, unit / 20),
+        schedule=0.0,
+        start=RAY_START_MIN * unit,
+        bind=0.0,
+        deletion=0.0,
+        job_run=minutes(MODEL_GB, PREFETCH_MB_S) * unit,
+        image_pulls={cluster.image: minutes(IMAGE_GB, PULL_MB_S) * unit},
+        job_start=JOB_START_MIN * unit,
+        preloaded_pull=PRELOADED_PULL_MIN * unit,
+    )
+    latency = {
+        **CREATE_MINUTES,
+        **BUILD_MINUTES,
+        "lustre.import_data": IMPORT_MINUTES,
+        "lustre.export_data": EXPORT_MIN,
+    }
     warm = bool(cluster.warm_start)
     with KubeFake(timings=timings) as kube, FakeGCP(kube=kube, latency=latency, time_scale=unit) as gcp:
         # Import the clients first: their import time is not provisioning time.
@@ -316,11 +355,16 @@ def _order(name: str, unit: float, *, replacement: bool = False, **switches: Any
         report = GKEBackend(cluster, backoff=backoff).up()
         wall = time.monotonic() - started
         if warm and report.records["model-prefetch"].outcome != "skipped":
-            raise AssertionError(f"warm: the import did not bring every model, the prefetch Job ran "
-                                 f"({report.records['model-prefetch'].note})")
+            raise AssertionError(
+                f"warm: the import did not bring every model, the prefetch Job ran "
+                f"({report.records['model-prefetch'].note})"
+            )
         replaced = _replacement_minutes(kube, cluster, unit) if replacement else None
-    phases = {k: (r.started / unit, r.finished / unit) for k, r in report.records.items()
-              if r.started is not None and r.finished is not None}
+    phases = {
+        k: (r.started / unit, r.finished / unit)
+        for k, r in report.records.items()
+        if r.started is not None and r.finished is not None
+    }
     job: dict[str, float] = {}
     if not cluster.prefetch_models:
         job["download"] = minutes(MODEL_GB, NEMO_RL_DOWNLOAD_MB_S)
@@ -347,8 +391,10 @@ def run(unit: float = 0.25) -> Result:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.startup",
-                                     description="time to the first GRPO step, reference order vs ours, on the fakes")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.startup",
+        description="time to the first GRPO step, reference order vs ours, on the fakes",
+    )
     parser.add_argument("--unit", type=float, default=0.25, help="seconds per simulated minute (default 0.25)")
     args, _ = parser.parse_known_args(argv)
     result = run(args.unit)

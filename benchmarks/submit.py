@@ -79,15 +79,21 @@ class Result:
 
     def table(self) -> str:
         """The report, as text; its last line is ``sweep_submit_ratio=<sdk/raw>``."""
-        lines = [f"{self.jobs} jobs to one local Ray head, preflight on", "",
-                 f"{'path':<34} {'total s':>8} {'ms/job':>8}"]
+        lines = [
+            f"{self.jobs} jobs to one local Ray head, preflight on",
+            "",
+            f"{'path':<34} {'total s':>8} {'ms/job':>8}",
+        ]
         for label, seconds in (("run_sweep (check + submit)", self.sdk), ("JobSubmissionClient.submit_job", self.raw)):
             lines.append(f"{label:<34} {seconds:8.3f} {seconds / self.jobs * 1000:8.1f}")
         verdict = "ok" if self.ratio <= RATIO_TARGET else "MISSED"
         if self.busy:
             lines.append(f"({self.busy} raw jobs were still stopping while the sweep was timed)")
-        lines += ["", f"ratio sdk/raw {self.ratio:.3f} (target <= {RATIO_TARGET}) {verdict}",
-                  f"sweep_submit_ratio={self.ratio:.3f}"]
+        lines += [
+            "",
+            f"ratio sdk/raw {self.ratio:.3f} (target <= {RATIO_TARGET}) {verdict}",
+            f"sweep_submit_ratio={self.ratio:.3f}",
+        ]
         return "\n".join(lines)
 
 
@@ -95,11 +101,20 @@ def sweep(prefix: str, n: int) -> list[GRPOJob]:
     """``n`` jobs of one small sweep (the learning rate varies), named ``<prefix>-<i>``."""
     from rl_lustre import GRPOJob
 
-    base = GRPOJob(name=f"{prefix}-base", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B",
-                   max_num_steps=4, num_prompts_per_step=4, num_generations_per_prompt=8,
-                   train_global_batch_size=32, save_period=2)
-    return [attrs.evolve(base, name=f"{prefix}-{i}", overrides={"policy.optimizer.kwargs.lr": 1e-6 * (i + 1)})
-            for i in range(n)]
+    base = GRPOJob(
+        name=f"{prefix}-base",
+        recipe="grpo_math_1B",
+        model="Qwen/Qwen2.5-1.5B",
+        max_num_steps=4,
+        num_prompts_per_step=4,
+        num_generations_per_prompt=8,
+        train_global_batch_size=32,
+        save_period=2,
+    )
+    return [
+        attrs.evolve(base, name=f"{prefix}-{i}", overrides={"policy.optimizer.kwargs.lr": 1e-6 * (i + 1)})
+        for i in range(n)
+    ]
 
 
 def run(n: int = JOBS, *, cluster: Cluster | None = None) -> Result:
@@ -120,8 +135,9 @@ def run(n: int = JOBS, *, cluster: Cluster | None = None) -> Result:
         return _measure(cluster, n)
     volume = tempfile.mkdtemp(prefix="rll-bench-submit-")
     try:
-        with Cluster.local(f"bench-submit-{os.getpid()}", volume_dir=volume,
-                           rehearsal_step_seconds=STEP_SECONDS) as own:
+        with Cluster.local(
+            f"bench-submit-{os.getpid()}", volume_dir=volume, rehearsal_step_seconds=STEP_SECONDS
+        ) as own:
             return _measure(own, n)
     finally:
         shutil.rmtree(volume, ignore_errors=True)
@@ -161,8 +177,7 @@ def _measure(cluster: Cluster, n: int) -> Result:
     sdk_ids = [o.job_id for o in result]
     print(f"run_sweep: {n} jobs checked and submitted in {result.submit_seconds:.3f}s", flush=True)
     _settle(raw_client, sdk_ids)
-    return Result(jobs=n, sdk=result.submit_seconds, raw=raw, sdk_ids=tuple(sdk_ids), raw_ids=tuple(raw_ids),
-                  busy=busy)
+    return Result(jobs=n, sdk=result.submit_seconds, raw=raw, sdk_ids=tuple(sdk_ids), raw_ids=tuple(raw_ids), busy=busy)
 
 
 def _ids(client: Any, prefix: str) -> list[str]:
@@ -180,15 +195,19 @@ def _settle(client: Any, ids: Sequence[str], timeout: float = SETTLE_SECONDS) ->
     deadline = time.monotonic() + timeout
     left = list(ids)
     while left and time.monotonic() < deadline:
-        left = [j for j in left
-                if client.get_job_status(j) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)]
+        left = [
+            j
+            for j in left
+            if client.get_job_status(j) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
+        ]
         time.sleep(0.5)
     return len(left)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.submit",
-                                     description="a sweep through run_sweep against the raw JobSubmissionClient")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.submit", description="a sweep through run_sweep against the raw JobSubmissionClient"
+    )
     parser.add_argument("--jobs", type=int, default=JOBS, help=f"jobs per side (default {JOBS})")
     # `python -m benchmarks` hands every benchmark the same arguments.
     args, _ = parser.parse_known_args(argv)

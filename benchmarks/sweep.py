@@ -52,10 +52,11 @@ def jobs(n: int = 12, *, longest: int = 130, step: int = 10) -> list[GRPOJob]:
     """The sweep: sizes interleaved as a nested loop writes them, longest first."""
     from rl_lustre import GRPOJob
 
-    base = GRPOJob(name="sweep-base", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B",
-                   save_period=50, keep_top_k=1)
-    return [attrs.evolve(base, name=f"s{i:02d}-n{SIZES[i % 4]}", num_nodes=SIZES[i % 4],
-                         max_num_steps=longest - step * i) for i in range(n)]
+    base = GRPOJob(name="sweep-base", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", save_period=50, keep_top_k=1)
+    return [
+        attrs.evolve(base, name=f"s{i:02d}-n{SIZES[i % 4]}", num_nodes=SIZES[i % 4], max_num_steps=longest - step * i)
+        for i in range(n)
+    ]
 
 
 @attrs.frozen
@@ -86,17 +87,23 @@ class Result:
     def table(self) -> str:
         s = self.sweep
         where = f"{self.worker_nodes} worker raylets" if self.worker_nodes else "the head declaring every GPU"
-        lines = [f"{len(s)} rehearsal jobs on {NODES} nodes x {GPUS_PER_NODE} GPUs ({where})", "", str(s), "",
-                 f"makespan_seconds={s.makespan_seconds:.1f}" if s.makespan_seconds is not None else
-                 "makespan_seconds=nan",
-                 f"lower_bound_seconds={s.lower_bound_seconds:.1f}" if s.lower_bound_seconds is not None else
-                 "lower_bound_seconds=nan",
-                 f"gpu_hours={s.gpu_hours:.3f}" if s.gpu_hours is not None else "gpu_hours=nan",
-                 f"sweep_makespan_ratio_nominal={(s.makespan_seconds or 0) / self.nominal_bound:.3f}",
-                 f"strict_fifo_ratio_whatif={self.strict_whatif:.3f} (simulated from the measured run times)"
-                 if self.strict_whatif is not None else "strict_fifo_ratio_whatif=nan",
-                 f"failed_for_resources={self.failed_for_resources}",
-                 f"sweep_makespan_ratio={self.ratio:.3f}"]
+        lines = [
+            f"{len(s)} rehearsal jobs on {NODES} nodes x {GPUS_PER_NODE} GPUs ({where})",
+            "",
+            str(s),
+            "",
+            f"makespan_seconds={s.makespan_seconds:.1f}" if s.makespan_seconds is not None else "makespan_seconds=nan",
+            f"lower_bound_seconds={s.lower_bound_seconds:.1f}"
+            if s.lower_bound_seconds is not None
+            else "lower_bound_seconds=nan",
+            f"gpu_hours={s.gpu_hours:.3f}" if s.gpu_hours is not None else "gpu_hours=nan",
+            f"sweep_makespan_ratio_nominal={(s.makespan_seconds or 0) / self.nominal_bound:.3f}",
+            f"strict_fifo_ratio_whatif={self.strict_whatif:.3f} (simulated from the measured run times)"
+            if self.strict_whatif is not None
+            else "strict_fifo_ratio_whatif=nan",
+            f"failed_for_resources={self.failed_for_resources}",
+            f"sweep_makespan_ratio={self.ratio:.3f}",
+        ]
         return "\n".join(lines)
 
 
@@ -119,8 +126,14 @@ def strict_fifo(runs: Sequence[tuple[int, float]], nodes: int, gap: float) -> fl
     return t
 
 
-def run(*, head_only: bool = False, step_seconds: float = STEP_SECONDS, n: int = 12,
-        longest: int = 130, cluster: Cluster | None = None) -> Result:
+def run(
+    *,
+    head_only: bool = False,
+    step_seconds: float = STEP_SECONDS,
+    n: int = 12,
+    longest: int = 130,
+    cluster: Cluster | None = None,
+) -> Result:
     """Run the sweep on ``cluster`` (by default an 8-node local one started here, untimed)."""
     from rl_lustre import Cluster
 
@@ -128,9 +141,14 @@ def run(*, head_only: bool = False, step_seconds: float = STEP_SECONDS, n: int =
         return _measure(cluster, step_seconds, n, longest)
     volume = tempfile.mkdtemp(prefix="rll-bench-sweep-")
     try:
-        with Cluster.local(f"bench-sweep-{os.getpid()}", volume_dir=volume, num_nodes=NODES,
-                           gpus_per_node=GPUS_PER_NODE, worker_nodes=0 if head_only else NODES,
-                           rehearsal_step_seconds=step_seconds) as own:
+        with Cluster.local(
+            f"bench-sweep-{os.getpid()}",
+            volume_dir=volume,
+            num_nodes=NODES,
+            gpus_per_node=GPUS_PER_NODE,
+            worker_nodes=0 if head_only else NODES,
+            rehearsal_step_seconds=step_seconds,
+        ) as own:
             return _measure(own, step_seconds, n, longest)
     finally:
         shutil.rmtree(volume, ignore_errors=True)
@@ -150,8 +168,13 @@ def _measure(cluster: Cluster, step_seconds: float, n: int, longest: int) -> Res
     capacity = cluster.num_nodes
     nominal = [(j.num_nodes or capacity, (j.max_num_steps or 0) * step_seconds) for j in sweep]
     nominal_bound = max(max(s for _, s in nominal), sum(k * s for k, s in nominal) / capacity)
-    return Result(sweep=result, failed_for_resources=failed, nominal_bound=nominal_bound,
-                  strict_whatif=_whatif(result, capacity), worker_nodes=cluster.worker_nodes)
+    return Result(
+        sweep=result,
+        failed_for_resources=failed,
+        nominal_bound=nominal_bound,
+        strict_whatif=_whatif(result, capacity),
+        worker_nodes=cluster.worker_nodes,
+    )
 
 
 def _whatif(result: SweepResult, capacity: int) -> float | None:
@@ -163,8 +186,9 @@ def _whatif(result: SweepResult, capacity: int) -> float | None:
     # The gap between a release and the next admission that waited for it, as measured.
     starts = sorted(o.ended_at - (o.run_seconds or 0.0) for o in result if o.ended_at is not None)
     ends = sorted(o.ended_at for o in result if o.ended_at is not None)
-    gaps = [g for g in (min((s - e for e in ends if e <= s), default=None) for s in starts)
-            if g is not None and g <= 10.0]
+    gaps = [
+        g for g in (min((s - e for e in ends if e <= s), default=None) for s in starts) if g is not None and g <= 10.0
+    ]
     gap = statistics.median(gaps) if gaps else 0.0
     first = min(starts) - min(o.submitted_at or 0.0 for o in result)
     return (first + strict_fifo([(int(k), float(s)) for k, s in runs], capacity, gap)) / bound

@@ -105,8 +105,10 @@ def _print_ledger(ledger: rl_lustre.goodput.GoodputLedger) -> None:
     rate, _ = Prices().machine_rate("a4-highgpu-8g", "Spot", None)
     if rate is not None:
         at = ledger.priced(rate)
-        print(f"at the A4 Spot list price (${rate:.2f} per node-hour, {Prices().table.as_of}) this run would have cost "
-              f"${at.total_usd:,.2f}, of which ${at.usd['training']:,.2f} trained")
+        print(
+            f"at the A4 Spot list price (${rate:.2f} per node-hour, {Prices().table.as_of}) this run would have cost "
+            f"${at.total_usd:,.2f}, of which ${at.usd['training']:,.2f} trained"
+        )
 
 
 if __name__ == "__main__":

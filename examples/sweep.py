@@ -19,9 +19,7 @@ from rl_lustre.sweep import run_sweep
 
 def main() -> None:
     rl_lustre.enable_output()
-    cluster = rl_lustre.Cluster.local(
-        "sweep", volume_dir=".rl_lustre/sweep/volume", rehearsal_step_seconds=0.3
-    )
+    cluster = rl_lustre.Cluster.local("sweep", volume_dir=".rl_lustre/sweep/volume", rehearsal_step_seconds=0.3)
     base = rl_lustre.GRPOJob(
         name="base",
         recipe="grpo_math_1B",

@@ -10,7 +10,6 @@ instance, and ``GRPOJob`` describes a NeMo-RL run submitted through the Ray Jobs
 Importing this package is cheap: ray, kubernetes and the Google clients load on first use.
 """
 
-
 from . import errors
 from ._output import enable_output
 from .cluster import Cluster

@@ -154,7 +154,9 @@ def env_references(value: Any) -> list[str]:
 # (the warm-start export) must never carry one.
 _SECRET_FILE = re.compile(
     r"token|stored_tokens|\.netrc|_netrc|\.git-credentials|\.env|id_(?:rsa|dsa|ecdsa|ed25519)"
-    r"|.*\.(?:pem|key|p12|pfx|jks)|credentials(?:\.json)?|application_default_credentials\.json", re.IGNORECASE)
+    r"|.*\.(?:pem|key|p12|pfx|jks)|credentials(?:\.json)?|application_default_credentials\.json",
+    re.IGNORECASE,
+)
 _SECRET_DIR = re.compile(r"\.?(?:secrets?|credentials?|\.ssh|\.gnupg|\.aws|\.kube|gcloud)", re.IGNORECASE)
 
 

@@ -97,10 +97,8 @@ def checkpoint_bytes(params: float, bytes_per_param: float = CHECKPOINT_BYTES_PE
 
 
 def _positive(owner: str, field: str, value: Any) -> None:
-    if (not isinstance(value, (int, float)) or isinstance(value, bool)
-            or not math.isfinite(value) or value <= 0):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
         raise ConfigError(owner, field, value, "must be a finite number greater than 0")
-
 
 
 def _smallest_capacity(tier: int, need_gib: Fraction, need_mbps: Fraction) -> int | None:
@@ -115,8 +113,9 @@ def requirement(
     ckpt: int, *, checkpoints_kept: int, target_write_seconds: float, headroom: float, extra_gib: float
 ) -> tuple[Fraction, Fraction]:
     """``(GiB, MB/s)`` the volume must hold and deliver for checkpoints of ``ckpt`` bytes."""
-    need_gib = (Fraction(checkpoints_kept + IN_FLIGHT_CHECKPOINTS) * ckpt * Fraction(headroom) / _GIB
-                + Fraction(extra_gib))
+    need_gib = Fraction(checkpoints_kept + IN_FLIGHT_CHECKPOINTS) * ckpt * Fraction(headroom) / _GIB + Fraction(
+        extra_gib
+    )
     need_mbps = Fraction(ckpt) / Fraction(target_write_seconds) / _MB
     return need_gib, need_mbps
 
@@ -145,7 +144,12 @@ def smallest_instance(model: str, *, checkpoints_kept: int) -> tuple[int, int]:
     count = parse_param_count(model)
     if count is None:
         raise ConfigError("size_lustre", "model", model, "states no parameter count (like '72B' or '1.5B')")
-    need = requirement(checkpoint_bytes(count), checkpoints_kept=checkpoints_kept,
-                       target_write_seconds=DEFAULT_WRITE_SECONDS, headroom=DEFAULT_HEADROOM, extra_gib=0)
+    need = requirement(
+        checkpoint_bytes(count),
+        checkpoints_kept=checkpoints_kept,
+        target_write_seconds=DEFAULT_WRITE_SECONDS,
+        headroom=DEFAULT_HEADROOM,
+        extra_gib=0,
+    )
     tier, capacity = best_option(tier_options(*need))
     return capacity, tier

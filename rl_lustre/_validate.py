@@ -14,6 +14,7 @@ from .errors import ConfigError
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
+
 def fail(instance: Any, field: str, value: Any, rule: str) -> None:
     raise ConfigError(type(instance).__name__, field, value, rule)
 
@@ -42,16 +43,18 @@ def keyword_errors(cls: type) -> type:
             sig.bind(self, *args, **kwargs)
         except TypeError:
             if args:
-                raise ConfigError(owner, "arguments", args,
-                                  f"{owner} takes keyword arguments only, like {owner}(name=...)") from None
+                raise ConfigError(
+                    owner, "arguments", args, f"{owner} takes keyword arguments only, like {owner}(name=...)"
+                ) from None
             for key in kwargs:
                 if key not in keywords:
                     near = difflib.get_close_matches(key, keywords, n=1)
                     hint = f"; did you mean {near[0]!r}?" if near else f" (its parameters: {', '.join(keywords)})"
                     raise ConfigError(owner, key, kwargs[key], f"is not a parameter of {owner}{hint}") from None
             missing = [name for name in required if name not in kwargs]
-            raise ConfigError(owner, ", ".join(missing) or "arguments", None,
-                              f"{'are' if len(missing) > 1 else 'is'} required") from None
+            raise ConfigError(
+                owner, ", ".join(missing) or "arguments", None, f"{'are' if len(missing) > 1 else 'is'} required"
+            ) from None
         init(self, *args, **kwargs)
 
     cls.__init__ = __init__  # type: ignore[misc]
@@ -71,8 +74,9 @@ def type_name(value: Any) -> str:
     return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
-def need(owner: str, param: str, value: Any, types: type | tuple[type, ...], what: str,
-         *, optional: bool = False) -> None:
+def need(
+    owner: str, param: str, value: Any, types: type | tuple[type, ...], what: str, *, optional: bool = False
+) -> None:
     """Raise a ConfigError unless ``value`` is an instance of ``types`` (bools are not ints).
 
     For the parameters of public functions and methods, checked before anything else runs.
@@ -123,9 +127,13 @@ def no_control(owner: str, field: str, value: Any, *, allow: str = "") -> None:
         c = control_char(s, allow=allow)
         if c is not None:
             but = " other than newlines and tabs" if allow == VALUE_WHITESPACE else ""
-            raise ConfigError(owner, field, value,
-                              f"must not contain control characters{but} (found {c!r}, U+{ord(c):04X}): "
-                              "they break command lines, paths and logs")
+            raise ConfigError(
+                owner,
+                field,
+                value,
+                f"must not contain control characters{but} (found {c!r}, U+{ord(c):04X}): "
+                "they break command lines, paths and logs",
+            )
 
 
 def matches(pattern: str, rule: str, *, optional: bool = False) -> Validator:
@@ -145,11 +153,14 @@ def matches(pattern: str, rule: str, *, optional: bool = False) -> Validator:
 # A service account e-mail: one of a project (NAME@PROJECT.iam.gserviceaccount.com; a
 # domain-scoped project example.com:PROJECT has NAME@PROJECT.example.com.iam.gserviceaccount.com)
 # or a project's Compute Engine default (NUMBER-compute@developer.gserviceaccount.com).
-SERVICE_ACCOUNT_PATTERN = (r"[a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z][a-z0-9-]{4,28}[a-z0-9]"
-                           r"(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.iam\.gserviceaccount\.com"
-                           r"|[0-9]+-compute@developer\.gserviceaccount\.com")
-SERVICE_ACCOUNT_RULE = ("must be a service account e-mail like 'rl-nodes@my-project.iam.gserviceaccount.com' "
-                        "(6-30 characters before the @)")
+SERVICE_ACCOUNT_PATTERN = (
+    r"[a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z][a-z0-9-]{4,28}[a-z0-9]"
+    r"(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.iam\.gserviceaccount\.com"
+    r"|[0-9]+-compute@developer\.gserviceaccount\.com"
+)
+SERVICE_ACCOUNT_RULE = (
+    "must be a service account e-mail like 'rl-nodes@my-project.iam.gserviceaccount.com' (6-30 characters before the @)"
+)
 service_account = matches(SERVICE_ACCOUNT_PATTERN, SERVICE_ACCOUNT_RULE, optional=True)
 
 
@@ -166,14 +177,16 @@ def not_secret(inst: Any, field: str, value: Any) -> None:
 
     what = secret_shape(value)
     if what is not None:
-        fail(inst, field, value,
-             f"looks like {what}; secrets never go into a spec (specs are printed, planned and "
-             "logged): list the NAME of the environment variable holding it in Cluster(secrets=[...])")
+        fail(
+            inst,
+            field,
+            value,
+            f"looks like {what}; secrets never go into a spec (specs are printed, planned and "
+            "logged): list the NAME of the environment variable holding it in Cluster(secrets=[...])",
+        )
 
 
-def integer(
-    *, min: int | None = None, max: int | None = None, optional: bool = False
-) -> Validator:
+def integer(*, min: int | None = None, max: int | None = None, optional: bool = False) -> Validator:
     """The value is an int (not a bool) within ``[min, max]``."""
 
     def check(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -258,8 +271,12 @@ def cidr(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     required (a bare address is refused, with the ``/32`` it probably meant) and host
     bits must be zero."""
     if isinstance(value, str) or not isinstance(value, tuple):
-        fail(inst, field_name(attr), value,
-             f"must be a list of CIDR blocks like ['203.0.113.0/24'] (got {type_name(value)})")
+        fail(
+            inst,
+            field_name(attr),
+            value,
+            f"must be a list of CIDR blocks like ['203.0.113.0/24'] (got {type_name(value)})",
+        )
     for block in value:
         where = field_name(attr)
         if not isinstance(block, str):
@@ -270,8 +287,12 @@ def cidr(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
             except ValueError:
                 fail(inst, where, block, "must be a CIDR block like '203.0.113.0/24' (address/prefix length)")
             else:
-                fail(inst, where, block,
-                     f"is an address, not a CIDR block; write '{addr}/{addr.max_prefixlen}' for this address alone")
+                fail(
+                    inst,
+                    where,
+                    block,
+                    f"is an address, not a CIDR block; write '{addr}/{addr.max_prefixlen}' for this address alone",
+                )
         try:
             ipaddress.ip_network(block, strict=True)
         except ValueError as exc:
@@ -280,8 +301,13 @@ def cidr(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
             except ValueError:
                 fail(inst, where, block, f"must be a CIDR block like '203.0.113.0/24' ({exc})")
             else:
-                fail(inst, where, block, f"has host bits set; the block is '{loose}' (or write "
-                     f"'{block.split('/')[0]}/{loose.max_prefixlen}' for the address alone)")
+                fail(
+                    inst,
+                    where,
+                    block,
+                    f"has host bits set; the block is '{loose}' (or write "
+                    f"'{block.split('/')[0]}/{loose.max_prefixlen}' for the address alone)",
+                )
 
 
 def whole_internet(blocks: Iterable[str]) -> str | None:
@@ -320,8 +346,7 @@ def whole_internet(blocks: Iterable[str]) -> str | None:
 def names(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     """A list or tuple of strings, never one string (which would become its characters)."""
     if isinstance(value, (str, bytes)):
-        fail(inst, field_name(attr), value,
-             f"must be a list or tuple of names, not one string; write ({value!r},)")
+        fail(inst, field_name(attr), value, f"must be a list or tuple of names, not one string; write ({value!r},)")
     if not isinstance(value, tuple):
         fail(inst, field_name(attr), value, f"must be a list or tuple of names (got {type_name(value)})")
     for i, item in enumerate(value):
@@ -334,7 +359,12 @@ def env_name(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
         names(inst, attr, value)
     for name in value:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            fail(inst, field_name(attr), name, "environment variable names are letters, digits and '_', not starting with a digit")
+            fail(
+                inst,
+                field_name(attr),
+                name,
+                "environment variable names are letters, digits and '_', not starting with a digit",
+            )
 
 
 def to_tuple(value: Any) -> Any:

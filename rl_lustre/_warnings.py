@@ -26,6 +26,7 @@ def warn_caller(message: str, category: type[Warning]) -> None:
     """
     package = os.path.dirname(os.path.abspath(__file__)) + os.sep
     frame, level = sys._getframe(1), 2
+
     def ours(filename: str) -> bool:
         # attrs compiles the specs' __init__ into "<attrs generated methods ...>": ours too.
         return filename.startswith("<attrs generated") or os.path.abspath(filename).startswith(package)

@@ -44,8 +44,7 @@ GPU_MACHINE_TYPES: dict[str, MachineType] = {
     m.name: m
     for m in [
         MachineType("a4-highgpu-8g", "nvidia-b200", 8, 224, 3968, "100", "1000Gi", rdma_nics=8, local_ssds=32),
-        MachineType("a3-ultragpu-8g", "nvidia-h200-141gb", 8, 224, 2952, "100", "1000Gi", rdma_nics=8,
-                    local_ssds=32),
+        MachineType("a3-ultragpu-8g", "nvidia-h200-141gb", 8, 224, 2952, "100", "1000Gi", rdma_nics=8, local_ssds=32),
         MachineType("a3-megagpu-8g", "nvidia-h100-mega-80gb", 8, 208, 1872, "100", "1000Gi"),
         MachineType("a3-highgpu-8g", "nvidia-h100-80gb", 8, 208, 1872, "100", "1000Gi"),
         MachineType("a3-highgpu-4g", "nvidia-h100-80gb", 4, 104, 936, "48", "480Gi"),
@@ -79,11 +78,13 @@ PREEMPTIBLE_GPU_FAMILY_QUOTA = "PREEMPTIBLE-GPUS-PER-GPU-FAMILY-per-project-regi
 GPUS_ALL_REGIONS_QUOTA = "GPUS-ALL-REGIONS-per-project"
 # GPU type -> its gpu_family; the types not listed count in Compute's per-type region quotas
 # (NVIDIA_L4_GPUS, NVIDIA_A100_GPUS, ...).
-GPU_FAMILIES = MappingProxyType({
-    "nvidia-b200": "NVIDIA_B200",
-    "nvidia-h200-141gb": "NVIDIA_H200",
-    "nvidia-h100-80gb": "NVIDIA_H100",
-})
+GPU_FAMILIES = MappingProxyType(
+    {
+        "nvidia-b200": "NVIDIA_B200",
+        "nvidia-h200-141gb": "NVIDIA_H200",
+        "nvidia-h100-80gb": "NVIDIA_H100",
+    }
+)
 
 
 @attrs.frozen
@@ -388,8 +389,9 @@ class PriceTable:
 PRICES = PriceTable(
     as_of="2025-10-01",
     region="us-central1",
-    same_price_regions=frozenset({"us-central1", "us-east1", "us-east4", "us-east5", "us-south1", "us-west1",
-                                  "us-west4"}),
+    same_price_regions=frozenset(
+        {"us-central1", "us-east1", "us-east4", "us-east5", "us-south1", "us-west1", "us-west4"}
+    ),
     machines={
         # flex-start: the "DWS Flex-start" column of Google's accelerator-optimized price list
         # (us-central1), $64.44 per VM-hour, as recorded on FLEX_START_AS_OF (sources["flex_start"]).
@@ -441,7 +443,7 @@ PRICES = PriceTable(
         "gke": "https://cloud.google.com/kubernetes-engine/pricing#cluster_management_fee_and_free_tier",
         "images_and_disks": "https://cloud.google.com/compute/disks-image-pricing",
         "cloud_storage": "https://cloud.google.com/storage/pricing (Standard storage; read 2026-12-02 on "
-                         "https://cloud.google.com/storage/pricing-examples)",
+        "https://cloud.google.com/storage/pricing-examples)",
         "flex_start": "https://cloud.google.com/products/compute/pricing/accelerator-optimized (DWS Flex-start)",
     },
 )
@@ -458,19 +460,52 @@ FLEX_START_AS_OF = "2026-07-28"
 ZONES_AS_OF = "2025-10-01"
 EXTRA_ZONES_ENV = "RL_LUSTRE_EXTRA_ZONES"
 _ABC, _US_CENTRAL1, _BCD = "abc", "abcf", "bcd"
-ZONES: Mapping[str, str] = MappingProxyType({
-    "africa-south1": _ABC, "asia-east1": _ABC, "asia-east2": _ABC, "asia-northeast1": _ABC,
-    "asia-northeast2": _ABC, "asia-northeast3": _ABC, "asia-south1": _ABC, "asia-south2": _ABC,
-    "asia-southeast1": _ABC, "asia-southeast2": _ABC, "australia-southeast1": _ABC,
-    "australia-southeast2": _ABC, "europe-central2": _ABC, "europe-north1": _ABC, "europe-north2": _ABC,
-    "europe-southwest1": _ABC, "europe-west1": _BCD, "europe-west2": _ABC, "europe-west3": _ABC,
-    "europe-west4": _ABC, "europe-west6": _ABC, "europe-west8": _ABC, "europe-west9": _ABC,
-    "europe-west10": _ABC, "europe-west12": _ABC, "me-central1": _ABC, "me-central2": _ABC,
-    "me-west1": _ABC, "northamerica-northeast1": _ABC, "northamerica-northeast2": _ABC,
-    "northamerica-south1": _ABC, "southamerica-east1": _ABC, "southamerica-west1": _ABC,
-    "us-central1": _US_CENTRAL1, "us-east1": _BCD, "us-east4": _ABC, "us-east5": _ABC, "us-south1": _ABC,
-    "us-west1": _ABC, "us-west2": _ABC, "us-west3": _ABC, "us-west4": _ABC,
-})
+ZONES: Mapping[str, str] = MappingProxyType(
+    {
+        "africa-south1": _ABC,
+        "asia-east1": _ABC,
+        "asia-east2": _ABC,
+        "asia-northeast1": _ABC,
+        "asia-northeast2": _ABC,
+        "asia-northeast3": _ABC,
+        "asia-south1": _ABC,
+        "asia-south2": _ABC,
+        "asia-southeast1": _ABC,
+        "asia-southeast2": _ABC,
+        "australia-southeast1": _ABC,
+        "australia-southeast2": _ABC,
+        "europe-central2": _ABC,
+        "europe-north1": _ABC,
+        "europe-north2": _ABC,
+        "europe-southwest1": _ABC,
+        "europe-west1": _BCD,
+        "europe-west2": _ABC,
+        "europe-west3": _ABC,
+        "europe-west4": _ABC,
+        "europe-west6": _ABC,
+        "europe-west8": _ABC,
+        "europe-west9": _ABC,
+        "europe-west10": _ABC,
+        "europe-west12": _ABC,
+        "me-central1": _ABC,
+        "me-central2": _ABC,
+        "me-west1": _ABC,
+        "northamerica-northeast1": _ABC,
+        "northamerica-northeast2": _ABC,
+        "northamerica-south1": _ABC,
+        "southamerica-east1": _ABC,
+        "southamerica-west1": _ABC,
+        "us-central1": _US_CENTRAL1,
+        "us-east1": _BCD,
+        "us-east4": _ABC,
+        "us-east5": _ABC,
+        "us-south1": _ABC,
+        "us-west1": _ABC,
+        "us-west2": _ABC,
+        "us-west3": _ABC,
+        "us-west4": _ABC,
+    }
+)
 
 
 def extra_zones() -> set[str]:
@@ -502,12 +537,15 @@ def zone_problem(zone: str) -> str | None:
     known = known_zones(region)
     if zone in known:
         return None
-    override = (f"if Google Cloud has added it since, set {EXTRA_ZONES_ENV}={zone} (check() and up() "
-                "then ask Compute Engine whether it exists before anything is created)")
+    override = (
+        f"if Google Cloud has added it since, set {EXTRA_ZONES_ENV}={zone} (check() and up() "
+        "then ask Compute Engine whether it exists before anything is created)"
+    )
     if not known:
         nearest = difflib.get_close_matches(region, list(ZONES), n=2)
         hint = f" (did you mean {' or '.join(map(repr, nearest))}?)" if nearest else ""
-        return (f"is in region {region!r}{hint}, which is not a Compute Engine region as of {ZONES_AS_OF}; "
-                f"{override}")
-    return (f"is not a zone of region {region}, whose zones are {', '.join(known)} (Compute Engine, as of "
-            f"{ZONES_AS_OF}); {override}")
+        return f"is in region {region!r}{hint}, which is not a Compute Engine region as of {ZONES_AS_OF}; {override}"
+    return (
+        f"is not a zone of region {region}, whose zones are {', '.join(known)} (Compute Engine, as of "
+        f"{ZONES_AS_OF}); {override}"
+    )

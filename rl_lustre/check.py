@@ -43,8 +43,9 @@ __all__ = ["CheckItem", "CheckReport", "Verdict", "check_cluster", "quota_metric
 logger = logging.getLogger("rl_lustre.check")
 
 
-def check_cluster(cluster: ClusterSpec, *, capacity: Capacity | None = None,
-                  quotas: CloudQuotas | None = None) -> CheckReport:
+def check_cluster(
+    cluster: ClusterSpec, *, capacity: Capacity | None = None, quotas: CloudQuotas | None = None
+) -> CheckReport:
     """Ask Google Cloud, read-only, whether ``cluster`` can be created where it asks.
 
     Example::
@@ -75,12 +76,16 @@ def check_cluster(cluster: ClusterSpec, *, capacity: Capacity | None = None,
         if ask(project, zone, name):
             items.append(CheckItem(f"zone {zone} offers {kind} {name}", "ok"))
         else:
-            items.append(CheckItem(
-                f"zone {zone} offers {kind} {name}", "problem", "it does not (404 from Compute)",
-                f"choose a zone of {region} (or another region) that offers {name}: "
-                f"`gcloud compute {'machine-types' if kind == 'machine type' else 'accelerator-types'} "
-                f"list --filter=name={name}` lists them",
-            ))
+            items.append(
+                CheckItem(
+                    f"zone {zone} offers {kind} {name}",
+                    "problem",
+                    "it does not (404 from Compute)",
+                    f"choose a zone of {region} (or another region) that offers {name}: "
+                    f"`gcloud compute {'machine-types' if kind == 'machine type' else 'accelerator-types'} "
+                    f"list --filter=name={name}` lists them",
+                )
+            )
 
     zones: tuple[str, ...] = (zone,)
     exists = cap.zone_exists(project, zone)
@@ -98,10 +103,16 @@ def check_cluster(cluster: ClusterSpec, *, capacity: Capacity | None = None,
     else:
         # The server's word wins over rl_lustre's list (and over $RL_LUSTRE_EXTRA_ZONES).
         others = [z for z in known_zones(region) if z != zone]
-        items.append(CheckItem(
-            f"zone {zone} exists", "problem", "Compute Engine has no such zone (404)",
-            f"use a zone of {region}" + (f": {', '.join(others)}" if others else "")
-            + f"; `gcloud compute zones list --filter=region:{region}` lists them"))
+        items.append(
+            CheckItem(
+                f"zone {zone} exists",
+                "problem",
+                "Compute Engine has no such zone (404)",
+                f"use a zone of {region}"
+                + (f": {', '.join(others)}" if others else "")
+                + f"; `gcloud compute zones list --filter=region:{region}` lists them",
+            )
+        )
     items.extend(quota_items(cluster, cap, quotas or CloudQuotas(), zones, zone_exists=exists))
     report = CheckReport(cluster.name, tuple(items))
     logger.info("online check of %r: %s", cluster.name, "ok" if report.ok else f"{len(report.problems)} problem(s)")
@@ -115,8 +126,11 @@ def _candidate_zones(cluster: ClusterSpec, cap: Capacity) -> tuple[CheckItem, tu
     offers = region_zones(cluster, capacity=cap)
     zones = capacity_zones(cluster, capacity=cap)
     lacking = [f"{o.zone} lacks {' and '.join(o.missing())}" for o in offers if not o.usable and o.zone != cluster.zone]
-    what = (f"zones of {cluster.region} offering {cluster.machine_type}"
-            + (f", {cluster.accelerator_type}" if cluster.accelerator_type else "") + " and Managed Lustre")
+    what = (
+        f"zones of {cluster.region} offering {cluster.machine_type}"
+        + (f", {cluster.accelerator_type}" if cluster.accelerator_type else "")
+        + " and Managed Lustre"
+    )
     detail = f"candidates {', '.join(zones)}" + (f"; {'; '.join(lacking)}" if lacking else "")
     return CheckItem(what, "ok", detail), zones
 
@@ -132,7 +146,10 @@ def _lustre_item(cluster: ClusterSpec, cap: Capacity) -> CheckItem:
         return CheckItem(what, "ok")
     nearby = sorted(z for z in zones if z.startswith(f"{cluster.region}-"))
     return CheckItem(
-        what, "problem", "it is not among Managed Lustre's locations for this project",
-        f"use a zone where it runs ({', '.join(nearby)} in {cluster.region})" if nearby
+        what,
+        "problem",
+        "it is not among Managed Lustre's locations for this project",
+        f"use a zone where it runs ({', '.join(nearby)} in {cluster.region})"
+        if nearby
         else f"use a region where it runs (none in {cluster.region}); `gcloud lustre locations list` lists them",
     )

@@ -89,8 +89,7 @@ class CheckReport:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "ok": self.ok,
-                "items": [attrs.asdict(i) for i in self.items]}
+        return {"cluster": self.cluster, "ok": self.ok, "items": [attrs.asdict(i) for i in self.items]}
 
     def __str__(self) -> str:
         head = f"check of {self.cluster!r}: " + ("ok" if self.ok else f"{len(self.problems)} problem(s)")

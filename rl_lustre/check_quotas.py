@@ -37,8 +37,10 @@ __all__ = ["LUSTRE_SERVICE", "lanes", "quota_items"]
 
 LUSTRE_SERVICE = "lustre.googleapis.com"
 _USAGE = "Cloud Quotas reports limits, not usage: what already runs counts against it too"
-_ENABLE = ("enable the Cloud Quotas API (`gcloud services enable cloudquotas.googleapis.com`) and grant "
-           "roles/cloudquotas.viewer, or look it up in the console (IAM & Admin → Quotas)")
+_ENABLE = (
+    "enable the Cloud Quotas API (`gcloud services enable cloudquotas.googleapis.com`) and grant "
+    "roles/cloudquotas.viewer, or look it up in the console (IAM & Admin → Quotas)"
+)
 # Which pool of GPU quota each kind of capacity draws on: flex-start VMs consume the preemptible
 # quota, as Spot VMs do (Google's Dynamic Workload Scheduler pages, "Quota requirements").
 _POOL = {"spot": "preemptible", "flex-start": "preemptible", "on-demand": "on-demand"}
@@ -54,15 +56,18 @@ def lanes(cluster: ClusterSpec) -> list[tuple[str, str | None]]:
     """
     policy = getattr(cluster, "capacity", None)
     if policy:
-        return [(c.kind, (getattr(c, "reservation", None) or cluster.reservation) if c.kind == "reservation" else None)
-                for c in policy]
+        return [
+            (c.kind, (getattr(c, "reservation", None) or cluster.reservation) if c.kind == "reservation" else None)
+            for c in policy
+        ]
     if cluster.reservation:
         return [("reservation", cluster.reservation)]
     return [("spot", None)] if cluster.spot else [("on-demand", None)]
 
 
-def quota_items(cluster: ClusterSpec, cap: Capacity, quotas: CloudQuotas, zones: Sequence[str], *,
-                zone_exists: bool = True) -> list[CheckItem]:
+def quota_items(
+    cluster: ClusterSpec, cap: Capacity, quotas: CloudQuotas, zones: Sequence[str], *, zone_exists: bool = True
+) -> list[CheckItem]:
     """Every quota and reservation item of the check, for the candidate ``zones`` (the zonal
     ones only when the home zone exists)."""
     gpus = cluster.num_nodes * (cluster.gpus_per_node or 0)
@@ -118,13 +123,16 @@ def _ask(fetch: Callable[[], QuotaInfo | None]) -> tuple[QuotaInfo | None, str |
 def _raise_fix(quota_id: str, value: int, dims: dict[str, str], project: str, service: str = GPU_QUOTA_SERVICE) -> str:
     flags = f" --dimensions={','.join(f'{k}={v}' for k, v in dims.items())}" if dims else ""
     where = f" ({', '.join(f'{k}={v}' for k, v in dims.items())})" if dims else ""
-    return (f"raise {quota_id}{where} to at least {value}: IAM & Admin → Quotas in the console, or "
-            f"`gcloud quotas preferences create --service={service} --project={project} "
-            f"--quota-id={quota_id} --preferred-value={value}{flags}`")
+    return (
+        f"raise {quota_id}{where} to at least {value}: IAM & Admin → Quotas in the console, or "
+        f"`gcloud quotas preferences create --service={service} --project={project} "
+        f"--quota-id={quota_id} --preferred-value={value}{flags}`"
+    )
 
 
-def _gpu_pool_item(cluster: ClusterSpec, cap: Capacity, quotas: CloudQuotas, pool: str, kinds: list[str],
-                   gpus: int) -> tuple[CheckItem, bool]:
+def _gpu_pool_item(
+    cluster: ClusterSpec, cap: Capacity, quotas: CloudQuotas, pool: str, kinds: list[str], gpus: int
+) -> tuple[CheckItem, bool]:
     accelerator, region, project = str(cluster.accelerator_type), str(cluster.region), str(cluster.project)
     lanes_text = ", ".join(kinds)
     family = GPU_FAMILIES.get(accelerator)
@@ -139,8 +147,12 @@ def _gpu_pool_item(cluster: ClusterSpec, cap: Capacity, quotas: CloudQuotas, poo
         return CheckItem(what, "unknown", f"the Cloud Quotas API refused: {refused}", _ENABLE), True
     limit = info.limit(dims) if info else None
     if limit is None:
-        return CheckItem(what, "unknown", f"Cloud Quotas lists no {quota_id} for {family} in {region}",
-                         f"look it up in the console (IAM & Admin → Quotas, {quota_id}, {region}) before up()"), True
+        return CheckItem(
+            what,
+            "unknown",
+            f"Cloud Quotas lists no {quota_id} for {family} in {region}",
+            f"look it up in the console (IAM & Admin → Quotas, {quota_id}, {region}) before up()",
+        ), True
     if limit < 0 or limit >= gpus:
         return CheckItem(what, "ok", ("unlimited" if limit < 0 else f"limit {limit}") + f" ({_USAGE})"), True
     return CheckItem(what, "problem", f"limit {limit}", _raise_fix(quota_id, gpus, dims, project)), False
@@ -159,16 +171,24 @@ def _legacy_item(cluster: ClusterSpec, cap: Capacity, spot: bool, shape: str) ->
         metric, quota = on_demand, quotas[on_demand]
     what = f"{metric} quota in {region} covers {shape}"
     if quota is None:
-        return CheckItem(what, "unknown", f"the region lists no {metric} quota",
-                         f"look for the GPU type's quota in the console (IAM & Admin → Quotas, region {region}) "
-                         "before up()"), True
+        return CheckItem(
+            what,
+            "unknown",
+            f"the region lists no {metric} quota",
+            f"look for the GPU type's quota in the console (IAM & Admin → Quotas, region {region}) before up()",
+        ), True
     if quota.free >= gpus:
         return CheckItem(what, "ok", f"limit {quota.limit:g}, {quota.usage:g} in use"), True
     return CheckItem(
-        what, "problem", f"limit {quota.limit:g}, {quota.usage:g} in use: {quota.free:g} free",
+        what,
+        "problem",
+        f"limit {quota.limit:g}, {quota.usage:g} in use: {quota.free:g} free",
         f"raise {metric} in {region} to at least {quota.usage + gpus:g} (IAM & Admin → Quotas), "
-        + ("or add on-demand capacity / a reservation to the policy" if spot
-           else "or add Spot or flex-start capacity / a reservation to the policy"),
+        + (
+            "or add on-demand capacity / a reservation to the policy"
+            if spot
+            else "or add Spot or flex-start capacity / a reservation to the policy"
+        ),
     ), False
 
 
@@ -204,37 +224,64 @@ def _reservation_item(cluster: ClusterSpec, cap: Capacity, name: str) -> CheckIt
     except CredentialsError:
         raise
     except PermissionDeniedError as err:
-        return CheckItem(what, "unknown", f"Compute refused to show it: {str(err).splitlines()[0]}",
-                         f"ask {owner}'s owner to share it with {project} and grant roles/compute.viewer")
+        return CheckItem(
+            what,
+            "unknown",
+            f"Compute refused to show it: {str(err).splitlines()[0]}",
+            f"ask {owner}'s owner to share it with {project} and grant roles/compute.viewer",
+        )
     if found is None:
-        return CheckItem(what, "problem", f"there is no reservation {short} in projects/{owner}/zones/{zone}",
-                         f"`gcloud compute reservations list --project={owner}` lists them; a reservation is zonal")
+        return CheckItem(
+            what,
+            "problem",
+            f"there is no reservation {short} in projects/{owner}/zones/{zone}",
+            f"`gcloud compute reservations list --project={owner}` lists them; a reservation is zonal",
+        )
     if found.machine_type != cluster.machine_type:
-        return CheckItem(what, "problem", f"it holds {found.machine_type}",
-                         "use a reservation of the cluster's machine type")
+        return CheckItem(
+            what, "problem", f"it holds {found.machine_type}", "use a reservation of the cluster's machine type"
+        )
     if found.free < cluster.num_nodes:
-        return CheckItem(what, "problem", f"{found.free} of {found.count} free",
-                         f"resize it (`gcloud compute reservations update {short} --zone={zone} "
-                         f"--vm-count={found.in_use + cluster.num_nodes}`) or free VMs that consume it")
+        return CheckItem(
+            what,
+            "problem",
+            f"{found.free} of {found.count} free",
+            f"resize it (`gcloud compute reservations update {short} --zone={zone} "
+            f"--vm-count={found.in_use + cluster.num_nodes}`) or free VMs that consume it",
+        )
     return CheckItem(what, "ok", f"{found.free} of {found.count} free (its quota was counted when it was made)")
 
 
 def _visible_reservations(cluster: ClusterSpec, cap: Capacity, zones: Sequence[str]) -> CheckItem:
     what = f"reservations of {cluster.machine_type} in {', '.join(zones)}"
     try:
-        found: list[Reservation] = [r for r in cap.reservations(str(cluster.project))
-                                    if r.machine_type == cluster.machine_type and r.zone in zones]
+        found: list[Reservation] = [
+            r
+            for r in cap.reservations(str(cluster.project))
+            if r.machine_type == cluster.machine_type and r.zone in zones
+        ]
     except CredentialsError:
         raise
     except PermissionDeniedError as err:
         return CheckItem(what, "unknown", f"Compute refused to list them: {str(err).splitlines()[0]}")
     if not found:
-        return CheckItem(what, "ok", "none visible in the project (a reservation shared from another project "
-                         "is named as projects/OTHER/reservations/NAME)")
-    listed = "; ".join(f"{r.path.rsplit('/', 1)[-1]} in {r.zone}: {r.free} of {r.count} free"
-                       + (f", shared with {', '.join(r.shared)}" if r.shared else "") for r in found)
-    return CheckItem(what, "ok", listed, "to use one: capacity=(Capacity('reservation', reservation='NAME'), ...) "
-                     "or reservation='NAME'")
+        return CheckItem(
+            what,
+            "ok",
+            "none visible in the project (a reservation shared from another project "
+            "is named as projects/OTHER/reservations/NAME)",
+        )
+    listed = "; ".join(
+        f"{r.path.rsplit('/', 1)[-1]} in {r.zone}: {r.free} of {r.count} free"
+        + (f", shared with {', '.join(r.shared)}" if r.shared else "")
+        for r in found
+    )
+    return CheckItem(
+        what,
+        "ok",
+        listed,
+        "to use one: capacity=(Capacity('reservation', reservation='NAME'), ...) or reservation='NAME'",
+    )
 
 
 def _lustre_quota_item(cluster: ClusterSpec, quotas: CloudQuotas) -> CheckItem | None:
@@ -255,8 +302,12 @@ def _lustre_quota_item(cluster: ClusterSpec, quotas: CloudQuotas) -> CheckItem |
     if refused:
         return CheckItem(what, "unknown", f"the Cloud Quotas API refused: {refused}", _ENABLE)
     if info is None:
-        return CheckItem(what, "unknown", "Cloud Quotas lists no capacity quota of Managed Lustre by zone",
-                         "look it up in the console (IAM & Admin → Quotas, service lustre.googleapis.com)")
+        return CheckItem(
+            what,
+            "unknown",
+            "Cloud Quotas lists no capacity quota of Managed Lustre by zone",
+            "look it up in the console (IAM & Admin → Quotas, service lustre.googleapis.com)",
+        )
     dims = {d: (zone if d == "zone" else str(tier)) for d in info.dimension_names if d != "region"}
     limit = info.limit(dims)
     verdict: Verdict
@@ -264,7 +315,12 @@ def _lustre_quota_item(cluster: ClusterSpec, quotas: CloudQuotas) -> CheckItem |
         return CheckItem(what, "unknown", f"{info.quota_id} has no limit for {zone}")
     verdict = "ok" if limit < 0 or limit >= volume.capacity_gib else "problem"
     if verdict == "ok":
-        return CheckItem(what, "ok", f"{info.quota_id}: " + ("unlimited" if limit < 0 else f"limit {limit} GiB")
-                         + f" ({_USAGE})")
-    return CheckItem(what, "problem", f"{info.quota_id}: limit {limit} GiB",
-                     _raise_fix(info.quota_id, volume.capacity_gib, dims, project, LUSTRE_SERVICE))
+        return CheckItem(
+            what, "ok", f"{info.quota_id}: " + ("unlimited" if limit < 0 else f"limit {limit} GiB") + f" ({_USAGE})"
+        )
+    return CheckItem(
+        what,
+        "problem",
+        f"{info.quota_id}: limit {limit} GiB",
+        _raise_fix(info.quota_id, volume.capacity_gib, dims, project, LUSTRE_SERVICE),
+    )

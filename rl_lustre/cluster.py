@@ -41,8 +41,14 @@ if TYPE_CHECKING:
     from .queueing.state import QueueState
     from .run import Run
 
-__all__ = ["CLUSTER_NAME_RULE", "DEFAULT_SECRETS", "HF_REPO_ID_RULE", "MAINTENANCE_EXCLUSIONS", "Cluster",
-           "default_volume"]
+__all__ = [
+    "CLUSTER_NAME_RULE",
+    "DEFAULT_SECRETS",
+    "HF_REPO_ID_RULE",
+    "MAINTENANCE_EXCLUSIONS",
+    "Cluster",
+    "default_volume",
+]
 
 logger = logging.getLogger("rl_lustre.cluster")
 
@@ -338,7 +344,9 @@ class Cluster(ClusterSpec):
             why = f"raised {exc_type.__name__}"
         backend = self._backend()
         if self.keep:
-            message = f"cluster {self.name!r}: the with block {why}; keep=True leaves it running. {backend.cleanup_hint()}"
+            message = (
+                f"cluster {self.name!r}: the with block {why}; keep=True leaves it running. {backend.cleanup_hint()}"
+            )
             logger.warning("%s", message)
             _output.echo(message, style="yellow")
             return
@@ -487,8 +495,9 @@ class Cluster(ClusterSpec):
             ConfigError: a local cluster, or a kubeconfig that is missing, unreadable or
                 lacks ``context`` (checked now; nothing is requested).
         """
-        v.need("Cluster.use_kubeconfig", "path", path, (str, os.PathLike), "a kubeconfig path (str or Path)",
-               optional=True)
+        v.need(
+            "Cluster.use_kubeconfig", "path", path, (str, os.PathLike), "a kubeconfig path (str or Path)", optional=True
+        )
         v.need("Cluster.use_kubeconfig", "context", context, str, "a context name (str)", optional=True)
         for param, value in (("path", path), ("context", context)):
             if value is not None:
@@ -528,15 +537,27 @@ class Cluster(ClusterSpec):
 
         missing = missing_methods(backend)
         if missing:
-            raise ConfigError("Cluster.use_backend", "backend", backend,
-                              f"must be a backend (rl_lustre.backends.Backend); it lacks {', '.join(missing)}")
+            raise ConfigError(
+                "Cluster.use_backend",
+                "backend",
+                backend,
+                f"must be a backend (rl_lustre.backends.Backend); it lacks {', '.join(missing)}",
+            )
         theirs = getattr(backend, "cluster", self)
         if theirs != self:
-            raise ConfigError("Cluster.use_backend", "backend", backend,
-                              f"was built for another cluster ({getattr(theirs, 'name', theirs)!r}); build it for this one")
+            raise ConfigError(
+                "Cluster.use_backend",
+                "backend",
+                backend,
+                f"was built for another cluster ({getattr(theirs, 'name', theirs)!r}); build it for this one",
+            )
         if self._live.started and backend is not self._live.backend:
-            raise ConfigError("Cluster.use_backend", "backend", backend,
-                              f"cannot replace the backend of {self.name!r} while it is up; call down() first")
+            raise ConfigError(
+                "Cluster.use_backend",
+                "backend",
+                backend,
+                f"cannot replace the backend of {self.name!r} while it is up; call down() first",
+            )
         self._live.backend = backend
         return self
 

@@ -38,8 +38,16 @@ if TYPE_CHECKING:
     from .plan.graph import Plan
     from .spec import ClusterSpec
 
-__all__ = ["Cost", "CostItem", "Prices", "lane_item", "plan_cost", "preload_image_item",
-           "secondary_disks_item", "warm_start_item"]
+__all__ = [
+    "Cost",
+    "CostItem",
+    "Prices",
+    "lane_item",
+    "plan_cost",
+    "preload_image_item",
+    "secondary_disks_item",
+    "warm_start_item",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -73,9 +81,17 @@ class CostItem:
 
     def to_dict(self) -> dict[str, Any]:
         """The item as JSON data."""
-        return {"key": self.key, "name": self.name, "description": self.description, "quantity": self.quantity,
-                "unit": self.unit, "unit_usd_per_hour": self.unit_usd_per_hour, "usd_per_hour": self.usd_per_hour,
-                "counted": self.counted, "note": self.note}
+        return {
+            "key": self.key,
+            "name": self.name,
+            "description": self.description,
+            "quantity": self.quantity,
+            "unit": self.unit,
+            "unit_usd_per_hour": self.unit_usd_per_hour,
+            "usd_per_hour": self.usd_per_hour,
+            "counted": self.counted,
+            "note": self.note,
+        }
 
 
 @attrs.frozen(kw_only=True)
@@ -130,9 +146,15 @@ class Cost:
 
     def to_dict(self) -> dict[str, Any]:
         """The cost as JSON data."""
-        return {"currency": "USD", "total_usd_per_hour": round(self.total_usd_per_hour, 4),
-                "complete": self.complete, "prices_as_of": self.prices_as_of,
-                "items": [i.to_dict() for i in self.items], "sources": dict(self.sources), "notes": list(self.notes)}
+        return {
+            "currency": "USD",
+            "total_usd_per_hour": round(self.total_usd_per_hour, 4),
+            "complete": self.complete,
+            "prices_as_of": self.prices_as_of,
+            "items": [i.to_dict() for i in self.items],
+            "sources": dict(self.sources),
+            "notes": list(self.notes),
+        }
 
     def headline(self) -> str:
         """The total in one line, with the date of the prices.
@@ -145,27 +167,41 @@ class Cost:
         """
         if not self.items:
             return "no cloud resources, $0.00/hour"
-        return (f"${self.total_usd_per_hour:,.2f}/hour"
-                + ("" if self.complete else " (incomplete: some resources have no price)")
-                + f" · list prices of {self.prices_as_of}, before taxes")
+        return (
+            f"${self.total_usd_per_hour:,.2f}/hour"
+            + ("" if self.complete else " (incomplete: some resources have no price)")
+            + f" · list prices of {self.prices_as_of}, before taxes"
+        )
 
     def __str__(self) -> str:
         if not self.items:
             return "Cost: no cloud resources, $0.00/hour"
-        rows = [(i.key, i.description, "-" if i.usd_per_hour is None else f"${i.usd_per_hour:,.2f}/h",
-                 ("(yours, not counted) " if not i.counted else "") + i.note) for i in self.items]
+        rows = [
+            (
+                i.key,
+                i.description,
+                "-" if i.usd_per_hour is None else f"${i.usd_per_hour:,.2f}/h",
+                ("(yours, not counted) " if not i.counted else "") + i.note,
+            )
+            for i in self.items
+        ]
         widths = [max(len(r[c]) for r in rows) for c in range(3)]
-        lines = [f"Cost: ${self.total_usd_per_hour:,.2f}/hour"
-                 + ("" if self.complete else " (incomplete: some resources have no price)")
-                 + f" · list prices of {self.prices_as_of}, before taxes; override with rl_lustre.cost.Prices"]
-        lines += ["  " + "  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].rjust(widths[2]), r[3]]).rstrip()
-                  for r in rows]
+        lines = [
+            f"Cost: ${self.total_usd_per_hour:,.2f}/hour"
+            + ("" if self.complete else " (incomplete: some resources have no price)")
+            + f" · list prices of {self.prices_as_of}, before taxes; override with rl_lustre.cost.Prices"
+        ]
+        lines += [
+            "  " + "  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].rjust(widths[2]), r[3]]).rstrip()
+            for r in rows
+        ]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
-def node_pool_item(key: str, name: str, machine_type: str, nodes: int, provisioning: Provisioning,
-                   region: str | None, prices: Prices) -> CostItem:
+def node_pool_item(
+    key: str, name: str, machine_type: str, nodes: int, provisioning: Provisioning, region: str | None, prices: Prices
+) -> CostItem:
     """The cost of a node pool of ``nodes`` VMs.
 
     Examples:
@@ -173,12 +209,20 @@ def node_pool_item(key: str, name: str, machine_type: str, nodes: int, provision
         74.0
     """
     rate, note = prices.machine_rate(machine_type, provisioning, region)
-    return CostItem(key=key, name=name, description=f"{nodes} × {machine_type}, {provisioning}", quantity=nodes,
-                    unit="node", unit_usd_per_hour=rate, note=note)
+    return CostItem(
+        key=key,
+        name=name,
+        description=f"{nodes} × {machine_type}, {provisioning}",
+        quantity=nodes,
+        unit="node",
+        unit_usd_per_hour=rate,
+        note=note,
+    )
 
 
-def lane_item(spec: ClusterSpec, provisioning: Provisioning, *, zone: str | None = None,
-              prices: Prices | None = None) -> CostItem:
+def lane_item(
+    spec: ClusterSpec, provisioning: Provisioning, *, zone: str | None = None, prices: Prices | None = None
+) -> CostItem:
     """What the GPU pool costs per hour on one lane of the capacity policy, for ``plan()`` to
     show beside each attempt; ``provisioning`` as the lane's pool names it
     (``plan.capacity.PROVISIONING[kind]``: ``"Spot"``, ``"flex-start"``, ``"reserved"``,
@@ -190,8 +234,15 @@ def lane_item(spec: ClusterSpec, provisioning: Provisioning, *, zone: str | None
         >>> [(p, lane_item(c, p).usd_per_hour) for p in ("Spot", "flex-start", "on-demand")]
         [('Spot', 296.0), ('flex-start', 515.52), ('on-demand', 809.2)]
     """
-    return node_pool_item("gpu-pool", f"{provisioning} in {zone or spec.zone}", spec.machine_type, spec.num_nodes,
-                          provisioning, str(spec.region), prices or Prices())
+    return node_pool_item(
+        "gpu-pool",
+        f"{provisioning} in {zone or spec.zone}",
+        spec.machine_type,
+        spec.num_nodes,
+        provisioning,
+        str(spec.region),
+        prices or Prices(),
+    )
 
 
 def lustre_item(key: str, name: str, capacity_gib: int, tier: int, prices: Prices, *, counted: bool = True) -> CostItem:
@@ -202,18 +253,33 @@ def lustre_item(key: str, name: str, capacity_gib: int, tier: int, prices: Price
         8.38
     """
     rate, note = prices.lustre_rate(tier)
-    return CostItem(key=key, name=name, description=f"Managed Lustre {capacity_gib:,} GiB at {tier} MB/s/TiB",
-                    quantity=capacity_gib, unit="GiB", unit_usd_per_hour=rate, counted=counted, note=note)
+    return CostItem(
+        key=key,
+        name=name,
+        description=f"Managed Lustre {capacity_gib:,} GiB at {tier} MB/s/TiB",
+        quantity=capacity_gib,
+        unit="GiB",
+        unit_usd_per_hour=rate,
+        counted=counted,
+        note=note,
+    )
 
 
 def gke_cluster_item(key: str, name: str, prices: Prices) -> CostItem:
     """GKE's cluster management fee for one cluster."""
-    return CostItem(key=key, name=name, description="GKE cluster management fee", quantity=1, unit="cluster",
-                    unit_usd_per_hour=prices.table.gke_cluster_hour)
+    return CostItem(
+        key=key,
+        name=name,
+        description="GKE cluster management fee",
+        quantity=1,
+        unit="cluster",
+        unit_usd_per_hour=prices.table.gke_cluster_hour,
+    )
 
 
-def preload_image_item(key: str, name: str, size_gib: float, prices: Prices, *, counted: bool = True,
-                       note: str = "") -> CostItem:
+def preload_image_item(
+    key: str, name: str, size_gib: float, prices: Prices, *, counted: bool = True, note: str = ""
+) -> CostItem:
     """The storage of a preload disk image of ``size_gib`` (kept after ``down()``).
 
     Examples:
@@ -221,13 +287,19 @@ def preload_image_item(key: str, name: str, size_gib: float, prices: Prices, *, 
         12.5
     """
     t = prices.table
-    return CostItem(key=key, name=name, description=f"disk image storage, {size_gib:,.0f} GiB", quantity=size_gib,
-                    unit="GiB", unit_usd_per_hour=t.image_gib_month / t.hours_per_month, counted=counted,
-                    note=note)
+    return CostItem(
+        key=key,
+        name=name,
+        description=f"disk image storage, {size_gib:,.0f} GiB",
+        quantity=size_gib,
+        unit="GiB",
+        unit_usd_per_hour=t.image_gib_month / t.hours_per_month,
+        counted=counted,
+        note=note,
+    )
 
 
-def secondary_disks_item(key: str, name: str, nodes: int, size_gib: float, disk_type: str,
-                         prices: Prices) -> CostItem:
+def secondary_disks_item(key: str, name: str, nodes: int, size_gib: float, disk_type: str, prices: Prices) -> CostItem:
     """The secondary boot disks of ``nodes`` nodes, each of ``size_gib`` (the disk image's size),
     of the nodes' boot disk type; they exist while the nodes do.
 
@@ -238,9 +310,15 @@ def secondary_disks_item(key: str, name: str, nodes: int, size_gib: float, disk_
     """
     t = prices.table
     month = t.disk_gib_month.get(disk_type)
-    return CostItem(key=key, name=name, description=f"{nodes} × {size_gib:,.0f} GiB {disk_type} secondary boot disks",
-                    quantity=nodes * size_gib, unit="GiB", note="" if month is not None else f"no price for {disk_type}",
-                    unit_usd_per_hour=None if month is None else month / t.hours_per_month)
+    return CostItem(
+        key=key,
+        name=name,
+        description=f"{nodes} × {size_gib:,.0f} GiB {disk_type} secondary boot disks",
+        quantity=nodes * size_gib,
+        unit="GiB",
+        note="" if month is not None else f"no price for {disk_type}",
+        unit_usd_per_hour=None if month is None else month / t.hours_per_month,
+    )
 
 
 def _preload_items(plan: Plan, prices: Prices) -> tuple[list[CostItem], list[str]]:
@@ -255,8 +333,10 @@ def _preload_items(plan: Plan, prices: Prices) -> tuple[list[CostItem], list[str
     node = plan.get("preload-image")
     t = prices.table
     if node.action == "use":
-        return [], [f"your preload image {node.name} (storage yours; the GPU nodes' secondary boot disks, of its "
-                    "size, are not priced offline)"]
+        return [], [
+            f"your preload image {node.name} (storage yours; the GPU nodes' secondary boot disks, of its "
+            "size, are not priced offline)"
+        ]
     # The image is made from the builder's data disk: its size bounds the storage and each
     # node's secondary boot disk (billed on what is stored: less).
     size = float(PRELOAD_DATA_DISK_GB)
@@ -264,15 +344,27 @@ def _preload_items(plan: Plan, prices: Prices) -> tuple[list[CostItem], list[str
     vm = t.machines[PRELOAD_MACHINE_TYPE].on_demand
     build_hours = node.settings["build"]["estimated_minutes"] / 60
     build = build_hours * (vm + size * t.disk_gib_month.get(PRELOAD_DATA_DISK_TYPE, 0.0) / t.hours_per_month)
-    items = [preload_image_item("preload-image", node.name, size, prices, note=(
-        f"kept after down(): at most ${month:,.2f}/month until deleted; built once (about ${build:,.2f})"))]
+    items = [
+        preload_image_item(
+            "preload-image",
+            node.name,
+            size,
+            prices,
+            note=(f"kept after down(): at most ${month:,.2f}/month until deleted; built once (about ${build:,.2f})"),
+        )
+    ]
     gpu = plan.get("gpu-pool") if "gpu-pool" in plan else None
     if gpu is not None and "preload" in gpu.settings:
         s = gpu.settings
-        items.append(secondary_disks_item("secondary-disks", gpu.name, s["node_count"], size,
-                                          boot_disk_type(s["machine_type"]), prices))
-    return items, [f"kept after down(): the preload disk image, at most ${month:,.2f}/month "
-                   "(down(delete_preload_image=True) or rl-lustre gc --preload-images deletes it)"]
+        items.append(
+            secondary_disks_item(
+                "secondary-disks", gpu.name, s["node_count"], size, boot_disk_type(s["machine_type"]), prices
+            )
+        )
+    return items, [
+        f"kept after down(): the preload disk image, at most ${month:,.2f}/month "
+        "(down(delete_preload_image=True) or rl-lustre gc --preload-images deletes it)"
+    ]
 
 
 def warm_start_item(key: str, name: str, gigabytes: float, prices: Prices) -> CostItem:
@@ -285,10 +377,16 @@ def warm_start_item(key: str, name: str, gigabytes: float, prices: Prices) -> Co
     """
     t = prices.table
     month = gigabytes * t.gcs_gb_month
-    return CostItem(key=key, name=name, description=f"Cloud Storage Standard, {gigabytes:,.0f} GB (estimated)",
-                    quantity=gigabytes, unit="GB", unit_usd_per_hour=t.gcs_gb_month / t.hours_per_month,
-                    note=f"kept after down(): ${month:,.2f}/month while the export stays in your bucket; "
-                         "transfers and operations not included")
+    return CostItem(
+        key=key,
+        name=name,
+        description=f"Cloud Storage Standard, {gigabytes:,.0f} GB (estimated)",
+        quantity=gigabytes,
+        unit="GB",
+        unit_usd_per_hour=t.gcs_gb_month / t.hours_per_month,
+        note=f"kept after down(): ${month:,.2f}/month while the export stays in your bucket; "
+        "transfers and operations not included",
+    )
 
 
 def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
@@ -310,21 +408,40 @@ def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
             s = node.settings
             # A pool that autoscales from 0 (flex-start) is priced at the nodes it runs once granted.
             nodes = s.get("autoscaling", {}).get("total_max_node_count") or s["node_count"]
-            items.append(node_pool_item(key, node.name, s["machine_type"], nodes, s["provisioning"],
-                                        plan.region, prices))
+            items.append(
+                node_pool_item(key, node.name, s["machine_type"], nodes, s["provisioning"], plan.region, prices)
+            )
     if "lustre" in plan:
         node = plan.get("lustre")
         s = node.settings
-        items.append(lustre_item("lustre", node.name, s["capacity_gib"], s["per_unit_storage_throughput"], prices,
-                                 counted=node.action == "create"))
+        items.append(
+            lustre_item(
+                "lustre",
+                node.name,
+                s["capacity_gib"],
+                s["per_unit_storage_throughput"],
+                prices,
+                counted=node.action == "create",
+            )
+        )
     if "gke-cluster" in plan:
         items.append(gke_cluster_item("gke-cluster", plan.get("gke-cluster").name, prices))
     if "node-sa" in plan:
-        items.append(CostItem(key="node-sa", name=plan.get("node-sa").name, unit="account", quantity=1,
-                              description="IAM service account of the nodes, with its project roles",
-                              unit_usd_per_hour=0.0, note="IAM has no charge"))
-    notes = ["networking (VPC, subnet, PSA range, firewall) has no hourly charge; traffic, boot disks and "
-             "logging are not included"]
+        items.append(
+            CostItem(
+                key="node-sa",
+                name=plan.get("node-sa").name,
+                unit="account",
+                quantity=1,
+                description="IAM service account of the nodes, with its project roles",
+                unit_usd_per_hour=0.0,
+                note="IAM has no charge",
+            )
+        )
+    notes = [
+        "networking (VPC, subnet, PSA range, firewall) has no hourly charge; traffic, boot disks and "
+        "logging are not included"
+    ]
     if "preload-image" in plan:
         more, said = _preload_items(plan, prices)
         items += more
@@ -333,6 +450,8 @@ def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
         node = plan.get("warm-export")
         item = warm_start_item("warm-export", node.name, node.settings["estimated_gb"], prices)
         items.append(item)
-        notes.append(f"kept after down(): the warm-start export in your bucket, about "
-                     f"${(item.usd_per_hour or 0) * table.hours_per_month:,.2f}/month")
+        notes.append(
+            f"kept after down(): the warm-start export in your bucket, about "
+            f"${(item.usd_per_hour or 0) * table.hours_per_month:,.2f}/month"
+        )
     return Cost(items=items, prices_as_of=table.as_of, sources=table.sources, notes=notes)

@@ -249,10 +249,12 @@ class CapacityError(QuotaExceededError):
 
     def __init__(self, report: Any) -> None:
         self.report = report
-        lines = [f"the check before up() of {report.cluster!r} found {len(report.problems)} problem(s); "
-                 "nothing was created:"]
-        lines += [f"  - {item.what}: {item.detail}" + (f"\n    -> {item.fix}" if item.fix else "")
-                  for item in report.problems]
+        lines = [
+            f"the check before up() of {report.cluster!r} found {len(report.problems)} problem(s); nothing was created:"
+        ]
+        lines += [
+            f"  - {item.what}: {item.detail}" + (f"\n    -> {item.fix}" if item.fix else "") for item in report.problems
+        ]
         super().__init__("\n".join(lines))
 
 
@@ -316,9 +318,7 @@ class RollbackError(RLLustreError):
     """Provisioning failed half-way. ``cause`` failed; ``cleaned`` were deleted again;
     ``left`` could not be deleted and need attention."""
 
-    def __init__(
-        self, cause: BaseException, cleaned: Sequence[str] = (), left: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, cause: BaseException, cleaned: Sequence[str] = (), left: Sequence[str] = ()) -> None:
         self.cause = cause
         self.cleaned = list(cleaned)
         self.left = list(left)
@@ -364,8 +364,7 @@ class ProvisioningError(RollbackError):
             headline = f"up() was stopped ({str(cause).strip() or 'interrupted'})"
         else:
             headline = f"up() failed at {step}: {_one_line(cause)}"
-        lines = [headline,
-                 f"  cleaned up: {', '.join(self.cleaned) or 'nothing'}"]
+        lines = [headline, f"  cleaned up: {', '.join(self.cleaned) or 'nothing'}"]
         if self.kept:
             lines.append(f"  kept: {', '.join(self.kept)}")
         if self.left:
@@ -391,9 +390,11 @@ class NoCapacityError(ProvisioningError):
         self.attempts = list(cause.attempts)
         self.on_no_capacity = on_no_capacity
         super().__init__(cause, **kwargs)
-        lines = [cause.summary,
-                 f"  kept (on_no_capacity={on_no_capacity!r}): {', '.join(self.kept) or 'nothing'}",
-                 f"  cleaned up: {', '.join(self.cleaned) or 'nothing'}"]
+        lines = [
+            cause.summary,
+            f"  kept (on_no_capacity={on_no_capacity!r}): {', '.join(self.kept) or 'nothing'}",
+            f"  cleaned up: {', '.join(self.cleaned) or 'nothing'}",
+        ]
         if self.left:
             lines.append(f"  NOT cleaned up (delete by hand, or run cluster.down() again): {', '.join(self.left)}")
         if self.kept:
@@ -422,8 +423,9 @@ class TeardownError(RemoteError):
         self.errors = dict(errors)
         self.report = report
         details = "; ".join(f"{k}: {_one_line(e)}" for k, e in self.errors.items())
-        super().__init__(f"down() could not delete {', '.join(self.left)} ({details}); run it again, "
-                         "or delete them by hand")
+        super().__init__(
+            f"down() could not delete {', '.join(self.left)} ({details}); run it again, or delete them by hand"
+        )
 
 
 def describe(value: Any) -> str:
@@ -465,8 +467,10 @@ def nothing_to_do_advice(start_over: str = SUBMIT_FRESH) -> str:
         >>> nothing_to_do_advice(SWEEP_FRESH)
         'To start over, use run_sweep(cluster, jobs, fresh=True) (the old checkpoints are moved aside, not deleted), or raise max_num_steps to train further'
     """
-    return (f"To start over, use {start_over} (the old checkpoints are moved aside, not deleted), "
-            "or raise max_num_steps to train further")
+    return (
+        f"To start over, use {start_over} (the old checkpoints are moved aside, not deleted), "
+        "or raise max_num_steps to train further"
+    )
 
 
 class CapacityDeadlineWarning(UserWarning):
@@ -484,4 +488,3 @@ class NothingToDoWarning(UserWarning):
     ``cluster.submit(job, fresh=True)`` to start over (the old checkpoints are moved
     aside, not deleted), or give the job another name.
     """
-

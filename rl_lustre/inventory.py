@@ -83,9 +83,15 @@ class FoundResource:
 
     def to_dict(self) -> dict[str, Any]:
         """The resource as JSON data."""
-        return {"key": self.key, "kind": self.kind, "name": self.name, "location": self.location,
-                "state": self.state, "created": None if self.created is None else self.created.isoformat(),
-                "details": dict(self.details)}
+        return {
+            "key": self.key,
+            "kind": self.kind,
+            "name": self.name,
+            "location": self.location,
+            "state": self.state,
+            "created": None if self.created is None else self.created.isoformat(),
+            "details": dict(self.details),
+        }
 
 
 @attrs.frozen(kw_only=True)
@@ -185,11 +191,22 @@ class Deployment:
         for r in self.resources:
             d = r.details
             if r.key in ("gpu-pool", "cpu-pool"):
-                items.append(node_pool_item(r.key, r.short_name, d["machine_type"], d["node_count"],
-                                            d["provisioning"], self.region, prices))
+                items.append(
+                    node_pool_item(
+                        r.key, r.short_name, d["machine_type"], d["node_count"], d["provisioning"], self.region, prices
+                    )
+                )
                 if d.get("secondary_disk_gb"):
-                    items.append(secondary_disks_item("secondary-disks", r.short_name, d["node_count"],
-                                                      d["secondary_disk_gb"], d["disk_type"], prices))
+                    items.append(
+                        secondary_disks_item(
+                            "secondary-disks",
+                            r.short_name,
+                            d["node_count"],
+                            d["secondary_disk_gb"],
+                            d["disk_type"],
+                            prices,
+                        )
+                    )
             elif r.key == "lustre":
                 items.append(lustre_item(r.key, r.short_name, d["capacity_gib"], d["tier"], prices))
             elif r.key == "gke-cluster":
@@ -212,8 +229,11 @@ class Deployment:
         kwargs: dict[str, Any] = {}
         lustre = self.get("lustre")
         if lustre is not None:
-            kwargs["volume"] = LustreVolume(name=lustre.short_name, capacity_gib=lustre.details["capacity_gib"],
-                                            throughput_mbps_per_tib=lustre.details["tier"])
+            kwargs["volume"] = LustreVolume(
+                name=lustre.short_name,
+                capacity_gib=lustre.details["capacity_gib"],
+                throughput_mbps_per_tib=lustre.details["tier"],
+            )
         if self.get("network") is None:
             on = next((r.details["network"] for r in self.resources if r.details.get("network")), None)
             if on is not None and on != f"{self.name}-net":
@@ -231,14 +251,17 @@ class Deployment:
         if self.get("node-sa") is not None:
             return None
         ours = naming.service_account_email(self.project, naming.node_service_account_id(self.name))
-        runs_as = sorted({r.details.get("service_account") or "" for r in self.resources
-                          if r.key in ("cpu-pool", "gpu-pool")} - {"", ours})
+        runs_as = sorted(
+            {r.details.get("service_account") or "" for r in self.resources if r.key in ("cpu-pool", "gpu-pool")}
+            - {"", ours}
+        )
         if len(runs_as) == 1 and re.fullmatch(SERVICE_ACCOUNT_PATTERN, runs_as[0]):
             return runs_as[0]
         return None
 
-    def down(self, *, keys: Sequence[str] | None = None, apis: Apis | None = None,
-             delete_preload_image: bool = False) -> Report:
+    def down(
+        self, *, keys: Sequence[str] | None = None, apis: Apis | None = None, delete_preload_image: bool = False
+    ) -> Report:
         """Delete the deployment (or only the plan nodes ``keys``) through its plan's executor;
         the preload disk image only with ``delete_preload_image`` (and while no pool uses it).
 
@@ -254,12 +277,18 @@ class Deployment:
     def to_dict(self, prices: Prices | None = None) -> dict[str, Any]:
         """The deployment as JSON data, with its cost."""
         age = self.age_seconds()
-        return {"name": self.name, "project": self.project, "state": self.state, "whole": self.whole,
-                "region": self.region, "zone": self.zone,
-                "created": None if self.created is None else self.created.isoformat(),
-                "age_seconds": None if age is None else round(age),
-                "usd_per_hour": round(self.cost(prices).total_usd_per_hour, 4),
-                "resources": [r.to_dict() for r in self.resources]}
+        return {
+            "name": self.name,
+            "project": self.project,
+            "state": self.state,
+            "whole": self.whole,
+            "region": self.region,
+            "zone": self.zone,
+            "created": None if self.created is None else self.created.isoformat(),
+            "age_seconds": None if age is None else round(age),
+            "usd_per_hour": round(self.cost(prices).total_usd_per_hour, 4),
+            "resources": [r.to_dict() for r in self.resources],
+        }
 
 
 def _timestamp(value: Any) -> datetime.datetime | None:
@@ -282,9 +311,12 @@ def _last(url: str) -> str:
 def _compute(apis: Apis, project: str) -> Iterable[FoundResource]:
     from .gcp._ownership import labels_from_description
 
-    kinds = (("network", "compute.v1.Network", apis.networks), ("subnet", "compute.v1.Subnetwork", apis.subnetworks),
-             ("psa-range", "compute.v1.GlobalAddress", apis.addresses),
-             ("firewall-lustre", "compute.v1.Firewall", apis.firewalls))
+    kinds = (
+        ("network", "compute.v1.Network", apis.networks),
+        ("subnet", "compute.v1.Subnetwork", apis.subnetworks),
+        ("psa-range", "compute.v1.GlobalAddress", apis.addresses),
+        ("firewall-lustre", "compute.v1.Firewall", apis.firewalls),
+    )
     for key, kind, api in kinds:
         for r in api.list_ours(project):
             labels = labels_from_description(r.description)
@@ -292,10 +324,16 @@ def _compute(apis: Apis, project: str) -> Iterable[FoundResource]:
             region = _last(r.region) if regional else "global"
             scope = f"regions/{region}" if regional else "global"
             state = getattr(r, "state", "") or getattr(r, "status", "") or "READY"
-            yield FoundResource(key=key, kind=kind, name=f"projects/{project}/{scope}/{api.collection}/{r.name}",
-                                deployment=labels[LABEL_DEPLOYMENT], location=region, state=str(state),
-                                created=_timestamp(r.creation_timestamp),
-                                details={} if key == "network" else {"network": _last(r.network)})
+            yield FoundResource(
+                key=key,
+                kind=kind,
+                name=f"projects/{project}/{scope}/{api.collection}/{r.name}",
+                deployment=labels[LABEL_DEPLOYMENT],
+                location=region,
+                state=str(state),
+                created=_timestamp(r.creation_timestamp),
+                details={} if key == "network" else {"network": _last(r.network)},
+            )
 
 
 def _lustre(apis: Apis, project: str) -> Iterable[FoundResource]:
@@ -303,11 +341,21 @@ def _lustre(apis: Apis, project: str) -> Iterable[FoundResource]:
 
     for i in apis.lustre.list_ours(project):
         zone = i.name.split("/")[3]
-        yield FoundResource(key="lustre", kind="lustre.v1.Instance", name=i.name,
-                            deployment=i.labels[LABEL_DEPLOYMENT], location=zone,
-                            state=lustre_v1.Instance.State(i.state).name, created=_timestamp(i.create_time),
-                            details={"capacity_gib": i.capacity_gib, "tier": i.per_unit_storage_throughput,
-                                     "network": _last(i.network), "mount_point": i.mount_point})
+        yield FoundResource(
+            key="lustre",
+            kind="lustre.v1.Instance",
+            name=i.name,
+            deployment=i.labels[LABEL_DEPLOYMENT],
+            location=zone,
+            state=lustre_v1.Instance.State(i.state).name,
+            created=_timestamp(i.create_time),
+            details={
+                "capacity_gib": i.capacity_gib,
+                "tier": i.per_unit_storage_throughput,
+                "network": _last(i.network),
+                "mount_point": i.mount_point,
+            },
+        )
 
 
 def _accounts(apis: Apis, project: str) -> Iterable[FoundResource]:
@@ -316,10 +364,16 @@ def _accounts(apis: Apis, project: str) -> Iterable[FoundResource]:
 
     # IAM keeps no creation time: ours carry it in their description.
     for a in apis.accounts.list_ours(project):
-        yield FoundResource(key="node-sa", kind="iam.v1.ServiceAccount", name=a.name,
-                            deployment=labels_from_description(a.description)[LABEL_DEPLOYMENT], location="global",
-                            state="DISABLED" if a.disabled else "ACTIVE", created=created_of(a),
-                            details={"email": a.email})
+        yield FoundResource(
+            key="node-sa",
+            kind="iam.v1.ServiceAccount",
+            name=a.name,
+            deployment=labels_from_description(a.description)[LABEL_DEPLOYMENT],
+            location="global",
+            state="DISABLED" if a.disabled else "ACTIVE",
+            created=created_of(a),
+            details={"email": a.email},
+        )
 
 
 def _provisioning(pool: Any) -> str:
@@ -348,22 +402,43 @@ def _gke(apis: Apis, project: str) -> Iterable[FoundResource]:
     for c in clusters:
         deployment = c.resource_labels[LABEL_DEPLOYMENT]
         path = naming.container_cluster_path(project, c.location, c.name)
-        yield FoundResource(key="gke-cluster", kind="container.v1.Cluster", name=path, deployment=deployment,
-                            location=c.location, state=container_v1.Cluster.Status(c.status).name,
-                            created=_timestamp(c.create_time), details={"network": c.network})
+        yield FoundResource(
+            key="gke-cluster",
+            kind="container.v1.Cluster",
+            name=path,
+            deployment=deployment,
+            location=c.location,
+            state=container_v1.Cluster.Status(c.status).name,
+            created=_timestamp(c.create_time),
+            details={"network": c.network},
+        )
         for pool in c.node_pools:
             yield FoundResource(
-                key="gpu-pool" if pool.config.accelerators else "cpu-pool", kind="container.v1.NodePool",
-                name=f"{path}/nodePools/{pool.name}", deployment=deployment,
+                key="gpu-pool" if pool.config.accelerators else "cpu-pool",
+                kind="container.v1.NodePool",
+                name=f"{path}/nodePools/{pool.name}",
+                deployment=deployment,
                 location=pool.locations[0] if pool.locations else c.location,
-                state=container_v1.NodePool.Status(pool.status).name, created=_timestamp(c.create_time),
-                details={"machine_type": pool.config.machine_type, "node_count": pool.initial_node_count,
-                         "provisioning": _provisioning(pool), "service_account": pool.config.service_account,
-                         **({"secondary_boot_disks": [d.disk_image for d in pool.config.secondary_boot_disks],
-                             "secondary_disk_gb": sum(sizes.get(d.disk_image, 0)
-                                                      for d in pool.config.secondary_boot_disks),
-                             "disk_type": pool.config.disk_type or boot_disk_type(pool.config.machine_type)}
-                            if pool.config.secondary_boot_disks else {})})
+                state=container_v1.NodePool.Status(pool.status).name,
+                created=_timestamp(c.create_time),
+                details={
+                    "machine_type": pool.config.machine_type,
+                    "node_count": pool.initial_node_count,
+                    "provisioning": _provisioning(pool),
+                    "service_account": pool.config.service_account,
+                    **(
+                        {
+                            "secondary_boot_disks": [d.disk_image for d in pool.config.secondary_boot_disks],
+                            "secondary_disk_gb": sum(
+                                sizes.get(d.disk_image, 0) for d in pool.config.secondary_boot_disks
+                            ),
+                            "disk_type": pool.config.disk_type or boot_disk_type(pool.config.machine_type),
+                        }
+                        if pool.config.secondary_boot_disks
+                        else {}
+                    ),
+                },
+            )
 
 
 def find_deployments(project: str, *, apis: Apis | None = None) -> list[Deployment]:
@@ -393,9 +468,12 @@ def find_deployments(project: str, *, apis: Apis | None = None) -> list[Deployme
     by_name: dict[str, list[FoundResource]] = {}
     for r in found:
         by_name.setdefault(r.deployment, []).append(r)
-    return [Deployment(name=name, project=project,
-                       resources=sorted(rs, key=lambda r: (order.get(r.key, len(KEYS)), r.name)))
-            for name, rs in sorted(by_name.items())]
+    return [
+        Deployment(
+            name=name, project=project, resources=sorted(rs, key=lambda r: (order.get(r.key, len(KEYS)), r.name))
+        )
+        for name, rs in sorted(by_name.items())
+    ]
 
 
 def find_deployment(name: str, *, project: str, zone: str | None = None, apis: Apis | None = None) -> Deployment:
@@ -432,12 +510,16 @@ class Collected:
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON data."""
-        return {**self.deployment.to_dict(), "report": None if self.report is None else self.report.to_dict(),
-                "left": [r.to_dict() for r in self.left]}
+        return {
+            **self.deployment.to_dict(),
+            "report": None if self.report is None else self.report.to_dict(),
+            "left": [r.to_dict() for r in self.left],
+        }
 
 
-def collect_garbage(project: str, *, delete: bool = False, older_than: float = 900.0,
-                    apis: Apis | None = None) -> list[Collected]:
+def collect_garbage(
+    project: str, *, delete: bool = False, older_than: float = 900.0, apis: Apis | None = None
+) -> list[Collected]:
     """The partial deployments of ``project`` (labelled resources without their GKE cluster),
     and, with ``delete``, their deletion through the executor.
 
@@ -472,7 +554,11 @@ def collect_garbage(project: str, *, delete: bool = False, older_than: float = 9
         after = [x for x in find_deployments(project, apis=apis) if x.name == d.name]
         left = after[0].resources if after else ()
         for r in left:
-            logger.warning("%s %s still carries the labels of %r (not the name its plan gives it): delete it by hand",
-                           r.kind, r.name, d.name)
+            logger.warning(
+                "%s %s still carries the labels of %r (not the name its plan gives it): delete it by hand",
+                r.kind,
+                r.name,
+                d.name,
+            )
         out.append(Collected(d, report, left))
     return out

@@ -118,8 +118,13 @@ class VolumeMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON data."""
-        return {"start": self.start.isoformat(), "end": self.end.isoformat(), "step": self.step,
-                "read_mbps": self.read_mbps.to_dict(), "write_mbps": self.write_mbps.to_dict()}
+        return {
+            "start": self.start.isoformat(),
+            "end": self.end.isoformat(),
+            "step": self.step,
+            "read_mbps": self.read_mbps.to_dict(),
+            "write_mbps": self.write_mbps.to_dict(),
+        }
 
 
 @attrs.frozen
@@ -138,9 +143,11 @@ class ClusterMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON data."""
-        return {"gpu_utilization": self.gpu_utilization.to_dict(),
-                "gpu_utilization_by_pod": {k: s.to_dict() for k, s in self.gpu_utilization_by_pod.items()},
-                "volume": self.volume.to_dict()}
+        return {
+            "gpu_utilization": self.gpu_utilization.to_dict(),
+            "gpu_utilization_by_pod": {k: s.to_dict() for k, s in self.gpu_utilization_by_pod.items()},
+            "volume": self.volume.to_dict(),
+        }
 
 
 def _utc(value: When | None, field: str) -> datetime.datetime | None:
@@ -197,8 +204,14 @@ def _monitoring(monitoring: Any) -> Monitoring:
     return monitoring or Monitoring()
 
 
-def volume_metrics(volume: VolumeSpec, *, start: When | None = None, end: When | None = None, step: int = 60,
-                   monitoring: Monitoring | None = None) -> VolumeMetrics:
+def volume_metrics(
+    volume: VolumeSpec,
+    *,
+    start: When | None = None,
+    end: When | None = None,
+    step: int = 60,
+    monitoring: Monitoring | None = None,
+) -> VolumeMetrics:
     """Read and write MB/s of ``volume``'s instance over ``[start, end]``.
 
     Raises:
@@ -214,14 +227,27 @@ def volume_metrics(volume: VolumeSpec, *, start: When | None = None, end: When |
     api = _monitoring(monitoring)
     out = {}
     for key, metric in (("read", LUSTRE_READ_BYTES), ("write", LUSTRE_WRITE_BYTES)):
-        found = api.time_series(volume.project, _filter(metric, LUSTRE_RESOURCE, instance_id=volume.name, location=volume.zone),
-                                start=t0, end=t1, step=step, aligner="ALIGN_RATE", reducer="REDUCE_SUM")
+        found = api.time_series(
+            volume.project,
+            _filter(metric, LUSTRE_RESOURCE, instance_id=volume.name, location=volume.zone),
+            start=t0,
+            end=t1,
+            step=step,
+            aligner="ALIGN_RATE",
+            reducer="REDUCE_SUM",
+        )
         out[key] = _one(found, f"Lustre {key}", "MB/s", scale=1e-6)
     return VolumeMetrics(out["read"], out["write"], t0, t1, step)
 
 
-def cluster_metrics(cluster: ClusterSpec, *, start: When | None = None, end: When | None = None, step: int = 60,
-                    monitoring: Monitoring | None = None) -> ClusterMetrics:
+def cluster_metrics(
+    cluster: ClusterSpec,
+    *,
+    start: When | None = None,
+    end: When | None = None,
+    step: int = 60,
+    monitoring: Monitoring | None = None,
+) -> ClusterMetrics:
     """GPU utilisation of ``cluster``'s pods and its volume's throughput over ``[start, end]``.
 
     Raises:
@@ -230,8 +256,9 @@ def cluster_metrics(cluster: ClusterSpec, *, start: When | None = None, end: Whe
     """
 
     if cluster.backend != "gke":
-        raise ConfigError("Cluster", "backend", cluster.backend,
-                          "Cloud Monitoring metrics exist only for GKE deployments")
+        raise ConfigError(
+            "Cluster", "backend", cluster.backend, "Cloud Monitoring metrics exist only for GKE deployments"
+        )
     assert cluster.project is not None
     assert cluster.region is not None
     assert cluster.volume is not None
@@ -240,10 +267,21 @@ def cluster_metrics(cluster: ClusterSpec, *, start: When | None = None, end: Whe
     pod = "resource.labels.pod_name"
     found = api.time_series(
         cluster.project,
-        _filter(GPU_DUTY_CYCLE, GPU_RESOURCE, cluster_name=cluster.name, location=cluster.region, namespace_name=cluster.namespace),
-        start=t0, end=t1, step=step, aligner="ALIGN_MEAN", reducer="REDUCE_MEAN", group_by=[pod])
-    by_pod = {s.labels.get(pod, "?"): Series(f"GPU utilisation {s.labels.get(pod, '?')}", "%", s.points)
-              for s in found}
+        _filter(
+            GPU_DUTY_CYCLE,
+            GPU_RESOURCE,
+            cluster_name=cluster.name,
+            location=cluster.region,
+            namespace_name=cluster.namespace,
+        ),
+        start=t0,
+        end=t1,
+        step=step,
+        aligner="ALIGN_MEAN",
+        reducer="REDUCE_MEAN",
+        group_by=[pod],
+    )
+    by_pod = {s.labels.get(pod, "?"): Series(f"GPU utilisation {s.labels.get(pod, '?')}", "%", s.points) for s in found}
     sums: dict[datetime.datetime, list[float]] = {}
     for series in by_pod.values():
         for t, v in series.points:

@@ -57,8 +57,10 @@ def firewall_name(cluster: ClusterSpec) -> str:
 
 # IAM's rule for a service account id (the part of its e-mail before the @).
 SERVICE_ACCOUNT_ID_PATTERN = r"[a-z][a-z0-9-]{4,28}[a-z0-9]"
-SERVICE_ACCOUNT_ID_RULE = ("must give a service account id of 6-30 characters [a-z][a-z0-9-]*[a-z0-9] "
-                           "('rl-<name>-nodes', or 'rl-<first 20 characters>-<hash>' for a longer name)")
+SERVICE_ACCOUNT_ID_RULE = (
+    "must give a service account id of 6-30 characters [a-z][a-z0-9-]*[a-z0-9] "
+    "('rl-<name>-nodes', or 'rl-<first 20 characters>-<hash>' for a longer name)"
+)
 
 
 def node_service_account_id(deployment: str) -> str:

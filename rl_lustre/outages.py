@@ -49,7 +49,7 @@ class OutageBudget:
 
     def delay(self, attempt: int) -> float:
         """The pause before retry number ``attempt`` (0-based)."""
-        return float(min(self.max_delay, self.initial_delay * 2 ** attempt))
+        return float(min(self.max_delay, self.initial_delay * 2**attempt))
 
 
 class Outage:
@@ -74,8 +74,12 @@ class Outage:
     def ok(self) -> None:
         """A call succeeded: the outage, if there was one, is over."""
         if self.started is not None:
-            logger.info("%s: reachable again after %.1fs and %d retries", self.what,
-                        time.monotonic() - self.started, self.retries)
+            logger.info(
+                "%s: reachable again after %.1fs and %d retries",
+                self.what,
+                time.monotonic() - self.started,
+                self.retries,
+            )
         self.started, self.retries = None, 0
 
     def failed(self, exc: BaseException, *, deadline: float | None = None) -> None:
@@ -92,13 +96,22 @@ class Outage:
         left = self.budget.max_outage - elapsed
         if left <= 0:
             kind = type(exc) if isinstance(exc, RemoteError) and type(exc) in (RayError, KubernetesError) else RayError
-            raise kind(f"{self.what}: gave up after {elapsed:.0f}s of failures "
-                       f"(outage budget {self.budget.max_outage:g}s): {exc}") from exc
+            raise kind(
+                f"{self.what}: gave up after {elapsed:.0f}s of failures "
+                f"(outage budget {self.budget.max_outage:g}s): {exc}"
+            ) from exc
         pause = min(self.budget.delay(self.retries), left)
         if deadline is not None:
             pause = max(0.0, min(pause, deadline - now))
         self.retries += 1
         self.total_retries += 1
-        logger.warning("%s: %s; retry %d in %.1fs (%.0fs of the %gs outage budget left)", self.what, exc,
-                       self.retries, pause, left, self.budget.max_outage)
+        logger.warning(
+            "%s: %s; retry %d in %.1fs (%.0fs of the %gs outage budget left)",
+            self.what,
+            exc,
+            self.retries,
+            pause,
+            left,
+            self.budget.max_outage,
+        )
         time.sleep(pause)

@@ -36,8 +36,16 @@ __all__ = ["RunData", "SaveRecord", "collect", "figure", "save", "save_check"]
 REWARD_KEYS = ("avg_reward", "reward", "mean_reward")
 WIDTH_IN, ROW_IN, LEDGER_IN, DPI = 12.0, 4.0, 1.8, 100
 # The ledger's bar: one colour per category, in the ledger's order.
-CATEGORY_COLORS = {"capacity": "tab:gray", "startup": "tab:olive", "training": "tab:green", "checkpoint": "tab:blue",
-                   "validation": "tab:cyan", "lost": "tab:red", "idle": "tab:orange", "unattributed": "lightgray"}
+CATEGORY_COLORS = {
+    "capacity": "tab:gray",
+    "startup": "tab:olive",
+    "training": "tab:green",
+    "checkpoint": "tab:blue",
+    "validation": "tab:cyan",
+    "lost": "tab:red",
+    "idle": "tab:orange",
+    "unattributed": "lightgray",
+}
 
 
 @attrs.frozen
@@ -104,11 +112,14 @@ def collect(run: Run, *, cluster_metrics: bool = True) -> RunData:
     # with size and MB/s where the checkpoint is still there to measure.
     logged = {s.step: s.timed_seconds for s in run.saves()}
     saves = tuple(
-        SaveRecord(step,
-                   checkpoints[step].save_seconds if step in checkpoints else logged.get(step),
-                   checkpoints[step].mb_per_second if step in checkpoints else None,
-                   checkpoints[step].size_bytes / 1e6 if step in checkpoints else None)
-        for step in sorted(set(logged) | set(checkpoints)))
+        SaveRecord(
+            step,
+            checkpoints[step].save_seconds if step in checkpoints else logged.get(step),
+            checkpoints[step].mb_per_second if step in checkpoints else None,
+            checkpoints[step].size_bytes / 1e6 if step in checkpoints else None,
+        )
+        for step in sorted(set(logged) | set(checkpoints))
+    )
     named = [meta[k] for k in (MODEL, RECIPE) if meta.get(k)]
     ledger, no_ledger = _ledger(run)
     return RunData(
@@ -158,8 +169,17 @@ def figure(data: RunData) -> Figure:
     FigureCanvasAgg(fig)
     heading = [data.title]
     if data.subtitle or data.synthetic:
-        heading.append(" · ".join(filter(None, (
-            data.subtitle, "rehearsal: no model is trained, the metrics are synthetic" if data.synthetic else ""))))
+        heading.append(
+            " · ".join(
+                filter(
+                    None,
+                    (
+                        data.subtitle,
+                        "rehearsal: no model is trained, the metrics are synthetic" if data.synthetic else "",
+                    ),
+                )
+            )
+        )
     fig.suptitle("\n".join(heading))
     grid = fig.add_gridspec(rows + 1, 2, height_ratios=[ROW_IN] * rows + [LEDGER_IN])
     axes: list[list[Any]] = [[fig.add_subplot(grid[r, c]) for c in range(2)] for r in range(rows)]
@@ -182,9 +202,12 @@ def figure(data: RunData) -> Figure:
     ax = axes[0][1]
     ax.set_title("Checkpoint saves")
     unmeasured = [s.step for s in data.saves if s.mb_per_second is None and s.size_mb is None]
-    ax.set_xlabel("step" if not unmeasured else
-                  f"step\nno MB/s for step{'s' if len(unmeasured) > 1 else ''} {', '.join(map(str, unmeasured))}: "
-                  "keep_top_k deleted the checkpoint, so its size is unknown")
+    ax.set_xlabel(
+        "step"
+        if not unmeasured
+        else f"step\nno MB/s for step{'s' if len(unmeasured) > 1 else ''} {', '.join(map(str, unmeasured))}: "
+        "keep_top_k deleted the checkpoint, so its size is unknown"
+    )
     ax.set_ylabel("seconds")
     steps = [s.step for s in data.saves]
     ax.bar(steps, [s.seconds or 0.0 for s in data.saves], color="tab:green", alpha=0.6, label="save seconds")
@@ -229,13 +252,22 @@ def _ledger_bar(ax: Any, data: RunData) -> None:
     if ledger is None:
         ax.set_title("GPU-node-hours by cause")
         ax.set_xticks([])
-        ax.text(0.5, 0.5, "no goodput ledger for this run" + (f": {data.no_ledger}" if data.no_ledger else ""),
-                transform=ax.transAxes, ha="center", va="center", wrap=True)
+        ax.text(
+            0.5,
+            0.5,
+            "no goodput ledger for this run" + (f": {data.no_ledger}" if data.no_ledger else ""),
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            wrap=True,
+        )
         return
     total = ledger.total_seconds / 3600
     money = f", ${ledger.total_usd:,.2f}" if ledger.total_usd > 0 else ""
-    ax.set_title(f"GPU-node-hours by cause (total {total:.3g} h{money}{', so far' if not ledger.complete else ''}; "
-                 f"attributed {ledger.attributed_fraction:.0%})")
+    ax.set_title(
+        f"GPU-node-hours by cause (total {total:.3g} h{money}{', so far' if not ledger.complete else ''}; "
+        f"attributed {ledger.attributed_fraction:.0%})"
+    )
     left = 0.0
     for category, color in CATEGORY_COLORS.items():
         width = ledger.seconds[category] / 3600

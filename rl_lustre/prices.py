@@ -37,8 +37,9 @@ def _rates(instance: Any, attribute: attrs.Attribute[Any], value: Mapping[Any, A
             numbers = [rate]
         for n in numbers:
             if isinstance(n, bool) or not isinstance(n, (int, float)) or not 0 <= n < math.inf:
-                raise ConfigError("Prices", f"{attribute.name}[{key!r}]", rate,
-                                  "must be a finite price of at least 0 USD")
+                raise ConfigError(
+                    "Prices", f"{attribute.name}[{key!r}]", rate, "must be a finite price of at least 0 USD"
+                )
 
 
 @attrs.frozen(kw_only=True)
@@ -101,13 +102,19 @@ class Prices:
             machines = {m: MachinePrice(**rate) for m, rate in data.get("machines", {}).items()}
             lustre = {int(tier): rate for tier, rate in data.get("lustre_gib_month", {}).items()}
         except (TypeError, ValueError, AttributeError) as exc:
-            raise ConfigError("Prices", "file", str(path),
-                              f"machines must map a machine type to {{on_demand, spot[, reserved, flex_start]}} and "
-                              f"lustre_gib_month a tier to a price ({exc})") from exc
+            raise ConfigError(
+                "Prices",
+                "file",
+                str(path),
+                f"machines must map a machine type to {{on_demand, spot[, reserved, flex_start]}} and "
+                f"lustre_gib_month a tier to a price ({exc})",
+            ) from exc
         rest = {k: data[k] for k in ("compute_discount", "spot_discount", "lustre_discount") if k in data}
         return cls(machines=machines, lustre_gib_month=lustre, **rest)
 
-    def machine_rate(self, machine_type: str, provisioning: Provisioning, region: str | None) -> tuple[float | None, str]:
+    def machine_rate(
+        self, machine_type: str, provisioning: Provisioning, region: str | None
+    ) -> tuple[float | None, str]:
         """USD per hour of one VM, and a note when the price is a stand-in or unknown.
 
         Examples:
@@ -158,8 +165,10 @@ class Prices:
 
 def _flex_note(price: MachinePrice, provisioning: Provisioning) -> str:
     if provisioning == "flex-start" and price.flex_start is None:
-        return ("no flex-start rate recorded: the on-demand rate is shown (Google lists flex-start at a discount; "
-                "pass Prices(machines={...: MachinePrice(..., flex_start=...)}))")
+        return (
+            "no flex-start rate recorded: the on-demand rate is shown (Google lists flex-start at a discount; "
+            "pass Prices(machines={...: MachinePrice(..., flex_start=...)}))"
+        )
     return ""
 
 

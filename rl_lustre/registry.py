@@ -52,10 +52,8 @@ __all__ = [
 ]
 
 EMULATOR_ENV = "RL_LUSTRE_REGISTRY_EMULATOR"
-INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
-               "application/vnd.docker.distribution.manifest.list.v2+json")
-MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
-                  "application/vnd.docker.distribution.manifest.v2+json")
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
+MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json")
 ACCEPT = ", ".join(INDEX_TYPES + MANIFEST_TYPES)
 PLATFORM = ("linux", "amd64")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -123,6 +121,7 @@ def parse_reference(ref: str) -> Reference:
     Raises:
         ConfigError: not an image reference.
     """
+
     def bad(rule: str) -> ConfigError:
         return ConfigError("Cluster", "image", ref, rule)
 
@@ -168,8 +167,9 @@ def _google_password() -> str | None:
 class _Client:
     """One registry's session with the token it earned."""
 
-    def __init__(self, ref: Reference, session: requests.Session, timeout: float,
-                 password: Callable[[], str | None]) -> None:
+    def __init__(
+        self, ref: Reference, session: requests.Session, timeout: float, password: Callable[[], str | None]
+    ) -> None:
         self.ref = ref
         self.session = session
         self.timeout = timeout
@@ -203,7 +203,8 @@ class _Client:
         return RegistryAuthError(
             f"{self.ref.host} refused to serve {self.ref.pullable} without credentials (HTTP {status}): "
             "preloading needs a public image or one in Artifact Registry the caller can read; "
-            "Cluster(preload_image=False) turns preloading off (the image is then pre-pulled on each node)")
+            "Cluster(preload_image=False) turns preloading off (the image is then pre-pulled on each node)"
+        )
 
     def request(self, verb: str, reference: str, accept: str = ACCEPT) -> requests.Response:
         url = f"{self.base}/v2/{self.ref.repository}/manifests/{reference}"
@@ -219,8 +220,9 @@ class _Client:
         if answer.status_code in (401, 403):
             raise self._denied(answer.status_code)
         if answer.status_code == 404:
-            raise ImageNotFoundError(f"{self.ref.host} has no image {self.ref.pullable} "
-                                     f"(manifest {reference} unknown): check Cluster.image")
+            raise ImageNotFoundError(
+                f"{self.ref.host} has no image {self.ref.pullable} (manifest {reference} unknown): check Cluster.image"
+            )
         if answer.status_code == 429 or answer.status_code >= 500:
             answer.raise_for_status()  # retried
         if answer.status_code >= 400:
@@ -245,8 +247,15 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, (requests.ConnectionError, requests.Timeout))
 
 
-def resolve(ref: str, *, session: requests.Session | None = None, timeout: float = 30.0, attempts: int = 4,
-            wait: float = 1.0, password: Callable[[], str | None] | None = None) -> ResolvedImage:
+def resolve(
+    ref: str,
+    *,
+    session: requests.Session | None = None,
+    timeout: float = 30.0,
+    attempts: int = 4,
+    wait: float = 1.0,
+    password: Callable[[], str | None] | None = None,
+) -> ResolvedImage:
     """Ask the image's registry for its digest and compressed size.
 
     Examples:
@@ -272,9 +281,12 @@ def resolve(ref: str, *, session: requests.Session | None = None, timeout: float
 
     parsed = parse_reference(ref)
     client = _Client(parsed, session or requests.Session(), timeout, password or _google_password)
-    retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(attempts),
-                                 wait=tenacity.wait_exponential(multiplier=wait, max=8 * max(wait, 0.001)),
-                                 retry=tenacity.retry_if_exception(_transient), reraise=True)
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=tenacity.wait_exponential(multiplier=wait, max=8 * max(wait, 0.001)),
+        retry=tenacity.retry_if_exception(_transient),
+        reraise=True,
+    )
 
     def fetch() -> ResolvedImage:
         digest = parsed.digest

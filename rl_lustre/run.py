@@ -166,9 +166,11 @@ class Run:
             return None
         if JOB not in (info.metadata or {}):
             return None  # not a NeMo-RL job we submitted (a helper, or someone else's): no steps to expect
-        return (f"{NOTHING_TO_DO_NOTE}: job {self.job_id} SUCCEEDED without training a step (the newest "
-                f"checkpoint in its checkpoint directory already reaches max_num_steps). "
-                f"{nothing_to_do_advice()}.")
+        return (
+            f"{NOTHING_TO_DO_NOTE}: job {self.job_id} SUCCEEDED without training a step (the newest "
+            f"checkpoint in its checkpoint directory already reaches max_num_steps). "
+            f"{nothing_to_do_advice()}."
+        )
 
     def info(self) -> JobInfo:
         """The Jobs API's record of this run (status, message, times).
@@ -482,12 +484,8 @@ class Run:
                 if info.terminal:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise WaitTimeoutError(
-                        f"job {self.job_id}", timeout or 0, f"{info.status}, {self.progress}"
-                    )
-                remaining = (
-                    poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
-                )
+                    raise WaitTimeoutError(f"job {self.job_id}", timeout or 0, f"{info.status}, {self.progress}")
+                remaining = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
                 time.sleep(remaining)
         if info.status == "FAILED":
             tail = self.logs().splitlines()[-_TAIL_LINES:]  # for people: without the journal's records
@@ -551,5 +549,11 @@ def _check_seconds(owner: str, *, none_ok: bool = True, **values: Any) -> None:
             continue
         _v.need(owner, name, value, (int, float), "a number of seconds" + (" or None" if optional else ""))
         if math.isnan(value) or value < 0 or (name == "poll" and not 0 < value < math.inf):
-            raise ConfigError(owner, name, value, "must be a positive number of seconds" if name == "poll"
-                              else "must be a number of seconds of at least 0")
+            raise ConfigError(
+                owner,
+                name,
+                value,
+                "must be a positive number of seconds"
+                if name == "poll"
+                else "must be a number of seconds of at least 0",
+            )

@@ -32,8 +32,15 @@ if TYPE_CHECKING:
     from .prices import Prices
     from .provision.context import Apis
 
-__all__ = ["CollectedShared", "PreloadImage", "Shared", "WarmStartExport", "collect_shared", "find_shared",
-           "find_warm_start"]
+__all__ = [
+    "CollectedShared",
+    "PreloadImage",
+    "Shared",
+    "WarmStartExport",
+    "collect_shared",
+    "find_shared",
+    "find_warm_start",
+]
 
 logger = logging.getLogger("rl_lustre.inventory")
 
@@ -73,10 +80,17 @@ class PreloadImage:
         return self.disk_gb * (prices or Prices()).table.image_gib_month
 
     def to_dict(self, prices: Prices | None = None) -> dict[str, Any]:
-        return {"name": self.name, "image": self.image, "digest": self.digest, "disk_gb": self.disk_gb,
-                "archive_gb": self.archive_gb, "status": self.status,
-                "created": None if self.created is None else self.created.isoformat(),
-                "used_by": list(self.used_by), "usd_per_month": round(self.usd_per_month(prices), 2)}
+        return {
+            "name": self.name,
+            "image": self.image,
+            "digest": self.digest,
+            "disk_gb": self.disk_gb,
+            "archive_gb": self.archive_gb,
+            "status": self.status,
+            "created": None if self.created is None else self.created.isoformat(),
+            "used_by": list(self.used_by),
+            "usd_per_month": round(self.usd_per_month(prices), 2),
+        }
 
 
 @attrs.frozen(kw_only=True)
@@ -91,8 +105,11 @@ class Leftover:
         return None if self.created is None else now - self.created.timestamp()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name,
-                "created": None if self.created is None else self.created.isoformat()}
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "created": None if self.created is None else self.created.isoformat(),
+        }
 
 
 @attrs.frozen(kw_only=True)
@@ -104,9 +121,11 @@ class Shared:
     builders: tuple[Leftover, ...]
 
     def to_dict(self, prices: Prices | None = None) -> dict[str, Any]:
-        return {"preload_images": [i.to_dict(prices) for i in self.images],
-                "preload_builders": [b.to_dict() for b in self.builders],
-                "usd_per_month": round(sum(i.usd_per_month(prices) for i in self.images), 2)}
+        return {
+            "preload_images": [i.to_dict(prices) for i in self.images],
+            "preload_builders": [b.to_dict() for b in self.builders],
+            "usd_per_month": round(sum(i.usd_per_month(prices) for i in self.images), 2),
+        }
 
 
 @attrs.frozen(kw_only=True)
@@ -119,8 +138,12 @@ class CollectedShared:
     in_use: tuple[PreloadImage, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"preload_images": [i.to_dict() for i in self.images], "in_use": [i.to_dict() for i in self.in_use],
-                "preload_builders": [b.to_dict() for b in self.builders], "deleted": self.deleted}
+        return {
+            "preload_images": [i.to_dict() for i in self.images],
+            "in_use": [i.to_dict() for i in self.in_use],
+            "preload_builders": [b.to_dict() for b in self.builders],
+            "deleted": self.deleted,
+        }
 
 
 def _timestamp(value: Any) -> datetime.datetime | None:
@@ -139,11 +162,16 @@ def _image(found: Any, used_by: list[str]) -> PreloadImage:
         about = {}
     about = about if isinstance(about, dict) else {}
     archive = int(found.archive_size_bytes or 0)
-    return PreloadImage(name=image_path(found), image=str(about.get("image", "?")),
-                        digest=str(about.get("digest") or f"sha256:{found.labels.get(LABEL_DIGEST, '?')}"),
-                        disk_gb=int(found.disk_size_gb or 0), archive_gb=archive / 1e9 if archive else None,
-                        status=str(found.status), created=_timestamp(found.creation_timestamp),
-                        used_by=tuple(used_by))
+    return PreloadImage(
+        name=image_path(found),
+        image=str(about.get("image", "?")),
+        digest=str(about.get("digest") or f"sha256:{found.labels.get(LABEL_DIGEST, '?')}"),
+        disk_gb=int(found.disk_size_gb or 0),
+        archive_gb=archive / 1e9 if archive else None,
+        status=str(found.status),
+        created=_timestamp(found.creation_timestamp),
+        used_by=tuple(used_by),
+    )
 
 
 def find_shared(project: str, *, apis: Apis | None = None) -> Shared:
@@ -160,18 +188,26 @@ def find_shared(project: str, *, apis: Apis | None = None) -> Shared:
     found = apis.images.list_role(project, ROLE_PRELOAD_IMAGE)
     clusters = apis.clusters.list_all(project) if found else []
     images = [_image(i, pools_using(clusters, image_path(i))) for i in sorted(found, key=lambda i: str(i.name))]
-    builders = [Leftover(kind=kind, name=str(r.self_link or r.name), created=_timestamp(r.creation_timestamp))
-                for kind, api in (("compute.v1.Instance", apis.instances), ("compute.v1.Disk", apis.disks))
-                for r in api.list_role(project, ROLE_PRELOAD_BUILD)]
+    builders = [
+        Leftover(kind=kind, name=str(r.self_link or r.name), created=_timestamp(r.creation_timestamp))
+        for kind, api in (("compute.v1.Instance", apis.instances), ("compute.v1.Disk", apis.disks))
+        for r in api.list_role(project, ROLE_PRELOAD_BUILD)
+    ]
     return Shared(project=project, images=tuple(images), builders=tuple(builders))
 
 
 def _path(link: str) -> str:
-    return link[link.index("projects/"):] if "projects/" in link else link
+    return link[link.index("projects/") :] if "projects/" in link else link
 
 
-def collect_shared(project: str, *, delete: bool = False, preload_images: bool = False,
-                   older_than: float = PRELOAD_BUILD_TIMEOUT, apis: Apis | None = None) -> CollectedShared:
+def collect_shared(
+    project: str,
+    *,
+    delete: bool = False,
+    preload_images: bool = False,
+    older_than: float = PRELOAD_BUILD_TIMEOUT,
+    apis: Apis | None = None,
+) -> CollectedShared:
     """The builder leftovers older than ``older_than`` seconds and, with ``preload_images``,
     the preload images no node pool boots from; with ``delete``, their deletion. An image in
     use is never deleted (it is listed in ``in_use``).
@@ -230,10 +266,16 @@ class WarmStartExport:
         return self.total_bytes / 1e9 * (prices or Prices()).table.gcs_gb_month
 
     def to_dict(self, prices: Prices | None = None) -> dict[str, Any]:
-        return {"uri": self.uri, "exported_at": self.exported_at, "deployment": self.deployment,
-                "models": list(self.models), "objects": [{"path": p, "bytes": n} for p, n in self.objects],
-                "total_bytes": self.total_bytes, "secrets_removed": list(self.secrets_removed),
-                "usd_per_month": round(self.usd_per_month(prices), 2)}
+        return {
+            "uri": self.uri,
+            "exported_at": self.exported_at,
+            "deployment": self.deployment,
+            "models": list(self.models),
+            "objects": [{"path": p, "bytes": n} for p, n in self.objects],
+            "total_bytes": self.total_bytes,
+            "secrets_removed": list(self.secrets_removed),
+            "usd_per_month": round(self.usd_per_month(prices), 2),
+        }
 
 
 def find_warm_start(uri: str, *, storage: Any = None) -> WarmStartExport | None:
@@ -260,7 +302,10 @@ def find_warm_start(uri: str, *, storage: Any = None) -> WarmStartExport | None:
     if found is None:
         return None
     return WarmStartExport(
-        uri=uri, exported_at=str(found.get("exported_at", "")), deployment=str(found.get("deployment", "")),
+        uri=uri,
+        exported_at=str(found.get("exported_at", "")),
+        deployment=str(found.get("deployment", "")),
         models=tuple(found.get("models") or ()),
         objects=tuple((str(o["path"]), int(o["bytes"])) for o in found["objects"]),
-        secrets_removed=tuple(found.get("secrets_removed") or ()))
+        secrets_removed=tuple(found.get("secrets_removed") or ()),
+    )

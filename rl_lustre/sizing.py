@@ -56,6 +56,7 @@ __all__ = [
     "size_lustre",
 ]
 
+
 @attrs.frozen(kw_only=True)
 class LustreSizing:
     """The smallest valid Managed Lustre instance for a model's checkpoints.
@@ -119,30 +120,37 @@ class LustreSizing:
         """
         for field in ("capacity_gib", "throughput_mbps_per_tib"):
             if field in kwargs:
-                raise ConfigError("LustreSizing.volume", field, kwargs[field],
-                                  "is chosen by the sizing; evolve the returned volume to override it")
-        return LustreVolume(name=name, capacity_gib=self.capacity_gib,
-                            throughput_mbps_per_tib=self.throughput_mbps_per_tib, **kwargs)
+                raise ConfigError(
+                    "LustreSizing.volume",
+                    field,
+                    kwargs[field],
+                    "is chosen by the sizing; evolve the returned volume to override it",
+                )
+        return LustreVolume(
+            name=name, capacity_gib=self.capacity_gib, throughput_mbps_per_tib=self.throughput_mbps_per_tib, **kwargs
+        )
 
     def __str__(self) -> str:
         what = self.model if self.model is not None else "a model"
         kept = self.checkpoints_kept
         extra = f" + {self.extra_gib:,g} GiB extra" if self.extra_gib else ""
         others = ", ".join(f"{tier} → {cap:,} GiB" for tier, cap in self.options)
-        return "\n".join([
-            f"Lustre sizing for {what} ({self.params / 1e9:,.3g} B parameters)",
-            f"  checkpoint   {_bytes(self.checkpoint_bytes)} "
-            f"({self.bytes_per_param:g} B/param: bf16 weights, fp32 master weights, Adam m and v)",
-            f"  capacity     {kept} kept + {IN_FLIGHT_CHECKPOINTS} in flight, x {self.headroom:g} headroom"
-            f"{extra} = {self.required_gib:,.0f} GiB needed",
-            f"  throughput   one checkpoint in {self.target_write_seconds:g} s needs "
-            f"{self.required_mbps:,.0f} MB/s",
-            f"  chosen       {self.capacity_gib:,} GiB ({self.capacity_gib / 1024:,.1f} TiB) at "
-            f"{self.throughput_mbps_per_tib} MB/s/TiB = {self.aggregate_mbps:,.0f} MB/s; "
-            f"a checkpoint writes in ≈ {self.estimated_write_seconds:,.0f} s",
-            f"  per tier     {others} (MB/s/TiB → smallest valid capacity; smallest wins, "
-            "ties go to the lower tier)",
-        ])
+        return "\n".join(
+            [
+                f"Lustre sizing for {what} ({self.params / 1e9:,.3g} B parameters)",
+                f"  checkpoint   {_bytes(self.checkpoint_bytes)} "
+                f"({self.bytes_per_param:g} B/param: bf16 weights, fp32 master weights, Adam m and v)",
+                f"  capacity     {kept} kept + {IN_FLIGHT_CHECKPOINTS} in flight, x {self.headroom:g} headroom"
+                f"{extra} = {self.required_gib:,.0f} GiB needed",
+                f"  throughput   one checkpoint in {self.target_write_seconds:g} s needs "
+                f"{self.required_mbps:,.0f} MB/s",
+                f"  chosen       {self.capacity_gib:,} GiB ({self.capacity_gib / 1024:,.1f} TiB) at "
+                f"{self.throughput_mbps_per_tib} MB/s/TiB = {self.aggregate_mbps:,.0f} MB/s; "
+                f"a checkpoint writes in ≈ {self.estimated_write_seconds:,.0f} s",
+                f"  per tier     {others} (MB/s/TiB → smallest valid capacity; smallest wins, "
+                "ties go to the lower tier)",
+            ]
+        )
 
 
 def _bytes(n: float) -> str:
@@ -203,8 +211,9 @@ def size_lustre(
             raise ConfigError(owner, "params", None, "give a model name stating its size, or params=")
         parsed = parse_param_count(model)
         if parsed is None:
-            raise ConfigError(owner, "model", model,
-                              "states no parameter count (like '72B' or '1.5B'); pass params= as well")
+            raise ConfigError(
+                owner, "model", model, "states no parameter count (like '72B' or '1.5B'); pass params= as well"
+            )
         count = parsed
     else:
         _positive(owner, "params", params)
@@ -216,20 +225,33 @@ def size_lustre(
     _positive(owner, "headroom", headroom)
     if headroom < 1:
         raise ConfigError(owner, "headroom", headroom, "must be at least 1 (1.25 keeps the volume 80 % full)")
-    if (not isinstance(extra_gib, (int, float)) or isinstance(extra_gib, bool)
-            or not math.isfinite(extra_gib) or extra_gib < 0):
+    if (
+        not isinstance(extra_gib, (int, float))
+        or isinstance(extra_gib, bool)
+        or not math.isfinite(extra_gib)
+        or extra_gib < 0
+    ):
         raise ConfigError(owner, "extra_gib", extra_gib, "must be a finite number of at least 0")
 
     ckpt = checkpoint_bytes(count, bytes_per_param)
-    need_gib, need_mbps = requirement(ckpt, checkpoints_kept=checkpoints_kept, target_write_seconds=target_write_seconds,
-                                      headroom=headroom, extra_gib=extra_gib)
+    need_gib, need_mbps = requirement(
+        ckpt,
+        checkpoints_kept=checkpoints_kept,
+        target_write_seconds=target_write_seconds,
+        headroom=headroom,
+        extra_gib=extra_gib,
+    )
     options = tier_options(need_gib, need_mbps)
     if not options:
         largest = max(t.max_gib for t in LUSTRE_TIERS.values())
-        raise ConfigError(owner, "checkpoints_kept", checkpoints_kept,
-                          f"these checkpoints need {float(need_gib):,.0f} GiB at {float(need_mbps):,.0f} MB/s, "
-                          f"more than any Managed Lustre instance holds or delivers (at most {largest:,} GiB); "
-                          "keep fewer checkpoints or allow a longer target_write_seconds")
+        raise ConfigError(
+            owner,
+            "checkpoints_kept",
+            checkpoints_kept,
+            f"these checkpoints need {float(need_gib):,.0f} GiB at {float(need_mbps):,.0f} MB/s, "
+            f"more than any Managed Lustre instance holds or delivers (at most {largest:,} GiB); "
+            "keep fewer checkpoints or allow a longer target_write_seconds",
+        )
     tier, capacity = best_option(options)
     aggregate = LUSTRE_TIERS[tier].throughput_mbps(capacity)
     return LustreSizing(

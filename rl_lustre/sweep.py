@@ -139,9 +139,19 @@ def wait_all(
         if deadline is not None and time.monotonic() >= deadline:
             break
         time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
-    return SweepResult(tuple(_outcome(run, labels[i], ended.get(i), time.monotonic() - start, varied[i],
-                                      ledger=_run_ledger(run) if ledgers else None)
-                             for i, run in enumerate(runs)))
+    return SweepResult(
+        tuple(
+            _outcome(
+                run,
+                labels[i],
+                ended.get(i),
+                time.monotonic() - start,
+                varied[i],
+                ledger=_run_ledger(run) if ledgers else None,
+            )
+            for i, run in enumerate(runs)
+        )
+    )
 
 
 def _run_ledger(run: Run) -> GoodputLedger | None:
@@ -152,8 +162,15 @@ def _run_ledger(run: Run) -> GoodputLedger | None:
         return None
 
 
-def _outcome(run: Run, name: str, seconds: float | None, elapsed: float,
-             varied: Mapping[str, Any], *, ledger: GoodputLedger | None = None) -> Outcome:
+def _outcome(
+    run: Run,
+    name: str,
+    seconds: float | None,
+    elapsed: float,
+    varied: Mapping[str, Any],
+    *,
+    ledger: GoodputLedger | None = None,
+) -> Outcome:
     status = run.status() if seconds is not None else "TIMEOUT"
     error: str | None = None
     if status == "FAILED":
@@ -210,9 +227,14 @@ def _timing(run: Run) -> dict[str, Any]:
     else:
         queued, held = started - info.start_time, max(0.0, end - started)
     return {
-        "nodes": line.nodes, "gpus_per_node": line.gpus_per_node, "submitted_at": info.start_time,
-        "queued_seconds": max(0.0, queued), "run_seconds": held,
-        "gpu_hours": line.nodes * line.gpus_per_node * held / 3600, "timeline": line, "ended_at": end,
+        "nodes": line.nodes,
+        "gpus_per_node": line.gpus_per_node,
+        "submitted_at": info.start_time,
+        "queued_seconds": max(0.0, queued),
+        "run_seconds": held,
+        "gpu_hours": line.nodes * line.gpus_per_node * held / 3600,
+        "timeline": line,
+        "ended_at": end,
     }
 
 
@@ -237,7 +259,11 @@ def _check_wait(owner: str, timeout: Any, poll: Any) -> None:
 
 
 def run_sweep(
-    cluster: Cluster, jobs: Iterable[GRPOJob], *, timeout: float | None = None, poll: float = 1.0,
+    cluster: Cluster,
+    jobs: Iterable[GRPOJob],
+    *,
+    timeout: float | None = None,
+    poll: float = 1.0,
     fresh: bool = False,
 ) -> SweepResult:
     """Submit every job to ``cluster`` (which must be up), then :func:`wait_all`.
@@ -271,8 +297,12 @@ def run_sweep(
     seen: set[str] = set()
     for job in jobs:
         if job.name in seen:
-            raise ConfigError("run_sweep", "jobs", job.name,
-                              "job names must be unique: each run gets its own checkpoint and log directory")
+            raise ConfigError(
+                "run_sweep",
+                "jobs",
+                job.name,
+                "job names must be unique: each run gets its own checkpoint and log directory",
+            )
         seen.add(job.name)
     for job in jobs:
         job.preflight(cluster)

@@ -87,8 +87,11 @@ def collect(result: SweepResult) -> SweepPlot:
         waits.append(Wait(o.name, o.submitted_at - origin, (first if first is not None else o.ended_at) - origin))
         for i, (at, slots) in enumerate(line.admissions):
             until = line.admissions[i + 1][0] - origin if i + 1 < len(line.admissions) else end
-            lost = [(a - origin, (b if b is not None else o.ended_at) - origin) for a, b in line.recoveries
-                    if at - origin <= a - origin < until]
+            lost = [
+                (a - origin, (b if b is not None else o.ended_at) - origin)
+                for a, b in line.recoveries
+                if at - origin <= a - origin < until
+            ]
             for slot in slots:
                 bars.append(Bar(o.name, slot, at - origin, until if not lost else lost[0][0]))
                 bars += [Bar(o.name, slot, a, b, recovering=True) for a, b in lost]
@@ -98,11 +101,21 @@ def collect(result: SweepResult) -> SweepPlot:
         # Each run's bar on the Ray nodes its placement groups held.
         rows = tuple(sorted({n for nodes in named.values() for n in nodes}))
         spans = {b.name: (b.start, b.end) for b in bars}
-        bars = [Bar(name, rows.index(node), *spans[name]) for name, nodes in named.items() if name in spans
-                for node in nodes]
+        bars = [
+            Bar(name, rows.index(node), *spans[name])
+            for name, nodes in named.items()
+            if name in spans
+            for node in nodes
+        ]
     title = result.summary() or f"{len(result)} runs"
-    return SweepPlot(title=title, capacity=capacity, bars=tuple(bars), waits=tuple(waits),
-                     names=tuple(o.name for o in timed), rows=rows)
+    return SweepPlot(
+        title=title,
+        capacity=capacity,
+        bars=tuple(bars),
+        waits=tuple(waits),
+        names=tuple(o.name for o in timed),
+        rows=rows,
+    )
 
 
 def _ray_nodes(timed: Sequence[Outcome], capacity: int) -> dict[str, tuple[str, ...]] | None:
@@ -134,18 +147,28 @@ def figure(data: SweepPlot) -> Figure:
     nodes_ax, queue_ax = fig.subplots(2, 1, sharex=True, height_ratios=[max(rows, 1), max(len(data.names), 1) * 0.6])
     colors = {name: f"C{i % 10}" for i, name in enumerate(data.names)}
     for bar in data.bars:
-        nodes_ax.barh(bar.slot, bar.end - bar.start, left=bar.start, height=0.8, color=colors.get(bar.name, "0.5"),
-                      alpha=0.35 if bar.recovering else 0.85, hatch="//" if bar.recovering else None,
-                      edgecolor="black", linewidth=0.5)
+        nodes_ax.barh(
+            bar.slot,
+            bar.end - bar.start,
+            left=bar.start,
+            height=0.8,
+            color=colors.get(bar.name, "0.5"),
+            alpha=0.35 if bar.recovering else 0.85,
+            hatch="//" if bar.recovering else None,
+            edgecolor="black",
+            linewidth=0.5,
+        )
         if bar.end - bar.start > 0:
-            nodes_ax.text((bar.start + bar.end) / 2, bar.slot, bar.name, ha="center", va="center", fontsize=7,
-                          clip_on=True)
+            nodes_ax.text(
+                (bar.start + bar.end) / 2, bar.slot, bar.name, ha="center", va="center", fontsize=7, clip_on=True
+            )
     nodes_ax.set_yticks(range(rows), list(data.rows) or [f"node {i}" for i in range(rows)])
     nodes_ax.set_ylim(rows - 0.5, -0.5)
     nodes_ax.set_title("Who held which node (hatched: recovering, its claim kept)")
     for i, wait in enumerate(data.waits):
-        queue_ax.plot([wait.start, wait.end], [i, i], color=colors.get(wait.name, "0.5"), linewidth=3,
-                      solid_capstyle="butt")
+        queue_ax.plot(
+            [wait.start, wait.end], [i, i], color=colors.get(wait.name, "0.5"), linewidth=3, solid_capstyle="butt"
+        )
     queue_ax.set_yticks(range(len(data.waits)), [w.name for w in data.waits])
     queue_ax.set_ylim(max(len(data.waits), 1) - 0.5, -0.5)
     queue_ax.set_title("Queued: from submission until it held its nodes")

@@ -89,7 +89,6 @@ class Outcome:
         return self.status == "SUCCEEDED"
 
 
-
 @attrs.frozen
 class SweepResult:
     """The outcomes of a sweep, in submission order; ``str()`` is a table.
@@ -126,9 +125,16 @@ class SweepResult:
         total = ledgers[0]
         for ledger in ledgers[1:]:
             total = total + ledger
-        return attrs.evolve(total, scope="sweep", name=f"sweep of {len(ledgers)} runs", notes=(
-            *total.notes, "the cluster's own idle time is not included: wait_all has no cluster; run_sweep or "
-            "cluster.goodput(since=...) includes it"))
+        return attrs.evolve(
+            total,
+            scope="sweep",
+            name=f"sweep of {len(ledgers)} runs",
+            notes=(
+                *total.notes,
+                "the cluster's own idle time is not included: wait_all has no cluster; run_sweep or "
+                "cluster.goodput(since=...) includes it",
+            ),
+        )
 
     @property
     def ok(self) -> bool:
@@ -231,10 +237,16 @@ class SweepResult:
                 **{m: o.metrics.get(m) for m in names},
                 "synthetic": o.synthetic,
                 "checkpoints": ",".join(map(str, o.checkpoints)) or "-",
-                **({"nodes": o.nodes,
-                    "queued_s": _round(o.queued_seconds, 1),
-                    "run_s": _round(o.run_seconds, 1),
-                    "gpu_h": _round(o.gpu_hours, 3)} if queued else {}),
+                **(
+                    {
+                        "nodes": o.nodes,
+                        "queued_s": _round(o.queued_seconds, 1),
+                        "run_s": _round(o.run_seconds, 1),
+                        "gpu_h": _round(o.gpu_hours, 3),
+                    }
+                    if queued
+                    else {}
+                ),
                 "seconds": round(o.seconds, 1),
                 **(_ledger_cells(o.goodput) if accounted else {}),
                 "job_id": o.job_id,
@@ -259,15 +271,18 @@ class SweepResult:
             g = self.goodput()
             total = g.total_seconds
             share = {c: 0.0 if total <= 0 else g.seconds[c] / total for c in ("lost", "idle")}
-            lines.append(f"GPU-hours billed: {g.gpu_hours():.3g} (goodput {g.goodput_fraction:.0%}, lost {share['lost']:.0%}, "
-                         f"idle {share['idle']:.0%}) · ${g.total_usd:,.2f}"
-                         + ("" if self.ledger is not None else " (runs only)"))
+            lines.append(
+                f"GPU-hours billed: {g.gpu_hours():.3g} (goodput {g.goodput_fraction:.0%}, lost {share['lost']:.0%}, "
+                f"idle {share['idle']:.0%}) · ${g.total_usd:,.2f}" + ("" if self.ledger is not None else " (runs only)")
+            )
         if starred:
             lines.append("* synthetic: rehearsal runs train no model; their metrics only exercise the pipeline")
         idle = [o.name for o in self.outcomes if o.nothing_to_do]
         if idle:
-            lines.append(f"{', '.join(idle)}: nothing left to do, the newest checkpoint already reaches "
-                         "max_num_steps; run_sweep(cluster, jobs, fresh=True) starts over")
+            lines.append(
+                f"{', '.join(idle)}: nothing left to do, the newest checkpoint already reaches "
+                "max_num_steps; run_sweep(cluster, jobs, fresh=True) starts over"
+            )
         failed = [o for o in self.outcomes if not o.ok and o.error]
         lines += [f"{o.name}: {o.error.splitlines()[0]}" for o in failed if o.error]
         summary = self.summary()
@@ -283,8 +298,12 @@ class SweepResult:
             >>> result.summary()  # doctest: +SKIP
             'makespan 231s, lower bound 208s (ratio 1.11), 12 runs, 4.06 GPU-hours held'
         """
-        makespan, bound, ratio, hours = (self.makespan_seconds, self.lower_bound_seconds, self.makespan_ratio,
-                                         self.gpu_hours)
+        makespan, bound, ratio, hours = (
+            self.makespan_seconds,
+            self.lower_bound_seconds,
+            self.makespan_ratio,
+            self.gpu_hours,
+        )
         if makespan is None:
             return ""
         text = f"makespan {makespan:.0f}s"

@@ -26,8 +26,15 @@ from .spec.volume import (
 if TYPE_CHECKING:
     from .metrics import VolumeMetrics
 
-__all__ = ["FILESYSTEM_RULE", "INSTANCE_ID_RULE", "PROJECT_PATTERN", "PROJECT_RULE", "ZONE_PATTERN", "ZONE_RULE",
-           "LustreVolume"]
+__all__ = [
+    "FILESYSTEM_RULE",
+    "INSTANCE_ID_RULE",
+    "PROJECT_PATTERN",
+    "PROJECT_RULE",
+    "ZONE_PATTERN",
+    "ZONE_RULE",
+    "LustreVolume",
+]
 
 _log = logging.getLogger("rl_lustre.volume")
 
@@ -186,15 +193,12 @@ class LustreVolume(VolumeSpec):
         if self.existing:
             _log.info("not deleting Lustre instance %s: it is existing=True (yours)", self.name)
             return False
-        deleted: bool = self._api(api).delete(self.resource_name(), deployment=deployment or self.name,
-                                              timeout=timeout)
+        deleted: bool = self._api(api).delete(self.resource_name(), deployment=deployment or self.name, timeout=timeout)
         self._live.forget()
         self._live.created_by_us = False
         return deleted
 
-    def import_data(
-        self, gcs_uri: str, path: str = "/", *, timeout: float = 24 * 3600.0, api: Any = None
-    ) -> Any:
+    def import_data(self, gcs_uri: str, path: str = "/", *, timeout: float = 24 * 3600.0, api: Any = None) -> Any:
         """Copy objects under ``gcs_uri`` (``gs://bucket/prefix``) into the volume at ``path``.
 
         Example::
@@ -211,9 +215,7 @@ class LustreVolume(VolumeSpec):
         self._check_transfer(gcs_uri, path)
         return self._api(api).import_data(self.resource_name(), gcs_uri, path, timeout=timeout)
 
-    def export_data(
-        self, path: str, gcs_uri: str, *, timeout: float = 24 * 3600.0, api: Any = None
-    ) -> Any:
+    def export_data(self, path: str, gcs_uri: str, *, timeout: float = 24 * 3600.0, api: Any = None) -> Any:
         """Copy ``path`` of the volume (e.g. a checkpoint directory) to ``gcs_uri``.
 
         Example::

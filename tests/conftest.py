@@ -47,10 +47,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skips = {
-        "live": None if config.getoption("--live") else pytest.mark.skip(
-            reason="talks to real Google Cloud: opt in with --live and credentials"),
-        "kube": None if config.getoption("--kube") else pytest.mark.skip(
-            reason="needs the real Kubernetes control plane: nox -s tests-kube (or --kube)"),
+        "live": None
+        if config.getoption("--live")
+        else pytest.mark.skip(reason="talks to real Google Cloud: opt in with --live and credentials"),
+        "kube": None
+        if config.getoption("--kube")
+        else pytest.mark.skip(reason="needs the real Kubernetes control plane: nox -s tests-kube (or --kube)"),
     }
     for item in items:
         for marker, skip in skips.items():

@@ -22,8 +22,15 @@ from rl_lustre import Cluster
 from rl_lustre.testing import KubeFake, kube_schema_validator
 
 SPEC: dict[str, Any] = {
-    "name": "kr", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 2,
-    "image": "rayproject/ray:2.60.0", "mount_path": "/lustre", "secrets": ["RAY_AUTH_TOKEN"], "preload_image": False,
+    "name": "kr",
+    "project": "my-project",
+    "region": "us-east1",
+    "zone": "us-east1-b",
+    "num_nodes": 2,
+    "image": "rayproject/ray:2.60.0",
+    "mount_path": "/lustre",
+    "secrets": ["RAY_AUTH_TOKEN"],
+    "preload_image": False,
 }
 
 
@@ -61,8 +68,10 @@ def pool_requests(spec: dict[str, Any]) -> dict[str, Any]:
 def register_nodes(kube: Any, spec: dict[str, Any]) -> None:
     """Register the Nodes GKE registers for ``spec``'s node pools, on either kind of API server."""
     for pool in pool_requests(spec).values():
-        pool.self_link = (f"https://container.googleapis.com/v1/projects/{spec['project']}/locations/"
-                          f"{spec['region']}/clusters/{spec['name']}/nodePools/{pool.name}")
+        pool.self_link = (
+            f"https://container.googleapis.com/v1/projects/{spec['project']}/locations/"
+            f"{spec['region']}/clusters/{spec['name']}/nodePools/{pool.name}"
+        )
         pool.locations = [spec["zone"]]
         kube.node_pool_ready(pool)
 
@@ -71,8 +80,10 @@ def register_nodes(kube: Any, spec: dict[str, Any]) -> None:
 def nodes(kube_plane: Any) -> Iterator[dict[str, list[str]]]:
     """The Nodes GKE registers for ``SPEC``'s node pools (the CPU pool, 2 A4 Spot nodes), Ready."""
     cluster = Cluster(**SPEC)
-    names = {key: kube_plane.add_pool_nodes(pool, cluster=cluster.name, zone=SPEC["zone"])
-             for key, pool in pool_requests(SPEC).items()}
+    names = {
+        key: kube_plane.add_pool_nodes(pool, cluster=cluster.name, zone=SPEC["zone"])
+        for key, pool in pool_requests(SPEC).items()
+    }
     kube_plane.wait_nodes_ready()
     yield names
     kube_plane.release_raylets()
@@ -111,5 +122,6 @@ def deployed(kube: Any) -> Iterator[tuple[Cluster, list[dict[str, Any]]]]:
     delete_manifests(api, manifests, deployment=cluster.name, timeout=120)
     # The operator's pods and Service went with the RayCluster (garbage collector, foreground).
     assert not core(kube).list_namespaced_pod("default").items
-    assert [s.metadata.name for s in core(kube).list_namespaced_service("default").items
-            if s.metadata.name != "kubernetes"] == []
+    assert [
+        s.metadata.name for s in core(kube).list_namespaced_service("default").items if s.metadata.name != "kubernetes"
+    ] == []

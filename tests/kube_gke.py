@@ -28,9 +28,18 @@ from rl_lustre.rehearsal import main
 
 sys.exit(main([{extra}*sys.argv[1:]]))
 """
-JOB = GRPOJob(name="kg", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", dataset="OpenMathInstruct-2",
-              num_prompts_per_step=4, num_generations_per_prompt=8, train_global_batch_size=32,
-              max_num_steps=4, save_period=2, keep_top_k=2)
+JOB = GRPOJob(
+    name="kg",
+    recipe="grpo_math_1B",
+    model="Qwen/Qwen2.5-1.5B",
+    dataset="OpenMathInstruct-2",
+    num_prompts_per_step=4,
+    num_generations_per_prompt=8,
+    train_global_batch_size=32,
+    max_num_steps=4,
+    save_period=2,
+    keep_top_k=2,
+)
 WORLDS = [pytest.param("real", marks=pytest.mark.kube), pytest.param("fake", marks=pytest.mark.slow)]
 
 
@@ -53,8 +62,9 @@ class World:
         return self.kube.api_client()
 
 
-def world_on(request: pytest.FixtureRequest, spec: dict[str, Any], head_target: tuple[str, int],
-             raylets: Any = None) -> Iterator[World]:
+def world_on(
+    request: pytest.FixtureRequest, spec: dict[str, Any], head_target: tuple[str, int], raylets: Any = None
+) -> Iterator[World]:
     """The world of ``request.param``; ``raylets(pod, node, resources)`` backs each Ray worker
     pod with a raylet declaring what its ``ray start`` would (on the real plane, read from
     the operator's command: ``kube_kubelet.operator_ray_start_resources``)."""
@@ -70,8 +80,10 @@ def world_on(request: pytest.FixtureRequest, spec: dict[str, Any], head_target: 
             plane.release_raylets()
             plane.head_target, plane.raylets = saved
     else:
-        with KubeFake(validate=kube_schema_validator(), head_target=head_target, raylets=raylets) as fake, \
-                FakeGCP(kube=fake) as gcp:
+        with (
+            KubeFake(validate=kube_schema_validator(), head_target=head_target, raylets=raylets) as fake,
+            FakeGCP(kube=fake) as gcp,
+        ):
             yield World(gcp, fake, spec)
 
 

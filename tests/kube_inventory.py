@@ -12,12 +12,28 @@ from typing import Any
 import attrs
 
 # Kinds that come and go by themselves on any cluster: never something we create.
-SELF_MANAGED = frozenset({
-    "Event", "Lease", "Node", "ComponentStatus", "Binding",
-    # kwok's own configuration (its stages), and the test harness's port-forwards and logs.
-    "Stage", "PortForward", "ClusterPortForward", "Logs", "ClusterLogs", "Attach", "ClusterAttach",
-    "Exec", "ClusterExec", "Metric", "ResourceUsage", "ClusterResourceUsage",
-})
+SELF_MANAGED = frozenset(
+    {
+        "Event",
+        "Lease",
+        "Node",
+        "ComponentStatus",
+        "Binding",
+        # kwok's own configuration (its stages), and the test harness's port-forwards and logs.
+        "Stage",
+        "PortForward",
+        "ClusterPortForward",
+        "Logs",
+        "ClusterLogs",
+        "Attach",
+        "ClusterAttach",
+        "Exec",
+        "ClusterExec",
+        "Metric",
+        "ResourceUsage",
+        "ClusterResourceUsage",
+    }
+)
 
 
 @attrs.frozen
@@ -45,8 +61,9 @@ def _call(api: Any, method: str, path: str, body: Any = None, content_type: str 
     from rl_lustre.kube.client import auth_headers
 
     headers = {"Accept": "application/json", "Content-Type": content_type, **auth_headers(api.configuration)}
-    response = api.call_api(method, api.configuration.host + path, header_params=headers,
-                            body=None if body is None else body)
+    response = api.call_api(
+        method, api.configuration.host + path, header_params=headers, body=None if body is None else body
+    )
     response.read()
     if not 200 <= response.status < 300:
         raise ApiException(status=response.status, reason=response.reason, body=response.data)
@@ -85,9 +102,18 @@ def inventory(api: Any) -> set[Item]:
             meta = obj.get("metadata") or {}
             ns = meta.get("namespace")
             path = f"{prefix}{f'/namespaces/{ns}' if ns else ''}/{plural}/{meta['name']}"
-            items.add(Item(api_version, obj.get("kind") or kind, ns, meta["name"], meta.get("uid", ""),
-                           dict(meta.get("labels") or {}),
-                           tuple(o.get("uid", "") for o in meta.get("ownerReferences") or []), path))
+            items.add(
+                Item(
+                    api_version,
+                    obj.get("kind") or kind,
+                    ns,
+                    meta["name"],
+                    meta.get("uid", ""),
+                    dict(meta.get("labels") or {}),
+                    tuple(o.get("uid", "") for o in meta.get("ownerReferences") or []),
+                    path,
+                )
+            )
     return items
 
 

@@ -74,8 +74,10 @@ def operator_ray_start_resources(pod: Any) -> dict[str, int]:
     env = {e.name: e.value for e in container.env or []}
     command = env.get("KUBERAY_GEN_RAY_START_CMD")
     if command is None:
-        raise ValueError(f"pod {pod.metadata.name}: its container {container.name!r} has no KUBERAY_GEN_RAY_START_CMD "
-                         "(the KubeRay operator writes it into every Ray pod it creates)")
+        raise ValueError(
+            f"pod {pod.metadata.name}: its container {container.name!r} has no KUBERAY_GEN_RAY_START_CMD "
+            "(the KubeRay operator writes it into every Ray pod it creates)"
+        )
     found = {}
     for flag, key in (("num-cpus", "CPU"), ("num-gpus", "GPU"), ("memory", "memory")):
         m = re.search(rf"--{flag}[= ]['\"]?(\d+)", command)
@@ -139,7 +141,9 @@ class KubeletSim:
             if item.namespace in self._SYSTEM_NAMESPACES and "rl-lustre-deployment" not in item.labels:
                 continue
             if item.kind in ("Namespace", "ServiceAccount") or (item.kind, item.name) in (
-                    ("ConfigMap", "kube-root-ca.crt"), ("Service", "kubernetes")):
+                ("ConfigMap", "kube-root-ca.crt"),
+                ("Service", "kubernetes"),
+            ):
                 continue
             delete(api, item, force=True)
 
@@ -162,8 +166,11 @@ class KubeletSim:
 
     def hold_job_pods(self, *images: str) -> None:
         """Job pods whose first container runs one of ``images`` keep running (until released)."""
-        self._edit_stage(lambda spec: spec["selector"]["matchExpressions"].append(
-            {"key": ".spec.containers.[0].image", "operator": "NotIn", "values": list(images)}))
+        self._edit_stage(
+            lambda spec: spec["selector"]["matchExpressions"].append(
+                {"key": ".spec.containers.[0].image", "operator": "NotIn", "values": list(images)}
+            )
+        )
 
     def fail_job_pods(self, message: str) -> None:
         """Running Job pods exit 1 with ``message`` as their termination message."""
@@ -187,28 +194,57 @@ class KubeletSim:
         for pod in core.list_pod_for_all_namespaces(label_selector="batch.kubernetes.io/job-name").items:
             if pod.status.phase == "Running":
                 with contextlib.suppress(client.ApiException):
-                    core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                              {"metadata": {"annotations": {"kube-plane/released": _now()}}})
+                    core.patch_namespaced_pod(
+                        pod.metadata.name,
+                        pod.metadata.namespace,
+                        {"metadata": {"annotations": {"kube-plane/released": _now()}}},
+                    )
 
     # -- what a kubelet does to a pod ----------------------------------------------------------
-    def evict(self, pod: str, *, namespace: str = "default",
-              message: str = "The node was low on resource: memory. ") -> None:
+    def evict(
+        self, pod: str, *, namespace: str = "default", message: str = "The node was low on resource: memory. "
+    ) -> None:
         """The kubelet evicts ``pod``: it ends ``Failed``, reason ``Evicted``."""
         from kubernetes import client
 
         core = client.CoreV1Api(self.api_client())
         current = core.read_namespaced_pod(pod, namespace)
         image_ids = {c.name: c.image_id for c in current.status.container_statuses or []}
-        statuses = [{"name": c.name, "image": c.image, "imageID": image_ids.get(c.name, ""), "ready": False,
-                     "restartCount": 0, "started": False,
-                     "state": {"terminated": {"exitCode": 137, "reason": "Error", "startedAt": _now(),
-                                              "finishedAt": _now()}}}
-                    for c in current.spec.containers]
-        core.patch_namespaced_pod_status(pod, namespace, {"status": {
-            "phase": "Failed", "reason": "Evicted", "message": message, "containerStatuses": statuses,
-            "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": _now()},
-                           {"type": "ContainersReady", "status": "False", "reason": "PodFailed",
-                            "lastTransitionTime": _now()}]}})
+        statuses = [
+            {
+                "name": c.name,
+                "image": c.image,
+                "imageID": image_ids.get(c.name, ""),
+                "ready": False,
+                "restartCount": 0,
+                "started": False,
+                "state": {
+                    "terminated": {"exitCode": 137, "reason": "Error", "startedAt": _now(), "finishedAt": _now()}
+                },
+            }
+            for c in current.spec.containers
+        ]
+        core.patch_namespaced_pod_status(
+            pod,
+            namespace,
+            {
+                "status": {
+                    "phase": "Failed",
+                    "reason": "Evicted",
+                    "message": message,
+                    "containerStatuses": statuses,
+                    "conditions": [
+                        {"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": _now()},
+                        {
+                            "type": "ContainersReady",
+                            "status": "False",
+                            "reason": "PodFailed",
+                            "lastTransitionTime": _now(),
+                        },
+                    ],
+                }
+            },
+        )
 
     # -- raylets behind worker pods -------------------------------------------------------------
     def _back_workers(self) -> None:
@@ -218,12 +254,16 @@ class KubeletSim:
         core = client.CoreV1Api(self.api_client())
         while not self._stopping.is_set():
             try:
-                for event in watch.Watch().stream(core.list_pod_for_all_namespaces,
-                                                  label_selector="ray.io/node-type=worker", timeout_seconds=5):
+                for event in watch.Watch().stream(
+                    core.list_pod_for_all_namespaces, label_selector="ray.io/node-type=worker", timeout_seconds=5
+                ):
                     pod = event["object"]
                     name = pod.metadata.name
-                    gone = event["type"] == "DELETED" or pod.metadata.deletion_timestamp is not None or \
-                        pod.status.phase in ("Failed", "Succeeded")
+                    gone = (
+                        event["type"] == "DELETED"
+                        or pod.metadata.deletion_timestamp is not None
+                        or pod.status.phase in ("Failed", "Succeeded")
+                    )
                     if gone:
                         self._release_raylet(name)
                     elif pod.status.phase == "Running" and self.raylets is not None:
@@ -232,7 +272,8 @@ class KubeletSim:
                                 resources = operator_ray_start_resources(pod)
                                 logger.info("starting a raylet behind worker pod %s (%s)", name, resources)
                                 self._raylets[name] = self._raylet_pool.submit(
-                                    self.raylets, name, str(pod.spec.node_name), resources)
+                                    self.raylets, name, str(pod.spec.node_name), resources
+                                )
             except Exception:  # the API server is going away, or a watch broke: look again
                 if self._stopping.wait(0.5):
                     return
@@ -261,22 +302,42 @@ class KubeletSim:
     def _terminated(self, pod: Any) -> dict[str, Any]:
         stamp = _now()
         conditions = [
-            {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
-             "message": SHUTDOWN_MESSAGE, "lastTransitionTime": stamp},
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "TerminationByKubelet",
+                "message": SHUTDOWN_MESSAGE,
+                "lastTransitionTime": stamp,
+            },
             {"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp},
             {"type": "ContainersReady", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp},
         ]
         image_ids = {c.name: c.image_id for c in pod.status.container_statuses or []}
-        statuses = [{"name": c.name, "image": c.image, "imageID": image_ids.get(c.name, ""), "ready": False,
-                     "restartCount": 0, "started": False,
-                     "state": {"terminated": {"exitCode": 137, "reason": "Error", "startedAt": stamp,
-                                              "finishedAt": stamp}}}
-                    for c in pod.spec.containers]
-        return {"status": {"phase": "Failed", "reason": "Terminated", "message": SHUTDOWN_MESSAGE,
-                           "conditions": conditions, "containerStatuses": statuses}}
+        statuses = [
+            {
+                "name": c.name,
+                "image": c.image,
+                "imageID": image_ids.get(c.name, ""),
+                "ready": False,
+                "restartCount": 0,
+                "started": False,
+                "state": {"terminated": {"exitCode": 137, "reason": "Error", "startedAt": stamp, "finishedAt": stamp}},
+            }
+            for c in pod.spec.containers
+        ]
+        return {
+            "status": {
+                "phase": "Failed",
+                "reason": "Terminated",
+                "message": SHUTDOWN_MESSAGE,
+                "conditions": conditions,
+                "containerStatuses": statuses,
+            }
+        }
 
-    def preempt(self, raycluster: str, *, nodes: int = 1, back_after: float | None = 5.0,
-                namespace: str = "default") -> Preemption:
+    def preempt(
+        self, raycluster: str, *, nodes: int = 1, back_after: float | None = 5.0, namespace: str = "default"
+    ) -> Preemption:
         """What GKE does to the Spot nodes of ``nodes`` Ready worker pods of ``raycluster``
         (the same call as :meth:`rl_lustre.testing.KubeFake.preempt`)."""
         from kubernetes import client
@@ -285,15 +346,23 @@ class KubeletSim:
         selector = f"ray.io/cluster={raycluster},ray.io/node-type=worker"
 
         def ready_workers() -> list[Any]:
-            return sorted((p for p in core.list_namespaced_pod(namespace, label_selector=selector).items
-                           if p.status.phase == "Running" and not p.metadata.deletion_timestamp
-                           and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])),
-                          key=lambda p: p.metadata.name)
+            return sorted(
+                (
+                    p
+                    for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+                    if p.status.phase == "Running"
+                    and not p.metadata.deletion_timestamp
+                    and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+                ),
+                key=lambda p: p.metadata.name,
+            )
 
         workers = ready_workers()
         if len(workers) < nodes:
-            raise ValueError(f"cannot preempt {nodes} worker node(s) of RayCluster {raycluster!r}: "
-                             f"{len(workers)} worker pod(s) are Ready")
+            raise ValueError(
+                f"cannot preempt {nodes} worker node(s) of RayCluster {raycluster!r}: "
+                f"{len(workers)} worker pod(s) are Ready"
+            )
         victims = workers[:nodes]
         before = {p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector=selector).items}
         pools = []
@@ -310,6 +379,7 @@ class KubeletSim:
         logger.info("preempted the Spot nodes of %s", names)
         preemption = Preemption(names, time.time(), back_after)
         if back_after is not None:
+
             def replacements() -> list[str]:
                 for pool in pools:
                     known = self._pools.get(pool)
@@ -318,9 +388,12 @@ class KubeletSim:
                         self.add_pool_nodes(proto, cluster=cluster, zone=zone, count=1)  # type: ignore[attr-defined]
                 deadline = time.monotonic() + 300
                 while time.monotonic() < deadline:
-                    fresh = [p.metadata.name for p in ready_workers()
-                             if p.metadata.name not in before and (self.raylets is None or
-                                                                   self.raylet_ready(p.metadata.name))]
+                    fresh = [
+                        p.metadata.name
+                        for p in ready_workers()
+                        if p.metadata.name not in before
+                        and (self.raylets is None or self.raylet_ready(p.metadata.name))
+                    ]
                     if len(fresh) >= len(names):
                         return fresh[: len(names)]
                     time.sleep(0.2)

@@ -101,8 +101,10 @@ def build() -> Path:
             raise ControlPlaneError(f"${BIN_ENV}={given} holds no bin/kube-apiserver: run {BUILD_SCRIPT}")
         return path
     if shutil.which("go") is None:
-        raise ControlPlaneError(f"the control plane is built with Go (go >= 1.26), and `go` is not on PATH: "
-                                f"install Go, then run {BUILD_SCRIPT} (or nox -s tests-kube)")
+        raise ControlPlaneError(
+            f"the control plane is built with Go (go >= 1.26), and `go` is not on PATH: "
+            f"install Go, then run {BUILD_SCRIPT} (or nox -s tests-kube)"
+        )
     done = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
         raise ControlPlaneError(f"{BUILD_SCRIPT} failed (exit {done.returncode}); its output is above")
@@ -174,6 +176,7 @@ def networking_crds(schemas: Mapping[str, Any]) -> list[dict[str, Any]]:
     false``; a structural schema prunes unknown fields instead) and say ``const`` where a
     CRD says a one-value ``enum``.
     """
+
     def structural(node: Any) -> Any:
         if not isinstance(node, dict):
             return node
@@ -210,18 +213,27 @@ def networking_crds(schemas: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "status": structural(props.get("status", {"type": "object"})),
             },
         }
-        crds.append({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.networking.gke.io"},
-            "spec": {
-                "group": "networking.gke.io",
-                "scope": "Cluster",
-                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-                "versions": [{"name": "v1", "served": True, "storage": True,
-                              "schema": {"openAPIV3Schema": openapi}, "subresources": {"status": {}}}],
-            },
-        })
+        crds.append(
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": f"{plural}.networking.gke.io"},
+                "spec": {
+                    "group": "networking.gke.io",
+                    "scope": "Cluster",
+                    "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                    "versions": [
+                        {
+                            "name": "v1",
+                            "served": True,
+                            "storage": True,
+                            "schema": {"openAPIV3Schema": openapi},
+                            "subresources": {"status": {}},
+                        }
+                    ],
+                },
+            }
+        )
     return crds
 
 
@@ -244,7 +256,8 @@ class ControlPlane(KubeletSim):
         self.bin = self.build_dir / "bin"
         self.head_target = head_target
         self.versions = dict(
-            line.split("=", 1) for line in (self.build_dir / "versions.env").read_text().split() if "=" in line)
+            line.split("=", 1) for line in (self.build_dir / "versions.env").read_text().split() if "=" in line
+        )
         self.token = "admin-" + uuid.uuid4().hex
         self.components: list[Component] = []
         self.workdir: Path | None = None
@@ -279,13 +292,20 @@ class ControlPlane(KubeletSim):
         return kube_api_client(self.endpoint, self.ca_pem, StaticTokenSource(token or self.token))
 
     def write_kubeconfig(self, path: Path, *, token: str | None = None, context: str = "kube-real") -> Path:
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": context,
-            "clusters": [{"name": context, "cluster": {"server": self.url,
-                                                        "certificate-authority-data": self.ca_b64}}],
-            "users": [{"name": context, "user": {"token": token or self.token}}],
-            "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
-        }))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": context,
+                    "clusters": [
+                        {"name": context, "cluster": {"server": self.url, "certificate-authority-data": self.ca_b64}}
+                    ],
+                    "users": [{"name": context, "user": {"token": token or self.token}}],
+                    "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+                }
+            )
+        )
         return path
 
     # -- start and stop ------------------------------------------------------------------
@@ -307,8 +327,18 @@ class ControlPlane(KubeletSim):
         self._pgids = self.workdir / "pgids"
         self._pgids.write_text("")
         self._watchdog = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), _start_time(os.getpid()), str(self._pgids),
-             str(self.workdir)], start_new_session=True, stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-c",
+                _WATCHDOG,
+                str(os.getpid()),
+                _start_time(os.getpid()),
+                str(self._pgids),
+                str(self.workdir),
+            ],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + timeout
         try:
             certs = make_certs("127.0.0.1")
@@ -322,41 +352,63 @@ class ControlPlane(KubeletSim):
             users = {
                 self.token: ("admin", "system:masters"),
                 EMULATOR_TOKEN: ("rl-lustre", "system:masters"),
-                **{f"{name}-{uuid.uuid4().hex}": (name, "system:masters")
-                   for name in ("kube-controller-manager", "kube-scheduler", "kwok", "kuberay-operator")},
+                **{
+                    f"{name}-{uuid.uuid4().hex}": (name, "system:masters")
+                    for name in ("kube-controller-manager", "kube-scheduler", "kwok", "kuberay-operator")
+                },
             }
             (pki / "tokens.csv").write_text(
-                "".join(f'{token},{user},{user},"{group}"\n' for token, (user, group) in users.items()))
+                "".join(f'{token},{user},{user},"{group}"\n' for token, (user, group) in users.items())
+            )
             self.port = free_port()
-            kubeconfigs = {user: self.write_kubeconfig(self.workdir / f"{user}.kubeconfig", token=token)
-                           for token, (user, _) in users.items()}
+            kubeconfigs = {
+                user: self.write_kubeconfig(self.workdir / f"{user}.kubeconfig", token=token)
+                for token, (user, _) in users.items()
+            }
 
             self._start_etcd(deadline)
             self._start_apiserver(pki, deadline)
             self._install_crds()
-            self._start("kube-controller-manager", [
-                f"--kubeconfig={kubeconfigs['kube-controller-manager']}",
-                f"--controllers={','.join(CONTROLLERS)}",
-                "--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
-                f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
-                "--cluster-name=kube-real", "--v=1",
-            ])
-            self._start("kube-scheduler", [
-                f"--kubeconfig={kubeconfigs['kube-scheduler']}", "--leader-elect=false", "--secure-port=0", "--v=1",
-            ])
+            self._start(
+                "kube-controller-manager",
+                [
+                    f"--kubeconfig={kubeconfigs['kube-controller-manager']}",
+                    f"--controllers={','.join(CONTROLLERS)}",
+                    "--leader-elect=false",
+                    "--secure-port=0",
+                    "--use-service-account-credentials=false",
+                    f"--service-account-private-key-file={pki / 'sa.key'}",
+                    f"--root-ca-file={pki / 'ca.crt'}",
+                    "--cluster-name=kube-real",
+                    "--v=1",
+                ],
+            )
+            self._start(
+                "kube-scheduler",
+                [
+                    f"--kubeconfig={kubeconfigs['kube-scheduler']}",
+                    "--leader-elect=false",
+                    "--secure-port=0",
+                    "--v=1",
+                ],
+            )
             self._start_kwok(kubeconfigs["kwok"], pki, certs)
             probe = free_port()
-            self._start("kuberay-operator", [
-                f"--kubeconfig={kubeconfigs['kuberay-operator']}", "--enable-leader-election=false",
-                "--metrics-addr=0", f"--health-probe-bind-address=127.0.0.1:{probe}",
-                "--log-stdout-encoder=console",
-            ])
+            self._start(
+                "kuberay-operator",
+                [
+                    f"--kubeconfig={kubeconfigs['kuberay-operator']}",
+                    "--enable-leader-election=false",
+                    "--metrics-addr=0",
+                    f"--health-probe-bind-address=127.0.0.1:{probe}",
+                    "--log-stdout-encoder=console",
+                ],
+            )
             self._wait("the KubeRay operator", deadline, lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"))
             self._wait("the default ServiceAccount", deadline, self._default_service_account)
             self._take_baseline()
             if self.head_target is not None:
-                self._forwarder = threading.Thread(target=self._forward_heads, name="kube-plane-forwards",
-                                                   daemon=True)
+                self._forwarder = threading.Thread(target=self._forward_heads, name="kube-plane-forwards", daemon=True)
                 self._forwarder.start()
             threading.Thread(target=self._back_workers, name="kube-plane-raylets", daemon=True).start()
         except BaseException:
@@ -400,8 +452,14 @@ class ControlPlane(KubeletSim):
         assert self._pgids is not None
         log = self.workdir / f"{name}.log"
         with open(log, "ab") as out:
-            proc = subprocess.Popen([str(self.bin / name), *args], stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.workdir)
+            proc = subprocess.Popen(
+                [str(self.bin / name), *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.workdir,
+            )
         with open(self._pgids, "a") as f:
             f.write(f"{proc.pid}\n")
         component = Component(name, proc, log)
@@ -424,26 +482,46 @@ class ControlPlane(KubeletSim):
         assert self.workdir is not None
         client, peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
-        self._start("etcd", [
-            "--name=kube-real", f"--data-dir={self.workdir / 'etcd'}",
-            f"--listen-client-urls={self.etcd_url}", f"--advertise-client-urls={self.etcd_url}",
-            f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-cluster=kube-real=http://127.0.0.1:{peer}", "--unsafe-no-fsync", "--log-level=warn",
-        ])
+        self._start(
+            "etcd",
+            [
+                "--name=kube-real",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=kube-real=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
         self._wait("etcd", deadline, lambda: _http_ok(f"{self.etcd_url}/health"))
 
     def _start_apiserver(self, pki: Path, deadline: float) -> None:
-        self._start("kube-apiserver", [
-            f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--token-auth-file={pki / 'tokens.csv'}", "--authorization-mode=RBAC",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki / 'sa.key'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
-            "--kubelet-preferred-address-types=InternalIP", f"--kubelet-certificate-authority={pki / 'ca.crt'}",
-            f"--cert-dir={pki}", "--profiling=false", "--v=1",
-        ])
+        self._start(
+            "kube-apiserver",
+            [
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--token-auth-file={pki / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki / 'sa.key'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--allow-privileged=true",
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                f"--cert-dir={pki}",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
         context = ssl.create_default_context(cadata=self.ca_pem.decode())
 
         def ready() -> bool:
@@ -457,8 +535,12 @@ class ControlPlane(KubeletSim):
         from kubernetes import client
 
         schemas = json.loads((REPO / "rl_lustre" / "kube" / "crds" / "networking.gke.io_v1.json").read_text())
-        crds = [doc for path in sorted((self.build_dir / "crds").glob("*/*.yaml"))
-                for doc in yaml.safe_load_all(path.read_text()) if doc]
+        crds = [
+            doc
+            for path in sorted((self.build_dir / "crds").glob("*/*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text())
+            if doc
+        ]
         crds += networking_crds(schemas)
         ext = client.ApiextensionsV1Api(self.api_client())
         for crd in crds:
@@ -487,12 +569,22 @@ class ControlPlane(KubeletSim):
         for path in sorted((self.build_dir / "kwok-stages").glob("*.yaml")):
             stage = yaml.safe_load(path.read_text())
             api.create_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "stages", stage)
-        self._start("kwok", [
-            f"--kubeconfig={kubeconfig}", "--manage-all-nodes=true", "--node-lease-duration-seconds=40",
-            "--node-ip=127.0.0.1", f"--node-port={port}", f"--server-address=127.0.0.1:{port}",
-            f"--tls-cert-file={pki / 'kwok.crt'}", f"--tls-private-key-file={pki / 'kwok.key'}",
-            "--cidr=10.64.0.0/16", f"--enable-crds={','.join(KWOK_CRDS)}", "--v=INFO",
-        ])
+        self._start(
+            "kwok",
+            [
+                f"--kubeconfig={kubeconfig}",
+                "--manage-all-nodes=true",
+                "--node-lease-duration-seconds=40",
+                "--node-ip=127.0.0.1",
+                f"--node-port={port}",
+                f"--server-address=127.0.0.1:{port}",
+                f"--tls-cert-file={pki / 'kwok.crt'}",
+                f"--tls-private-key-file={pki / 'kwok.key'}",
+                "--cidr=10.64.0.0/16",
+                f"--enable-crds={','.join(KWOK_CRDS)}",
+                "--v=INFO",
+            ],
+        )
 
     def _default_service_account(self) -> bool:
         from kubernetes import client
@@ -508,23 +600,29 @@ class ControlPlane(KubeletSim):
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         while not self._stopping.is_set():
             try:
-                for event in watch.Watch().stream(core.list_pod_for_all_namespaces, label_selector=HEAD_LABEL,
-                                                  timeout_seconds=5):
+                for event in watch.Watch().stream(
+                    core.list_pod_for_all_namespaces, label_selector=HEAD_LABEL, timeout_seconds=5
+                ):
                     pod = event["object"]
                     if event["type"] != "ADDED" or self.head_target is None:
                         continue
                     host, port = self.head_target  # (read each time: a test may point it elsewhere)
                     body = {
-                        "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward",
-                        "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace,
-                                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
-                                                          "name": pod.metadata.name, "uid": pod.metadata.uid}]},
-                        "spec": {"forwards": [{"ports": [DASHBOARD_PORT],
-                                               "target": {"address": host, "port": port}}]},
+                        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                        "kind": "PortForward",
+                        "metadata": {
+                            "name": pod.metadata.name,
+                            "namespace": pod.metadata.namespace,
+                            "ownerReferences": [
+                                {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name, "uid": pod.metadata.uid}
+                            ],
+                        },
+                        "spec": {"forwards": [{"ports": [DASHBOARD_PORT], "target": {"address": host, "port": port}}]},
                     }
                     with contextlib.suppress(client.ApiException):
-                        custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace,
-                                                               "portforwards", body)
+                        custom.create_namespaced_custom_object(
+                            "kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace, "portforwards", body
+                        )
             except Exception:  # the API server is going away, or a watch broke: look again
                 if self._stopping.wait(0.5):
                     return
@@ -577,9 +675,11 @@ class ControlPlane(KubeletSim):
         while True:
             nodes = core.list_node().items
             # Ready, and the node lifecycle controller has taken its not-ready taint off again.
-            if nodes and all(any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
-                             and not any(t.key.startswith("node.kubernetes.io/") for t in n.spec.taints or [])
-                             for n in nodes):
+            if nodes and all(
+                any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+                and not any(t.key.startswith("node.kubernetes.io/") for t in n.spec.taints or [])
+                for n in nodes
+            ):
                 return
             if time.monotonic() > deadline:
                 raise ControlPlaneError(f"nodes not Ready after {timeout} s")
@@ -593,9 +693,12 @@ class ControlPlane(KubeletSim):
         assert self.logs_dir is not None
         path = self.logs_dir / f"{namespace}_{pod}.log"
         path.write_text(text)
-        body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
-                "metadata": {"name": pod, "namespace": namespace},
-                "spec": {"logs": [{"logsFile": str(path), "follow": False}]}}
+        body = {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Logs",
+            "metadata": {"name": pod, "namespace": namespace},
+            "spec": {"logs": [{"logsFile": str(path), "follow": False}]},
+        }
         custom = client.CustomObjectsApi(self.api_client())
         try:
             custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", namespace, "logs", body)
@@ -617,8 +720,9 @@ def _service_account_key() -> bytes:
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
 
 
 @contextlib.contextmanager

@@ -67,7 +67,7 @@ def image_tools(directory: Path) -> Path:
         "  shift 2\n"
         f'  exec {shlex.quote(sys.executable)} "$@"\n'
         "fi\n"
-        'echo "test double of the image\'s uv: only \'uv run python ...\' is supported, not: uv $*" >&2\n'
+        "echo \"test double of the image's uv: only 'uv run python ...' is supported, not: uv $*\" >&2\n"
         "exit 2\n"
     )
     uv.chmod(0o755)
@@ -113,9 +113,7 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
     except _SessionOver:
         pass
     left = ray_processes(temp_dir)
-    assert not left, (
-        f"processes of the session's Ray head survived an exception in its with block: {left}"
-    )
+    assert not left, f"processes of the session's Ray head survived an exception in its with block: {left}"
     assert not temp_dir.exists()
 
 
@@ -136,8 +134,7 @@ def _stop_jobs_left_on_the_session_head(request: pytest.FixtureRequest) -> Itera
     for job_id in left:
         jobs.stop(job_id)
     if left:
-        warnings.warn(f"{request.node.nodeid} left jobs going on the session head, now stopped: {left}",
-                      stacklevel=1)
+        warnings.warn(f"{request.node.nodeid} left jobs going on the session head, now stopped: {left}", stacklevel=1)
 
 
 class _SessionOver(Exception):

@@ -42,8 +42,14 @@ class SpotHead:
         (the pod's CPUs, GPUs and memory, as its ``ray start`` would)."""
         from rl_lustre.ray.workers import start_local_worker
 
-        return start_local_worker(self.head, num_cpus=resources.get("CPU", 1), num_gpus=resources.get("GPU", 0),
-                                  memory=resources.get("memory"), env=self.env, name=name)
+        return start_local_worker(
+            self.head,
+            num_cpus=resources.get("CPU", 1),
+            num_gpus=resources.get("GPU", 0),
+            memory=resources.get("memory"),
+            env=self.env,
+            name=name,
+        )
 
     @property
     def token(self) -> str:
@@ -66,10 +72,16 @@ def spot_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpotHead]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
         # The environment the local backend gives a head (rl_lustre importable, no stray secrets).
-        env = LocalBackend(Cluster.local(f"rll-spot-{os.getpid()}",
-                                         volume_dir=tmp_path_factory.mktemp("spot-volume")))._head_env()
-    head = start_local_head(head_dir(f"rll-spot-{os.getpid()}-{tmp_path_factory.getbasetemp().name}"),
-                            num_cpus=0, num_gpus=0, env=env, auth="token")
+        env = LocalBackend(
+            Cluster.local(f"rll-spot-{os.getpid()}", volume_dir=tmp_path_factory.mktemp("spot-volume"))
+        )._head_env()
+    head = start_local_head(
+        head_dir(f"rll-spot-{os.getpid()}-{tmp_path_factory.getbasetemp().name}"),
+        num_cpus=0,
+        num_gpus=0,
+        env=env,
+        auth="token",
+    )
     try:
         yield SpotHead(head, env)
     finally:
@@ -78,9 +90,17 @@ def spot_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpotHead]:
 
 def spot_spec(name: str, root: Path, num_nodes: int) -> dict[str, Any]:
     """A GKE cluster of ``num_nodes`` Spot A4 nodes whose Ray runs in token mode, its volume under ``root``."""
-    return {"name": name, "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
-            "num_nodes": num_nodes, "image": IMAGE, "mount_path": str(root / "lustre"),
-            "secrets": ["RAY_AUTH_TOKEN"], "preload_image": False}
+    return {
+        "name": name,
+        "project": "my-project",
+        "region": "us-east1",
+        "zone": "us-east1-b",
+        "num_nodes": num_nodes,
+        "image": IMAGE,
+        "mount_path": str(root / "lustre"),
+        "secrets": ["RAY_AUTH_TOKEN"],
+        "preload_image": False,
+    }
 
 
 def nemo_rl_dir(root: Path, step_seconds: float) -> Path:
@@ -90,8 +110,9 @@ def nemo_rl_dir(root: Path, step_seconds: float) -> Path:
 
 
 @contextmanager
-def spot_gke(head: SpotHead, spec: dict[str, Any],
-             gcp_setup: Callable[[FakeGCP], None] | None = None) -> Iterator[tuple[Cluster, KubeFake]]:
+def spot_gke(
+    head: SpotHead, spec: dict[str, Any], gcp_setup: Callable[[FakeGCP], None] | None = None
+) -> Iterator[tuple[Cluster, KubeFake]]:
     """``Cluster(**spec)`` up on the GKE fakes (the production GKE backend), its worker pods
     backed by raylets joined to ``head``; down again, and the fakes stopped, on leaving.
     ``gcp_setup`` shapes the fake Google Cloud first (its capacity: ``gcp.stock``)."""

@@ -17,8 +17,15 @@ from rl_lustre.testing import FakeGCP
 
 FAST = Backoff(initial=0.005, maximum=0.02, multiplier=1.5)
 RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
-BASE: dict[str, object] = {"name": "demo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
-                           "num_nodes": 2, "preload_image": False, "fabric": "tcp"}
+BASE: dict[str, object] = {
+    "name": "demo",
+    "project": "my-project",
+    "region": "us-east1",
+    "zone": "us-east1-b",
+    "num_nodes": 2,
+    "preload_image": False,
+    "fabric": "tcp",
+}
 
 
 def spec(**kw: object) -> Cluster:
@@ -84,8 +91,11 @@ def test_no_capacity_anywhere_keeps_what_the_option_says(keep: str) -> None:
             backend(c).up(check=False)
         err = info.value
         assert [(a.label, a.outcome) for a in err.attempts] == [
-            ("spot in us-east1-b", "stockout"), ("spot in us-east1-c", "stockout"),
-            ("on-demand in us-east1-b", "stockout"), ("on-demand in us-east1-c", "stockout")]
+            ("spot in us-east1-b", "stockout"),
+            ("spot in us-east1-c", "stockout"),
+            ("on-demand in us-east1-b", "stockout"),
+            ("on-demand in us-east1-c", "stockout"),
+        ]
         assert all("does not have enough resources" in a.reason for a in err.attempts)
         text = str(err)
         assert "no GPU capacity from any of the 4 lane(s)" in text
@@ -139,20 +149,23 @@ def test_flex_start_nodes_granted_give_every_job_a_save_by_deadline() -> None:
     from rl_lustre.nemo_rl.deadline import DEADLINE_KEY, SAVE_MARGIN_SECONDS, save_by_text
     from rl_lustre.testing import KubeFake
 
-    c = spec(capacity=("spot", Capacity("flex-start", max_run_duration=6 * 3600)), prepull_image=False,
-             prefetch_models=(), secrets=())
+    c = spec(
+        capacity=("spot", Capacity("flex-start", max_run_duration=6 * 3600)),
+        prepull_image=False,
+        prefetch_models=(),
+        secrets=(),
+    )
     with KubeFake() as kube, FakeGCP(kube=kube, time_scale=0.01) as gcp:
         gcp.stock.out("spot")
         gcp.stock.flex_start(after=60.0)
         b = GKEBackend(c, backoff=FAST, retry=RETRY, time_scale=0.01)
         before = time.time()
-        b.up()                                    # the check first, then spot (out), then flex-start
+        b.up()  # the check first, then spot (out), then flex-start
         after = time.time()
         deadline = b.capacity_deadline()
         assert deadline is not None
         assert before + 6 * 3600 <= deadline.end <= after + 6 * 3600
-        sub = prepare(c, GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=4), deadline=deadline,
-                      now=after)
+        sub = prepare(c, GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=4), deadline=deadline, now=after)
         left = deadline.end - SAVE_MARGIN_SECONDS - after
         assert f"{DEADLINE_KEY}={save_by_text(left)}" in sub.entrypoint
         # The flex-start pools (the lane granted, the standby pool beside Spot) name their nodes'
@@ -162,12 +175,20 @@ def test_flex_start_nodes_granted_give_every_job_a_save_by_deadline() -> None:
         lifetimes = b.capacity_lifetimes()
         assert lifetimes
         assert {seconds for _, seconds in lifetimes} == {6 * 3600.0}
-        gpu_nodes = [n["metadata"]["name"] for n in kube.objects("Node")
-                     if n["metadata"]["labels"].get("cloud.google.com/gke-nodepool", "").startswith("gpu")]
+        gpu_nodes = [
+            n["metadata"]["name"]
+            for n in kube.objects("Node")
+            if n["metadata"]["labels"].get("cloud.google.com/gke-nodepool", "").startswith("gpu")
+        ]
         assert gpu_nodes
         assert all(any(n.startswith(p) for p, _ in lifetimes) for n in gpu_nodes), (gpu_nodes, lifetimes)
-        flagged = prepare(c, GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=4), deadline=deadline,
-                          lifetimes=lifetimes, now=after)
+        flagged = prepare(
+            c,
+            GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=4),
+            deadline=deadline,
+            lifetimes=lifetimes,
+            now=after,
+        )
         words = shlex.split(flagged.entrypoint)
         assert [w for w in words if w.startswith("--lifetime=")] == [f"--lifetime={p}={6 * 3600}" for p, _ in lifetimes]
         assert words[words.index("--capacity-end") + 1] == str(round(deadline.end, 3))
@@ -184,8 +205,9 @@ def test_flex_start_nodes_granted_give_every_job_a_save_by_deadline() -> None:
         b.down()
 
 
-@pytest.mark.parametrize("fault", ["next-lane-create-call", "next-lane-operation", "failed-lane-delete",
-                                   "interrupted-delete-then-rollback"])
+@pytest.mark.parametrize(
+    "fault", ["next-lane-create-call", "next-lane-operation", "failed-lane-delete", "interrupted-delete-then-rollback"]
+)
 def test_a_fault_in_a_fallback_step_leaves_nothing_behind_but_the_kept_storage(fault: str) -> None:
     c = spec(capacity=("spot",), capacity_zones=("us-east1-b", "us-east1-c"), on_no_capacity="storage")
     with FakeGCP() as gcp:
@@ -193,8 +215,7 @@ def test_a_fault_in_a_fallback_step_leaves_nothing_behind_but_the_kept_storage(f
         if fault == "next-lane-create-call":
             gcp.faults.fail_call("gke.CreateNodePool", grpc.StatusCode.PERMISSION_DENIED, after=1)
         elif fault == "next-lane-operation":
-            gcp.faults.fail_operation("gke.CreateNodePool", grpc.StatusCode.INTERNAL, message="internal error",
-                                      after=1)
+            gcp.faults.fail_operation("gke.CreateNodePool", grpc.StatusCode.INTERNAL, message="internal error", after=1)
         elif fault == "failed-lane-delete":
             gcp.faults.fail_operation("gke.DeleteNodePool", grpc.StatusCode.INTERNAL, message="internal error")
         else:

@@ -13,14 +13,22 @@ from rl_lustre.gcp.container_requests import node_pool_request
 from rl_lustre.plan.capacity import capacity_lanes
 from rl_lustre.plan.nodepools import gpu_pool
 
-GKE = {"name": "demo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "fabric": "tcp",
-       "preload_image": False}
+GKE = {
+    "name": "demo",
+    "project": "my-project",
+    "region": "us-east1",
+    "zone": "us-east1-b",
+    "fabric": "tcp",
+    "preload_image": False,
+}
 
 
 def _requests(cluster: Cluster) -> list[container_v1.NodePool]:
     plan = cluster.plan()
-    return [node_pool_request(plan, "gpu-pool", node=gpu_pool(cluster, {"action": "create"}, lane))
-            for lane in capacity_lanes(cluster)]
+    return [
+        node_pool_request(plan, "gpu-pool", node=gpu_pool(cluster, {"action": "create"}, lane))
+        for lane in capacity_lanes(cluster)
+    ]
 
 
 def _set_fields(msg: object) -> set[str]:
@@ -34,7 +42,8 @@ def test_legacy_fields_map_to_one_kind() -> None:
     assert [c.kind for c in Cluster(**GKE, spot=False).capacity] == ["on-demand"]
     res = Cluster(**GKE, reservation="projects/other-proj/reservations/r1")
     assert [(c.kind, c.reservation, c.shared) for c in res.capacity] == [
-        ("reservation", "projects/other-proj/reservations/r1", True)]
+        ("reservation", "projects/other-proj/reservations/r1", True)
+    ]
     assert res.spot is False
     # Derived again by attrs.evolve from what was given.
     assert [c.kind for c in attrs.evolve(res, reservation=None).capacity] == ["spot"]
@@ -45,7 +54,11 @@ def test_on_demand_only_when_listed() -> None:
     c = Cluster(**GKE, capacity=("spot", "flex-start"), capacity_zones=("us-east1-b", "us-east1-c", "us-east1-d"))
     assert "on-demand" not in {lane.kind for lane in capacity_lanes(c)}
     assert [(la.kind, la.zone) for la in capacity_lanes(c)][:4] == [
-        ("spot", "us-east1-b"), ("spot", "us-east1-c"), ("spot", "us-east1-d"), ("flex-start", "us-east1-b")]
+        ("spot", "us-east1-b"),
+        ("spot", "us-east1-c"),
+        ("spot", "us-east1-d"),
+        ("flex-start", "us-east1-b"),
+    ]
 
 
 def test_capacity_options_are_checked() -> None:
@@ -60,9 +73,18 @@ def test_capacity_options_are_checked() -> None:
 
 
 def test_each_kind_gets_googles_node_pool_settings() -> None:
-    c = Cluster(**GKE, num_nodes=8, reservation="projects/other-proj/reservations/r1",
-                capacity=("reservation", "spot", "flex-start", Capacity("flex-start", queued=False,
-                                                                        max_run_duration=86400), "on-demand"))
+    c = Cluster(
+        **GKE,
+        num_nodes=8,
+        reservation="projects/other-proj/reservations/r1",
+        capacity=(
+            "reservation",
+            "spot",
+            "flex-start",
+            Capacity("flex-start", queued=False, max_run_duration=86400),
+            "on-demand",
+        ),
+    )
     resv, spot, queued, flex, on_demand = _requests(c)
     affinity = container_v1.ReservationAffinity.Type
     # Reservation: SPECIFIC with the key and the shared reservation's path.
@@ -107,12 +129,17 @@ def test_each_kind_gets_googles_node_pool_settings() -> None:
 
 
 def test_fallback_pools_get_the_preload_disk() -> None:
-    c = Cluster(**{**GKE, "preload_image": True}, capacity=("spot", "flex-start"),
-                capacity_zones=("us-east1-b", "us-east1-c"))
+    c = Cluster(
+        **{**GKE, "preload_image": True}, capacity=("spot", "flex-start"), capacity_zones=("us-east1-b", "us-east1-c")
+    )
     plan = c.plan()
     for lane in capacity_lanes(c):
-        req = node_pool_request(plan, "gpu-pool", node=gpu_pool(c, {"action": "create"}, lane),
-                                preload_image="projects/my-project/global/images/rlp-x")
+        req = node_pool_request(
+            plan,
+            "gpu-pool",
+            node=gpu_pool(c, {"action": "create"}, lane),
+            preload_image="projects/my-project/global/images/rlp-x",
+        )
         assert [d.disk_image for d in req.config.secondary_boot_disks] == ["projects/my-project/global/images/rlp-x"]
         assert list(req.locations) == [lane.zone]
 
@@ -120,8 +147,10 @@ def test_fallback_pools_get_the_preload_disk() -> None:
 def test_plan_shows_the_policy() -> None:
     c = Cluster(**GKE, capacity=("spot", "flex-start"), capacity_zones="region")
     policy = c.plan().get("gpu-pool").settings["capacity_policy"]
-    assert policy["try_in_order"][:2] == ("spot in us-east1-b (pool gpu-pool)",
-                                          "flex-start (queued, 7d) in us-east1-b (pool gpu-flex-b)")
+    assert policy["try_in_order"][:2] == (
+        "spot in us-east1-b (pool gpu-pool)",
+        "flex-start (queued, 7d) in us-east1-b (pool gpu-flex-b)",
+    )
     assert "region's other zones" in policy["try_in_order"][2]
     assert "capacity_policy: {try_in_order: [spot in us-east1-b" in " ".join(str(c.plan()).split())
     assert "capacity_policy" not in Cluster(**GKE).plan().get("gpu-pool").settings
@@ -140,4 +169,7 @@ def test_an_rdma_gpu_pool_may_not_move_zones_refused_offline(zones: object) -> N
     with pytest.raises(ConfigError):  # evolving a valid spec into it is refused too
         attrs.evolve(Cluster(**rdma), capacity_zones=zones)
     assert Cluster(**rdma, capacity_zones=("us-east1-b",)).fabric == "rdma"  # the home zone only: fine
-    assert len(capacity_lanes(Cluster(**GKE, capacity_zones=zones if zones != "region" else ("us-east1-b", "us-east1-c")))) == 2
+    assert (
+        len(capacity_lanes(Cluster(**GKE, capacity_zones=zones if zones != "region" else ("us-east1-b", "us-east1-c"))))
+        == 2
+    )

@@ -16,22 +16,33 @@ FAST = Backoff(initial=0.005, maximum=0.05, multiplier=1.5)
 
 def _workers_on(kube: KubeFake, raycluster: str) -> dict[str, str]:
     """Ready worker pods -> the pool of their node."""
-    pools = {n["metadata"]["name"]: n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL)
-             for n in kube.objects("Node")}
+    pools = {n["metadata"]["name"]: n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL) for n in kube.objects("Node")}
     out = {}
     for p in kube.objects("Pod"):
         labels = p["metadata"].get("labels") or {}
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (p.get("status") or {}).get("conditions") or [])
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (p.get("status") or {}).get("conditions") or []
+        )
         if labels.get("ray.io/cluster") == raycluster and labels.get("ray.io/node-type") == "worker" and ready:
             out[p["metadata"]["name"]] = pools.get(p["spec"].get("nodeName", ""), "")
     return out
 
 
 def test_lost_spot_nodes_are_replaced_from_the_flex_start_standby_pool() -> None:
-    c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2, fabric="tcp",
-                preload_image=False, prepull_image=False, prefetch_models=(), secrets=(),
-                capacity=("spot", "flex-start"))
+    c = Cluster(
+        name="demo",
+        project="my-project",
+        region="us-east1",
+        zone="us-east1-b",
+        num_nodes=2,
+        fabric="tcp",
+        preload_image=False,
+        prepull_image=False,
+        prefetch_models=(),
+        secrets=(),
+        capacity=("spot", "flex-start"),
+    )
     assert [r.key for r in c.plan() if r.key.startswith("gpu-")] == ["gpu-pool", "gpu-standby"]
     with KubeFake() as kube, FakeGCP(kube=kube) as gcp:
         gcp.stock.flex_start(after=0.2)

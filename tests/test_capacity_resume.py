@@ -34,12 +34,19 @@ BASE = {**JOB_ARGS, "num_generations_per_prompt": 16, "train_global_batch_size":
 
 
 def _job(name: str, tmp_path: Path, capacity_timeout: float) -> GRPOJob:
-    return GRPOJob(**{**BASE, "name": name, "capacity_timeout": capacity_timeout,
-                      "nemo_rl_dir": str(nemo_rl_dir(tmp_path, STEP_SECONDS))})
+    return GRPOJob(
+        **{
+            **BASE,
+            "name": name,
+            "capacity_timeout": capacity_timeout,
+            "nemo_rl_dir": str(nemo_rl_dir(tmp_path, STEP_SECONDS)),
+        }
+    )
 
 
 def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_flex_start_standby_pool(
-        spot_head: SpotHead, tmp_path: Path, preemption_report: list[str]) -> None:
+    spot_head: SpotHead, tmp_path: Path, preemption_report: list[str]
+) -> None:
     spec = {**spot_spec("rl-standby", tmp_path, num_nodes=2), "capacity": ("spot", "flex-start")}
     # Far more than the standby pool's scale-up takes here, far less than the test's patience.
     job = _job("standby", tmp_path, capacity_timeout=150)
@@ -92,13 +99,19 @@ def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_
         # The recovery's wait ended once the standby nodes had come (granted by flex-start, not Spot).
         [back] = [r for r in journal if r["event"] == "capacity_back"]
         assert "timeout" not in back
-        came = [seconds(n["metadata"]["creationTimestamp"]) for n in kube.objects("Node") if n["metadata"]["name"] in standby]
+        came = [
+            seconds(n["metadata"]["creationTimestamp"])
+            for n in kube.objects("Node")
+            if n["metadata"]["name"] in standby
+        ]
         assert all(t is not None and t <= back["at"] for t in came), (came, back)
-        assert {e.pool for e in fakes[0].stock.events if e.kind == "flex-start" and e.what == "granted"} == {"gpu-standby"}
+        assert {e.pool for e in fakes[0].stock.events if e.kind == "flex-start" and e.what == "granted"} == {
+            "gpu-standby"
+        }
         # The rerun on the standby nodes was told to save before they go (point 4): their
         # max_run_duration after they came, never later (the supervisor counts from earlier).
         deadlines = {r["attempt"]: r for r in journal if r["event"] == "deadline"}
-        assert set(deadlines) == {2}, deadlines          # attempt 1 ran on Spot nodes: no end
+        assert set(deadlines) == {2}, deadlines  # attempt 1 ran on Spot nodes: no end
         assert set(deadlines[2]["nodes"]) == standby
         assert min(came) + FLEX_START_MAX_RUN_SECONDS - ARRIVAL_ALLOWANCE - 120 <= deadlines[2]["end"]
         assert deadlines[2]["end"] <= min(came) + FLEX_START_MAX_RUN_SECONDS
@@ -117,12 +130,14 @@ def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_
         assert {kinds[n] for n in standby} == {"flex-start"}
         preemption_report.append(
             f"fake GKE, 2 Spot nodes lost for good, resumed on the flex-start standby pool: lost "
-            f"{restart.seconds_lost:.1f}s (waited {restart.capacity_seconds:.1f}s for capacity)")
+            f"{restart.seconds_lost:.1f}s (waited {restart.capacity_seconds:.1f}s for capacity)"
+        )
         assert gone.wait(timeout=1) == []
 
 
 def test_on_the_gke_fakes_without_a_standby_pool_the_same_loss_fails_after_capacity_timeout(
-        spot_head: SpotHead, tmp_path: Path) -> None:
+    spot_head: SpotHead, tmp_path: Path
+) -> None:
     spec = {**spot_spec("rl-nostandby", tmp_path, num_nodes=2), "capacity": ("spot",)}
     job = _job("nostandby", tmp_path, capacity_timeout=5)
     with spot_gke(spot_head, spec) as (cluster, kube):
@@ -138,4 +153,6 @@ def test_on_the_gke_fakes_without_a_standby_pool_the_same_loss_fails_after_capac
         assert restart.first_step is None
         assert _attempts(run.logs()) == 1
         # No GPU node came in its place: nothing beside the Spot pool could provide one.
-        assert not [n for n in kube.objects("Node") if n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL, "").startswith("gpu-")]
+        assert not [
+            n for n in kube.objects("Node") if n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL, "").startswith("gpu-")
+        ]

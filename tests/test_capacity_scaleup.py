@@ -17,9 +17,18 @@ from rl_lustre.provision.scaleup import PROBE_COMPONENT
 from rl_lustre.testing import FakeGCP, KubeFake
 
 FAST = Backoff(initial=0.005, maximum=0.05, multiplier=1.5)
-BASE: dict[str, object] = {"name": "demo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
-                           "num_nodes": 2, "preload_image": False, "prepull_image": False, "prefetch_models": (),
-                           "secrets": (), "fabric": "tcp"}
+BASE: dict[str, object] = {
+    "name": "demo",
+    "project": "my-project",
+    "region": "us-east1",
+    "zone": "us-east1-b",
+    "num_nodes": 2,
+    "preload_image": False,
+    "prepull_image": False,
+    "prefetch_models": (),
+    "secrets": (),
+    "fabric": "tcp",
+}
 
 
 def _backend(c: Cluster) -> GKEBackend:
@@ -31,15 +40,21 @@ def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def _probes(kube: KubeFake) -> list[str]:
-    return [p["metadata"]["name"] for p in kube.objects("Pod")
-            if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == PROBE_COMPONENT]
+    return [
+        p["metadata"]["name"]
+        for p in kube.objects("Pod")
+        if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == PROBE_COMPONENT
+    ]
 
 
 def test_failed_scale_up_is_a_stockout_and_up_moves_to_the_next_zone(caplog: pytest.LogCaptureFixture) -> None:
-    c = Cluster(**BASE, capacity=(Capacity("flex-start", queued=False),),  # type: ignore[arg-type]
-                capacity_zones=("us-east1-b", "us-east1-c"))
+    c = Cluster(
+        **BASE,
+        capacity=(Capacity("flex-start", queued=False),),  # type: ignore[arg-type]
+        capacity_zones=("us-east1-b", "us-east1-c"),
+    )
     with KubeFake() as kube, FakeGCP(kube=kube) as gcp:
-        gcp.stock.flex_start(zone="us-east1-b", fail="out of stock")   # the autoscaler: FailedScaleUp
+        gcp.stock.flex_start(zone="us-east1-b", fail="out of stock")  # the autoscaler: FailedScaleUp
         gcp.stock.flex_start(zone="us-east1-c", after=0.0)
         b = _backend(c)
         with caplog.at_level(logging.DEBUG):
@@ -59,13 +74,14 @@ def test_failed_scale_up_is_a_stockout_and_up_moves_to_the_next_zone(caplog: pyt
         nodes = {n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL) for n in kube.objects("Node")}
         assert "gpu-flex-c" in nodes
         assert "gpu-pool" not in nodes
-        assert _probes(kube) == []                                      # the probes are gone
+        assert _probes(kube) == []  # the probes are gone
         b.down()
         assert gcp.leaked() == []
 
 
 def test_unqueued_flex_start_waits_for_its_nodes_and_a_timeout_is_a_failed_attempt(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     c = Cluster(**BASE, capacity=(Capacity("flex-start", queued=False, wait=1.5), "on-demand"))  # type: ignore[arg-type]
     with KubeFake() as kube, FakeGCP(kube=kube) as gcp:
         # The autoscaler has asked for the nodes (no FailedScaleUp), and they never come.
@@ -75,10 +91,12 @@ def test_unqueued_flex_start_waits_for_its_nodes_and_a_timeout_is_a_failed_attem
             report = b.up(check=False)
         assert "on-demand in us-east1-b" in (report.records["gpu-pool"].note or "")
         lines = _lines(caplog)
-        assert any("0/2 nodes Ready, waiting since" in x and "cluster autoscaler to scale up pool gpu-pool" in x
-                   for x in lines)
-        assert any("flex-start (7d) in us-east1-b: timeout" in x and "0 of 2 nodes within its wait of 1.5s" in x
-                   for x in lines)
+        assert any(
+            "0/2 nodes Ready, waiting since" in x and "cluster autoscaler to scale up pool gpu-pool" in x for x in lines
+        )
+        assert any(
+            "flex-start (7d) in us-east1-b: timeout" in x and "0 of 2 nodes within its wait of 1.5s" in x for x in lines
+        )
         assert _probes(kube) == []
         b.down()
         assert gcp.leaked() == []
@@ -90,7 +108,8 @@ def test_unqueued_flex_start_granted_after_a_delay_is_waited_for(caplog: pytest.
         grant, asked = kube.autoscaling, time.monotonic()
         # The scale-up is in flight for a second (no FailedScaleUp), then the nodes come.
         kube.autoscaling = lambda pool, count, at: (
-            grant(pool, count, at) if time.monotonic() - asked > 1.0 else ("granted", "", []))
+            grant(pool, count, at) if time.monotonic() - asked > 1.0 else ("granted", "", [])
+        )
         b = _backend(c)
         with caplog.at_level(logging.DEBUG):
             report = b.up(check=False)
@@ -99,7 +118,9 @@ def test_unqueued_flex_start_granted_after_a_delay_is_waited_for(caplog: pytest.
         assert pool.outcome == "created"
         assert pool.finished - pool.started >= 0.5
         assert any("0/2 nodes Ready, waiting since" in x for x in _lines(caplog))
-        assert len([n for n in kube.objects("Node") if n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL) == "gpu-pool"]) == 2
+        assert (
+            len([n for n in kube.objects("Node") if n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL) == "gpu-pool"]) == 2
+        )
         b.down()
         assert gcp.leaked() == []
 
@@ -144,6 +165,8 @@ def test_a_busy_fake_google_cloud_is_no_stockout_of_the_flex_start_lane(caplog: 
         assert "on-demand" not in (report.records["gpu-pool"].note or "")
         assert not [x for x in _lines(caplog) if ": stockout" in x]
         assert not [e for e in kube.objects("Event") if e.get("reason") == "FailedScaleUp"]
-        assert len([n for n in kube.objects("Node") if n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL) == "gpu-pool"]) == 2
+        assert (
+            len([n for n in kube.objects("Node") if n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL) == "gpu-pool"]) == 2
+        )
         b.down()
         assert gcp.leaked() == []

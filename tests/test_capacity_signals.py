@@ -18,33 +18,70 @@ from rl_lustre.recovery.capacity_signals import Signal, classify_event, provisio
 # (code, message, kind, scope, zone, zones_available): texts as Google gives them (sources
 # in rl_lustre.gcp.stockouts).
 GCP_TEXTS = [
-    ("", "Google Compute Engine: Not all instances running in IGM after 14.691006793s. Expected 1, running 0, "
-         "transitioning 1. Current errors: [GCE_STOCKOUT]: Instance 'gke-c-gpu-pool-1' creation failed: The zone "
-         "'projects/p/zones/us-east1-b' does not have enough resources available to fulfill the request.  Try a "
-         "different zone, or try again later.", "stockout", "zone", "us-east1-b", ()),
-    ("ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
-     "The zone 'projects/p/zones/us-central1-b' does not have enough resources available to fulfill the request. "
-     "'(resource type:compute)'. a4-highgpu-8g is currently unavailable in the us-central1-b zone. Consider trying "
-     "your request in the us-central1-a, us-central1-f zone(s), which currently has capacity",
-     "stockout", "zone", "us-central1-b", ("us-central1-a", "us-central1-f")),
-    ("ZONE_RESOURCE_POOL_EXHAUSTED", "The zone 'projects/p/zones/us-east1-c' does not have enough resources",
-     "stockout", "zone", "us-east1-c", ()),
+    (
+        "",
+        "Google Compute Engine: Not all instances running in IGM after 14.691006793s. Expected 1, running 0, "
+        "transitioning 1. Current errors: [GCE_STOCKOUT]: Instance 'gke-c-gpu-pool-1' creation failed: The zone "
+        "'projects/p/zones/us-east1-b' does not have enough resources available to fulfill the request.  Try a "
+        "different zone, or try again later.",
+        "stockout",
+        "zone",
+        "us-east1-b",
+        (),
+    ),
+    (
+        "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+        "The zone 'projects/p/zones/us-central1-b' does not have enough resources available to fulfill the request. "
+        "'(resource type:compute)'. a4-highgpu-8g is currently unavailable in the us-central1-b zone. Consider trying "
+        "your request in the us-central1-a, us-central1-f zone(s), which currently has capacity",
+        "stockout",
+        "zone",
+        "us-central1-b",
+        ("us-central1-a", "us-central1-f"),
+    ),
+    (
+        "ZONE_RESOURCE_POOL_EXHAUSTED",
+        "The zone 'projects/p/zones/us-east1-c' does not have enough resources",
+        "stockout",
+        "zone",
+        "us-east1-c",
+        (),
+    ),
     ("GCE_STOCKOUT", "Google Compute Engine resources are temporarily unavailable", "stockout", "zone", None, ()),
-    ("QUOTA_EXCEEDED", "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 0.0 globally. metric name = "
-     "compute.googleapis.com/gpus_all_regions, limit name = GPUS-ALL-REGIONS-per-project",
-     "quota", "global", None, ()),
-    ("QUOTA_EXCEEDED", "Quota 'PREEMPTIBLE_NVIDIA_B200_GPUS' exceeded. Limit: 0.0 in region us-east1.",
-     "quota", "region", None, ()),
+    (
+        "QUOTA_EXCEEDED",
+        "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 0.0 globally. metric name = "
+        "compute.googleapis.com/gpus_all_regions, limit name = GPUS-ALL-REGIONS-per-project",
+        "quota",
+        "global",
+        None,
+        (),
+    ),
+    (
+        "QUOTA_EXCEEDED",
+        "Quota 'PREEMPTIBLE_NVIDIA_B200_GPUS' exceeded. Limit: 0.0 in region us-east1.",
+        "quota",
+        "region",
+        None,
+        (),
+    ),
     ("GCE_QUOTA_EXCEEDED", "Insufficient quota to satisfy the request", "quota", "region", None, ()),
-    ("CONDITION_NOT_MET", "Specified reservation 'projects/p/reservations/r1' does not have available resources "
-     "for the request.", "reservation", "lane", None, ()),
+    (
+        "CONDITION_NOT_MET",
+        "Specified reservation 'projects/p/reservations/r1' does not have available resources for the request.",
+        "reservation",
+        "lane",
+        None,
+        (),
+    ),
     ("INVALID_FIELD_VALUE", "it requires reservation to be in READY state", "reservation", "lane", None, ()),
 ]
 
 
 @pytest.mark.parametrize(("code", "message", "kind", "scope", "zone", "available"), GCP_TEXTS)
-def test_gcp_texts_classify(code: str, message: str, kind: str, scope: str, zone: str | None,
-                            available: tuple[str, ...]) -> None:
+def test_gcp_texts_classify(
+    code: str, message: str, kind: str, scope: str, zone: str | None, available: tuple[str, ...]
+) -> None:
     signal = classify_gcp(code, message, source="test")
     assert signal is not None
     assert (signal.kind, signal.scope, signal.zone, signal.zones_available) == (kind, scope, zone, available)
@@ -71,18 +108,32 @@ def test_operation_error_is_a_stockout_with_its_signal() -> None:
 def test_translate_gives_a_stockout_error() -> None:
     from google.api_core import exceptions
 
-    err = translate(exceptions.ServiceUnavailable("ZONE_RESOURCE_POOL_EXHAUSTED in us-east1-b"),
-                    Call(CONTAINER, "create", "pool", zone="us-east1-b"))
+    err = translate(
+        exceptions.ServiceUnavailable("ZONE_RESOURCE_POOL_EXHAUSTED in us-east1-b"),
+        Call(CONTAINER, "create", "pool", zone="us-east1-b"),
+    )
     assert isinstance(err, StockoutError)
     assert err.signal.zone == "us-east1-b"
 
 
 # Events the cluster autoscaler puts on pending pods (GKE), and what they mean.
 EVENTS = [
-    ("FailedScaleUp", "Node scale up in zones us-central1-b associated with this pod failed: GCE out of resources. "
-                      "Pod is at risk of not being scheduled.", "stockout", "zone", "us-central1-b"),
-    ("FailedScaleUp", "Node scale up in zones us-east1-b associated with this pod failed: GCE quota exceeded. Pod is "
-                      "at risk of not being scheduled.", "quota", "region", "us-east1-b"),
+    (
+        "FailedScaleUp",
+        "Node scale up in zones us-central1-b associated with this pod failed: GCE out of resources. "
+        "Pod is at risk of not being scheduled.",
+        "stockout",
+        "zone",
+        "us-central1-b",
+    ),
+    (
+        "FailedScaleUp",
+        "Node scale up in zones us-east1-b associated with this pod failed: GCE quota exceeded. Pod is "
+        "at risk of not being scheduled.",
+        "quota",
+        "region",
+        "us-east1-b",
+    ),
     ("NotTriggerScaleUp", "pod didn't trigger scale-up: 2 in backoff after failed scale-up", "backoff", "lane", None),
     ("NotTriggerScaleUp", "pod didn't trigger scale-up: 1 max node group size reached", "misconfigured", "lane", None),
 ]
@@ -97,8 +148,10 @@ def test_events_classify(reason: str, message: str, kind: str, scope: str, zone:
 
 @pytest.mark.parametrize("reason", ["TriggeredScaleUp", "Scheduled", "FailedScheduling", "Pulled"])
 def test_other_events_are_no_signal(reason: str) -> None:
-    text = "pod triggered scale-up: [{https://www.googleapis.com/compute/v1/projects/p/zones/us-east1-b/" \
-           "instanceGroups/gke-c-gpu-pool-grp 0->1 (max: 8)}]"
+    text = (
+        "pod triggered scale-up: [{https://www.googleapis.com/compute/v1/projects/p/zones/us-east1-b/"
+        "instanceGroups/gke-c-gpu-pool-grp 0->1 (max: 8)}]"
+    )
     assert classify_event(reason, text) is None
 
 
@@ -108,16 +161,25 @@ def _pr(*conditions: dict[str, str]) -> dict[str, object]:
 
 def test_provisioning_request_states() -> None:
     assert provisioning_request_state({"metadata": {"name": "x"}})[0] == "pending"
-    state, signal, message = provisioning_request_state(_pr(
-        {"type": "Accepted", "status": "True"},
-        {"type": "Provisioned", "status": "False", "message": "Waiting for resources. Currently ETA is 12:40"}))
+    state, signal, message = provisioning_request_state(
+        _pr(
+            {"type": "Accepted", "status": "True"},
+            {"type": "Provisioned", "status": "False", "message": "Waiting for resources. Currently ETA is 12:40"},
+        )
+    )
     assert (state, signal, message) == ("accepted", None, "Waiting for resources. Currently ETA is 12:40")
     assert provisioning_request_state(_pr({"type": "Provisioned", "status": "True"}))[0] == "provisioned"
-    for kind, state_name, signal_kind in (("Failed", "failed", "stockout"), ("CapacityRevoked", "revoked", "revoked"),
-                                          ("BookingExpired", "expired", "expired")):
-        state, signal, _ = provisioning_request_state(_pr({"type": "Provisioned", "status": "True"},
-                                                          {"type": kind, "status": "True", "reason": "R",
-                                                           "message": "m"}))
+    for kind, state_name, signal_kind in (
+        ("Failed", "failed", "stockout"),
+        ("CapacityRevoked", "revoked", "revoked"),
+        ("BookingExpired", "expired", "expired"),
+    ):
+        state, signal, _ = provisioning_request_state(
+            _pr(
+                {"type": "Provisioned", "status": "True"},
+                {"type": kind, "status": "True", "reason": "R", "message": "m"},
+            )
+        )
         assert state == state_name
         assert signal is not None
         assert signal.kind == signal_kind
@@ -138,9 +200,13 @@ def test_signal_round_trips_and_rejects_unknown_kinds() -> None:
 def test_kubernetes_side_is_standard_library_only() -> None:
     # Shipped to the cluster with the supervisor: no third-party or rl_lustre import.
     tree = ast.parse(Path(capacity_signals.__file__).read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom) and node.level == 0}
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
+    imported |= {
+        (node.module or "").split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 0
+    }
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}
     assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))

@@ -18,10 +18,20 @@ from rl_lustre.errors import CapacityError, QuotaExceededError
 from rl_lustre.testing import FakeGCP
 
 SPEC = {"name": "chk", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 2}
-READ_ONLY = {"compute.zones.get", "compute.machineTypes.get", "compute.acceleratorTypes.get", "compute.regions.get",
-             "lustre.ListLocations", "cloudquotas.GetQuotaInfo", "cloudquotas.ListQuotaInfos",
-             "compute.reservations.aggregatedList", "compute.reservations.get", "compute.zones.list",
-             "compute.machineTypes.aggregatedList", "compute.acceleratorTypes.aggregatedList"}
+READ_ONLY = {
+    "compute.zones.get",
+    "compute.machineTypes.get",
+    "compute.acceleratorTypes.get",
+    "compute.regions.get",
+    "lustre.ListLocations",
+    "cloudquotas.GetQuotaInfo",
+    "cloudquotas.ListQuotaInfos",
+    "compute.reservations.aggregatedList",
+    "compute.reservations.get",
+    "compute.zones.list",
+    "compute.machineTypes.aggregatedList",
+    "compute.acceleratorTypes.aggregatedList",
+}
 FAMILY = "GPUS-PER-GPU-FAMILY-per-project-region"
 PREEMPTIBLE = "PREEMPTIBLE-GPUS-PER-GPU-FAMILY-per-project-region"
 ALL_REGIONS = "GPUS-ALL-REGIONS-per-project"
@@ -49,7 +59,10 @@ def test_a_deployment_the_project_can_get_passes_with_read_only_calls(gcp: FakeG
     assert report.ok, str(report)
     assert [i.verdict for i in report.items] == ["ok"] * 9
     assert report.items[0].what == "zone us-east1-b exists"
-    assert f"{PREEMPTIBLE} [NVIDIA_B200, us-east1] covers 16 GPUs (2 nodes × 8) for spot in us-east1-b: limit 4096" in str(report)
+    assert (
+        f"{PREEMPTIBLE} [NVIDIA_B200, us-east1] covers 16 GPUs (2 nodes × 8) for spot in us-east1-b: limit 4096"
+        in str(report)
+    )
     assert f"{ALL_REGIONS} covers 16 GPUs: limit 4096" in str(report)
     asked = {r.method for r in gcp.requests[before:]}
     assert asked <= READ_ONLY
@@ -71,9 +84,11 @@ def test_missing_machine_type_lustre_zone_and_quota_are_each_named_with_their_fi
     quota = next(p for p in report.problems if p.what.startswith(PREEMPTIBLE))
     assert quota.detail == "limit 8"
     assert quota.fix.startswith(f"raise {PREEMPTIBLE} (region=us-east1, gpu_family=NVIDIA_B200) to at least 16")
-    assert (f"`gcloud quotas preferences create --service=compute.googleapis.com --project=my-project "
-            f"--quota-id={PREEMPTIBLE} --preferred-value=16 --dimensions=region=us-east1,gpu_family=NVIDIA_B200`"
-            in quota.fix)
+    assert (
+        f"`gcloud quotas preferences create --service=compute.googleapis.com --project=my-project "
+        f"--quota-id={PREEMPTIBLE} --preferred-value=16 --dimensions=region=us-east1,gpu_family=NVIDIA_B200`"
+        in quota.fix
+    )
 
 
 def test_a4_quota_comes_from_cloud_quotas_where_compute_lists_no_b200_metric(gcp: FakeGCP) -> None:
@@ -88,8 +103,9 @@ def test_a4_quota_comes_from_cloud_quotas_where_compute_lists_no_b200_metric(gcp
     # On demand reads GPUS-PER-GPU-FAMILY; GPUS-ALL-REGIONS on top of both.
     gcp.quotas.set_limit(FAMILY, 8, gpu_family="NVIDIA_B200")
     on_demand = Cluster(**{**SPEC, "spot": False}).check()
-    assert [p.what for p in on_demand.problems] == [f"{FAMILY} [NVIDIA_B200, us-east1] covers 16 GPUs (2 nodes × 8) "
-                                                   "for on-demand in us-east1-b"]
+    assert [p.what for p in on_demand.problems] == [
+        f"{FAMILY} [NVIDIA_B200, us-east1] covers 16 GPUs (2 nodes × 8) for on-demand in us-east1-b"
+    ]
     gcp.quotas.set_limit(ALL_REGIONS, 12)
     (global_cap,) = Cluster(**SPEC).check().problems
     assert global_cap.what == f"{ALL_REGIONS} covers 16 GPUs"
@@ -103,8 +119,12 @@ def test_a4_quota_comes_from_cloud_quotas_where_compute_lists_no_b200_metric(gcp
 
 
 def test_cloud_quotas_refused_is_unknown_and_says_how_to_enable_it(gcp: FakeGCP) -> None:
-    gcp.faults.fail_call("cloudquotas.GetQuotaInfo", grpc.StatusCode.PERMISSION_DENIED, times=2,
-                         message="Cloud Quotas API has not been used in project my-project (SERVICE_DISABLED)")
+    gcp.faults.fail_call(
+        "cloudquotas.GetQuotaInfo",
+        grpc.StatusCode.PERMISSION_DENIED,
+        times=2,
+        message="Cloud Quotas API has not been used in project my-project (SERVICE_DISABLED)",
+    )
     report = Cluster(**SPEC).check()
     assert report.ok
     family = next(i for i in report.items if i.what.startswith(PREEMPTIBLE))
@@ -130,7 +150,10 @@ def test_a_reservation_is_looked_up_instead_of_the_gpu_quota(gcp: FakeGCP) -> No
     reserved = {**SPEC, "spot": False, "reservation": "my-a4-reservation"}
     missing = Cluster(**reserved).check()
     assert [p.what for p in missing.problems] == ["reservation my-a4-reservation in us-east1-b holds 2 × a4-highgpu-8g"]
-    assert "there is no reservation my-a4-reservation in projects/my-project/zones/us-east1-b" in missing.problems[0].detail
+    assert (
+        "there is no reservation my-a4-reservation in projects/my-project/zones/us-east1-b"
+        in missing.problems[0].detail
+    )
     gcp.reservations.add("my-project", "us-east1-b", "my-a4-reservation", "a4-highgpu-8g", count=4, in_use=3)
     short = Cluster(**reserved).check()
     assert short.problems[0].detail == "1 of 4 free"
@@ -141,7 +164,7 @@ def test_a_reservation_is_looked_up_instead_of_the_gpu_quota(gcp: FakeGCP) -> No
     assert ok.ok, str(ok)
     assert not any(i.what.startswith(FAMILY) for i in ok.items)  # no GPU quota asked for a reservation
     visible = next(i for i in ok.items if i.what.startswith("reservations of a4-highgpu-8g"))
-    assert visible.detail == "my-a4-reservation in us-east1-b: 3 of 4 free"   # the candidate zones only
+    assert visible.detail == "my-a4-reservation in us-east1-b: 3 of 4 free"  # the candidate zones only
 
 
 def test_lustre_capacity_quota_per_zone_and_tier(gcp: FakeGCP) -> None:
@@ -179,8 +202,7 @@ def test_up_checks_first_and_creates_nothing_when_the_check_fails(gcp: FakeGCP) 
 
 def test_rl_lustre_check_prints_the_report_and_exits_7_on_a_problem(gcp: FakeGCP, tmp_path: Path) -> None:
     script = tmp_path / "deploy.py"
-    script.write_text("from rl_lustre import Cluster\n"
-                      f"c = Cluster(**{SPEC!r})\n")
+    script.write_text(f"from rl_lustre import Cluster\nc = Cluster(**{SPEC!r})\n")
     ok = CliRunner().invoke(cli, ["check", f"{script}:c"], catch_exceptions=False)
     assert ok.exit_code == 0
     assert ok.stdout.startswith("check of 'chk': ok")
@@ -189,7 +211,9 @@ def test_rl_lustre_check_prints_the_report_and_exits_7_on_a_problem(gcp: FakeGCP
     assert bad.exit_code == 7
     data = json.loads(bad.stdout)
     assert data["ok"] is False
-    assert [i["what"] for i in data["items"] if i["verdict"] == "problem"] == ["zone us-east1-b offers GPU type nvidia-b200"]
+    assert [i["what"] for i in data["items"] if i["verdict"] == "problem"] == [
+        "zone us-east1-b offers GPU type nvidia-b200"
+    ]
 
 
 def test_quota_metric_names() -> None:
@@ -213,14 +237,16 @@ def test_a_zone_that_does_not_exist_is_refused_offline_naming_the_real_ones() ->
 
 
 def test_a_zone_newer_than_the_list_works_when_named_and_the_server_has_it(
-        gcp: FakeGCP, monkeypatch: pytest.MonkeyPatch) -> None:
+    gcp: FakeGCP, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("RL_LUSTRE_EXTRA_ZONES", "us-east1-e")
-    newer = Cluster(**{**SPEC, "zone": "us-east1-e"})   # accepted offline: the user named it
+    newer = Cluster(**{**SPEC, "zone": "us-east1-e"})  # accepted offline: the user named it
     gcp.catalog.lustre_zones(["us-east1-e"])
     # The server does not have it (yet): the check says so first, and up() creates nothing.
     report = newer.check()
     assert [(p.what, p.detail) for p in report.problems] == [
-        ("zone us-east1-e exists", "Compute Engine has no such zone (404)")]
+        ("zone us-east1-e exists", "Compute Engine has no such zone (404)")
+    ]
     assert report.problems[0].fix.startswith("use a zone of us-east1: us-east1-b, us-east1-c, us-east1-d")
     before = len(gcp.requests)
     with pytest.raises(CapacityError):
@@ -244,9 +270,9 @@ def test_quota_per_capacity_kind_of_the_policy_and_a_short_lane_is_not_a_failure
     policy = {**SPEC, "capacity": ("spot", "flex-start", "on-demand")}
     gcp.quotas.set_limit(PREEMPTIBLE, 0, region="us-east1", gpu_family="NVIDIA_B200")
     report = Cluster(**policy).check()
-    assert report.ok, str(report)   # on-demand still can: up() tries it after the others
+    assert report.ok, str(report)  # on-demand still can: up() tries it after the others
     by_id = {i.what.split(" ")[0]: i for i in report.items if "GPUS" in i.what}
-    assert by_id[PREEMPTIBLE].what.endswith("for spot, flex-start in us-east1-b")   # flex-start: preemptible quota
+    assert by_id[PREEMPTIBLE].what.endswith("for spot, flex-start in us-east1-b")  # flex-start: preemptible quota
     assert by_id[PREEMPTIBLE].verdict == "unknown"
     assert "up() has other lanes to try" in by_id[PREEMPTIBLE].detail
     assert by_id[PREEMPTIBLE].fix.startswith(f"raise {PREEMPTIBLE}")
@@ -272,14 +298,15 @@ def test_region_policy_checks_every_candidate_zone_and_its_reservations(gcp: Fak
 
 
 def test_a_reservation_shared_from_another_project_is_looked_up_there(gcp: FakeGCP) -> None:
-    gcp.reservations.add("other-project", "us-east1-b", "shared", "a4-highgpu-8g", count=2,
-                         shared_with=["my-project"])
+    gcp.reservations.add("other-project", "us-east1-b", "shared", "a4-highgpu-8g", count=2, shared_with=["my-project"])
     spec = {**SPEC, "capacity": (Capacity("reservation", reservation="projects/other-project/reservations/shared"),)}
     report = Cluster(**spec).check()
     assert report.ok, str(report)
     assert "reservation projects/other-project/reservations/shared in us-east1-b holds 2 × a4-highgpu-8g" in str(report)
-    missing = {**SPEC, "capacity": (Capacity("reservation", reservation="projects/other-project/reservations/gone"),
-                                    "spot")}
+    missing = {
+        **SPEC,
+        "capacity": (Capacity("reservation", reservation="projects/other-project/reservations/gone"), "spot"),
+    }
     # The reservation lane fails, Spot may pass: unknown, not a problem.
     assert Cluster(**missing).check().ok
 

@@ -23,7 +23,7 @@ def _supervisor_args(entrypoint: str) -> tuple[list[str], object]:
     """The words before the supervisor and the supervisor's parsed options, from a job's entrypoint."""
     words = shlex.split(entrypoint)
     at = words.index("rl_lustre_supervisor")
-    return words[: at - 2], jobargs.parser().parse_args(words[at + 1:])
+    return words[: at - 2], jobargs.parser().parse_args(words[at + 1 :])
 
 
 @pytest.mark.parametrize("key", ["checkpointing.checkpoint_dir", "++checkpointing.checkpoint_dir"])
@@ -48,9 +48,14 @@ def test_the_overridden_checkpoint_dir_is_the_one_submitted_resumed_from_and_mov
 
 
 def test_an_interpolated_checkpoint_dir_is_the_resolved_path() -> None:
-    job = GRPOJob(name="x", interpolate_overrides=True,
-                  overrides={"logger.log_dir": "/lustre/runs/x/logs",
-                             "checkpointing.checkpoint_dir": "${logger.log_dir}/../ckpt"})
+    job = GRPOJob(
+        name="x",
+        interpolate_overrides=True,
+        overrides={
+            "logger.log_dir": "/lustre/runs/x/logs",
+            "checkpointing.checkpoint_dir": "${logger.log_dir}/../ckpt",
+        },
+    )
     assert job.log_dir(CLUSTER) == "/lustre/runs/x/logs"
     assert job.checkpoint_dir(CLUSTER) == "/lustre/runs/x/logs/../ckpt"
     assert prepare(CLUSTER, job).checkpoint_dir == "/lustre/runs/x/logs/../ckpt"
@@ -62,9 +67,11 @@ def test_without_an_override_the_directories_are_under_the_roots() -> None:
     assert prepare(CLUSTER, job).checkpoint_dir == "/lustre/ck/x"
 
 
-@pytest.mark.parametrize("job", [GRPOJob(name="x", checkpointing=False),
-                                 GRPOJob(name="x", overrides={"checkpointing.enabled": False})],
-                         ids=["field", "override"])
+@pytest.mark.parametrize(
+    "job",
+    [GRPOJob(name="x", checkpointing=False), GRPOJob(name="x", overrides={"checkpointing.enabled": False})],
+    ids=["field", "override"],
+)
 def test_checkpointing_turned_off_submits_no_checkpoint_dir_but_still_resumes(job: GRPOJob) -> None:
     submission = prepare(CLUSTER, job, fresh=True)
     assert submission.checkpoint_dir is None
@@ -78,10 +85,16 @@ def test_a_run_with_an_overridden_checkpoint_dir_lists_resumes_and_starts_over_t
     mount = Path(local_cluster.mount_path)
     elsewhere = mount / "elsewhere" / "moved"
     job = GRPOJob(
-        name="moved", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", dataset="OpenMathInstruct-2",
-        max_num_steps=2, num_prompts_per_step=4, num_generations_per_prompt=8, train_global_batch_size=32,
-        save_period=1, overrides={"checkpointing.checkpoint_dir": str(elsewhere),
-                                  "logger.log_dir": str(mount / "elsewhere" / "logs")},
+        name="moved",
+        recipe="grpo_math_1B",
+        model="Qwen/Qwen2.5-1.5B",
+        dataset="OpenMathInstruct-2",
+        max_num_steps=2,
+        num_prompts_per_step=4,
+        num_generations_per_prompt=8,
+        train_global_batch_size=32,
+        save_period=1,
+        overrides={"checkpointing.checkpoint_dir": str(elsewhere), "logger.log_dir": str(mount / "elsewhere" / "logs")},
     )
     default = mount / "checkpoints" / "moved"
     first = local_cluster.submit(job)

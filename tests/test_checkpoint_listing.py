@@ -82,8 +82,7 @@ def test_missing_or_empty_directory_has_no_checkpoints(tmp_path: Path) -> None:
     assert latest_checkpoint(tmp_path) is None
 
 
-def test_the_listing_command_sees_what_the_local_listing_sees_using_only_the_standard_library(
-        tmp_path: Path) -> None:
+def test_the_listing_command_sees_what_the_local_listing_sees_using_only_the_standard_library(tmp_path: Path) -> None:
     root = tmp_path / "run dir"  # a space: the command must quote it
     _checkpoint(root, "step_2", weights=1000, info={"total_steps": 2}, written=T0, seconds=1.5)
     _checkpoint(root, "step_10", weights=3000, info={"total_steps": 10, "val_reward": 0.5}, written=T0 + 60, seconds=3)
@@ -93,8 +92,15 @@ def test_the_listing_command_sees_what_the_local_listing_sees_using_only_the_sta
     (root / "step_7").write_text("a file, not a checkpoint directory")
 
     # As on the Ray head: a shell, whatever python3 is on PATH, and no rl_lustre to import.
-    done = subprocess.run(listing_command(str(root)), shell=True, capture_output=True, text=True,
-                          cwd=tmp_path, env={"PATH": os.environ["PATH"]}, timeout=60)
+    done = subprocess.run(
+        listing_command(str(root)),
+        shell=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     remote = parse_listing("Running entrypoint for job rl-lustre-ls-1\n" + done.stdout)
 

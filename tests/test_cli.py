@@ -93,8 +93,10 @@ def test_a_bad_target_is_a_config_error_with_exit_code_2(script: Path, target: s
 
 def test_a_bad_cluster_in_the_file_gives_the_librarys_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text('from rl_lustre import Cluster\nc = Cluster(name="x", project="p-1234", region="us-east1", '
-                   'zone="europe-west4-a")\n')
+    bad.write_text(
+        'from rl_lustre import Cluster\nc = Cluster(name="x", project="p-1234", region="us-east1", '
+        'zone="europe-west4-a")\n'
+    )
     code, _, err = invoke("plan", f"{bad}:c")
     assert code == 2
     assert "error: Cluster.zone='europe-west4-a': must be a zone of region 'us-east1'" in err
@@ -123,12 +125,22 @@ def test_exit_codes_follow_the_error_hierarchy() -> None:
 
 def test_the_console_script_is_installed(script: Path) -> None:
     scripts = Path(sys.executable).parent
-    done = subprocess.run([str(scripts / "rl-lustre"), "plan", f"{script}:gke", "--json"], capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [str(scripts / "rl-lustre"), "plan", f"{script}:gke", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["cluster_name"] == "cli-demo"
-    done = subprocess.run([str(scripts / "rl-lustre"), "plan", "nothing-here.py:x"], capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [str(scripts / "rl-lustre"), "plan", "nothing-here.py:x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2
     assert "there is no file" in textwrap.dedent(done.stderr)
 
@@ -159,11 +171,20 @@ def test_the_exit_codes_are_those_docs_cli_md_documents_for_each_error_class() -
     from rl_lustre import errors
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
-    table = doc[doc.index("### Exit codes"):doc.index("Errors go to stderr")]
-    documented = {name: int(code) for code, meaning in re.findall(r"^\| (\d+) \| (.+) \|$", table, re.M)
-                  for name in re.findall(r"`(\w+(?:Error|Interrupted))`", meaning)}
-    assert set(documented) >= {"ConfigError", "CredentialsError", "PermissionDeniedError", "RemoteError",
-                               "JobFailedError", "QuotaExceededError"}
+    table = doc[doc.index("### Exit codes") : doc.index("Errors go to stderr")]
+    documented = {
+        name: int(code)
+        for code, meaning in re.findall(r"^\| (\d+) \| (.+) \|$", table, re.M)
+        for name in re.findall(r"`(\w+(?:Error|Interrupted))`", meaning)
+    }
+    assert set(documented) >= {
+        "ConfigError",
+        "CredentialsError",
+        "PermissionDeniedError",
+        "RemoteError",
+        "JobFailedError",
+        "QuotaExceededError",
+    }
     for name, code in documented.items():
         cls = getattr(errors, name)
         assert exit_code(cls.__new__(cls)) == code, name
@@ -186,18 +207,25 @@ def test_click_usage_errors_print_error_as_ours_do(script: Path) -> None:
 
 
 def test_check_without_credentials_exits_with_the_credentials_code_and_says_how_to_log_in(
-        script: Path, tmp_path: Path) -> None:
+    script: Path, tmp_path: Path
+) -> None:
     import os
 
     # No credentials anywhere: no key file, no gcloud config, no metadata server to ask.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GOOGLE_", "CLOUDSDK_", "RL_LUSTRE_GCP_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "RL_LUSTRE_GCP_"))}
     env.update(HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path / "gcloud"), NO_GCE_CHECK="True")
-    done = subprocess.run([str(Path(sys.executable).parent / "rl-lustre"), "check", f"{script}:gke"],
-                          capture_output=True, text=True, timeout=120, env=env, check=False)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "rl-lustre"), "check", f"{script}:gke"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
     assert done.returncode == 6, done.stderr
-    assert done.stderr.startswith("error: no Google Cloud credentials found: run `gcloud auth "
-                                  "application-default login`")
+    assert done.stderr.startswith(
+        "error: no Google Cloud credentials found: run `gcloud auth application-default login`"
+    )
     assert "Traceback" not in done.stderr
 
 

@@ -48,8 +48,14 @@ def run(*args: str, code: int = 0) -> Any:
 
 def _plant_leftover(gcp: FakeGCP) -> Cluster:
     """What a crash leaves: a deployment's network, PSA range, firewall, Lustre and node account, no GKE cluster."""
-    crashed = Cluster(name="crashed", project="my-project", region="us-east1", zone="us-east1-b", fabric="tcp",
-                      volume=LustreVolume(name="crashed-lustre", capacity_gib=9_000, throughput_mbps_per_tib=1000))
+    crashed = Cluster(
+        name="crashed",
+        project="my-project",
+        region="us-east1",
+        zone="us-east1-b",
+        fabric="tcp",
+        volume=LustreVolume(name="crashed-lustre", capacity_gib=9_000, throughput_mbps_per_tib=1000),
+    )
     backend = GKEBackend(crashed, gcp_only=True, backoff=FAST_BACKOFF, retry=FAST_RETRY)
     backend.up()
     backend.down(keys=["gpu-pool", "cpu-pool", "gke-cluster"])
@@ -59,7 +65,8 @@ def _plant_leftover(gcp: FakeGCP) -> Cluster:
     request = instance_request(mine, deployment="x")
     request.labels.clear()
     LustreInstances(backoff=FAST_BACKOFF).client.create_instance(
-        parent="projects/my-project/locations/us-east1-b", instance_id="byhand-lustre", instance=request)
+        parent="projects/my-project/locations/us-east1-b", instance_id="byhand-lustre", instance=request
+    )
     gcp.settle()
     return crashed
 
@@ -70,8 +77,15 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     target = f"{script}:cluster"
 
     plan = run("plan", target, "--json")
-    spec = Cluster(name="cli-e2e", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2, secrets=[],
-                   fabric="tcp")
+    spec = Cluster(
+        name="cli-e2e",
+        project="my-project",
+        region="us-east1",
+        zone="us-east1-b",
+        num_nodes=2,
+        secrets=[],
+        fabric="tcp",
+    )
     assert plan == json.loads(json.dumps(spec.plan().to_dict()))
     # Nothing was asked of the fakes to make the plan.
     assert fakes.requests == []
@@ -87,13 +101,23 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     assert sorted(by_name) == ["cli-e2e", "crashed"]
     live = by_name["cli-e2e"]
     assert (live["state"], live["whole"], live["zone"]) == ("RUNNING", True, "us-east1-b")
-    assert [r["key"] for r in live["resources"]] == ["network", "subnet", "psa-range", "firewall-lustre", "lustre",
-                                                     "node-sa", "gke-cluster", "cpu-pool", "gpu-pool"]
+    assert [r["key"] for r in live["resources"]] == [
+        "network",
+        "subnet",
+        "psa-range",
+        "firewall-lustre",
+        "lustre",
+        "node-sa",
+        "gke-cluster",
+        "cpu-pool",
+        "gpu-pool",
+    ]
     # What it costs is what its plan said it would, its GPU nodes' secondary boot disks
     # included; the preload image they boot from is shared, priced per month on its own.
     planned = spec.plan().cost()
     assert live["usd_per_hour"] == pytest.approx(
-        planned.total_usd_per_hour - planned.get("preload-image").usd_per_hour, abs=1e-3)
+        planned.total_usd_per_hour - planned.get("preload-image").usd_per_hour, abs=1e-3
+    )
     [image] = listing["shared"]["preload_images"]
     assert image["name"].startswith("projects/my-project/global/images/" + spec.plan().get("preload-image").name)
     assert (image["image"], image["status"], image["used_by"]) == (spec.image, "READY", ["cli-e2e/gpu-pool"])
@@ -102,8 +126,14 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     assert listing["shared"]["preload_builders"] == []
     partial = by_name["crashed"]
     assert (partial["state"], partial["whole"]) == ("PARTIAL", False)
-    assert [r["key"] for r in partial["resources"]] == ["network", "subnet", "psa-range", "firewall-lustre", "lustre",
-                                                        "node-sa"]
+    assert [r["key"] for r in partial["resources"]] == [
+        "network",
+        "subnet",
+        "psa-range",
+        "firewall-lustre",
+        "lustre",
+        "node-sa",
+    ]
     assert partial["usd_per_hour"] == pytest.approx(crashed.plan().cost().get("lustre").usd_per_hour, abs=1e-3)
     assert listing["usd_per_hour"] == pytest.approx(live["usd_per_hour"] + partial["usd_per_hour"], abs=1e-3)
     text = run("ls", "--project", "my-project")
@@ -115,7 +145,8 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     by_target = run("ls", target, "--json")
     assert by_target["project"] == "my-project"
     assert [(d["name"], d["state"], d["resources"]) for d in by_target["deployments"]] == [
-        (d["name"], d["state"], d["resources"]) for d in listing["deployments"]]
+        (d["name"], d["state"], d["resources"]) for d in listing["deployments"]
+    ]
     assert "byhand" not in text
 
     # Fresh leftovers may be an up() under way: left alone unless asked.
@@ -129,7 +160,14 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
     collected = run("gc", "--project", "my-project", "--older-than", "0", "--yes", "--json")
     report = collected["partial"][0]["report"]
     assert sorted(r["key"] for r in report["resources"] if r["outcome"] == "deleted") == [
-        "firewall-lustre", "lustre", "network", "node-sa", "psa-peering", "psa-range", "subnet"]
+        "firewall-lustre",
+        "lustre",
+        "network",
+        "node-sa",
+        "psa-peering",
+        "psa-range",
+        "subnet",
+    ]
     assert collected["partial"][0]["left"] == []
     fakes.settle()
     assert fakes.leaked("crashed") == []

@@ -36,11 +36,26 @@ from rl_lustre.testing import FakeGCP, KubeFake
 
 FAST = Backoff(initial=0.005, maximum=0.05, multiplier=1.5)
 RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
-SPEC: dict[str, Any] = {"name": "once", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
-                        "num_nodes": 1, "image": "rayproject/ray:2.60.0", "prefetch_models": (),
-                        "prepull_image": False, "preload_image": False}
-JOB = {"recipe": "grpo_math_1B", "model": "Qwen/Qwen2.5-1.5B", "dataset": "OpenMathInstruct-2", "num_prompts_per_step": 4,
-           "num_generations_per_prompt": 8, "train_global_batch_size": 32, "max_num_steps": 2}
+SPEC: dict[str, Any] = {
+    "name": "once",
+    "project": "my-project",
+    "region": "us-east1",
+    "zone": "us-east1-b",
+    "num_nodes": 1,
+    "image": "rayproject/ray:2.60.0",
+    "prefetch_models": (),
+    "prepull_image": False,
+    "preload_image": False,
+}
+JOB = {
+    "recipe": "grpo_math_1B",
+    "model": "Qwen/Qwen2.5-1.5B",
+    "dataset": "OpenMathInstruct-2",
+    "num_prompts_per_step": 4,
+    "num_generations_per_prompt": 8,
+    "train_global_batch_size": 32,
+    "max_num_steps": 2,
+}
 # Before issue 19 (see the module docstring).
 BEFORE_SECOND_SUBMIT, BEFORE_FIRST_SUBMIT = 1674, 3347
 PACKAGE = os.path.dirname(rl_lustre.__file__) + os.sep
@@ -55,7 +70,7 @@ def package_calls(fn: Callable[[], Any]) -> tuple[Any, collections.Counter[str]]
         if event == "call":
             path = frame.f_code.co_filename
             if path.startswith(PACKAGE) and not path.startswith(FAKES):
-                calls[f"{path[len(PACKAGE):]}:{frame.f_code.co_name}"] += 1
+                calls[f"{path[len(PACKAGE) :]}:{frame.f_code.co_name}"] += 1
 
     sys.setprofile(profile)
     try:
@@ -150,8 +165,10 @@ def test_every_kubernetes_node_of_the_plan_has_its_manifest_under_its_key() -> N
         assert sorted(keys) == sorted(keyed)
         for key in keys:
             node, manifest = plan.get(key), keyed[key]
-            assert (node.kind, node.name) == (f"{manifest['apiVersion']}/{manifest['kind']}",
-                                              manifest["metadata"]["name"]), key
+            assert (node.kind, node.name) == (
+                f"{manifest['apiVersion']}/{manifest['kind']}",
+                manifest["metadata"]["name"],
+            ), key
 
 
 @pytest.fixture

@@ -21,8 +21,15 @@ BASE = Cluster(name="demo", project="my-project", region="us-east1", zone="us-ea
 def test_every_priced_resource_of_the_plan_and_the_total() -> None:
     cost = BASE.plan().cost()
     a4 = PRICES.machines["a4-highgpu-8g"]
-    assert [i.key for i in cost.items] == ["gpu-pool", "cpu-pool", "lustre", "gke-cluster", "node-sa",
-                                           "preload-image", "secondary-disks"]
+    assert [i.key for i in cost.items] == [
+        "gpu-pool",
+        "cpu-pool",
+        "lustre",
+        "gke-cluster",
+        "node-sa",
+        "preload-image",
+        "secondary-disks",
+    ]
     assert cost.get("node-sa").usd_per_hour == 0
     assert cost.get("gpu-pool").usd_per_hour == pytest.approx(8 * a4.spot)
     assert cost.get("cpu-pool").usd_per_hour == pytest.approx(PRICES.machines["n2-highmem-16"].on_demand)
@@ -42,7 +49,8 @@ def test_every_priced_resource_of_the_plan_and_the_total() -> None:
     # ...unless the user says what it costs them.
     mine = Prices(machines={"a4-highgpu-8g": MachinePrice(on_demand=a4.on_demand, spot=a4.spot, reserved=50.0)})
     assert attrs.evolve(BASE, spot=False, reservation="my-res").plan().cost(mine).get(
-        "gpu-pool").usd_per_hour == pytest.approx(400.0)
+        "gpu-pool"
+    ).usd_per_hour == pytest.approx(400.0)
 
 
 def test_lustre_is_priced_by_tier_and_capacity_and_a_volume_you_own_is_not_counted() -> None:
@@ -51,8 +59,12 @@ def test_lustre_is_priced_by_tier_and_capacity_and_a_volume_you_own_is_not_count
     yours = attrs.evolve(BASE, volume=LustreVolume(name="v", existing=True, capacity_gib=18_000))
     cost = yours.plan().cost()
     assert cost.get("lustre").counted is False
-    assert cost.total_usd_per_hour == pytest.approx(sum(cost.get(k).usd_per_hour for k in (
-        "gpu-pool", "cpu-pool", "gke-cluster", "preload-image", "secondary-disks")))
+    assert cost.total_usd_per_hour == pytest.approx(
+        sum(
+            cost.get(k).usd_per_hour
+            for k in ("gpu-pool", "cpu-pool", "gke-cluster", "preload-image", "secondary-disks")
+        )
+    )
     assert "(yours, not counted)" in str(cost)
 
 
@@ -90,14 +102,22 @@ def test_discounts_and_a_region_without_recorded_prices() -> None:
 
 
 def test_an_unknown_machine_type_makes_the_estimate_incomplete_not_wrong() -> None:
-    odd = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", machine_type="x9-gpu-8g",
-                  accelerator_type="nvidia-l4", gpus_per_node=8)
+    odd = Cluster(
+        name="demo",
+        project="my-project",
+        region="us-east1",
+        zone="us-east1-b",
+        machine_type="x9-gpu-8g",
+        accelerator_type="nvidia-l4",
+        gpus_per_node=8,
+    )
     cost = odd.plan().cost()
     assert cost.get("gpu-pool").usd_per_hour is None
     assert not cost.complete
     assert "incomplete" in str(cost)
-    assert cost.total_usd_per_hour == pytest.approx(sum(cost.get(k).usd_per_hour for k in (
-        "cpu-pool", "lustre", "gke-cluster", "preload-image", "secondary-disks")))
+    assert cost.total_usd_per_hour == pytest.approx(
+        sum(cost.get(k).usd_per_hour for k in ("cpu-pool", "lustre", "gke-cluster", "preload-image", "secondary-disks"))
+    )
 
 
 def test_str_and_to_dict_of_the_plan_show_the_cost() -> None:
@@ -112,9 +132,12 @@ def test_str_and_to_dict_of_the_plan_show_the_cost() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
-    [({"compute_discount": 1.0}, "compute_discount"), ({"spot_discount": -0.1}, "spot_discount"),
-     ({"machines": {"a4-highgpu-8g": MachinePrice(on_demand=-1, spot=1)}}, "machines['a4-highgpu-8g']"),
-     ({"lustre_gib_month": {500: float("nan")}}, "lustre_gib_month[500]")],
+    [
+        ({"compute_discount": 1.0}, "compute_discount"),
+        ({"spot_discount": -0.1}, "spot_discount"),
+        ({"machines": {"a4-highgpu-8g": MachinePrice(on_demand=-1, spot=1)}}, "machines['a4-highgpu-8g']"),
+        ({"lustre_gib_month": {500: float("nan")}}, "lustre_gib_month[500]"),
+    ],
 )
 def test_bad_prices_are_config_errors(kwargs: dict, field: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(ConfigError) as info:
@@ -124,8 +147,15 @@ def test_bad_prices_are_config_errors(kwargs: dict, field: str) -> None:  # type
 
 def test_prices_from_a_file(tmp_path: Path) -> None:
     path = tmp_path / "prices.json"
-    path.write_text(json.dumps({"compute_discount": 0.25, "machines": {"a4-highgpu-8g": {"on_demand": 80, "spot": 30}},
-                                "lustre_gib_month": {"1000": 0.73}}))
+    path.write_text(
+        json.dumps(
+            {
+                "compute_discount": 0.25,
+                "machines": {"a4-highgpu-8g": {"on_demand": 80, "spot": 30}},
+                "lustre_gib_month": {"1000": 0.73},
+            }
+        )
+    )
     prices = Prices.from_file(path)
     cost = BASE.plan().cost(prices)
     assert cost.get("gpu-pool").usd_per_hour == pytest.approx(240.0)
@@ -180,6 +210,8 @@ def test_flex_start_is_priced_at_its_own_dated_rate_or_says_it_is_not_recorded()
     assert h100.note.startswith("no flex-start rate recorded")
     # The user's own rate wins, and is validated.
     mine = Prices(machines={"a3-highgpu-8g": MachinePrice(on_demand=80, spot=20, flex_start=40)})
-    assert lane_item(attrs.evolve(BASE, machine_type="a3-highgpu-8g"), "flex-start", prices=mine).unit_usd_per_hour == 40
+    assert (
+        lane_item(attrs.evolve(BASE, machine_type="a3-highgpu-8g"), "flex-start", prices=mine).unit_usd_per_hour == 40
+    )
     with pytest.raises(ConfigError, match="finite price"):
         Prices(machines={"a4-highgpu-8g": MachinePrice(on_demand=80, spot=20, flex_start=-1)})

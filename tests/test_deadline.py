@@ -19,8 +19,9 @@ from rl_lustre.nemo_rl.deadline import (
     save_by_text,
 )
 
-CLUSTER = Cluster(name="flex", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2,
-                  capacity=("flex-start",))
+CLUSTER = Cluster(
+    name="flex", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2, capacity=("flex-start",)
+)
 JOB = GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=10)
 T0 = 1_800_000_000.0
 
@@ -36,8 +37,8 @@ def test_the_value_nemo_rl_reads_round_trips() -> None:
 
 
 def test_a_job_on_flex_start_saves_before_the_nodes_go() -> None:
-    arrived = T0 - 3600.0                                   # the nodes came an hour ago
-    deadline = Deadline.after(arrived, 2 * 86400.0)         # and live two days
+    arrived = T0 - 3600.0  # the nodes came an hour ago
+    deadline = Deadline.after(arrived, 2 * 86400.0)  # and live two days
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         sub = prepare(CLUSTER, JOB, deadline=deadline, now=T0)
@@ -55,15 +56,13 @@ def test_a_job_on_flex_start_saves_before_the_nodes_go() -> None:
 
 def test_the_users_own_value_is_kept_and_flagged_when_it_is_past_the_end() -> None:
     deadline = Deadline(end=T0 + 4 * 3600)
-    mine = GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=10,
-                   overrides={DEADLINE_KEY: "00:02:00:00"})
+    mine = GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=10, overrides={DEADLINE_KEY: "00:02:00:00"})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         kept = prepare(CLUSTER, mine, deadline=deadline, now=T0)
     assert kept.entrypoint.count(DEADLINE_KEY) == 1
     assert f"{DEADLINE_KEY}=00:02:00:00" in kept.entrypoint
-    late = GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=10,
-                   overrides={DEADLINE_KEY: "00:05:00:00"})
+    late = GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=10, overrides={DEADLINE_KEY: "00:05:00:00"})
     with pytest.warns(CapacityDeadlineWarning, match="lies past the capacity's end"):
         prepare(CLUSTER, late, deadline=deadline, now=T0)
 
@@ -74,13 +73,15 @@ def test_the_supervisor_is_given_the_lifetimes_unless_the_user_set_the_key_or_no
     words = args_of(sub.entrypoint)
     assert "--lifetime=gke-flex-gpu-standby-1a2b3c4d-=86400" in words
     assert words[words.index("--save-margin") + 1] == "1800"
-    assert "--capacity-end" not in words                 # no end granted: only the nodes' own
-    assert DEADLINE_KEY not in sub.entrypoint            # the supervisor sets it, per attempt
+    assert "--capacity-end" not in words  # no end granted: only the nodes' own
+    assert DEADLINE_KEY not in sub.entrypoint  # the supervisor sets it, per attempt
     assert sub.base_id == prepare(CLUSTER, JOB).base_id
     mine = GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=10, overrides={DEADLINE_KEY: "00:02:00:00"})
     off = GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=10, checkpointing=False)
     for job in (mine, off):
-        other = args_of(prepare(CLUSTER, job, lifetimes=lifetimes, deadline=Deadline(end=T0 + 86400), now=T0).entrypoint)
+        other = args_of(
+            prepare(CLUSTER, job, lifetimes=lifetimes, deadline=Deadline(end=T0 + 86400), now=T0).entrypoint
+        )
         assert not [w for w in other if w.startswith(("--lifetime", "--capacity-end", "--save-margin"))]
 
 
@@ -94,18 +95,24 @@ def test_the_gke_backend_passes_the_granted_deadline_to_every_job() -> None:
     from rl_lustre.backends.gke import GKEBackend
 
     backend = GKEBackend(CLUSTER)
-    assert backend.capacity_deadline() is None          # nothing granted yet, or capacity that does not end
+    assert backend.capacity_deadline() is None  # nothing granted yet, or capacity that does not end
     backend.granted_deadline = Deadline.after(T0, 7 * 86400.0)
     assert backend.capacity_deadline() == Deadline(end=T0 + 7 * 86400.0)
 
 
 def test_preflight_warns_when_a_run_on_flex_start_cannot_save() -> None:
     off = GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=10, checkpointing=False)
-    flex = Cluster(name="flex", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2,
-                   capacity=(Capacity("flex-start", max_run_duration=2 * 3600),))
+    flex = Cluster(
+        name="flex",
+        project="my-project",
+        region="us-east1",
+        zone="us-east1-b",
+        num_nodes=2,
+        capacity=(Capacity("flex-start", max_run_duration=2 * 3600),),
+    )
     (warning,) = [w for w in off.preflight(flex) if "flex-start" in w]
     assert "live at most 2 h" in warning
     assert "cannot finish inside the capacity's lifetime" in warning
-    assert not [w for w in JOB.preflight(flex) if "flex-start" in w]      # it saves: no warning
+    assert not [w for w in JOB.preflight(flex) if "flex-start" in w]  # it saves: no warning
     spot = Cluster(name="flex", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2)
     assert not [w for w in off.preflight(spot) if "flex-start" in w]

@@ -101,11 +101,14 @@ def test_capacity_follows_the_tier() -> None:
         attrs.evolve(LustreVolume(name="v", capacity_gib=18_000), throughput_mbps_per_tib=250, capacity_gib=40_000)
 
 
-@pytest.mark.parametrize(("field", "change", "expected"), [
-    ("project", {"project": "other-project"}, "other-project"),
-    ("zone", {"zone": "us-east1-c"}, "us-east1-c"),
-    ("network", {"network": "shared-net"}, "shared-net"),
-])
+@pytest.mark.parametrize(
+    ("field", "change", "expected"),
+    [
+        ("project", {"project": "other-project"}, "other-project"),
+        ("zone", {"zone": "us-east1-c"}, "us-east1-c"),
+        ("network", {"network": "shared-net"}, "shared-net"),
+    ],
+)
 def test_a_volume_filled_by_its_cluster_follows_the_cluster(field: str, change: dict[str, str], expected: str) -> None:
     c = Cluster(**GKE, volume=LustreVolume(name="ckpt", capacity_gib=9_000, throughput_mbps_per_tib=1000))
     assert getattr(attrs.evolve(c, **change).volume, field) == expected
@@ -134,8 +137,12 @@ def test_the_jobs_converter_type_follows_the_model() -> None:
     assert type(llama) is GRPOJob
     assert llama.overrides(c)["policy.megatron_cfg.converter_type"] == "LlamaForCausalLM"
     pinned = attrs.evolve(job, converter_type="Qwen2ForCausalLM")
-    assert attrs.evolve(pinned, model="meta-llama/Llama-3.1-70B-Instruct").overrides(c)[
-        "policy.megatron_cfg.converter_type"] == "Qwen2ForCausalLM"
+    assert (
+        attrs.evolve(pinned, model="meta-llama/Llama-3.1-70B-Instruct").overrides(c)[
+            "policy.megatron_cfg.converter_type"
+        ]
+        == "Qwen2ForCausalLM"
+    )
 
 
 def test_a_preload_image_by_name_follows_the_project() -> None:
@@ -151,8 +158,14 @@ def test_a_preload_image_by_name_follows_the_project() -> None:
 def test_derived_and_given_values_are_the_same_spec() -> None:
     """Equality, hashing, the repr and pickling see the value in force, as before."""
     derived = Cluster(**GKE)
-    given = Cluster(**GKE, ray_version="2.46.0", accelerator_type="nvidia-b200", gpus_per_node=8,
-                    fabric="rdma", mount_path="/lustre")
+    given = Cluster(
+        **GKE,
+        ray_version="2.46.0",
+        accelerator_type="nvidia-b200",
+        gpus_per_node=8,
+        fabric="rdma",
+        mount_path="/lustre",
+    )
     assert derived == given
     assert hash(derived) == hash(given)
     assert repr(derived) == repr(given)
@@ -162,8 +175,15 @@ def test_derived_and_given_values_are_the_same_spec() -> None:
     assert again == derived
     assert attrs.evolve(again, image="rayproject/ray:2.60.0").ray_version == "2.60.0"
     assert [a.name for a in attrs.fields(Cluster) if a.init and a.name.startswith("_")] == [
-        "_given_accelerator_type", "_given_gpus_per_node", "_given_spot", "_given_capacity", "_given_ray_version",
-        "_given_mount_path", "_given_fabric", "_given_preload_image"]
+        "_given_accelerator_type",
+        "_given_gpus_per_node",
+        "_given_spot",
+        "_given_capacity",
+        "_given_ray_version",
+        "_given_mount_path",
+        "_given_fabric",
+        "_given_preload_image",
+    ]
 
 
 def test_a_bad_value_of_a_derived_field_names_the_parameter() -> None:

@@ -61,7 +61,7 @@ def blocks_in(path: Path) -> list[Block]:
         start, body = i, []
         i += 1
         while i < len(lines) and not lines[i].strip().startswith(fence):
-            body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i])
+            body.append(lines[i][len(indent) :] if lines[i].startswith(indent) else lines[i])
             i += 1
         previous = next((lines[j].strip() for j in range(start - 1, -1, -1) if lines[j].strip()), "")
         found.append(Block(path, start + 1, m["info"].strip(), "\n".join(body) + "\n", previous == GCP_MARK))
@@ -75,7 +75,9 @@ def doc_files() -> list[Path]:
 
 def python_blocks() -> list[Block]:
     return [
-        b for path in doc_files() for b in blocks_in(path)
+        b
+        for path in doc_files()
+        for b in blocks_in(path)
         if b.info.split(maxsplit=1)[0:1] and b.info.split(maxsplit=1)[0].strip("{}.").lower() in _PYTHON
     ]
 
@@ -85,10 +87,7 @@ RUNNABLE = [b for b in BLOCKS if not b.needs_gcp]
 
 
 def _clean_env(home: Path) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items()
-        if not k.startswith(("GOOGLE_", "CLOUDSDK_", "RL_LUSTRE_", "PYTEST_"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "RL_LUSTRE_", "PYTEST_"))}
     env["XDG_DATA_HOME"] = str(home / "data")
     # The block imports the rl_lustre of this checkout, as an installed one would be.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
@@ -111,18 +110,28 @@ def _run_alone(block: Block) -> subprocess.CompletedProcess[str]:
         work.mkdir()
         try:
             return subprocess.run(
-                [sys.executable, str(script)], cwd=work, env=_clean_env(home),
-                capture_output=True, text=True, timeout=_TIMEOUT, check=False,
+                [sys.executable, str(script)],
+                cwd=work,
+                env=_clean_env(home),
+                capture_output=True,
+                text=True,
+                timeout=_TIMEOUT,
+                check=False,
             )
         except subprocess.TimeoutExpired as exc:
-            return subprocess.CompletedProcess(exc.cmd, -1, str(exc.stdout or ""), f"timed out after {_TIMEOUT} s\n{exc.stderr or ''}")
+            return subprocess.CompletedProcess(
+                exc.cmd, -1, str(exc.stdout or ""), f"timed out after {_TIMEOUT} s\n{exc.stderr or ''}"
+            )
 
 
 @pytest.fixture(scope="module")
 def results(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[subprocess.CompletedProcess[str]]]]:
     # Only the blocks this session selected (``-k``) are run.
-    selected = {item.callspec.params["block"].id for item in request.session.items
-                if hasattr(item, "callspec") and isinstance(item.callspec.params.get("block"), Block)}
+    selected = {
+        item.callspec.params["block"].id
+        for item in request.session.items
+        if hasattr(item, "callspec") and isinstance(item.callspec.params.get("block"), Block)
+    }
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="doc-block")
     futures = {b.id: pool.submit(_run, b) for b in RUNNABLE if b.id in selected}
     yield futures
@@ -146,11 +155,14 @@ def test_gcp_blocks_compile(block: Block) -> None:
 
 def _starts_ray(block: Block) -> bool:
     """A block that runs a job or a sweep on a local Ray head (tens of seconds each)."""
-    return ("Cluster.local(" in block.code or "FakeGKE(" in block.code) and any(w in block.code for w in (".submit(", "sweep(", "run_sweep"))
+    return ("Cluster.local(" in block.code or "FakeGKE(" in block.code) and any(
+        w in block.code for w in (".submit(", "sweep(", "run_sweep")
+    )
 
 
 @pytest.mark.parametrize(
-    "block", [pytest.param(b, id=b.id, marks=[pytest.mark.slow] if _starts_ray(b) else []) for b in RUNNABLE])
+    "block", [pytest.param(b, id=b.id, marks=[pytest.mark.slow] if _starts_ray(b) else []) for b in RUNNABLE]
+)
 def test_block_runs_as_pasted(block: Block, results: dict[str, Future[subprocess.CompletedProcess[str]]]) -> None:
     done = results[block.id].result()
     assert done.returncode == 0, (

@@ -25,8 +25,12 @@ def test_every_public_name_has_a_reference_page_built_from_its_docstring() -> No
 
 def test_the_plan_the_checkpoints_and_the_fakes_have_pages_too() -> None:
     targets = "\n".join(p.read_text(encoding="utf-8") for p in REFERENCE.glob("*.md"))
-    for target in ("rl_lustre.plan.Plan", "rl_lustre.nemo_rl.checkpoints.Checkpoint",
-                   "rl_lustre.check.CheckReport", "rl_lustre.testing"):
+    for target in (
+        "rl_lustre.plan.Plan",
+        "rl_lustre.nemo_rl.checkpoints.Checkpoint",
+        "rl_lustre.check.CheckReport",
+        "rl_lustre.testing",
+    ):
         assert f"::: {target}\n" in targets, target
 
 

@@ -134,8 +134,7 @@ def world(local_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         "preload_image": False,
     }
     with KubeFake(validate=validate, head_target=(host, int(port))) as kube, FakeGCP(kube=kube) as gcp:
-        yield World(gcp=gcp, kube=kube, spec=spec, image=_image(tmp_path / "nemo-rl"), head=head,
-                    validate=validate)
+        yield World(gcp=gcp, kube=kube, spec=spec, image=_image(tmp_path / "nemo-rl"), head=head, validate=validate)
 
 
 def _raw_records(head: Any) -> list[dict[str, Any]]:
@@ -164,15 +163,21 @@ def _attach_elsewhere(world: World, job_id: str) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     env.update(world.gcp.env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(world.spec), job_id], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(world.spec), job_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
-def test_a_grpo_job_runs_end_to_end_on_the_gke_backend(world: World, tmp_path: Path,
-                                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_a_grpo_job_runs_end_to_end_on_the_gke_backend(
+    world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG, logger="rl_lustre")
     workdir = tmp_path / "workdir"
     workdir.mkdir()
@@ -185,18 +190,29 @@ def test_a_grpo_job_runs_end_to_end_on_the_gke_backend(world: World, tmp_path: P
     (workdir / "__pycache__").mkdir()
     (workdir / "__pycache__" / "workdir_probe.cpython-311.pyc").write_bytes(b"stale")
     (workdir / "old.pyc").write_bytes(b"stale")
-    job = attrs.evolve(BASE_JOB, name="e2e-grpo", max_num_steps=6, keep_top_k=2, nemo_rl_dir=str(world.image),
-                       working_dir=str(workdir), excludes=("notes-*.txt",))
+    job = attrs.evolve(
+        BASE_JOB,
+        name="e2e-grpo",
+        max_num_steps=6,
+        keep_top_k=2,
+        nemo_rl_dir=str(world.image),
+        working_dir=str(workdir),
+        excludes=("notes-*.txt",),
+    )
     cluster = world.cluster()
     backend = cluster._backend()
     assert isinstance(backend, GKEBackend)
-    secrets = {"HF_TOKEN": os.environ["HF_TOKEN"], "RAY_AUTH_TOKEN": os.environ["RAY_AUTH_TOKEN"],
-               "the session head's HF_TOKEN": FAKE_HF_TOKEN}
+    secrets = {
+        "HF_TOKEN": os.environ["HF_TOKEN"],
+        "RAY_AUTH_TOKEN": os.environ["RAY_AUTH_TOKEN"],
+        "the session head's HF_TOKEN": FAKE_HF_TOKEN,
+    }
 
     with cluster:
         # Provisioned on the fakes, the RayCluster applied (validated on arrival) and ready.
         assert sorted(backend.last_report.keys("created")) == sorted(
-            r.key for r in cluster.plan() if r.action == "create")
+            r.key for r in cluster.plan() if r.action == "create"
+        )
         assert world.kube.rejected == []
         raycluster = world.kube.get("RayCluster", "rl-e2e")
         assert raycluster is not None
@@ -207,8 +223,9 @@ def test_a_grpo_job_runs_end_to_end_on_the_gke_backend(world: World, tmp_path: P
         # A second submit of the running job attaches to it: one copy only.
         again = cluster.submit(job)
         assert again.job_id == run.job_id
-        assert [j.submission_id for j in backend.jobs.list() if j.submission_id.startswith("rl-lustre-e2e-grpo-")
-                ] == [run.job_id]
+        assert [j.submission_id for j in backend.jobs.list() if j.submission_id.startswith("rl-lustre-e2e-grpo-")] == [
+            run.job_id
+        ]
         # The entrypoint is NeMo-RL's, run in the "image".
         # The Ray job is the recovery supervisor (on the head), running NeMo-RL's command in the "image".
         supervised = shlex.split(run.info().entrypoint)
@@ -227,7 +244,8 @@ def test_a_grpo_job_runs_end_to_end_on_the_gke_backend(world: World, tmp_path: P
         followed = list(run.logs(follow=True))  # streams through the port-forward until the run ends
         assert run.wait(timeout=60) == "SUCCEEDED"
         assert [(int(m[1]), int(m[2])) for line in followed if (m := STEP.search(line))] == [
-            (k, 6) for k in range(1, 7)]
+            (k, 6) for k in range(1, 7)
+        ]
         probe = next(line for line in followed if line.startswith("WORKING_DIR "))
         assert probe.split()[1:] == [".rayignore", "kept.txt", "workdir_probe.py"]
 
@@ -236,12 +254,12 @@ def test_a_grpo_job_runs_end_to_end_on_the_gke_backend(world: World, tmp_path: P
         on_disk = list_checkpoints(job.checkpoint_dir(cluster))
         assert [c.step for c in checkpoints] == [c.step for c in on_disk] == [4, 6]
         assert [(c.path, c.size_bytes, c.finished_at) for c in checkpoints] == [
-            (c.path, c.size_bytes, c.finished_at) for c in on_disk]
+            (c.path, c.size_bytes, c.finished_at) for c in on_disk
+        ]
         assert all(c.size_bytes > 0 and c.training_info for c in checkpoints)
         # Save times are NeMo-RL's own, from the log.
         timed = {s.step: s.timed_seconds for s in run.saves()}
-        assert [(c.save_seconds_from, c.save_seconds) for c in checkpoints] == [
-            ("log", timed[4]), ("log", timed[6])]
+        assert [(c.save_seconds_from, c.save_seconds) for c in checkpoints] == [("log", timed[4]), ("log", timed[6])]
         # The listing helper left nothing behind in the job list.
         assert not [j for j in backend.jobs.list() if j.submission_id.startswith("rl-lustre-ls-")]
 
@@ -288,14 +306,14 @@ def test_a_sweep_runs_on_the_gke_backend_each_job_in_its_own_directories(world: 
     assert {(o.steps, o.total) for o in result} == {(3, 3)}
     for job in jobs:
         checkpoint_dir, log_dir = Path(job.checkpoint_dir(cluster)), Path(job.log_dir(cluster))
-        assert sorted(p.name for p in checkpoint_dir.iterdir()) == [
-            f"step_{s}" for s in by_name[job.name].checkpoints]
+        assert sorted(p.name for p in checkpoint_dir.iterdir()) == [f"step_{s}" for s in by_name[job.name].checkpoints]
         assert [p.name for p in log_dir.iterdir()] == ["exp_001"]
     assert len({job.checkpoint_dir(cluster) for job in jobs}) == len(jobs)
 
 
 def test_a_raycluster_we_did_not_create_is_reached_through_a_kubeconfig(
-        local_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    local_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rl_lustre.errors import ConfigError, RayError
     from rl_lustre.kube.apply import apply_manifests, wait_ready
     from rl_lustre.kube.manifests import build_manifests
@@ -305,8 +323,16 @@ def test_a_raycluster_we_did_not_create_is_reached_through_a_kubeconfig(
     if not token:
         pytest.skip("the session's Ray head does not run in token mode")
     host, port = head.dashboard_url.removeprefix("http://").rsplit(":", 1)
-    spec = {"name": "theirs", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 1,
-            "image": IMAGE, "mount_path": str(tmp_path / "lustre"), "secrets": ["RAY_AUTH_TOKEN"]}
+    spec = {
+        "name": "theirs",
+        "project": "my-project",
+        "region": "us-east1",
+        "zone": "us-east1-b",
+        "num_nodes": 1,
+        "image": IMAGE,
+        "mount_path": str(tmp_path / "lustre"),
+        "secrets": ["RAY_AUTH_TOKEN"],
+    }
     cluster, wrong = Cluster(**spec), Cluster(**spec)
     job = attrs.evolve(BASE_JOB, name="via-kubeconfig", max_num_steps=2, nemo_rl_dir=str(_image(tmp_path / "img")))
 

@@ -17,9 +17,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def _run(*args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "RL_LUSTRE_GCP"))}
     env["RL_LUSTRE_OUTPUT"] = "0"
-    done = subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=120, check=False
-    )
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -27,8 +25,20 @@ def _run(*args: str) -> str:
 def test_reference_workflow_dry_run_prints_plan_and_command() -> None:
     out = _run(str(EXAMPLES / "reference_workflow.py"), "--project", "my-project")
     # Every resource of the reference workflow is in the plan.
-    for key in ("network", "psa-range", "psa-peering", "firewall-lustre", "gke-cluster", "cpu-pool",
-                "gpu-pool", "lustre", "pv", "pvc", "secret", "raycluster"):
+    for key in (
+        "network",
+        "psa-range",
+        "psa-peering",
+        "firewall-lustre",
+        "gke-cluster",
+        "cpu-pool",
+        "gpu-pool",
+        "lustre",
+        "pv",
+        "pvc",
+        "secret",
+        "raycluster",
+    ):
         assert f" {key} " in out, key
     command = out.split("Job command:\n", 1)[1].splitlines()[0]
     argv = shlex.split(command)
@@ -58,20 +68,37 @@ def test_quickstart_prints_the_ledger_after_the_checkpoint_table(tmp_path: Path)
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "RL_LUSTRE_GCP"))}
     env["RL_LUSTRE_OUTPUT"] = "0"
-    done = subprocess.run([sys.executable, str(EXAMPLES / "quickstart.py"), "--steps", "2", "--volume-dir",
-                           str(tmp_path / "volume"), "--plot", str(tmp_path / "run.png")],
-                          capture_output=True, text=True, env=env, timeout=600, check=False, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / "quickstart.py"),
+            "--steps",
+            "2",
+            "--volume-dir",
+            str(tmp_path / "volume"),
+            "--plot",
+            str(tmp_path / "run.png"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     table, ledger = out.index("checkpoints"), out.index("goodput (where the GPU-node-seconds went):")
     assert table < ledger
     block = out[ledger:]
-    for row in ("capacity", "startup", "training", "checkpoint", "validation", "lost", "idle", "unattributed",
-                "total"):
+    for row in ("capacity", "startup", "training", "checkpoint", "validation", "lost", "idle", "unattributed", "total"):
         assert re.search(rf"^  {row} +\d", block, re.MULTILINE), row
     assert "attributed" in block
-    price = re.search(r"at the A4 Spot list price \(\$37\.00 per node-hour, [\d-]+\) this run would have cost "
-                      r"\$([\d,.]+)", block)
+    price = re.search(
+        r"at the A4 Spot list price \(\$37\.00 per node-hour, [\d-]+\) this run would have cost "
+        r"\$([\d,.]+)",
+        block,
+    )
     assert price is not None
     assert float(price.group(1).replace(",", "")) > 0
     assert (tmp_path / "run.png").stat().st_size > 20_000

@@ -28,9 +28,16 @@ FABRIC_KINDS = ("networking.gke.io/v1/GKENetworkParamSet", "networking.gke.io/v1
 
 def spec(**kw: object) -> Cluster:
     # Without the start-up nodes (image pre-pull, model prefetch): their tests are elsewhere.
-    base: dict[str, object] = {"name": "demo", "project": PROJECT, "region": "us-east1", "zone": "us-east1-b",
-                               "num_nodes": 2, "prefetch_models": (), "prepull_image": False,
-                               "preload_image": False}
+    base: dict[str, object] = {
+        "name": "demo",
+        "project": PROJECT,
+        "region": "us-east1",
+        "zone": "us-east1-b",
+        "num_nodes": 2,
+        "prefetch_models": (),
+        "prepull_image": False,
+        "preload_image": False,
+    }
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -65,13 +72,21 @@ def test_tcp_plans_none_of_the_fabric() -> None:
     assert "additional_node_networks" not in tcp.get("gpu-pool").settings
     assert node_pool_request(tcp, "gpu-pool").network_config.additional_node_network_configs == []
     assert [m["kind"] for m in spec(fabric="tcp").manifests()] == [
-        "PersistentVolume", "PersistentVolumeClaim", "Secret", "RayCluster"]
+        "PersistentVolume",
+        "PersistentVolumeClaim",
+        "Secret",
+        "RayCluster",
+    ]
 
 
 def test_the_plan_shows_the_fabric_and_keeps_it_off_the_lustre_branch() -> None:
     plan = spec().plan()
-    assert plan.get("gpu-pool").depends_on == ("gke-cluster", "node-sa", "gvnic-subnet",
-                                               *(f"rdma-subnet-{i}" for i in range(8)))
+    assert plan.get("gpu-pool").depends_on == (
+        "gke-cluster",
+        "node-sa",
+        "gvnic-subnet",
+        *(f"rdma-subnet-{i}" for i in range(8)),
+    )
     fabric = {r.key for r in plan if r.key.startswith(("gvnic-", "rdma-", "netparams-", "podnet-", "nccl-"))}
     assert not fabric & plan.upstream("lustre")
     assert plan.upstream("raycluster") >= {"nccl-installer", *(f"podnet-rdma-{i}" for i in range(8))}
@@ -80,8 +95,15 @@ def test_the_plan_shows_the_fabric_and_keeps_it_off_the_lustre_branch() -> None:
     assert roce["network_profile"].endswith("/networkProfiles/us-east1-b-vpc-roce")
     assert plan.get("network").settings["mtu"] == 8896
     text = str(plan)
-    for needle in ("ADVANCED_DATAPATH", "NO_MINOR_OR_NODE_UPGRADES", "1.33.2-gke.4780000", "demo-rdma-sub-7",
-                   "ephemeral_storage_local_ssd_count: 32", "max_surge: 0", "nccl-rdma-installer"):
+    for needle in (
+        "ADVANCED_DATAPATH",
+        "NO_MINOR_OR_NODE_UPGRADES",
+        "1.33.2-gke.4780000",
+        "demo-rdma-sub-7",
+        "ephemeral_storage_local_ssd_count: 32",
+        "max_surge: 0",
+        "nccl-rdma-installer",
+    ):
         assert needle in text
     json.dumps(plan.to_dict())
 
@@ -91,7 +113,7 @@ def test_requests_carry_the_fabric() -> None:
     req = cluster_request(plan)
     assert req.network_config.datapath_provider == container_v1.DatapathProvider.ADVANCED_DATAPATH
     assert req.network_config.enable_multi_networking
-    (_name, window), = req.maintenance_policy.window.maintenance_exclusions.items()
+    ((_name, window),) = req.maintenance_policy.window.maintenance_exclusions.items()
     assert window.maintenance_exclusion_options.scope.name == "NO_MINOR_OR_NODE_UPGRADES"
     assert window.maintenance_exclusion_options.end_time_behavior.name == "UNTIL_END_OF_SUPPORT"
     pool = node_pool_request(plan, "gpu-pool")
@@ -121,7 +143,9 @@ def test_worker_pods_use_the_fabric() -> None:
     # KubeRay's command, then the Ray node's name: the Kubernetes node's (expanded by the shell;
     # a value inside KUBERAY_GEN_RAY_START_CMD would not be).
     assert container["args"][0].endswith("exec ${KUBERAY_GEN_RAY_START_CMD} --node-name=$RL_LUSTRE_NODE_NAME")
-    assert {"name": "RL_LUSTRE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container["env"]
+    assert {"name": "RL_LUSTRE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container[
+        "env"
+    ]
     assert "node-name" not in rc["spec"]["workerGroupSpecs"][0]["rayStartParams"]
     assert container["resources"]["requests"]["ephemeral-storage"].endswith("Gi")
     assert worker["spec"]["nodeSelector"]["cloud.google.com/gke-ephemeral-storage-local-ssd"] == "true"
@@ -137,8 +161,10 @@ def test_the_gke_fakes_gpu_nodes_match_the_worker_pods_node_selector(fabric: str
     from rl_lustre.testing._gke import node_labels
 
     c = spec(fabric=fabric)
-    labels = {**node_labels(node_pool_request(c.plan(), "gpu-pool")),
-              "cloud.google.com/gke-nodepool": c.plan().get("gpu-pool").name}
+    labels = {
+        **node_labels(node_pool_request(c.plan(), "gpu-pool")),
+        "cloud.google.com/gke-nodepool": c.plan().get("gpu-pool").name,
+    }
     worker = c.manifests()[-1]["spec"]["workerGroupSpecs"][0]["template"]["spec"]
     assert worker["nodeSelector"].items() <= labels.items()
     assert (GKE_LOCAL_SSD_LABEL in labels) == (fabric == "rdma")
@@ -164,11 +190,16 @@ def test_the_fakes_reject_malformed_fabric_requests_loudly(gcp: FakeGCP) -> None
 
     nets = _clients.compute(compute_v1.NetworksClient)
     with pytest.raises(Exception, match="mtu"):
-        nets.insert_unary(project=PROJECT, network_resource=compute_v1.Network(
-            name="jumbo", auto_create_subnetworks=False, mtu=9000))
+        nets.insert_unary(
+            project=PROJECT, network_resource=compute_v1.Network(name="jumbo", auto_create_subnetworks=False, mtu=9000)
+        )
     with pytest.raises(Exception, match="networkProfile"):
-        nets.insert_unary(project=PROJECT, network_resource=compute_v1.Network(
-            name="roce", auto_create_subnetworks=False, network_profile="projects/other/global/networkProfiles/x"))
+        nets.insert_unary(
+            project=PROJECT,
+            network_resource=compute_v1.Network(
+                name="roce", auto_create_subnetworks=False, network_profile="projects/other/global/networkProfiles/x"
+            ),
+        )
     plan = spec().plan()
     bad = cluster_request(plan)
     bad.network_config.datapath_provider = container_v1.DatapathProvider.LEGACY_DATAPATH
@@ -179,12 +210,15 @@ def test_the_fakes_reject_malformed_fabric_requests_loudly(gcp: FakeGCP) -> None
     # A pool on networks that do not exist.
     ok = cluster_request(spec(fabric="tcp").plan())
     ok.network_config = container_v1.NetworkConfig(
-        datapath_provider=container_v1.DatapathProvider.ADVANCED_DATAPATH, enable_multi_networking=True)
+        datapath_provider=container_v1.DatapathProvider.ADVANCED_DATAPATH, enable_multi_networking=True
+    )
     GkeClusters(backoff=FAST).create(ok, parent=f"projects/{PROJECT}/locations/us-east1", deployment="demo")
     with pytest.raises(GCPError, match="does not exist"):
-        GkeNodePools(backoff=FAST).create(node_pool_request(plan, "gpu-pool"),
-                                          cluster=f"projects/{PROJECT}/locations/us-east1/clusters/demo",
-                                          deployment="demo")
+        GkeNodePools(backoff=FAST).create(
+            node_pool_request(plan, "gpu-pool"),
+            cluster=f"projects/{PROJECT}/locations/us-east1/clusters/demo",
+            deployment="demo",
+        )
     assert gcp.requests[-1].outcome != "ok"
 
 
@@ -251,8 +285,9 @@ def test_a_subnet_a_gpu_pool_uses_cannot_be_deleted_under_it(gcp: FakeGCP) -> No
     from rl_lustre.gcp import Subnetworks
 
     with pytest.raises(GCPError, match="already being used by"):
-        Subnetworks(backoff=FAST).delete(f"projects/{PROJECT}/regions/us-east1/subnetworks/demo-rdma-sub-0",
-                                         deployment="demo")
+        Subnetworks(backoff=FAST).delete(
+            f"projects/{PROJECT}/regions/us-east1/subnetworks/demo-rdma-sub-0", deployment="demo"
+        )
     b.down()
     gcp.settle()
     assert {k: v for k, v in gcp.resources().items() if v} == {}

@@ -15,12 +15,15 @@ from rl_lustre.testing import FakeGKE
 GKE = {"name": "my-grpo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b"}
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"gpus_per_node": 0}, "gpus_per_node"),
-    ({"gpus_per_node": True}, "gpus_per_node"),
-    ({"step_seconds": -1}, "step_seconds"),
-    ({"checkpoint_scale": "small"}, "checkpoint_scale"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"gpus_per_node": 0}, "gpus_per_node"),
+        ({"gpus_per_node": True}, "gpus_per_node"),
+        ({"step_seconds": -1}, "step_seconds"),
+        ({"checkpoint_scale": "small"}, "checkpoint_scale"),
+    ],
+)
 def test_bad_settings_name_the_field(kwargs: dict[str, object], field: str) -> None:
     with pytest.raises(ConfigError) as err:
         FakeGKE(**kwargs)  # type: ignore[arg-type]
@@ -61,7 +64,9 @@ def test_it_changes_only_the_mount_and_the_image_and_leaves_nothing_behind() -> 
         assert fake_job.nemo_rl_dir == str(gke.image)
         assert (gke.image / "examples" / "run_grpo_math.py").is_file()
         assert (gke.image / "examples" / "configs" / f"{job.recipe}.yaml").is_file()
-        assert fake_job.entrypoint(fake_cluster).startswith(f"cd {gke.image} && uv run python examples/run_grpo_math.py")
+        assert fake_job.entrypoint(fake_cluster).startswith(
+            f"cd {gke.image} && uv run python examples/run_grpo_math.py"
+        )
         # Everything else is the user's spec as given.
         for field in ("name", "project", "zone", "image", "ray_version", "machine_type", "secrets"):
             assert getattr(fake_cluster, field) == getattr(cluster, field), field

@@ -29,8 +29,12 @@ def gcp() -> Iterator[FakeGCP]:
 
 
 def instance(**kw: object) -> lustre_v1.Instance:
-    fields: dict[str, object] = {"capacity_gib": 18000, "per_unit_storage_throughput": 500, "filesystem": "lfs",
-                                 "network": f"projects/{PROJECT}/global/networks/net"}
+    fields: dict[str, object] = {
+        "capacity_gib": 18000,
+        "per_unit_storage_throughput": 500,
+        "filesystem": "lfs",
+        "network": f"projects/{PROJECT}/global/networks/net",
+    }
     fields.update(kw)
     return lustre_v1.Instance(**fields)
 
@@ -67,8 +71,10 @@ def test_lustre_validates_like_the_api(gcp: FakeGCP) -> None:
     with pytest.raises(gexc.AlreadyExists):
         client.create_instance(parent=PARENT, instance_id="dup", instance=instance(), retry=None)
     with pytest.raises(gexc.FailedPrecondition, match="not ACTIVE"):
-        client.import_data(request={"name": f"{PARENT}/instances/dup", "gcs_path": {"uri": "gs://b/x"},
-                                    "lustre_path": {"path": "/x"}}, retry=None)
+        client.import_data(
+            request={"name": f"{PARENT}/instances/dup", "gcs_path": {"uri": "gs://b/x"}, "lustre_path": {"path": "/x"}},
+            retry=None,
+        )
 
 
 def test_cancelled_operation_reports_cancellation(gcp: FakeGCP) -> None:
@@ -81,12 +87,18 @@ def test_cancelled_operation_reports_cancellation(gcp: FakeGCP) -> None:
 
 def test_unimplemented_methods_fail_loudly(gcp: FakeGCP) -> None:
     with pytest.raises(gexc.MethodNotImplemented, match=r"google\.cloud\.lustre\.v1\.Lustre/UpdateInstance"):
-        _clients.lustre().update_instance(instance=instance(name=f"{PARENT}/instances/x"),
-                                          update_mask={"paths": ["description"]}, retry=None)
+        _clients.lustre().update_instance(
+            instance=instance(name=f"{PARENT}/instances/x"), update_mask={"paths": ["description"]}, retry=None
+        )
     with pytest.raises(gexc.MethodNotImplemented, match="ClusterManager/SetLabels"):
         _clients.cluster_manager().set_labels(
-            request={"name": "projects/p/locations/l/clusters/c", "resource_labels": {"a": "b"},
-                     "label_fingerprint": "x"}, retry=None)
+            request={
+                "name": "projects/p/locations/l/clusters/c",
+                "resource_labels": {"a": "b"},
+                "label_fingerprint": "x",
+            },
+            retry=None,
+        )
     channel = grpc.insecure_channel(gcp.grpc_address)
     call = channel.unary_unary("/no.such.Service/Method")
     with pytest.raises(grpc.RpcError) as info:
@@ -109,7 +121,11 @@ def test_fail_call_on_the_nth_call(gcp: FakeGCP) -> None:
     with pytest.raises(gexc.NotFound):
         client.get_instance(name=name, retry=None)
     assert [r.outcome for r in gcp.requests if r.method == "lustre.GetInstance"] == [
-        "NOT_FOUND", "NOT_FOUND", "INTERNAL", "NOT_FOUND"]
+        "NOT_FOUND",
+        "NOT_FOUND",
+        "INTERNAL",
+        "NOT_FOUND",
+    ]
 
 
 def test_fail_operation_ends_the_lro_with_an_error(gcp: FakeGCP) -> None:
@@ -135,10 +151,20 @@ def test_gke_operations_and_lists(gcp: FakeGCP) -> None:
     gcp.seed_network(PROJECT, "gke-net")
     client = _clients.cluster_manager()
     parent = f"projects/{PROJECT}/locations/us-east1"
-    op = client.create_cluster(parent=parent, cluster=container_v1.Cluster(
-        name="c1", network="gke-net", subnetwork="gke-net", initial_node_count=1,
-        ip_allocation_policy={"use_ip_aliases": True, "cluster_secondary_range_name": "pods",
-                              "services_secondary_range_name": "services"}))
+    op = client.create_cluster(
+        parent=parent,
+        cluster=container_v1.Cluster(
+            name="c1",
+            network="gke-net",
+            subnetwork="gke-net",
+            initial_node_count=1,
+            ip_allocation_policy={
+                "use_ip_aliases": True,
+                "cluster_secondary_range_name": "pods",
+                "services_secondary_range_name": "services",
+            },
+        ),
+    )
     assert op.operation_type == container_v1.Operation.Type.CREATE_CLUSTER
     assert op.status != container_v1.Operation.Status.DONE
     gcp.settle()
@@ -148,9 +174,17 @@ def test_gke_operations_and_lists(gcp: FakeGCP) -> None:
     assert [c.name for c in client.list_clusters(parent=f"projects/{PROJECT}/locations/-").clusters] == ["c1"]
     assert [o.name for o in client.list_operations(parent=parent).operations] == [op.name]
     with pytest.raises(gexc.InvalidArgument, match="secondary range"):
-        client.create_cluster(parent=parent, cluster=container_v1.Cluster(
-            name="c2", network="gke-net", subnetwork="gke-net", initial_node_count=1,
-            ip_allocation_policy={"use_ip_aliases": True, "cluster_secondary_range_name": "nope"}), retry=None)
+        client.create_cluster(
+            parent=parent,
+            cluster=container_v1.Cluster(
+                name="c2",
+                network="gke-net",
+                subnetwork="gke-net",
+                initial_node_count=1,
+                ip_allocation_policy={"use_ip_aliases": True, "cluster_secondary_range_name": "nope"},
+            ),
+            retry=None,
+        )
     assert list(client.list_node_pools(parent=f"{parent}/clusters/c1").node_pools) == []
 
 
@@ -165,8 +199,11 @@ def test_extra_grpc_methods_can_be_served(gcp: FakeGCP) -> None:
 
     gcp.add_grpc_method("test.v1.Pinger", "Ping", ping, empty_pb2.Empty, empty_pb2.Empty)
     channel = grpc.insecure_channel(gcp.grpc_address)
-    call = channel.unary_unary("/test.v1.Pinger/Ping", request_serializer=empty_pb2.Empty.SerializeToString,
-                               response_deserializer=empty_pb2.Empty.FromString)
+    call = channel.unary_unary(
+        "/test.v1.Pinger/Ping",
+        request_serializer=empty_pb2.Empty.SerializeToString,
+        response_deserializer=empty_pb2.Empty.FromString,
+    )
     assert call(empty_pb2.Empty()) == empty_pb2.Empty()
     with pytest.raises(grpc.RpcError) as info:
         call(empty_pb2.Empty())

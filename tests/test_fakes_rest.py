@@ -29,16 +29,21 @@ def test_unknown_routes_answer_501_naming_the_route(gcp: FakeGCP) -> None:
     assert "POST /compute/v1/projects/my-project/global/routers" in r.json()["error"]["message"]
     networks = _clients.compute(compute_v1.NetworksClient)
     with pytest.raises(gexc.MethodNotImplemented, match="addPeering"):
-        networks.add_peering_unary(project=PROJECT, network="n",
-                                   networks_add_peering_request_resource=compute_v1.NetworksAddPeeringRequest(),
-                                   retry=None)
+        networks.add_peering_unary(
+            project=PROJECT,
+            network="n",
+            networks_add_peering_request_resource=compute_v1.NetworksAddPeeringRequest(),
+            retry=None,
+        )
     assert gcp.requests[-1].outcome == "UNIMPLEMENTED"
 
 
 def test_compute_operation_goes_running_to_done(gcp: FakeGCP) -> None:
     networks = _clients.compute(compute_v1.NetworksClient)
     ops = _clients.compute(compute_v1.GlobalOperationsClient)
-    op = networks.insert_unary(project=PROJECT, network_resource=compute_v1.Network(name="n1", auto_create_subnetworks=False))
+    op = networks.insert_unary(
+        project=PROJECT, network_resource=compute_v1.Network(name="n1", auto_create_subnetworks=False)
+    )
     assert op.status == compute_v1.Operation.Status.RUNNING
     with pytest.raises(gexc.NotFound):  # the network appears when the operation is done
         networks.get(project=PROJECT, network="n1", retry=None)
@@ -55,24 +60,41 @@ def test_compute_operation_goes_running_to_done(gcp: FakeGCP) -> None:
 def test_compute_validates_requests(gcp: FakeGCP) -> None:
     subnets = _clients.compute(compute_v1.SubnetworksClient)
     with pytest.raises(gexc.NotFound, match="networks/absent"):
-        subnets.insert_unary(project=PROJECT, region="us-east1", subnetwork_resource=compute_v1.Subnetwork(
-            name="s", network=f"projects/{PROJECT}/global/networks/absent", ip_cidr_range="10.0.0.0/24"), retry=None)
+        subnets.insert_unary(
+            project=PROJECT,
+            region="us-east1",
+            subnetwork_resource=compute_v1.Subnetwork(
+                name="s", network=f"projects/{PROJECT}/global/networks/absent", ip_cidr_range="10.0.0.0/24"
+            ),
+            retry=None,
+        )
     gcp.seed_network(PROJECT, "net", psa_range=None)
     with pytest.raises(gexc.BadRequest, match="overlaps"):
-        subnets.insert_unary(project=PROJECT, region="us-east1", subnetwork_resource=compute_v1.Subnetwork(
-            name="s", network=f"projects/{PROJECT}/global/networks/net", ip_cidr_range="10.0.0.0/16",
-            secondary_ip_ranges=[compute_v1.SubnetworkSecondaryRange(range_name="pods", ip_cidr_range="10.0.8.0/21")]),
-            retry=None)
+        subnets.insert_unary(
+            project=PROJECT,
+            region="us-east1",
+            subnetwork_resource=compute_v1.Subnetwork(
+                name="s",
+                network=f"projects/{PROJECT}/global/networks/net",
+                ip_cidr_range="10.0.0.0/16",
+                secondary_ip_ranges=[
+                    compute_v1.SubnetworkSecondaryRange(range_name="pods", ip_cidr_range="10.0.8.0/21")
+                ],
+            ),
+            retry=None,
+        )
     with pytest.raises(gexc.BadRequest, match="name"):
         _clients.compute(compute_v1.FirewallsClient).insert_unary(
-            project=PROJECT, firewall_resource=compute_v1.Firewall(name="Bad Name"), retry=None)
+            project=PROJECT, firewall_resource=compute_v1.Firewall(name="Bad Name"), retry=None
+        )
 
 
 def test_service_networking_checks_network_and_ranges(gcp: FakeGCP) -> None:
     gcp.seed_network(PROJECT, "net", psa_range=None)
     url = f"{gcp.rest_url}/v1/services/servicenetworking.googleapis.com/connections"
-    by_id = requests.post(url, json={"network": f"projects/{PROJECT}/global/networks/net",
-                                     "reservedPeeringRanges": ["r"]}, timeout=5)
+    by_id = requests.post(
+        url, json={"network": f"projects/{PROJECT}/global/networks/net", "reservedPeeringRanges": ["r"]}, timeout=5
+    )
     assert by_id.status_code == 400
     assert "number" in by_id.json()["error"]["message"]
     ref = f"projects/{project_number(PROJECT)}/global/networks/net"
@@ -88,8 +110,12 @@ def test_views_for_leaks_and_request_counts(gcp: FakeGCP) -> None:
     gcp.seed_network(PROJECT, "other-net", deployment="other")
     found = gcp.resources()
     assert found["compute.networks"][f"projects/{PROJECT}/global/networks/users-net"] == {}
-    assert found["servicenetworking.connections"][
-        f"projects/{PROJECT}/global/networks/demo-net/peerings/servicenetworking-googleapis-com"]["rl-lustre-deployment"] == "demo"
+    assert (
+        found["servicenetworking.connections"][
+            f"projects/{PROJECT}/global/networks/demo-net/peerings/servicenetworking-googleapis-com"
+        ]["rl-lustre-deployment"]
+        == "demo"
+    )
     demo = gcp.leaked("demo")
     assert len(demo) == 4
     assert all("demo-net" in x for x in demo)

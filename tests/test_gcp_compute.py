@@ -67,14 +67,20 @@ def test_network_branch_is_created_with_ownership_in_descriptions(gcp: FakeGCP) 
     ranges = [sub.ip_cidr_range] + [r.ip_cidr_range for r in sub.secondary_ip_ranges]
     assert not any(net.overlaps(ipaddress.ip_network(r)) for r in ranges)
     assert [(r.range_name, r.ip_cidr_range) for r in sub.secondary_ip_ranges] == [
-        ("pods", "10.4.0.0/14"), ("services", "10.0.32.0/20")]
+        ("pods", "10.4.0.0/14"),
+        ("services", "10.0.32.0/20"),
+    ]
     fw = Firewalls(**KW).get_or_none(firewall_path(PLAN))
     assert (fw.direction, list(fw.source_ranges)) == ("INGRESS", [block])
     assert [(a.I_p_protocol, list(a.ports)) for a in fw.allowed] == [("tcp", ["988"])]
     ours = {"managed-by": "rl-lustre", "rl-lustre-deployment": "demo"}
     found = gcp.resources()
-    for kind, name in [("compute.networks", network_path(PLAN)), ("compute.subnetworks", subnetwork_path(PLAN)),
-                       ("compute.globalAddresses", psa_range_path(PLAN)), ("compute.firewalls", firewall_path(PLAN))]:
+    for kind, name in [
+        ("compute.networks", network_path(PLAN)),
+        ("compute.subnetworks", subnetwork_path(PLAN)),
+        ("compute.globalAddresses", psa_range_path(PLAN)),
+        ("compute.firewalls", firewall_path(PLAN)),
+    ]:
         assert found[kind][name] == ours, kind
     assert list(found["servicenetworking.connections"]) == [connection_name(PROJECT, "demo-net")]
     # Regional resources are awaited through region operations, global ones through global operations.
@@ -97,8 +103,10 @@ def test_second_run_adopts_everything(gcp: FakeGCP) -> None:
 
 def test_unlabelled_network_of_the_same_name_is_refused(gcp: FakeGCP) -> None:
     client = _clients.compute(compute_v1.NetworksClient)
-    client.insert_unary(project=PROJECT, network_resource=compute_v1.Network(
-        name="demo-net", description="made by hand", auto_create_subnetworks=False))
+    client.insert_unary(
+        project=PROJECT,
+        network_resource=compute_v1.Network(name="demo-net", description="made by hand", auto_create_subnetworks=False),
+    )
     gcp.settle()
     with pytest.raises(OwnershipError, match="demo-net"):
         Networks(**KW).create(network_request(PLAN), parent=GLOBAL, deployment="demo")
@@ -139,10 +147,17 @@ def test_a_psa_block_that_overlaps_the_networks_ranges_is_refused(gcp: FakeGCP) 
 def test_connection_shared_with_other_services_keeps_their_ranges(gcp: FakeGCP) -> None:
     gcp.seed_network(PROJECT, "shared-net", psa_range="10.80.0.0/20")  # a user's, peered for Cloud SQL
     GlobalAddresses(**KW).create(
-        compute_v1.Address(name="demo-psa", description="[managed-by=rl-lustre rl-lustre-deployment=demo]",
-                           network=f"{GLOBAL}/networks/shared-net", purpose="VPC_PEERING",
-                           address_type="INTERNAL", prefix_length=22),
-        parent=GLOBAL, deployment="demo")
+        compute_v1.Address(
+            name="demo-psa",
+            description="[managed-by=rl-lustre rl-lustre-deployment=demo]",
+            network=f"{GLOBAL}/networks/shared-net",
+            purpose="VPC_PEERING",
+            address_type="INTERNAL",
+            prefix_length=22,
+        ),
+        parent=GLOBAL,
+        deployment="demo",
+    )
     conns = PsaConnections(**KW)
     done = conns.create(PROJECT, "shared-net", "demo-psa")
     assert not done.adopted

@@ -34,8 +34,15 @@ from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
 PROJECT = "my-project"
 # The reference graph (one NIC); the fabric's requests are tested in test_fabric.py.
-BASE = Cluster(name="demo", project=PROJECT, region="us-east1", zone="us-east1-b",
-               authorized_networks=["203.0.113.7/32", "198.51.100.0/24"], labels={"team": "rl"}, fabric="tcp")
+BASE = Cluster(
+    name="demo",
+    project=PROJECT,
+    region="us-east1",
+    zone="us-east1-b",
+    authorized_networks=["203.0.113.7/32", "198.51.100.0/24"],
+    labels={"team": "rl"},
+    fabric="tcp",
+)
 PLAN = BASE.plan()
 # The preload image's path, which up() learns once it has found or built the image.
 IMAGE = f"projects/{PROJECT}/global/images/rlp-0123456789-abcdefabcdef"
@@ -84,7 +91,10 @@ def test_cluster_request_settings() -> None:
     assert req.workload_identity_config.workload_pool == f"{PROJECT}.svc.id.goog"
     policy = req.ip_allocation_policy
     assert (policy.use_ip_aliases, policy.cluster_secondary_range_name, policy.services_secondary_range_name) == (
-        True, "pods", "services")
+        True,
+        "pods",
+        "services",
+    )
     assert (req.network, req.subnetwork, list(req.locations)) == ("demo-net", "demo-subnet", ["us-east1-b"])
     assert dict(req.resource_labels) == {"team": "rl", "managed-by": "rl-lustre", "rl-lustre-deployment": "demo"}
     # The head's on-demand CPU pool is the cluster's only initial pool: no default pool.
@@ -116,7 +126,11 @@ def test_gpu_pool_request() -> None:
     latest = container_v1.GPUDriverInstallationConfig.GPUDriverVersion.LATEST
     assert acc.gpu_driver_installation_config.gpu_driver_version == latest
     [taint] = cfg.taints
-    assert (taint.key, taint.value, taint.effect) == ("nvidia.com/gpu", "present", container_v1.NodeTaint.Effect.NO_SCHEDULE)
+    assert (taint.key, taint.value, taint.effect) == (
+        "nvidia.com/gpu",
+        "present",
+        container_v1.NodeTaint.Effect.NO_SCHEDULE,
+    )
     assert cfg.disk_type == "hyperdisk-balanced"  # A4 boots only from Hyperdisk
     assert cfg.resource_labels["rl-lustre-deployment"] == "demo"
 
@@ -126,8 +140,9 @@ def test_gpu_pool_request() -> None:
     assert (cfg.gcfs_config.enabled, cfg.image_type) == (True, "COS_CONTAINERD")
     with pytest.raises(ConfigError, match="boots with the preload image"):
         node_pool_request(PLAN, "gpu-pool")
-    theirs = node_pool_request(attrs.evolve(BASE, preload_image="projects/team-images/global/images/nemo").plan(),
-                               "gpu-pool").config
+    theirs = node_pool_request(
+        attrs.evolve(BASE, preload_image="projects/team-images/global/images/nemo").plan(), "gpu-pool"
+    ).config
     assert theirs.secondary_boot_disks[0].disk_image == "projects/team-images/global/images/nemo"
     off = node_pool_request(attrs.evolve(BASE, preload_image=False).plan(), "gpu-pool").config
     assert (list(off.secondary_boot_disks), off.gcfs_config.enabled, off.image_type) == ([], False, "")
@@ -152,7 +167,7 @@ def _set_fields(message: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
         for field, value in msg.ListFields():
             yield msg.DESCRIPTOR.full_name, field.name
             if field.message_type is not None and not field.message_type.GetOptions().map_entry:
-                for item in (value if field.is_repeated else [value]):
+                for item in value if field.is_repeated else [value]:
                     yield from walk(item)
 
     yield from walk(pb)
@@ -188,8 +203,11 @@ def test_create_cluster_reports_endpoint_and_ca(gcp: FakeGCP) -> None:
 
 
 def test_node_pool_create_adopt_delete_then_cluster_delete(gcp: FakeGCP) -> None:
-    name = clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1",
-                             deployment="demo").name
+    name = (
+        clusters()
+        .create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1", deployment="demo")
+        .name
+    )
     gpu = pools().create(gpu_pool(), cluster=name, deployment="demo")
     assert not gpu.adopted
     assert gpu.resource.status == container_v1.NodePool.Status.RUNNING
@@ -207,12 +225,16 @@ def test_node_pool_create_adopt_delete_then_cluster_delete(gcp: FakeGCP) -> None
 
 
 def test_node_pool_waits_for_a_busy_cluster(gcp: FakeGCP) -> None:
-    name = clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1",
-                             deployment="demo", wait=False).name
+    name = (
+        clusters()
+        .create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1", deployment="demo", wait=False)
+        .name
+    )
     # GKE refuses pool creation while the cluster provisions; the adapter keeps trying
     # for the busy timeout, not just the few attempts other transient errors get.
-    patient = GkeNodePools(backoff=FAST_BACKOFF,
-                           retry=RetryPolicy(attempts=2, initial=0.005, maximum=0.01, busy_timeout=5))
+    patient = GkeNodePools(
+        backoff=FAST_BACKOFF, retry=RetryPolicy(attempts=2, initial=0.005, maximum=0.01, busy_timeout=5)
+    )
     done = patient.create(gpu_pool(), cluster=name, deployment="demo")
     assert done.resource.status == container_v1.NodePool.Status.RUNNING
     outcomes = [r.outcome for r in gcp.requests if r.method == "gke.CreateNodePool"]
@@ -246,12 +268,17 @@ def test_failed_cluster_creation_is_an_operation_error_and_stays_deletable(gcp: 
 
 
 def test_spot_stockout_names_zone_and_what_to_try(gcp: FakeGCP) -> None:
-    name = clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1",
-                             deployment="demo").name
+    name = (
+        clusters()
+        .create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1", deployment="demo")
+        .name
+    )
     gcp.faults.fail_operation(
-        "gke.CreateNodePool", code=grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "gke.CreateNodePool",
+        code=grpc.StatusCode.RESOURCE_EXHAUSTED,
         message="ZONE_RESOURCE_POOL_EXHAUSTED: The zone 'projects/my-project/zones/us-east1-b' does not have "
-                "enough resources available to fulfill the request.")
+        "enough resources available to fulfill the request.",
+    )
     with pytest.raises(QuotaExceededError) as info:
         pools().create(gpu_pool(), cluster=name, deployment="demo")
     text = str(info.value)
@@ -267,8 +294,9 @@ def test_wait_timeout_carries_the_last_operation_state() -> None:
         gcp.seed_network(PROJECT, "demo-net", subnet="demo-subnet", deployment="demo")
         gcp.iam.seed_account(PROJECT, "rl-demo-nodes")
         with pytest.raises(WaitTimeoutError) as info:
-            clusters().create(cluster_request(PLAN), parent="projects/my-project/locations/us-east1",
-                              deployment="demo", timeout=0.2)
+            clusters().create(
+                cluster_request(PLAN), parent="projects/my-project/locations/us-east1", deployment="demo", timeout=0.2
+            )
         assert info.value.last_state == "RUNNING"
         assert isinstance(info.value, TimeoutError)
         assert "demo" in info.value.what
@@ -294,8 +322,13 @@ def test_both_pools_run_as_the_given_node_service_account_or_the_deployments_own
     # A domain-scoped project's (example.com:my-project) account is one too.
     scoped = "rl-nodes@my-project.example.com.iam.gserviceaccount.com"
     assert attrs.evolve(BASE, node_service_account=scoped).node_service_account == scoped
-    for bad in ("rl-nodes", "RL@my-project.iam.gserviceaccount.com", "a@b.iam.gserviceaccount.com",
-                "rl-nodes@my-project.iam.gserviceaccount.com\n", "rl-nodes@my-project..iam.gserviceaccount.com",
-                "rl-nodes@my-project.-x.iam.gserviceaccount.com"):
+    for bad in (
+        "rl-nodes",
+        "RL@my-project.iam.gserviceaccount.com",
+        "a@b.iam.gserviceaccount.com",
+        "rl-nodes@my-project.iam.gserviceaccount.com\n",
+        "rl-nodes@my-project..iam.gserviceaccount.com",
+        "rl-nodes@my-project.-x.iam.gserviceaccount.com",
+    ):
         with pytest.raises(ConfigError, match=r"node_service_account.*must be a service account e-mail"):
             attrs.evolve(BASE, node_service_account=bad)

@@ -78,12 +78,17 @@ def test_lasting_unavailability_gives_up_with_our_error(gcp: FakeGCP) -> None:
 def test_rate_limits_are_retried_over_rest(gcp: FakeGCP) -> None:
     gcp.faults.rate_limit("compute.networks.*", times=2)
     done = Networks(backoff=FAST_BACKOFF, retry=FAST_RETRY).create(
-        network_request(PLAN), parent=f"projects/{PROJECT}/global", deployment="demo")
+        network_request(PLAN), parent=f"projects/{PROJECT}/global", deployment="demo"
+    )
     assert not done.adopted
     # Two 429s, then the get that finds no network, then the insert.
     assert [(r.method, r.outcome) for r in gcp.requests if r.method.startswith("compute.networks.")] == [
-        ("compute.networks.get", "RESOURCE_EXHAUSTED"), ("compute.networks.get", "RESOURCE_EXHAUSTED"),
-        ("compute.networks.get", "NOT_FOUND"), ("compute.networks.insert", "ok"), ("compute.networks.get", "ok")]
+        ("compute.networks.get", "RESOURCE_EXHAUSTED"),
+        ("compute.networks.get", "RESOURCE_EXHAUSTED"),
+        ("compute.networks.get", "NOT_FOUND"),
+        ("compute.networks.insert", "ok"),
+        ("compute.networks.get", "ok"),
+    ]
 
 
 def test_endless_rate_limit_is_a_quota_error(gcp: FakeGCP) -> None:
@@ -97,25 +102,41 @@ def test_endless_rate_limit_is_a_quota_error(gcp: FakeGCP) -> None:
     ("method", "role", "run"),
     [
         ("lustre.CreateInstance", "roles/lustre.admin", lambda: vol().create(api=lustre())),
-        ("gke.GetNodePool", "roles/container.admin",
-         lambda: GkeNodePools(retry=FAST_RETRY).get_or_none(
-             f"projects/{PROJECT}/locations/us-east1/clusters/demo/nodePools/gpu-pool")),
-        ("compute.networks.get", "roles/compute.networkAdmin",
-         lambda: Networks(retry=FAST_RETRY).get_or_none(f"projects/{PROJECT}/global/networks/demo-net")),
-        ("compute.firewalls.insert", "roles/compute.securityAdmin",
-         lambda: Firewalls(retry=FAST_RETRY).create(firewall_request(PLAN, "10.90.0.0/22"),
-                                                     parent=f"projects/{PROJECT}/global", deployment="demo")),
-        ("servicenetworking.connections.list", "roles/servicenetworking.networksAdmin",
-         lambda: PsaConnections(retry=FAST_RETRY).get_or_none(PROJECT, "lab-net")),
+        (
+            "gke.GetNodePool",
+            "roles/container.admin",
+            lambda: GkeNodePools(retry=FAST_RETRY).get_or_none(
+                f"projects/{PROJECT}/locations/us-east1/clusters/demo/nodePools/gpu-pool"
+            ),
+        ),
+        (
+            "compute.networks.get",
+            "roles/compute.networkAdmin",
+            lambda: Networks(retry=FAST_RETRY).get_or_none(f"projects/{PROJECT}/global/networks/demo-net"),
+        ),
+        (
+            "compute.firewalls.insert",
+            "roles/compute.securityAdmin",
+            lambda: Firewalls(retry=FAST_RETRY).create(
+                firewall_request(PLAN, "10.90.0.0/22"), parent=f"projects/{PROJECT}/global", deployment="demo"
+            ),
+        ),
+        (
+            "servicenetworking.connections.list",
+            "roles/servicenetworking.networksAdmin",
+            lambda: PsaConnections(retry=FAST_RETRY).get_or_none(PROJECT, "lab-net"),
+        ),
     ],
     ids=["lustre", "gke", "compute", "firewall", "servicenetworking"],
 )
 def test_permission_denied_names_the_api_and_the_role(gcp: FakeGCP, method: str, role: str, run) -> None:  # type: ignore[no-untyped-def]
-    gcp.faults.fail_call(method, code=grpc.StatusCode.PERMISSION_DENIED,
-                         message="The caller does not have permission", times=10)
+    gcp.faults.fail_call(
+        method, code=grpc.StatusCode.PERMISSION_DENIED, message="The caller does not have permission", times=10
+    )
     if method == "compute.firewalls.insert":
         Networks(retry=FAST_RETRY, backoff=FAST_BACKOFF).create(
-            network_request(PLAN), parent=f"projects/{PROJECT}/global", deployment="demo")
+            network_request(PLAN), parent=f"projects/{PROJECT}/global", deployment="demo"
+        )
     with pytest.raises(PermissionDeniedError) as info:
         run()
     text = str(info.value)
@@ -134,8 +155,12 @@ def test_disabled_api_says_to_enable_it() -> None:
 
 
 def test_quota_at_call_time_is_not_retried_and_gives_advice(gcp: FakeGCP) -> None:
-    gcp.faults.fail_call("lustre.CreateInstance", code=grpc.StatusCode.RESOURCE_EXHAUSTED, times=10,
-                         message="Quota 'lustre_capacity_gib' exceeded. Limit: 9000 in zone us-east1-b.")
+    gcp.faults.fail_call(
+        "lustre.CreateInstance",
+        code=grpc.StatusCode.RESOURCE_EXHAUSTED,
+        times=10,
+        message="Quota 'lustre_capacity_gib' exceeded. Limit: 9000 in zone us-east1-b.",
+    )
     with pytest.raises(QuotaExceededError) as info:
         vol().create(api=lustre())
     text = str(info.value)
@@ -160,8 +185,7 @@ def test_not_found_is_lookup_error(gcp: FakeGCP) -> None:
     assert isinstance(info.value, LookupError)
 
 
-@pytest.mark.parametrize("code", [c for c in grpc.StatusCode if c not in (grpc.StatusCode.OK,)],
-                         ids=lambda c: c.name)
+@pytest.mark.parametrize("code", [c for c in grpc.StatusCode if c not in (grpc.StatusCode.OK,)], ids=lambda c: c.name)
 def test_no_google_exception_escapes(gcp: FakeGCP, code: grpc.StatusCode) -> None:
     gcp.faults.fail_call("lustre.GetInstance", code=code, times=10)
     api = LustreInstances(retry=RetryPolicy(attempts=2, initial=0.001, maximum=0.001))
@@ -191,8 +215,11 @@ def test_transient_classification() -> None:
     assert is_transient(gexc.DeadlineExceeded("slow"))
     assert is_transient(gexc.TooManyRequests("Too many requests"))
     # Google words rate limits as quotas; per-minute limits are still worth retrying.
-    assert is_transient(gexc.TooManyRequests(
-        "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of service 'compute.googleapis.com'"))
+    assert is_transient(
+        gexc.TooManyRequests(
+            "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of service 'compute.googleapis.com'"
+        )
+    )
     assert is_transient(gexc.FailedPrecondition("Cluster is running incompatible operation operation-1"))
     assert is_transient(gexc.BadRequest("The resource 'projects/p/global/networks/n' is not ready"))
     assert not is_transient(gexc.BadRequest("Invalid value for field 'resource.name'"))
@@ -203,8 +230,11 @@ def test_transient_classification() -> None:
 
 
 def test_stockout_in_an_operation_names_zone_and_options() -> None:
-    err = operation_error(Call(CONTAINER, "create", "GKE node pool gpu-pool", zone="us-central1-a"),
-                          "GCE_STOCKOUT: a4-highgpu-8g is not available", code=8)
+    err = operation_error(
+        Call(CONTAINER, "create", "GKE node pool gpu-pool", zone="us-central1-a"),
+        "GCE_STOCKOUT: a4-highgpu-8g is not available",
+        code=8,
+    )
     assert isinstance(err, QuotaExceededError)
     for words in ("us-central1-a", "gpu-pool", "another zone", "num_nodes", "reservation", "spot=False"):
         assert words in str(err)

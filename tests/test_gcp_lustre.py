@@ -65,20 +65,35 @@ def test_volume_create_refresh_mount_point_delete(gcp: FakeGCP, api: LustreInsta
 def test_second_create_adopts_without_a_new_request(gcp: FakeGCP, api: LustreInstances) -> None:
     volume().create(api=api)
     again = LustreInstances(backoff=FAST_BACKOFF).create(
-        instance_request(volume(), deployment="lab-lustre"), deployment="lab-lustre")
+        instance_request(volume(), deployment="lab-lustre"), deployment="lab-lustre"
+    )
     assert again.adopted
     assert gcp.request_counts("lustre.")["lustre.CreateInstance"] == 1
 
 
 def test_request_carries_spec_labels_and_network() -> None:
-    vol = volume(capacity_gib=36000, throughput_mbps_per_tib=250, filesystem="ckpt", labels={"team": "rl"},
-                 description="checkpoints")
+    vol = volume(
+        capacity_gib=36000,
+        throughput_mbps_per_tib=250,
+        filesystem="ckpt",
+        labels={"team": "rl"},
+        description="checkpoints",
+    )
     req = instance_request(vol, deployment="exp-1", labels={"cost-center": "42"})
     assert (req.name, req.capacity_gib, req.per_unit_storage_throughput, req.filesystem, req.description) == (
-        f"projects/{PROJECT}/locations/{ZONE}/instances/lab-lustre", 36000, 250, "ckpt", "checkpoints")
+        f"projects/{PROJECT}/locations/{ZONE}/instances/lab-lustre",
+        36000,
+        250,
+        "ckpt",
+        "checkpoints",
+    )
     assert req.network == f"projects/{PROJECT}/global/networks/{NET}"
-    assert dict(req.labels) == {"cost-center": "42", "team": "rl", "managed-by": "rl-lustre",
-                                "rl-lustre-deployment": "exp-1"}
+    assert dict(req.labels) == {
+        "cost-center": "42",
+        "team": "rl",
+        "managed-by": "rl-lustre",
+        "rl-lustre-deployment": "exp-1",
+    }
     # Ours win: extra labels cannot pretend another owner.
     forged = instance_request(vol, deployment="exp-1", labels={"managed-by": "someone"})
     assert forged.labels["managed-by"] == "rl-lustre"
@@ -92,9 +107,13 @@ def test_request_agrees_with_the_plan() -> None:
     s = node.settings
     assert req.name.rsplit("/", 1)[-1] == node.name
     assert req.name.split("/")[3] == s["location"]
-    assert (req.capacity_gib, req.per_unit_storage_throughput, req.filesystem, req.network,
-            req.gke_support_enabled) == (s["capacity_gib"], s["per_unit_storage_throughput"], s["filesystem"],
-                                         s["network"], s["gke_support_enabled"])
+    assert (
+        req.capacity_gib,
+        req.per_unit_storage_throughput,
+        req.filesystem,
+        req.network,
+        req.gke_support_enabled,
+    ) == (s["capacity_gib"], s["per_unit_storage_throughput"], s["filesystem"], s["network"], s["gke_support_enabled"])
     assert dict(req.labels) == dict(node.labels)
 
 
@@ -114,18 +133,26 @@ def test_existing_volume_is_read_but_never_created_or_deleted(gcp: FakeGCP, api:
 def _create_by_hand(labels: dict[str, str]) -> None:
     """An instance made outside rl_lustre, through the plain client."""
     client = _clients.lustre()
-    op = client.create_instance(parent=f"projects/{PROJECT}/locations/{ZONE}", instance_id="lab-lustre",
-                                instance=lustre_v1.Instance(capacity_gib=18000, per_unit_storage_throughput=500,
-                                                            filesystem="theirs",
-                                                            network=f"projects/{PROJECT}/global/networks/{NET}",
-                                                            labels=labels))
+    op = client.create_instance(
+        parent=f"projects/{PROJECT}/locations/{ZONE}",
+        instance_id="lab-lustre",
+        instance=lustre_v1.Instance(
+            capacity_gib=18000,
+            per_unit_storage_throughput=500,
+            filesystem="theirs",
+            network=f"projects/{PROJECT}/global/networks/{NET}",
+            labels=labels,
+        ),
+    )
     op.result(timeout=10, polling=DEFAULT_POLLING.with_delay(initial=0.01, maximum=0.05))
 
 
-@pytest.mark.parametrize("labels", [{}, {"managed-by": "rl-lustre", "rl-lustre-deployment": "other"}],
-                         ids=["unlabelled", "other-deployment"])
-def test_same_named_instance_that_is_not_ours_is_refused(gcp: FakeGCP, api: LustreInstances,
-                                                         labels: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "labels", [{}, {"managed-by": "rl-lustre", "rl-lustre-deployment": "other"}], ids=["unlabelled", "other-deployment"]
+)
+def test_same_named_instance_that_is_not_ours_is_refused(
+    gcp: FakeGCP, api: LustreInstances, labels: dict[str, str]
+) -> None:
     _create_by_hand(labels)
     vol = volume()
     with pytest.raises(OwnershipError, match="lab-lustre"):

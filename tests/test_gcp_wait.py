@@ -31,8 +31,15 @@ class FakeClock:
 def test_backoff_grows_to_its_cap() -> None:
     clock = FakeClock()
     states = iter(["CREATING"] * 8 + ["ACTIVE"])
-    result = wait_for("x", lambda: next(states), done=lambda s: s == "ACTIVE", timeout=1000,
-                      backoff=Backoff(initial=1, maximum=10, multiplier=2), clock=clock, sleep=clock.sleep)
+    result = wait_for(
+        "x",
+        lambda: next(states),
+        done=lambda s: s == "ACTIVE",
+        timeout=1000,
+        backoff=Backoff(initial=1, maximum=10, multiplier=2),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert result == "ACTIVE"
     assert clock.sleeps == [1, 2, 4, 8, 10, 10, 10, 10]
 
@@ -46,8 +53,15 @@ def test_timeout_carries_the_last_state_and_never_oversleeps() -> None:
         return f"CREATING ({len(polls)} polls)"
 
     with pytest.raises(WaitTimeoutError) as info:
-        wait_for("instance x to be ACTIVE", poll, done=lambda s: False, timeout=30,
-                 backoff=Backoff(initial=4, maximum=16), clock=clock, sleep=clock.sleep)
+        wait_for(
+            "instance x to be ACTIVE",
+            poll,
+            done=lambda s: False,
+            timeout=30,
+            backoff=Backoff(initial=4, maximum=16),
+            clock=clock,
+            sleep=clock.sleep,
+        )
     err = info.value
     assert err.last_state == f"CREATING ({len(polls)} polls)"
     assert err.timeout == 30
@@ -64,10 +78,21 @@ def test_progress_goes_to_the_callback_and_the_context_hook() -> None:
     direct: list[WaitProgress] = []
     hooked: list[WaitProgress] = []
     with progress_hook(hooked.append):
-        wait_for("op", lambda: next(states), done=lambda s: s == "DONE", timeout=100, progress=direct.append,
-                 backoff=Backoff(initial=1, maximum=1), clock=clock, sleep=clock.sleep)
-    assert [(p.state, p.polls, p.done) for p in direct] == [("PENDING", 1, False), ("RUNNING", 2, False),
-                                                             ("DONE", 3, True)]
+        wait_for(
+            "op",
+            lambda: next(states),
+            done=lambda s: s == "DONE",
+            timeout=100,
+            progress=direct.append,
+            backoff=Backoff(initial=1, maximum=1),
+            clock=clock,
+            sleep=clock.sleep,
+        )
+    assert [(p.state, p.polls, p.done) for p in direct] == [
+        ("PENDING", 1, False),
+        ("RUNNING", 2, False),
+        ("DONE", 3, True),
+    ]
     assert hooked == direct
     assert [p.elapsed for p in direct] == [0, 1, 2]
 
@@ -76,8 +101,15 @@ def test_logs_debug_per_poll_and_info_per_change(caplog: pytest.LogCaptureFixtur
     clock = FakeClock()
     states = iter(["CREATING", "CREATING", "CREATING", "ACTIVE"])
     with caplog.at_level(logging.DEBUG, logger="rl_lustre.gcp.wait"):
-        wait_for("vol", lambda: next(states), done=lambda s: s == "ACTIVE", timeout=100,
-                 backoff=Backoff(initial=1, maximum=1), clock=clock, sleep=clock.sleep)
+        wait_for(
+            "vol",
+            lambda: next(states),
+            done=lambda s: s == "ACTIVE",
+            timeout=100,
+            backoff=Backoff(initial=1, maximum=1),
+            clock=clock,
+            sleep=clock.sleep,
+        )
     debug = [r for r in caplog.records if r.levelno == logging.DEBUG]
     info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert len(debug) == 4

@@ -17,8 +17,13 @@ JOB = GRPOJob(name="tiny", recipe="grpo_math_8B_megatron", model="meta-llama/Lla
 
 
 def spec(**kw: object) -> Cluster:
-    base: dict[str, object] = {"name": "jobs-demo", "project": "my-project", "region": "us-east1",
-                               "zone": "us-east1-b", "num_nodes": 1}
+    base: dict[str, object] = {
+        "name": "jobs-demo",
+        "project": "my-project",
+        "region": "us-east1",
+        "zone": "us-east1-b",
+        "num_nodes": 1,
+    }
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -30,7 +35,9 @@ def gcp():
 
 def test_submitting_before_up_says_the_gke_cluster_does_not_exist(gcp: FakeGCP) -> None:
     cluster = spec()
-    with pytest.raises(NotReadyError, match=r"projects/my-project/locations/us-east1/clusters/jobs-demo does not exist"):
+    with pytest.raises(
+        NotReadyError, match=r"projects/my-project/locations/us-east1/clusters/jobs-demo does not exist"
+    ):
         cluster.submit(JOB)
     with pytest.raises(NotReadyError, match="does not exist"):
         cluster.attach("rl-lustre-tiny-0123abcd")
@@ -40,13 +47,13 @@ def test_submitting_before_up_says_the_gke_cluster_does_not_exist(gcp: FakeGCP) 
 
 def test_a_job_that_fails_preflight_is_refused_before_any_request(gcp: FakeGCP) -> None:
     with pytest.raises(ConfigError, match="train_global_batch_size"):
-        spec().submit(GRPOJob(name="bad", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B",
-                              train_global_batch_size=7))
+        spec().submit(GRPOJob(name="bad", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", train_global_batch_size=7))
     assert gcp.requests == []
 
 
 def test_token_auth_without_the_token_in_this_process_is_refused_before_any_request(
-        gcp: FakeGCP, monkeypatch: pytest.MonkeyPatch) -> None:
+    gcp: FakeGCP, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     cluster = spec(image="rayproject/ray:2.60.0", secrets=["RAY_AUTH_TOKEN"])
     with pytest.raises(ConfigError, match=r"\$RAY_AUTH_TOKEN must hold the cluster's token"):

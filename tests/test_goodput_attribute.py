@@ -25,19 +25,50 @@ from rl_lustre.goodput.timeline import (
 )
 
 
-def node(key: str, billed_from: float | None = 0.0, ready: float | None = 0.0, worker: float | None = 0.0,
-         billed_to: float | None = None, *, rate: float | None = 0.0, first_seen: float | None = None,
-         ray: tuple[str, ...] = (), gpus: int = 8, kind: str = "spot") -> NodeSpan:
+def node(
+    key: str,
+    billed_from: float | None = 0.0,
+    ready: float | None = 0.0,
+    worker: float | None = 0.0,
+    billed_to: float | None = None,
+    *,
+    rate: float | None = 0.0,
+    first_seen: float | None = None,
+    ray: tuple[str, ...] = (),
+    gpus: int = 8,
+    kind: str = "spot",
+) -> NodeSpan:
     seen = first_seen if first_seen is not None else (billed_from if billed_from is not None else 0.0)
-    return NodeSpan(key=key, kind=kind, usd_per_hour=rate, gpus=gpus, billed_from=billed_from, ready_at=ready,
-                    worker_at=worker, billed_to=billed_to, first_seen=seen, ray_node_ids=ray or (key,))
+    return NodeSpan(
+        key=key,
+        kind=kind,
+        usd_per_hour=rate,
+        gpus=gpus,
+        billed_from=billed_from,
+        ready_at=ready,
+        worker_at=worker,
+        billed_to=billed_to,
+        first_seen=seen,
+        ray_node_ids=ray or (key,),
+    )
 
 
-def step(k: int, start: float, end: float | None, *, ckpt: tuple[float, float] | None = None,
-         val: tuple[float, float] | None = None) -> StepSpan:
-    return StepSpan(step=k, start=start, end=end, total_seconds=None if end is None else end - start,
-                    checkpoint=None if ckpt is None else Interval(*ckpt),
-                    validation=None if val is None else Interval(*val))
+def step(
+    k: int,
+    start: float,
+    end: float | None,
+    *,
+    ckpt: tuple[float, float] | None = None,
+    val: tuple[float, float] | None = None,
+) -> StepSpan:
+    return StepSpan(
+        step=k,
+        start=start,
+        end=end,
+        total_seconds=None if end is None else end - start,
+        checkpoint=None if ckpt is None else Interval(*ckpt),
+        validation=None if val is None else Interval(*val),
+    )
 
 
 def seconds(ledger) -> dict[str, float]:
@@ -46,10 +77,26 @@ def seconds(ledger) -> dict[str, float]:
 
 def test_one_node_one_run_four_steps_every_category_by_hand() -> None:
     run = RunTimeline(
-        run="r", name="r", submitted_at=20, ended_at=150, status="SUCCEEDED",
-        attempts=(Attempt(1, started_at=22, ended_at=145, setup_done_at=40, initial_validation=Interval(40, 45),
-                          steps=(step(1, 50, 60), step(2, 60, 75, ckpt=(70, 75)), step(3, 75, 90, val=(80, 85)),
-                                 step(4, 90, 110, ckpt=(105, 110)))),),
+        run="r",
+        name="r",
+        submitted_at=20,
+        ended_at=150,
+        status="SUCCEEDED",
+        attempts=(
+            Attempt(
+                1,
+                started_at=22,
+                ended_at=145,
+                setup_done_at=40,
+                initial_validation=Interval(40, 45),
+                steps=(
+                    step(1, 50, 60),
+                    step(2, 60, 75, ckpt=(70, 75)),
+                    step(3, 75, 90, val=(80, 85)),
+                    step(4, 90, 110, ckpt=(105, 110)),
+                ),
+            ),
+        ),
     )
     ev = Evidence(nodes=(node("n1", 0, 10, 12),), runs=(run,), now=200)
 
@@ -70,17 +117,55 @@ def test_one_node_one_run_four_steps_every_category_by_hand() -> None:
 
 def preempted() -> Evidence:
     """Two nodes; B is lost at 64 during step 6; C replaces it (billed 70, Ready 75); resume from step_4."""
-    attempt1 = Attempt(1, started_at=10, ended_at=66, exit_code=1, setup_done_at=15, steps=(
-        step(1, 20, 30), step(2, 30, 40, ckpt=(38, 40)), step(3, 40, 50), step(4, 50, 60, ckpt=(58, 60)),
-        step(5, 60, 62), step(6, 62, None)))
-    attempt2 = Attempt(2, started_at=80, ended_at=190, exit_code=0, setup_done_at=90,
-                       steps=(step(5, 95, 105), step(6, 105, 115, ckpt=(113, 115))))
-    recovery = Recovery(1, lost_at=64, resume_step=4, ended_attempt=1, capacity_wait_at=67, capacity_back_at=80,
-                        capacity_seconds=13, resumed_at=95, nodes_lost=("B",))
-    run = RunTimeline(run="r", name="r", submitted_at=10, ended_at=200, status="SUCCEEDED", nodes_needed=2,
-                      attempts=(attempt1, attempt2), recoveries=(recovery,))
-    nodes = (node("A", rate=37.0), node("B", billed_to=64, rate=37.0),
-             node("C", 70, 75, 78, rate=101.15, kind="on-demand"))
+    attempt1 = Attempt(
+        1,
+        started_at=10,
+        ended_at=66,
+        exit_code=1,
+        setup_done_at=15,
+        steps=(
+            step(1, 20, 30),
+            step(2, 30, 40, ckpt=(38, 40)),
+            step(3, 40, 50),
+            step(4, 50, 60, ckpt=(58, 60)),
+            step(5, 60, 62),
+            step(6, 62, None),
+        ),
+    )
+    attempt2 = Attempt(
+        2,
+        started_at=80,
+        ended_at=190,
+        exit_code=0,
+        setup_done_at=90,
+        steps=(step(5, 95, 105), step(6, 105, 115, ckpt=(113, 115))),
+    )
+    recovery = Recovery(
+        1,
+        lost_at=64,
+        resume_step=4,
+        ended_attempt=1,
+        capacity_wait_at=67,
+        capacity_back_at=80,
+        capacity_seconds=13,
+        resumed_at=95,
+        nodes_lost=("B",),
+    )
+    run = RunTimeline(
+        run="r",
+        name="r",
+        submitted_at=10,
+        ended_at=200,
+        status="SUCCEEDED",
+        nodes_needed=2,
+        attempts=(attempt1, attempt2),
+        recoveries=(recovery,),
+    )
+    nodes = (
+        node("A", rate=37.0),
+        node("B", billed_to=64, rate=37.0),
+        node("C", 70, 75, 78, rate=101.15, kind="on-demand"),
+    )
     return Evidence(nodes=nodes, runs=(run,), now=300)
 
 
@@ -112,10 +197,18 @@ def test_a_preemption_loses_the_redone_work_and_every_node_second_of_the_recover
 
 
 def test_a_loss_during_the_first_set_up_keeps_it_startup_and_the_recovery_lost() -> None:
-    run = RunTimeline(run="r", name="r", submitted_at=0, ended_at=100, status="SUCCEEDED", attempts=(
-        Attempt(1, started_at=2, ended_at=32, setup_done_at=None),
-        Attempt(2, started_at=40, ended_at=99, setup_done_at=45, steps=(step(1, 50, 90),)),
-    ), recoveries=(Recovery(1, lost_at=30, resume_step=None, ended_attempt=1, resumed_at=50),))
+    run = RunTimeline(
+        run="r",
+        name="r",
+        submitted_at=0,
+        ended_at=100,
+        status="SUCCEEDED",
+        attempts=(
+            Attempt(1, started_at=2, ended_at=32, setup_done_at=None),
+            Attempt(2, started_at=40, ended_at=99, setup_done_at=45, steps=(step(1, 50, 90),)),
+        ),
+        recoveries=(Recovery(1, lost_at=30, resume_step=None, ended_attempt=1, resumed_at=50),),
+    )
     ledger = build(Evidence(nodes=(node("A"),), runs=(run,), now=100), scope="run", run="r")
     assert seconds(ledger) == {"startup": 30, "lost": 20, "training": 40, "idle": 10}
     assert ledger.details["by_tag"]["lost"] == {"recovery": 20}
@@ -128,8 +221,15 @@ def test_two_losses_and_a_resume_step_from_an_earlier_attempt() -> None:
     # Attempt 2 resumes from step 1 and saves nothing before the second loss: all of its work is lost.
     a2 = Attempt(2, 35, 61, steps=(step(2, 40, 50), step(3, 50, None)))
     a3 = Attempt(3, 65, 100, steps=(step(2, 70, 80), step(3, 80, 90)))
-    run = RunTimeline(run="r", name="r", submitted_at=0, ended_at=100, status="SUCCEEDED", attempts=(a1, a2, a3),
-                      recoveries=(Recovery(1, 30, 1, 1, resumed_at=40), Recovery(2, 60, 1, 2, resumed_at=70)))
+    run = RunTimeline(
+        run="r",
+        name="r",
+        submitted_at=0,
+        ended_at=100,
+        status="SUCCEEDED",
+        attempts=(a1, a2, a3),
+        recoveries=(Recovery(1, 30, 1, 1, resumed_at=40), Recovery(2, 60, 1, 2, resumed_at=70)),
+    )
     ledger = build(Evidence(nodes=(node("A"),), runs=(run,), now=100), scope="run", run="r")
     # Redone 1: end of step 1 (15) to 30; recovery 1: 30-40; redone 2: attempt 2's first step (40) to 60;
     # recovery 2: 60-70.
@@ -140,13 +240,28 @@ def test_two_losses_and_a_resume_step_from_an_earlier_attempt() -> None:
 
 
 def queue(cluster_nodes: int) -> Evidence:
-    a = RunTimeline(run="A", name="A", submitted_at=0, ended_at=50, status="SUCCEEDED", nodes_needed=1,
-                    attempts=(Attempt(1, 1, 50, steps=(step(1, 5, 45),)),),
-                    holds=(HeldRecord(1, 2, (("r1", 8.0),)),))
+    a = RunTimeline(
+        run="A",
+        name="A",
+        submitted_at=0,
+        ended_at=50,
+        status="SUCCEEDED",
+        nodes_needed=1,
+        attempts=(Attempt(1, 1, 50, steps=(step(1, 5, 45),)),),
+        holds=(HeldRecord(1, 2, (("r1", 8.0),)),),
+    )
     held = (("r1", 8.0), ("r2", 8.0))[:cluster_nodes]
-    b = RunTimeline(run="B", name="B", submitted_at=10, ended_at=95, status="SUCCEEDED", nodes_needed=2,
-                    queued=(Interval(10, 50),), attempts=(Attempt(1, 51, 90, steps=(step(1, 60, 85),)),),
-                    holds=(HeldRecord(1, 52, held),))
+    b = RunTimeline(
+        run="B",
+        name="B",
+        submitted_at=10,
+        ended_at=95,
+        status="SUCCEEDED",
+        nodes_needed=2,
+        queued=(Interval(10, 50),),
+        attempts=(Attempt(1, 51, 90, steps=(step(1, 60, 85),)),),
+        holds=(HeldRecord(1, 52, held),),
+    )
     nodes = (node("n1", ray=("r1",)), node("n2", ray=("r2",)))[:cluster_nodes]
     return Evidence(nodes=nodes, runs=(a, b), now=100)
 
@@ -167,10 +282,22 @@ def test_a_queued_job_pays_idle_for_the_free_node_it_waits_for_and_nothing_for_t
 
 
 def test_after_the_run_the_node_is_the_next_runs_or_the_clusters() -> None:
-    a = RunTimeline(run="A", name="A", submitted_at=0, ended_at=40, status="SUCCEEDED",
-                    attempts=(Attempt(1, 1, 39, steps=(step(1, 5, 30),)),))
-    b = RunTimeline(run="B", name="B", submitted_at=60, ended_at=90, status="SUCCEEDED",
-                    attempts=(Attempt(1, 61, 89, steps=(step(1, 65, 80),)),))
+    a = RunTimeline(
+        run="A",
+        name="A",
+        submitted_at=0,
+        ended_at=40,
+        status="SUCCEEDED",
+        attempts=(Attempt(1, 1, 39, steps=(step(1, 5, 30),)),),
+    )
+    b = RunTimeline(
+        run="B",
+        name="B",
+        submitted_at=60,
+        ended_at=90,
+        status="SUCCEEDED",
+        attempts=(Attempt(1, 61, 89, steps=(step(1, 65, 80),)),),
+    )
     cluster = build(Evidence(nodes=(node("n"),), runs=(a, b), now=100))
     assert cluster.run("A").details["by_tag"]["idle"] == {"after-run": 10}
     assert cluster.own.seconds["idle"] == (60 - 40) + (100 - 90)
@@ -178,31 +305,59 @@ def test_after_the_run_the_node_is_the_next_runs_or_the_clusters() -> None:
 
 def test_missing_records_are_unattributed_with_why() -> None:
     old = RunTimeline(run="old", name="old", submitted_at=10, ended_at=30, status="SUCCEEDED", journal=False)
-    small = RunTimeline(run="small", name="small", submitted_at=40, ended_at=50, status="SUCCEEDED", nodes_needed=1,
-                        attempts=(Attempt(1, 40, 50, steps=(step(1, 41, 49),)),))
-    ev = Evidence(nodes=(node("a", 0, 0, None), node("b", 0, None, 0, first_seen=5)), runs=(old, small),
-                  foreign=(("raw-job", Interval(55, 60)),), now=70)
+    small = RunTimeline(
+        run="small",
+        name="small",
+        submitted_at=40,
+        ended_at=50,
+        status="SUCCEEDED",
+        nodes_needed=1,
+        attempts=(Attempt(1, 40, 50, steps=(step(1, 41, 49),)),),
+    )
+    ev = Evidence(
+        nodes=(node("a", 0, 0, None), node("b", 0, None, 0, first_seen=5)),
+        runs=(old, small),
+        foreign=(("raw-job", Interval(55, 60)),),
+        now=70,
+    )
     cluster = build(ev)
     why = {u.why: u.seconds for u in cluster.why}
     assert why["when the Ray worker on a started is not recorded"] == 70 - 20 - 0  # all but old's 20 s
     assert why["the Ready time of b is not recorded"] == 5  # billed from 0, first seen at 5
-    assert why["run old has no goodput records in its log (submitted by an rl_lustre without the journal, "
-               "or not an rl_lustre job)"] == 2 * 20
+    assert (
+        why[
+            "run old has no goodput records in its log (submitted by an rl_lustre without the journal, "
+            "or not an rl_lustre job)"
+        ]
+        == 2 * 20
+    )
     assert why["run small held 1 of these nodes; which ones is not recorded"] == 10  # on b (a is already why'd)
     assert why["job raw-job (not submitted by rl_lustre) was running; its use of the nodes is not recorded"] == 5
     assert cluster.attributed_fraction == pytest.approx(1 - sum(why.values()) / cluster.total_seconds)
     assert cluster.run("small").total_seconds == 0
 
-    two = RunTimeline(run="two", name="two", submitted_at=0, ended_at=10, status="SUCCEEDED",
-                      attempts=(Attempt(1, 0, 10, steps=(step(1, 1, 9),)),))
+    two = RunTimeline(
+        run="two",
+        name="two",
+        submitted_at=0,
+        ended_at=10,
+        status="SUCCEEDED",
+        attempts=(Attempt(1, 0, 10, steps=(step(1, 1, 9),)),),
+    )
     both = build(Evidence(nodes=(node("a"),), runs=(two, attrs.evolve(two, run="too")), now=10))
     assert [u.why for u in both.why] == ["two runs held a at once; their GPU shares are not recorded"]
     assert both.seconds["unattributed"] == 10
 
 
 def test_a_running_run_is_counted_so_far() -> None:
-    run = RunTimeline(run="r", name="r", submitted_at=0, ended_at=None, status="RUNNING",
-                      attempts=(Attempt(1, 1, None, steps=(step(1, 10, 20), step(2, 20, None))),))
+    run = RunTimeline(
+        run="r",
+        name="r",
+        submitted_at=0,
+        ended_at=None,
+        status="RUNNING",
+        attempts=(Attempt(1, 1, None, steps=(step(1, 10, 20), step(2, 20, None))),),
+    )
     ledger = build(Evidence(nodes=(node("n"),), runs=(run,), now=35), scope="run", run="r")
     assert not ledger.complete
     assert seconds(ledger) == {"startup": 10, "training": 25}
@@ -224,8 +379,9 @@ def test_windows_clip_and_add_up() -> None:
 
 def test_priced_and_unpriced_nodes() -> None:
     ev = preempted()
-    ev = attrs.evolve(ev, nodes=(*ev.nodes[:2], attrs.evolve(ev.nodes[2], usd_per_hour=None,
-                                                             price_note="its node pool is gone")))
+    ev = attrs.evolve(
+        ev, nodes=(*ev.nodes[:2], attrs.evolve(ev.nodes[2], usd_per_hour=None, price_note="its node pool is gone"))
+    )
     ledger = build(ev, scope="run", run="r")
     assert ledger.unpriced_seconds == 130
     assert any("C has no price: its node pool is gone" in n for n in ledger.notes)
@@ -247,8 +403,17 @@ def evidence(draw: st.DrawFn) -> Evidence:
         ready = start + draw(st.integers(0, 10))
         worker = draw(st.one_of(st.none(), st.integers(ready, ready + 6)))
         end = draw(st.one_of(st.none(), st.integers(ready + 1, 260)))
-        nodes.append(node(f"n{i}", start, draw(st.one_of(st.none(), st.just(ready))), worker, end,
-                          first_seen=start + draw(st.integers(0, 3)), rate=draw(st.sampled_from([None, 0.0, 37.0]))))
+        nodes.append(
+            node(
+                f"n{i}",
+                start,
+                draw(st.one_of(st.none(), st.just(ready))),
+                worker,
+                end,
+                first_seen=start + draw(st.integers(0, 3)),
+                rate=draw(st.sampled_from([None, 0.0, 37.0])),
+            )
+        )
     runs = []
     t = draw(st.integers(0, 30))
     for j in range(draw(st.integers(0, 3))):
@@ -285,23 +450,43 @@ def evidence(draw: st.DrawFn) -> Evidence:
         for k, (a, lost_at, resume, ended) in enumerate(recoveries):
             nxt = attempts[a]
             first = nxt.steps[0].start if nxt.steps else None
-            recoveries[k] = Recovery(k + 1, lost_at, resume, a, capacity_wait_at=ended, capacity_back_at=nxt.started_at,
-                                     resumed_at=first)
+            recoveries[k] = Recovery(
+                k + 1, lost_at, resume, a, capacity_wait_at=ended, capacity_back_at=nxt.started_at, resumed_at=first
+            )
         end = None if draw(st.booleans()) and j == 2 else t + draw(st.integers(0, 3))
         holds = ()
         if draw(st.booleans()):
-            holds = tuple(HeldRecord(a.number, a.started_at + 1, tuple(
-                (n.key, None) for n in draw(st.lists(st.sampled_from(nodes), min_size=1, max_size=2, unique=True))))
-                for a in attempts)
-        runs.append(RunTimeline(run=f"r{j}", name=f"r{j}", submitted_at=submitted, ended_at=end,
-                                status="RUNNING" if end is None else "SUCCEEDED", queued=queued,
-                                nodes_needed=draw(st.one_of(st.none(), st.integers(1, 4))),
-                                attempts=tuple(attempts), recoveries=tuple(recoveries), holds=holds,
-                                journal=draw(st.booleans()) or True))
+            holds = tuple(
+                HeldRecord(
+                    a.number,
+                    a.started_at + 1,
+                    tuple(
+                        (n.key, None)
+                        for n in draw(st.lists(st.sampled_from(nodes), min_size=1, max_size=2, unique=True))
+                    ),
+                )
+                for a in attempts
+            )
+        runs.append(
+            RunTimeline(
+                run=f"r{j}",
+                name=f"r{j}",
+                submitted_at=submitted,
+                ended_at=end,
+                status="RUNNING" if end is None else "SUCCEEDED",
+                queued=queued,
+                nodes_needed=draw(st.one_of(st.none(), st.integers(1, 4))),
+                attempts=tuple(attempts),
+                recoveries=tuple(recoveries),
+                holds=holds,
+                journal=draw(st.booleans()) or True,
+            )
+        )
         t += draw(st.integers(0, 20))
     now = max([t + 5, 100, *(n.billed_to or 0 for n in nodes)])
-    return Evidence(nodes=tuple(nodes), runs=tuple(runs), now=now,
-                    pending=(Interval(5, 15),) if draw(st.booleans()) else ())
+    return Evidence(
+        nodes=tuple(nodes), runs=tuple(runs), now=now, pending=(Interval(5, 15),) if draw(st.booleans()) else ()
+    )
 
 
 def billed_in(ev: Evidence, lo: float, hi: float) -> dict[str, float]:
@@ -332,7 +517,8 @@ def test_every_billed_second_is_counted_exactly_once(ev: Evidence, cut: int, shi
     # (c) the cluster is its runs plus its own time
     for c in CATEGORIES:
         assert cluster.seconds[c] == pytest.approx(
-            sum(r.seconds[c] for r in cluster.runs) + cluster.own.seconds[c], abs=1e-6)
+            sum(r.seconds[c] for r in cluster.runs) + cluster.own.seconds[c], abs=1e-6
+        )
     # (d) additive over a split of the window
     split = min(cut, ev.now)
     left, right = build(ev, window=Interval(0, split)), build(ev, window=Interval(split, ev.now))
@@ -357,17 +543,51 @@ def shifted(ev: Evidence, d: float) -> Evidence:
     def iv(i: Interval | None) -> Interval | None:
         return None if i is None else Interval(i.start + d, m(i.end))
 
-    nodes = tuple(attrs.evolve(n, billed_from=m(n.billed_from), ready_at=m(n.ready_at), worker_at=m(n.worker_at),
-                               billed_to=m(n.billed_to), first_seen=n.first_seen + d) for n in ev.nodes)
-    runs = tuple(attrs.evolve(
-        r, submitted_at=r.submitted_at + d, ended_at=m(r.ended_at), queued=tuple(iv(q) for q in r.queued),
-        attempts=tuple(attrs.evolve(a, started_at=a.started_at + d, ended_at=m(a.ended_at),
-                                    setup_done_at=m(a.setup_done_at), initial_validation=iv(a.initial_validation),
-                                    steps=tuple(attrs.evolve(s, start=s.start + d, end=m(s.end),
-                                                             checkpoint=iv(s.checkpoint), validation=iv(s.validation))
-                                                for s in a.steps)) for a in r.attempts),
-        recoveries=tuple(attrs.evolve(x, lost_at=x.lost_at + d, capacity_wait_at=m(x.capacity_wait_at),
-                                      capacity_back_at=m(x.capacity_back_at), resumed_at=m(x.resumed_at))
-                         for x in r.recoveries),
-        holds=tuple(attrs.evolve(h, at=h.at + d) for h in r.holds)) for r in ev.runs)
+    nodes = tuple(
+        attrs.evolve(
+            n,
+            billed_from=m(n.billed_from),
+            ready_at=m(n.ready_at),
+            worker_at=m(n.worker_at),
+            billed_to=m(n.billed_to),
+            first_seen=n.first_seen + d,
+        )
+        for n in ev.nodes
+    )
+    runs = tuple(
+        attrs.evolve(
+            r,
+            submitted_at=r.submitted_at + d,
+            ended_at=m(r.ended_at),
+            queued=tuple(iv(q) for q in r.queued),
+            attempts=tuple(
+                attrs.evolve(
+                    a,
+                    started_at=a.started_at + d,
+                    ended_at=m(a.ended_at),
+                    setup_done_at=m(a.setup_done_at),
+                    initial_validation=iv(a.initial_validation),
+                    steps=tuple(
+                        attrs.evolve(
+                            s, start=s.start + d, end=m(s.end), checkpoint=iv(s.checkpoint), validation=iv(s.validation)
+                        )
+                        for s in a.steps
+                    ),
+                )
+                for a in r.attempts
+            ),
+            recoveries=tuple(
+                attrs.evolve(
+                    x,
+                    lost_at=x.lost_at + d,
+                    capacity_wait_at=m(x.capacity_wait_at),
+                    capacity_back_at=m(x.capacity_back_at),
+                    resumed_at=m(x.resumed_at),
+                )
+                for x in r.recoveries
+            ),
+            holds=tuple(attrs.evolve(h, at=h.at + d) for h in r.holds),
+        )
+        for r in ev.runs
+    )
     return Evidence(nodes=nodes, runs=runs, now=ev.now + d, pending=tuple(iv(p) for p in ev.pending))

@@ -35,7 +35,7 @@ def test_the_table_lists_every_category_then_the_total_and_the_restarts() -> Non
     text = str(build(preempted(), scope="run", run="r"))
     lines = text.splitlines()
     assert lines[0] == "Goodput of run r (SUCCEEDED; 3 GPU nodes × 8 GPUs)"
-    rows = [line.split()[0] for line in lines[3:3 + len(CATEGORIES) + 1]]
+    rows = [line.split()[0] for line in lines[3 : 3 + len(CATEGORIES) + 1]]
     assert rows == [*CATEGORIES, "total"]
     assert "attributed 100.0% · goodput" in lines[3 + len(CATEGORIES)]
     assert lines[-1].startswith("  lost: restart 1 at ")
@@ -74,6 +74,19 @@ def test_the_core_takes_plain_values_and_imports_nothing_that_reads() -> None:
         tree = ast.parse((root / f"{name}.py").read_text())
         found = {("." * n.level) + (n.module or "") for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         found |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        allowed = {"__future__", "attrs", "bisect", "itertools", "math", "time", "collections", "collections.abc", "typing",
-                   "..errors", ".timeline", ".attribute", ".ledger"}
+        allowed = {
+            "__future__",
+            "attrs",
+            "bisect",
+            "itertools",
+            "math",
+            "time",
+            "collections",
+            "collections.abc",
+            "typing",
+            "..errors",
+            ".timeline",
+            ".attribute",
+            ".ledger",
+        }
         assert found <= allowed, (name, found - allowed)

@@ -16,8 +16,13 @@ from rl_lustre.cli._app import cli
 from rl_lustre.goodput import CATEGORIES
 from rl_lustre.ray.state import RayNode
 
-JOB = GRPOJob(name="ledger", recipe="grpo_math_1B", max_num_steps=4, save_period=2,
-              overrides={"grpo.val_period": 3, "checkpointing.metric_name": None})
+JOB = GRPOJob(
+    name="ledger",
+    recipe="grpo_math_1B",
+    max_num_steps=4,
+    save_period=2,
+    overrides={"grpo.val_period": 3, "checkpointing.metric_name": None},
+)
 
 
 def test_a_finished_rehearsals_ledger_is_its_steps_saves_and_validation(local_cluster: Cluster, tmp_path) -> None:
@@ -67,8 +72,10 @@ def test_a_finished_rehearsals_ledger_is_its_steps_saves_and_validation(local_cl
     # The command line: the run's ledger as JSON (the schema of tests/data), the cluster's as a table.
     script = tmp_path / "deploy.py"
     c = local_cluster
-    script.write_text(f"from rl_lustre import Cluster\nc = Cluster.local({c.name!r}, volume_dir={c.mount_path!r}, "
-                      f"secrets={tuple(c.secrets)!r}, rehearsal_step_seconds={c.rehearsal_step_seconds!r})\n")
+    script.write_text(
+        f"from rl_lustre import Cluster\nc = Cluster.local({c.name!r}, volume_dir={c.mount_path!r}, "
+        f"secrets={tuple(c.secrets)!r}, rehearsal_step_seconds={c.rehearsal_step_seconds!r})\n"
+    )
     result = CliRunner().invoke(cli, ["goodput", f"{script}:c", run.job_id, "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
@@ -89,12 +96,16 @@ def test_a_down_cluster_has_no_ledger(tmp_path) -> None:
 
 
 def test_worker_raylets_are_billed_from_launch_to_end_and_matched_to_ray_by_name_and_time() -> None:
-    ray = [RayNode("old", "worker-1", "127.0.0.1", "DEAD", 1.0, 1.0, 5.0),  # an earlier head's, before the launch
-           RayNode("a", "worker-1", "127.0.0.1", "DEAD", 1.0, 12.0, 41.0),
-           RayNode("b", "worker-2", "127.0.0.1", "ALIVE", 1.0, 22.0, None)]
-    records = {"worker-1": {"pid": 1, "num_gpus": 1, "launched_at": 10.0, "ready_at": 12.5, "ended_at": 40.0},
-               "worker-2": {"pid": 2, "num_gpus": 1, "launched_at": 20.0, "ready_at": 22.5, "ended_at": None},
-               "worker-3": {"pid": 3, "num_gpus": 1, "launched_at": None, "ready_at": None, "ended_at": None}}
+    ray = [
+        RayNode("old", "worker-1", "127.0.0.1", "DEAD", 1.0, 1.0, 5.0),  # an earlier head's, before the launch
+        RayNode("a", "worker-1", "127.0.0.1", "DEAD", 1.0, 12.0, 41.0),
+        RayNode("b", "worker-2", "127.0.0.1", "ALIVE", 1.0, 22.0, None),
+    ]
+    records = {
+        "worker-1": {"pid": 1, "num_gpus": 1, "launched_at": 10.0, "ready_at": 12.5, "ended_at": 40.0},
+        "worker-2": {"pid": 2, "num_gpus": 1, "launched_at": 20.0, "ready_at": 22.5, "ended_at": None},
+        "worker-3": {"pid": 3, "num_gpus": 1, "launched_at": None, "ready_at": None, "ended_at": None},
+    }
     one, two = worker_spans(records, ray)
     assert (one.billed_from, one.ready_at, one.worker_at, one.billed_to, one.ray_node_ids) == (10, 12, 12, 40, ("a",))
     assert (two.billed_from, two.ready_at, two.billed_to, two.ray_node_ids) == (20, 22, None, ("b",))

@@ -35,8 +35,14 @@ def workers_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluste
     """Two real worker nodes of one GPU each."""
     if not Path("/proc/self/environ").exists():
         pytest.skip("the local backend reads the process table from /proc (Linux)")
-    cluster = Cluster.local(f"rll-ledger-{os.getpid()}", volume_dir=tmp_path_factory.mktemp("ledger-volume"),
-                            num_nodes=2, gpus_per_node=1, worker_nodes=2, rehearsal_step_seconds=STEP_SECONDS)
+    cluster = Cluster.local(
+        f"rll-ledger-{os.getpid()}",
+        volume_dir=tmp_path_factory.mktemp("ledger-volume"),
+        num_nodes=2,
+        gpus_per_node=1,
+        worker_nodes=2,
+        rehearsal_step_seconds=STEP_SECONDS,
+    )
     with cluster:
         yield cluster
 
@@ -70,22 +76,29 @@ def check_lost_and_training(ledger: GoodputLedger, run: Any, gone: Any, nodes: i
     lower = nodes * t5 + (nodes - 1) * restart.seconds_lost
     t6 = max((a[6].seconds or 0) for a in (first, second) if 6 in a)
     assert restart.first_step_at is not None
-    upper = (lower + nodes * (t6 + (restart.lost_at - gone.at) + 1.0)
-             + (restart.first_step_at - gone.at - (gone.back_after or 0)))
+    upper = (
+        lower
+        + nodes * (t6 + (restart.lost_at - gone.at) + 1.0)
+        + (restart.first_step_at - gone.at - (gone.back_after or 0))
+    )
     assert lower <= ledger.seconds["lost"] <= upper, (lower, ledger.seconds["lost"], upper, str(ledger))
     # Training: the steps completed times their step time, within 10 %.
     kept = surviving(log, 4)
     assert [s.global_step for s in kept] == list(range(1, 11))
-    work = nodes * math.fsum((s.seconds or 0) - s.timings.get("checkpointing", 0) - (s.validation_seconds or 0)
-                             for s in kept)
+    work = nodes * math.fsum(
+        (s.seconds or 0) - s.timings.get("checkpointing", 0) - (s.validation_seconds or 0) for s in kept
+    )
     assert abs(ledger.seconds["training"] - work) <= 0.10 * work, (ledger.seconds["training"], work)
     # ... and the steps completed times the step time: the median step's training, NeMo-RL's
     # step time less its save and validation (the ledger's checkpoint and validation; every
     # second step saves, so the median of whole step times would count half a save as training).
-    median = statistics.median((s.seconds or 0) - s.timings.get("checkpointing", 0) - (s.validation_seconds or 0)
-                               for s in kept)
+    median = statistics.median(
+        (s.seconds or 0) - s.timings.get("checkpointing", 0) - (s.validation_seconds or 0) for s in kept
+    )
     assert abs(ledger.seconds["training"] - nodes * 10 * median) <= 0.10 * nodes * 10 * median, (
-        ledger.seconds["training"], nodes * 10 * median)
+        ledger.seconds["training"],
+        nodes * 10 * median,
+    )
     assert ledger.attributed_fraction >= 0.95, str(ledger)
     validation = nodes * math.fsum(s.validation_seconds or 0 for s in kept)
     assert ledger.seconds["validation"] == pytest.approx(validation, rel=0.10, abs=0.05 * nodes)
@@ -99,7 +112,8 @@ def check_lost_and_training(ledger: GoodputLedger, run: Any, gone: Any, nodes: i
 
 
 def test_a_local_preempted_runs_ledger_covers_the_redone_steps_and_the_wait(
-        workers_cluster: Cluster, preemption_report: list[str]) -> None:
+    workers_cluster: Cluster, preemption_report: list[str]
+) -> None:
     cluster = workers_cluster
     job = attrs.evolve(JOB, name=f"ledger-{time.time_ns() % 10**6}")
     run = cluster.submit(job)
@@ -118,7 +132,8 @@ def test_a_local_preempted_runs_ledger_covers_the_redone_steps_and_the_wait(
     d = ledger.restarts[0]
     preemption_report.append(
         f"local ledger, 2 nodes: lost {ledger.seconds['lost']:.1f} node-s (redone {d.redone_node_seconds:.1f}, "
-        f"recovery {d.recovery_node_seconds:.1f}), attributed {ledger.attributed_fraction:.1%}; {_categories(ledger)}")
+        f"recovery {d.recovery_node_seconds:.1f}), attributed {ledger.attributed_fraction:.1%}; {_categories(ledger)}"
+    )
 
 
 def _categories(ledger: GoodputLedger) -> str:
@@ -150,12 +165,18 @@ def billed_by_the_fake(kube: Any, since: float, now: float) -> tuple[float, int]
 
 
 def test_on_the_gke_fakes_a_preempted_runs_ledger_in_spot_dollars_a_queued_jobs_and_the_clusters(
-        spot_head: SpotHead, tmp_path: Path, preemption_report: list[str]) -> None:
+    spot_head: SpotHead, tmp_path: Path, preemption_report: list[str]
+) -> None:
     from rl_lustre.catalog import PRICES
 
     spec = spot_spec("rl-ledger", tmp_path, num_nodes=2)
-    base = {**JOB_ARGS, "num_generations_per_prompt": 16, "train_global_batch_size": 64,
-            "nemo_rl_dir": str(nemo_rl_dir(tmp_path, STEP_SECONDS)), "overrides": {"grpo.val_period": 5}}
+    base = {
+        **JOB_ARGS,
+        "num_generations_per_prompt": 16,
+        "train_global_batch_size": 64,
+        "nemo_rl_dir": str(nemo_rl_dir(tmp_path, STEP_SECONDS)),
+        "overrides": {"grpo.val_period": 5},
+    }
     job_a = GRPOJob(**{**base, "name": "ledger-a"})
     job_b = GRPOJob(**{**base, "name": "ledger-b", "max_num_steps": 4})
 
@@ -185,8 +206,11 @@ def test_on_the_gke_fakes_a_preempted_runs_ledger_in_spot_dollars_a_queued_jobs_
         # Three Spot nodes (the second of them the same VM name again), each at the A4 Spot list price.
         assert len(ledger.nodes) == 3
         assert {n.kind for n in ledger.nodes} == {"spot"}
-        assert all(labels[n.node.split("#")[0]]["cloud.google.com/gke-spot"] == "true"
-                   for n in ledger.nodes if n.node.split("#")[0] in labels)
+        assert all(
+            labels[n.node.split("#")[0]]["cloud.google.com/gke-spot"] == "true"
+            for n in ledger.nodes
+            if n.node.split("#")[0] in labels
+        )
         spot = PRICES.machines["a4-highgpu-8g"].spot
         for c in CATEGORIES:
             assert ledger.usd[c] == pytest.approx(ledger.seconds[c] * spot / 3600)
@@ -194,8 +218,9 @@ def test_on_the_gke_fakes_a_preempted_runs_ledger_in_spot_dollars_a_queued_jobs_
         # The cluster's ledger: the two runs and its own time, and all of what the Kubernetes objects say was billed.
         assert {r.name for r in whole.runs} == {run.job_id, second.job_id}
         for c in CATEGORIES:
-            assert whole.seconds[c] == pytest.approx(sum(r.seconds[c] for r in whole.runs) + whole.own.seconds[c],
-                                                     abs=1e-6)
+            assert whole.seconds[c] == pytest.approx(
+                sum(r.seconds[c] for r in whole.runs) + whole.own.seconds[c], abs=1e-6
+            )
         assert whole.run(run.job_id).seconds["lost"] == pytest.approx(ledger.seconds["lost"], rel=0.02)
         assert abs(whole.total_seconds - billed) <= 1.0 * count + 1.0, (whole.total_seconds, billed, count)
         assert whole.own.seconds["idle"] > 0
@@ -230,4 +255,5 @@ def test_on_the_gke_fakes_a_preempted_runs_ledger_in_spot_dollars_a_queued_jobs_
             f"fake GKE ledger, 2 Spot nodes: lost {ledger.seconds['lost']:.1f} node-s (${ledger.usd['lost']:.3f}), "
             f"redone {d.redone_node_seconds:.1f}, recovery {d.recovery_node_seconds:.1f}, "
             f"attributed {ledger.attributed_fraction:.1%}; cluster {whole.total_seconds:.0f} node-s, attributed "
-        f"{whole.attributed_fraction:.1%}; run A {_categories(ledger)}; queued B {_categories(queued)}")
+            f"{whole.attributed_fraction:.1%}; run A {_categories(ledger)}; queued B {_categories(queued)}"
+        )

@@ -37,14 +37,14 @@ def test_a_supervised_rehearsal_gives_a_span_per_step_with_its_save_and_validati
         if span.step in (2, 4):
             assert span.checkpoint is not None
             # NeMo-RL's timer (printed to 0.01 s), clamped to the step's span.
-            assert span.checkpoint.end - span.checkpoint.start == pytest.approx(printed.timings["checkpointing"],
-                                                                                abs=0.011)
+            assert span.checkpoint.end - span.checkpoint.start == pytest.approx(
+                printed.timings["checkpointing"], abs=0.011
+            )
         else:
             assert span.checkpoint is None
         if span.step == 3:
             assert span.validation is not None
-            assert span.validation.end - span.validation.start == pytest.approx(printed.validation_seconds,
-                                                                                abs=0.011)
+            assert span.validation.end - span.validation.start == pytest.approx(printed.validation_seconds, abs=0.011)
         else:
             assert span.validation is None
     # Spans follow each other: each ends where the next begins; the last lasts NeMo-RL's own time.
@@ -72,17 +72,27 @@ def two_attempts() -> str:
     lines = [
         ev({"event": "start", "nodes": 2, "gpus_per_node": 8}, 1),
         ev({"event": "attempt", "attempt": 1}, 2),
-        formats.step_header(1, 4), ev({"event": "step", "step": 1, "k": 1, "of": 4, "epoch": 1, "attempt": 1}, 10),
-        formats.save_line(1), ev({"event": "save", "step": 1, "attempt": 1}, 18),
-        "", "📊 Training Results:", "  • Loss: 0.1", "", "⏱️  Timing:", "  • Total step time: 10.00s",
+        formats.step_header(1, 4),
+        ev({"event": "step", "step": 1, "k": 1, "of": 4, "epoch": 1, "attempt": 1}, 10),
+        formats.save_line(1),
+        ev({"event": "save", "step": 1, "attempt": 1}, 18),
+        "",
+        "📊 Training Results:",
+        "  • Loss: 0.1",
+        "",
+        "⏱️  Timing:",
+        "  • Total step time: 10.00s",
         "  • checkpointing: 2.00s (20.0%)",
-        formats.step_header(2, 4), ev({"event": "step", "step": 2, "k": 2, "of": 4, "epoch": 1, "attempt": 1}, 20),
+        formats.step_header(2, 4),
+        ev({"event": "step", "step": 2, "k": 2, "of": 4, "epoch": 1, "attempt": 1}, 20),
         ev({"event": "exit", "attempt": 1, "code": 1}, 26),
         'RL_LUSTRE_RESTART {"restart": 1, "lost_at": 25.0, "nodes": [{"node_id": "ab", "name": "w2"}], '
         '"resume_step": 1, "last_step": 2, "exit_code": 1}',
-        ev({"event": "capacity_wait", "need": 2}, 27), ev({"event": "capacity_back", "waited": 3}, 30),
+        ev({"event": "capacity_wait", "need": 2}, 27),
+        ev({"event": "capacity_back", "waited": 3}, 30),
         ev({"event": "attempt", "attempt": 2}, 31),
-        formats.step_header(2, 4), ev({"event": "step", "step": 2, "k": 2, "of": 4, "epoch": 1, "attempt": 2}, 40),
+        formats.step_header(2, 4),
+        ev({"event": "step", "step": 2, "k": 2, "of": 4, "epoch": 1, "attempt": 2}, 40),
         'RL_LUSTRE_RESUMED {"restart": 1, "first_step": 2, "first_step_at": 40.0, "seconds_lost": 15.0, '
         '"capacity_seconds": 3.0}',
     ]
@@ -100,7 +110,13 @@ def test_two_attempts_and_a_recovery() -> None:
     assert (a1.ended_at, a1.exit_code) == (26, 1)
     [r] = t.recoveries
     assert (r.lost_at, r.resume_step, r.ended_attempt, r.capacity_wait_at, r.capacity_back_at, r.resumed_at) == (
-        25, 1, 1, 27, 30, 40)
+        25,
+        1,
+        1,
+        27,
+        30,
+        40,
+    )
     assert r.nodes_lost == ("w2",)
     # The running attempt's step is open.
     assert [(s.step, s.start, s.end) for s in a2.steps] == [(2, 40, None)]
@@ -112,12 +128,25 @@ def test_a_save_line_stamped_late_keeps_its_timers_seconds_inside_its_step() -> 
     lines = [
         ev({"event": "start", "nodes": 1, "gpus_per_node": 8}, 1),
         ev({"event": "attempt", "attempt": 1}, 2),
-        formats.step_header(1, 2), ev({"event": "step", "step": 1, "k": 1, "of": 2, "epoch": 1, "attempt": 1}, 10),
-        formats.save_line(1), ev({"event": "save", "step": 1, "attempt": 1}, 20),
-        "", "📊 Training Results:", "  • Loss: 0.1", "", "⏱️  Timing:", "  • Total step time: 10.00s",
+        formats.step_header(1, 2),
+        ev({"event": "step", "step": 1, "k": 1, "of": 2, "epoch": 1, "attempt": 1}, 10),
+        formats.save_line(1),
+        ev({"event": "save", "step": 1, "attempt": 1}, 20),
+        "",
+        "📊 Training Results:",
+        "  • Loss: 0.1",
+        "",
+        "⏱️  Timing:",
+        "  • Total step time: 10.00s",
         "  • checkpointing: 2.00s (20.0%)",
-        formats.step_header(2, 2), ev({"event": "step", "step": 2, "k": 2, "of": 2, "epoch": 1, "attempt": 1}, 20),
-        "", "📊 Training Results:", "  • Loss: 0.1", "", "⏱️  Timing:", "  • Total step time: 10.00s",
+        formats.step_header(2, 2),
+        ev({"event": "step", "step": 2, "k": 2, "of": 2, "epoch": 1, "attempt": 1}, 20),
+        "",
+        "📊 Training Results:",
+        "  • Loss: 0.1",
+        "",
+        "⏱️  Timing:",
+        "  • Total step time: 10.00s",
         ev({"event": "exit", "attempt": 1, "code": 0}, 30.5),
     ]
     t = run_timeline("r", "\n".join(lines) + "\n", status="SUCCEEDED", submitted_at=0, ended_at=31)
@@ -134,8 +163,13 @@ def test_a_save_line_stamped_late_keeps_its_timers_seconds_inside_its_step() -> 
 
 
 def test_a_log_without_the_journal() -> None:
-    t = run_timeline("old", "Loaded configuration from: x\n" + formats.step_header(1, 2) + "\n",
-                     status="SUCCEEDED", submitted_at=0, ended_at=9)
+    t = run_timeline(
+        "old",
+        "Loaded configuration from: x\n" + formats.step_header(1, 2) + "\n",
+        status="SUCCEEDED",
+        submitted_at=0,
+        ended_at=9,
+    )
     assert not t.journal
     assert t.attempts == ()
     assert t.ended_at == 9
@@ -143,15 +177,26 @@ def test_a_log_without_the_journal() -> None:
 
 
 def test_queue_records_give_the_wait_and_the_nodes_held() -> None:
-    log = "\n".join([
-        ev({"event": "start", "nodes": 1}, 1),
-        ev({"event": "queued", "need": 2, "place": 1, "behind": ["a"]}, 2),
-        ev({"event": "waiting", "need": 2, "place": 1}, 5),
-        ev({"event": "granted", "need": 2, "slots": [0, 1], "attempt": 1, "after": "queued"}, 9),
-        ev({"event": "attempt", "attempt": 1}, 9.5),
-        ev({"event": "held", "attempt": 1, "nodes": [{"node_id": "n1", "gpus": 8}, {"node_id": "n2", "gpus": 8.0}]},
-           12),
-    ]) + "\n"
+    log = (
+        "\n".join(
+            [
+                ev({"event": "start", "nodes": 1}, 1),
+                ev({"event": "queued", "need": 2, "place": 1, "behind": ["a"]}, 2),
+                ev({"event": "waiting", "need": 2, "place": 1}, 5),
+                ev({"event": "granted", "need": 2, "slots": [0, 1], "attempt": 1, "after": "queued"}, 9),
+                ev({"event": "attempt", "attempt": 1}, 9.5),
+                ev(
+                    {
+                        "event": "held",
+                        "attempt": 1,
+                        "nodes": [{"node_id": "n1", "gpus": 8}, {"node_id": "n2", "gpus": 8.0}],
+                    },
+                    12,
+                ),
+            ]
+        )
+        + "\n"
+    )
     t = run_timeline("b", log, status="RUNNING", submitted_at=0, ended_at=None)
     assert t.nodes_needed == 2
     assert [(q.start, q.end) for q in t.queued] == [(2, 9)]

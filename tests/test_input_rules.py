@@ -70,14 +70,22 @@ def test_a_newline_or_tab_in_an_override_value_survives_the_jobs_entrypoint(
     a stand-in for NeMo-RL's script receives its argv, and Hydra reads the override back."""
     resolved = GRPOJob(name="stops", overrides={key: value}).resolve(Cluster(**GKE))
     entry = resolved.entrypoint
-    script = entry[:entry.index(" --config ")]
+    script = entry[: entry.index(" --config ")]
     assert script.endswith("examples/run_grpo_math.py")
     argv = tmp_path / "argv.json"
-    probe = (f"{sys.executable} -c 'import json, sys; json.dump(sys.argv[1:], open(sys.argv[1], \"w\"))' "
-             f"{argv}")
-    command = probe + entry[len(script):]
-    outer = supervised(command, python=sys.executable, max_restarts=0, nodes=0, gpus_per_node=8,
-                       capacity_timeout=1, checkpoint_dir=None, poll=0.1, settle=0)
+    probe = f"{sys.executable} -c 'import json, sys; json.dump(sys.argv[1:], open(sys.argv[1], \"w\"))' {argv}"
+    command = probe + entry[len(script) :]
+    outer = supervised(
+        command,
+        python=sys.executable,
+        max_restarts=0,
+        nodes=0,
+        gpus_per_node=8,
+        capacity_timeout=1,
+        checkpoint_dir=None,
+        poll=0.1,
+        settle=0,
+    )
     env = {**os.environ, "PYTHONPATH": os.path.dirname(shipped_module())}
     done = subprocess.run(["/bin/sh", "-c", outer], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -98,18 +106,24 @@ def test_nul_and_the_other_control_characters_are_refused_in_an_override_value(b
 
 
 @pytest.mark.parametrize("ws", ["\n", "\t"])
-@pytest.mark.parametrize(("what", "field", "make"), [
-    ("job name", "name", lambda ws: GRPOJob(name=f"a{ws}b")),
-    ("override key", "overrides", lambda ws: GRPOJob(name="j", overrides={f"grpo{ws}.seed": 1})),
-    ("key inside a value", "overrides['+logger.x']",
-     lambda ws: GRPOJob(name="j", overrides={"+logger.x": {f"k{ws}": "v"}})),
-    ("checkpoint root", "checkpoint_root", lambda ws: GRPOJob(name="j", checkpoint_root=f"ck{ws}pt")),
-    ("working dir", "working_dir", lambda ws: GRPOJob(name="j", working_dir=f"/tmp/w{ws}d")),
-    ("environment value", "env['A']", lambda ws: GRPOJob(name="j", env={"A": f"x{ws}y"})),
-    ("cluster name", "name", lambda ws: Cluster(**{**GKE, "name": f"de{ws}mo"})),
-    ("mount path", "mount_path", lambda ws: Cluster(**GKE, mount_path=f"/lus{ws}tre")),
-    ("secret name", "secrets", lambda ws: Cluster(**GKE, secrets=(f"HF{ws}TOKEN",))),
-])
+@pytest.mark.parametrize(
+    ("what", "field", "make"),
+    [
+        ("job name", "name", lambda ws: GRPOJob(name=f"a{ws}b")),
+        ("override key", "overrides", lambda ws: GRPOJob(name="j", overrides={f"grpo{ws}.seed": 1})),
+        (
+            "key inside a value",
+            "overrides['+logger.x']",
+            lambda ws: GRPOJob(name="j", overrides={"+logger.x": {f"k{ws}": "v"}}),
+        ),
+        ("checkpoint root", "checkpoint_root", lambda ws: GRPOJob(name="j", checkpoint_root=f"ck{ws}pt")),
+        ("working dir", "working_dir", lambda ws: GRPOJob(name="j", working_dir=f"/tmp/w{ws}d")),
+        ("environment value", "env['A']", lambda ws: GRPOJob(name="j", env={"A": f"x{ws}y"})),
+        ("cluster name", "name", lambda ws: Cluster(**{**GKE, "name": f"de{ws}mo"})),
+        ("mount path", "mount_path", lambda ws: Cluster(**GKE, mount_path=f"/lus{ws}tre")),
+        ("secret name", "secrets", lambda ws: Cluster(**GKE, secrets=(f"HF{ws}TOKEN",))),
+    ],
+)
 def test_newlines_and_tabs_never_pass_in_names_keys_or_paths(what: str, field: str, make: Any, ws: str) -> None:
     with pytest.raises(ConfigError) as info:
         make(ws)
@@ -125,12 +139,15 @@ def test_a_mount_path_with_a_leading_double_slash_is_refused(path: str) -> None:
     assert "normalised" in info.value.rule
 
 
-@pytest.mark.parametrize(("typed", "quoted"), [
-    (["0.0.0.0/00"], "0.0.0.0/00"),
-    (["10.0.0.0/8", "0.0.0.0/0.0.0.0"], "0.0.0.0/0.0.0.0"),
-    (["::0/0"], "::0/0"),
-    (["0.0.0.0/1", "128.0.0.0/01"], "0.0.0.0/1, 128.0.0.0/01"),
-])
+@pytest.mark.parametrize(
+    ("typed", "quoted"),
+    [
+        (["0.0.0.0/00"], "0.0.0.0/00"),
+        (["10.0.0.0/8", "0.0.0.0/0.0.0.0"], "0.0.0.0/0.0.0.0"),
+        (["::0/0"], "::0/0"),
+        (["0.0.0.0/1", "128.0.0.0/01"], "0.0.0.0/1, 128.0.0.0/01"),
+    ],
+)
 def test_an_authorized_networks_error_quotes_what_was_typed(typed: list[str], quoted: str) -> None:
     with pytest.raises(ConfigError) as info:
         Cluster(**GKE, authorized_networks=typed)

@@ -18,8 +18,17 @@ from rl_lustre.errors import ConfigError, PreflightError
 from rl_lustre.nemo_rl.overrides import same_value
 
 PARSER = OverridesParser.create()
-PREFIX = ["cd", "/opt/nemo-rl", "&&", "uv", "run", "python", "examples/run_grpo_math.py", "--config",
-          "examples/configs/grpo_math_70B_megatron.yaml"]
+PREFIX = [
+    "cd",
+    "/opt/nemo-rl",
+    "&&",
+    "uv",
+    "run",
+    "python",
+    "examples/run_grpo_math.py",
+    "--config",
+    "examples/configs/grpo_math_70B_megatron.yaml",
+]
 SECRET_VALUE = "hf_SuperSecretValue123"
 
 
@@ -134,8 +143,18 @@ def test_runtime_env_carries_working_dir_and_excludes(tmp_path: Path) -> None:
     assert env["excludes"] == ["*.pt", ".git", "__pycache__/", "*.pyc"]
 
 
-@pytest.mark.parametrize("name", ["HF_TOKEN", "WANDB_API_KEY", "my_secret", "DB_PASSWORD", "GITHUBTOKEN",
-                                  "GOOGLE_APPLICATION_CREDENTIALS", "Api_Key"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "WANDB_API_KEY",
+        "my_secret",
+        "DB_PASSWORD",
+        "GITHUBTOKEN",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "Api_Key",
+    ],
+)
 def test_secret_looking_env_is_rejected(name: str) -> None:
     with pytest.raises(ConfigError) as info:
         reference_job(env={name: SECRET_VALUE})
@@ -160,11 +179,14 @@ def test_env_rules() -> None:
 def test_user_overrides_replace_in_place_and_add_with_plus() -> None:
     cluster = reference_cluster()
     base = reference_job()
-    job = attrs.evolve(base, overrides={
-        "grpo.max_num_steps": 5,
-        "+logger.mlflow.tracking_uri": "http://mlflow:5000",
-        "policy.megatron_cfg.optimizer.lr": 3e-7,
-    })
+    job = attrs.evolve(
+        base,
+        overrides={
+            "grpo.max_num_steps": 5,
+            "+logger.mlflow.tracking_uri": "http://mlflow:5000",
+            "policy.megatron_cfg.optimizer.lr": 3e-7,
+        },
+    )
     keys = list(job.overrides(cluster))
     assert keys.index("grpo.max_num_steps") == list(base.overrides(cluster)).index("grpo.max_num_steps")
     assert keys[-2:] == ["+logger.mlflow.tracking_uri", "policy.megatron_cfg.optimizer.lr"]
@@ -172,13 +194,16 @@ def test_user_overrides_replace_in_place_and_add_with_plus() -> None:
     assert parsed["grpo.max_num_steps"] == 5
     assert parsed["+logger.mlflow.tracking_uri"] == "http://mlflow:5000"
     assert same_value(parsed["policy.megatron_cfg.optimizer.lr"], 3e-7)
-    assert job.extra_overrides == {"grpo.max_num_steps": 5, "+logger.mlflow.tracking_uri": "http://mlflow:5000",
-                                   "policy.megatron_cfg.optimizer.lr": 3e-7}
+    assert job.extra_overrides == {
+        "grpo.max_num_steps": 5,
+        "+logger.mlflow.tracking_uri": "http://mlflow:5000",
+        "policy.megatron_cfg.optimizer.lr": 3e-7,
+    }
 
 
 def test_hostile_strings_survive_hydra_and_a_real_shell(tmp_path: Path) -> None:
     nasty = {
-        "logger.wandb.name": "it's a \"test\", $HOME; `id` $(rm -rf /) #1 [x] {y} a=b",
+        "logger.wandb.name": 'it\'s a "test", $HOME; `id` $(rm -rf /) #1 [x] {y} a=b',
         "+logger.wandb.notes": "true",
         "+logger.wandb.tags": ["a b", "c,d", None, 1, "it's"],
         "++policy.megatron_cfg.env_vars": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
@@ -195,7 +220,7 @@ def test_hostile_strings_survive_hydra_and_a_real_shell(tmp_path: Path) -> None:
     args = command.split(" --config examples/configs/grpo_math_70B_megatron.yaml ", 1)[1]
     echo = f"{shlex.quote(sys.executable)} -c 'import json, sys; print(json.dumps(sys.argv[1:]))'"
     out = subprocess.run(["/bin/sh", "-c", f"{echo} {args}"], capture_output=True, text=True, check=True, cwd=tmp_path)
-    assert json.loads(out.stdout) == shlex.split(command)[len(PREFIX):]
+    assert json.loads(out.stdout) == shlex.split(command)[len(PREFIX) :]
     assert not any(tmp_path.iterdir())
 
 
@@ -233,8 +258,18 @@ def test_local_rehearsal_command(tmp_path: Path) -> None:
     job = reference_job()
     tokens = shlex.split(job.entrypoint(cluster))
     # --reserve: the driver holds the job's GPUs in placement groups as NeMo-RL does.
-    assert tokens[:10] == [sys.executable, "-m", "rl_lustre.rehearsal", "--checkpoint-scale", tokens[4],
-                           "--step-seconds", tokens[6], "--reserve", "--config", "grpo_math_70B_megatron"]
+    assert tokens[:10] == [
+        sys.executable,
+        "-m",
+        "rl_lustre.rehearsal",
+        "--checkpoint-scale",
+        tokens[4],
+        "--step-seconds",
+        tokens[6],
+        "--reserve",
+        "--config",
+        "grpo_math_70B_megatron",
+    ]
     assert float(tokens[4]) == 2e-5
     assert float(tokens[6]) == 0.25
     _, parsed = parse_command(job.entrypoint(cluster), prefix_len=10)
@@ -247,8 +282,17 @@ def test_local_with_nemo_rl_runs_the_real_entrypoint(tmp_path: Path) -> None:
     checkout = tmp_path / "Ne Mo-RL"
     cluster = Cluster.local("demo", volume_dir=tmp_path / "vol", nemo_rl_path=checkout)
     tokens = shlex.split(reference_job().entrypoint(cluster))
-    assert tokens[:9] == ["cd", str(checkout), "&&", "uv", "run", "python", "examples/run_grpo_math.py",
-                          "--config", "examples/configs/grpo_math_70B_megatron.yaml"]
+    assert tokens[:9] == [
+        "cd",
+        str(checkout),
+        "&&",
+        "uv",
+        "run",
+        "python",
+        "examples/run_grpo_math.py",
+        "--config",
+        "examples/configs/grpo_math_70B_megatron.yaml",
+    ]
 
 
 def test_override_values_and_keys_are_validated_on_construction() -> None:
@@ -262,8 +306,7 @@ def test_override_values_and_keys_are_validated_on_construction() -> None:
 
 def test_tilde_deletes_a_key_as_in_nemo_rl() -> None:
     # "~key" is a valid NeMo-RL (Hydra) override: it deletes the key from the recipe.
-    job = reference_job(recipe="grpo_math_1B", overrides={"~policy.dynamic_batching": None,
-                                                         "~logger.wandb.name": None})
+    job = reference_job(recipe="grpo_math_1B", overrides={"~policy.dynamic_batching": None, "~logger.wandb.name": None})
     resolved = job.resolve(reference_cluster())
     assert "~policy.dynamic_batching" in resolved.override_args
     # A key we set is deleted in its place, not set and then deleted.
@@ -283,13 +326,23 @@ def test_entry_script_follows_the_nemo_rl_version() -> None:
     # v0.6.0 removed examples/run_grpo_math.py; examples/run_grpo.py runs GRPO from then on.
     from rl_lustre.nemo_rl import nemo_rl_version
 
-    for version, script in (("0.4.0", "examples/run_grpo_math.py"), ("0.5.0", "examples/run_grpo_math.py"),
-                            ("0.6.0", "examples/run_grpo.py"), ("0.7.0", "examples/run_grpo.py")):
+    for version, script in (
+        ("0.4.0", "examples/run_grpo_math.py"),
+        ("0.5.0", "examples/run_grpo_math.py"),
+        ("0.6.0", "examples/run_grpo.py"),
+        ("0.7.0", "examples/run_grpo.py"),
+    ):
         assert nemo_rl_version(version).entry_script == script, version
     tokens = shlex.split(reference_job(nemo_rl_version="0.6.0").entrypoint(reference_cluster()))
     assert tokens[6] == "examples/run_grpo.py"
-    from_image = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
-                         image="nvcr.io/nvidia/nemo-rl:v0.6.0", ray_version="2.49.2")
+    from_image = Cluster(
+        name="demo",
+        project="my-project",
+        region="us-east1",
+        zone="us-east1-b",
+        image="nvcr.io/nvidia/nemo-rl:v0.6.0",
+        ray_version="2.49.2",
+    )
     assert shlex.split(reference_job().entrypoint(from_image))[6] == "examples/run_grpo.py"
 
 
@@ -320,8 +373,9 @@ def test_interpolations_in_override_strings_follow_interpolate_overrides() -> No
     assert interpolated.config["logger"]["wandb"]["tags"] == [model]
     assert interpolated.config["grpo"]["seed"] == interpolated.config["grpo"]["max_num_steps"] == 20
 
-    literal = reference_job(recipe="grpo_math_1B", model=model, overrides=overrides,
-                            interpolate_overrides=False).resolve(cluster)
+    literal = reference_job(
+        recipe="grpo_math_1B", model=model, overrides=overrides, interpolate_overrides=False
+    ).resolve(cluster)
     assert literal.config is not None
     assert literal.config["logger"]["wandb"]["tags"] == ["${policy.model_name}"]
     assert literal.config["grpo"]["seed"] == "${grpo.max_num_steps}"
@@ -330,9 +384,12 @@ def test_interpolations_in_override_strings_follow_interpolate_overrides() -> No
         assert resolved.config["policy"]["model_name"] == model
         assert resolved.config["checkpointing"]["checkpoint_dir"].startswith("/tmp/rl-lustre-${HOME}/")
     # What the rehearsal driver (NeMo-RL's stand-in) resolves from the command line agrees.
-    tokens = shlex.split(reference_job(recipe="grpo_math_1B", model=model, overrides=overrides,
-                                       interpolate_overrides=False).entrypoint(cluster))
-    args = tokens[tokens.index("--config") + 2:]
+    tokens = shlex.split(
+        reference_job(recipe="grpo_math_1B", model=model, overrides=overrides, interpolate_overrides=False).entrypoint(
+            cluster
+        )
+    )
+    args = tokens[tokens.index("--config") + 2 :]
     from rl_lustre.nemo_rl import resolve_config
 
     assert resolve_config("grpo_math_1B", args)["logger"]["wandb"]["tags"] == ["${policy.model_name}"]
@@ -343,9 +400,13 @@ def test_interpolations_in_override_strings_follow_interpolate_overrides() -> No
 
 def test_preflight_never_reads_the_local_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RL_LUSTRE_TEST_PRIVATE", "value-from-this-machine")
-    job = reference_job(recipe="grpo_math_1B",
-                        overrides={"+logger.wandb.tags": ["${oc.env:RL_LUSTRE_TEST_PRIVATE}"],
-                                   "logger.wandb.name": "run-${oc.env:RL_LUSTRE_TEST_PRIVATE,x}"})
+    job = reference_job(
+        recipe="grpo_math_1B",
+        overrides={
+            "+logger.wandb.tags": ["${oc.env:RL_LUSTRE_TEST_PRIVATE}"],
+            "logger.wandb.name": "run-${oc.env:RL_LUSTRE_TEST_PRIVATE,x}",
+        },
+    )
     resolved = job.resolve(reference_cluster())
     assert resolved.config is not None
     assert resolved.config["logger"]["wandb"]["tags"] == ["${oc.env:RL_LUSTRE_TEST_PRIVATE}"]

@@ -29,16 +29,22 @@ def test_a_released_volume_whose_claim_is_gone_binds_the_new_claim(kube: Any) ->
     from rl_lustre.kube.manifests import build_manifests
 
     cluster = _cluster(name="kp")
-    storage = [m for m in build_manifests(cluster, secret_values={"RAY_AUTH_TOKEN": "t"}, redact=False)
-               if m["kind"] in ("PersistentVolume", "PersistentVolumeClaim")]
+    storage = [
+        m
+        for m in build_manifests(cluster, secret_values={"RAY_AUTH_TOKEN": "t"}, redact=False)
+        if m["kind"] in ("PersistentVolume", "PersistentVolumeClaim")
+    ]
     api = kube.api_client()
     core = kube_both.core(kube)
     apply_manifests(api, storage, deployment=cluster.name)
     wait_ready(api, storage, timeout=60)
     old = core.read_namespaced_persistent_volume_claim(naming.pvc_name(cluster), "default").metadata.uid
     core.delete_namespaced_persistent_volume_claim(naming.pvc_name(cluster), "default")
-    pv = wait("the volume to be Released", lambda: (v := core.read_persistent_volume(naming.pv_name(cluster)))
-              .status.phase == "Released" and v, timeout=60)
+    pv = wait(
+        "the volume to be Released",
+        lambda: (v := core.read_persistent_volume(naming.pv_name(cluster))).status.phase == "Released" and v,
+        timeout=60,
+    )
     assert pv.spec.claim_ref.uid == old
 
     actions = {a.kind: a.action for a in apply_manifests(api, storage, deployment=cluster.name)}
@@ -72,8 +78,11 @@ def test_the_prepull_daemonset_and_a_running_prefetch_job_are_adopted_as_they_ru
     jobs = ResourceClient(api, "Job", "default")
 
     def pods(selector: str) -> list[Any]:
-        return [p for p in core.list_namespaced_pod("default", label_selector=selector).items
-                if not p.metadata.deletion_timestamp]
+        return [
+            p
+            for p in core.list_namespaced_pod("default", label_selector=selector).items
+            if not p.metadata.deletion_timestamp
+        ]
 
     prepull_selector = ",".join(f"{k}={v}" for k, v in ds["spec"]["selector"]["matchLabels"].items())
     job_selector = f"job-name={naming.prefetch_name(cluster)}"
@@ -82,17 +91,24 @@ def test_the_prepull_daemonset_and_a_running_prefetch_job_are_adopted_as_they_ru
         assert first == {"DaemonSet": "created", "Job": "created"}
         nodes = prepull_node_count(cluster)
         # One pre-pull pod per node of the GPU pool (its taint tolerated) and of the CPU pool.
-        wait("the pre-pull on every node", lambda: daemonset_progress(daemonsets.get(ds["metadata"]["name"]),
-                                                                        nodes) == (nodes, nodes), timeout=60)
+        wait(
+            "the pre-pull on every node",
+            lambda: daemonset_progress(daemonsets.get(ds["metadata"]["name"]), nodes) == (nodes, nodes),
+            timeout=60,
+        )
         assert sorted(p.spec.node_name for p in pods(prepull_selector)) == sorted(
-            n.metadata.name for n in core.list_node().items)
+            n.metadata.name for n in core.list_node().items
+        )
         wait("the prefetch pod to run", lambda: [p for p in pods(job_selector) if p.status.phase == "Running"])
         running = {p.metadata.uid for p in pods(prepull_selector) + pods(job_selector)}
         assert job_state(jobs.get(job["metadata"]["name"])) == "running"
 
-        again = {a.kind: a.action for a in apply_manifests(api, [json.loads(json.dumps(ds)),
-                                                                 json.loads(json.dumps(job))],
-                                                           deployment=cluster.name)}
+        again = {
+            a.kind: a.action
+            for a in apply_manifests(
+                api, [json.loads(json.dumps(ds)), json.loads(json.dumps(job))], deployment=cluster.name
+            )
+        }
         assert again == {"DaemonSet": "unchanged", "Job": "unchanged"}
         assert {p.metadata.uid for p in pods(prepull_selector) + pods(job_selector)} == running
         assert job_state(jobs.get(job["metadata"]["name"])) == "running"

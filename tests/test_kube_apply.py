@@ -45,8 +45,9 @@ def api(fake: KubeFake):
 
 
 def make_cluster(**changes: object) -> Cluster:
-    cluster = Cluster(name=DEPLOYMENT, project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2,
-                      fabric="tcp")
+    cluster = Cluster(
+        name=DEPLOYMENT, project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2, fabric="tcp"
+    )
     if changes:
         cluster = attrs.evolve(cluster, **changes)
     cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"  # as LustreVolume.refresh() would
@@ -74,8 +75,10 @@ def test_apply_creates_and_the_raycluster_becomes_ready_through_watches(fake: Ku
     finally:
         fake.timings.start = KubeTimings().start
     assert [(a.kind, a.action) for a in applied] == [
-        ("PersistentVolume", "created"), ("PersistentVolumeClaim", "created"),
-        ("Secret", "created"), ("RayCluster", "created"),
+        ("PersistentVolume", "created"),
+        ("PersistentVolumeClaim", "created"),
+        ("Secret", "created"),
+        ("RayCluster", "created"),
     ]
     assert rc is not None
     conditions = {c["type"]: c["status"] for c in rc["status"]["conditions"]}
@@ -85,9 +88,15 @@ def test_apply_creates_and_the_raycluster_becomes_ready_through_watches(fake: Ku
     assert watches >= 1, f"readiness must be watched ({reads} reads, {watches} watches)"
     assert reads <= 2, f"readiness must not be polled ({reads} reads, {watches} watches)"
     info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and r.name == "rl_lustre.kube.apply"]
-    assert info == [f"created {a}" for a in (
-        "PersistentVolume rl-demo-lustre-pv", "PersistentVolumeClaim default/rl-demo-lustre-pvc",
-        "Secret default/rl-demo-job-secrets", "RayCluster default/rl-demo")]
+    assert info == [
+        f"created {a}"
+        for a in (
+            "PersistentVolume rl-demo-lustre-pv",
+            "PersistentVolumeClaim default/rl-demo-lustre-pvc",
+            "Secret default/rl-demo-job-secrets",
+            "RayCluster default/rl-demo",
+        )
+    ]
     assert any(r.levelno == logging.DEBUG and "watch RayCluster" in r.getMessage() for r in caplog.records)
     assert "hf_first_value" not in caplog.text
 
@@ -106,8 +115,12 @@ def test_reapply_adopts_changes_and_leaves_the_rest(fake: KubeFake, api, caplog)
 
     bigger = manifests(make_cluster(num_nodes=3), hf_token="hf_second_value")
     adopted = {a.kind: a.action for a in apply_manifests(api, bigger, deployment=DEPLOYMENT)}
-    assert adopted == {"PersistentVolume": "unchanged", "PersistentVolumeClaim": "unchanged",
-                       "Secret": "adopted", "RayCluster": "adopted"}
+    assert adopted == {
+        "PersistentVolume": "unchanged",
+        "PersistentVolumeClaim": "unchanged",
+        "Secret": "adopted",
+        "RayCluster": "adopted",
+    }
     stored = fake.get("RayCluster", DEPLOYMENT)
     assert stored["metadata"]["uid"] == uid, "adopted in place, not recreated"
     assert stored["spec"]["workerGroupSpecs"][0]["replicas"] == 3
@@ -172,10 +185,14 @@ def test_two_deployments_share_a_namespace(fake: KubeFake, api) -> None:
 
 
 def test_same_named_object_without_our_labels_is_never_touched(fake: KubeFake, api) -> None:
-    theirs = fake.create({"apiVersion": "v1", "kind": "Secret",
-                          "metadata": {"name": f"{DEPLOYMENT}-job-secrets", "namespace": "default",
-                                       "labels": {"team": "other"}},
-                          "data": {"HF_TOKEN": base64.b64encode(b"theirs").decode()}})
+    theirs = fake.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{DEPLOYMENT}-job-secrets", "namespace": "default", "labels": {"team": "other"}},
+            "data": {"HF_TOKEN": base64.b64encode(b"theirs").decode()},
+        }
+    )
     with pytest.raises(OwnershipError, match=f"Secret default/{DEPLOYMENT}-job-secrets"):
         apply_manifests(api, manifests(), deployment=DEPLOYMENT)
     after = fake.get("Secret", f"{DEPLOYMENT}-job-secrets")
@@ -194,7 +211,10 @@ def test_object_of_another_deployment_is_not_adopted(fake: KubeFake, api) -> Non
     fake.create(pv)
     with pytest.raises(OwnershipError, match="'rl-lustre-deployment': 'other-run'"):
         apply_manifests(api, manifests(), deployment=DEPLOYMENT)
-    assert fake.get("PersistentVolume", f"{DEPLOYMENT}-lustre-pv", None)["metadata"]["labels"]["rl-lustre-deployment"] == "other-run"
+    assert (
+        fake.get("PersistentVolume", f"{DEPLOYMENT}-lustre-pv", None)["metadata"]["labels"]["rl-lustre-deployment"]
+        == "other-run"
+    )
 
 
 def test_immutable_difference_is_reported_not_patched(fake: KubeFake, api) -> None:
@@ -203,7 +223,10 @@ def test_immutable_difference_is_reported_not_patched(fake: KubeFake, api) -> No
     moved.volume._live.mount_point = "10.90.9.9@tcp:/lustrefs"
     with pytest.raises(KubernetesError, match=r"PersistentVolume rl-demo-lustre-pv .*spec\.csi"):
         apply_manifests(api, manifests(moved), deployment=DEPLOYMENT)
-    assert fake.get("PersistentVolume", f"{DEPLOYMENT}-lustre-pv", None)["spec"]["csi"]["volumeAttributes"]["ip"] == "10.90.1.4"
+    assert (
+        fake.get("PersistentVolume", f"{DEPLOYMENT}-lustre-pv", None)["spec"]["csi"]["volumeAttributes"]["ip"]
+        == "10.90.1.4"
+    )
 
 
 def test_pv_without_a_lustre_address_is_refused_before_any_request(fake: KubeFake, api) -> None:
@@ -261,26 +284,51 @@ def test_older_kuberay_ready_state_without_conditions(fake: KubeFake, api) -> No
 
 
 FAULTS = [
-    pytest.param({"image_pull": True}, "ImagePull",
-                 ["cannot pull image 'nvcr.io/nvidia/nemo-rl:v0.4.0'", "not found"], id="image-pull"),
-    pytest.param({"unschedulable": "insufficient-gpu"}, "InsufficientGPU",
-                 ["no node has a free nvidia.com/gpu", "Insufficient nvidia.com/gpu"], id="insufficient-gpu"),
-    pytest.param({"unschedulable": "spot-stockout"}, "SpotCapacity",
-                 ["GCE out of resources", "Spot"], id="spot-stockout"),
-    pytest.param({"unschedulable": "node-selector"}, "NodeSelector",
-                 ["cloud.google.com/gke-accelerator=nvidia-b200", "didn't match Pod's node affinity/selector"],
-                 id="node-selector"),
-    pytest.param({"pvc_never_binds": True}, "ClaimUnbound",
-                 ["PersistentVolumeClaim default/rl-demo-lustre-pvc", "is Pending, not Bound", "storageClassName does not match"],
-                 id="pvc-unbound"),
-    pytest.param({"crash_loop": "ModuleNotFoundError: No module named 'nemo_rl'"}, "CrashLoop",
-                 ["keeps crashing (CrashLoopBackOff", "exit code 1", "No module named 'nemo_rl'"], id="crash-loop"),
+    pytest.param(
+        {"image_pull": True},
+        "ImagePull",
+        ["cannot pull image 'nvcr.io/nvidia/nemo-rl:v0.4.0'", "not found"],
+        id="image-pull",
+    ),
+    pytest.param(
+        {"unschedulable": "insufficient-gpu"},
+        "InsufficientGPU",
+        ["no node has a free nvidia.com/gpu", "Insufficient nvidia.com/gpu"],
+        id="insufficient-gpu",
+    ),
+    pytest.param(
+        {"unschedulable": "spot-stockout"}, "SpotCapacity", ["GCE out of resources", "Spot"], id="spot-stockout"
+    ),
+    pytest.param(
+        {"unschedulable": "node-selector"},
+        "NodeSelector",
+        ["cloud.google.com/gke-accelerator=nvidia-b200", "didn't match Pod's node affinity/selector"],
+        id="node-selector",
+    ),
+    pytest.param(
+        {"pvc_never_binds": True},
+        "ClaimUnbound",
+        [
+            "PersistentVolumeClaim default/rl-demo-lustre-pvc",
+            "is Pending, not Bound",
+            "storageClassName does not match",
+        ],
+        id="pvc-unbound",
+    ),
+    pytest.param(
+        {"crash_loop": "ModuleNotFoundError: No module named 'nemo_rl'"},
+        "CrashLoop",
+        ["keeps crashing (CrashLoopBackOff", "exit code 1", "No module named 'nemo_rl'"],
+        id="crash-loop",
+    ),
     pytest.param({"no_operator": True}, "NoPods", ["KubeRay operator"], id="no-operator"),
 ]
 
 
 @pytest.mark.parametrize(("faults", "reason", "phrases"), FAULTS)
-def test_timeout_says_why_pods_do_not_come_up(fake: KubeFake, api, faults: dict, reason: str, phrases: list[str]) -> None:
+def test_timeout_says_why_pods_do_not_come_up(
+    fake: KubeFake, api, faults: dict, reason: str, phrases: list[str]
+) -> None:
     for knob, value in faults.items():
         setattr(fake.faults, knob, value)
     ms = manifests()
@@ -315,8 +363,12 @@ def test_delete_waits_until_everything_is_gone(fake: KubeFake, api) -> None:
     wait_ready(api, ms, timeout=20)
     assert len(fake.objects("Pod")) == 3
     deleted = delete_manifests(api, ms, deployment=DEPLOYMENT, timeout=20)
-    assert deleted == ["RayCluster default/rl-demo", "Secret default/rl-demo-job-secrets",
-                       "PersistentVolumeClaim default/rl-demo-lustre-pvc", "PersistentVolume rl-demo-lustre-pv"]
+    assert deleted == [
+        "RayCluster default/rl-demo",
+        "Secret default/rl-demo-job-secrets",
+        "PersistentVolumeClaim default/rl-demo-lustre-pvc",
+        "PersistentVolume rl-demo-lustre-pv",
+    ]
     assert fake.objects() == [], "delete returns only once the objects (and their pods) are gone"
     assert delete_manifests(api, ms, deployment=DEPLOYMENT) == [], "deleting again is a no-op"
 
@@ -334,10 +386,20 @@ def test_delete_deployment_collects_by_labels_only(fake: KubeFake, api) -> None:
 def test_delete_timeout_names_what_is_stuck(fake: KubeFake, api) -> None:
     ms = manifests()
     apply_manifests(api, ms, deployment=DEPLOYMENT)
-    fake.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "user", "namespace": "default"},
-                 "spec": {"containers": [{"name": "c", "image": "busybox"}],
-                          "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "rl-demo-lustre-pvc"}}]}})
-    with pytest.raises(WaitTimeoutError, match="PersistentVolumeClaim default/rl-demo-lustre-pvc to be deleted") as info:
+    fake.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "user", "namespace": "default"},
+            "spec": {
+                "containers": [{"name": "c", "image": "busybox"}],
+                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "rl-demo-lustre-pvc"}}],
+            },
+        }
+    )
+    with pytest.raises(
+        WaitTimeoutError, match="PersistentVolumeClaim default/rl-demo-lustre-pvc to be deleted"
+    ) as info:
         delete_manifests(api, ms[1:2], deployment=DEPLOYMENT, timeout=1)
     assert "kubernetes.io/pvc-protection" in str(info.value.last_state)
 

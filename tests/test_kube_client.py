@@ -103,7 +103,9 @@ def test_gke_clusters_are_reached_through_the_dns_endpoint_when_it_is_open(fake:
     from google.cloud import container_v1
 
     ca = base64.b64encode(fake.ca_pem).decode()
-    ip_only = container_v1.Cluster(endpoint=fake.endpoint, master_auth=container_v1.MasterAuth(cluster_ca_certificate=ca))
+    ip_only = container_v1.Cluster(
+        endpoint=fake.endpoint, master_auth=container_v1.MasterAuth(cluster_ca_certificate=ca)
+    )
     api = gke_api_client(ip_only, StaticTokenSource("t"))
     assert api.configuration.host == fake.url
     assert ResourceClient(api, "Secret", "default").get("missing") is None
@@ -147,7 +149,11 @@ def test_rejected_token_is_a_kubernetes_error_naming_401() -> None:
         ("10.0.0.1:99999", None, "endpoint"),
         ("10.0.0.1/path", None, "endpoint"),
         ("10.0.0.1", "not a certificate", "ca_pem"),
-        ("10.0.0.1", base64.b64encode(b"-----BEGIN CERTIFICATE-----\nxx\n-----END CERTIFICATE-----\n").decode(), "ca_pem"),
+        (
+            "10.0.0.1",
+            base64.b64encode(b"-----BEGIN CERTIFICATE-----\nxx\n-----END CERTIFICATE-----\n").decode(),
+            "ca_pem",
+        ),
     ],
 )
 def test_malformed_endpoint_or_ca_is_a_config_error(fake: KubeFake, endpoint: str, ca: str | None, field: str) -> None:
@@ -232,8 +238,13 @@ def test_unreachable_server_is_a_kubernetes_error(fake: KubeFake) -> None:
 
 def test_schema_error_message_never_quotes_secret_values(fake: KubeFake) -> None:
     api = fake.api_client()
-    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
-            "stringData": {"HF_TOKEN": "hf_do_not_leak"}, "unexpected": "hf_do_not_leak"}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "s"},
+        "stringData": {"HF_TOKEN": "hf_do_not_leak"},
+        "unexpected": "hf_do_not_leak",
+    }
     with pytest.raises(KubernetesError) as info, translate_errors("create Secret default/s"):
         ResourceClient(api, "Secret", "default").create(body)
     assert "unexpected" in str(info.value)

@@ -34,8 +34,11 @@ def _rc_api(kube: Any) -> Any:
 
 def _pods(kube: Any, name: str, node_type: str | None = None) -> list[Any]:
     selector = f"ray.io/cluster={name}" + (f",ray.io/node-type={node_type}" if node_type else "")
-    return [p for p in kube_both.core(kube).list_namespaced_pod("default", label_selector=selector).items
-            if not p.metadata.deletion_timestamp]
+    return [
+        p
+        for p in kube_both.core(kube).list_namespaced_pod("default", label_selector=selector).items
+        if not p.metadata.deletion_timestamp
+    ]
 
 
 def test_a_field_the_servers_schema_lacks_is_refused_naming_it_not_dropped(kube: Any) -> None:
@@ -66,7 +69,9 @@ def test_a_field_the_servers_schema_lacks_is_refused_naming_it_not_dropped(kube:
     # Adoption is held to the same rule (the create that comes first is refused before the
     # server looks for the object); what is stored stays as it was.
     assert apply_manifests(api, [good], deployment=cluster.name)[0].action == "created"
-    with pytest.raises(KubernetesError, match=r"(create|adopt) RayCluster .*no field spec\.headGroupSpec\.rayStartParam\b"):
+    with pytest.raises(
+        KubernetesError, match=r"(create|adopt) RayCluster .*no field spec\.headGroupSpec\.rayStartParam\b"
+    ):
         apply_manifests(api, [rc], deployment=cluster.name)
     assert "rayStartParam" not in (_rc_api(kube).get(naming.raycluster_name(cluster)) or {})["spec"]["headGroupSpec"]
     delete_manifests(api, [good], deployment=cluster.name, timeout=60)
@@ -97,12 +102,33 @@ def test_a_running_jobs_pod_template_is_immutable_and_adoption_says_so_without_t
         (created,) = apply_manifests(api, [job], deployment=cluster.name)
         assert created.action == "created"
         name = created.name
-        wait("the Job's pod to run", lambda: [p for p in kube_both.core(kube).list_namespaced_pod(
-            "default", label_selector=f"job-name={name}").items if p.status.phase == "Running"])
+        wait(
+            "the Job's pod to run",
+            lambda: [
+                p
+                for p in kube_both.core(kube).list_namespaced_pod("default", label_selector=f"job-name={name}").items
+                if p.status.phase == "Running"
+            ],
+        )
         # What the real server answers a template change of a running Job.
         with pytest.raises(ApiException) as info:
-            jobs.patch(name, {"spec": {"template": {"spec": {"containers": [
-                {**job["spec"]["template"]["spec"]["containers"][0], "image": "rayproject/ray:2.60.1"}]}}}})
+            jobs.patch(
+                name,
+                {
+                    "spec": {
+                        "template": {
+                            "spec": {
+                                "containers": [
+                                    {
+                                        **job["spec"]["template"]["spec"]["containers"][0],
+                                        "image": "rayproject/ray:2.60.1",
+                                    }
+                                ]
+                            }
+                        }
+                    }
+                },
+            )
         assert info.value.status == 422
         assert "spec.template" in str(info.value.body)
         assert "field is immutable" in str(info.value.body)
@@ -120,12 +146,15 @@ def test_a_running_jobs_pod_template_is_immutable_and_adoption_says_so_without_t
         assert adopted.action == "adopted"
         assert (jobs.get(name) or {})["spec"]["backoffLimit"] == job["spec"]["backoffLimit"] + 1
     delete_manifests(api, [job], deployment=cluster.name, timeout=60)
-    wait("the Job's pods to go", lambda: not kube_both.core(kube).list_namespaced_pod(
-        "default", label_selector=f"job-name={name}").items)
+    wait(
+        "the Job's pods to go",
+        lambda: not kube_both.core(kube).list_namespaced_pod("default", label_selector=f"job-name={name}").items,
+    )
 
 
 def test_a_pod_template_change_recreates_the_pods_kuberay_leaves_on_the_old_one(
-        kube: Any, deployed: tuple[Cluster, list[dict[str, Any]]]) -> None:
+    kube: Any, deployed: tuple[Cluster, list[dict[str, Any]]]
+) -> None:
     """KubeRay v1.5 reports the adopted cluster ready with every pod on the old template;
     ``wait_ready`` deletes those pods (KubeRay makes them again from the current
     template) and returns once every group runs its current one."""
@@ -166,7 +195,8 @@ def test_a_pod_template_change_recreates_the_pods_kuberay_leaves_on_the_old_one(
 
 
 def test_a_head_pod_that_ends_is_replaced_and_the_cluster_is_ready_again(
-        kube: Any, deployed: tuple[Cluster, list[dict[str, Any]]]) -> None:
+    kube: Any, deployed: tuple[Cluster, list[dict[str, Any]]]
+) -> None:
     from rl_lustre.kube.apply import wait_ready
 
     cluster, manifests = deployed
@@ -175,18 +205,25 @@ def test_a_head_pod_that_ends_is_replaced_and_the_cluster_is_ready_again(
     wait_ready(api, manifests, timeout=120)
     (head,) = _pods(kube, name, "head")
     kube.evict(head.metadata.name)
-    wait("a new head pod", lambda: [p for p in _pods(kube, name, "head") if p.metadata.uid != head.metadata.uid
-                                    and p.status.phase == "Running"], timeout=90)
+    wait(
+        "a new head pod",
+        lambda: [
+            p for p in _pods(kube, name, "head") if p.metadata.uid != head.metadata.uid and p.status.phase == "Running"
+        ],
+        timeout=90,
+    )
     wait_ready(api, manifests, timeout=90)
     (new,) = _pods(kube, name, "head")
     assert new.metadata.uid != head.metadata.uid
     events = kube_both.core(kube).list_namespaced_event("default").items
-    assert any(e.reason == "DeletedHeadPod" and head.metadata.name in (e.message or "") for e in events), \
-        sorted({e.reason for e in events})
+    assert any(e.reason == "DeletedHeadPod" and head.metadata.name in (e.message or "") for e in events), sorted(
+        {e.reason for e in events}
+    )
 
 
 def test_the_operators_status_counts_a_worker_being_deleted(
-        kube: Any, deployed: tuple[Cluster, list[dict[str, Any]]]) -> None:
+    kube: Any, deployed: tuple[Cluster, list[dict[str, Any]]]
+) -> None:
     """Scaled from 2 workers to 1: the status desires 1 at once; the worker pod on its way
     out is counted until it is gone, so ready may exceed desired for a while (``wait_ready``
     only asks ready >= desired)."""
@@ -198,16 +235,22 @@ def test_the_operators_status_counts_a_worker_being_deleted(
     wait_ready(api, manifests, timeout=120)
     scaled = json.loads(json.dumps(manifests))
     next(m for m in scaled if m["kind"] == "RayCluster")["spec"]["workerGroupSpecs"][0].update(
-        replicas=1, minReplicas=1, maxReplicas=1)
+        replicas=1, minReplicas=1, maxReplicas=1
+    )
     apply_manifests(api, scaled, deployment=cluster.name)
-    status = wait("the status to desire 1 worker",
-                  lambda: (s := (_rc_api(kube).get(name) or {}).get("status") or {}).get("desiredWorkerReplicas") == 1
-                  and s, timeout=60)
+    status = wait(
+        "the status to desire 1 worker",
+        lambda: (s := (_rc_api(kube).get(name) or {}).get("status") or {}).get("desiredWorkerReplicas") == 1 and s,
+        timeout=60,
+    )
     assert status["readyWorkerReplicas"] >= 1
     wait_ready(api, scaled, timeout=60)
     wait("one worker", lambda: len(_pods(kube, name, "worker")) == 1)
-    wait("the status to count one ready worker",
-         lambda: ((_rc_api(kube).get(name) or {}).get("status") or {}).get("readyWorkerReplicas") == 1, timeout=60)
+    wait(
+        "the status to count one ready worker",
+        lambda: ((_rc_api(kube).get(name) or {}).get("status") or {}).get("readyWorkerReplicas") == 1,
+        timeout=60,
+    )
 
 
 def test_a_pod_the_server_refuses_is_kuberays_replica_failure_and_the_diagnosis_names_it(kube: Any) -> None:
@@ -224,8 +267,12 @@ def test_a_pod_the_server_refuses_is_kuberays_replica_failure_and_the_diagnosis_
     cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"
     manifests = build_manifests(cluster, secret_values={"RAY_AUTH_TOKEN": "t"}, redact=False)
     core = kube_both.core(kube)
-    core.create_namespaced_resource_quota("default", client.V1ResourceQuota(
-        metadata=client.V1ObjectMeta(name="pods"), spec=client.V1ResourceQuotaSpec(hard={"pods": "2"})))
+    core.create_namespaced_resource_quota(
+        "default",
+        client.V1ResourceQuota(
+            metadata=client.V1ObjectMeta(name="pods"), spec=client.V1ResourceQuotaSpec(hard={"pods": "2"})
+        ),
+    )
     api = kube.api_client()
     try:
         apply_manifests(api, manifests, deployment=cluster.name)
@@ -280,8 +327,10 @@ def test_a_failing_jobs_pods_are_retried_after_a_doubling_backoff_and_our_diagno
                     seen.setdefault(pod.metadata.name, time.monotonic())
                 assert time.monotonic() < deadline, f"the Job did not fail in 90 s ({len(seen)} pods)"
                 time.sleep(0.05)
-        pods = [api.sanitize_for_serialization(p) for p in core.list_namespaced_pod(
-            "default", label_selector=f"job-name={name}").items]
+        pods = [
+            api.sanitize_for_serialization(p)
+            for p in core.list_namespaced_pod("default", label_selector=f"job-name={name}").items
+        ]
     finally:
         if not kube_both.is_real(kube):
             kube.timings.job_backoff = saved
@@ -294,4 +343,6 @@ def test_a_failing_jobs_pods_are_retried_after_a_doubling_backoff_and_our_diagno
     problems = {p[0].split(": ", 1)[1] for p in (pod_problem(pod) for pod in pods) if p is not None}
     assert problems == {"container prefetch exited 1 (Error): 401 Unauthorized"}, problems
     delete_manifests(api, [job], deployment=cluster.name, timeout=60)
-    wait("the Job's pods to go", lambda: not core.list_namespaced_pod("default", label_selector=f"job-name={name}").items)
+    wait(
+        "the Job's pods to go", lambda: not core.list_namespaced_pod("default", label_selector=f"job-name={name}").items
+    )

@@ -34,8 +34,12 @@ def api(fake: KubeFake):
 
 
 def secret(name: str, **labels: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "labels": labels},
-            "stringData": {"KEY": "value"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "labels": labels},
+        "stringData": {"KEY": "value"},
+    }
 
 
 def raycluster(name: str, replicas: int = 2, image: str = "rayproject/ray:2.46.0") -> dict:
@@ -47,14 +51,29 @@ def raycluster(name: str, replicas: int = 2, image: str = "rayproject/ray:2.46.0
         "spec": {
             "rayVersion": "2.46.0",
             "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container]}}},
-            "workerGroupSpecs": [{
-                "groupName": "gpu", "replicas": replicas, "minReplicas": replicas, "maxReplicas": replicas,
-                "rayStartParams": {},
-                "template": {"spec": {"containers": [{
-                    "name": "worker", "image": image,
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}},
-                }]}},
-            }],
+            "workerGroupSpecs": [
+                {
+                    "groupName": "gpu",
+                    "replicas": replicas,
+                    "minReplicas": replicas,
+                    "maxReplicas": replicas,
+                    "rayStartParams": {},
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "worker",
+                                    "image": image,
+                                    "resources": {
+                                        "limits": {"nvidia.com/gpu": "1"},
+                                        "requests": {"nvidia.com/gpu": "1"},
+                                    },
+                                }
+                            ]
+                        }
+                    },
+                }
+            ],
         },
     }
 
@@ -168,22 +187,39 @@ def test_watch_from_compacted_version_is_410_gone(fake: KubeFake, api) -> None:
 
 def test_merge_patch_keeps_server_fields_and_enforces_immutability(api) -> None:
     pvcs = ResourceClient(api, "PersistentVolumeClaim", "default")
-    pvc = pvcs.create({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c"},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "standard-rwx",
-                 "resources": {"requests": {"storage": "1Gi"}}},
-    })
+    pvc = pvcs.create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "c"},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "standard-rwx",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+    )
     # A statically provisioned claim is not resized (as a real API server refuses it, 403).
-    pvcs.create({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "static"},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": "v",
-                 "resources": {"requests": {"storage": "1Gi"}}},
-    })
+    pvcs.create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "static"},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": "v",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+    )
     with pytest.raises(ApiException) as refused:
         pvcs.patch("static", {"spec": {"resources": {"requests": {"storage": "2Gi"}}}})
     assert refused.value.status == 403
     assert "only dynamically provisioned pvc can be resized" in str(refused.value.body)
-    grown = pvcs.patch("c", {"spec": {"resources": {"requests": {"storage": "2Gi"}}}, "metadata": {"labels": {"a": "b"}}})
+    grown = pvcs.patch(
+        "c", {"spec": {"resources": {"requests": {"storage": "2Gi"}}}, "metadata": {"labels": {"a": "b"}}}
+    )
     assert grown["metadata"]["uid"] == pvc["metadata"]["uid"]
     assert int(grown["metadata"]["resourceVersion"]) > int(pvc["metadata"]["resourceVersion"])
     assert grown["spec"]["resources"]["requests"]["storage"] == "2Gi"
@@ -231,8 +267,12 @@ def test_operator_brings_a_raycluster_up(fake: KubeFake, api) -> None:
     rc = wait_for(lambda: (o := fake.get("RayCluster", "rc")) and (o.get("status") or {}).get("state") == "ready" and o)
     conditions = {c["type"]: c["status"] for c in rc["status"]["conditions"]}
     # As KubeRay v1.5 reports them (tests/test_kube_real.py holds the fake to the real one).
-    assert conditions == {"HeadPodReady": "True", "RayClusterProvisioned": "True",
-                          "RayClusterSuspended": "False", "RayClusterSuspending": "False"}
+    assert conditions == {
+        "HeadPodReady": "True",
+        "RayClusterProvisioned": "True",
+        "RayClusterSuspended": "False",
+        "RayClusterSuspending": "False",
+    }
     assert rc["status"]["readyWorkerReplicas"] == 2
     pods = fake.objects("Pod")
     assert sorted(p["metadata"]["labels"]["ray.io/node-type"] for p in pods) == ["head", "worker", "worker"]
@@ -241,10 +281,16 @@ def test_operator_brings_a_raycluster_up(fake: KubeFake, api) -> None:
     assert svc is not None
     # As KubeRay v1.x makes it: headless, its identity labels, the head's ports plus metrics.
     assert svc["spec"]["clusterIP"] == "None"
-    assert svc["spec"]["selector"] == {"ray.io/cluster": "rc", "ray.io/node-type": "head", "ray.io/identifier": "rc-head"}
+    assert svc["spec"]["selector"] == {
+        "ray.io/cluster": "rc",
+        "ray.io/node-type": "head",
+        "ray.io/identifier": "rc-head",
+    }
     assert svc["metadata"]["labels"]["app.kubernetes.io/created-by"] == "kuberay-operator"
     assert {(p["name"], p["port"], p["appProtocol"]) for p in svc["spec"]["ports"]} == {
-        ("dashboard", 8265, "tcp"), ("metrics", 8080, "tcp")}
+        ("dashboard", 8265, "tcp"),
+        ("metrics", 8080, "tcp"),
+    }
 
 
 def test_objects_the_fake_creates_pass_the_real_schemas(fake: KubeFake, api) -> None:
@@ -289,11 +335,25 @@ def test_foreground_deletion_waits_for_dependents_and_finalizers(fake: KubeFake,
 
 def test_claim_protection_holds_deletion_while_a_pod_uses_it(fake: KubeFake, api) -> None:
     pvcs = ResourceClient(api, "PersistentVolumeClaim", "default")
-    pvcs.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c"},
-                 "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
-    fake.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "user", "namespace": "default"},
-                 "spec": {"containers": [{"name": "c", "image": "busybox"}],
-                          "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]}})
+    pvcs.create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "c"},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+        }
+    )
+    fake.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "user", "namespace": "default"},
+            "spec": {
+                "containers": [{"name": "c", "image": "busybox"}],
+                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}],
+            },
+        }
+    )
     pvcs.delete("c")
     time.sleep(fake.timings.deletion * 3)
     assert fake.get("PersistentVolumeClaim", "c") is not None, "pvc-protection keeps a claim in use"
@@ -301,8 +361,9 @@ def test_claim_protection_holds_deletion_while_a_pod_uses_it(fake: KubeFake, api
     wait_for(lambda: fake.get("PersistentVolumeClaim", "c") is None)
 
 
-def _request(fake: KubeFake, method: str, path: str, body: object = None,
-             content_type: str = "application/json") -> tuple[int, dict]:
+def _request(
+    fake: KubeFake, method: str, path: str, body: object = None, content_type: str = "application/json"
+) -> tuple[int, dict]:
     """A raw HTTPS request with the fake's token: (status, JSON body)."""
     import json
     import ssl
@@ -311,8 +372,11 @@ def _request(fake: KubeFake, method: str, path: str, body: object = None,
 
     context = ssl.create_default_context(cadata=fake.ca_pem.decode())
     request = urllib.request.Request(
-        fake.url + path, method=method, data=None if body is None else json.dumps(body).encode(),
-        headers={"Authorization": "Bearer kube-fake-token", "Content-Type": content_type})
+        fake.url + path,
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": "Bearer kube-fake-token", "Content-Type": content_type},
+    )
     try:
         with urllib.request.urlopen(request, context=context, timeout=10) as answer:
             return answer.status, json.loads(answer.read() or b"{}")
@@ -325,9 +389,14 @@ def test_delete_answers_with_a_status_unless_the_object_lingers(fake: KubeFake, 
     code, body = _request(fake, "DELETE", "/api/v1/namespaces/default/secrets/s")
     assert (code, body["kind"], body["status"], body["details"]["name"]) == (200, "Status", "Success", "s")
     assert fake.get("Secret", "s") is None, "no finalizers: gone at once"
-    ResourceClient(api, "PersistentVolumeClaim", "default").create({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c"},
-        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+    ResourceClient(api, "PersistentVolumeClaim", "default").create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "c"},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+        }
+    )
     code, body = _request(fake, "DELETE", "/api/v1/namespaces/default/persistentvolumeclaims/c")
     assert (code, body["kind"]) == (200, "PersistentVolumeClaim")  # held by pvc-protection: the object
     assert body["metadata"]["deletionTimestamp"]
@@ -343,9 +412,19 @@ def test_put_replaces_with_optimistic_concurrency(fake: KubeFake, api) -> None:
 
 
 def test_strategic_merge_patch_merges_lists_by_key_for_builtin_kinds_only(fake: KubeFake, api) -> None:
-    fake.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
-                 "spec": {"containers": [{"name": "a", "image": "x", "env": [{"name": "A", "value": "1"}]},
-                                         {"name": "b", "image": "y"}]}})
+    fake.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {
+                "containers": [
+                    {"name": "a", "image": "x", "env": [{"name": "A", "value": "1"}]},
+                    {"name": "b", "image": "y"},
+                ]
+            },
+        }
+    )
     patch = {"spec": {"containers": [{"name": "a", "env": [{"name": "B", "value": "2"}]}]}}
     path = "/api/v1/namespaces/default/pods/p"
     code, body = _request(fake, "PATCH", path, patch, "application/strategic-merge-patch+json")
@@ -355,8 +434,13 @@ def test_strategic_merge_patch_merges_lists_by_key_for_builtin_kinds_only(fake: 
     code, body = _request(fake, "PATCH", path, patch, "application/merge-patch+json")
     assert [c["name"] for c in body["spec"]["containers"]] == ["a"], "a merge patch replaces lists"
     ResourceClient(api, "RayCluster", "default").create(raycluster("rc"))
-    code, _ = _request(fake, "PATCH", "/apis/ray.io/v1/namespaces/default/rayclusters/rc", {"metadata": {}},
-                       "application/strategic-merge-patch+json")
+    code, _ = _request(
+        fake,
+        "PATCH",
+        "/apis/ray.io/v1/namespaces/default/rayclusters/rc",
+        {"metadata": {}},
+        "application/strategic-merge-patch+json",
+    )
     assert code == 415, "custom resources take no strategic merge patches"
 
 
@@ -375,20 +459,44 @@ def test_selector_watch_sees_objects_enter_and_leave(fake: KubeFake, api) -> Non
     secrets.patch("s", {"metadata": {"labels": {"team": "b"}}})
     secrets.patch("s", {"metadata": {"labels": {"team": "a", "x": "y"}}})
     secrets.patch("s", {"metadata": {"labels": {"x": "z"}}})
-    events = [(t, o["metadata"]["labels"]) for t, o in
-              secrets.watch(resource_version=version, timeout=1, label_selector="team=a")]
-    assert events == [("ADDED", {"team": "a"}), ("DELETED", {"team": "b"}), ("ADDED", {"team": "a", "x": "y"}),
-                      ("MODIFIED", {"team": "a", "x": "z"})]
+    events = [
+        (t, o["metadata"]["labels"])
+        for t, o in secrets.watch(resource_version=version, timeout=1, label_selector="team=a")
+    ]
+    assert events == [
+        ("ADDED", {"team": "a"}),
+        ("DELETED", {"team": "b"}),
+        ("ADDED", {"team": "a", "x": "y"}),
+        ("MODIFIED", {"team": "a", "x": "z"}),
+    ]
 
 
 def test_builtin_kinds_drop_empty_omitempty_strings(fake: KubeFake, api) -> None:
-    pv = ResourceClient(api, "PersistentVolume").create({
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "v", "labels": {"empty": ""}},
-        "spec": {"storageClassName": "", "capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteMany"],
-                 "csi": {"driver": "d", "volumeHandle": "h"}}})
+    pv = ResourceClient(api, "PersistentVolume").create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": "v", "labels": {"empty": ""}},
+            "spec": {
+                "storageClassName": "",
+                "capacity": {"storage": "1Ti"},
+                "accessModes": ["ReadWriteMany"],
+                "csi": {"driver": "d", "volumeHandle": "h"},
+            },
+        }
+    )
     assert "storageClassName" not in pv["spec"]
     assert pv["metadata"]["labels"] == {"empty": ""}, "map values are values, not omitted fields"
-    pvc = ResourceClient(api, "PersistentVolumeClaim", "default").create({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c"},
-        "spec": {"storageClassName": "", "accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Ti"}}}})
+    pvc = ResourceClient(api, "PersistentVolumeClaim", "default").create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "c"},
+            "spec": {
+                "storageClassName": "",
+                "accessModes": ["ReadWriteMany"],
+                "resources": {"requests": {"storage": "1Ti"}},
+            },
+        }
+    )
     assert pvc["spec"]["storageClassName"] == "", "a pointer in the Go types: kept"

@@ -32,25 +32,46 @@ def until(check: Callable[[], Any], timeout: float = 10.0) -> Any:
 
 
 def job(name: str, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"template": {"spec": {"restartPolicy": "Never",
-                                           "containers": [{"name": "main", "image": "busybox"}]}}, **spec}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}},
+            **spec,
+        },
+    }
 
 
 def test_a_daemonset_gets_one_ready_pod_per_matching_node(kube: KubeFake) -> None:
     kube.add_nodes("gpu-pool", 3, {"cloud.google.com/gke-accelerator": "nvidia-b200"})
     kube.add_nodes("cpu-pool", 1)
     res = ResourceClient(kube.api_client(), "DaemonSet", "default")
-    res.create({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "pull"},
-                "spec": {"selector": {"matchLabels": {"app": "pull"}},
-                         "template": {"metadata": {"labels": {"app": "pull"}},
-                                      "spec": {"nodeSelector": {"cloud.google.com/gke-nodepool": "gpu-pool"},
-                                               "containers": [{"name": "c", "image": "img"}]}}}})
+    res.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "pull"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "pull"}},
+                "template": {
+                    "metadata": {"labels": {"app": "pull"}},
+                    "spec": {
+                        "nodeSelector": {"cloud.google.com/gke-nodepool": "gpu-pool"},
+                        "containers": [{"name": "c", "image": "img"}],
+                    },
+                },
+            },
+        }
+    )
     status = until(lambda: (s := res.get("pull")["status"])["numberReady"] == 3 and s)
     assert status["desiredNumberScheduled"] == 3
     pods = kube.objects("Pod")
-    assert sorted(p["spec"]["nodeName"] for p in pods) == ["gke-gpu-pool-0000", "gke-gpu-pool-0001",
-                                                           "gke-gpu-pool-0002"]
+    assert sorted(p["spec"]["nodeName"] for p in pods) == [
+        "gke-gpu-pool-0000",
+        "gke-gpu-pool-0001",
+        "gke-gpu-pool-0002",
+    ]
     res.delete("pull")
     until(lambda: not kube.objects("Pod") and res.get("pull") is None)
 
@@ -60,9 +81,17 @@ def test_a_daemonset_whose_selector_misses_its_template_labels_is_refused(kube: 
 
     res = ResourceClient(kube.api_client(), "DaemonSet", "default")
     with pytest.raises(ApiException) as err:
-        res.create({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "bad"},
-                    "spec": {"selector": {"matchLabels": {"app": "x"}},
-                             "template": {"metadata": {"labels": {"app": "y"}}, "spec": {"containers": []}}}})
+        res.create(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": "bad"},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "x"}},
+                    "template": {"metadata": {"labels": {"app": "y"}}, "spec": {"containers": []}},
+                },
+            }
+        )
     assert err.value.status == 422
 
 
@@ -71,13 +100,21 @@ def test_a_job_completes_and_a_failing_one_stops_at_its_backoff_limit_with_the_p
     created = res.create(job("ok"))
     uid = created["metadata"]["uid"]
     assert created["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
-    done = until(lambda: any(c["type"] == "Complete" for c in (res.get("ok").get("status") or {}).get("conditions", []))
-                 and res.get("ok"))
+    done = until(
+        lambda: (
+            any(c["type"] == "Complete" for c in (res.get("ok").get("status") or {}).get("conditions", []))
+            and res.get("ok")
+        )
+    )
     assert done["status"]["succeeded"] == 1
     kube.faults.job_failure = "401 Client Error: Unauthorized"
     res.create(job("bad", backoffLimit=1))
-    failed = until(lambda: any(c["type"] == "Failed" for c in (res.get("bad").get("status") or {}).get("conditions", []))
-                   and res.get("bad"))
+    failed = until(
+        lambda: (
+            any(c["type"] == "Failed" for c in (res.get("bad").get("status") or {}).get("conditions", []))
+            and res.get("bad")
+        )
+    )
     assert failed["status"]["failed"] == 2
     pods = [p for p in kube.objects("Pod") if p["metadata"]["labels"].get("job-name") == "bad"]
     assert [p["status"]["phase"] for p in pods] == ["Failed", "Failed"]
@@ -90,18 +127,26 @@ def test_pod_logs_are_served_with_tail_lines(kube: KubeFake) -> None:
 
     res = ResourceClient(kube.api_client(), "Job", "default")
     res.create(job("logs"))
-    pod = until(lambda: next((p for p in kube.objects("Pod") if p["status"].get("phase") in ("Running", "Succeeded")),
-                             None))
+    pod = until(
+        lambda: next((p for p in kube.objects("Pod") if p["status"].get("phase") in ("Running", "Succeeded")), None)
+    )
     kube.write_log(pod["metadata"]["name"], "one\ntwo\nthree\n")
     core = client.CoreV1Api(kube.api_client())
     assert core.read_namespaced_pod_log(pod["metadata"]["name"], "default", tail_lines=2) == "two\nthree\n"
 
 
 def _pod(kube: KubeFake, name: str, image: str, pool: str) -> None:
-    ResourceClient(kube.api_client(), "Pod", "default").create({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"nodeSelector": {"cloud.google.com/gke-nodepool": pool},
-                 "containers": [{"name": "main", "image": image}]}})
+    ResourceClient(kube.api_client(), "Pod", "default").create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {"cloud.google.com/gke-nodepool": pool},
+                "containers": [{"name": "main", "image": image}],
+            },
+        }
+    )
 
 
 def _running_after(kube: KubeFake, names: list[str], timeout: float = 10.0) -> dict[str, float]:
@@ -185,13 +230,22 @@ def test_nodes_are_registered_and_removed_with_the_node_controllers_events(kube:
     kube.remove_nodes("gpu-pool")
     events = [e for e in kube.objects("Event", include_events=True) if e["involvedObject"]["kind"] == "Node"]
     said = sorted((e["involvedObject"]["name"], e["reason"], e["source"]["component"]) for e in events)
-    assert said == sorted([(n, r, c) for n in names for r, c in (("RegisteredNode", "node-controller"),
-                                                                  ("NodeReady", "kubelet"),
-                                                                  ("RemovingNode", "node-controller"))])
+    assert said == sorted(
+        [
+            (n, r, c)
+            for n in names
+            for r, c in (
+                ("RegisteredNode", "node-controller"),
+                ("NodeReady", "kubelet"),
+                ("RemovingNode", "node-controller"),
+            )
+        ]
+    )
     # As the API server stores them: in "default", about an object of no namespace.
     assert {(e["metadata"]["namespace"], e["involvedObject"].get("namespace", "")) for e in events} == {("default", "")}
     assert next(e for e in events if e["reason"] == "RemovingNode")["message"] == (
-        f"Node {names[0]} event: Removing Node {names[0]} from Controller")
+        f"Node {names[0]} event: Removing Node {names[0]} from Controller"
+    )
 
 
 def test_a_worker_pods_raylet_is_named_and_sized_as_its_manifest_makes_ray_start_do_it() -> None:
@@ -208,23 +262,52 @@ def test_a_worker_pods_raylet_is_named_and_sized_as_its_manifest_makes_ray_start
         return Raylet()
 
     # As rl_lustre's RayCluster sizes an A4 worker: CPU, memory and GPUs pinned in the limits.
-    worker = {"name": "ray-worker", "image": "rayproject/ray:2.46.0",
-              "env": [{"name": "RL_LUSTRE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-              "resources": {"limits": {"nvidia.com/gpu": "8", "cpu": "100", "memory": "1000Gi"},
-                            "requests": {"nvidia.com/gpu": "8", "cpu": "100", "memory": "1000Gi"}}}
+    worker = {
+        "name": "ray-worker",
+        "image": "rayproject/ray:2.46.0",
+        "env": [{"name": "RL_LUSTRE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "resources": {
+            "limits": {"nvidia.com/gpu": "8", "cpu": "100", "memory": "1000Gi"},
+            "requests": {"nvidia.com/gpu": "8", "cpu": "100", "memory": "1000Gi"},
+        },
+    }
     # A CPU request without a limit, and rayStartParams that override the container (KubeRay's order).
-    plain = {**worker, "env": [], "resources": {"limits": {"nvidia.com/gpu": "8"},
-                                                "requests": {"nvidia.com/gpu": "8", "cpu": "15500m"}}}
-    groups = [{"groupName": "named", "replicas": 1, "minReplicas": 1, "maxReplicas": 1,
-               "rayStartParams": {"node-name": "$RL_LUSTRE_NODE_NAME"},
-               "template": {"spec": {"containers": [worker]}}},
-              {"groupName": "plain", "replicas": 1, "minReplicas": 1, "maxReplicas": 1,
-               "rayStartParams": {"num-gpus": "4"},
-               "template": {"spec": {"containers": [plain]}}}]
-    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc", "namespace": "default"},
-          "spec": {"rayVersion": "2.46.0", "workerGroupSpecs": groups,
-                   "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
-                       {"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}}}}
+    plain = {
+        **worker,
+        "env": [],
+        "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8", "cpu": "15500m"}},
+    }
+    groups = [
+        {
+            "groupName": "named",
+            "replicas": 1,
+            "minReplicas": 1,
+            "maxReplicas": 1,
+            "rayStartParams": {"node-name": "$RL_LUSTRE_NODE_NAME"},
+            "template": {"spec": {"containers": [worker]}},
+        },
+        {
+            "groupName": "plain",
+            "replicas": 1,
+            "minReplicas": 1,
+            "maxReplicas": 1,
+            "rayStartParams": {"num-gpus": "4"},
+            "template": {"spec": {"containers": [plain]}},
+        },
+    ]
+    rc = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "rc", "namespace": "default"},
+        "spec": {
+            "rayVersion": "2.46.0",
+            "workerGroupSpecs": groups,
+            "headGroupSpec": {
+                "rayStartParams": {},
+                "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}},
+            },
+        },
+    }
     with KubeFake(raylets=start, timings=KubeTimings(schedule=0.0, start=0.0)) as fake:
         fake.add_nodes("gpu-pool", 2, {"cloud.google.com/gke-accelerator": "nvidia-b200"})  # 8 GPUs each
         ResourceClient(fake.api_client(), "RayCluster", "default").create(rc)
@@ -247,10 +330,16 @@ def test_the_nodes_of_a_gke_node_pool_are_ready_with_the_node_controllers_events
     from google.cloud import container_v1
 
     pool = container_v1.NodePool(
-        name="gpu", initial_node_count=2, locations=["us-east1-b"],
+        name="gpu",
+        initial_node_count=2,
+        locations=["us-east1-b"],
         self_link="https://container.googleapis.com/v1/projects/p/locations/us-east1/clusters/c/nodePools/gpu",
-        config=container_v1.NodeConfig(machine_type="a4-highgpu-8g", spot=True, accelerators=[
-            container_v1.AcceleratorConfig(accelerator_type="nvidia-b200", accelerator_count=8)]))
+        config=container_v1.NodeConfig(
+            machine_type="a4-highgpu-8g",
+            spot=True,
+            accelerators=[container_v1.AcceleratorConfig(accelerator_type="nvidia-b200", accelerator_count=8)],
+        ),
+    )
     names = kube.node_pool_ready(pool)
     assert len(names) == 2
     # Registering a running pool again adds nothing (FakeGCP calls it on every read of a RUNNING pool).
@@ -265,14 +354,33 @@ def test_the_nodes_of_a_gke_node_pool_are_ready_with_the_node_controllers_events
 
 
 def _one_worker_raycluster() -> dict:
-    worker = {"name": "ray-worker", "image": "rayproject/ray:2.46.0",
-              "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8"}}}
-    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc", "namespace": "default"},
-            "spec": {"rayVersion": "2.46.0",
-                     "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 1, "maxReplicas": 1,
-                                           "rayStartParams": {}, "template": {"spec": {"containers": [worker]}}}],
-                     "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
-                         {"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}}}}
+    worker = {
+        "name": "ray-worker",
+        "image": "rayproject/ray:2.46.0",
+        "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8"}},
+    }
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "rc", "namespace": "default"},
+        "spec": {
+            "rayVersion": "2.46.0",
+            "workerGroupSpecs": [
+                {
+                    "groupName": "w",
+                    "replicas": 1,
+                    "minReplicas": 1,
+                    "maxReplicas": 1,
+                    "rayStartParams": {},
+                    "template": {"spec": {"containers": [worker]}},
+                }
+            ],
+            "headGroupSpec": {
+                "rayStartParams": {},
+                "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}},
+            },
+        },
+    }
 
 
 class _FlakyRaylets:
@@ -306,8 +414,11 @@ def test_a_raylet_start_that_fails_then_works_is_no_controller_failure() -> None
     raylets = _FlakyRaylets(fails=1)
 
     def running(fake: KubeFake) -> bool:
-        return any(p["metadata"]["labels"].get("ray.io/node-type") == "worker"
-                   and (p.get("status") or {}).get("phase") == "Running" for p in fake.objects("Pod"))
+        return any(
+            p["metadata"]["labels"].get("ray.io/node-type") == "worker"
+            and (p.get("status") or {}).get("phase") == "Running"
+            for p in fake.objects("Pod")
+        )
 
     _run_one_worker(raylets, running)  # stops without raising
     assert len(raylets.calls) == 2

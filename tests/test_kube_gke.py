@@ -36,8 +36,9 @@ STEP = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
 
 
 @pytest.fixture(params=WORLDS)
-def world(request: pytest.FixtureRequest, local_cluster: Cluster, tmp_path: Path,
-          monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+def world(
+    request: pytest.FixtureRequest, local_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[World]:
     """The fakes of Google's APIs reporting the real plane (or a KubeFake) as the GKE cluster;
     head pods' dashboard port reaches the session's Ray head, whose token is the cluster's."""
     head = local_cluster._backend().head  # type: ignore[attr-defined]
@@ -45,10 +46,16 @@ def world(request: pytest.FixtureRequest, local_cluster: Cluster, tmp_path: Path
     monkeypatch.setenv("HF_TOKEN", "hf_kg_" + uuid.uuid4().hex)
     host, port = head.dashboard_url.removeprefix("http://").rsplit(":", 1)
     spec = {
-        "name": "kg", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
+        "name": "kg",
+        "project": "my-project",
+        "region": "us-east1",
+        "zone": "us-east1-b",
         # One A4 node: the job runs on the session head, which has one node's 8 GPUs.
-        "num_nodes": 1, "image": IMAGE, "mount_path": str(tmp_path / "lustre"),
-        "secrets": ["HF_TOKEN", "RAY_AUTH_TOKEN"], "preload_image": False,
+        "num_nodes": 1,
+        "image": IMAGE,
+        "mount_path": str(tmp_path / "lustre"),
+        "secrets": ["HF_TOKEN", "RAY_AUTH_TOKEN"],
+        "preload_image": False,
         "prefetch_models": ("Qwen/Qwen2.5-0.5B",),
     }
     yield from world_on(request, spec, (host, int(port)))
@@ -61,11 +68,23 @@ def _users_objects(world: World, cluster: Cluster, manifests: list[dict[str, Any
 
     ns = cluster.namespace
     theirs = {
-        "Secret": {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "users-secret", "namespace": ns},
-                   "stringData": {"key": "value"}},
-        "PersistentVolume": {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "users-pv"},
-                             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                                      "storageClassName": "", "hostPath": {"path": "/data"}}},
+        "Secret": {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "users-secret", "namespace": ns},
+            "stringData": {"key": "value"},
+        },
+        "PersistentVolume": {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": "users-pv"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "hostPath": {"path": "/data"},
+            },
+        },
     }
     netparams = copy.deepcopy(next(m for m in manifests if m["kind"] == "GKENetworkParamSet"))
     netparams["metadata"] = {"name": "users-net"}
@@ -77,7 +96,8 @@ def _users_objects(world: World, cluster: Cluster, manifests: list[dict[str, Any
 
 
 def test_up_submit_logs_wait_and_down_on_gke_through_the_operators_status_and_a_port_forward(
-        world: World, tmp_path: Path) -> None:
+    world: World, tmp_path: Path
+) -> None:
     from rl_lustre.kube.client import ResourceClient
     from rl_lustre.kube.manifests import build_manifests
     from rl_lustre.nemo_rl.checkpoints import list_checkpoints
@@ -101,8 +121,11 @@ def test_up_submit_logs_wait_and_down_on_gke_through_the_operators_status_and_a_
         status = rc["status"]
         assert status["state"] == "ready", status
         assert status["readyWorkerReplicas"] == status["desiredWorkerReplicas"] == cluster.num_nodes
-        pods = kube_both.core(world.kube).list_namespaced_pod(cluster.namespace,
-                                                              label_selector=f"ray.io/cluster={name}").items
+        pods = (
+            kube_both.core(world.kube)
+            .list_namespaced_pod(cluster.namespace, label_selector=f"ray.io/cluster={name}")
+            .items
+        )
         assert sorted(p.metadata.labels["ray.io/node-type"] for p in pods) == ["head"] + ["worker"] * cluster.num_nodes
         if is_real(world.kube):
             # The real operator's pods: its generated `ray start`, handed to by our command.
@@ -133,8 +156,11 @@ def test_up_submit_logs_wait_and_down_on_gke_through_the_operators_status_and_a_
         assert steps == [(k, 4) for k in range(1, 5)]
         assert "rl_lustre_supervisor" in run.info().entrypoint
         # The checkpoints, listed by a helper job on the head (the Jobs API again).
-        assert [c.step for c in run.checkpoints()] == [c.step for c in list_checkpoints(job.checkpoint_dir(cluster))] \
+        assert (
+            [c.step for c in run.checkpoints()]
+            == [c.step for c in list_checkpoints(job.checkpoint_dir(cluster))]
             == [2, 4]
+        )
 
         # down() of the Kubernetes half (the GKE cluster stays): nothing we made is left, of
         # any kind the API server serves; what the user made is kept.
@@ -156,15 +182,25 @@ def test_up_submit_logs_wait_and_down_on_gke_through_the_operators_status_and_a_
     # The whole down(): nothing of ours at Google; the GKE cluster went, and its objects with it.
     world.gcp.settle()
     assert world.gcp.leaked(cluster.name) == []
-    wait("its Nodes to go", lambda: not [n for n in kube_both.core(world.kube).list_node().items
-                                         if n.metadata.name.startswith(f"gke-{cluster.name}-")], timeout=60)
+    wait(
+        "its Nodes to go",
+        lambda: (
+            not [
+                n
+                for n in kube_both.core(world.kube).list_node().items
+                if n.metadata.name.startswith(f"gke-{cluster.name}-")
+            ]
+        ),
+        timeout=60,
+    )
     wait("the GKE cluster's objects to go with it", lambda: inventory(api) - before == set(), timeout=60)
     if is_real(world.kube):
         assert world.kube.deleted_clusters[-1] == cluster.name
 
 
 def test_the_fabric_objects_are_accepted_as_sent_and_a_malformed_one_is_refused_by_the_servers_schema(
-        kube: Any) -> None:
+    kube: Any,
+) -> None:
     """The networking.gke.io/v1 CRDs the plane installs come from the schemas we vendor
     (``rl_lustre/kube/crds``): our objects are stored unchanged; one outside the schema is
     refused by the server too (422, naming the field), as it is by our check before sending."""
@@ -177,7 +213,9 @@ def test_the_fabric_objects_are_accepted_as_sent_and_a_malformed_one_is_refused_
     from rl_lustre.kube.labels import deployment_labels
 
     cluster = Cluster(**{**kube_both.SPEC, "name": "kn"})
-    networking = [m for m in fabric_manifests(cluster, deployment_labels(cluster)) if m["apiVersion"] == "networking.gke.io/v1"]
+    networking = [
+        m for m in fabric_manifests(cluster, deployment_labels(cluster)) if m["apiVersion"] == "networking.gke.io/v1"
+    ]
     api = kube.api_client()
     applied = apply_manifests(api, networking, deployment=cluster.name)
     assert {a.action for a in applied} == {"created"}

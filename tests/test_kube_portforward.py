@@ -85,8 +85,11 @@ def get(url: str, headers: dict[str, str] | None = None) -> dict:
 
 
 def head_pod(fake: KubeFake) -> str:
-    pods = [p for p in fake.objects("Pod") if p["metadata"]["labels"].get("ray.io/node-type") == "head"
-            and not p["metadata"].get("deletionTimestamp")]
+    pods = [
+        p
+        for p in fake.objects("Pod")
+        if p["metadata"]["labels"].get("ray.io/node-type") == "head" and not p["metadata"].get("deletionTimestamp")
+    ]
     assert len(pods) == 1
     return pods[0]["metadata"]["name"]
 
@@ -167,8 +170,14 @@ def test_refused_target_closes_the_connection_and_recovers(fake: KubeFake, api, 
 def test_missing_service_or_no_ready_pod_is_a_kubernetes_error(fake: KubeFake, api) -> None:
     with pytest.raises(KubernetesError, match="does not exist"):
         PortForward(api, "nope-head-svc", resolve_timeout=0.3).start()
-    fake.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lonely", "namespace": "default"},
-                 "spec": {"selector": {"app": "none"}, "ports": [{"port": 8265, "targetPort": 8265}]}})
+    fake.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "lonely", "namespace": "default"},
+            "spec": {"selector": {"app": "none"}, "ports": [{"port": 8265, "targetPort": 8265}]},
+        }
+    )
     try:
         with pytest.raises(KubernetesError, match="no ready pod matches app=none"):
             PortForward(api, "lonely", resolve_timeout=0.3).start()
@@ -179,9 +188,17 @@ def test_missing_service_or_no_ready_pod_is_a_kubernetes_error(fake: KubeFake, a
 
 
 def test_named_target_port_is_resolved_from_the_pod(fake: KubeFake, api) -> None:
-    fake.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "named", "namespace": "default"},
-                 "spec": {"selector": {"ray.io/cluster": NAME, "ray.io/node-type": "head"},
-                          "ports": [{"name": "http", "port": 80, "targetPort": "dashboard"}]}})
+    fake.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "named", "namespace": "default"},
+            "spec": {
+                "selector": {"ray.io/cluster": NAME, "ray.io/node-type": "head"},
+                "ports": [{"name": "http", "port": 80, "targetPort": "dashboard"}],
+            },
+        }
+    )
     try:
         with PortForward(api, "named", remote_port=80) as pf:
             assert get(pf.url + "/named")["path"] == "/named"

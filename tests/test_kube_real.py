@@ -28,6 +28,7 @@ from rl_lustre.errors import KubernetesError
 # Tests that take ``kube`` run twice: against the real control plane (marked ``kube``) and
 # against KubeFake (in the default run), so that the fake is held to the real thing (kube_both).
 
+
 @pytest.mark.kube
 def test_the_api_server_is_kubernetes_of_a_gke_regular_minor_with_token_auth(kube_plane: ControlPlane) -> None:
     from kubernetes import client
@@ -54,7 +55,8 @@ def test_the_api_server_is_kubernetes_of_a_gke_regular_minor_with_token_auth(kub
 
 @pytest.mark.kube
 def test_nodes_carry_what_gke_gives_a4_spot_and_cpu_nodes_and_the_scheduler_holds_pods_to_it(
-        kube_plane: ControlPlane, nodes: dict[str, list[str]]) -> None:
+    kube_plane: ControlPlane, nodes: dict[str, list[str]]
+) -> None:
     core = kube_both.core(kube_plane)
     gpu = [core.read_node(n) for n in nodes["gpu-pool"]]
     (cpu,) = [core.read_node(n) for n in nodes["cpu-pool"]]
@@ -72,9 +74,12 @@ def test_nodes_carry_what_gke_gives_a4_spot_and_cpu_nodes_and_the_scheduler_hold
     assert not cpu.spec.taints
 
     def pod(name: str, resources: dict[str, str], *, tolerate: bool = True) -> dict[str, Any]:
-        spec: dict[str, Any] = {"containers": [{"name": "c", "image": "busybox",
-                                                "resources": {"requests": resources, "limits": resources}}],
-                                "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-b200"}}
+        spec: dict[str, Any] = {
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"requests": resources, "limits": resources}}
+            ],
+            "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-b200"},
+        }
         if tolerate:
             spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
@@ -90,8 +95,11 @@ def test_nodes_carry_what_gke_gives_a4_spot_and_cpu_nodes_and_the_scheduler_hold
         core.create_namespaced_pod("default", pod("too-much-disk", {"ephemeral-storage": "10Ti"}))
         assert wait("fits to be scheduled", lambda: (c := scheduled("fits")) is not None and c.status == "True")
         wait("fits to run", lambda: core.read_namespaced_pod("fits", "default").status.phase == "Running")
-        for name, why in (("nine-gpus", "nvidia.com/gpu"), ("no-toleration", "untolerated taint"),
-                          ("too-much-disk", "ephemeral-storage")):
+        for name, why in (
+            ("nine-gpus", "nvidia.com/gpu"),
+            ("no-toleration", "untolerated taint"),
+            ("too-much-disk", "ephemeral-storage"),
+        ):
             condition = wait(f"{name} to be refused", lambda n=name: (c := scheduled(n)) is not None and c)
             assert (condition.status, condition.reason) == ("False", "Unschedulable"), name
             assert why in condition.message, (name, condition.message)
@@ -115,8 +123,11 @@ def test_a_killed_test_process_leaves_no_component_behind(kube_plane: ControlPla
         print(json.dumps({"pids": plane.pids(), "workdir": str(plane.workdir)}), flush=True)
         time.sleep(600)
     """)
-    child = subprocess.Popen([sys.executable, "-c", script, str(Path(__file__).parent), str(kube_plane.build_dir)],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(Path(__file__).parent), str(kube_plane.build_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None
         started = json.loads(child.stdout.readline())
@@ -142,7 +153,8 @@ def test_a_killed_test_process_leaves_no_component_behind(kube_plane: ControlPla
 @pytest.mark.kube
 @pytest.mark.parametrize("kube", ["real"], indirect=True)
 def test_the_raycluster_is_ready_through_the_real_operator_which_keeps_our_commands(
-        kube_plane: ControlPlane, deployed: tuple[Cluster, list[dict[str, Any]]]) -> None:
+    kube_plane: ControlPlane, deployed: tuple[Cluster, list[dict[str, Any]]]
+) -> None:
     """(KubeFake copies the pod templates as they are: it has no generated ``ray start``,
     probes or init containers to compare; what it does keep is our commands.)"""
     from rl_lustre.kube.apply import wait_ready
@@ -151,7 +163,9 @@ def test_the_raycluster_is_ready_through_the_real_operator_which_keeps_our_comma
     cluster, manifests = deployed
     wait_ready(kube_plane.api_client(), manifests, timeout=120)
 
-    pods = kube_both.core(kube_plane).list_namespaced_pod("default", label_selector=f"ray.io/cluster={cluster.name}").items
+    pods = (
+        kube_both.core(kube_plane).list_namespaced_pod("default", label_selector=f"ray.io/cluster={cluster.name}").items
+    )
     by_type: dict[str, list[Any]] = {}
     for pod in pods:
         by_type.setdefault(pod.metadata.labels["ray.io/node-type"], []).append(pod)
@@ -161,8 +175,11 @@ def test_the_raycluster_is_ready_through_the_real_operator_which_keeps_our_comma
     # The head on the on-demand CPU pool, the workers one per A4 Spot node.
     assert head.spec.node_name.startswith(f"gke-{cluster.name}-{naming.cpu_pool_name(cluster)}-")
     assert sorted(w.spec.node_name for w in by_type["worker"]) == sorted(
-        n.metadata.name for n in kube_both.core(kube_plane).list_node(
-            label_selector=f"cloud.google.com/gke-nodepool={naming.gpu_pool_name(cluster)}").items)
+        n.metadata.name
+        for n in kube_both.core(kube_plane)
+        .list_node(label_selector=f"cloud.google.com/gke-nodepool={naming.gpu_pool_name(cluster)}")
+        .items
+    )
 
     # KubeRay honoured ray.io/overwrite-container-cmd: our commands run, and hand over to its
     # generated `ray start ... --block`.
@@ -187,7 +204,8 @@ def test_the_raycluster_is_ready_through_the_real_operator_which_keeps_our_comma
 
 
 def test_an_adopted_raycluster_whose_pod_template_changed_is_ready_without_waiting_out_the_timeout(
-        kube: Any, deployed: tuple[Cluster, list[dict[str, Any]]]) -> None:
+    kube: Any, deployed: tuple[Cluster, list[dict[str, Any]]]
+) -> None:
     """KubeRay writes ``observedGeneration`` only along with another status change, and a
     template-only change (image, env) changes no status: the status stays at the old
     generation with every pod ready."""
@@ -208,7 +226,9 @@ def test_an_adopted_raycluster_whose_pod_template_changed_is_ready_without_waiti
     custom = client.CustomObjectsApi(api)
 
     def stored() -> dict[str, Any]:
-        got: dict[str, Any] = custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", cluster.name)
+        got: dict[str, Any] = custom.get_namespaced_custom_object(
+            "ray.io", "v1", "default", "rayclusters", cluster.name
+        )
         return got
 
     time.sleep(3)  # the operator has reconciled the new generation by now, and written nothing
@@ -222,17 +242,28 @@ def test_an_adopted_raycluster_whose_pod_template_changed_is_ready_without_waiti
     # A change the operator does act on (scale) is waited for until its status catches up.
     scaled = json.loads(json.dumps(changed))
     next(m for m in scaled if m["kind"] == "RayCluster")["spec"]["workerGroupSpecs"][0].update(
-        replicas=1, minReplicas=1, maxReplicas=1)
+        replicas=1, minReplicas=1, maxReplicas=1
+    )
     apply_manifests(api, scaled, deployment=cluster.name)
     wait_ready(api, scaled, timeout=60)
     assert stored()["status"]["desiredWorkerReplicas"] == 1
     # (readyWorkerReplicas may still count the worker being removed: ready >= desired holds.)
-    wait("one worker", lambda: len(kube_both.core(kube).list_namespaced_pod(
-        "default", label_selector=f"ray.io/cluster={cluster.name},ray.io/node-type=worker").items) == 1)
+    wait(
+        "one worker",
+        lambda: (
+            len(
+                kube_both.core(kube)
+                .list_namespaced_pod("default", label_selector=f"ray.io/cluster={cluster.name},ray.io/node-type=worker")
+                .items
+            )
+            == 1
+        ),
+    )
 
 
 def test_a_grown_lustre_volume_is_adopted_without_resizing_the_static_claim(
-        kube: Any, deployed: tuple[Cluster, list[dict[str, Any]]]) -> None:
+    kube: Any, deployed: tuple[Cluster, list[dict[str, Any]]]
+) -> None:
     """A real API server refuses to resize a statically provisioned claim
     (``storageClassName: ""``) with 403 (admission plugin PersistentVolumeClaimResize); the
     volume's own capacity is what grows."""

@@ -42,23 +42,39 @@ from rl_lustre.errors import JobFailedError
 pytestmark = pytest.mark.kube
 
 STEP_SECONDS = 1.0
-JOB = GRPOJob(name="spot", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", dataset="OpenMathInstruct-2",
-              num_prompts_per_step=4, num_generations_per_prompt=8, train_global_batch_size=32,
-              max_num_steps=9, save_period=3, keep_top_k=2)
+JOB = GRPOJob(
+    name="spot",
+    recipe="grpo_math_1B",
+    model="Qwen/Qwen2.5-1.5B",
+    dataset="OpenMathInstruct-2",
+    num_prompts_per_step=4,
+    num_generations_per_prompt=8,
+    train_global_batch_size=32,
+    max_num_steps=9,
+    save_period=3,
+    keep_top_k=2,
+)
 
 
 @pytest.fixture(params=[pytest.param("real", marks=pytest.mark.kube)])
-def world(request: pytest.FixtureRequest, spot_head: SpotHead, tmp_path: Path,
-          monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+def world(
+    request: pytest.FixtureRequest, spot_head: SpotHead, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[World]:
     """FakeGCP reporting the real plane as the GKE cluster; the head pod reaches ``spot_head``
     (no CPU, no GPU for tasks, as a RayCluster head); worker pods are backed by raylets joined to it."""
     monkeypatch.setenv("RAY_AUTH_TOKEN", spot_head.token)
     monkeypatch.setenv("HF_TOKEN", "hf_ks_" + uuid.uuid4().hex)
     host, port = spot_head.head.dashboard_url.removeprefix("http://").rsplit(":", 1)
     spec = {
-        "name": "ks", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
-        "num_nodes": 1, "image": IMAGE, "mount_path": str(tmp_path / "lustre"),
-        "secrets": ["HF_TOKEN", "RAY_AUTH_TOKEN"], "preload_image": False,
+        "name": "ks",
+        "project": "my-project",
+        "region": "us-east1",
+        "zone": "us-east1-b",
+        "num_nodes": 1,
+        "image": IMAGE,
+        "mount_path": str(tmp_path / "lustre"),
+        "secrets": ["HF_TOKEN", "RAY_AUTH_TOKEN"],
+        "preload_image": False,
     }
     # Each raylet named as the pod's --node-name=$RL_LUSTRE_NODE_NAME names it: after its Node.
     yield from world_on(request, spec, (host, int(port)), raylets=spot_head.raylet)
@@ -67,17 +83,24 @@ def world(request: pytest.FixtureRequest, spot_head: SpotHead, tmp_path: Path,
 def _tree(checkpoint_dir: str) -> dict[str, int]:
     """Every file of the run's checkpoints, by path under the checkpoint directory, with its size."""
     root = Path(checkpoint_dir)
-    return {str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name not in ("config.yaml",)}  # (its log_dir names the run)
+    return {
+        str(p.relative_to(root)): p.stat().st_size
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name not in ("config.yaml",)
+    }  # (its log_dir names the run)
 
 
 def _workers(world: World, name: str) -> list[Any]:
-    return core(world.kube).list_namespaced_pod("default", label_selector=f"ray.io/cluster={name},"
-                                                "ray.io/node-type=worker").items
+    return (
+        core(world.kube)
+        .list_namespaced_pod("default", label_selector=f"ray.io/cluster={name},ray.io/node-type=worker")
+        .items
+    )
 
 
 def test_a_spot_node_taken_away_is_replaced_by_the_operator_and_the_run_resumes_from_its_checkpoint(
-        world: World, tmp_path: Path) -> None:
+    world: World, tmp_path: Path
+) -> None:
     from rl_lustre.nemo_rl.checkpoints import list_checkpoints
 
     plane = world.kube
@@ -100,8 +123,9 @@ def test_a_spot_node_taken_away_is_replaced_by_the_operator_and_the_run_resumes_
 
         # Taken away once a checkpoint is saved.
         run = cluster.submit(spot)
-        wait("the run's first checkpoint", lambda: list_checkpoints(spot.checkpoint_dir(cluster)), timeout=180,
-             poll=0.1)
+        wait(
+            "the run's first checkpoint", lambda: list_checkpoints(spot.checkpoint_dir(cluster)), timeout=180, poll=0.1
+        )
         [victim] = _workers(world, name)
         node = core(plane).read_node(victim.spec.node_name)
         gone = plane.preempt(name, nodes=1, back_after=2.0)
@@ -124,14 +148,15 @@ def test_a_spot_node_taken_away_is_replaced_by_the_operator_and_the_run_resumes_
         assert restart.first_step == saved + 1
         assert restart.seconds_lost is not None
         assert _tree(spot.checkpoint_dir(cluster)) == expected
-        print(f"\nSpot node taken away at step {restart.last_step}, resumed from step_{saved}: "
-              f"replacement raylet up {replaced_after:.1f} s after the loss, "
-              f"{restart.seconds_lost:.1f} s lost (capacity wait {restart.capacity_seconds or 0:.1f} s)")
+        print(
+            f"\nSpot node taken away at step {restart.last_step}, resumed from step_{saved}: "
+            f"replacement raylet up {replaced_after:.1f} s after the loss, "
+            f"{restart.seconds_lost:.1f} s lost (capacity wait {restart.capacity_seconds or 0:.1f} s)"
+        )
 
         # Recovery off: the same loss ends the run.
         run = cluster.submit(off)
-        wait("the run's first checkpoint", lambda: list_checkpoints(off.checkpoint_dir(cluster)), timeout=180,
-             poll=0.1)
+        wait("the run's first checkpoint", lambda: list_checkpoints(off.checkpoint_dir(cluster)), timeout=180, poll=0.1)
         gone = plane.preempt(name, nodes=1, back_after=2.0)
         with pytest.raises(JobFailedError):
             run.wait(timeout=300)

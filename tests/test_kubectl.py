@@ -75,8 +75,9 @@ def kubectl(fake: KubeFake, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def manifest_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cluster = Cluster(name=NAME, project="my-project", region="us-east1", zone="us-east1-b", num_nodes=1,
-                      fabric="tcp")  # the reference objects; the fabric's have their own tests
+    cluster = Cluster(
+        name=NAME, project="my-project", region="us-east1", zone="us-east1-b", num_nodes=1, fabric="tcp"
+    )  # the reference objects; the fabric's have their own tests
     cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"  # as LustreVolume.refresh() would
     objects = json.loads(json.dumps(build_manifests(cluster, secret_values={"HF_TOKEN": "hf_kubectl"}, redact=False)))
     path = tmp_path_factory.mktemp("manifests") / "deployment.yaml"
@@ -89,9 +90,12 @@ def test_kubectl_applies_waits_forwards_and_deletes(fake: KubeFake, kubectl, man
     assert {"pods", "persistentvolumes", "rayclusters.ray.io", "daemonsets.apps", "jobs.batch"} <= set(resources)
 
     created = kubectl("apply", "-f", str(manifest_file)).stdout
-    assert created.split("\n")[:4] == [f"persistentvolume/{NAME}-lustre-pv created",
-                                       f"persistentvolumeclaim/{NAME}-lustre-pvc created",
-                                       f"secret/{NAME}-job-secrets created", f"raycluster.ray.io/{NAME} created"]
+    assert created.split("\n")[:4] == [
+        f"persistentvolume/{NAME}-lustre-pv created",
+        f"persistentvolumeclaim/{NAME}-lustre-pvc created",
+        f"secret/{NAME}-job-secrets created",
+        f"raycluster.ray.io/{NAME} created",
+    ]
     # kubectl asked the server to validate (fieldValidation) and sent nothing the schemas reject.
     assert any("fieldValidation=Strict" in r.query for r in fake.requests if r.method == "POST")
     again = kubectl("apply", "-f", str(manifest_file)).stdout
@@ -119,8 +123,13 @@ def test_kubectl_applies_waits_forwards_and_deletes(fake: KubeFake, kubectl, man
     assert fake.get("Secret", f"{NAME}-job-secrets")["metadata"]["annotations"]["note"] == "replaced"
     assert any(r.method == "PUT" for r in fake.requests)
 
-    forward = subprocess.Popen([KUBECTL, "port-forward", f"svc/{NAME}-head-svc", ":8265"], env=kubectl.env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    forward = subprocess.Popen(
+        [KUBECTL, "port-forward", f"svc/{NAME}-head-svc", ":8265"],
+        env=kubectl.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert forward.stdout is not None
         first = forward.stdout.readline()

@@ -56,11 +56,13 @@ def _modules(root: Path, package: str) -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
     """Every import statement with its kind: "top", "function" or "typing"."""
+
     def walk(node: ast.AST, kind: str) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and _is_type_checking(child.test):
@@ -74,7 +76,11 @@ def _imports(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, st
     def walk_stmt(node: ast.AST, kind: str) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node, kind
-        inner = "function" if kind == "top" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else kind
+        inner = (
+            "function"
+            if kind == "top" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            else kind
+        )
         yield from walk(node, inner)
 
     yield from walk(tree, "top")
@@ -175,8 +181,10 @@ def read_layers(text: str, package: str) -> list[tuple[str, list[str]]]:
     for line in text.splitlines():
         m = re.match(r"\|\s*(\d+)\s*\|\s*([^|]+?)\s*\|([^|]*)\|", line)
         if m:
-            patterns = [f"{package}.{p.rstrip('/')}" + ("/" if p.endswith("/") else "") if p != package else p
-                        for p in re.findall(r"`([^`]+)`", m[3])]
+            patterns = [
+                f"{package}.{p.rstrip('/')}" + ("/" if p.endswith("/") else "") if p != package else p
+                for p in re.findall(r"`([^`]+)`", m[3])
+            ]
             rows.append((int(m[1]), m[2], patterns))
     rows.sort()
     assert [n for n, _, _ in rows] == list(range(1, len(rows) + 1)), "layers are numbered 1, 2, ... from the bottom"
@@ -204,15 +212,24 @@ def assign(modules: set[str], layers: list[tuple[str, list[str]]]) -> tuple[dict
 
 
 def upward(edges: list[Edge], layer_of: Mapping[str, int]) -> list[str]:
-    return sorted({f"{e.source} (layer {layer_of[e.source]}) imports {e.target} (layer {layer_of[e.target]}), "
-                   f"line {e.line}" for e in edges
-                   if e.source in layer_of and e.target in layer_of and layer_of[e.source] < layer_of[e.target]})
+    return sorted(
+        {
+            f"{e.source} (layer {layer_of[e.source]}) imports {e.target} (layer {layer_of[e.target]}), line {e.line}"
+            for e in edges
+            if e.source in layer_of and e.target in layer_of and layer_of[e.source] < layer_of[e.target]
+        }
+    )
 
 
 def oversized(roots: Iterable[Path], limit: int) -> list[str]:
     """``<file>: <n> lines`` for every Python file under ``roots`` of more than ``limit`` lines."""
-    return sorted(f"{path}: {n} lines" for root in roots if root.is_dir() for path in root.rglob("*.py")
-                  if (n := len(path.read_text().splitlines())) > limit)
+    return sorted(
+        f"{path}: {n} lines"
+        for root in roots
+        if root.is_dir()
+        for path in root.rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > limit
+    )
 
 
 MODULES, EDGES = import_graph(PACKAGE, "rl_lustre")
@@ -228,7 +245,8 @@ def test_no_large_cycle_counting_type_hints() -> None:
     found = cycles(MODULES, EDGES)
     assert all(len(c) <= MAX_TYPING_CYCLE for c in found), (
         f"cycles over {MAX_TYPING_CYCLE} modules counting TYPE_CHECKING imports: "
-        + "; ".join(", ".join(c) for c in found if len(c) > MAX_TYPING_CYCLE))
+        + "; ".join(", ".join(c) for c in found if len(c) > MAX_TYPING_CYCLE)
+    )
 
 
 def test_every_module_has_one_layer_and_imports_only_downwards() -> None:
@@ -258,7 +276,8 @@ def test_the_checks_find_a_cycle_an_upward_import_and_an_unplaced_module(tmp_pat
     (pkg / "low" / "base.py").write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from ..top import Top\n"
-        "def f():\n    from . import helper\n")
+        "def f():\n    from . import helper\n"
+    )
     (pkg / "low" / "helper.py").write_text("import demo.low.base\n")
     (pkg / "stray.py").write_text("")
     modules, edges = import_graph(pkg, "demo")
@@ -270,14 +289,17 @@ def test_the_checks_find_a_cycle_an_upward_import_and_an_unplaced_module(tmp_pat
     assert cycles(modules, edges)[0] == ["demo.low.base", "demo.low.helper", "demo.top"]
     layers = read_layers("| 2 | top | `demo`, `top` | |\n| 1 | low | `low/`, `gone` | |\n", "demo")
     layer_of, problems = assign(modules, layers)
-    assert problems == ["layer 1 (low) names 'demo.gone', which is no module",
-                        "demo.stray is in no layer: add it to the table in docs/architecture.md"]
+    assert problems == [
+        "layer 1 (low) names 'demo.gone', which is no module",
+        "demo.stray is in no layer: add it to the table in docs/architecture.md",
+    ]
     assert upward(edges, layer_of) == ["demo.low.base (layer 1) imports demo.top (layer 2), line 3"]
 
 
 def test_no_module_is_longer_than_a_newcomer_reads_in_one_sitting() -> None:
     assert oversized(SIZED, MAX_MODULE_LINES) == [], (
-        f"split these by concept (docs/architecture.md); keep new modules well under {MAX_MODULE_LINES} lines")
+        f"split these by concept (docs/architecture.md); keep new modules well under {MAX_MODULE_LINES} lines"
+    )
 
 
 def test_the_size_check_finds_a_long_module(tmp_path: Path) -> None:
@@ -353,8 +375,10 @@ def test_every_fact_is_spelt_in_one_place() -> None:
 def test_the_fact_check_finds_a_second_spelling(tmp_path: Path) -> None:
     (tmp_path / "testing").mkdir()
     (tmp_path / "catalog.py").write_text('"""nvidia.com/gpu in a docstring."""\nGPU_RESOURCE = "nvidia.com/gpu"\n')
-    (tmp_path / "pods.py").write_text('"""Pods: ``nvidia.com/gpu``."""\nlimits = {"nvidia.com/gpu": 8}\n'
-                                      'def name(n):\n    return f"{n}-head-svc", f"tmp_step_{n}", "total_step_time", f"{n}-lustre", "firewall-lustre"\n')
+    (tmp_path / "pods.py").write_text(
+        '"""Pods: ``nvidia.com/gpu``."""\nlimits = {"nvidia.com/gpu": 8}\n'
+        'def name(n):\n    return f"{n}-head-svc", f"tmp_step_{n}", "total_step_time", f"{n}-lustre", "firewall-lustre"\n'
+    )
     (tmp_path / "testing" / "fake.py").write_text('limits = {"nvidia.com/gpu": 8}\n')
     assert spelt_twice(tmp_path) == [
         "pods.py:2 spells 'nvidia.com/gpu': import GPU_RESOURCE from rl_lustre/catalog.py",

@@ -57,9 +57,7 @@ def test_resubmitting_a_running_job_attaches_and_a_finished_one_starts_a_new_att
     second = local_cluster.submit(job)
     assert second.job_id == first.job_id
     base = first.job_id
-    assert [
-        j.submission_id for j in _jobs(local_cluster).list() if j.submission_id.startswith(base)
-    ] == [base]
+    assert [j.submission_id for j in _jobs(local_cluster).list() if j.submission_id.startswith(base)] == [base]
 
     assert first.stop() == "STOPPED"
     third = local_cluster.submit(job)
@@ -68,9 +66,7 @@ def test_resubmitting_a_running_job_attaches_and_a_finished_one_starts_a_new_att
         info = third.info()
         assert info.metadata["rl_lustre.attempt"] == "2"
         assert info.metadata["rl_lustre.job"] == "retry"
-        assert sorted(
-            j.submission_id for j in _jobs(local_cluster).list() if j.submission_id.startswith(base)
-        ) == [
+        assert sorted(j.submission_id for j in _jobs(local_cluster).list() if j.submission_id.startswith(base)) == [
             base,
             f"{base}-r2",
         ]
@@ -97,9 +93,7 @@ def test_secrets_reach_jobs_through_the_head_and_never_the_job_records(
         assert "OTHER None" in lines
         assert all(FAKE_OTHER_KEY not in line for line in lines)
 
-        grpo_record = next(
-            r for r in _raw_records(local_cluster) if r["submission_id"] == run.job_id
-        )
+        grpo_record = next(r for r in _raw_records(local_cluster) if r["submission_id"] == run.job_id)
         assert grpo_record["runtime_env"]["env_vars"]["RAY_OVERRIDE_JOB_RUNTIME_ENV"] == "1"
         for record in _raw_records(local_cluster):
             if record["submission_id"] == f"probe-{os.getpid()}":

@@ -31,9 +31,7 @@ from rl_lustre.ray.jobs import JobsClient
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(
-    not Path("/proc/self/environ").exists(), reason="reads the process table from /proc"
-)
+pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads the process table from /proc")
 
 
 def _listening_addresses(pids: set[int]) -> set[str]:
@@ -109,9 +107,7 @@ def test_session_head_listens_on_loopback_only_and_demands_the_token(
     assert token not in repr(local_cluster._backend())
 
 
-def test_auth_mode_must_be_token_or_disabled(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_auth_mode_must_be_token_or_disabled(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("RAY_AUTH_MODE", "sometimes")
     with pytest.raises(ConfigError, match="RAY_AUTH_MODE") as err:
         start_local_head(tmp_path / "never-created")
@@ -154,9 +150,7 @@ _FAKE_HEAD = textwrap.dedent(
 
 
 @pytest.mark.parametrize("starts", [False, True], ids=["raylet-fails", "starts"])
-def test_readiness_needs_ray_start_to_finish_not_just_the_dashboard(
-    tmp_path: Path, starts: bool
-) -> None:
+def test_readiness_needs_ray_start_to_finish_not_just_the_dashboard(tmp_path: Path, starts: bool) -> None:
     # Ray's dashboard answers /api/version before the raylet exists, and a raylet that
     # then fails takes the head down: a stand-in head reproduces both orders.
     from rl_lustre.ray.head import LocalHead, _wait_ready
@@ -165,9 +159,7 @@ def test_readiness_needs_ray_start_to_finish_not_just_the_dashboard(
     (port,) = free_ports(1)
     script = tmp_path / "fake_head.py"
     script.write_text(_FAKE_HEAD)
-    process = subprocess.Popen(
-        [sys.executable, str(script), str(port), str(tmp_path / "head.log"), str(int(starts))]
-    )
+    process = subprocess.Popen([sys.executable, str(script), str(port), str(tmp_path / "head.log"), str(int(starts))])
     head = LocalHead(
         pid=process.pid, temp_dir=tmp_path, dashboard_url=f"http://127.0.0.1:{port}",
         gcs_address="127.0.0.1:1", auth_mode="disabled", process=process,
@@ -338,23 +330,32 @@ def _flaky(tmp_path: Path, fails: int, output: str) -> tuple[list[str], Path]:
     ids=["ray-timeout-every-time", "a-real-fault"],
 )
 def test_a_head_start_is_retried_only_when_ray_ran_out_of_its_raylet_wait(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
-    fails: int, output: str, runs: int, error: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fails: int,
+    output: str,
+    runs: int,
+    error: str,
 ) -> None:
     from rl_lustre.ray import head as head_module
 
     launcher, counter = _flaky(tmp_path, fails, output)
     monkeypatch.setattr(head_module, "_ray_cli", lambda: launcher)
     temp_dir = tmp_path / "head"
-    with caplog.at_level(logging.WARNING, logger="rl_lustre.ray.head"), \
-            pytest.raises(RayError, match="exited with code 1") as err:
+    with (
+        caplog.at_level(logging.WARNING, logger="rl_lustre.ray.head"),
+        pytest.raises(RayError, match="exited with code 1") as err,
+    ):
         start_local_head(temp_dir, auth="disabled", timeout=30)
     assert error in str(err.value)
     assert int(counter.read_text()) == runs
     retries = [r.getMessage() for r in caplog.records if "starting it again" in r.getMessage()]
-    assert retries == [f"the local Ray head gave up waiting for its own raylet (Ray allows it 30 s; "
-                       f"is the machine overloaded?); starting it again (attempt {n} of 3)"
-                       for n in range(2, runs + 1)]
+    assert retries == [
+        f"the local Ray head gave up waiting for its own raylet (Ray allows it 30 s; "
+        f"is the machine overloaded?); starting it again (attempt {n} of 3)"
+        for n in range(2, runs + 1)
+    ]
     assert not temp_dir.exists()  # every failed attempt cleaned up after itself
 
 
@@ -391,13 +392,15 @@ def test_a_worker_node_start_is_retried_only_when_ray_ran_out_of_its_raylet_wait
     launcher, counter = _flaky(tmp_path, 99, output)
     # The launcher is run as `python <script> <spec>`: the stand-in takes the script's place.
     script = tmp_path / "node.py"
-    script.write_text(
-        "import subprocess, sys\n"
-        f"sys.exit(subprocess.call([sys.executable, *{launcher[1:]!r}]))\n"
-    )
+    script.write_text(f"import subprocess, sys\nsys.exit(subprocess.call([sys.executable, *{launcher[1:]!r}]))\n")
     monkeypatch.setattr(workers, "_NODE_SCRIPT", script)
-    head = LocalHead(pid=os.getpid(), temp_dir=tmp_path, dashboard_url="http://127.0.0.1:1",
-                     gcs_address="127.0.0.1:1", auth_mode="disabled")
+    head = LocalHead(
+        pid=os.getpid(),
+        temp_dir=tmp_path,
+        dashboard_url="http://127.0.0.1:1",
+        gcs_address="127.0.0.1:1",
+        auth_mode="disabled",
+    )
     with pytest.raises(RayError, match="worker node worker-1 exited while starting") as err:
         workers.start_local_worker(head, num_gpus=8, timeout=30)
     assert output in str(err.value)

@@ -27,8 +27,13 @@ PLANTED = "hf_PLANTED-s3cr3t-9f8e7d"
 
 def gke(**kwargs: Any) -> Cluster:
     # The reference workflow's objects; fabric="rdma" adds its own (see the rdma variants).
-    base: dict[str, Any] = {"name": "ray-a4-gpu-spot", "project": "my-project", "region": "us-east1",
-                            "zone": "us-east1-b", "fabric": "tcp"}
+    base: dict[str, Any] = {
+        "name": "ray-a4-gpu-spot",
+        "project": "my-project",
+        "region": "us-east1",
+        "zone": "us-east1-b",
+        "fabric": "tcp",
+    }
     return Cluster(**(base | kwargs))
 
 
@@ -94,8 +99,14 @@ def validate_all(manifests: list[dict[str, Any]], raycluster_schema: Any) -> Non
         pytest.param({"head_on_gpu_pool": True}, id="head-on-gpu-pool"),
         pytest.param({"spot": False, "reservation": "a4-reservation"}, id="reservation-not-spot"),
         pytest.param(
-            {"machine_type": "a3-highgpu-4g", "num_nodes": 2, "namespace": "rl", "mount_path": "/mnt/lustre",
-             "labels": {"team": "post-training"}, "secrets": ()},
+            {
+                "machine_type": "a3-highgpu-4g",
+                "num_nodes": 2,
+                "namespace": "rl",
+                "mount_path": "/mnt/lustre",
+                "labels": {"team": "post-training"},
+                "secrets": (),
+            },
             id="a3-custom-namespace-no-secrets",
         ),
         pytest.param({"head_machine_type": "e2-standard-4"}, id="small-head"),
@@ -312,8 +323,7 @@ def test_head_on_gpu_pool_uses_reference_placement() -> None:
     machine = GPU_MACHINE_TYPES[cluster.machine_type]
     head_req = container(head)["resources"]["requests"]
     assert parse_quantity(head_req["cpu"]) + parse_quantity(machine.worker_cpu) <= machine.vcpus
-    assert (parse_quantity(head_req["memory"]) + parse_quantity(machine.worker_memory)
-            <= machine.memory_gib * 1024**3)
+    assert parse_quantity(head_req["memory"]) + parse_quantity(machine.worker_memory) <= machine.memory_gib * 1024**3
 
 
 def test_workers_on_spot_gpu_pool() -> None:
@@ -322,13 +332,20 @@ def test_workers_on_spot_gpu_pool() -> None:
     assert group["groupName"] == "gpu-workers"
     assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == cluster.num_nodes == 8
     spec = group["template"]["spec"]
-    assert spec["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-b200", "cloud.google.com/gke-spot": "true"}
+    assert spec["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-b200",
+        "cloud.google.com/gke-spot": "true",
+    }
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
     c = container(group)
     assert c["name"] == "ray-worker"
     machine = GPU_MACHINE_TYPES["a4-highgpu-8g"]
     for kind in ("limits", "requests"):
-        assert c["resources"][kind] == {"nvidia.com/gpu": "8", "cpu": machine.worker_cpu, "memory": machine.worker_memory}
+        assert c["resources"][kind] == {
+            "nvidia.com/gpu": "8",
+            "cpu": machine.worker_cpu,
+            "memory": machine.worker_memory,
+        }
     # The Ray node is named after its Kubernetes node: KubeRay's command runs in bash, unquoted.
     assert group["rayStartParams"] == {"node-name": "$RL_LUSTRE_NODE_NAME"}
     assert {"name": "RL_LUSTRE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
@@ -411,7 +428,8 @@ def test_manifests_are_plain_json_and_fresh_each_call() -> None:
 
 
 def test_a_raycluster_the_crd_rejects_is_a_config_error_before_anything_is_sent(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from rl_lustre.kube import raycluster as module
 
     build = module._ray_cluster
@@ -424,7 +442,11 @@ def test_a_raycluster_the_crd_rejects_is_a_config_error_before_anything_is_sent(
     monkeypatch.setattr(module, "_ray_cluster", misspelt)
     with pytest.raises(ConfigError) as info:
         gke().manifests()
-    assert (info.value.owner, info.value.field, info.value.value) == ("RayCluster", "spec.headGroupSpec", "rayStartparams")
+    assert (info.value.owner, info.value.field, info.value.value) == (
+        "RayCluster",
+        "spec.headGroupSpec",
+        "rayStartparams",
+    )
     assert "rayStartParams" in info.value.rule  # the known fields are listed
 
 

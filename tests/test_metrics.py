@@ -27,29 +27,73 @@ def gcp() -> Iterator[FakeGCP]:
         every_10s = [T0 + dt.timedelta(seconds=10 * i) for i in range(1, 19)]  # 3 minutes
         for ost in ("OST0000", "OST0001"):
             # 50 MB written every 10 s by each storage target: 5 MB/s each, 10 MB/s together.
-            fake.add_time_series(LUSTRE_WRITE_BYTES, [(t, 50e6) for t in every_10s], metric_labels={"component": "ost", "target": ost, "operation": "write"},
-                                 resource_labels={"resource_container": "my-project", "location": "us-east1-b",
-                                                  "instance_id": "demo-lustre"}, **lustre)
-        fake.add_time_series(LUSTRE_READ_BYTES, [(t, 12e6) for t in every_10s],
-                             resource_labels={"resource_container": "my-project", "location": "us-east1-b",
-                                              "instance_id": "demo-lustre"}, **lustre)
+            fake.add_time_series(
+                LUSTRE_WRITE_BYTES,
+                [(t, 50e6) for t in every_10s],
+                metric_labels={"component": "ost", "target": ost, "operation": "write"},
+                resource_labels={
+                    "resource_container": "my-project",
+                    "location": "us-east1-b",
+                    "instance_id": "demo-lustre",
+                },
+                **lustre,
+            )
+        fake.add_time_series(
+            LUSTRE_READ_BYTES,
+            [(t, 12e6) for t in every_10s],
+            resource_labels={
+                "resource_container": "my-project",
+                "location": "us-east1-b",
+                "instance_id": "demo-lustre",
+            },
+            **lustre,
+        )
         # The same metric and labels on another kind of monitored resource must not count.
-        fake.add_time_series(LUSTRE_READ_BYTES, [(t, 777e6) for t in every_10s], resource_type="global",
-                             kind="DELTA", resource_labels={"location": "us-east1-b", "instance_id": "demo-lustre"})
+        fake.add_time_series(
+            LUSTRE_READ_BYTES,
+            [(t, 777e6) for t in every_10s],
+            resource_type="global",
+            kind="DELTA",
+            resource_labels={"location": "us-east1-b", "instance_id": "demo-lustre"},
+        )
         # Another instance's traffic must not count.
-        fake.add_time_series(LUSTRE_WRITE_BYTES, [(t, 999e6) for t in every_10s],
-                             resource_labels={"resource_container": "my-project", "location": "us-east1-b",
-                                              "instance_id": "other-lustre"}, **lustre)
+        fake.add_time_series(
+            LUSTRE_WRITE_BYTES,
+            [(t, 999e6) for t in every_10s],
+            resource_labels={
+                "resource_container": "my-project",
+                "location": "us-east1-b",
+                "instance_id": "other-lustre",
+            },
+            **lustre,
+        )
         gpu = {"resource_type": "k8s_container"}
         for pod, busy in (("demo-worker-0", 90.0), ("demo-worker-1", 70.0), ("demo-head-0", 0.0)):
-            fake.add_time_series(GPU_DUTY_CYCLE, [(t, busy) for t in every_10s], **gpu,
-                                 resource_labels={"project_id": "my-project", "location": "us-east1",
-                                                  "cluster_name": "demo", "namespace_name": "default",
-                                                  "pod_name": pod, "container_name": "ray-worker"})
-        fake.add_time_series(GPU_DUTY_CYCLE, [(t, 5.0) for t in every_10s], **gpu,
-                             resource_labels={"project_id": "my-project", "location": "us-east1",
-                                              "cluster_name": "someone-elses", "namespace_name": "default",
-                                              "pod_name": "x"})
+            fake.add_time_series(
+                GPU_DUTY_CYCLE,
+                [(t, busy) for t in every_10s],
+                **gpu,
+                resource_labels={
+                    "project_id": "my-project",
+                    "location": "us-east1",
+                    "cluster_name": "demo",
+                    "namespace_name": "default",
+                    "pod_name": pod,
+                    "container_name": "ray-worker",
+                },
+            )
+        fake.add_time_series(
+            GPU_DUTY_CYCLE,
+            [(t, 5.0) for t in every_10s],
+            **gpu,
+            resource_labels={
+                "project_id": "my-project",
+                "location": "us-east1",
+                "cluster_name": "someone-elses",
+                "namespace_name": "default",
+                "pod_name": "x",
+            },
+        )
         yield fake
 
 
@@ -63,8 +107,10 @@ def test_volume_throughput_is_a_server_side_rate_summed_over_storage_targets(gcp
 
     read, write = gcp.time_series_requests[before:]
     assert read.name == "projects/my-project"
-    assert read.filter == (f'metric.type = "{LUSTRE_READ_BYTES}" AND resource.type = "lustre.googleapis.com/Instance" '
-                           'AND resource.labels.instance_id = "demo-lustre" AND resource.labels.location = "us-east1-b"')
+    assert read.filter == (
+        f'metric.type = "{LUSTRE_READ_BYTES}" AND resource.type = "lustre.googleapis.com/Instance" '
+        'AND resource.labels.instance_id = "demo-lustre" AND resource.labels.location = "us-east1-b"'
+    )
     assert write.filter.startswith(f'metric.type = "{LUSTRE_WRITE_BYTES}" AND ')
     assert (write.interval.start_time, write.interval.end_time) == (T0, T0 + dt.timedelta(minutes=3))
     agg = write.aggregation
@@ -83,9 +129,11 @@ def test_gpu_utilisation_is_the_mean_per_pod_of_the_deployments_containers(gcp: 
     assert m.volume.write_mbps.values == pytest.approx([10.0])
 
     gpu = gcp.time_series_requests[before]
-    assert gpu.filter == (f'metric.type = "{GPU_DUTY_CYCLE}" AND resource.type = "k8s_container" AND '
-                          'resource.labels.cluster_name = "demo" AND '
-                          'resource.labels.location = "us-east1" AND resource.labels.namespace_name = "default"')
+    assert gpu.filter == (
+        f'metric.type = "{GPU_DUTY_CYCLE}" AND resource.type = "k8s_container" AND '
+        'resource.labels.cluster_name = "demo" AND '
+        'resource.labels.location = "us-east1" AND resource.labels.namespace_name = "default"'
+    )
     assert gpu.aggregation.per_series_aligner == monitoring_v3.Aggregation.Aligner.ALIGN_MEAN
     assert gpu.aggregation.cross_series_reducer == monitoring_v3.Aggregation.Reducer.REDUCE_MEAN
     assert list(gpu.aggregation.group_by_fields) == ["resource.labels.pod_name"]
@@ -126,7 +174,11 @@ def test_the_metric_types_are_the_ones_in_googles_metrics_list() -> None:
     from rl_lustre import metrics
 
     assert (metrics.LUSTRE_READ_BYTES, metrics.LUSTRE_WRITE_BYTES, metrics.LUSTRE_RESOURCE) == (
-        "lustre.googleapis.com/instance/read_bytes_total", "lustre.googleapis.com/instance/write_bytes_total",
-        "lustre.googleapis.com/Instance")
-    assert (metrics.GPU_DUTY_CYCLE, metrics.GPU_RESOURCE) == ("kubernetes.io/container/accelerator/duty_cycle",
-                                                              "k8s_container")
+        "lustre.googleapis.com/instance/read_bytes_total",
+        "lustre.googleapis.com/instance/write_bytes_total",
+        "lustre.googleapis.com/Instance",
+    )
+    assert (metrics.GPU_DUTY_CYCLE, metrics.GPU_RESOURCE) == (
+        "kubernetes.io/container/accelerator/duty_cycle",
+        "k8s_container",
+    )

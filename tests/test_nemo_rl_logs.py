@@ -181,12 +181,22 @@ def rehearsal_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     d = tmp_path_factory.mktemp("rehearsal-log")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        status = main([
-            "--config", "grpo_math_1B", "--step-seconds", "0", "--checkpoint-scale", "1e-6",
-            "grpo.max_num_steps=4", "grpo.val_period=2", "checkpointing.save_period=3",
-            "checkpointing.metric_name=null",
-            f"checkpointing.checkpoint_dir={d}/ckpt", f"logger.log_dir={d}/logs",
-        ])
+        status = main(
+            [
+                "--config",
+                "grpo_math_1B",
+                "--step-seconds",
+                "0",
+                "--checkpoint-scale",
+                "1e-6",
+                "grpo.max_num_steps=4",
+                "grpo.val_period=2",
+                "checkpointing.save_period=3",
+                "checkpointing.metric_name=null",
+                f"checkpointing.checkpoint_dir={d}/ckpt",
+                f"logger.log_dir={d}/logs",
+            ]
+        )
     assert status == 0
     return out.getvalue(), d
 
@@ -196,7 +206,9 @@ def test_rehearsal_output_parses_like_nemo_rl(rehearsal_run: tuple[str, Path]) -
     parsed = parse_log(text)
 
     # The driver also logs what it printed, as JSON: an independent record to check against.
-    logged = [json.loads(line) for line in (d / "logs" / "exp_001" / "rehearsal_metrics.jsonl").read_text().splitlines()]
+    logged = [
+        json.loads(line) for line in (d / "logs" / "exp_001" / "rehearsal_metrics.jsonl").read_text().splitlines()
+    ]
     assert [s.step for s in parsed.steps] == [r["step"] for r in logged] == [1, 2, 3, 4]
     assert {s.total for s in parsed.steps} == {4}
     for step, record in zip(parsed.steps, logged, strict=True):
@@ -267,8 +279,12 @@ RL_LUSTRE_EVENT {"v": 1, "at": 5.0, "event": "noise"}
 def test_initial_validation_epochs_and_the_supervisors_lines() -> None:
     parsed = parse_log(TWO_EPOCHS)
 
-    assert parsed.initial_validation == {"accuracy": 0.1, "average_response_length": 150.0,
-                                         "samples_processed": 64.0, "total_validation_time": 3.5}
+    assert parsed.initial_validation == {
+        "accuracy": 0.1,
+        "average_response_length": 150.0,
+        "samples_processed": 64.0,
+        "total_validation_time": 3.5,
+    }
     assert [(s.step, s.epoch, s.global_step) for s in parsed.steps] == [(2, 1, 2), (1, 2, 3)]
     # The supervisor's lines (for people and for programs) end no block.
     assert [s.metrics for s in parsed.steps] == [{"loss": 0.5}, {"loss": 0.25}]

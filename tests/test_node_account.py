@@ -28,8 +28,15 @@ ACCOUNT = f"projects/{PROJECT}/serviceAccounts/{EMAIL}"
 
 
 def spec(**kw: object) -> Cluster:
-    base: dict[str, object] = {"name": "demo", "project": PROJECT, "region": "us-east1", "zone": "us-east1-b",
-                               "num_nodes": 2, "preload_image": False, "fabric": "tcp"}
+    base: dict[str, object] = {
+        "name": "demo",
+        "project": PROJECT,
+        "region": "us-east1",
+        "zone": "us-east1-b",
+        "num_nodes": 2,
+        "preload_image": False,
+        "fabric": "tcp",
+    }
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -44,6 +51,7 @@ def gcp():
 
 
 # -- the plan, offline ---------------------------------------------------------------------
+
 
 def test_the_plan_makes_the_account_before_the_cluster_and_every_pool_runs_as_it() -> None:
     from rl_lustre.gcp.container_requests import cluster_request, node_pool_request
@@ -88,8 +96,9 @@ def test_the_users_own_account_makes_no_node_and_is_run_as_unchanged() -> None:
     assert not [i for i in plan.cost().items if i.key == "node-sa"]
 
 
-@pytest.mark.parametrize("name", ["d", "demo", "a" * 21, "a" * 22, "x" * 40, "a" * 19 + "-" + "b" * 20,
-                                  "a" * 20 + "-tail", "z9"])
+@pytest.mark.parametrize(
+    "name", ["d", "demo", "a" * 21, "a" * 22, "x" * 40, "a" * 19 + "-" + "b" * 20, "a" * 20 + "-tail", "z9"]
+)
 def test_account_ids_are_valid_short_enough_and_distinct(name: str) -> None:
     account = node_service_account_id(name)
     assert re.fullmatch(r"[a-z][a-z0-9-]{4,28}[a-z0-9]", account), account
@@ -113,6 +122,7 @@ def test_a_domain_scoped_project_gets_its_accounts_e_mail_form() -> None:
 
 # -- up() and down() against the fakes -------------------------------------------------------
 
+
 def test_up_creates_the_marked_account_with_its_role_and_down_removes_only_ours(gcp: FakeGCP) -> None:
     # Another administrator's members, in our role and in another: down() must keep them.
     gcp.iam.bind(PROJECT, NODE_ROLE, "serviceAccount:" + gcp.iam.seed_account(PROJECT, "others"))
@@ -120,8 +130,10 @@ def test_up_creates_the_marked_account_with_its_role_and_down_removes_only_ours(
     report = backend(spec()).up()
     assert report.get("node-sa").outcome == "created"
     gcp.settle()
-    assert gcp.resources()["iam.serviceAccounts"][ACCOUNT] == {"managed-by": "rl-lustre",
-                                                               "rl-lustre-deployment": "demo"}
+    assert gcp.resources()["iam.serviceAccounts"][ACCOUNT] == {
+        "managed-by": "rl-lustre",
+        "rl-lustre-deployment": "demo",
+    }
     assert MEMBER in gcp.iam.bindings(PROJECT)[NODE_ROLE]
     cluster = "projects/my-project/locations/us-east1/clusters/demo"
     assert gcp.iam.users_of(EMAIL) == [f"{cluster}/nodePools/gpu-pool", f"{cluster}/nodePools/ray-head-pool"]
@@ -135,8 +147,10 @@ def test_up_creates_the_marked_account_with_its_role_and_down_removes_only_ours(
     down = backend(spec()).down()
     assert down.get("node-sa").outcome == "deleted"
     assert gcp.leaked() == []
-    assert gcp.iam.bindings(PROJECT) == {NODE_ROLE: ["serviceAccount:others@my-project.iam.gserviceaccount.com"],
-                                         "roles/owner": ["user:alice@example.com"]}
+    assert gcp.iam.bindings(PROJECT) == {
+        NODE_ROLE: ["serviceAccount:others@my-project.iam.gserviceaccount.com"],
+        "roles/owner": ["user:alice@example.com"],
+    }
     # The account went after what ran as it.
     order = [r.method for r in gcp.requests if r.method in ("gke.DeleteCluster", "iam.DeleteServiceAccount")]
     assert order == ["gke.DeleteCluster", "iam.DeleteServiceAccount"]
@@ -174,13 +188,17 @@ def test_a_users_conditional_binding_of_our_role_is_kept_apart_and_whole(gcp: Fa
     assert gcp.leaked() == []
 
 
-@pytest.mark.parametrize(("method", "code"), [
-    ("iam.CreateServiceAccount", grpc.StatusCode.PERMISSION_DENIED),
-    ("resourcemanager.SetIamPolicy", grpc.StatusCode.PERMISSION_DENIED),
-    ("resourcemanager.GetIamPolicy", grpc.StatusCode.INTERNAL),
-])
-def test_a_fault_at_the_account_or_its_grant_rolls_back_to_nothing(gcp: FakeGCP, method: str,
-                                                                   code: grpc.StatusCode) -> None:
+@pytest.mark.parametrize(
+    ("method", "code"),
+    [
+        ("iam.CreateServiceAccount", grpc.StatusCode.PERMISSION_DENIED),
+        ("resourcemanager.SetIamPolicy", grpc.StatusCode.PERMISSION_DENIED),
+        ("resourcemanager.GetIamPolicy", grpc.StatusCode.INTERNAL),
+    ],
+)
+def test_a_fault_at_the_account_or_its_grant_rolls_back_to_nothing(
+    gcp: FakeGCP, method: str, code: grpc.StatusCode
+) -> None:
     gcp.iam.bind(PROJECT, NODE_ROLE, "user:bob@example.com")
     gcp.faults.fail_call(method, code, message=f"boom in {method}")
     with pytest.raises(RollbackError) as info:
@@ -253,14 +271,19 @@ def test_ls_finds_the_account_and_gc_collects_one_left_behind(gcp: FakeGCP) -> N
 
 # -- faults in down(), and what ls / gc / `down NAME` see ------------------------------------
 
-@pytest.mark.parametrize(("method", "code"), [
-    ("iam.GetServiceAccount", grpc.StatusCode.INTERNAL),
-    ("resourcemanager.GetIamPolicy", grpc.StatusCode.INTERNAL),
-    ("resourcemanager.SetIamPolicy", grpc.StatusCode.PERMISSION_DENIED),
-    ("iam.DeleteServiceAccount", grpc.StatusCode.INTERNAL),
-])
+
+@pytest.mark.parametrize(
+    ("method", "code"),
+    [
+        ("iam.GetServiceAccount", grpc.StatusCode.INTERNAL),
+        ("resourcemanager.GetIamPolicy", grpc.StatusCode.INTERNAL),
+        ("resourcemanager.SetIamPolicy", grpc.StatusCode.PERMISSION_DENIED),
+        ("iam.DeleteServiceAccount", grpc.StatusCode.INTERNAL),
+    ],
+)
 def test_a_fault_in_downs_unbinding_or_deletion_leaves_what_gc_finds_and_removes(
-        gcp: FakeGCP, method: str, code: grpc.StatusCode) -> None:
+    gcp: FakeGCP, method: str, code: grpc.StatusCode
+) -> None:
     from rl_lustre.errors import TeardownError
     from rl_lustre.inventory import collect_garbage, find_deployments
     from rl_lustre.provision.context import Apis

@@ -21,10 +21,14 @@ class NodeTable:
         assert what == "nodes"
         now = time.monotonic() - self.start
         return [{"node_id": "head", "is_head_node": True, "state": "ALIVE"}] + [
-            {"node_id": node, "node_name": f"worker-{node}", "node_ip": "127.0.0.1",
-             "state": "DEAD" if after is not None and now >= after else "ALIVE",
-             "state_message": "health check failed" if after is not None and now >= after else "",
-             "resources_total": {"GPU": 1}}
+            {
+                "node_id": node,
+                "node_name": f"worker-{node}",
+                "node_ip": "127.0.0.1",
+                "state": "DEAD" if after is not None and now >= after else "ALIVE",
+                "state_message": "health check failed" if after is not None and now >= after else "",
+                "resources_total": {"GPU": 1},
+            }
             for node, after in self.dies_after.items()
         ]
 

@@ -15,9 +15,15 @@ from rl_lustre.errors import NothingToDoWarning
 from rl_lustre.jobrecord import REHEARSAL_NOTE
 
 JOB = GRPOJob(
-    name="noop", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", dataset="OpenMathInstruct-2",
-    max_num_steps=2, num_prompts_per_step=4, num_generations_per_prompt=8,
-    train_global_batch_size=32, save_period=1,
+    name="noop",
+    recipe="grpo_math_1B",
+    model="Qwen/Qwen2.5-1.5B",
+    dataset="OpenMathInstruct-2",
+    max_num_steps=2,
+    num_prompts_per_step=4,
+    num_generations_per_prompt=8,
+    train_global_batch_size=32,
+    save_period=1,
 )
 
 
@@ -26,7 +32,7 @@ def test_nothing_left_to_do_warns_at_submit_and_wait_and_fresh_trains_again(loca
     checkpoint_dir = Path(JOB.checkpoint_dir(local_cluster))
     first = local_cluster.submit(JOB)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", NothingToDoWarning)   # a run that trains is not a no-op
+        warnings.simplefilter("error", NothingToDoWarning)  # a run that trains is not a no-op
         assert first.wait(timeout=240) == "SUCCEEDED"
     assert [r.step for r in first.steps()] == [1, 2]
     assert first.notes() == [REHEARSAL_NOTE]

@@ -52,7 +52,11 @@ def recipe_keys() -> set[str]:
 
 def test_shipped_recipes_are_the_four_v040_ones() -> None:
     assert set(available_recipes()) == {
-        "grpo_math_1B", "grpo_math_1B_megatron", "grpo_math_8B_megatron", "grpo_math_70B_megatron"}
+        "grpo_math_1B",
+        "grpo_math_1B_megatron",
+        "grpo_math_8B_megatron",
+        "grpo_math_70B_megatron",
+    }
     notice = (Path(load_recipe.__code__.co_filename).parent / "recipes" / "v0.4.0" / "NOTICE").read_text()
     assert "c751f811217db7df0d4c94abdeaada6626cfc150" in notice
     assert "Apache" in notice
@@ -89,8 +93,13 @@ def test_interpolated_keys_follow_their_source(ref: Path) -> None:
     for key, expr in interps.items():
         sources = re.findall(r"\$\{([\w.]+)\}", expr)
         src = sources[0]
-        new = base[src] + 3 if isinstance(base[src], int) else base[src] * 2 if isinstance(base[src], float) \
+        new = (
+            base[src] + 3
+            if isinstance(base[src], int)
+            else base[src] * 2
+            if isinstance(base[src], float)
             else f"{base[src]}-x"
+        )
         got = flatten(resolve_config(RECIPE, [render_override(src, new)]))
         if expr.startswith("${mul:"):
             a, b = (got[s] for s in sources)
@@ -141,11 +150,58 @@ def test_every_ok_vector_value_round_trips_through_render(ref: Path, recipe_keys
 
 
 TRICKY_STRINGS = [
-    "", " ", "abc", "a b", " lead", "trail ", "true", "False", "null", "NULL", "None", "1", "-3", "1_000", "01",
-    "3e-7", "1.", ".5", "inf", "-inf", "nan", "a,b", "a=b", "#tag", "it's", 'say "hi"', "a'b\"c", "a\\",
-    "a\\'b", "\\n\\n", "[x]", "{x}", "a(b)", "a:b", "é", "~x", "*", "a\tb", "line1\nline2",
-    "$(rm -rf /)", "`ls`", "a;b", "a|b", "100%", "Qwen/Qwen2.5-72B-Instruct", "/lustre/a b/c", "s3://b/x",
-    "00:03:30:00", "2025-01-01", "val:accuracy", "a\\\\'\"", "\\${literal}",
+    "",
+    " ",
+    "abc",
+    "a b",
+    " lead",
+    "trail ",
+    "true",
+    "False",
+    "null",
+    "NULL",
+    "None",
+    "1",
+    "-3",
+    "1_000",
+    "01",
+    "3e-7",
+    "1.",
+    ".5",
+    "inf",
+    "-inf",
+    "nan",
+    "a,b",
+    "a=b",
+    "#tag",
+    "it's",
+    'say "hi"',
+    "a'b\"c",
+    "a\\",
+    "a\\'b",
+    "\\n\\n",
+    "[x]",
+    "{x}",
+    "a(b)",
+    "a:b",
+    "é",
+    "~x",
+    "*",
+    "a\tb",
+    "line1\nline2",
+    "$(rm -rf /)",
+    "`ls`",
+    "a;b",
+    "a|b",
+    "100%",
+    "Qwen/Qwen2.5-72B-Instruct",
+    "/lustre/a b/c",
+    "s3://b/x",
+    "00:03:30:00",
+    "2025-01-01",
+    "val:accuracy",
+    "a\\\\'\"",
+    "\\${literal}",
 ]
 
 
@@ -160,8 +216,14 @@ def test_strings_round_trip_through_hydra_and_the_shell(s: str) -> None:
 
 
 def test_readable_strings_stay_unquoted_and_lookalikes_are_quoted() -> None:
-    for plain in ["Qwen/Qwen2.5-72B-Instruct", "/lustre/fsw/run-1_x.y@z+1", "val:accuracy", "DeepScaler",
-                  "s3://bucket/x", "00:03:30:00"]:
+    for plain in [
+        "Qwen/Qwen2.5-72B-Instruct",
+        "/lustre/fsw/run-1_x.y@z+1",
+        "val:accuracy",
+        "DeepScaler",
+        "s3://bucket/x",
+        "00:03:30:00",
+    ]:
         assert render_override("k", plain) == f"k={plain}"
     for lookalike in ["true", "null", "1", "3e-7", "inf", "a,b", "a b", "it's", "${x}", "a\\b", "#x", "a=b"]:
         text = render_override("k", lookalike)
@@ -169,10 +231,29 @@ def test_readable_strings_stay_unquoted_and_lookalikes_are_quoted() -> None:
         assert text[2] in "'\""
 
 
-@pytest.mark.parametrize("value", [
-    None, True, False, 0, -7, 2**40, 0.5, 3e-07, 1e20, -0.0, math.inf, -math.inf, [], {}, [1, 2.5, "a b", None],
-    {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, {"a": {"b": [True, "x,y"]}}, ["</answer>", "\\n\\n"],
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        False,
+        0,
+        -7,
+        2**40,
+        0.5,
+        3e-07,
+        1e20,
+        -0.0,
+        math.inf,
+        -math.inf,
+        [],
+        {},
+        [1, 2.5, "a b", None],
+        {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        {"a": {"b": [True, "x,y"]}},
+        ["</answer>", "\\n\\n"],
+    ],
+)
 def test_typed_values_round_trip(value: Any) -> None:
     text = render_override("policy.generation.stop_token_ids", value)
     assert same_value(hydra_value(text), value), text
@@ -187,15 +268,26 @@ def test_tuples_render_as_lists() -> None:
 
 
 def test_add_prefix() -> None:
-    assert render_override("logger.mlflow.tracking_uri", "http://mlflow:5000", add=True) == \
-        "+logger.mlflow.tracking_uri=http://mlflow:5000"
+    assert (
+        render_override("logger.mlflow.tracking_uri", "http://mlflow:5000", add=True)
+        == "+logger.mlflow.tracking_uri=http://mlflow:5000"
+    )
     assert render_override("++policy.x", 1) == "++policy.x=1"
     assert parse_override("++policy.x=1").kind == "force_add"
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("bad key", 1), ("a..b", 1), ("", 1), ("k", object()), ("k", {"a b": 1}), ("k", {1: "x"}), ("k", b"x"),
-])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("bad key", 1),
+        ("a..b", 1),
+        ("", 1),
+        ("k", object()),
+        ("k", {"a b": 1}),
+        ("k", {1: "x"}),
+        ("k", b"x"),
+    ],
+)
 def test_unrenderable_is_a_config_error(key: str, value: Any) -> None:
     with pytest.raises(ConfigError) as info:
         render_override(key, value)

@@ -56,9 +56,12 @@ def outside(tmp_path: Path) -> Path:
 
 def _env(outside: Path, *, ray: bool = True) -> dict[str, str]:
     # The user's own project has no lock yet: CI's UV_LOCKED / UV_FROZEN (for the clone) stay out.
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "UV_PROJECT_ENVIRONMENT", "UV_LOCKED", "UV_FROZEN")
-           and not k.startswith(("PYTEST_", "RL_LUSTRE_", "NOX_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "PYTHONPATH", "UV_PROJECT_ENVIRONMENT", "UV_LOCKED", "UV_FROZEN")
+        and not k.startswith(("PYTEST_", "RL_LUSTRE_", "NOX_"))
+    }
     env["XDG_DATA_HOME"] = str(outside / "data")  # where Cluster.local keeps its volumes
     env["UV_NO_PROGRESS"] = "1"
     # A fresh environment's Ray without bytecode starts too slowly for Ray's fixed raylet wait

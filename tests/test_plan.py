@@ -20,8 +20,13 @@ from rl_lustre.plan import Plan, PlanGraphError, PlannedResource
 
 # The reference workflow's graph: one NIC (fabric="tcp"); the GPUDirect-RDMA fabric that
 # is the default on A4 adds its own nodes, tested in test_fabric.py.
-REFERENCE = {"name": "ray-a4-gpu-spot", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
-             "fabric": "tcp"}
+REFERENCE = {
+    "name": "ray-a4-gpu-spot",
+    "project": "my-project",
+    "region": "us-east1",
+    "zone": "us-east1-b",
+    "fabric": "tcp",
+}
 HEAVY = ("ray", "kubernetes", "grpc", "google.cloud", "google.api_core", "google.auth", "hydra", "omegaconf", "rich")
 LUSTRE_CHAIN = {"psa-range", "psa-peering", "firewall-lustre", "lustre"}
 GKE_CHAIN = {"node-sa", "gke-cluster", "cpu-pool", "gpu-pool"}
@@ -114,8 +119,11 @@ def test_in_a_users_network_google_picks_the_psa_block_after_the_subnet() -> Non
         SUBNET_CIDR,
     )
 
-    theirs = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
-                     network="shared-vpc").plan().get("psa-range")
+    theirs = (
+        Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", network="shared-vpc")
+        .plan()
+        .get("psa-range")
+    )
     assert theirs.depends_on == ("subnet",)
     assert "address" not in theirs.settings
     ours = ipaddress.ip_network(f"{PSA_ADDRESS}/{PSA_PREFIX_LENGTH}")
@@ -217,9 +225,19 @@ def test_teardown_order_deletes_dependents_first(plan: Plan) -> None:
 
 def test_critical_path_with_issue_4_proportions(plan: Plan) -> None:
     durations = {
-        "network": 0.5, "subnet": 0.5, "psa-range": 0.5, "psa-peering": 0.5, "firewall-lustre": 0.5,
-        "lustre": 20, "gke-cluster": 8, "cpu-pool": 6, "gpu-pool": 6,
-        "pv": 0.1, "pvc": 0.1, "secret": 0.1, "raycluster": 0.1,
+        "network": 0.5,
+        "subnet": 0.5,
+        "psa-range": 0.5,
+        "psa-peering": 0.5,
+        "firewall-lustre": 0.5,
+        "lustre": 20,
+        "gke-cluster": 8,
+        "cpu-pool": 6,
+        "gpu-pool": 6,
+        "pv": 0.1,
+        "pvc": 0.1,
+        "secret": 0.1,
+        "raycluster": 0.1,
     }
     total, path = plan.critical_path(durations)
     # network → psa-range → psa-peering → lustre → pv → pvc → raycluster (the range is
@@ -238,8 +256,12 @@ def test_critical_path_with_issue_4_proportions(plan: Plan) -> None:
 
 @pytest.mark.parametrize(
     ("durations", "field"),
-    [({"nope": 1.0}, "durations"), ({"lustre": -1.0}, "durations['lustre']"),
-     ({"lustre": float("inf")}, "durations['lustre']"), ({"lustre": "20"}, "durations['lustre']")],
+    [
+        ({"nope": 1.0}, "durations"),
+        ({"lustre": -1.0}, "durations['lustre']"),
+        ({"lustre": float("inf")}, "durations['lustre']"),
+        ({"lustre": "20"}, "durations['lustre']"),
+    ],
 )
 def test_critical_path_rejects_bad_durations(plan: Plan, durations: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -296,7 +318,9 @@ def test_str_is_a_readable_summary(plan: Plan) -> None:
 def test_the_cost_is_said_before_the_long_list_and_broken_down_after_it(plan: Plan) -> None:
     lines = str(plan).splitlines()
     total = f"${plan.cost().total_usd_per_hour:,.2f}/hour"
-    assert lines[2] == f"Cost: {total} · list prices of {plan.cost().prices_as_of}, before taxes · per resource at the end"
+    assert (
+        lines[2] == f"Cost: {total} · list prices of {plan.cost().prices_as_of}, before taxes · per resource at the end"
+    )
     assert len(lines) > 100  # a reader would otherwise scroll past all of it
     breakdown = next(i for i, line in enumerate(lines) if i > 2 and line.startswith("Cost: "))
     assert lines[breakdown].startswith(f"Cost: {total} · ")
@@ -308,11 +332,17 @@ def test_to_dict_is_json_and_complete(plan: Plan) -> None:
     d = plan.to_dict()
     assert json.loads(json.dumps(d)) == d
     assert (d["cluster_name"], d["backend"], d["project"], d["region"], d["zone"]) == (
-        "ray-a4-gpu-spot", "gke", "my-project", "us-east1", "us-east1-b")
+        "ray-a4-gpu-spot",
+        "gke",
+        "my-project",
+        "us-east1",
+        "us-east1-b",
+    )
     assert [r["key"] for r in d["resources"]] == plan.keys()
     by_key = {r["key"]: r for r in d["resources"]}
     assert by_key["gpu-pool"]["settings"]["taints"] == [
-        {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}]
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
+    ]
     assert set(by_key["raycluster"]["depends_on"]) == {"pvc", "secret", "cpu-pool", "gpu-pool"}
     assert d["totals"]["gpus"] == 64
     assert [set(w) for w in d["waves"]] == [set(w) for w in plan.waves()]
@@ -359,7 +389,8 @@ def test_key_settings_of_the_reference_deployment(plan: Plan) -> None:
     assert lustre.settings["capacity_gib"] == vol.capacity_gib
     assert lustre.settings["per_unit_storage_throughput"] == vol.throughput_mbps_per_tib
     assert lustre.settings["aggregate_throughput_mbps"] == pytest.approx(
-        vol.throughput_mbps_per_tib * vol.capacity_gib / 1024)
+        vol.throughput_mbps_per_tib * vol.capacity_gib / 1024
+    )
     assert lustre.settings["filesystem"] == vol.filesystem
     assert lustre.settings["network"] == "projects/my-project/global/networks/ray-a4-gpu-spot-net"
 
@@ -376,8 +407,11 @@ def test_key_settings_of_the_reference_deployment(plan: Plan) -> None:
 def test_ownership_labels_on_created_resources() -> None:
     p = Cluster(**REFERENCE, labels={"team": "rl"}).plan()
     # The preload image is shared by deployments: our labels and its role, nobody's deployment.
-    assert dict(p.get("preload-image").labels) == {LABEL_MANAGED_BY: "rl-lustre", "rl-lustre-role": "preload-image",
-                                                   "rl-lustre-layout": "v1"}
+    assert dict(p.get("preload-image").labels) == {
+        LABEL_MANAGED_BY: "rl-lustre",
+        "rl-lustre-role": "preload-image",
+        "rl-lustre-layout": "v1",
+    }
     for r in p:
         if r.action == "cache":
             continue

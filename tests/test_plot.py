@@ -42,22 +42,35 @@ def png_size(path: Path) -> tuple[int, int]:
 
 def _cluster_metrics() -> ClusterMetrics:
     times = [T0 + dt.timedelta(minutes=k) for k in range(1, 6)]
-    volume = VolumeMetrics(Series("Lustre read", "MB/s", tuple((t, 100.0 + k) for k, t in enumerate(times))),
-                           Series("Lustre write", "MB/s", tuple((t, 900.0 - k) for k, t in enumerate(times))),
-                           T0, times[-1], 60)
-    pods = {p: Series(f"GPU utilisation {p}", "%", tuple((t, v) for t in times)) for p, v in (("w-0", 90.0),
-                                                                                          ("w-1", 70.0))}
+    volume = VolumeMetrics(
+        Series("Lustre read", "MB/s", tuple((t, 100.0 + k) for k, t in enumerate(times))),
+        Series("Lustre write", "MB/s", tuple((t, 900.0 - k) for k, t in enumerate(times))),
+        T0,
+        times[-1],
+        60,
+    )
+    pods = {
+        p: Series(f"GPU utilisation {p}", "%", tuple((t, v) for t in times)) for p, v in (("w-0", 90.0), ("w-1", 70.0))
+    }
     return ClusterMetrics(Series("GPU utilisation", "%", tuple((t, 80.0) for t in times)), pods, volume)
 
 
-DATA = RunData(title="rl-lustre-demo-1", steps=(1, 2, 3, 4), reward=(0.1, 0.2, 0.35, 0.4),
-               loss=(0.01, -0.01, 0.0, 0.005),
-               saves=(SaveRecord(2, 0.5, 200.0, 100.0), SaveRecord(4, 0.25, 400.0, 100.0)))
+DATA = RunData(
+    title="rl-lustre-demo-1",
+    steps=(1, 2, 3, 4),
+    reward=(0.1, 0.2, 0.35, 0.4),
+    loss=(0.01, -0.01, 0.0, 0.005),
+    saves=(SaveRecord(2, 0.5, 200.0, 100.0), SaveRecord(4, 0.25, 400.0, 100.0)),
+)
 
 
 def _lines(fig) -> dict[str, tuple[list, list]]:  # type: ignore[no-untyped-def]
-    return {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
-            for ax in fig.axes for line in ax.get_lines() if not line.get_label().startswith("_")}
+    return {
+        line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+        for ax in fig.axes
+        for line in ax.get_lines()
+        if not line.get_label().startswith("_")
+    }
 
 
 def test_the_figure_draws_every_series_of_the_run(tmp_path: Path) -> None:
@@ -80,7 +93,12 @@ def test_the_figure_draws_every_series_of_the_run(tmp_path: Path) -> None:
 def test_on_gke_lustre_throughput_and_gpu_utilisation_are_drawn_too(tmp_path: Path) -> None:
     fig = figure(attrs.evolve(DATA, cluster=_cluster_metrics()))
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == [
-        "Training, per step", "Checkpoint saves", "Lustre throughput", "GPU utilisation", "GPU-node-hours by cause"]
+        "Training, per step",
+        "Checkpoint saves",
+        "Lustre throughput",
+        "GPU utilisation",
+        "GPU-node-hours by cause",
+    ]
     lines = _lines(fig)
     assert lines["Lustre write MB/s"][1] == [900.0, 899.0, 898.0, 897.0, 896.0]
     assert lines["Lustre read MB/s"][1][0] == 100.0
@@ -131,9 +149,11 @@ def test_a_real_run_plotted_and_inspected_from_the_command_line(local_cluster: C
 
     # The same run from the command line, through a file that describes the same cluster.
     script = tmp_path / "local.py"
-    script.write_text("from rl_lustre import Cluster\n"
-                      f"c = Cluster.local({local_cluster.name!r}, volume_dir={local_cluster.mount_path!r}, "
-                      "secrets=('HF_TOKEN',))\n")
+    script.write_text(
+        "from rl_lustre import Cluster\n"
+        f"c = Cluster.local({local_cluster.name!r}, volume_dir={local_cluster.mount_path!r}, "
+        "secrets=('HF_TOKEN',))\n"
+    )
     target = f"{script}:c"
 
     def run_cli(*args: str) -> str:
@@ -158,16 +178,23 @@ def test_a_real_run_plotted_and_inspected_from_the_command_line(local_cluster: C
 
 
 def test_the_picture_names_the_model_and_recipe_and_says_what_is_synthetic_or_missing() -> None:
-    data = attrs.evolve(DATA, title="Qwen/Qwen2.5-1.5B · grpo_math_1B", subtitle="rl-lustre-demo-1", synthetic=True,
-                        saves=(SaveRecord(2, 0.5, None, None), SaveRecord(4, 0.25, 400.0, 100.0)))
+    data = attrs.evolve(
+        DATA,
+        title="Qwen/Qwen2.5-1.5B · grpo_math_1B",
+        subtitle="rl-lustre-demo-1",
+        synthetic=True,
+        saves=(SaveRecord(2, 0.5, None, None), SaveRecord(4, 0.25, 400.0, 100.0)),
+    )
     fig = figure(data)
     assert fig.get_suptitle().splitlines() == [
         "Qwen/Qwen2.5-1.5B · grpo_math_1B",
-        "rl-lustre-demo-1 · rehearsal: no model is trained, the metrics are synthetic"]
+        "rl-lustre-demo-1 · rehearsal: no model is trained, the metrics are synthetic",
+    ]
     training, saves, _ = (ax for ax in fig.axes if ax.get_title())
     assert training.get_title() == "Training, per step (synthetic)"
     assert saves.get_xlabel().splitlines()[1] == (
-        "no MB/s for step 2: keep_top_k deleted the checkpoint, so its size is unknown")
+        "no MB/s for step 2: keep_top_k deleted the checkpoint, so its size is unknown"
+    )
     # A run that trains for real, every checkpoint still there: nothing to explain.
     plain = figure(attrs.evolve(DATA, title="m · r"))
     assert plain.get_suptitle() == "m · r"
@@ -186,6 +213,9 @@ def test_a_real_runs_picture_is_labelled_from_the_run_itself(local_cluster: Clus
     assert data.synthetic
     # keep_top_k=1 kept step 3 only: the older saves have a time but no size, hence no MB/s.
     assert [(s.step, s.mb_per_second is None, s.size_mb is None) for s in data.saves] == [
-        (1, True, True), (2, True, True), (3, False, False)]
+        (1, True, True),
+        (2, True, True),
+        (3, False, False),
+    ]
     saves = next(ax for ax in figure(data).axes if ax.get_title() == "Checkpoint saves")
     assert "no MB/s for steps 1, 2: keep_top_k deleted" in saves.get_xlabel()

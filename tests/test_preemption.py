@@ -90,8 +90,9 @@ def _wait_done(job: GRPOJob, cluster: Cluster, step: int, *, attempt: int = 1, t
     deadline = time.monotonic() + timeout
     metrics = Path(job.log_dir(cluster)) / f"exp_{attempt:03d}" / "rehearsal_metrics.jsonl"
     while time.monotonic() < deadline:
-        if metrics.is_file() and any(json.loads(line)["step"] >= step
-                                     for line in metrics.read_text().splitlines() if line.strip()):
+        if metrics.is_file() and any(
+            json.loads(line)["step"] >= step for line in metrics.read_text().splitlines() if line.strip()
+        ):
             return
         time.sleep(0.02)
     raise AssertionError(f"attempt {attempt} of {job.name} did not finish step {step} in {timeout}s")
@@ -102,7 +103,8 @@ def _attempts(log: str) -> int:
 
 
 def test_a_run_preempted_after_step_5_resumes_from_step_4_and_ends_as_without_preemption(
-        cluster: Cluster, preemption_report: list[str]) -> None:
+    cluster: Cluster, preemption_report: list[str]
+) -> None:
     job = attrs.evolve(JOB, name=f"pre-one-{uuid.uuid4().hex[:6]}")
     run = cluster.submit(job)
     assert run.info().metadata["rl_lustre.max_restarts"] == "3"
@@ -123,8 +125,10 @@ def test_a_run_preempted_after_step_5_resumes_from_step_4_and_ends_as_without_pr
     assert 0 < restart.seconds_lost < 200
     assert restart.capacity_seconds is not None
     assert restart.capacity_seconds <= restart.seconds_lost
-    preemption_report.append(f"local, 1 node: lost {restart.seconds_lost:.1f}s (waited {restart.capacity_seconds:.1f}s "
-                             f"for capacity), redid {restart.steps_redone} step(s)")
+    preemption_report.append(
+        f"local, 1 node: lost {restart.seconds_lost:.1f}s (waited {restart.capacity_seconds:.1f}s "
+        f"for capacity), redid {restart.steps_redone} step(s)"
+    )
 
     # The same checkpoints as an uninterrupted run: keep_top_k=2 of saves 2, 4, 6, 8, 10.
     checkpoints = run.checkpoints()
@@ -140,15 +144,25 @@ def test_a_run_preempted_after_step_5_resumes_from_step_4_and_ends_as_without_pr
 
 
 def test_two_preemptions_while_the_users_process_is_gone_are_recovered_and_seen_by_a_later_attach(
-        cluster: Cluster, preemption_report: list[str]) -> None:
+    cluster: Cluster, preemption_report: list[str]
+) -> None:
     job = attrs.evolve(JOB, name=f"pre-two-{uuid.uuid4().hex[:6]}")
-    spec = {"name": cluster.name, "volume_dir": cluster.mount_path, "num_nodes": 2, "gpus_per_node": 1,
-            "worker_nodes": 2, "rehearsal_step_seconds": STEP_SECONDS}
+    spec = {
+        "name": cluster.name,
+        "volume_dir": cluster.mount_path,
+        "num_nodes": 2,
+        "gpus_per_node": 1,
+        "worker_nodes": 2,
+        "rehearsal_step_seconds": STEP_SECONDS,
+    }
     # The user's script submits and exits; nothing of it is left to recover anything.
-    submitted = _python(f"""
+    submitted = _python(
+        f"""
         run = Cluster.local(**spec).submit(attrs.evolve(JOB, name={job.name!r}))
         print(run.job_id)
-    """, spec)
+    """,
+        spec,
+    )
     job_id = submitted.strip().splitlines()[-1]
 
     _wait_done(job, cluster, 3, attempt=1)
@@ -157,21 +171,29 @@ def test_two_preemptions_while_the_users_process_is_gone_are_recovered_and_seen_
     preempt(cluster, nodes=2, back_after=0.5)
 
     # Later, another process attaches and finds the run recovered, with both restarts.
-    seen = json.loads(_python(f"""
+    seen = json.loads(
+        _python(
+            f"""
         run = Cluster.local(**spec).attach({job_id!r})
         run.wait(timeout=300)
         print(json.dumps({{"status": run.status(), "checkpoints": [c.step for c in run.checkpoints()],
                           "restarts": [[r.number, r.resumed_from_step, len(r.nodes), r.seconds_lost]
                                        for r in run.restarts()]}}))
-    """, spec).strip().splitlines()[-1])
+    """,
+            spec,
+        )
+        .strip()
+        .splitlines()[-1]
+    )
     assert seen["status"] == "SUCCEEDED"
     assert seen["checkpoints"] == [8, 10]
     assert [r[:3] for r in seen["restarts"]] == [[1, 2, 1], [2, 4, 2]]
     for number, _, nodes, lost in seen["restarts"]:
         assert lost is not None
         assert lost > 0
-        preemption_report.append(f"local, {nodes} node(s), restart {number} of a run with no user process: "
-                                 f"lost {lost:.1f}s")
+        preemption_report.append(
+            f"local, {nodes} node(s), restart {number} of a run with no user process: lost {lost:.1f}s"
+        )
 
 
 def test_a_run_that_fails_with_every_node_alive_is_not_restarted(cluster: Cluster) -> None:
@@ -263,14 +285,16 @@ def _cmdlines() -> list[str]:
 
 
 def _python(body: str, spec: dict[str, Any]) -> str:
-    script = "\n".join([
-        "import json, sys",
-        "import attrs",
-        "from rl_lustre import Cluster, GRPOJob",
-        f"JOB = GRPOJob(**{JOB_ARGS!r})",
-        f"spec = {spec!r}",
-        textwrap.dedent(body),
-    ])
+    script = "\n".join(
+        [
+            "import json, sys",
+            "import attrs",
+            "from rl_lustre import Cluster, GRPOJob",
+            f"JOB = GRPOJob(**{JOB_ARGS!r})",
+            f"spec = {spec!r}",
+            textwrap.dedent(body),
+        ]
+    )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=400)
@@ -283,17 +307,31 @@ def test_the_kube_fake_preempts_a_spot_node_the_way_gke_does() -> None:
     from rl_lustre.testing import KubeFake, KubeTimings
 
     selector = {"cloud.google.com/gke-accelerator": "nvidia-b200"}
-    worker = {"name": "ray-worker", "image": "rayproject/ray:2.46.0",
-              "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8"}}}
+    worker = {
+        "name": "ray-worker",
+        "image": "rayproject/ray:2.46.0",
+        "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8"}},
+    }
     rc = {
-        "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc", "namespace": "default"},
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "rc", "namespace": "default"},
         "spec": {
             "rayVersion": "2.46.0",
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
-                {"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}},
-            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 2, "maxReplicas": 2,
-                                  "rayStartParams": {},
-                                  "template": {"spec": {"nodeSelector": selector, "containers": [worker]}}}],
+            "headGroupSpec": {
+                "rayStartParams": {},
+                "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}},
+            },
+            "workerGroupSpecs": [
+                {
+                    "groupName": "gpu",
+                    "replicas": 2,
+                    "minReplicas": 2,
+                    "maxReplicas": 2,
+                    "rayStartParams": {},
+                    "template": {"spec": {"nodeSelector": selector, "containers": [worker]}},
+                }
+            ],
         },
     }
     # Terminating pods linger a while, so that the preempted pod's last status can be read.
@@ -301,8 +339,11 @@ def test_the_kube_fake_preempts_a_spot_node_the_way_gke_does() -> None:
         fake.add_nodes("gpu-pool", 2, {**selector, "cloud.google.com/gke-spot": "true"})
         ResourceClient(fake.api_client(), "RayCluster", "default").create(rc)
         _until(lambda: (fake.get("RayCluster", "rc") or {}).get("status", {}).get("readyWorkerReplicas") == 2)
-        before = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in fake.objects("Pod")
-                  if p["metadata"]["labels"]["ray.io/node-type"] == "worker"}
+        before = {
+            p["metadata"]["name"]: p["spec"]["nodeName"]
+            for p in fake.objects("Pod")
+            if p["metadata"]["labels"]["ray.io/node-type"] == "worker"
+        }
         assert sorted(before.values()) == ["gke-gpu-pool-0000", "gke-gpu-pool-0001"]
 
         # Capacity comes back after the Failed pod is gone (it lingers 1.5 s), as KubeRay replaces it only then.
@@ -322,10 +363,17 @@ def test_the_kube_fake_preempts_a_spot_node_the_way_gke_does() -> None:
         # The node lifecycle controller's record of the VM going away (the goodput ledger's end of its bill).
         assert (before[victim], "RemovingNode") in reasons
         assert (victim, "TerminationByKubelet") in reasons
-        _until(lambda: any(r == "FailedScaleUp" for _, r in {(e["involvedObject"]["name"], e["reason"])
-                                                            for e in fake.objects("Event", include_events=True)}))
-        assert ("rc", "DeletedWorkerPod") in {(e["involvedObject"]["name"], e["reason"])
-                                              for e in fake.objects("Event", include_events=True)}
+        _until(
+            lambda: any(
+                r == "FailedScaleUp"
+                for _, r in {
+                    (e["involvedObject"]["name"], e["reason"]) for e in fake.objects("Event", include_events=True)
+                }
+            )
+        )
+        assert ("rc", "DeletedWorkerPod") in {
+            (e["involvedObject"]["name"], e["reason"]) for e in fake.objects("Event", include_events=True)
+        }
         [replacement] = gone.wait(timeout=120)
         assert replacement not in before
         nodes = {n["metadata"]["name"]: n for n in fake.objects("Node")}
@@ -343,10 +391,18 @@ def _until(predicate: Any, timeout: float = 90.0) -> None:
 
 
 def test_on_the_gke_fakes_a_preempted_spot_node_is_recovered_on_the_cluster(
-        spot_head: SpotHead, tmp_path: Path, preemption_report: list[str]) -> None:
+    spot_head: SpotHead, tmp_path: Path, preemption_report: list[str]
+) -> None:
     spec = spot_spec("rl-spot", tmp_path, num_nodes=1)
-    job = GRPOJob(**{**JOB_ARGS, "name": "spot", "num_generations_per_prompt": 8, "train_global_batch_size": 32,
-                     "nemo_rl_dir": str(nemo_rl_dir(tmp_path, STEP_SECONDS))})
+    job = GRPOJob(
+        **{
+            **JOB_ARGS,
+            "name": "spot",
+            "num_generations_per_prompt": 8,
+            "train_global_batch_size": 32,
+            "nemo_rl_dir": str(nemo_rl_dir(tmp_path, STEP_SECONDS)),
+        }
+    )
     with spot_gke(spot_head, spec) as (cluster, kube):
         run = cluster.submit(job)
         _wait_done(job, cluster, 5)
@@ -360,8 +416,10 @@ def test_on_the_gke_fakes_a_preempted_spot_node_is_recovered_on_the_cluster(
         assert restart.first_step == 5
         assert [c.step for c in run.checkpoints()] == [8, 10]
         assert restart.seconds_lost is not None
-        preemption_report.append(f"fake GKE, 1 Spot node: lost {restart.seconds_lost:.1f}s "
-                                 f"(waited {restart.capacity_seconds:.1f}s for capacity)")
+        preemption_report.append(
+            f"fake GKE, 1 Spot node: lost {restart.seconds_lost:.1f}s "
+            f"(waited {restart.capacity_seconds:.1f}s for capacity)"
+        )
         gone.wait(timeout=120)
 
         # Two preemptions of one run: two restarts, each from the newest complete save.

@@ -42,12 +42,15 @@ def test_nemo_rl_is_not_installed_here() -> None:
     assert importlib.util.find_spec("nemo_rl") is None
 
 
-@pytest.mark.parametrize(("recipe", "model"), [
-    ("grpo_math_1B", "Qwen/Qwen2.5-1.5B"),
-    ("grpo_math_1B_megatron", "Qwen/Qwen2.5-1.5B"),
-    ("grpo_math_8B_megatron", "meta-llama/Llama-3.1-8B-Instruct"),
-    ("grpo_math_70B_megatron", "Qwen/Qwen2.5-72B-Instruct"),
-])
+@pytest.mark.parametrize(
+    ("recipe", "model"),
+    [
+        ("grpo_math_1B", "Qwen/Qwen2.5-1.5B"),
+        ("grpo_math_1B_megatron", "Qwen/Qwen2.5-1.5B"),
+        ("grpo_math_8B_megatron", "meta-llama/Llama-3.1-8B-Instruct"),
+        ("grpo_math_70B_megatron", "Qwen/Qwen2.5-72B-Instruct"),
+    ],
+)
 def test_the_v040_recipes_pass_on_the_reference_cluster(recipe: str, model: str) -> None:
     assert job(recipe=recipe, model=model).preflight(cluster()) == []
 
@@ -74,8 +77,12 @@ def test_an_override_under_a_section_the_recipe_disables_is_named_with_the_key_t
     # or where the job switches the section on itself.
     assert job(**small, overrides={"policy.optimizer.kwargs.lr": 3e-7}).preflight(cluster()) == []
     assert job(overrides={"policy.megatron_cfg.optimizer.lr": 3e-7}).preflight(cluster()) == []
-    assert job(**small, overrides={"policy.megatron_cfg.optimizer.lr": 3e-7,
-                                   "policy.megatron_cfg.enabled": True}).preflight(cluster()) is not None
+    assert (
+        job(
+            **small, overrides={"policy.megatron_cfg.optimizer.lr": 3e-7, "policy.megatron_cfg.enabled": True}
+        ).preflight(cluster())
+        is not None
+    )
     p = only_problem(job(**small, overrides={"policy.dynamic_batching.train_mb_tokens": 4096}))
     assert "policy.dynamic_batching.enabled=false" in p.rule
 
@@ -100,8 +107,15 @@ def test_batch_must_split_over_data_parallel_and_micro_batch() -> None:
     assert (p.field, p.value) == ("policy.train_global_batch_size", 128)
     assert "64" in p.rule
     assert "256" in p.rule
-    assert job(recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", train_global_batch_size=128,
-               overrides={"policy.train_micro_batch_size": 2}).preflight(cluster()) == []
+    assert (
+        job(
+            recipe="grpo_math_1B",
+            model="Qwen/Qwen2.5-1.5B",
+            train_global_batch_size=128,
+            overrides={"policy.train_micro_batch_size": 2},
+        ).preflight(cluster())
+        == []
+    )
 
 
 def test_megatron_parallelism_must_divide_the_gpus() -> None:
@@ -116,8 +130,9 @@ def test_megatron_parallelism_must_divide_the_gpus() -> None:
 
 
 def test_dtensor_parallelism_must_divide_the_gpus() -> None:
-    p = only_problem(job(recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B",
-                         overrides={"policy.dtensor_cfg.tensor_parallel_size": 3}))
+    p = only_problem(
+        job(recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", overrides={"policy.dtensor_cfg.tensor_parallel_size": 3})
+    )
     assert (p.field, p.value) == ("policy.dtensor_cfg.tensor_parallel_size", 3)
 
 
@@ -149,8 +164,7 @@ def test_num_nodes_and_an_override_of_the_same_key_must_agree() -> None:
 
 
 def test_fewer_gpus_per_node_than_the_node_has_is_a_warning() -> None:
-    small = job(recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", num_nodes=1,
-                overrides={"cluster.gpus_per_node": 4})
+    small = job(recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", num_nodes=1, overrides={"cluster.gpus_per_node": 4})
     warnings = small.preflight(cluster())
     assert any("uses 4 of each node's 8 GPUs" in w and "whole nodes" in w for w in warnings), warnings
 
@@ -274,8 +288,12 @@ def test_every_problem_is_reported_at_once() -> None:
     )
     found = problems(bad)
     fields = [p.field for p in found]
-    assert set(fields) == {"grpo.nonexistent", "policy.train_global_batch_size", "checkpointing.metric_name",
-                           "data.dataset_name"}
+    assert set(fields) == {
+        "grpo.nonexistent",
+        "policy.train_global_batch_size",
+        "checkpointing.metric_name",
+        "data.dataset_name",
+    }
     assert all(p.rule and p.owner == "GRPOJob" for p in found)
     with pytest.raises(PreflightError) as info:
         bad.preflight(cluster())

@@ -25,8 +25,14 @@ NEMO = "nvcr.io/nvidia/nemo-rl:v0.4.0"
 
 
 def spec(name: str = "demo", **kw: object) -> Cluster:
-    base: dict[str, object] = {"name": name, "project": P, "region": "us-east1", "zone": "us-east1-b",
-                               "num_nodes": 2, "fabric": "tcp"}
+    base: dict[str, object] = {
+        "name": name,
+        "project": P,
+        "region": "us-east1",
+        "zone": "us-east1-b",
+        "num_nodes": 2,
+        "fabric": "tcp",
+    }
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -51,7 +57,8 @@ def images(gcp: FakeGCP) -> list[str]:
 
 def gpu_pool_request(gcp: FakeGCP, deployment: str) -> container_v1.NodePool:
     pool = GkeNodePools(backoff=FAST).get_or_none(
-        f"projects/{P}/locations/us-east1/clusters/{deployment}/nodePools/gpu-pool")
+        f"projects/{P}/locations/us-east1/clusters/{deployment}/nodePools/gpu-pool"
+    )
     assert pool is not None
     return pool
 
@@ -124,7 +131,8 @@ def test_your_own_image_is_used_as_it_is_and_never_deleted(gcp: FakeGCP) -> None
     assert report.get("preload-image").outcome == "used"
     assert builds(gcp) == 0
     assert [d.disk_image for d in gpu_pool_request(gcp, "demo").config.secondary_boot_disks] == [
-        f"projects/{P}/global/images/team-nemo"]
+        f"projects/{P}/global/images/team-nemo"
+    ]
     backend(c).down(delete_preload_image=True)
     assert f"projects/{P}/global/images/team-nemo" in images(gcp)
 

@@ -36,21 +36,42 @@ def gcp() -> Iterator[FakeGCP]:
 
 def build(gcp: FakeGCP, **kw: Any) -> PreloadBuild:
     digest = gcp.registry.digest(NEMO)
-    return PreloadBuild(project=P, zone=Z, subnetwork=f"projects/{P}/regions/us-east1/subnetworks/demo-subnet",
-                        image=NEMO, pullable=f"{NEMO}@{digest}", digest=digest, compressed_bytes=25 * 10**9,
-                        family=naming.preload_family(NEMO), name=naming.preload_image_name(NEMO, digest),
-                        builder=naming.preload_builder_name(digest), created_by="demo", storage_location="us-east1",
-                        **kw)
+    return PreloadBuild(
+        project=P,
+        zone=Z,
+        subnetwork=f"projects/{P}/regions/us-east1/subnetworks/demo-subnet",
+        image=NEMO,
+        pullable=f"{NEMO}@{digest}",
+        digest=digest,
+        compressed_bytes=25 * 10**9,
+        family=naming.preload_family(NEMO),
+        name=naming.preload_image_name(NEMO, digest),
+        builder=naming.preload_builder_name(digest),
+        created_by="demo",
+        storage_location="us-east1",
+        **kw,
+    )
 
 
 def ensure(b: PreloadBuild) -> Any:
-    return ensure_preload_image(b, images=Images(backoff=FAST, retry=RETRY), disks=Disks(backoff=FAST, retry=RETRY),
-                                instances=Instances(backoff=FAST, retry=RETRY), backoff=FAST)
+    return ensure_preload_image(
+        b,
+        images=Images(backoff=FAST, retry=RETRY),
+        disks=Disks(backoff=FAST, retry=RETRY),
+        instances=Instances(backoff=FAST, retry=RETRY),
+        backoff=FAST,
+    )
 
 
 def compute_calls(gcp: FakeGCP) -> list[str]:
-    wanted = ("compute.instances.insert", "compute.instances.detachDisk", "compute.images.insert",
-              "compute.instances.delete", "compute.disks.delete", "compute.images.delete")
+    wanted = (
+        "compute.instances.insert",
+        "compute.instances.detachDisk",
+        "compute.images.insert",
+        "compute.instances.delete",
+        "compute.disks.delete",
+        "compute.images.delete",
+    )
     return [r.method for r in gcp.requests if r.method in wanted and r.outcome == "ok"]
 
 
@@ -62,20 +83,39 @@ def test_the_requests_say_what_the_builder_is() -> None:
     assert vm.machine_type == f"zones/{Z}/machineTypes/n2-standard-8"
     boot, data = vm.disks
     assert (boot.boot, boot.auto_delete, boot.initialize_params.source_image) == (
-        True, True, "projects/debian-cloud/global/images/family/debian-12")
+        True,
+        True,
+        "projects/debian-cloud/global/images/family/debian-12",
+    )
     assert (data.device_name, data.auto_delete, data.initialize_params.disk_size_gb) == ("rl-lustre-data", True, 250)
     assert data.initialize_params.disk_type == f"zones/{Z}/diskTypes/pd-ssd"
-    assert dict(vm.labels) == dict(data.initialize_params.labels) == {
-        "managed-by": "rl-lustre", "rl-lustre-role": "preload-build", "rl-lustre-digest": b.digest[7:70],
-        "rl-lustre-created-by": "demo"}
+    assert (
+        dict(vm.labels)
+        == dict(data.initialize_params.labels)
+        == {
+            "managed-by": "rl-lustre",
+            "rl-lustre-role": "preload-build",
+            "rl-lustre-digest": b.digest[7:70],
+            "rl-lustre-created-by": "demo",
+        }
+    )
     assert (vm.scheduling.max_run_duration.seconds, vm.scheduling.instance_termination_action) == (7200, "DELETE")
     meta = {i.key: i.value for i in vm.metadata.items}
-    assert meta == {"startup-script": startup_script(), "enable-guest-attributes": "TRUE",
-                    "rl-lustre-images": b.pullable, "rl-lustre-pull-auth": "none", "rl-lustre-layout": "v1"}
+    assert meta == {
+        "startup-script": startup_script(),
+        "enable-guest-attributes": "TRUE",
+        "rl-lustre-images": b.pullable,
+        "rl-lustre-pull-auth": "none",
+        "rl-lustre-layout": "v1",
+    }
     assert vm.network_interfaces[0].subnetwork == b.subnetwork
     image = b.image_request(60 * 10**9)
     assert (image.name, image.family, image.source_disk, list(image.storage_locations)) == (
-        b.name, b.family, f"projects/{P}/zones/{Z}/disks/{b.builder}-data", ["us-east1"])
+        b.name,
+        b.family,
+        f"projects/{P}/zones/{Z}/disks/{b.builder}-data",
+        ["us-east1"],
+    )
     assert len(image.name) <= 39
     assert dict(image.labels)["rl-lustre-layout"] == "v1"
     assert json.loads(image.description)["unpacked_bytes"] == 60 * 10**9
@@ -94,8 +134,13 @@ def test_a_first_build_leaves_only_the_image_and_a_second_finds_it(gcp: FakeGCP)
     assert first.outcome == "created"
     assert first.image.status == "READY"
     assert first.image.name == b.name
-    assert compute_calls(gcp) == ["compute.instances.insert", "compute.instances.detachDisk", "compute.images.insert",
-                                  "compute.instances.delete", "compute.disks.delete"]
+    assert compute_calls(gcp) == [
+        "compute.instances.insert",
+        "compute.instances.detachDisk",
+        "compute.images.insert",
+        "compute.instances.delete",
+        "compute.disks.delete",
+    ]
     gcp.settle()
     assert gcp.leaked() == []
     assert gcp.leaked(shared=True) == [f"compute.images projects/{P}/global/images/{b.name}"]
@@ -119,9 +164,18 @@ def test_two_ups_building_at_once_build_once(gcp: FakeGCP) -> None:
     assert gcp.leaked() == []
 
 
-@pytest.mark.parametrize("fault", [
-    "instances.insert", "guest attributes", "script", "hang", "detachDisk", "images.insert call",
-    "images.insert operation"])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "instances.insert",
+        "guest attributes",
+        "script",
+        "hang",
+        "detachDisk",
+        "images.insert call",
+        "images.insert operation",
+    ],
+)
 def test_a_fault_at_any_step_leaves_nothing_of_the_build(gcp: FakeGCP, fault: str) -> None:
     kw: dict[str, Any] = {}
     if fault == "instances.insert":
@@ -184,7 +238,7 @@ def test_a_too_small_disk_is_retried_once_bigger(gcp: FakeGCP) -> None:
 # The startup script itself, with the commands it runs replaced by shims.
 
 SHIMS = {
-    "ctr": r'''#!/bin/bash
+    "ctr": r"""#!/bin/bash
 # a containerd client over a directory: pull makes two committed layers
 args=("$@"); while [[ "${args[0]}" == --* || "${args[0]}" == -n ]]; do args=("${args[@]:2}"); done
 set -- "${args[@]}"
@@ -204,13 +258,13 @@ case "$1 $2" in
   "snapshots rm") ;;
   *) echo "ctr shim: $*" >&2; exit 2 ;;
 esac
-''',
-    "containerd": "#!/bin/bash\nwhile [ \"$1\" != --address ]; do shift; done\nmkdir -p \"$(dirname \"$2\")\"\n"
-                  "python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1])' \"$2\"\n"
-                  "exec sleep 60\n",
-    "mkfs.ext4": "#!/bin/bash\necho mkfs.ext4 \"$@\" >> \"$SHIM_LOG\"\n",
-    "mount": "#!/bin/bash\necho mount \"$@\" >> \"$SHIM_LOG\"\n",
-    "umount": "#!/bin/bash\necho umount \"$@\" >> \"$SHIM_LOG\"\n",
+""",
+    "containerd": '#!/bin/bash\nwhile [ "$1" != --address ]; do shift; done\nmkdir -p "$(dirname "$2")"\n'
+    "python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1])' \"$2\"\n"
+    "exec sleep 60\n",
+    "mkfs.ext4": '#!/bin/bash\necho mkfs.ext4 "$@" >> "$SHIM_LOG"\n',
+    "mount": '#!/bin/bash\necho mount "$@" >> "$SHIM_LOG"\n',
+    "umount": '#!/bin/bash\necho umount "$@" >> "$SHIM_LOG"\n',
     "fstrim": "#!/bin/bash\nexit 0\n",
 }
 
@@ -257,12 +311,24 @@ def run_script(tmp_path: Path, **env: str) -> tuple[int, str, dict[str, str], Pa
     thread.start()
     try:
         done = subprocess.run(
-            ["bash", "-c", startup_script()], capture_output=True, text=True, timeout=60,
-            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RL_LUSTRE_DEVICE": str(device),
-                 "RL_LUSTRE_MOUNT": str(root), "RL_LUSTRE_STATE": str(tmp_path / "state"),
-                 "RL_LUSTRE_METADATA_URL": f"http://127.0.0.1:{server.server_address[1]}/computeMetadata/v1",
-                 "CTR_ROOT": str(root / ".containerd"), "SHIM_LOG": str(tmp_path / "log"),
-                 "SHIM_VIEWS": str(tmp_path / "views"), "SHIM_PULL_FAILS": "", **env})
+            ["bash", "-c", startup_script()],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={
+                **os.environ,
+                "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                "RL_LUSTRE_DEVICE": str(device),
+                "RL_LUSTRE_MOUNT": str(root),
+                "RL_LUSTRE_STATE": str(tmp_path / "state"),
+                "RL_LUSTRE_METADATA_URL": f"http://127.0.0.1:{server.server_address[1]}/computeMetadata/v1",
+                "CTR_ROOT": str(root / ".containerd"),
+                "SHIM_LOG": str(tmp_path / "log"),
+                "SHIM_VIEWS": str(tmp_path / "views"),
+                "SHIM_PULL_FAILS": "",
+                **env,
+            },
+        )
     finally:
         server.shutdown()
     return done.returncode, done.stdout + done.stderr, dict(_Metadata.guest), root
@@ -273,7 +339,9 @@ def test_the_script_leaves_the_layout_gke_reads(tmp_path: Path) -> None:
     assert code == 0, out
     assert guest["rl-lustre/status"] == "done"
     assert (root / "snapshots.metadata").read_text().splitlines() == [
-        "sha256:aaa snapshots/3/fs", "sha256:bbb snapshots/7/fs"]
+        "sha256:aaa snapshots/3/fs",
+        "sha256:bbb snapshots/7/fs",
+    ]
     assert (root / "snapshots/3/fs/usr/bin/python3").read_text() == "py\n"
     assert (root / "snapshots/7/fs/opt/big").stat().st_size == 5000
     assert "nemo-rl:v0.4.0" in (root / "images.metadata").read_text()

@@ -28,11 +28,20 @@ from rl_lustre.provision.step import Done, Step
 
 def make_plan(edges: dict[str, Iterable[str]], use: Iterable[str] = (), cache: Iterable[str] = ()) -> Plan:
     used, cached = set(use), set(cache)
-    return Plan(cluster_name="t", backend="gke", resources=[
-        PlannedResource(key=k, kind="test.Thing", name=f"thing-{k}", depends_on=tuple(deps),
-                        action="use" if k in used else "cache" if k in cached else "create")
-        for k, deps in edges.items()
-    ])
+    return Plan(
+        cluster_name="t",
+        backend="gke",
+        resources=[
+            PlannedResource(
+                key=k,
+                kind="test.Thing",
+                name=f"thing-{k}",
+                depends_on=tuple(deps),
+                action="use" if k in used else "cache" if k in cached else "create",
+            )
+            for k, deps in edges.items()
+        ],
+    )
 
 
 class World:
@@ -55,9 +64,18 @@ class FakeDriver:
     """Creates by sleeping ``seconds`` (polling through the real ``wait_for``, so that
     progress hooks and cancellation apply), optionally failing."""
 
-    def __init__(self, world: World, key: str, seconds: float = 0.0, *, fail: BaseException | None = None,
-                 fail_delete: BaseException | None = None, deleted_with: str | None = None,
-                 interruptible: bool = True, delete_seconds: float = 0.0) -> None:
+    def __init__(
+        self,
+        world: World,
+        key: str,
+        seconds: float = 0.0,
+        *,
+        fail: BaseException | None = None,
+        fail_delete: BaseException | None = None,
+        deleted_with: str | None = None,
+        interruptible: bool = True,
+        delete_seconds: float = 0.0,
+    ) -> None:
         self.world, self.key, self.seconds = world, key, seconds
         self.fail, self.fail_delete = fail, fail_delete
         self.deleted_with, self.interruptible = deleted_with, interruptible
@@ -75,8 +93,13 @@ class FakeDriver:
         step.requesting()
         self.world.exists[self.key] = "ours"
         deadline = time.monotonic() + self.seconds
-        wait_for(f"{self.key} to be ready", time.monotonic, done=lambda now: now >= deadline, timeout=30,
-                 backoff=Backoff(initial=0.005, maximum=0.01))
+        wait_for(
+            f"{self.key} to be ready",
+            time.monotonic,
+            done=lambda now: now >= deadline,
+            timeout=30,
+            backoff=Backoff(initial=0.005, maximum=0.01),
+        )
         if self.fail is not None:
             raise self.fail
         self.world.log("ready", self.key)
@@ -124,13 +147,15 @@ def test_a_node_starts_as_soon_as_its_own_dependencies_are_done() -> None:
 
 
 def test_failure_rolls_back_what_this_run_created_in_reverse_order_and_keeps_what_it_adopted() -> None:
-    plan = make_plan({"net": [], "adopted": ["net"], "made": ["net"], "slow": ["net"], "bad": ["made"],
-                      "never": ["bad"]})
+    plan = make_plan(
+        {"net": [], "adopted": ["net"], "made": ["net"], "slow": ["net"], "bad": ["made"], "never": ["bad"]}
+    )
     world = World()
     world.exists["adopted"] = "ours"
     quota = QuotaExceededError("no GPUs in us-east1-b")
-    drivers = drivers_for(plan, world, bad=FakeDriver(world, "bad", 0.05, fail=quota),
-                          slow=FakeDriver(world, "slow", 5.0))
+    drivers = drivers_for(
+        plan, world, bad=FakeDriver(world, "bad", 0.05, fail=quota), slow=FakeDriver(world, "slow", 5.0)
+    )
 
     with pytest.raises(ProvisioningError) as info:
         Executor(plan, drivers).up()
@@ -330,8 +355,13 @@ def test_an_abandoned_teardown_stops_waiting_and_reports_what_is_left() -> None:
 
     class Stuck(FakeDriver):
         def delete(self, step: Step) -> str:
-            wait_for("stuck to go", lambda: None, done=lambda _: False, timeout=60,
-                     backoff=Backoff(initial=0.01, maximum=0.01))
+            wait_for(
+                "stuck to go",
+                lambda: None,
+                done=lambda _: False,
+                timeout=60,
+                backoff=Backoff(initial=0.01, maximum=0.01),
+            )
             return "deleted"
 
     ex.drivers["stuck"] = Stuck(world, "stuck")

@@ -55,8 +55,14 @@ CREATES = re.compile(r"\.insert$|\.Create|connections\.(create|patch)$")
 def spec(**kw: object) -> Cluster:
     # Without the preload image, whose build, reuse and rollback are test_preload.py's (the
     # first test below deploys it too, in the whole graph).
-    base: dict[str, object] = {"name": "demo", "project": PROJECT, "region": "us-east1", "zone": "us-east1-b",
-                               "num_nodes": 2, "preload_image": False}
+    base: dict[str, object] = {
+        "name": "demo",
+        "project": PROJECT,
+        "region": "us-east1",
+        "zone": "us-east1-b",
+        "num_nodes": 2,
+        "preload_image": False,
+    }
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -124,13 +130,21 @@ def test_up_creates_exactly_the_plans_create_nodes_and_down_from_a_fresh_process
     assert all("gcp_only" in report.get(k).note for k in report.keys("skipped"))
     # What exists remotely is exactly those nodes, each carrying our labels.
     # The node account's one role is there too (tests/test_node_account.py has the rest).
-    expected = sorted([f"{FAKE_KIND[k]} {remote_name(k, cluster)}" for k in gcp_nodes] + [
-        f"iam.bindings projects/{PROJECT} roles/container.defaultNodeServiceAccount "
-        f"serviceAccount:{plan.get('node-sa').name}"])
+    expected = sorted(
+        [f"{FAKE_KIND[k]} {remote_name(k, cluster)}" for k in gcp_nodes]
+        + [
+            f"iam.bindings projects/{PROJECT} roles/container.defaultNodeServiceAccount "
+            f"serviceAccount:{plan.get('node-sa').name}"
+        ]
+    )
     assert gcp.leaked("demo") == expected
-    assert existing(gcp) == {"compute.images": [image],
-                             **{kind: sorted(n.split(" ", 1)[1] for n in expected if n.startswith(kind + " "))
-                                for kind in {e.split()[0] for e in expected}}}
+    assert existing(gcp) == {
+        "compute.images": [image],
+        **{
+            kind: sorted(n.split(" ", 1)[1] for n in expected if n.startswith(kind + " "))
+            for kind in {e.split()[0] for e in expected}
+        },
+    }
     assert re.fullmatch(r"\d+\.\d+\.\d+\.\d+@tcp:/lustrefs", cluster.volume.mount_point)
     assert report.get("cpu-pool").note == "created with the cluster"
     assert gcp.request_counts("gke.CreateNodePool") == {"gke.CreateNodePool": 1}
@@ -161,8 +175,12 @@ def test_up_creates_exactly_the_plans_create_nodes_and_down_from_a_fresh_process
 
 
 def test_the_lustre_branch_runs_alongside_the_gke_cluster_and_its_pools() -> None:
-    latency = {"lustre.create": 1.5, "gke.create_cluster": 1.0, "gke.create_node_pool": 1.0,
-               "compute.create_subnetwork": 0.5}
+    latency = {
+        "lustre.create": 1.5,
+        "gke.create_cluster": 1.0,
+        "gke.create_node_pool": 1.0,
+        "compute.create_subnetwork": 0.5,
+    }
     with FakeGCP(latency=latency) as gcp:
         # A first up() and down() warm every client's first use (imports such as compute_v1 take
         # seconds on a loaded machine; channels), which would otherwise land inside the branches
@@ -220,8 +238,16 @@ def _rollback_keeps_adopted(gcp: FakeGCP) -> None:
     assert [k.split()[0] for k in err.kept] == ["network", "subnet"]
     assert err.report is not None
     assert err.report.keys("adopted") == ["network", "subnet"]
-    assert {c.split()[0] for c in err.cleaned} == {"psa-range", "psa-peering", "firewall-lustre", "lustre",
-                                                   "node-sa", "gke-cluster", "cpu-pool", "gpu-pool"}
+    assert {c.split()[0] for c in err.cleaned} == {
+        "psa-range",
+        "psa-peering",
+        "firewall-lustre",
+        "lustre",
+        "node-sa",
+        "gke-cluster",
+        "cpu-pool",
+        "gpu-pool",
+    }
     assert existing(gcp) == {
         "compute.networks": [remote_name("network", spec())],
         "compute.subnetworks": [remote_name("subnet", spec())],
@@ -257,9 +283,15 @@ def _user_lustre(gcp: FakeGCP, name: str, network: str) -> None:
     from rl_lustre.gcp import _clients
 
     _clients.lustre().create_instance(
-        parent=f"projects/{PROJECT}/locations/us-east1-b", instance_id=name,
-        instance=lustre_v1.Instance(capacity_gib=18000, per_unit_storage_throughput=500, filesystem="userfs",
-                                    network=f"projects/{PROJECT}/global/networks/{network}"))
+        parent=f"projects/{PROJECT}/locations/us-east1-b",
+        instance_id=name,
+        instance=lustre_v1.Instance(
+            capacity_gib=18000,
+            per_unit_storage_throughput=500,
+            filesystem="userfs",
+            network=f"projects/{PROJECT}/global/networks/{network}",
+        ),
+    )
     gcp.settle()
 
 
@@ -276,8 +308,7 @@ def test_an_unlabelled_lustre_instance_is_refused_and_everything_this_up_made_is
     # What was requested before Lustre failed depends on timing; the pools go with
     # their cluster whenever they were requested.
     assert {"psa-range", "psa-peering", "firewall-lustre", "node-sa", "gke-cluster"} <= cleaned
-    assert cleaned <= {"psa-range", "psa-peering", "firewall-lustre", "node-sa", "gke-cluster", "cpu-pool",
-                       "gpu-pool"}
+    assert cleaned <= {"psa-range", "psa-peering", "firewall-lustre", "node-sa", "gke-cluster", "cpu-pool", "gpu-pool"}
     assert err.left == []
     assert gcp.leaked() == []
     # The user's network, PSA range, connection and instance are exactly as they were.
@@ -420,8 +451,14 @@ def test_a_signal_mid_up_rolls_back_to_nothing(sig: signal.Signals) -> None:
     latency = {"lustre.create": 60.0, "gke.create_node_pool": 3.0}
     with FakeGCP(latency=latency) as gcp:
         env = {**os.environ, **gcp.env, "PYTHONPATH": str(REPO)}
-        proc = subprocess.Popen([sys.executable, "-c", SIGNAL_SCRIPT], env=env, cwd=REPO,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SIGNAL_SCRIPT],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             deadline = time.monotonic() + 60
             while not {"lustre.CreateInstance", "gke.CreateNodePool"} <= set(gcp.request_counts()):
@@ -459,8 +496,11 @@ def test_with_the_kubernetes_part_up_applies_the_objects_and_waits_for_the_raycl
         finally:
             del os.environ["HF_TOKEN"]
         assert report.keys("created") == [r.key for r in cluster.plan() if r.action == "create"]
-        kinds = {o["kind"]: o for o in kube.objects() if o["kind"] in
-                 ("PersistentVolume", "PersistentVolumeClaim", "Secret", "RayCluster")}
+        kinds = {
+            o["kind"]: o
+            for o in kube.objects()
+            if o["kind"] in ("PersistentVolume", "PersistentVolumeClaim", "Secret", "RayCluster")
+        }
         assert set(kinds) == {"PersistentVolume", "PersistentVolumeClaim", "Secret", "RayCluster"}
         for obj in kinds.values():
             assert obj["metadata"]["labels"]["rl-lustre-deployment"] == "demo"
@@ -493,7 +533,8 @@ def test_a_with_block_that_raises_tears_the_deployment_down(gcp: FakeGCP) -> Non
 
 
 def test_a_kept_cluster_survives_its_with_block_and_says_how_to_remove_it(
-        gcp: FakeGCP, caplog: pytest.LogCaptureFixture) -> None:
+    gcp: FakeGCP, caplog: pytest.LogCaptureFixture
+) -> None:
     cluster = spec(keep=True)
     cluster.use_backend(backend(cluster))
     with cluster:

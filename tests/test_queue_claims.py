@@ -39,8 +39,12 @@ with open(out, "a") as f:
 
 
 def _member(root: Path, job: str, nodes: int, seq: int, hold: float, out: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", MEMBER, str(root), job, str(nodes), str(seq), str(hold), str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", MEMBER, str(root), job, str(nodes), str(seq), str(hold), str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_a_killed_supervisors_claim_is_reaped_by_the_next_reader(tmp_path: Path) -> None:

@@ -19,9 +19,16 @@ from rl_lustre import Cluster, GRPOJob
 from rl_lustre.queueing.claims import Claim, queue_root
 from rl_lustre.recovery.journal import read_journal
 
-JOB = GRPOJob(name="q", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", max_num_steps=3,
-              num_prompts_per_step=4, num_generations_per_prompt=8, train_global_batch_size=32,
-              checkpointing=False)
+JOB = GRPOJob(
+    name="q",
+    recipe="grpo_math_1B",
+    model="Qwen/Qwen2.5-1.5B",
+    max_num_steps=3,
+    num_prompts_per_step=4,
+    num_generations_per_prompt=8,
+    train_global_batch_size=32,
+    checkpointing=False,
+)
 
 
 def _until(what: str, check, timeout: float = 60.0, every: float = 0.2):  # type: ignore[no-untyped-def]
@@ -53,19 +60,22 @@ def _target(tmp_path: Path, cluster: Cluster) -> str:
     script.write_text(
         "from rl_lustre import Cluster\n"
         f"cluster = Cluster.local({cluster.name!r}, volume_dir={cluster.mount_path!r}, secrets=('HF_TOKEN',), "
-        f"rehearsal_step_seconds={cluster.rehearsal_step_seconds!r}, gpus_per_node={cluster.gpus_per_node})\n")
+        f"rehearsal_step_seconds={cluster.rehearsal_step_seconds!r}, gpus_per_node={cluster.gpus_per_node})\n"
+    )
     return f"{script}:cluster"
 
 
 def _cli(*args: str) -> str:
-    done = subprocess.run([str(Path(sys.executable).parent / "rl-lustre"), *args], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "rl-lustre"), *args], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
 def test_jobs_wait_their_turn_are_seen_queued_from_anywhere_and_leave_the_queue_cleanly(
-        local_cluster: Cluster, tmp_path: Path) -> None:
+    local_cluster: Cluster, tmp_path: Path
+) -> None:
     # Long enough (10 min of 0.2 s steps) to still hold the node when a supervisor slowed by load
     # joins; the test kills it long before.
     long = attrs.evolve(JOB, name="q-long", max_num_steps=3000)
@@ -74,14 +84,28 @@ def test_jobs_wait_their_turn_are_seen_queued_from_anywhere_and_leave_the_queue_
     try:
         # Each job's supervisor is a Ray job driver started by the head's job agent: on a loaded
         # 2-core machine their start can take a minute or more, so the waits are long.
-        _until("the first job to hold the node", lambda: (_claim(local_cluster, first.job_id) or Claim(
-            job="", nodes=0, gpus_per_node=0, cluster_nodes=0)).state == "holding", timeout=180)
+        _until(
+            "the first job to hold the node",
+            lambda: (
+                (_claim(local_cluster, first.job_id) or Claim(job="", nodes=0, gpus_per_node=0, cluster_nodes=0)).state
+                == "holding"
+            ),
+            timeout=180,
+        )
         assert first.status() == "RUNNING"
         _until("the second job to be seen queued", lambda: queued.status() == "QUEUED", timeout=180)
         # Both queued jobs have joined once the second counts two in the queue behind the holder
         # (the second may join while the first is still queued: "2nd of 2" behind it, not yet holding).
-        state = _until("the third job to join", lambda: (q := queued.queue()) is not None and q.queued == 2
-                       and q.ahead[:1] == ((first.job_id, "holding", 1),) and q, timeout=180)
+        state = _until(
+            "the third job to join",
+            lambda: (
+                (q := queued.queue()) is not None
+                and q.queued == 2
+                and q.ahead[:1] == ((first.job_id, "holding", 1),)
+                and q
+            ),
+            timeout=180,
+        )
         assert (state.state, state.place, state.queued, state.nodes) == ("queued", 1, 2, 1)
         assert state.ahead == ((first.job_id, "holding", 1),)
         assert state.waiting_for == "1 node: 0 of the cluster's 1 are free (1 held by 1 job)"
@@ -91,10 +115,15 @@ def test_jobs_wait_their_turn_are_seen_queued_from_anywhere_and_leave_the_queue_
         assert (third.place, third.ahead) == (2, ((first.job_id, "holding", 1), (queued.job_id, "queued", 1)))
         # The same from another process, through the CLI: status, and the whole queue.
         target = _target(tmp_path, local_cluster)
-        assert _cli("status", target, queued.job_id).startswith(f"{queued.job_id}: QUEUED (1st of 2, waiting for 1 node")
+        assert _cli("status", target, queued.job_id).startswith(
+            f"{queued.job_id}: QUEUED (1st of 2, waiting for 1 node"
+        )
         rows = json.loads(_cli("queue", target, "--json"))
         assert [(r["job_id"], r["state"], r["place"]) for r in rows] == [
-            (first.job_id, "running", None), (queued.job_id, "queued", 1), (stopped.job_id, "queued", 2)]
+            (first.job_id, "running", None),
+            (queued.job_id, "queued", 1),
+            (stopped.job_id, "queued", 2),
+        ]
 
         # A stop removes a queued job at once; nothing of it ran.
         t0 = time.monotonic()

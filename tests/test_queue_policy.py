@@ -15,8 +15,9 @@ FULL = Capacity(up=8, free=8)
 
 def claim(job: str, nodes: int, *, at: float = 0.0, state: str = "queued", **kw: Any) -> Claim:
     slots = kw.pop("slots", list(range(nodes)) if state != "queued" else [])
-    return Claim(job=job, nodes=nodes, gpus_per_node=8, cluster_nodes=8, submitted_at=at, state=state,
-                 slots=slots, **kw)
+    return Claim(
+        job=job, nodes=nodes, gpus_per_node=8, cluster_nodes=8, submitted_at=at, state=state, slots=slots, **kw
+    )
 
 
 def admitted(me: Claim, claims: list[Claim], capacity: Capacity | None = FULL, now: float = 100.0) -> bool:
@@ -103,12 +104,16 @@ def test_a_recovering_job_is_held_ahead_of_queued_ones_and_restarts_when_its_nod
     assert not admitted(queued, [recovering, other, queued], back)
 
 
-@pytest.mark.parametrize(("capacity", "text"), [
-    (Capacity(up=3, free=3), "4 nodes: only 3 GPU nodes are up in Ray (8 expected)"),
-    (Capacity(up=8, free=3), "4 nodes: 5 GPU nodes are in use outside the queue"),
-])
+@pytest.mark.parametrize(
+    ("capacity", "text"),
+    [
+        (Capacity(up=3, free=3), "4 nodes: only 3 GPU nodes are up in Ray (8 expected)"),
+        (Capacity(up=8, free=3), "4 nodes: 5 GPU nodes are in use outside the queue"),
+    ],
+)
 def test_rays_view_keeps_jobs_queued_when_nodes_are_lost_or_used_outside_the_queue(
-        capacity: Capacity, text: str) -> None:
+    capacity: Capacity, text: str
+) -> None:
     me = claim("a", 4)
     assert admitted(me, [me], None)  # the ledger alone would let it start
     d = decide(me, [me], capacity, 1.0)

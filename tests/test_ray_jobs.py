@@ -25,8 +25,9 @@ def _ids(jobs: JobsClient) -> set[str]:
 def test_run_returns_the_output_and_forgets_the_job(local_cluster: Cluster) -> None:
     jobs = _jobs(local_cluster)
     helper = f"rl-lustre-test-{uuid.uuid4().hex[:8]}"
-    info, log = jobs.run("echo listed; echo to-stderr >&2; exit 3", submission_id=helper,
-                         metadata={"rl_lustre.helper": "test"})
+    info, log = jobs.run(
+        "echo listed; echo to-stderr >&2; exit 3", submission_id=helper, metadata={"rl_lustre.helper": "test"}
+    )
     assert (info.submission_id, info.status, info.metadata) == (helper, "FAILED", {"rl_lustre.helper": "test"})
     # Ray adds lines of its own ("Running entrypoint for job ..."), in no fixed place.
     lines = log.splitlines()
@@ -45,7 +46,6 @@ def test_run_past_its_timeout_stops_and_forgets_the_job(local_cluster: Cluster) 
     with pytest.raises(WaitTimeoutError, match=helper):
         jobs.run("sleep 60", submission_id=helper, timeout=0.5)
     assert helper not in _ids(jobs)
-
 
 
 def test_rays_upload_lines_stay_out_of_the_users_terminal_unless_asked_for(local_cluster: Cluster) -> None:
@@ -68,8 +68,14 @@ def test_rays_upload_lines_stay_out_of_the_users_terminal_unless_asked_for(local
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
 
     def stderr(mode: str) -> str:
-        done = subprocess.run([sys.executable, "-c", script, local_cluster.name, local_cluster.mount_path, mode],
-                              env=env, capture_output=True, text=True, timeout=120, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", script, local_cluster.name, local_cluster.mount_path, mode],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         return done.stderr
 
     quiet = stderr("default")

@@ -34,8 +34,13 @@ def test_the_default_image_resolves_anonymously_to_its_digest_and_size(gcp: Fake
     assert len(image.layers) == 40
     assert image.pullable == f"{NEMO}@{image.digest}"
     # HEAD → 401 → token → HEAD → GET index → GET amd64 manifest.
-    assert calls(gcp)[before:] == ["registry.manifests.head", "registry.token", "registry.manifests.head",
-                                   "registry.manifests.get", "registry.manifests.get"]
+    assert calls(gcp)[before:] == [
+        "registry.manifests.head",
+        "registry.token",
+        "registry.manifests.head",
+        "registry.manifests.get",
+        "registry.manifests.get",
+    ]
 
 
 def test_a_pinned_digest_needs_no_head_and_a_moved_tag_a_new_digest(gcp: FakeGCP) -> None:

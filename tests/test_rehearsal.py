@@ -30,10 +30,17 @@ PARAMS_1B_RECIPE = 1_500_000_000
 
 def _command(tmp: Path, *overrides: str, scale: float = 1e-5, step_seconds: float = 0.0) -> list[str]:
     return [
-        sys.executable, "-m", "rl_lustre.rehearsal",
-        "--checkpoint-scale", repr(scale), "--step-seconds", repr(step_seconds),
-        "--config", RECIPE,
-        f"checkpointing.checkpoint_dir={tmp / 'ckpt'}", f"logger.log_dir={tmp / 'logs'}",
+        sys.executable,
+        "-m",
+        "rl_lustre.rehearsal",
+        "--checkpoint-scale",
+        repr(scale),
+        "--step-seconds",
+        repr(step_seconds),
+        "--config",
+        RECIPE,
+        f"checkpointing.checkpoint_dir={tmp / 'ckpt'}",
+        f"logger.log_dir={tmp / 'logs'}",
         *overrides,
     ]
 
@@ -43,8 +50,9 @@ def _env() -> dict[str, str]:
 
 
 def _run(tmp: Path, *overrides: str, **kw: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(_command(tmp, *overrides, **kw), cwd=tmp, env=_env(), capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        _command(tmp, *overrides, **kw), cwd=tmp, env=_env(), capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def _steps(tmp: Path) -> list[str]:
@@ -59,8 +67,12 @@ def _assert_rehearsal_banners(stdout: str) -> None:
     assert "no model was trained" in lines[-1]
 
 
-KEEP_2_OF_5 = ("grpo.max_num_steps=5", "checkpointing.save_period=2", "checkpointing.keep_top_k=2",
-               "checkpointing.metric_name=null")
+KEEP_2_OF_5 = (
+    "grpo.max_num_steps=5",
+    "checkpointing.save_period=2",
+    "checkpointing.keep_top_k=2",
+    "checkpointing.metric_name=null",
+)
 
 
 def test_five_steps_save_every_two_keep_two(tmp_path: Path) -> None:
@@ -107,10 +119,20 @@ def test_checkpoint_size_is_the_scale_times_the_real_size(tmp_path: Path) -> Non
 
 
 def test_resume_after_a_stop_continues_from_the_newest_step(tmp_path: Path) -> None:
-    overrides = ("grpo.max_num_steps=6", "checkpointing.save_period=2", "checkpointing.keep_top_k=2",
-                 "checkpointing.metric_name=null")
-    proc = subprocess.Popen(_command(tmp_path, *overrides, step_seconds=0.2), cwd=tmp_path, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    overrides = (
+        "grpo.max_num_steps=6",
+        "checkpointing.save_period=2",
+        "checkpointing.keep_top_k=2",
+        "checkpointing.metric_name=null",
+    )
+    proc = subprocess.Popen(
+        _command(tmp_path, *overrides, step_seconds=0.2),
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     first_lines = []
     for line in proc.stdout:
@@ -144,9 +166,19 @@ def test_resume_after_a_stop_continues_from_the_newest_step(tmp_path: Path) -> N
 def test_interrupted_save_leaves_only_a_tmp_dir_that_the_next_start_clears(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    args = ["--config", RECIPE, "--step-seconds", "0", "--checkpoint-scale", "1e-6",
-            "grpo.max_num_steps=3", "checkpointing.save_period=1", "checkpointing.metric_name=null",
-            f"checkpointing.checkpoint_dir={tmp_path / 'ckpt'}", f"logger.log_dir={tmp_path / 'logs'}"]
+    args = [
+        "--config",
+        RECIPE,
+        "--step-seconds",
+        "0",
+        "--checkpoint-scale",
+        "1e-6",
+        "grpo.max_num_steps=3",
+        "checkpointing.save_period=1",
+        "checkpointing.metric_name=null",
+        f"checkpointing.checkpoint_dir={tmp_path / 'ckpt'}",
+        f"logger.log_dir={tmp_path / 'logs'}",
+    ]
     real_write = checkpoints.write_filler
     writes = []
 
@@ -230,8 +262,14 @@ def test_unknown_checkpoint_metric_fails_before_training(tmp_path: Path) -> None
 def test_keep_top_k_by_metric_never_deletes_the_newest(tmp_path: Path) -> None:
     # Validation every 2nd step, a save every step: odd steps are saved without the
     # metric, rank worst, and the saves after them still record it.
-    r = _run(tmp_path, "grpo.max_num_steps=6", "grpo.val_period=2", "checkpointing.save_period=1",
-             "checkpointing.keep_top_k=2", "checkpointing.metric_name=val:accuracy")
+    r = _run(
+        tmp_path,
+        "grpo.max_num_steps=6",
+        "grpo.val_period=2",
+        "checkpointing.save_period=1",
+        "checkpointing.keep_top_k=2",
+        "checkpointing.metric_name=val:accuracy",
+    )
     assert r.returncode == 0, r.stderr
 
     accuracy = {s.step: s.validation["accuracy"] for s in parse_log(r.stdout).steps if s.validation}
@@ -246,11 +284,28 @@ def test_keep_top_k_by_metric_never_deletes_the_newest(tmp_path: Path) -> None:
 
 def test_megatron_layout_keeps_the_optimizer_inside_the_weights(tmp_path: Path) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "rl_lustre.rehearsal", "--config", "grpo_math_70B_megatron",
-         "--step-seconds", "0", "--checkpoint-scale", "1e-7", "grpo.max_num_steps=1",
-         "checkpointing.enabled=true", "checkpointing.metric_name=null",
-         f"checkpointing.checkpoint_dir={tmp_path / 'ckpt'}", f"logger.log_dir={tmp_path / 'logs'}"],
-        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "rl_lustre.rehearsal",
+            "--config",
+            "grpo_math_70B_megatron",
+            "--step-seconds",
+            "0",
+            "--checkpoint-scale",
+            "1e-7",
+            "grpo.max_num_steps=1",
+            "checkpointing.enabled=true",
+            "checkpointing.metric_name=null",
+            f"checkpointing.checkpoint_dir={tmp_path / 'ckpt'}",
+            f"logger.log_dir={tmp_path / 'logs'}",
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert r.returncode == 0, r.stderr
     cfg = resolve_config("grpo_math_70B_megatron", [])
@@ -289,13 +344,20 @@ def test_keep_top_k_ranks_a_checkpoint_without_the_metric_worst_as_nemo_rl_0_4_0
         for step, info in infos.items():
             (ckpt / f"step_{step}").mkdir(parents=True)
             (ckpt / f"step_{step}" / "training_info.json").write_text(json.dumps(info))
-        cfg = resolve_config(RECIPE, [f"checkpointing.checkpoint_dir={ckpt}", "checkpointing.keep_top_k=2",
-                                      "checkpointing.metric_name=val:accuracy",
-                                      f"checkpointing.higher_is_better={higher}"])
+        cfg = resolve_config(
+            RECIPE,
+            [
+                f"checkpointing.checkpoint_dir={ckpt}",
+                "checkpointing.keep_top_k=2",
+                "checkpointing.metric_name=val:accuracy",
+                f"checkpointing.higher_is_better={higher}",
+            ],
+        )
         rehearsal = driver.Rehearsal(cfg, scale=1e-5, step_seconds=0, param_count=PARAMS_1B_RECIPE)
         with contextlib.redirect_stdout(io.StringIO()):
-            checkpoints.remove_old_checkpoints(rehearsal.checkpoint_dir, rehearsal.keep_top_k,
-                                               rehearsal.metric_name, rehearsal.higher_is_better)
+            checkpoints.remove_old_checkpoints(
+                rehearsal.checkpoint_dir, rehearsal.keep_top_k, rehearsal.metric_name, rehearsal.higher_is_better
+            )
         # The newest (5) is never deleted, even though it lacks the metric.
         assert {int(p.name.split("_")[1]) for p in ckpt.iterdir()} == kept
         assert rehearsal.metric_name == "val:accuracy"

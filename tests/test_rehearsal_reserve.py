@@ -21,45 +21,73 @@ from rl_lustre import Cluster, GRPOJob
 from rl_lustre.nemo_rl import resolve_config
 from rl_lustre.rehearsal.virtual_cluster import Shape, max_retries, ready_timeout, shapes
 
-SMALL = GRPOJob(name="pg", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", max_num_steps=2,
-                num_prompts_per_step=4, num_generations_per_prompt=8, train_global_batch_size=32,
-                checkpointing=False)
+SMALL = GRPOJob(
+    name="pg",
+    recipe="grpo_math_1B",
+    model="Qwen/Qwen2.5-1.5B",
+    max_num_steps=2,
+    num_prompts_per_step=4,
+    num_generations_per_prompt=8,
+    train_global_batch_size=32,
+    checkpointing=False,
+)
 
 
 def _cfg(recipe: str, **overrides: Any) -> dict[str, Any]:
     return resolve_config(recipe, [f"{k}={v}" for k, v in overrides.items()])
 
 
-@pytest.mark.parametrize(("recipe", "overrides", "expected"), [
-    # The reference jobs: colocated vLLM, one PACK group of 8 {CPU 2, GPU 1} bundles per node.
-    ("grpo_math_1B", {"cluster.num_nodes": 1, "cluster.gpus_per_node": 8},
-     [Shape("grpo_policy_cluster", (8,), 2)]),
-    ("grpo_math_70B_megatron", {"cluster.num_nodes": 8, "cluster.gpus_per_node": 8},
-     [Shape("grpo_policy_cluster", (8,) * 8, 2)]),
-    # vLLM's tensor parallelism across nodes: one unified group, SPREAD when colocated.
-    ("grpo_math_1B", {"cluster.num_nodes": 2, "cluster.gpus_per_node": 8,
-                      "policy.generation.vllm_cfg.tensor_parallel_size": 16},
-     [Shape("grpo_policy_cluster", (8, 8), 2, unified=True, strategy="SPREAD")]),
-    # Not colocated, one node: the inference GPUs come out of the train cluster's.
-    ("grpo_math_1B", {"cluster.num_nodes": 1, "cluster.gpus_per_node": 8,
-                      "policy.generation.colocated.enabled": False,
-                      "policy.generation.colocated.resources.gpus_per_node": 2},
-     [Shape("grpo_train_cluster", (6,), 1), Shape("grpo_inference_cluster", (2,), 1)]),
-    # Not colocated, three nodes: one whole node for inference.
-    ("grpo_math_1B", {"cluster.num_nodes": 3, "cluster.gpus_per_node": 8,
-                      "policy.generation.colocated.enabled": False,
-                      "policy.generation.colocated.resources.gpus_per_node": 8,
-                      "policy.generation.colocated.resources.num_nodes": 1},
-     [Shape("grpo_train_cluster", (8, 8), 1), Shape("grpo_inference_cluster", (8,), 1)]),
-])
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "expected"),
+    [
+        # The reference jobs: colocated vLLM, one PACK group of 8 {CPU 2, GPU 1} bundles per node.
+        ("grpo_math_1B", {"cluster.num_nodes": 1, "cluster.gpus_per_node": 8}, [Shape("grpo_policy_cluster", (8,), 2)]),
+        (
+            "grpo_math_70B_megatron",
+            {"cluster.num_nodes": 8, "cluster.gpus_per_node": 8},
+            [Shape("grpo_policy_cluster", (8,) * 8, 2)],
+        ),
+        # vLLM's tensor parallelism across nodes: one unified group, SPREAD when colocated.
+        (
+            "grpo_math_1B",
+            {"cluster.num_nodes": 2, "cluster.gpus_per_node": 8, "policy.generation.vllm_cfg.tensor_parallel_size": 16},
+            [Shape("grpo_policy_cluster", (8, 8), 2, unified=True, strategy="SPREAD")],
+        ),
+        # Not colocated, one node: the inference GPUs come out of the train cluster's.
+        (
+            "grpo_math_1B",
+            {
+                "cluster.num_nodes": 1,
+                "cluster.gpus_per_node": 8,
+                "policy.generation.colocated.enabled": False,
+                "policy.generation.colocated.resources.gpus_per_node": 2,
+            },
+            [Shape("grpo_train_cluster", (6,), 1), Shape("grpo_inference_cluster", (2,), 1)],
+        ),
+        # Not colocated, three nodes: one whole node for inference.
+        (
+            "grpo_math_1B",
+            {
+                "cluster.num_nodes": 3,
+                "cluster.gpus_per_node": 8,
+                "policy.generation.colocated.enabled": False,
+                "policy.generation.colocated.resources.gpus_per_node": 8,
+                "policy.generation.colocated.resources.num_nodes": 1,
+            },
+            [Shape("grpo_train_cluster", (8, 8), 1), Shape("grpo_inference_cluster", (8,), 1)],
+        ),
+    ],
+)
 def test_the_shapes_are_grpo_setups(recipe: str, overrides: dict[str, Any], expected: list[Shape]) -> None:
     assert shapes(_cfg(recipe, **overrides)) == expected
 
 
 def test_the_knobs_default_to_nemo_rls_and_are_checked_as_it_checks_them() -> None:
     assert (max_retries({}), ready_timeout({})) == (6, 180.0)
-    assert (max_retries({"NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "2"}),
-            ready_timeout({"RL_LUSTRE_REHEARSAL_PG_READY_TIMEOUT": "3"})) == (2, 3.0)
+    assert (
+        max_retries({"NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "2"}),
+        ready_timeout({"RL_LUSTRE_REHEARSAL_PG_READY_TIMEOUT": "3"}),
+    ) == (2, 3.0)
     with pytest.raises(AssertionError, match="NRL_VIRTUAL_CLUSTER_MAX_RETRIES=0 must be an integer greater than 0"):
         max_retries({"NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "0"})
 
@@ -84,7 +112,8 @@ def _wait(cluster: Cluster, job_id: str, timeout: float = 120.0) -> str:
 
 
 def test_without_the_queue_a_second_job_fails_as_nemo_rl_does_and_a_too_large_one_after_its_retries(
-        local_cluster: Cluster) -> None:
+    local_cluster: Cluster,
+) -> None:
     jobs = local_cluster._backend().jobs  # type: ignore[attr-defined]
     holder = _raw(local_cluster, local_cluster, attrs.evolve(SMALL, name="pg-holder", max_num_steps=400))
     try:
@@ -92,26 +121,41 @@ def test_without_the_queue_a_second_job_fails_as_nemo_rl_does_and_a_too_large_on
         groups = _until_groups(local_cluster)
         assert [(g["name"], len(g["bundles"])) for g in groups] == [("grpo_policy_cluster-node0", 8)]
         assert {tuple(sorted(b["unit_resources"].items())) for b in groups[0]["bundles"]} == {
-            (("CPU", 2.0), ("GPU", 1.0))}
+            (("CPU", 2.0), ("GPU", 1.0))
+        }
         # One job driver connected: the head's processes stay few (Ray does not prestart a
         # worker per declared CPU).
         temp_dir = local_cluster._backend().temp_dir  # type: ignore[attr-defined]
         assert len(ray_processes(temp_dir)) <= 25, ray_processes(temp_dir)
 
         # The GPUs exist but are taken: the check passes, the ready wait times out, no retry.
-        taken = _raw(local_cluster, local_cluster, attrs.evolve(SMALL, name="pg-taken"),
-                     {"RL_LUSTRE_REHEARSAL_PG_READY_TIMEOUT": "2"})
+        taken = _raw(
+            local_cluster,
+            local_cluster,
+            attrs.evolve(SMALL, name="pg-taken"),
+            {"RL_LUSTRE_REHEARSAL_PG_READY_TIMEOUT": "2"},
+        )
         # More GPUs than the cluster has: NeMo-RL's check fails, and is retried with back-off.
-        bigger = Cluster.local(local_cluster.name, volume_dir=local_cluster.mount_path, num_nodes=2, gpus_per_node=8,
-                               rehearsal_step_seconds=local_cluster.rehearsal_step_seconds)
-        short = _raw(local_cluster, bigger, attrs.evolve(SMALL, name="pg-short"),
-                     {"NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "2"})
+        bigger = Cluster.local(
+            local_cluster.name,
+            volume_dir=local_cluster.mount_path,
+            num_nodes=2,
+            gpus_per_node=8,
+            rehearsal_step_seconds=local_cluster.rehearsal_step_seconds,
+        )
+        short = _raw(
+            local_cluster, bigger, attrs.evolve(SMALL, name="pg-short"), {"NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "2"}
+        )
         assert _wait(local_cluster, taken) == "FAILED"
         log = jobs.logs(taken)
-        assert "rl_lustre rehearsal: waiting up to 2s for placement groups (RL_LUSTRE_REHEARSAL_PG_READY_TIMEOUT); " \
-               "NeMo-RL v0.4.0 waits 180s" in log
-        assert ("TimeoutError: Timed out waiting for placement groups to be ready. The cluster may not have enough "
-                "resources to satisfy the requested configuration, or the resources may be busy with other tasks.") in log
+        assert (
+            "rl_lustre rehearsal: waiting up to 2s for placement groups (RL_LUSTRE_REHEARSAL_PG_READY_TIMEOUT); "
+            "NeMo-RL v0.4.0 waits 180s" in log
+        )
+        assert (
+            "TimeoutError: Timed out waiting for placement groups to be ready. The cluster may not have enough "
+            "resources to satisfy the requested configuration, or the resources may be busy with other tasks."
+        ) in log
         assert "Retrying placement group creation" not in log
         assert _wait(local_cluster, short) == "FAILED"
         log = jobs.logs(short)
@@ -120,8 +164,10 @@ def test_without_the_queue_a_second_job_fails_as_nemo_rl_does_and_a_too_large_on
         assert "Retrying placement group creation... 2/2. Next retry in 2 seconds." in log
         assert "Maximum number of retries reached (2). Cluster resources may be insufficient" in log
         # The holder says what it holds (the state API does not show a group's strategy).
-        assert ("the job's GPUs are held in Ray placement groups as NeMo-RL holds them (grpo_policy_cluster: "
-                "1 PACK group(s), 8 GPU(s))") in jobs.logs(holder)
+        assert (
+            "the job's GPUs are held in Ray placement groups as NeMo-RL holds them (grpo_policy_cluster: "
+            "1 PACK group(s), 8 GPU(s))"
+        ) in jobs.logs(holder)
         # The holder never noticed.
         assert jobs.info(holder).status == "RUNNING"
     finally:
@@ -136,8 +182,9 @@ def _until_groups(cluster: Cluster) -> list[dict[str, Any]]:
     head = cluster._backend().head  # type: ignore[attr-defined]
     deadline = time.monotonic() + 60
     while True:
-        request = urllib.request.Request(f"{head.dashboard_url}/api/v0/placement_groups?detail=true&limit=100",
-                                         headers=head.headers())
+        request = urllib.request.Request(
+            f"{head.dashboard_url}/api/v0/placement_groups?detail=true&limit=100", headers=head.headers()
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             groups = json.loads(response.read())["data"]["result"]["result"]
         created = [g for g in groups if g["state"] == "CREATED"]

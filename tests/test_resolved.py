@@ -21,8 +21,15 @@ def cluster(**kw: Any) -> Cluster:
     return Cluster(name="ray-a4-gpu-spot", project="my-project", region="us-east1", zone="us-east1-b", **kw)
 
 
-SMALL = GRPOJob(name="small", recipe="grpo_math_1B", model="Qwen/Qwen2.5-1.5B", max_num_steps=4,
-                num_prompts_per_step=64, num_generations_per_prompt=4, train_global_batch_size=256)
+SMALL = GRPOJob(
+    name="small",
+    recipe="grpo_math_1B",
+    model="Qwen/Qwen2.5-1.5B",
+    max_num_steps=4,
+    num_prompts_per_step=64,
+    num_generations_per_prompt=4,
+    train_global_batch_size=256,
+)
 
 # Leaf values, values other keys interpolate, '+' additions, a replaced key of ours,
 # containers, and a version with renamed keys.
@@ -31,16 +38,29 @@ VARIANTS = [
     attrs.evolve(SMALL, name="lr", overrides={"policy.optimizer.kwargs.lr": 3e-6, "grpo.seed": 7}),
     attrs.evolve(SMALL, name="seq", overrides={"policy.max_total_sequence_length": 2048}),
     attrs.evolve(SMALL, name="model", model="Qwen/Qwen2.5-7B"),
-    attrs.evolve(SMALL, name="add", overrides={"+logger.mlflow.tracking_uri": "http://mlflow:5000",
-                                               "checkpointing.checkpoint_dir": "/lustre/elsewhere"}),
-    attrs.evolve(SMALL, name="containers", overrides={"policy.generation.stop_strings": ["</s>", "a b"],
-                                                      "++policy.generation.vllm_kwargs": {"x": 1}}),
+    attrs.evolve(
+        SMALL,
+        name="add",
+        overrides={
+            "+logger.mlflow.tracking_uri": "http://mlflow:5000",
+            "checkpointing.checkpoint_dir": "/lustre/elsewhere",
+        },
+    ),
+    attrs.evolve(
+        SMALL,
+        name="containers",
+        overrides={"policy.generation.stop_strings": ["</s>", "a b"], "++policy.generation.vllm_kwargs": {"x": 1}},
+    ),
     attrs.evolve(SMALL, name="quoted", overrides={"logger.wandb.project": "team a, run b", "grpo.seed": None}),
     attrs.evolve(SMALL, name="v060", nemo_rl_version="0.6.0"),
     # An interpolation in an override: resolved in full, not through the shared resolution.
     attrs.evolve(SMALL, name="interpolated", overrides={"+logger.run_tag": "${policy.model_name}"}),
-    GRPOJob(name="mega-8b", recipe="grpo_math_8B_megatron", model="meta-llama/Llama-3.1-8B-Instruct",
-            overrides={"policy.megatron_cfg.optimizer.weight_decay": 0.1}),
+    GRPOJob(
+        name="mega-8b",
+        recipe="grpo_math_8B_megatron",
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        overrides={"policy.megatron_cfg.optimizer.weight_decay": 0.1},
+    ),
 ]
 
 
@@ -57,13 +77,15 @@ def test_the_resolved_config_is_the_full_nemo_rl_resolution(job: GRPOJob) -> Non
 
 def test_a_sweep_shares_one_resolution_and_each_job_keeps_its_own_values() -> None:
     c = cluster()
-    jobs = [attrs.evolve(SMALL, name=f"s{i}", overrides={"policy.optimizer.kwargs.lr": (i + 1) * 1e-6})
-            for i in range(4)]
+    jobs = [
+        attrs.evolve(SMALL, name=f"s{i}", overrides={"policy.optimizer.kwargs.lr": (i + 1) * 1e-6}) for i in range(4)
+    ]
     configs = [j.resolve(c).config for j in jobs]
     assert [cfg["policy"]["optimizer"]["kwargs"]["lr"] for cfg in configs] == [1e-6, 2e-6, 3e-6, 4e-6]
     assert [cfg["logger"]["wandb"]["name"] for cfg in configs] == ["s0", "s1", "s2", "s3"]
     assert [cfg["checkpointing"]["checkpoint_dir"] for cfg in configs] == [
-        f"/lustre/checkpoints/s{i}" for i in range(4)]
+        f"/lustre/checkpoints/s{i}" for i in range(4)
+    ]
     # Interpolations still follow the recipe: the tokenizer is the model.
     assert all(cfg["policy"]["tokenizer"]["name"] == "Qwen/Qwen2.5-1.5B" for cfg in configs)
     # Handing out a config never changes the next one.
@@ -153,18 +175,21 @@ def test_a_command_line_error_is_raised_each_time_it_is_read() -> None:
     assert [p.field for p in found.value.problems] == ["policy.extra"]
 
 
-@pytest.mark.parametrize("overrides", [
-    ["e.f=3", "g=x"],
-    ["c=5", "e.f=3"],
-    ["a.b=2", "e.f=3"],
-    ["e=4", "e.f=3"],
-    ["~e.f", "e.f=1"],
-    ["+e.f=1", "g=y"],
-    ["e.f=1", "e.f=2"],
-    ["g=${c}", "e.f=3"],
-    ["h=1", "g=???"],
-    ["d=7", "g='a b'"],
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["e.f=3", "g=x"],
+        ["c=5", "e.f=3"],
+        ["a.b=2", "e.f=3"],
+        ["e=4", "e.f=3"],
+        ["~e.f", "e.f=1"],
+        ["+e.f=1", "g=y"],
+        ["e.f=1", "e.f=2"],
+        ["g=${c}", "e.f=3"],
+        ["h=1", "g=???"],
+        ["d=7", "g='a b'"],
+    ],
+)
 def test_shared_resolution_matches_the_full_one_on_edge_cases(overrides: list[str]) -> None:
     from omegaconf import OmegaConf
 

@@ -37,9 +37,7 @@ def _on_disk(checkpoint_dir: Path) -> dict[str, int]:
 def test_a_rehearsal_run_reports_steps_metrics_and_checkpoints(
     local_cluster: Cluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    job = GRPOJob(
-        name="handle", recipe="grpo_math_1B", max_num_steps=6, save_period=2, keep_top_k=2
-    )
+    job = GRPOJob(name="handle", recipe="grpo_math_1B", max_num_steps=6, save_period=2, keep_top_k=2)
     run = local_cluster.submit(job)
     followed = list(run.logs(follow=True))  # ends when the run does
     assert run.wait(timeout=60) == "SUCCEEDED"
@@ -122,10 +120,15 @@ def test_a_run_stopped_from_another_process_ends_the_owners_wait_with_stopped(lo
         "print(Cluster.local(sys.argv[1], volume_dir=sys.argv[2]).attach(sys.argv[3]).stop(wait=False))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    subprocess.run([sys.executable, "-c", stop, local_cluster.name, local_cluster.mount_path, run.job_id],
-                   env=env, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-c", stop, local_cluster.name, local_cluster.mount_path, run.job_id],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     with warnings.catch_warnings():
-        warnings.simplefilter("error", NothingToDoWarning)   # stopped is not "nothing to do" either
+        warnings.simplefilter("error", NothingToDoWarning)  # stopped is not "nothing to do" either
         assert run.wait(timeout=60) == "STOPPED"
     assert 1 <= run.progress.completed < 200
     assert run.notes() == [REHEARSAL_NOTE]
@@ -163,9 +166,7 @@ def test_a_stopped_run_resumes_from_its_newest_checkpoint_when_submitted_again(
         keep=True,
     )
     slow.up()
-    job = GRPOJob(
-        name="resume", recipe="grpo_math_1B", max_num_steps=12, save_period=2, keep_top_k=2
-    )
+    job = GRPOJob(name="resume", recipe="grpo_math_1B", max_num_steps=12, save_period=2, keep_top_k=2)
     first = slow.submit(job)
 
     deadline = time.monotonic() + 90
@@ -206,9 +207,7 @@ def test_output_is_off_by_default_and_rich_loads_only_when_it_is_on() -> None:
     )
     env = {k: v for k, v in os.environ.items() if k != "RL_LUSTRE_OUTPUT"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     lines = out.splitlines()
     assert lines[0] == "False False"  # stdout is a pipe here, not a terminal
     assert lines[-1] == "True"

@@ -48,10 +48,17 @@ def _everything_printed(cluster: Cluster, job: GRPOJob) -> list[str]:
     resolved = job.resolve(cluster)
     plan = cluster.plan()
     return [
-        repr(cluster), repr(job), repr(resolved), str(resolved.config), str(plan),
-        json.dumps(plan.to_dict()), json.dumps(cluster.manifests() if cluster.backend == "gke" else []),
+        repr(cluster),
+        repr(job),
+        repr(resolved),
+        str(resolved.config),
+        str(plan),
+        json.dumps(plan.to_dict()),
+        json.dumps(cluster.manifests() if cluster.backend == "gke" else []),
         json.dumps(job.overrides(cluster)),
-        json.dumps(job.override_args(cluster)), job.entrypoint(cluster), json.dumps(job.runtime_env(cluster)),
+        json.dumps(job.override_args(cluster)),
+        job.entrypoint(cluster),
+        json.dumps(job.runtime_env(cluster)),
         repr(job.preflight(cluster)),
     ]
 
@@ -76,8 +83,12 @@ def test_a_planted_token_reaches_no_plan_manifest_repr_log_or_error(
     gke = Cluster(**GKE, secrets=("HF_TOKEN", "WANDB_API_KEY"))
     local = Cluster.local("plant", volume_dir=tmp_path / "volume", secrets=("HF_TOKEN",))
     for cluster in (gke, local):
-        job = GRPOJob(name="planted", recipe="grpo_math_1B", wandb=cluster is gke,
-                      overrides={"+logger.wandb.tags": ["${oc.env:INNOCENT_LOOKING,none}"]})
+        job = GRPOJob(
+            name="planted",
+            recipe="grpo_math_1B",
+            wandb=cluster is gke,
+            overrides={"+logger.wandb.tags": ["${oc.env:INNOCENT_LOOKING,none}"]},
+        )
         seen += _everything_printed(cluster, job)
 
     # The Secret's manifest carries names only; its values are redacted.
@@ -96,14 +107,22 @@ def test_a_planted_token_reaches_no_plan_manifest_repr_log_or_error(
     from rl_lustre.cli._app import cli
 
     script = tmp_path / "deploy.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import rl_lustre
         cluster = rl_lustre.Cluster(name="demo", project="my-project", region="us-east1",
                                     zone="us-east1-b", secrets=("HF_TOKEN", "WANDB_API_KEY"))
         leaky = {token!r}
-    """))
-    results = [CliRunner().invoke(cli, args) for args in
-               (["plan", f"{script}:cluster"], ["plan", "--json", f"{script}:cluster"], ["plan", f"{script}:leaky"])]
+    """)
+    )
+    results = [
+        CliRunner().invoke(cli, args)
+        for args in (
+            ["plan", f"{script}:cluster"],
+            ["plan", "--json", f"{script}:cluster"],
+            ["plan", f"{script}:leaky"],
+        )
+    ]
     assert results[0].exit_code == 0, results[0].output
     assert "demo" in results[0].output
     assert results[2].exit_code != 0
@@ -126,20 +145,28 @@ def test_a_declared_secret_reaches_the_job_and_none_of_its_records(
         mp.setenv("HF_TOKEN", FAKE_HF_TOKEN)
         # Not shaped like a token, but the value of a declared secret: refused by value.
         with pytest.raises(RLLustreError) as info:
-            local_cluster.submit(GRPOJob(name="leaky-value", recipe="grpo_math_1B",
-                                         overrides={"+logger.wandb.tags": [FAKE_HF_TOKEN]}))
+            local_cluster.submit(
+                GRPOJob(name="leaky-value", recipe="grpo_math_1B", overrides={"+logger.wandb.tags": [FAKE_HF_TOKEN]})
+            )
         assert FAKE_HF_TOKEN not in str(info.value)
-        run = local_cluster.submit(GRPOJob(name="planted", recipe="grpo_math_1B", max_num_steps=2,
-                                           save_period=1))
+        run = local_cluster.submit(GRPOJob(name="planted", recipe="grpo_math_1B", max_num_steps=2, save_period=1))
         assert run.wait(timeout=120) == "SUCCEEDED"
 
     head = local_cluster._backend().head  # type: ignore[attr-defined]
     client = JobSubmissionClient(head.dashboard_url, headers=head.headers())
     record = client.get_job_info(run.job_id)
     seen = [
-        record.model_dump_json(), json.dumps(record.runtime_env or {}), json.dumps(record.metadata or {}),
-        record.entrypoint, run.logs(), repr(run), repr(run.info()), repr(run.checkpoints()),
-        repr(run.metrics()), str(run.progress), caplog.text,
+        record.model_dump_json(),
+        json.dumps(record.runtime_env or {}),
+        json.dumps(record.metadata or {}),
+        record.entrypoint,
+        run.logs(),
+        repr(run),
+        repr(run.info()),
+        repr(run.checkpoints()),
+        repr(run.metrics()),
+        str(run.progress),
+        caplog.text,
     ]
     leaks = [text for text in seen if FAKE_HF_TOKEN in text]
     assert not leaks, leaks[0][:500]

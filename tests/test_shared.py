@@ -30,17 +30,27 @@ def gcp() -> Iterator[FakeGCP]:
 
 def killed_build_vm() -> compute_v1.Instance:
     """What an up() killed mid-build leaves: the builder VM with its boot and data disks."""
+
     def disk(boot: bool, **init: object) -> compute_v1.AttachedDisk:
-        return compute_v1.AttachedDisk(boot=boot, auto_delete=True, device_name="boot" if boot else "rl-lustre-data",
-                                       initialize_params=compute_v1.AttachedDiskInitializeParams(labels=BUILD, **init))
+        return compute_v1.AttachedDisk(
+            boot=boot,
+            auto_delete=True,
+            device_name="boot" if boot else "rl-lustre-data",
+            initialize_params=compute_v1.AttachedDiskInitializeParams(labels=BUILD, **init),
+        )
 
     return compute_v1.Instance(
-        name="rlp-build-dead", machine_type=f"zones/{Z}/machineTypes/n2-standard-8", labels=BUILD,
-        disks=[disk(True, source_image="projects/debian-cloud/global/images/family/debian-12", disk_size_gb=20),
-               disk(False, disk_name="rlp-build-dead-data", disk_size_gb=250,
-                    disk_type=f"zones/{Z}/diskTypes/pd-ssd")],
-        metadata=compute_v1.Metadata(items=[compute_v1.Items(key="rl-lustre-images",
-                                                             value="nvcr.io/nvidia/nemo-rl:v0.4.0")]))
+        name="rlp-build-dead",
+        machine_type=f"zones/{Z}/machineTypes/n2-standard-8",
+        labels=BUILD,
+        disks=[
+            disk(True, source_image="projects/debian-cloud/global/images/family/debian-12", disk_size_gb=20),
+            disk(False, disk_name="rlp-build-dead-data", disk_size_gb=250, disk_type=f"zones/{Z}/diskTypes/pd-ssd"),
+        ],
+        metadata=compute_v1.Metadata(
+            items=[compute_v1.Items(key="rl-lustre-images", value="nvcr.io/nvidia/nemo-rl:v0.4.0")]
+        ),
+    )
 
 
 def test_images_are_listed_with_their_users_and_builder_leftovers_collected_when_old(gcp: FakeGCP) -> None:
@@ -58,8 +68,10 @@ def test_images_are_listed_with_their_users_and_builder_leftovers_collected_when
     assert image.usd_per_month() == pytest.approx(12.5)
     # The VM, and its boot and data disks.
     assert sorted((b.kind, b.name.rsplit("/", 1)[1]) for b in shared.builders) == [
-        ("compute.v1.Disk", "rlp-build-dead"), ("compute.v1.Disk", "rlp-build-dead-data"),
-        ("compute.v1.Instance", "rlp-build-dead")]
+        ("compute.v1.Disk", "rlp-build-dead"),
+        ("compute.v1.Disk", "rlp-build-dead-data"),
+        ("compute.v1.Instance", "rlp-build-dead"),
+    ]
 
     # A build may still be under way: young leftovers stay; an image in use is never taken.
     young = collect_shared(P, delete=True, preload_images=True)

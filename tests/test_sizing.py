@@ -166,7 +166,10 @@ def test_more_demand_never_shrinks_the_volume() -> None:
     bigger = [size_lustre(params=p).capacity_gib for p in (1e9, 8e9, 72e9, 405e9, 1e12)]
     assert bigger == sorted(bigger)
     # 405B keeping 11: (11 + 2) x 6.48e12 B x 1.25 = 1.053e14 B ≈ 98,069 GiB → 99,000 GiB.
-    assert size_lustre(params=405e9, checkpoints_kept=11).capacity_gib == math.ceil(13 * 6.48e12 * 1.25 / GIB / 9000) * 9000
+    assert (
+        size_lustre(params=405e9, checkpoints_kept=11).capacity_gib
+        == math.ceil(13 * 6.48e12 * 1.25 / GIB / 9000) * 9000
+    )
 
 
 def test_params_override_the_name_and_bytes_per_param_is_honoured() -> None:
@@ -191,9 +194,20 @@ def test_volume_carries_the_choice() -> None:
 
 def test_str_explains_the_choice() -> None:
     text = str(size_lustre("Qwen/Qwen2.5-72B-Instruct"))
-    for fact in ("Qwen/Qwen2.5-72B-Instruct", "72 B parameters", "1.15 TB", "16 B/param",
-                 "2 kept + 2 in flight", "1.25", "3,840 MB/s", "9,000 GiB", "1000 MB/s/TiB", "8,789 MB/s",
-                 "131 s", "500 → 18,000 GiB"):
+    for fact in (
+        "Qwen/Qwen2.5-72B-Instruct",
+        "72 B parameters",
+        "1.15 TB",
+        "16 B/param",
+        "2 kept + 2 in flight",
+        "1.25",
+        "3,840 MB/s",
+        "9,000 GiB",
+        "1000 MB/s/TiB",
+        "8,789 MB/s",
+        "131 s",
+        "500 → 18,000 GiB",
+    ):
         assert fact in text, fact
 
 

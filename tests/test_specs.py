@@ -246,11 +246,14 @@ class _RecordingBackend:
     submit_all = attach = queue = cluster_goodput = submit
 
 
-@pytest.mark.parametrize(("make", "torn_down_at_exit"), [
-    (lambda: Cluster(**GKE), False),  # other processes may attach to its jobs
-    (lambda: Cluster.local("exit-demo", volume_dir="/tmp/rl-exit-demo"), True),
-    (lambda: Cluster.local("exit-keep", volume_dir="/tmp/rl-exit-keep", keep=True), False),
-])
+@pytest.mark.parametrize(
+    ("make", "torn_down_at_exit"),
+    [
+        (lambda: Cluster(**GKE), False),  # other processes may attach to its jobs
+        (lambda: Cluster.local("exit-demo", volume_dir="/tmp/rl-exit-demo"), True),
+        (lambda: Cluster.local("exit-keep", volume_dir="/tmp/rl-exit-keep", keep=True), False),
+    ],
+)
 def test_explicit_up_tears_down_at_exit_only_local_heads(
     monkeypatch: pytest.MonkeyPatch, make: Any, torn_down_at_exit: bool
 ) -> None:
@@ -299,5 +302,8 @@ def test_use_backend_does_not_swap_the_backend_of_a_cluster_that_is_up() -> None
 class _PartialBackend:
     def up(self, *, keep_on_failure: bool = False, check: bool = True) -> None: ...
     def down(self, *, delete_preload_image: bool = False) -> None: ...
-    def describe(self) -> str: return "partial"
-    def cleanup_hint(self) -> str: return ""
+    def describe(self) -> str:
+        return "partial"
+
+    def cleanup_hint(self) -> str:
+        return ""

@@ -68,9 +68,17 @@ def world(fakes: tuple[FakeGCP, KubeFake], monkeypatch: pytest.MonkeyPatch) -> I
 def cluster(**kw: object) -> Cluster:
     # One NIC: these tests share one Kubernetes fake between deployments, and the fabric's
     # cluster-scoped network objects have fixed names (one GKE cluster per deployment).
-    base: dict[str, object] = {"name": "boot", "project": "my-project", "region": "us-east1", "zone": "us-east1-b",
-                               "num_nodes": 2, "secrets": ("HF_TOKEN",), "prefetch_models": (MODEL,),
-                               "fabric": "tcp", "preload_image": False}  # the preload image: test_preload.py
+    base: dict[str, object] = {
+        "name": "boot",
+        "project": "my-project",
+        "region": "us-east1",
+        "zone": "us-east1-b",
+        "num_nodes": 2,
+        "secrets": ("HF_TOKEN",),
+        "prefetch_models": (MODEL,),
+        "fabric": "tcp",
+        "preload_image": False,
+    }  # the preload image: test_preload.py
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -81,13 +89,17 @@ def backend(c: Cluster) -> GKEBackend:
 def leftovers(gcp: FakeGCP, kube: KubeFake, name: str) -> tuple[list[str], list[str]]:
     """What of deployment ``name`` is still there, on the Google side and in Kubernetes."""
     gcp.settle()
-    return gcp.leaked(name), [f"{o['kind']} {o['metadata']['name']}" for o in kube.objects()
-                              if o["metadata"].get("labels", {}).get("rl-lustre-deployment") == name
-                              or o["metadata"]["name"].startswith(f"{name}-")]
+    return gcp.leaked(name), [
+        f"{o['kind']} {o['metadata']['name']}"
+        for o in kube.objects()
+        if o["metadata"].get("labels", {}).get("rl-lustre-deployment") == name
+        or o["metadata"]["name"].startswith(f"{name}-")
+    ]
 
 
 def test_prepull_starts_with_the_gpu_pool_and_prefetch_with_the_claim_progress_shows_and_down_leaves_nothing(
-        world: tuple[FakeGCP, KubeFake], caplog: pytest.LogCaptureFixture) -> None:
+    world: tuple[FakeGCP, KubeFake], caplog: pytest.LogCaptureFixture
+) -> None:
     gcp, kube = world
     caplog.set_level(logging.INFO, logger="rl_lustre")
     kube.rejected.clear()
@@ -100,8 +112,10 @@ def test_prepull_starts_with_the_gpu_pool_and_prefetch_with_the_claim_progress_s
     def print_progress() -> None:  # what the prefetch program prints while it downloads
         while not finished.is_set() and not written:
             for pod in kube.objects("Pod"):
-                if pod["metadata"]["name"].startswith("boot-model-prefetch") and \
-                        pod.get("status", {}).get("phase") == "Running":
+                if (
+                    pod["metadata"]["name"].startswith("boot-model-prefetch")
+                    and pod.get("status", {}).get("phase") == "Running"
+                ):
                     kube.write_log(pod["metadata"]["name"], progress)
                     written.append(pod["metadata"]["name"])
             time.sleep(0.02)
@@ -132,8 +146,10 @@ def test_prepull_starts_with_the_gpu_pool_and_prefetch_with_the_claim_progress_s
     assert job["metadata"]["labels"]["rl-lustre-deployment"] == "boot"
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["args"] == [MODEL]
-    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "boot-job-secrets", "key": "HF_TOKEN",
-                                                                "optional": True}}} in container["env"]
+    assert {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "boot-job-secrets", "key": "HF_TOKEN", "optional": True}},
+    } in container["env"]
     assert "hf_startup_test_value" not in json.dumps(job)
     # Progress reached the user: the live state and the report.
     assert written
@@ -148,8 +164,11 @@ def test_prepull_starts_with_the_gpu_pool_and_prefetch_with_the_claim_progress_s
     assert rec["image-prepull"].note == "image pulled on 3 node(s); removed once the RayCluster's workers ran"
     workers = {p["spec"]["nodeName"] for p in kube.objects("Pod") if "worker" in p["metadata"]["name"]}
     # One per A4 node GKE registered (their taint tolerated, their allocatable enough).
-    assert workers == {n["metadata"]["name"] for n in kube.objects("Node")
-                       if n["metadata"]["labels"]["cloud.google.com/gke-nodepool"] == "gpu-pool"}
+    assert workers == {
+        n["metadata"]["name"]
+        for n in kube.objects("Node")
+        if n["metadata"]["labels"]["cloud.google.com/gke-nodepool"] == "gpu-pool"
+    }
     assert len(workers) == 2
 
     # A second up() finds the model fetched and the workers running: nothing is redone.
@@ -214,14 +233,22 @@ def test_switched_off_there_is_neither_node() -> None:
 
 def test_the_job_env_puts_every_nemo_rl_cache_on_the_volume() -> None:
     env = GRPOJob(name="r").runtime_env(cluster())["env_vars"]
-    caches = {k: env[k] for k in ("HF_HOME", "HF_DATASETS_CACHE", "NRL_MEGATRON_CHECKPOINT_DIR",
-                                  "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT")}
+    caches = {
+        k: env[k]
+        for k in (
+            "HF_HOME",
+            "HF_DATASETS_CACHE",
+            "NRL_MEGATRON_CHECKPOINT_DIR",
+            "TORCHINDUCTOR_CACHE_DIR",
+            "TRITON_CACHE_DIR",
+            "VLLM_CACHE_ROOT",
+        )
+    }
     assert all(v.startswith("/lustre/") for v in caches.values())
     # The prefetch fills the HF_HOME the job reads.
     job = prefetch_job(cluster())
     env_of_job = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env_of_job["HF_HOME"] == caches["HF_HOME"]
-
 
 
 def _nemo_rl_vllm_seed(node_idx: int, local_bundle_indices: list[int]) -> int:
@@ -231,8 +258,9 @@ def _nemo_rl_vllm_seed(node_idx: int, local_bundle_indices: list[int]) -> int:
     return node_idx * 1024 + local_bundle_indices[0] // len(local_bundle_indices)
 
 
-def test_every_vllm_worker_compile_cache_nemo_rl_picks_lands_on_the_volume(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_vllm_worker_compile_cache_nemo_rl_picks_lands_on_the_volume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rl_lustre.kube.manifests import build_manifests
 
     volume = tmp_path / "lustre"
@@ -272,15 +300,17 @@ def test_a_vllm_cache_that_cannot_be_linked_never_fails_the_worker_pod(tmp_path:
 
     blocked = tmp_path / "not-a-dir"
     blocked.write_text("")
-    done = subprocess.run(["/bin/sh", "-c", vllm_seed_links(str(blocked), 1, 8)],
-                          env={"HOME": str(tmp_path / "home"), "PATH": os.environ["PATH"]})
+    done = subprocess.run(
+        ["/bin/sh", "-c", vllm_seed_links(str(blocked), 1, 8)],
+        env={"HOME": str(tmp_path / "home"), "PATH": os.environ["PATH"]},
+    )
     assert done.returncode == 0
     assert not list((tmp_path / "home" / ".cache").glob("vllm_*"))
 
 
 # The prefetch program, run the way the Job runs it.
 
-FAKE_HUB = '''
+FAKE_HUB = """
 import json, os, sys
 CALLS = os.environ["FAKE_HUB_CALLS"]
 def _log(*a):
@@ -303,16 +333,21 @@ def snapshot_download(repo, revision=None):
     with open(os.path.join(base, "blobs", "w"), "w") as f:
         f.write("1234567")
     return os.path.join(base, "snapshots", revision)
-'''
+"""
 
 
 def run_prefetch(tmp_path: Path, hub_module: str, *models: str) -> subprocess.CompletedProcess[str]:
     lib = tmp_path / "lib" / "huggingface_hub"
     lib.mkdir(parents=True, exist_ok=True)
     (lib / "__init__.py").write_text(hub_module)
-    env = {"PATH": os.environ["PATH"], "HF_HOME": str(tmp_path / "hf"), "PYTHONPATH": str(tmp_path / "lib"),
-           "FAKE_HUB_CALLS": str(tmp_path / "calls.jsonl"), "HF_TOKEN": "hf_secret_token_x",
-           "RL_LUSTRE_PROGRESS_SECONDS": "0.01"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HF_HOME": str(tmp_path / "hf"),
+        "PYTHONPATH": str(tmp_path / "lib"),
+        "FAKE_HUB_CALLS": str(tmp_path / "calls.jsonl"),
+        "HF_TOKEN": "hf_secret_token_x",
+        "RL_LUSTRE_PROGRESS_SECONDS": "0.01",
+    }
     cmd = prefetch_command(sys.executable)
     return subprocess.run([*cmd, *models], env=env, capture_output=True, text=True, timeout=60)
 

@@ -9,16 +9,25 @@ from benchmarks import startup
 
 
 def test_the_orders_run_and_the_last_lines_are_the_replacement_and_the_ratios(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     code = startup.main(["--unit", "0.02"])
     captured = capsys.readouterr()
     out = captured.out.strip().splitlines()
     names = [line.split("=", 1)[0] for line in out[-4:]]
-    assert names == ["replacement_image_running_minutes", "time_to_first_step_ratio", "time_to_first_step_ratio_cold",
-                     "time_to_first_step_ratio_warm"]
+    assert names == [
+        "replacement_image_running_minutes",
+        "time_to_first_step_ratio",
+        "time_to_first_step_ratio_cold",
+        "time_to_first_step_ratio_warm",
+    ]
     replacement, ratio, cold, warm = (float(line.split("=", 1)[1]) for line in out[-4:])
-    missed = (ratio > startup.RATIO_TARGET or cold > startup.COLD_TARGET or warm > startup.WARM_TARGET
-              or replacement > startup.REPLACEMENT_TARGET_MIN)
+    missed = (
+        ratio > startup.RATIO_TARGET
+        or cold > startup.COLD_TARGET
+        or warm > startup.WARM_TARGET
+        or replacement > startup.REPLACEMENT_TARGET_MIN
+    )
     assert code == (1 if missed else 0)
     assert ("MISSED" in captured.err) == missed
     text = "\n".join(out)

@@ -42,8 +42,16 @@ class StateApi(http.server.ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.lock = threading.Lock()
-        self.nodes: list[dict[str, Any]] = [{"node_id": "head", "node_name": "head", "node_ip": "10.0.0.1",
-                                             "state": "ALIVE", "is_head_node": True, "resources_total": {"CPU": 8}}]
+        self.nodes: list[dict[str, Any]] = [
+            {
+                "node_id": "head",
+                "node_name": "head",
+                "node_ip": "10.0.0.1",
+                "state": "ALIVE",
+                "is_head_node": True,
+                "resources_total": {"CPU": 8},
+            }
+        ]
 
     @property
     def url(self) -> str:
@@ -51,9 +59,17 @@ class StateApi(http.server.ThreadingHTTPServer):
 
     def add(self, name: str, *, started: float) -> None:
         with self.lock:
-            self.nodes.append({"node_id": name[-4:] * 8, "node_name": name, "node_ip": "10.0.1.1", "state": "ALIVE",
-                               "is_head_node": False, "resources_total": {"CPU": 200, "GPU": 8},
-                               "start_time_ms": int(started * 1000)})
+            self.nodes.append(
+                {
+                    "node_id": name[-4:] * 8,
+                    "node_name": name,
+                    "node_ip": "10.0.1.1",
+                    "state": "ALIVE",
+                    "is_head_node": False,
+                    "resources_total": {"CPU": 200, "GPU": 8},
+                    "start_time_ms": int(started * 1000),
+                }
+            )
 
     def kill(self, prefix: str) -> None:
         with self.lock:
@@ -69,8 +85,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         resource = self.path.split("?")[0].removeprefix("/api/v0/")
         with self.server.lock:
             rows = [dict(n) for n in self.server.nodes] if resource == "nodes" else []
-        body = json.dumps({"result": True, "msg": "", "data": {"result": {
-            "total": len(rows), "num_after_truncation": len(rows), "num_filtered": len(rows), "result": rows}}}).encode()
+        body = json.dumps(
+            {
+                "result": True,
+                "msg": "",
+                "data": {
+                    "result": {
+                        "total": len(rows),
+                        "num_after_truncation": len(rows),
+                        "num_filtered": len(rows),
+                        "result": rows,
+                    }
+                },
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -93,20 +121,34 @@ def state_api() -> Iterator[StateApi]:
 
 def _supervise(api: StateApi, tmp: Path, steps: int, max_restarts: int = 2, **ends: Any) -> subprocess.Popen[str]:
     """The shipped supervisor around a rehearsal of ``steps`` steps of 0.4 s, saving every 4."""
-    command = (f"{sys.executable} -m rl_lustre.rehearsal --step-seconds 0.4 --checkpoint-scale 1e-6 "
-               f"grpo.max_num_steps={steps} checkpointing.save_period=4 grpo.val_period=0 "
-               f"checkpointing.metric_name=null checkpointing.checkpoint_dir={tmp}/ckpt logger.log_dir={tmp}/logs")
-    entrypoint = supervised(command, python=sys.executable, max_restarts=max_restarts, nodes=2, gpus_per_node=8,
-                            capacity_timeout=60, checkpoint_dir=f"{tmp}/ckpt", poll=0.2, settle=0.5, watch=False,
-                            **ends)
+    command = (
+        f"{sys.executable} -m rl_lustre.rehearsal --step-seconds 0.4 --checkpoint-scale 1e-6 "
+        f"grpo.max_num_steps={steps} checkpointing.save_period=4 grpo.val_period=0 "
+        f"checkpointing.metric_name=null checkpointing.checkpoint_dir={tmp}/ckpt logger.log_dir={tmp}/logs"
+    )
+    entrypoint = supervised(
+        command,
+        python=sys.executable,
+        max_restarts=max_restarts,
+        nodes=2,
+        gpus_per_node=8,
+        capacity_timeout=60,
+        checkpoint_dir=f"{tmp}/ckpt",
+        poll=0.2,
+        settle=0.5,
+        watch=False,
+        **ends,
+    )
     root = os.path.dirname(shipped_module())
     env = {**os.environ, "RAY_DASHBOARD_ADDRESS": api.url, "PYTHONPATH": root}
-    return subprocess.Popen(["/bin/sh", "-c", entrypoint], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    return subprocess.Popen(
+        ["/bin/sh", "-c", entrypoint], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def test_nodes_with_a_lifetime_make_nemo_rl_save_and_stop_and_the_run_goes_on_once_they_are_gone(
-        state_api: StateApi, tmp_path: Path) -> None:
+    state_api: StateApi, tmp_path: Path
+) -> None:
     margin, left = 1.0, 3.0
     # Standby nodes whose raylets started now and live long enough to leave 3 s to train.
     started = time.time()
@@ -158,12 +200,14 @@ def test_nodes_with_a_lifetime_make_nemo_rl_save_and_stop_and_the_run_goes_on_on
 
 
 def test_a_stop_at_the_deadline_with_recovery_off_ends_the_run_failed_at_once_not_succeeded(
-        state_api: StateApi, tmp_path: Path) -> None:
+    state_api: StateApi, tmp_path: Path
+) -> None:
     started = time.time()
     for suffix in ("aaaa", "bbbb"):
         state_api.add(STANDBY + suffix, started=started)
-    proc = _supervise(state_api, tmp_path, 24, max_restarts=0, lifetimes=[(STANDBY, ARRIVAL_ALLOWANCE + 1.0 + 2.0)],
-                      save_margin=1.0)
+    proc = _supervise(
+        state_api, tmp_path, 24, max_restarts=0, lifetimes=[(STANDBY, ARRIVAL_ALLOWANCE + 1.0 + 2.0)], save_margin=1.0
+    )
     out, _ = proc.communicate(timeout=60)
     # Steps were left: not SUCCEEDED; and with no restart allowed, no wait for the nodes to go.
     assert proc.returncode == 1, out
@@ -175,7 +219,8 @@ def test_a_stop_at_the_deadline_with_recovery_off_ends_the_run_failed_at_once_no
 
 
 def test_an_end_granted_at_up_caps_the_nodes_own_and_is_counted_from_the_attempts_start(
-        state_api: StateApi, tmp_path: Path) -> None:
+    state_api: StateApi, tmp_path: Path
+) -> None:
     # The end up() was granted comes with the submission; the supervisor gives NeMo-RL the
     # time from the attempt's start (not the submission's) to the earlier of it and the
     # nodes' own end.
@@ -209,9 +254,17 @@ def test_a_nodes_end_is_counted_from_the_earlier_of_its_start_less_the_allowance
     assert early is not None
     assert early.end == 500.0 - ARRIVAL_ALLOWANCE + 7200.0
     # The earliest node rules; dead nodes, nodes without the GPUs and nodes of other pools do not count.
-    mixed = attempt_end([node(STANDBY + "aaaa", 5000.0), node(STANDBY + "bbbb", 4000.0),
-                         node(STANDBY + "cccc", 100.0, alive=False), node(STANDBY + "dddd", 100.0, gpus=0),
-                         node(SPOT + "eeee", 100.0)], life, gpus_per_node=8)
+    mixed = attempt_end(
+        [
+            node(STANDBY + "aaaa", 5000.0),
+            node(STANDBY + "bbbb", 4000.0),
+            node(STANDBY + "cccc", 100.0, alive=False),
+            node(STANDBY + "dddd", 100.0, gpus=0),
+            node(SPOT + "eeee", 100.0),
+        ],
+        life,
+        gpus_per_node=8,
+    )
     assert mixed is not None
     assert mixed.end == 4000.0 - ARRIVAL_ALLOWANCE + 7200.0
     assert mixed.nodes == [STANDBY + "aaaa", STANDBY + "bbbb"]
@@ -222,12 +275,17 @@ def test_a_nodes_end_is_counted_from_the_earlier_of_its_start_less_the_allowance
 
 def test_the_supervisor_refuses_a_lifetime_without_a_margin_or_a_malformed_one(tmp_path: Path) -> None:
     root = os.path.dirname(shipped_module())
-    base = [sys.executable, "-c", f"import sys, runpy; sys.path.insert(0, {root!r}); "
-            "runpy.run_module('rl_lustre_supervisor', run_name='__main__', alter_sys=True)"]
+    base = [
+        sys.executable,
+        "-c",
+        f"import sys, runpy; sys.path.insert(0, {root!r}); "
+        "runpy.run_module('rl_lustre_supervisor', run_name='__main__', alter_sys=True)",
+    ]
     missing = subprocess.run([*base, "--lifetime", f"{STANDBY}=600", "--", "true"], capture_output=True, text=True)
     assert missing.returncode == 2
     assert "--lifetime need --save-margin" in missing.stderr
-    bad = subprocess.run([*base, "--lifetime", STANDBY, "--save-margin", "60", "--", "true"], capture_output=True,
-                         text=True)
+    bad = subprocess.run(
+        [*base, "--lifetime", STANDBY, "--save-margin", "60", "--", "true"], capture_output=True, text=True
+    )
     assert bad.returncode == 2
     assert "--lifetime" in bad.stderr

@@ -16,8 +16,10 @@ from rl_lustre.recovery import shipped_module
 from rl_lustre.recovery.journal import MARK, read_journal
 from rl_lustre.recovery.stamps import Stamper
 
-REHEARSAL = ("--step-seconds 0.05 --checkpoint-scale 1e-6 grpo.max_num_steps=4 checkpointing.save_period=2 "
-             "grpo.val_period=3 checkpointing.metric_name=null")
+REHEARSAL = (
+    "--step-seconds 0.05 --checkpoint-scale 1e-6 grpo.max_num_steps=4 checkpointing.save_period=2 "
+    "grpo.val_period=3 checkpointing.metric_name=null"
+)
 
 
 def test_the_stamper_stamps_what_begins_something_and_nothing_else() -> None:
@@ -33,21 +35,42 @@ def test_the_stamper_stamps_what_begins_something_and_nothing_else() -> None:
     }
     for line, record in lines.items():
         assert s.feed(line) == record, line
-    for lookalike in ["(DTensorPolicyWorker pid=12, ip=10.0.0.1) " + formats.step_header(2, 4),
-                      "echo " + formats.save_line(3), "Saving checkpoint for step x...", "", "SETUP COMPLETE!",
-                      "📊 Validation Results:", "========== Step 1/ =========="]:
+    for lookalike in [
+        "(DTensorPolicyWorker pid=12, ip=10.0.0.1) " + formats.step_header(2, 4),
+        "echo " + formats.save_line(3),
+        "Saving checkpoint for step x...",
+        "",
+        "SETUP COMPLETE!",
+        "📊 Validation Results:",
+        "========== Step 1/ ==========",
+    ]:
         assert s.feed(lookalike) is None, lookalike
 
 
 @functools.cache
 def supervised_log(tmp: str, extra: str = "") -> str:
     """The output of the supervisor running a 4-step rehearsal (no Ray: --nodes 0)."""
-    command = (f"{sys.executable} -m rl_lustre.rehearsal {REHEARSAL} checkpointing.checkpoint_dir={tmp}/ckpt "
-               f"logger.log_dir={tmp}/logs {extra}")
+    command = (
+        f"{sys.executable} -m rl_lustre.rehearsal {REHEARSAL} checkpointing.checkpoint_dir={tmp}/ckpt "
+        f"logger.log_dir={tmp}/logs {extra}"
+    )
     root = os.path.dirname(shipped_module())
-    out = subprocess.run([sys.executable, "-I", "-c", f"import sys, runpy; sys.path.insert(0, {root!r}); "
-                          "runpy.run_module('rl_lustre_supervisor', run_name='__main__', alter_sys=True)",
-                          "--nodes", "0", "--", command], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            f"import sys, runpy; sys.path.insert(0, {root!r}); "
+            "runpy.run_module('rl_lustre_supervisor', run_name='__main__', alter_sys=True)",
+            "--nodes",
+            "0",
+            "--",
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 
@@ -77,7 +100,9 @@ def test_a_supervised_run_journals_every_step_save_and_validation_right_after_it
     lines = log.splitlines()
     for i, line in enumerate(lines):
         if formats.STEP_HEADER.fullmatch(line.strip()) or formats.SAVE_LINE.fullmatch(line.strip()):
-            follower = next(x for x in lines[i + 1:] if x.startswith(MARK) or not x.startswith("rl_lustre supervisor:"))
+            follower = next(
+                x for x in lines[i + 1 :] if x.startswith(MARK) or not x.startswith("rl_lustre supervisor:")
+            )
             assert follower.startswith(MARK), (line, follower)
     # Stamps come from the head's clock as lines arrive: four steps of 0.05 s take that long at least.
     step_at = [r["at"] for r in records if r["event"] == "step"]

@@ -26,8 +26,10 @@ from rl_lustre.recovery import SHIPPED, shipped_module
 @functools.cache
 def _image_python() -> str:
     """A Python 3.12 (the image's version) when one runs here, else this one."""
-    candidates = [*sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12"))),
-                  shutil.which("python3.12")]
+    candidates = [
+        *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12"))),
+        shutil.which("python3.12"),
+    ]
     for candidate in filter(None, candidates):
         if subprocess.run([candidate, "-I", "-c", "pass"], capture_output=True).returncode == 0:
             return candidate
@@ -38,8 +40,9 @@ def _isolated(code: str, *args: str, cwd: Path | None = None) -> subprocess.Comp
     """``code`` in an isolated interpreter whose path is the standard library and the shipped package."""
     root = os.path.dirname(shipped_module())
     prelude = f"import sys; sys.path.insert(0, {root!r}); sys.argv = ['x', *sys.argv[1:]]\n"
-    return subprocess.run([_image_python(), "-I", "-c", prelude + code, *args], capture_output=True, text=True,
-                          timeout=60, cwd=cwd)
+    return subprocess.run(
+        [_image_python(), "-I", "-c", prelude + code, *args], capture_output=True, text=True, timeout=60, cwd=cwd
+    )
 
 
 def test_the_shipped_package_holds_the_files_the_supervisor_imports_at_their_paths_in_rl_lustre() -> None:
@@ -83,7 +86,8 @@ def test_python_m_rl_lustre_supervisor_runs_the_command_and_reads_its_step_heade
     header = formats.step_header(1, 2)
     out = _isolated(
         "import runpy; runpy.run_module('rl_lustre_supervisor', run_name='__main__', alter_sys=True)\n",
-        "--", f"echo '{header}'; exit {code}",
+        "--",
+        f"echo '{header}'; exit {code}",
     )
     assert out.returncode == code, out.stderr
     assert header in out.stdout

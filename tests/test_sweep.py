@@ -83,14 +83,18 @@ def _check_the_queue_facts(cluster: Cluster, result: SweepResult, tmp_path: Path
         assert o.gpu_hours == pytest.approx(1 * cluster.gpus_per_node * o.run_seconds / 3600)
         if o.ok:
             assert o.run_seconds >= BASE.max_num_steps * cluster.rehearsal_step_seconds
-    held = sorted((o.timeline.started_at, o.timeline.released_at) for o in result
-                  if o.timeline is not None and o.timeline.started_at is not None)
+    held = sorted(
+        (o.timeline.started_at, o.timeline.released_at)
+        for o in result
+        if o.timeline is not None and o.timeline.started_at is not None
+    )
     assert len(held) >= 2
     for (_, released), (admitted, _) in itertools.pairwise(held):
         assert admitted >= released
     assert result.makespan_seconds == pytest.approx(
         max(o.timeline.released_at for o in result if o.timeline and o.timeline.released_at)
-        - min(o.submitted_at for o in result if o.submitted_at is not None))
+        - min(o.submitted_at for o in result if o.submitted_at is not None)
+    )
     assert result.lower_bound_seconds == pytest.approx(sum(o.run_seconds or 0.0 for o in result))
     assert result.rows()[0]["nodes"] == 1
     assert str(result).splitlines()[-1] == result.summary()
@@ -116,11 +120,15 @@ def test_the_varied_fields_are_what_the_jobs_set_not_what_they_cached(tmp_path: 
     from rl_lustre.sweep import varied_fields
 
     cluster = Cluster.local("varied", volume_dir=tmp_path)
-    jobs = [attrs.evolve(BASE, name=f"v{k}", keep_top_k=k, overrides={"policy.optimizer.kwargs.lr": k * 1e-6})
-            for k in (1, 2)]
+    jobs = [
+        attrs.evolve(BASE, name=f"v{k}", keep_top_k=k, overrides={"policy.optimizer.kwargs.lr": k * 1e-6})
+        for k in (1, 2)
+    ]
     jobs[0].preflight(cluster)  # renders and caches the job for this cluster
-    assert varied_fields(jobs) == [{"keep_top_k": 1, "policy.optimizer.kwargs.lr": 1e-6},
-                                   {"keep_top_k": 2, "policy.optimizer.kwargs.lr": 2e-6}]
+    assert varied_fields(jobs) == [
+        {"keep_top_k": 1, "policy.optimizer.kwargs.lr": 1e-6},
+        {"keep_top_k": 2, "policy.optimizer.kwargs.lr": 2e-6},
+    ]
     assert varied_fields([jobs[0], attrs.evolve(jobs[0], name="same")]) == [{}, {}]
 
 
@@ -129,8 +137,12 @@ def test_a_sweep_rerun_says_once_that_there_is_nothing_to_do_and_how_to_start_ov
 
     from rl_lustre.errors import NothingToDoWarning
 
-    jobs = [attrs.evolve(BASE, name=f"rerun-{g}", max_num_steps=2, num_generations_per_prompt=g,
-                         train_global_batch_size=4 * g) for g in (8, 16)]
+    jobs = [
+        attrs.evolve(
+            BASE, name=f"rerun-{g}", max_num_steps=2, num_generations_per_prompt=g, train_global_batch_size=4 * g
+        )
+        for g in (8, 16)
+    ]
     first = run_sweep(local_cluster, jobs, timeout=240, poll=0.3, fresh=True)
     assert first.ok, str(first)
     with warnings.catch_warnings(record=True) as caught:
@@ -151,19 +163,22 @@ def test_a_sweep_rerun_says_once_that_there_is_nothing_to_do_and_how_to_start_ov
     # No step ran, so no metric column, and no footnote for one.
     assert not any("*" in line for line in table)
     assert table[-1] == again.summary()
-    assert table[-2] == ("rerun-8, rerun-16: nothing left to do, the newest checkpoint already reaches "
-                         "max_num_steps; run_sweep(cluster, jobs, fresh=True) starts over")
+    assert table[-2] == (
+        "rerun-8, rerun-16: nothing left to do, the newest checkpoint already reaches "
+        "max_num_steps; run_sweep(cluster, jobs, fresh=True) starts over"
+    )
 
 
 def test_the_table_explains_only_what_it_shows() -> None:
     from rl_lustre.sweep_result import Outcome, SweepResult
 
-    ran = Outcome(name="a", job_id="rl-lustre-a-1", status="SUCCEEDED", steps=2, total=2,
-                  metrics={"loss": 0.5}, synthetic=True)
-    idle = Outcome(name="b", job_id="rl-lustre-b-1", status="SUCCEEDED", steps=0, total=2, synthetic=True,
-                   nothing_to_do=True)
-    stopped = Outcome(name="c", job_id="rl-lustre-c-1", status="STOPPED", steps=1, total=2,
-                      error="stopped at step 1/2")
+    ran = Outcome(
+        name="a", job_id="rl-lustre-a-1", status="SUCCEEDED", steps=2, total=2, metrics={"loss": 0.5}, synthetic=True
+    )
+    idle = Outcome(
+        name="b", job_id="rl-lustre-b-1", status="SUCCEEDED", steps=0, total=2, synthetic=True, nothing_to_do=True
+    )
+    stopped = Outcome(name="c", job_id="rl-lustre-c-1", status="STOPPED", steps=1, total=2, error="stopped at step 1/2")
     both = str(SweepResult((ran, idle, stopped))).splitlines()
     assert both[0].split() == ["name", "status", "steps", "loss*", "checkpoints", "seconds", "job_id"]
     assert both[4].startswith("* synthetic:")
@@ -178,8 +193,12 @@ def test_a_sweeps_ledger_is_its_runs_and_the_clusters_own_time(local_cluster: Cl
     from rl_lustre import wait_all
     from rl_lustre.goodput import CATEGORIES
 
-    jobs = [attrs.evolve(BASE, name=f"ledger-{g}", max_num_steps=2, num_generations_per_prompt=g,
-                         train_global_batch_size=4 * g) for g in (8, 16)]
+    jobs = [
+        attrs.evolve(
+            BASE, name=f"ledger-{g}", max_num_steps=2, num_generations_per_prompt=g, train_global_batch_size=4 * g
+        )
+        for g in (8, 16)
+    ]
     result = run_sweep(local_cluster, jobs, timeout=240, poll=0.3, fresh=True)
     assert result.ok, str(result)
     ledger = result.goodput()

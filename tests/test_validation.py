@@ -63,7 +63,12 @@ BAD: list[tuple[str, Callable[[], Any], str, tuple[str, ...]]] = [
     ("local name=5", lambda: Cluster.local(5), "name", ("got an int",)),
     ("submit('name')", lambda: _local().submit("name"), "job", ("must be a GRPOJob", "got a str")),
     ("attach(5)", lambda: Cluster(**GKE).attach(5), "job_id", ("got an int",)),
-    ("up(keep_on_failure='yes')", lambda: Cluster(**GKE).up(keep_on_failure="yes"), "keep_on_failure", ("True or False",)),
+    (
+        "up(keep_on_failure='yes')",
+        lambda: Cluster(**GKE).up(keep_on_failure="yes"),
+        "keep_on_failure",
+        ("True or False",),
+    ),
     ("use_kubeconfig(5)", lambda: Cluster(**GKE).use_kubeconfig(5), "path", ("got an int",)),
     ("entrypoint('x')", lambda: GRPOJob(name="j").entrypoint("x"), "cluster", ("must be a Cluster",)),
     ("overrides(None)", lambda: GRPOJob(name="j").overrides(None), "cluster", ("got None",)),
@@ -77,54 +82,131 @@ BAD: list[tuple[str, Callable[[], Any], str, tuple[str, ...]]] = [
     ("overrides=list", lambda: GRPOJob(name="j", overrides=["a=1"]), "overrides", ("got a list",)),
     ("num_nodes='8'", lambda: Cluster(**GKE, num_nodes="8"), "num_nodes", ("whole number",)),
     # CIDRs: parsed, never compared as text
-    ("cidr 0.0.0.0/0.0.0.0", lambda: Cluster(**GKE, authorized_networks=["0.0.0.0/0.0.0.0"]),
-     "authorized_networks", ("whole internet",)),
+    (
+        "cidr 0.0.0.0/0.0.0.0",
+        lambda: Cluster(**GKE, authorized_networks=["0.0.0.0/0.0.0.0"]),
+        "authorized_networks",
+        ("whole internet",),
+    ),
     ("cidr ::0/0", lambda: Cluster(**GKE, authorized_networks=["::0/0"]), "authorized_networks", ("whole internet",)),
-    ("cidr two halves", lambda: Cluster(**GKE, authorized_networks=["0.0.0.0/1", "128.0.0.0/1"]),
-     "authorized_networks", ("whole internet",)),
-    ("cidr v4-mapped", lambda: Cluster(**GKE, authorized_networks=["::ffff:0:0/96"]),
-     "authorized_networks", ("whole internet",)),
-    ("cidr host bits", lambda: Cluster(**GKE, authorized_networks=["10.0.0.1/8"]),
-     "authorized_networks", ("host bits", "10.0.0.0/8")),
-    ("cidr bare ip", lambda: Cluster(**GKE, authorized_networks=["203.0.113.7"]),
-     "authorized_networks", ("'203.0.113.7/32'",)),
+    (
+        "cidr two halves",
+        lambda: Cluster(**GKE, authorized_networks=["0.0.0.0/1", "128.0.0.0/1"]),
+        "authorized_networks",
+        ("whole internet",),
+    ),
+    (
+        "cidr v4-mapped",
+        lambda: Cluster(**GKE, authorized_networks=["::ffff:0:0/96"]),
+        "authorized_networks",
+        ("whole internet",),
+    ),
+    (
+        "cidr host bits",
+        lambda: Cluster(**GKE, authorized_networks=["10.0.0.1/8"]),
+        "authorized_networks",
+        ("host bits", "10.0.0.0/8"),
+    ),
+    (
+        "cidr bare ip",
+        lambda: Cluster(**GKE, authorized_networks=["203.0.113.7"]),
+        "authorized_networks",
+        ("'203.0.113.7/32'",),
+    ),
     ("cidr int", lambda: Cluster(**GKE, authorized_networks=[5]), "authorized_networks", ("got an int",)),
-    ("cidr one string", lambda: Cluster(**GKE, authorized_networks="10.0.0.0/8"), "authorized_networks", ("got a str",)),
+    (
+        "cidr one string",
+        lambda: Cluster(**GKE, authorized_networks="10.0.0.0/8"),
+        "authorized_networks",
+        ("got a str",),
+    ),
     ("cidr leading zeros", lambda: Cluster(**GKE, authorized_networks=["010.0.0.0/8"]), "authorized_networks", ()),
     # control characters in paths, names and override values
     ("mount_path NUL", lambda: Cluster(**GKE, mount_path="/lus\x00tre"), "mount_path", ("control characters",)),
     ("job name newline", lambda: GRPOJob(name="a\nb"), "name", ("'a\\nb'",)),
     ("model NUL", lambda: GRPOJob(name="j", model="Qwen/Qwen\x00"), "model", ("control characters",)),
-    ("override value NUL", lambda: GRPOJob(name="j", overrides={"logger.wandb.name": "a\x00b"}),
-     "overrides['logger.wandb.name']", ("U+0000",)),
-    ("override value ESC", lambda: GRPOJob(name="j", overrides={"+x.y": ["ok", "\x1b[31m"]}),
-     "overrides['+x.y']", ("U+001B",)),
+    (
+        "override value NUL",
+        lambda: GRPOJob(name="j", overrides={"logger.wandb.name": "a\x00b"}),
+        "overrides['logger.wandb.name']",
+        ("U+0000",),
+    ),
+    (
+        "override value ESC",
+        lambda: GRPOJob(name="j", overrides={"+x.y": ["ok", "\x1b[31m"]}),
+        "overrides['+x.y']",
+        ("U+001B",),
+    ),
     ("env value newline", lambda: GRPOJob(name="j", env={"MODE": "a\nb"}), "env['MODE']", ("U+000A",)),
     ("excludes NUL", lambda: GRPOJob(name="j", excludes=["*.pt\x00"]), "excludes", ("control characters",)),
     # Lustre capacity limits per tier (Managed Lustre docs)
-    ("capacity above 500 tier max", lambda: LustreVolume(name="v", capacity_gib=20_160_000),
-     "capacity_gib", ("at most 20,016,000 GiB",)),
-    ("capacity above 125 tier max", lambda: LustreVolume(name="v", throughput_mbps_per_tib=125, capacity_gib=12_312_000),
-     "capacity_gib", ("at most 12,240,000 GiB",)),
-    ("capacity off the large step", lambda: LustreVolume(name="v", throughput_mbps_per_tib=1000, capacity_gib=1_539_000),
-     "capacity_gib", ("72,000 GiB above", "nearest valid: 1,530,000 or 1,584,000")),
+    (
+        "capacity above 500 tier max",
+        lambda: LustreVolume(name="v", capacity_gib=20_160_000),
+        "capacity_gib",
+        ("at most 20,016,000 GiB",),
+    ),
+    (
+        "capacity above 125 tier max",
+        lambda: LustreVolume(name="v", throughput_mbps_per_tib=125, capacity_gib=12_312_000),
+        "capacity_gib",
+        ("at most 12,240,000 GiB",),
+    ),
+    (
+        "capacity off the large step",
+        lambda: LustreVolume(name="v", throughput_mbps_per_tib=1000, capacity_gib=1_539_000),
+        "capacity_gib",
+        ("72,000 GiB above", "nearest valid: 1,530,000 or 1,584,000"),
+    ),
     # numbers through overrides= follow the field's rule
-    ("overrides negative steps", lambda: GRPOJob(name="j", overrides={"grpo.max_num_steps": -5}),
-     "grpo.max_num_steps", ("at least 1",)),
-    ("overrides keep_top_k=0", lambda: GRPOJob(name="j", overrides={"checkpointing.keep_top_k": 0}),
-     "checkpointing.keep_top_k", ("at least 1 or None",)),
-    ("overrides steps as text", lambda: GRPOJob(name="j", overrides={"grpo.max_num_steps": "20"}),
-     "grpo.max_num_steps", ("whole number",)),
-    ("overrides nested", lambda: GRPOJob(name="j", overrides={"++grpo": {"val_period": -1}}),
-     "grpo.val_period", ("at least 0",)),
-    ("overrides lr nan", lambda: GRPOJob(name="j", overrides={"policy.megatron_cfg.optimizer.lr": math.nan}),
-     "optimizer.lr", ("not NaN",)),
-    ("overrides lr inf", lambda: GRPOJob(name="j", overrides={"policy.optimizer.kwargs.lr": math.inf}),
-     "kwargs.lr", ("finite",)),
-    ("overrides lr negative", lambda: GRPOJob(name="j", overrides={"+policy.megatron_cfg.scheduler.min_lr": -1e-6}),
-     "min_lr", ("at least 0",)),
-    ("overrides enabled=1", lambda: GRPOJob(name="j", overrides={"checkpointing.enabled": 1}),
-     "checkpointing.enabled", ("True or False",)),
+    (
+        "overrides negative steps",
+        lambda: GRPOJob(name="j", overrides={"grpo.max_num_steps": -5}),
+        "grpo.max_num_steps",
+        ("at least 1",),
+    ),
+    (
+        "overrides keep_top_k=0",
+        lambda: GRPOJob(name="j", overrides={"checkpointing.keep_top_k": 0}),
+        "checkpointing.keep_top_k",
+        ("at least 1 or None",),
+    ),
+    (
+        "overrides steps as text",
+        lambda: GRPOJob(name="j", overrides={"grpo.max_num_steps": "20"}),
+        "grpo.max_num_steps",
+        ("whole number",),
+    ),
+    (
+        "overrides nested",
+        lambda: GRPOJob(name="j", overrides={"++grpo": {"val_period": -1}}),
+        "grpo.val_period",
+        ("at least 0",),
+    ),
+    (
+        "overrides lr nan",
+        lambda: GRPOJob(name="j", overrides={"policy.megatron_cfg.optimizer.lr": math.nan}),
+        "optimizer.lr",
+        ("not NaN",),
+    ),
+    (
+        "overrides lr inf",
+        lambda: GRPOJob(name="j", overrides={"policy.optimizer.kwargs.lr": math.inf}),
+        "kwargs.lr",
+        ("finite",),
+    ),
+    (
+        "overrides lr negative",
+        lambda: GRPOJob(name="j", overrides={"+policy.megatron_cfg.scheduler.min_lr": -1e-6}),
+        "min_lr",
+        ("at least 0",),
+    ),
+    (
+        "overrides enabled=1",
+        lambda: GRPOJob(name="j", overrides={"checkpointing.enabled": 1}),
+        "checkpointing.enabled",
+        ("True or False",),
+    ),
     # calls that do not fit the signature
     ("misspelt keyword", lambda: Cluster(**GKE, nmu_nodes=2), "nmu_nodes", ("did you mean 'num_nodes'",)),
     ("misspelt local keyword", lambda: Cluster.local(volume_dir="/tmp/v", secret=()), "secret", ("'secrets'",)),
@@ -133,13 +215,25 @@ BAD: list[tuple[str, Callable[[], Any], str, tuple[str, ...]]] = [
     # messages
     ("look-alike name", lambda: Cluster(**{**GKE, "name": "d\u0435mo"}), "name", ("U+0435 CYRILLIC SMALL LETTER IE",)),
     ("look-alike zone", lambda: Cluster(**{**GKE, "zone": "us-east1-\u0432"}), "zone", ("U+0432",)),
-    ("preload_image=bad path", lambda: Cluster(**GKE, preload_image="images/nemo"), "preload_image",
-     ("'projects/PROJECT/global/images/NAME'",)),
+    (
+        "preload_image=bad path",
+        lambda: Cluster(**GKE, preload_image="images/nemo"),
+        "preload_image",
+        ("'projects/PROJECT/global/images/NAME'",),
+    ),
     ("preload_image=5", lambda: Cluster(**GKE, preload_image=5), "preload_image", ("must be True",)),
-    ("preload_image on a local cluster", lambda: _local(preload_image="global/images/nemo"), "preload_image",
-     ("is for GKE clusters",)),
-    ("rl-lustre-role label", lambda: Cluster(**GKE, labels={"rl-lustre-role": "x"}), "labels",
-     ("set by rl_lustre itself",)),
+    (
+        "preload_image on a local cluster",
+        lambda: _local(preload_image="global/images/nemo"),
+        "preload_image",
+        ("is for GKE clusters",),
+    ),
+    (
+        "rl-lustre-role label",
+        lambda: Cluster(**GKE, labels={"rl-lustre-role": "x"}),
+        "labels",
+        ("set by rl_lustre itself",),
+    ),
 ]
 
 
@@ -149,8 +243,10 @@ def test_preload_image_values_in_force() -> None:
     import attrs
 
     assert Cluster(**GKE).preload_image is True
-    assert Cluster(**GKE, preload_image="global/images/nemo-040").preload_image == \
-        "projects/my-project/global/images/nemo-040"
+    assert (
+        Cluster(**GKE, preload_image="global/images/nemo-040").preload_image
+        == "projects/my-project/global/images/nemo-040"
+    )
     assert attrs.evolve(Cluster(**GKE), preload_image=False).preload_image is False
     assert _local().preload_image is False
     with warnings.catch_warnings(record=True) as caught:
@@ -221,11 +317,19 @@ def test_secret_shaped_values_are_refused_with_advice_and_never_echoed(kind: str
 
 
 def test_secret_key_names_and_secret_env_reads_in_overrides_are_refused() -> None:
-    err = _raises(lambda: GRPOJob(name="j", overrides={"+policy.hf_token": "anything-at-all"}), "policy.hf_token",
-                  "names a secret", "secrets=")
+    err = _raises(
+        lambda: GRPOJob(name="j", overrides={"+policy.hf_token": "anything-at-all"}),
+        "policy.hf_token",
+        "names a secret",
+        "secrets=",
+    )
     assert "anything-at-all" not in str(err)
-    _raises(lambda: GRPOJob(name="j", overrides={"+logger.wandb.key": "${oc.env:WANDB_API_KEY}"}),
-            "logger.wandb.key", "WANDB_API_KEY", "prints in full")
+    _raises(
+        lambda: GRPOJob(name="j", overrides={"+logger.wandb.key": "${oc.env:WANDB_API_KEY}"}),
+        "logger.wandb.key",
+        "WANDB_API_KEY",
+        "prints in full",
+    )
     # Key names that only look alike are NeMo-RL settings, not secrets.
     GRPOJob(name="j", overrides={"+policy.tokenizer.pad_token": "<pad>", "+data.input_key": "question"})
     # A git commit has a W&B key's shape; under a revision key it is what it says.
@@ -234,9 +338,11 @@ def test_secret_key_names_and_secret_env_reads_in_overrides_are_refused() -> Non
 
 def test_a_secret_anywhere_in_any_library_error_is_redacted() -> None:
     token = TOKENS["huggingface"]
-    for err in (ConfigError("X", "f", token, f"rule mentioning {token}"),
-                rl_lustre.errors.RayError(f"remote said: Authorization: Bearer {token}"),
-                rl_lustre.errors.JobFailedError("id", "FAILED", [f"HF_TOKEN={token}"])):
+    for err in (
+        ConfigError("X", "f", token, f"rule mentioning {token}"),
+        rl_lustre.errors.RayError(f"remote said: Authorization: Bearer {token}"),
+        rl_lustre.errors.JobFailedError("id", "FAILED", [f"HF_TOKEN={token}"]),
+    ):
         assert token not in str(err)
         assert token not in repr(err)
         assert "<redacted>" in str(err)
@@ -370,12 +476,29 @@ def test_volume_dir_errors_name_volume_dir() -> None:
     assert os.sep in str(err)
 
 
-_SCALARS = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
-            | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=40) | st.binary(max_size=8))
-_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3)
-                       | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
-_KEYS = st.sampled_from(["grpo.max_num_steps", "+logger.wandb.tags", "~policy.dynamic_batching",
-                         "checkpointing.keep_top_k", "policy.optimizer.kwargs.lr", "++grpo"]) | st.text(max_size=20)
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=40)
+    | st.binary(max_size=8)
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+_KEYS = st.sampled_from(
+    [
+        "grpo.max_num_steps",
+        "+logger.wandb.tags",
+        "~policy.dynamic_batching",
+        "checkpointing.keep_top_k",
+        "policy.optimizer.kwargs.lr",
+        "++grpo",
+    ]
+) | st.text(max_size=20)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -383,10 +506,12 @@ _KEYS = st.sampled_from(["grpo.max_num_steps", "+logger.wandb.tags", "~policy.dy
 def test_any_input_is_refused_with_a_config_error_or_renders_exactly(key: str, value: Any, text: str) -> None:
     """Arbitrary overrides and strings: refused at construction with a ConfigError, or
     written in Hydra syntax that parses back to the same value; never a foreign exception."""
-    for build in (lambda: GRPOJob(name="j", overrides={key: value}),
-                  lambda: GRPOJob(name="j", model=text, metric_name=text or None),
-                  lambda: Cluster(**GKE, authorized_networks=[text]),
-                  lambda: Cluster.local(volume_dir=text or None, secrets=(text,))):
+    for build in (
+        lambda: GRPOJob(name="j", overrides={key: value}),
+        lambda: GRPOJob(name="j", model=text, metric_name=text or None),
+        lambda: Cluster(**GKE, authorized_networks=[text]),
+        lambda: Cluster.local(volume_dir=text or None, secrets=(text,)),
+    ):
         try:
             built = build()
         except RLLustreError:

@@ -34,14 +34,23 @@ DOWNLOADED = {
     "huggingface_cache/stored_tokens": 80,
     "huggingface_cache/hub/secrets/hf_api_key": 40,
 }
-CONVERTED = {"huggingface_cache/nemo_rl/Qwen/Qwen2.5-72B-Instruct/iter_0000000/model.pt": 9_000_000_000,
-             "cache/triton/abc/kernel.cubin": 50_000}
+CONVERTED = {
+    "huggingface_cache/nemo_rl/Qwen/Qwen2.5-72B-Instruct/iter_0000000/model.pt": 9_000_000_000,
+    "cache/triton/abc/kernel.cubin": 50_000,
+}
 
 
 def spec(**kw: object) -> Cluster:
-    base: dict[str, object] = {"name": "demo", "project": P, "region": "us-east1", "zone": "us-east1-b",
-                               "num_nodes": 2, "fabric": "tcp", "preload_image": False,
-                               "warm_start": f"gs://{BUCKET}/qwen"}
+    base: dict[str, object] = {
+        "name": "demo",
+        "project": P,
+        "region": "us-east1",
+        "zone": "us-east1-b",
+        "num_nodes": 2,
+        "fabric": "tcp",
+        "preload_image": False,
+        "warm_start": f"gs://{BUCKET}/qwen",
+    }
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -57,8 +66,9 @@ def gcp() -> Iterator[FakeGCP]:
 
 
 def exported(gcp: FakeGCP) -> dict[str, int]:
-    return {k.removeprefix("qwen/volume/"): v for k, v in gcp.bucket_objects(BUCKET).items()
-            if k.startswith("qwen/volume/")}
+    return {
+        k.removeprefix("qwen/volume/"): v for k, v in gcp.bucket_objects(BUCKET).items() if k.startswith("qwen/volume/")
+    }
 
 
 def first_deployment(gcp: FakeGCP, c: Cluster) -> None:
@@ -97,8 +107,7 @@ def test_plan_shows_the_import_and_the_export_and_the_cost_prices_the_bucket() -
     assert "warm-import" not in spec(warm_start=None).plan()
 
 
-def test_exported_once_never_a_secret_listed_with_sizes_then_imported_in_place_of_the_download(
-        gcp: FakeGCP) -> None:
+def test_exported_once_never_a_secret_listed_with_sizes_then_imported_in_place_of_the_download(gcp: FakeGCP) -> None:
     c = spec()
     first_deployment(gcp, c)
     got = exported(gcp)
@@ -119,8 +128,11 @@ def test_exported_once_never_a_secret_listed_with_sizes_then_imported_in_place_o
 
     from rl_lustre.cli._app import cli
 
-    out = CliRunner().invoke(cli, ["ls", "--project", P, "--warm-start", f"gs://{BUCKET}/qwen"],
-                             catch_exceptions=False).output
+    out = (
+        CliRunner()
+        .invoke(cli, ["ls", "--project", P, "--warm-start", f"gs://{BUCKET}/qwen"], catch_exceptions=False)
+        .output
+    )
     assert f"WARM START gs://{BUCKET}/qwen: 4 file(s), 7.5 GB" in out
     assert f"{HUB}/blobs/aa01" in out
     assert "token" not in out
@@ -236,8 +248,10 @@ def test_a_model_the_import_did_not_bring_whole_is_left_to_the_prefetch_job() ->
     c = spec()
     marker = "huggingface_cache/rl_lustre_prefetch/models--Qwen--Qwen2.5-72B-Instruct.json"
     snapshot = f"{HUB}/snapshots/rev1/config.json"
-    manifest = {"models": ["Qwen/Qwen2.5-72B-Instruct"],
-                "objects": [{"path": marker, "bytes": 120}, {"path": snapshot, "bytes": 700}]}
+    manifest = {
+        "models": ["Qwen/Qwen2.5-72B-Instruct"],
+        "objects": [{"path": marker, "bytes": 120}, {"path": snapshot, "bytes": 700}],
+    }
     assert imported_models(c, {"manifest": manifest, "failed": 0}) == ["Qwen/Qwen2.5-72B-Instruct"]
     assert imported_models(c, {"manifest": manifest, "failed": 2}) == []  # an object failed to copy
     assert imported_models(c, {"manifest": None}) == []  # nothing exported yet

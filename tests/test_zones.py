@@ -28,24 +28,39 @@ def gcp(fake: FakeGCP) -> FakeGCP:
 
 def spec(mode: object = "region", **over: object) -> SimpleNamespace:
     # The fields zone discovery reads (capacity_zones is the capacity policy's field).
-    return SimpleNamespace(**{"project": "my-project", "region": "us-east1", "zone": "us-east1-c",
-                              "machine_type": "a4-highgpu-8g", "accelerator_type": "nvidia-b200",
-                              "capacity_zones": mode, **over})
+    return SimpleNamespace(
+        **{
+            "project": "my-project",
+            "region": "us-east1",
+            "zone": "us-east1-c",
+            "machine_type": "a4-highgpu-8g",
+            "accelerator_type": "nvidia-b200",
+            "capacity_zones": mode,
+            **over,
+        }
+    )
 
 
 def test_every_zone_of_the_region_with_what_it_offers_in_four_calls(gcp: FakeGCP) -> None:
     gcp.catalog.withdraw("us-east1-b", "nvidia-b200")
     gcp.catalog.lustre_zones(["us-east1-b", "us-east1-c"])
-    gcp.catalog.add_zone("us-east1-e")   # newer than rl_lustre's list: found all the same
+    gcp.catalog.add_zone("us-east1-e")  # newer than rl_lustre's list: found all the same
     before = len(gcp.requests)
     offers = region_zones(spec())  # type: ignore[arg-type]
-    assert offers == (ZoneOffer("us-east1-b", True, False, True), ZoneOffer("us-east1-c", True, True, True),
-                      ZoneOffer("us-east1-d", True, True, False), ZoneOffer("us-east1-e", True, True, False))
+    assert offers == (
+        ZoneOffer("us-east1-b", True, False, True),
+        ZoneOffer("us-east1-c", True, True, True),
+        ZoneOffer("us-east1-d", True, True, False),
+        ZoneOffer("us-east1-e", True, True, False),
+    )
     assert [o.zone for o in offers if o.usable] == ["us-east1-c"]
     assert offers[0].missing() == ["the GPU type"]
     assert sorted(r.method for r in gcp.requests[before:]) == [
-        "compute.acceleratorTypes.aggregatedList", "compute.machineTypes.aggregatedList", "compute.zones.list",
-        "lustre.ListLocations"]
+        "compute.acceleratorTypes.aggregatedList",
+        "compute.machineTypes.aggregatedList",
+        "compute.zones.list",
+        "lustre.ListLocations",
+    ]
 
 
 def test_capacity_zones_home_zone_first_then_the_usable_ones_in_name_order(gcp: FakeGCP) -> None:

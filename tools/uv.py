@@ -75,8 +75,10 @@ def _platform_tags() -> tuple[str, str]:
         return libc, "_" + {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
     if system == "Darwin":
         return "macosx", "_arm64" if machine in ("arm64", "aarch64") else "_x86_64"
-    raise SystemExit(f"tools/uv.py: no uv wheel for {system} {machine} here; install uv "
-                     "(https://docs.astral.sh/uv/) and run `uv` instead")
+    raise SystemExit(
+        f"tools/uv.py: no uv wheel for {system} {machine} here; install uv "
+        "(https://docs.astral.sh/uv/) and run `uv` instead"
+    )
 
 
 def _wheel() -> dict[str, object]:
@@ -86,8 +88,10 @@ def _wheel() -> dict[str, object]:
         with urllib.request.urlopen(request, timeout=60) as response:
             files = json.load(response)["files"]
     except OSError as exc:
-        raise SystemExit(f"tools/uv.py: cannot read {INDEX}/uv/ ({exc}); install uv "
-                         "(https://docs.astral.sh/uv/) or set RL_LUSTRE_UV_INDEX to a PyPI mirror") from None
+        raise SystemExit(
+            f"tools/uv.py: cannot read {INDEX}/uv/ ({exc}); install uv "
+            "(https://docs.astral.sh/uv/) or set RL_LUSTRE_UV_INDEX to a PyPI mirror"
+        ) from None
     prefix, suffix = _platform_tags()
     for entry in files:
         name = entry["filename"]
@@ -96,8 +100,10 @@ def _wheel() -> dict[str, object]:
         tags = name[: -len(".whl")].split("-")[-1].split(".")
         if any(t.startswith(prefix) and t.endswith(suffix) for t in tags) and not entry.get("yanked"):
             return dict(entry)
-    raise SystemExit(f"tools/uv.py: {INDEX}/uv/ lists no uv {VERSION} wheel for {prefix}*{suffix}; "
-                     "install uv (https://docs.astral.sh/uv/) and run `uv` instead")
+    raise SystemExit(
+        f"tools/uv.py: {INDEX}/uv/ lists no uv {VERSION} wheel for {prefix}*{suffix}; "
+        "install uv (https://docs.astral.sh/uv/) and run `uv` instead"
+    )
 
 
 def _fetch(target: Path) -> None:

@@ -47,8 +47,9 @@ class Backend(Protocol):
     def queue(self) -> list[tuple[Run, QueueState]]:
         """The cluster's jobs that have not ended, in the queue's order, with their queue state."""
 
-    def cluster_goodput(self, since: float | None, until: float | None, *, prices: Prices | None = None,
-                        runs: list[str] | None = None) -> GoodputLedger:
+    def cluster_goodput(
+        self, since: float | None, until: float | None, *, prices: Prices | None = None, runs: list[str] | None = None
+    ) -> GoodputLedger:
         """The goodput ledger of the cluster over ``[since, until)``, or of a sweep's ``runs``."""
 
     def describe(self) -> str:

@@ -154,8 +154,9 @@ class GKEBackend(submission.JobsBackend):
         """The node-name prefixes of the live flex-start pools (the standby pool beside Spot, a
         flex-start lane) and their ``max_run_duration``: a rerun on their nodes is told to save
         before they go. Asks GKE only when the capacity policy lists flex-start."""
-        flex = [float(c.max_run_duration) for c in self.cluster.capacity
-                if c.kind == "flex-start" and c.max_run_duration]
+        flex = [
+            float(c.max_run_duration) for c in self.cluster.capacity if c.kind == "flex-start" and c.max_run_duration
+        ]
         if not flex:
             return ()
         from ..gcp.pool_provisioning import node_lifetimes
@@ -246,8 +247,13 @@ class GKEBackend(submission.JobsBackend):
                 return f"{signal.Signals(received[0]).name} received" if received else "up() was cancelled"
 
             try:
-                report = executor.up(keep_on_failure=keep_on_failure, cancel=cancel, abandon=abandon,
-                                     reason=reason, on_no_capacity=self.cluster.on_no_capacity)
+                report = executor.up(
+                    keep_on_failure=keep_on_failure,
+                    cancel=cancel,
+                    abandon=abandon,
+                    reason=reason,
+                    on_no_capacity=self.cluster.on_no_capacity,
+                )
             except BaseException as exc:
                 self.last_report = getattr(exc, "report", None)
                 raise
@@ -348,11 +354,14 @@ class GKEBackend(submission.JobsBackend):
 
         helper = f"rl-lustre-ls-{uuid.uuid4().hex[:12]}"
         metadata = {"rl_lustre.cluster": self.cluster.name, "rl_lustre.helper": "list-checkpoints"}
-        info, log = self.jobs.run(listing_command(checkpoint_dir), submission_id=helper, metadata=metadata,
-                                  timeout=_LISTING_TIMEOUT)
+        info, log = self.jobs.run(
+            listing_command(checkpoint_dir), submission_id=helper, metadata=metadata, timeout=_LISTING_TIMEOUT
+        )
         if info.status != "SUCCEEDED":
             tail = "\n".join(f"  | {line}" for line in log.splitlines()[-10:])
-            raise RayError(f"listing the checkpoints in {checkpoint_dir} on the Ray head failed ({info.status}):\n{tail}")
+            raise RayError(
+                f"listing the checkpoints in {checkpoint_dir} on the Ray head failed ({info.status}):\n{tail}"
+            )
         try:
             return parse_listing(log)
         except ValueError as exc:
@@ -372,15 +381,18 @@ class GKEBackend(submission.JobsBackend):
         """The GKE cluster's node pools as they are now (None when the cluster is gone)."""
         from ..gcp import GkeClusters
 
-        clusters = self._apis.clusters if self._apis is not None else GkeClusters(backoff=self._backoff,
-                                                                                  retry=self._retry)
+        clusters = (
+            self._apis.clusters if self._apis is not None else GkeClusters(backoff=self._backoff, retry=self._retry)
+        )
         found = clusters.get_or_none(naming.gke_cluster_path(self.cluster))
         return None if found is None else list(found.node_pools)
 
     def describe(self) -> str:
         c = self.cluster
-        return (f"GKE deployment {c.name!r} (project {c.project}, zone {c.zone}: {c.num_nodes} x {c.machine_type}, "
-                f"Lustre {c.volume.name if c.volume else '-'})")
+        return (
+            f"GKE deployment {c.name!r} (project {c.project}, zone {c.zone}: {c.num_nodes} x {c.machine_type}, "
+            f"Lustre {c.volume.name if c.volume else '-'})"
+        )
 
     def cleanup_hint(self) -> str:
         c = self.cluster
@@ -398,9 +410,10 @@ class GKEBackend(submission.JobsBackend):
         if PRELOAD_KEY not in self.plan or self.plan.get(PRELOAD_KEY).action != "cache":
             return ""
         family = self.plan.get(PRELOAD_KEY).name
-        return (f" down() keeps the preload disk image ({family}-..., reused by the next deployment of this "
-                "image); down(delete_preload_image=True) or `rl-lustre gc --preload-images --yes` deletes it.")
-
+        return (
+            f" down() keeps the preload disk image ({family}-..., reused by the next deployment of this "
+            "image); down(delete_preload_image=True) or `rl-lustre gc --preload-images --yes` deletes it."
+        )
 
     def _connect(self) -> JobsClient:
         from ..kube.portforward import PortForward
@@ -409,8 +422,9 @@ class GKEBackend(submission.JobsBackend):
         if self.gcp_only:
             raise NotReadyError(f"{self!r} leaves the Kubernetes part out (gcp_only=True): it has no RayCluster")
         headers = _ray_headers(self.cluster)
-        forward = PortForward(self._kube_api(), self.cluster.head_service, namespace=self.cluster.namespace,
-                              remote_port=DASHBOARD_PORT).start()
+        forward = PortForward(
+            self._kube_api(), self.cluster.head_service, namespace=self.cluster.namespace, remote_port=DASHBOARD_PORT
+        ).start()
         self._forward = forward
         return JobsClient(forward.url, headers=headers)
 
@@ -424,8 +438,9 @@ class GKEBackend(submission.JobsBackend):
 
         # From the spec's names: finding the cluster needs no plan.
         path = naming.gke_cluster_path(self.cluster)
-        clusters = self._apis.clusters if self._apis is not None else GkeClusters(backoff=self._backoff,
-                                                                                  retry=self._retry)
+        clusters = (
+            self._apis.clusters if self._apis is not None else GkeClusters(backoff=self._backoff, retry=self._retry)
+        )
         found = clusters.get_or_none(path)
         if found is None:
             raise NotReadyError(f"the GKE cluster {path} does not exist: call cluster.up() or use `with cluster:`")

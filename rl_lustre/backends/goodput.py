@@ -52,8 +52,9 @@ class TimelineCache:
                 self._items.popitem(last=False)
 
 
-def collect_runs(jobs: JobsClient, since: float, until: float | None, now: float,
-                 cache: TimelineCache | None = None) -> tuple[list[RunTimeline], list[tuple[str, Interval]]]:
+def collect_runs(
+    jobs: JobsClient, since: float, until: float | None, now: float, cache: TimelineCache | None = None
+) -> tuple[list[RunTimeline], list[tuple[str, Interval]]]:
     """The runs overlapping ``[since, until)`` (to ``now`` when None), and the foreign jobs' intervals."""
     end = now if until is None else until
     runs, foreign = [], []
@@ -68,14 +69,25 @@ def collect_runs(jobs: JobsClient, since: float, until: float | None, now: float
             continue
         timeline = cache.get(info) if cache is not None else None
         if timeline is None:
-            timeline = run_timeline(info.submission_id, jobs.logs(info.submission_id), status=info.status,
-                                    submitted_at=start, ended_at=info.end_time, name=info.metadata.get(_JOB))
+            timeline = run_timeline(
+                info.submission_id,
+                jobs.logs(info.submission_id),
+                status=info.status,
+                submitted_at=start,
+                ended_at=info.end_time,
+                name=info.metadata.get(_JOB),
+            )
             if cache is not None:
                 cache.put(info, timeline)
         runs.append(timeline)
     runs.sort(key=lambda r: (r.submitted_at, r.run))
-    logger.debug("goodput: %d runs and %d foreign jobs in [%s, %s)", len(runs), len(foreign), since,
-                 "now" if until is None else until)
+    logger.debug(
+        "goodput: %d runs and %d foreign jobs in [%s, %s)",
+        len(runs),
+        len(foreign),
+        since,
+        "now" if until is None else until,
+    )
     return runs, foreign
 
 
@@ -95,16 +107,23 @@ def run_goodput(backend: JobsBackend, job_id: str, *, prices: Prices | None = No
     return build(ev, scope="run", run=job_id, prices_as_of=_as_of(prices))
 
 
-def cluster_goodput(backend: JobsBackend, since: float | None, until: float | None, *,
-                    prices: Prices | None = None, runs: list[str] | None = None) -> GoodputLedger:
+def cluster_goodput(
+    backend: JobsBackend,
+    since: float | None,
+    until: float | None,
+    *,
+    prices: Prices | None = None,
+    runs: list[str] | None = None,
+) -> GoodputLedger:
     """The cluster's ledger over ``[since, until)`` (from its first billed second, to now), or a
     sweep's (``runs``: its runs and the cluster's own time)."""
     ev = backend.goodput_evidence(since if since is not None else 0.0, until, prices=prices)
     start = since if since is not None else min((n.billed(ev.now)[0] for n in ev.nodes), default=ev.now)
     window = Interval(min(start, ev.now), until)
     if runs is not None:
-        return build(ev, scope="sweep", window=window, runs=runs, name=f"sweep of {len(runs)} runs",
-                     prices_as_of=_as_of(prices))
+        return build(
+            ev, scope="sweep", window=window, runs=runs, name=f"sweep of {len(runs)} runs", prices_as_of=_as_of(prices)
+        )
     return build(ev, scope="cluster", window=window, name=backend.cluster.name, prices_as_of=_as_of(prices))
 
 

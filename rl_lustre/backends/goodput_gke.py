@@ -86,9 +86,14 @@ class _Incarnation:
     deleting: float | None = None
 
 
-def gke_node_spans(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
-                   events: Sequence[Mapping[str, Any]], ray: Sequence[RayNode], pools: Mapping[str, PoolPrice],
-                   now: float) -> tuple[list[NodeSpan], list[Interval], list[str], dict[str, Any]]:
+def gke_node_spans(
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    events: Sequence[Mapping[str, Any]],
+    ray: Sequence[RayNode],
+    pools: Mapping[str, PoolPrice],
+    now: float,
+) -> tuple[list[NodeSpan], list[Interval], list[str], dict[str, Any]]:
     """The GPU nodes (of ``pools``), the intervals GPU worker pods waited unschedulable,
     notes, and the capacity events, from what the Kubernetes and Ray APIs return."""
     found: dict[str, _Incarnation] = {}
@@ -131,15 +136,18 @@ def gke_node_spans(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[st
     matched = {rid for s in spans for rid in s.ray_node_ids}
     for r in ray:
         if not r.is_head and r.gpus > 0 and r.node_id not in matched and r.start is not None:
-            notes.append(f"a raylet at {r.address or r.name} ran from {_clock(r.start)} to "
-                         f"{_clock(r.end) if r.end else 'now'} on a node that is not known (its Node and Events are "
-                         "gone): not counted")
+            notes.append(
+                f"a raylet at {r.address or r.name} ran from {_clock(r.start)} to "
+                f"{_clock(r.end) if r.end else 'now'} on a node that is not known (its Node and Events are "
+                "gone): not counted"
+            )
     pending, details = _pending(pods, events, now), _capacity_events(events)
     return spans, pending, notes, details
 
 
-def _span(inc: _Incarnation, price: PoolPrice, ray: Sequence[RayNode], pod_ready: float | None, now: float,
-          notes: list[str]) -> NodeSpan | None:
+def _span(
+    inc: _Incarnation, price: PoolPrice, ray: Sequence[RayNode], pod_ready: float | None, now: float, notes: list[str]
+) -> NodeSpan | None:
     evidence: dict[str, str] = {}
     billed_from = inc.created if inc.created is not None else inc.registered
     evidence["billed_from"] = "Node.metadata.creationTimestamp" if inc.created is not None else "event RegisteredNode"
@@ -148,8 +156,10 @@ def _span(inc: _Incarnation, price: PoolPrice, ray: Sequence[RayNode], pod_ready
         evidence["billed_to"] = "event RemovingNode" if inc.removed is not None else "Node.metadata.deletionTimestamp"
     lo = (billed_from if billed_from is not None else -1e18) - _SLACK
     hi = billed_to if billed_to is not None else now
-    mine = sorted((r for r in ray if r.name == inc.name and r.start is not None and lo <= r.start <= hi + _SLACK),
-                  key=lambda r: r.start or 0.0)
+    mine = sorted(
+        (r for r in ray if r.name == inc.name and r.start is not None and lo <= r.start <= hi + _SLACK),
+        key=lambda r: r.start or 0.0,
+    )
     worker_at = mine[0].start if mine else pod_ready
     evidence["worker_at"] = "Ray node table start_time_ms" if mine else "worker pod Ready condition"
     node_notes = []
@@ -158,19 +168,23 @@ def _span(inc: _Incarnation, price: PoolPrice, ray: Sequence[RayNode], pod_ready
         evidence["billed_from"] = "its raylet's start"
         if billed_from is None:
             return None
-        node_notes.append(f"billed time of {inc.name} before {_clock(billed_from)} is not known (its Node object "
-                          "and events are gone): not counted")
+        node_notes.append(
+            f"billed time of {inc.name} before {_clock(billed_from)} is not known (its Node object "
+            "and events are gone): not counted"
+        )
     if billed_to is None and not inc.live:
         ends = [r.end for r in mine if r.end is not None]
         billed_to = max(ends) if ends else None
         evidence["billed_to"] = "its raylet's end (the Node is gone)"
         if billed_to is None:
             billed_to = billed_from
-            node_notes.append(f"when {inc.name} was removed is not recorded: its billed time after its start is "
-                              "not counted")
+            node_notes.append(
+                f"when {inc.name} was removed is not recorded: its billed time after its start is not counted"
+            )
     ready = _earliest(inc.ready_event, inc.ready_condition)
-    evidence["ready_at"] = "event NodeReady" if inc.ready_event is not None and ready == inc.ready_event else \
-        "Node Ready condition"
+    evidence["ready_at"] = (
+        "event NodeReady" if inc.ready_event is not None and ready == inc.ready_event else "Node Ready condition"
+    )
     if ready is None and mine:
         ready = billed_from
         evidence["ready_at"] = "inferred from its raylet (a node with a raylet was Ready)"
@@ -178,13 +192,25 @@ def _span(inc: _Incarnation, price: PoolPrice, ray: Sequence[RayNode], pod_ready
         ready = max(ready, billed_from)
     if worker_at is not None and ready is not None and worker_at < ready:
         if ready - worker_at > _SLACK:
-            node_notes.append(f"{inc.name}: its Ray worker started {ready - worker_at:.1f}s before it was Ready "
-                              "(the clocks differ)")
+            node_notes.append(
+                f"{inc.name}: its Ray worker started {ready - worker_at:.1f}s before it was Ready (the clocks differ)"
+            )
         worker_at = ready
-    return NodeSpan(key=inc.name, kind=price.kind, usd_per_hour=price.usd_per_hour, gpus=price.gpus,
-                    billed_from=billed_from, ready_at=ready, worker_at=worker_at, billed_to=billed_to,
-                    first_seen=billed_from, ray_node_ids=tuple(r.node_id for r in mine), evidence=evidence,
-                    price_note=price.note, notes=tuple(node_notes))
+    return NodeSpan(
+        key=inc.name,
+        kind=price.kind,
+        usd_per_hour=price.usd_per_hour,
+        gpus=price.gpus,
+        billed_from=billed_from,
+        ready_at=ready,
+        worker_at=worker_at,
+        billed_to=billed_to,
+        first_seen=billed_from,
+        ray_node_ids=tuple(r.node_id for r in mine),
+        evidence=evidence,
+        price_note=price.note,
+        notes=tuple(node_notes),
+    )
 
 
 def _pod_ready_by_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, float]:
@@ -233,9 +259,17 @@ def _pending(pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, An
 
 
 def _capacity_events(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    seen = [{"reason": e.get("reason"), "message": e.get("message"), "count": e.get("count"),
-             "first": _event_time(e), "last": _event_time(e, last=True)}
-            for e in events if e.get("reason") in _CAPACITY_EVENTS]
+    seen = [
+        {
+            "reason": e.get("reason"),
+            "message": e.get("message"),
+            "count": e.get("count"),
+            "first": _event_time(e),
+            "last": _event_time(e, last=True),
+        }
+        for e in events
+        if e.get("reason") in _CAPACITY_EVENTS
+    ]
     return {"capacity_evidence": seen} if seen else {}
 
 
@@ -253,8 +287,9 @@ def _clock(t: float) -> str:
     return time.strftime("%H:%M:%S UTC", time.gmtime(t))
 
 
-def pool_prices(live_pools: Iterable[Any] | None, fallback: Mapping[str, tuple[str, str, int]],
-                prices: Prices, region: str | None) -> dict[str, PoolPrice]:
+def pool_prices(
+    live_pools: Iterable[Any] | None, fallback: Mapping[str, tuple[str, str, int]], prices: Prices, region: str | None
+) -> dict[str, PoolPrice]:
     """Each GPU pool's price: from the live pools (``container_v1.NodePool``), else from
     ``fallback`` (``{pool: (machine type, provisioning, gpus)}``, the plan's)."""
     from ..gcp.pool_provisioning import pool_provisioning
@@ -274,8 +309,14 @@ def pool_prices(live_pools: Iterable[Any] | None, fallback: Mapping[str, tuple[s
     return out
 
 
-def gke_evidence(backend: GKEBackend, since: float, until: float | None, *, prices: Prices | None = None,
-                 cache: TimelineCache | None = None) -> Evidence:
+def gke_evidence(
+    backend: GKEBackend,
+    since: float,
+    until: float | None,
+    *,
+    prices: Prices | None = None,
+    cache: TimelineCache | None = None,
+) -> Evidence:
     """Everything the ledger needs about ``backend``'s deployment over ``[since, until)``."""
     from .. import naming
     from ..kube.client import ResourceClient, translate_errors
@@ -289,25 +330,44 @@ def gke_evidence(backend: GKEBackend, since: float, until: float | None, *, pric
     with translate_errors("read the nodes, pods and events for the goodput ledger"):
         nodes, _ = ResourceClient(api, "Node").list()
         pods, _ = ResourceClient(api, "Pod", ns).list(
-            label_selector=f"ray.io/cluster={naming.raycluster_name(cluster)},ray.io/node-type=worker")
+            label_selector=f"ray.io/cluster={naming.raycluster_name(cluster)},ray.io/node-type=worker"
+        )
         events = list(ResourceClient(api, "Event", ns).list()[0])
         if ns != "default":
             events += ResourceClient(api, "Event", "default").list()[0]
     jobs = backend.jobs
     ray = node_table(jobs.address, jobs.headers)
     live = backend.live_node_pools()
-    fallback = {naming.gpu_pool_name(cluster): (cluster.machine_type, _plan_provisioning(cluster),
-                                                int(cluster.gpus_per_node or 0))}
+    fallback = {
+        naming.gpu_pool_name(cluster): (
+            cluster.machine_type,
+            _plan_provisioning(cluster),
+            int(cluster.gpus_per_node or 0),
+        )
+    }
     if has_standby_pool(cluster):
-        fallback[naming.gpu_standby_pool_name(cluster)] = (cluster.machine_type, "flex-start",
-                                                           int(cluster.gpus_per_node or 0))
+        fallback[naming.gpu_standby_pool_name(cluster)] = (
+            cluster.machine_type,
+            "flex-start",
+            int(cluster.gpus_per_node or 0),
+        )
     pools = pool_prices(live, fallback, prices or Prices(), cluster.region)
     spans, pending, notes, details = gke_node_spans(nodes, pods, events, ray, pools, now)
-    notes += ["VM boot before a node registers with Kubernetes is billed but not visible (typically about a minute "
-              "per node): not counted", "Kubernetes time stamps have whole-second precision"]
+    notes += [
+        "VM boot before a node registers with Kubernetes is billed but not visible (typically about a minute "
+        "per node): not counted",
+        "Kubernetes time stamps have whole-second precision",
+    ]
     runs, foreign = collect_runs(jobs, since, until, now, cache)
-    return Evidence(nodes=tuple(spans), runs=tuple(runs), now=now, pending=tuple(pending), foreign=tuple(foreign),
-                    notes=tuple(notes), details=details)
+    return Evidence(
+        nodes=tuple(spans),
+        runs=tuple(runs),
+        now=now,
+        pending=tuple(pending),
+        foreign=tuple(foreign),
+        notes=tuple(notes),
+        details=details,
+    )
 
 
 def _plan_provisioning(cluster: Any) -> str:

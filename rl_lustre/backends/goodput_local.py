@@ -32,8 +32,9 @@ __all__ = ["local_evidence", "worker_spans"]
 _SLACK = 2.0
 
 
-def local_evidence(backend: LocalBackend, since: float, until: float | None, *,
-                   cache: TimelineCache | None = None) -> Evidence:
+def local_evidence(
+    backend: LocalBackend, since: float, until: float | None, *, cache: TimelineCache | None = None
+) -> Evidence:
     """Everything the ledger needs about ``backend``'s cluster over ``[since, until)``.
 
     Raises:
@@ -66,9 +67,14 @@ def worker_spans(records: dict[str, dict[str, float | None]], ray: list[RayNode]
     spans = []
     for name, r in records.items():
         launched, ended = r.get("launched_at"), r.get("ended_at")
-        mine = [n for n in ray if n.name == name and n.start is not None
-                and (launched is None or n.start >= launched - _SLACK)
-                and (ended is None or n.start <= ended)]
+        mine = [
+            n
+            for n in ray
+            if n.name == name
+            and n.start is not None
+            and (launched is None or n.start >= launched - _SLACK)
+            and (ended is None or n.start <= ended)
+        ]
         first = min((n.start for n in mine if n.start is not None), default=None)
         ready = first if first is not None else r.get("ready_at")
         notes, evidence = [], {"billed_from": "workers.json launched_at", "ready_at": "Ray node table start_time_ms"}
@@ -90,10 +96,22 @@ def worker_spans(records: dict[str, dict[str, float | None]], ray: list[RayNode]
         seen = billed_from if billed_from is not None else ready
         if seen is None:
             continue  # neither launched nor seen by Ray: nothing is known of it
-        spans.append(NodeSpan(
-            key=name, kind="local", usd_per_hour=0.0, gpus=int(r.get("num_gpus") or 0), billed_from=billed_from,
-            ready_at=ready, worker_at=ready, billed_to=billed_to, first_seen=seen,
-            ray_node_ids=tuple(n.node_id for n in mine), evidence=evidence, notes=tuple(notes)))
+        spans.append(
+            NodeSpan(
+                key=name,
+                kind="local",
+                usd_per_hour=0.0,
+                gpus=int(r.get("num_gpus") or 0),
+                billed_from=billed_from,
+                ready_at=ready,
+                worker_at=ready,
+                billed_to=billed_to,
+                first_seen=seen,
+                ray_node_ids=tuple(n.node_id for n in mine),
+                evidence=evidence,
+                notes=tuple(notes),
+            )
+        )
     return spans
 
 
@@ -113,10 +131,23 @@ def head_lanes(count: int, gpus: int, launched_at: float | None, ray: list[RayNo
     billed_from = launched_at if launched_at is not None else start
     if billed_from is None:
         return []
-    notes = () if launched_at is not None else ("the head's launch time is not recorded: billed from its raylet's start",)
-    return [NodeSpan(key=f"head/{i}", kind="local", usd_per_hour=0.0, gpus=gpus, billed_from=billed_from,
-                     ready_at=start, worker_at=start, billed_to=None, first_seen=billed_from,
-                     ray_node_ids=(head.node_id,), evidence={"billed_from": "head.json launched_at",
-                                                             "ready_at": "Ray node table start_time_ms"},
-                     notes=notes)
-            for i in range(1, max(1, count) + 1)]
+    notes = (
+        () if launched_at is not None else ("the head's launch time is not recorded: billed from its raylet's start",)
+    )
+    return [
+        NodeSpan(
+            key=f"head/{i}",
+            kind="local",
+            usd_per_hour=0.0,
+            gpus=gpus,
+            billed_from=billed_from,
+            ready_at=start,
+            worker_at=start,
+            billed_to=None,
+            first_seen=billed_from,
+            ray_node_ids=(head.node_id,),
+            evidence={"billed_from": "head.json launched_at", "ready_at": "Ray node table start_time_ms"},
+            notes=notes,
+        )
+        for i in range(1, max(1, count) + 1)
+    ]

@@ -110,9 +110,7 @@ class LocalBackend(submission.JobsBackend):
 
         Path(self.cluster.mount_path).mkdir(parents=True, exist_ok=True)
         if self._adopt():
-            logger.info(
-                "adopted the running local Ray head of %r at %s", self.cluster.name, self.head_url
-            )
+            logger.info("adopted the running local Ray head of %r at %s", self.cluster.name, self.head_url)
         else:
             # With worker nodes, GPU work belongs on them, never on the head.
             num_cpus, num_gpus = rehearsal_resources(self.cluster)
@@ -143,9 +141,14 @@ class LocalBackend(submission.JobsBackend):
         with open(head.temp_dir / "workers.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             for _ in range(want - len(live_workers(head))):
-                started.append(start_local_worker(head, num_gpus=self.cluster.gpus_per_node,
-                                                  num_cpus=worker_cpus(self.cluster.gpus_per_node),
-                                                  env=self._head_env()))
+                started.append(
+                    start_local_worker(
+                        head,
+                        num_gpus=self.cluster.gpus_per_node,
+                        num_cpus=worker_cpus(self.cluster.gpus_per_node),
+                        env=self._head_env(),
+                    )
+                )
         return started
 
     def workers(self) -> list[LocalWorker]:
@@ -190,9 +193,11 @@ class LocalBackend(submission.JobsBackend):
         """Why the head is gone for good, once a call to it failed; None while it runs."""
         if self._find() is not None:
             return None
-        return (f"the local cluster {self.cluster.name!r} is down: its Ray head was stopped (by "
-                "down() or the end of the `with cluster:` block that started it, in this or another "
-                "process), and its runs ended with it")
+        return (
+            f"the local cluster {self.cluster.name!r} is down: its Ray head was stopped (by "
+            "down() or the end of the `with cluster:` block that started it, in this or another "
+            "process), and its runs ended with it"
+        )
 
     def describe(self) -> str:
         head = self.head
@@ -214,7 +219,8 @@ class LocalBackend(submission.JobsBackend):
             logger.warning(
                 "job %s runs in REHEARSAL mode (no NeMo-RL checkout was given): no model is "
                 "trained and its metrics are synthetic; Cluster.local(..., nemo_rl_path=...) runs "
-                "NeMo-RL itself", run.job_id,
+                "NeMo-RL itself",
+                run.job_id,
             )
         return run
 
@@ -233,7 +239,8 @@ class LocalBackend(submission.JobsBackend):
         if not self._adopt():
             raise NotReadyError(
                 f"the local cluster {self.cluster.name!r} is not up, and its job logs and Ray's node table went with "
-                "its head: take the ledger (run.goodput(), cluster.goodput()) before down()")
+                "its head: take the ledger (run.goodput(), cluster.goodput()) before down()"
+            )
         assert self.head is not None
         return self.head
 
@@ -266,8 +273,9 @@ class LocalBackend(submission.JobsBackend):
         from .._secrets import looks_secret, secret_shape
 
         allowed = set(self.cluster.secrets)
-        env = {k: v for k, v in os.environ.items()
-               if k in allowed or not (looks_secret(k) or secret_shape(v) is not None)}
+        env = {
+            k: v for k, v in os.environ.items() if k in allowed or not (looks_secret(k) or secret_shape(v) is not None)
+        }
         root = _package_root()
         if root is not None:
             # Job drivers (the rehearsal) import the rl_lustre this process runs.

@@ -88,8 +88,15 @@ class Submission:
     total_steps: int | None
 
 
-def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False, deadline: Deadline | None = None,
-            lifetimes: Sequence[tuple[str, float]] = (), now: float | None = None) -> Submission:
+def prepare(
+    cluster: ClusterSpec,
+    job: JobSpec,
+    *,
+    fresh: bool = False,
+    deadline: Deadline | None = None,
+    lifetimes: Sequence[tuple[str, float]] = (),
+    now: float | None = None,
+) -> Submission:
     """Render and check ``job`` for ``cluster``; makes no remote call.
 
     Runs the job's preflight (a job NeMo-RL would reject fails here) and refuses any
@@ -129,10 +136,13 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False, deadline
         json.dumps([entrypoint, resolved.runtime_env], sort_keys=True, default=str).encode()
     ).hexdigest()[:8]
     if deadline is not None or lifetimes:
-        entrypoint = _with_deadline(cluster, job, resolved, deadline, lifetimes, time.time() if now is None else now,
-                                    fresh)
-    runtime_env = {**resolved.runtime_env,
-                   "py_modules": [*resolved.runtime_env.get("py_modules", []), shipped_module()]}
+        entrypoint = _with_deadline(
+            cluster, job, resolved, deadline, lifetimes, time.time() if now is None else now, fresh
+        )
+    runtime_env = {
+        **resolved.runtime_env,
+        "py_modules": [*resolved.runtime_env.get("py_modules", []), shipped_module()],
+    }
     base_id = f"rl-lustre-{job.name}-{digest}"
     steps = resolved.value("grpo.max_num_steps")
     metadata = {
@@ -162,8 +172,15 @@ def prepare(cluster: ClusterSpec, job: JobSpec, *, fresh: bool = False, deadline
     )
 
 
-def _with_deadline(cluster: ClusterSpec, job: JobSpec, resolved: ResolvedJob, deadline: Deadline | None,
-                   lifetimes: Sequence[tuple[str, float]], now: float, fresh: bool) -> str:
+def _with_deadline(
+    cluster: ClusterSpec,
+    job: JobSpec,
+    resolved: ResolvedJob,
+    deadline: Deadline | None,
+    lifetimes: Sequence[tuple[str, float]],
+    now: float,
+    fresh: bool,
+) -> str:
     """The job's entrypoint with NeMo-RL told to save before ``deadline`` and before nodes
     with a lifetime go (a job that sets the key keeps its own value), warning when that
     cannot work."""
@@ -177,16 +194,24 @@ def _with_deadline(cluster: ClusterSpec, job: JobSpec, resolved: ResolvedJob, de
     ours = given is None and resolved.checkpointing
     if ours and deadline is not None:
         command += "".join(f" {shlex.quote(f'{k}={v}')}" for k, v in deadline.override(now).items())
-    ends = {"capacity_end": deadline.end if deadline is not None else None, "lifetimes": tuple(lifetimes),
-            "save_margin": deadline.margin if deadline is not None else SAVE_MARGIN_SECONDS} if ours else {}
+    ends = (
+        {
+            "capacity_end": deadline.end if deadline is not None else None,
+            "lifetimes": tuple(lifetimes),
+            "save_margin": deadline.margin if deadline is not None else SAVE_MARGIN_SECONDS,
+        }
+        if ours
+        else {}
+    )
     entrypoint = _supervised(cluster, job, resolved.num_nodes, command, resolved.checkpoint_dir, **ends)
     if fresh and resolved.checkpointing:
         entrypoint = fresh_entrypoint(entrypoint, resolved.checkpoint_dir)
     return entrypoint
 
 
-def _supervised(cluster: ClusterSpec, job: JobSpec, nodes: int, command: str, checkpoint_dir: str | None,
-                **ends: Any) -> str:
+def _supervised(
+    cluster: ClusterSpec, job: JobSpec, nodes: int, command: str, checkpoint_dir: str | None, **ends: Any
+) -> str:
     """The Ray job's entrypoint: the recovery supervisor around NeMo-RL's ``command``.
 
     It first waits in the cluster's queue (named after the cluster) for the job's
@@ -204,10 +229,22 @@ def _supervised(cluster: ClusterSpec, job: JobSpec, nodes: int, command: str, ch
     else:
         python, poll, settle, siblings, watch = sys.executable, 0.5, 3.0, 1.5, bool(cluster.worker_nodes)
     return supervised(
-        command, python=python, max_restarts=job.max_restarts, nodes=nodes, gpus_per_node=cluster.gpus_per_node,
-        capacity_timeout=job.capacity_timeout, checkpoint_dir=checkpoint_dir, poll=poll, settle=settle,
-        siblings=siblings, queue=cluster.name, cluster_nodes=cluster.num_nodes, priority=job.priority,
-        backfill_window=job.backfill_window, watch=watch, **ends,
+        command,
+        python=python,
+        max_restarts=job.max_restarts,
+        nodes=nodes,
+        gpus_per_node=cluster.gpus_per_node,
+        capacity_timeout=job.capacity_timeout,
+        checkpoint_dir=checkpoint_dir,
+        poll=poll,
+        settle=settle,
+        siblings=siblings,
+        queue=cluster.name,
+        cluster_nodes=cluster.num_nodes,
+        priority=job.priority,
+        backfill_window=job.backfill_window,
+        watch=watch,
+        **ends,
     )
 
 
@@ -331,13 +368,15 @@ def submit(
         latest, number = _latest_attempt(jobs.list() if known is None else known, submission.base_id)
         known = None
         if latest is not None and not latest.terminal:
-            logger.info(
-                "job %s is already %s; attaching to it", latest.submission_id, latest.status
-            )
+            logger.info("job %s is already %s; attaching to it", latest.submission_id, latest.status)
             return make_run(latest.submission_id)
         job_id = submission.base_id if number == 0 else f"{submission.base_id}-r{number + 1}"
-        metadata = {**submission.metadata, **(extra or {}), "rl_lustre.attempt": str(number + 1),
-                    SUBMITTED_AT: repr(time.time())}
+        metadata = {
+            **submission.metadata,
+            **(extra or {}),
+            "rl_lustre.attempt": str(number + 1),
+            SUBMITTED_AT: repr(time.time()),
+        }
         try:
             jobs.submit(
                 submission.entrypoint,
@@ -409,8 +448,7 @@ class JobsBackend:
         time (flex-start pools: see :func:`rl_lustre.gcp.pool_provisioning.node_lifetimes`); none here."""
         return ()
 
-    def submit_all(self, jobs: Sequence[JobSpec], *, fresh: bool = False,
-                   start_over: str = SUBMIT_FRESH) -> list[Run]:
+    def submit_all(self, jobs: Sequence[JobSpec], *, fresh: bool = False, start_over: str = SUBMIT_FRESH) -> list[Run]:
         """Prepare every job (none is sent if one fails), then submit each in order.
 
         The cluster's jobs are listed once for all of them, to find earlier attempts.
@@ -441,8 +479,7 @@ class JobsBackend:
         """The Ray dashboard's address as seen from the head, for the queue's supervisors; None: Ray's default."""
         return None
 
-    def _warn_if_nothing_to_do(self, jobs: Sequence[JobSpec], prepared: Sequence[Submission],
-                               start_over: str) -> None:
+    def _warn_if_nothing_to_do(self, jobs: Sequence[JobSpec], prepared: Sequence[Submission], start_over: str) -> None:
         idle = []
         for job, p in zip(jobs, prepared, strict=True):
             if p.checkpoint_dir is not None:
@@ -452,13 +489,16 @@ class JobsBackend:
         if not idle:
             return
         if len(idle) == 1:
-            (name, why), = idle
-            message = (f"job {name!r} has nothing left to do: {why}, so its run will end "
-                       "SUCCEEDED without training a step")
+            ((name, why),) = idle
+            message = (
+                f"job {name!r} has nothing left to do: {why}, so its run will end SUCCEEDED without training a step"
+            )
         else:
             each = "; ".join(f"{name!r}: {why}" for name, why in idle)
-            message = (f"{len(idle)} jobs have nothing left to do ({each}), so their runs will end "
-                       "SUCCEEDED without training a step")
+            message = (
+                f"{len(idle)} jobs have nothing left to do ({each}), so their runs will end "
+                "SUCCEEDED without training a step"
+            )
         message += f". {nothing_to_do_advice(start_over)}."
         logger.info("%s", message)
         warn_caller(message, NothingToDoWarning)
@@ -495,8 +535,9 @@ class JobsBackend:
 
         return run_goodput(self, job_id, prices=prices)
 
-    def cluster_goodput(self, since: float | None, until: float | None, *, prices: Prices | None = None,
-                        runs: list[str] | None = None) -> GoodputLedger:
+    def cluster_goodput(
+        self, since: float | None, until: float | None, *, prices: Prices | None = None, runs: list[str] | None = None
+    ) -> GoodputLedger:
         """The cluster's goodput ledger over a window, or a sweep's (``runs``)."""
         from .goodput import cluster_goodput
 
@@ -515,7 +556,12 @@ class JobsBackend:
 
         lister = None if checkpoint_dir is None else functools.partial(self.list_checkpoints, checkpoint_dir)
         cluster = self.cluster
-        return Run(self.jobs, job_id, total_steps=total_steps, list_checkpoints=lister,
-                   goodput=functools.partial(self.run_goodput, job_id),
-                   usd_per_hour=functools.partial(usd_per_hour, cluster),
-                   cluster_metrics=functools.partial(cluster_metrics, cluster) if cluster.backend == "gke" else None)
+        return Run(
+            self.jobs,
+            job_id,
+            total_steps=total_steps,
+            list_checkpoints=lister,
+            goodput=functools.partial(self.run_goodput, job_id),
+            usd_per_hour=functools.partial(usd_per_hour, cluster),
+            cluster_metrics=functools.partial(cluster_metrics, cluster) if cluster.backend == "gke" else None,
+        )

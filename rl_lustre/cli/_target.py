@@ -80,13 +80,18 @@ def load_target(target: str) -> Any:
     except (RLLustreError, KeyboardInterrupt):
         raise
     except SystemExit as exc:
-        raise _fail(target, f"{TARGET_RULE}; loading {where!r} called exit({exc.code!r}): "
-                            "guard its command-line code with `if __name__ == '__main__':`") from exc
+        raise _fail(
+            target,
+            f"{TARGET_RULE}; loading {where!r} called exit({exc.code!r}): "
+            "guard its command-line code with `if __name__ == '__main__':`",
+        ) from exc
     except Exception as exc:
         raise _fail(target, f"{TARGET_RULE}; loading {where!r} raised {type(exc).__name__}: {exc}") from exc
     for part in attr.split("."):
         if not hasattr(obj, part):
-            names = sorted(k for k, v in vars(obj).items() if isinstance(v, Cluster)) if hasattr(obj, "__dict__") else []
+            names = (
+                sorted(k for k, v in vars(obj).items() if isinstance(v, Cluster)) if hasattr(obj, "__dict__") else []
+            )
             hint = f" (Clusters there: {', '.join(names)})" if names else ""
             raise _fail(target, f"{TARGET_RULE}; {where!r} has no attribute {attr!r}{hint}")
         obj = getattr(obj, part)

@@ -14,8 +14,11 @@ def _report(cluster: Any) -> Any:
 
 
 prices_option = click.option(
-    "--prices", "prices_file", type=click.Path(dir_okay=False),
-    help="A JSON file of your rates and discounts (rl_lustre.cost.Prices fields) to price with.")
+    "--prices",
+    "prices_file",
+    type=click.Path(dir_okay=False),
+    help="A JSON file of your rates and discounts (rl_lustre.cost.Prices fields) to price with.",
+)
 
 
 def load_prices(prices_file: str | None) -> Any:
@@ -51,8 +54,11 @@ def plan(target: str, as_json: bool, prices_file: str | None) -> None:
 @click.command()
 @target_argument
 @json_option
-@click.option("--keep-on-failure", is_flag=True,
-              help="If a step fails, leave what was created in place (to debug it); `down` removes it later.")
+@click.option(
+    "--keep-on-failure",
+    is_flag=True,
+    help="If a step fails, leave what was created in place (to debug it); `down` removes it later.",
+)
 def up(target: str, as_json: bool, keep_on_failure: bool) -> None:
     """Create TARGET's deployment (or adopt the one running) and wait until it takes jobs.
 
@@ -73,11 +79,24 @@ def up(target: str, as_json: bool, keep_on_failure: bool) -> None:
     cluster.up(keep_on_failure=keep_on_failure)
     backend = cluster._backend()
     report = _report(cluster)
-    data = {"cluster": cluster.name, "backend": cluster.backend, "up": True, "describe": backend.describe(),
-            "report": None if report is None else report.to_dict()}
-    emit(data, as_json, lambda: "\n".join(
-        [*([str(report)] if report is not None else []), f"{backend.describe()} is up.",
-         f"Tear it down with: rl-lustre down {target}"]))
+    data = {
+        "cluster": cluster.name,
+        "backend": cluster.backend,
+        "up": True,
+        "describe": backend.describe(),
+        "report": None if report is None else report.to_dict(),
+    }
+    emit(
+        data,
+        as_json,
+        lambda: "\n".join(
+            [
+                *([str(report)] if report is not None else []),
+                f"{backend.describe()} is up.",
+                f"Tear it down with: rl-lustre down {target}",
+            ]
+        ),
+    )
 
 
 @click.command()
@@ -85,9 +104,12 @@ def up(target: str, as_json: bool, keep_on_failure: bool) -> None:
 @json_option
 @click.option("--project", help="With NAME: the project of the deployment, found by its labels.")
 @click.option("--zone", help="With NAME: its zone (checked against what is found).")
-@click.option("--delete-preload-image", is_flag=True,
-              help="Delete the preload disk image too (kept by default for the next deployment of the image; "
-                   "kept anyway while a node pool boots from it).")
+@click.option(
+    "--delete-preload-image",
+    is_flag=True,
+    help="Delete the preload disk image too (kept by default for the next deployment of the image; "
+    "kept anyway while a node pool boots from it).",
+)
 def down(target: str, as_json: bool, project: str | None, zone: str | None, delete_preload_image: bool) -> None:
     """Delete what `up` created for TARGET; what you own is never deleted.
 
@@ -99,8 +121,12 @@ def down(target: str, as_json: bool, project: str | None, zone: str | None, dele
 
     if ":" in target:
         if project is not None or zone is not None:
-            raise ConfigError("rl-lustre down", "--project", project or zone,
-                              "is for `down NAME` (found by its labels), not for a TARGET file")
+            raise ConfigError(
+                "rl-lustre down",
+                "--project",
+                project or zone,
+                "is for `down NAME` (found by its labels), not for a TARGET file",
+            )
         cluster = load(target)
         if not as_json:
             from .._output import enable_output
@@ -110,8 +136,12 @@ def down(target: str, as_json: bool, project: str | None, zone: str | None, dele
         report = _report(cluster)
     else:
         if project is None:
-            raise ConfigError("rl-lustre down", "--project", None,
-                              f"is required with a deployment NAME ({target!r}); or give a TARGET path/to/script.py:name")
+            raise ConfigError(
+                "rl-lustre down",
+                "--project",
+                None,
+                f"is required with a deployment NAME ({target!r}); or give a TARGET path/to/script.py:name",
+            )
         from ..inventory import find_deployment
 
         deployment = find_deployment(target, project=project, zone=zone)
@@ -121,5 +151,4 @@ def down(target: str, as_json: bool, project: str | None, zone: str | None, dele
             enable_output()
         report = deployment.down(delete_preload_image=delete_preload_image)
     data = {"target": target, "down": True, "report": None if report is None else report.to_dict()}
-    emit(data, as_json, lambda: "\n".join(
-        [*([str(report)] if report is not None else []), f"{target}: torn down."]))
+    emit(data, as_json, lambda: "\n".join([*([str(report)] if report is not None else []), f"{target}: torn down."]))

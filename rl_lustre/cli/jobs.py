@@ -18,9 +18,18 @@ def _run(target: str, job_id: str) -> Any:
 
 def queue_json(state: Any) -> dict[str, Any]:
     """A job's queue state as plain JSON."""
-    return {"state": state.state, "place": state.place, "queued": state.queued, "nodes": state.nodes,
-            "usable": state.usable, "capacity": state.capacity, "ahead": [list(a) for a in state.ahead],
-            "waiting_for": state.waiting_for, "since": state.since, "slots": list(state.slots)}
+    return {
+        "state": state.state,
+        "place": state.place,
+        "queued": state.queued,
+        "nodes": state.nodes,
+        "usable": state.usable,
+        "capacity": state.capacity,
+        "ahead": [list(a) for a in state.ahead],
+        "waiting_for": state.waiting_for,
+        "since": state.since,
+        "slots": list(state.slots),
+    }
 
 
 def _clock(at: float | None) -> str:
@@ -45,8 +54,9 @@ def queue(target: str, as_json: bool) -> None:
         for run, state in entries:
             place = str(state.place) if state.state == "queued" and state.place else "-"
             waited = f"{now - state.since:.0f}s" if state.since and state.state == "queued" else "-"
-            lines.append(f"{place:<6}{run.job_id:<44}{state.nodes:>5}  {state.state:<11}{waited:>8}  "
-                         f"{state.waiting_for or '-'}")
+            lines.append(
+                f"{place:<6}{run.job_id:<44}{state.nodes:>5}  {state.state:<11}{waited:>8}  {state.waiting_for or '-'}"
+            )
         return "\n".join(lines)
 
     emit(rows, as_json, text)
@@ -114,9 +124,16 @@ def checkpoints(target: str, job_id: str, as_json: bool) -> None:
 
     def text() -> str:
         rows = [("step", "MB", "seconds", "MB/s", "path")]
-        rows += [(str(c.step), f"{c.size_bytes / 1e6:.1f}",
-                  "-" if c.save_seconds is None else f"{c.save_seconds:.3f}",
-                  "-" if c.mb_per_second is None else f"{c.mb_per_second:.0f}", c.path) for c in found]
+        rows += [
+            (
+                str(c.step),
+                f"{c.size_bytes / 1e6:.1f}",
+                "-" if c.save_seconds is None else f"{c.save_seconds:.3f}",
+                "-" if c.mb_per_second is None else f"{c.mb_per_second:.0f}",
+                c.path,
+            )
+            for c in found
+        ]
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         return "\n".join("  ".join(r[i].rjust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows)
 

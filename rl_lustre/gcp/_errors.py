@@ -78,8 +78,9 @@ STORAGE = Api("Cloud Storage JSON API", "storage.googleapis.com", "roles/storage
 MONITORING = Api("Cloud Monitoring API", "monitoring.googleapis.com", "roles/monitoring.viewer")
 IAM = Api("IAM API", "iam.googleapis.com", "roles/iam.serviceAccountAdmin")
 # Granting a role on the project: reading and setting its IAM policy.
-RESOURCE_MANAGER = Api("Cloud Resource Manager API", "cloudresourcemanager.googleapis.com",
-                       "roles/resourcemanager.projectIamAdmin")
+RESOURCE_MANAGER = Api(
+    "Cloud Resource Manager API", "cloudresourcemanager.googleapis.com", "roles/resourcemanager.projectIamAdmin"
+)
 
 
 @attrs.frozen
@@ -273,8 +274,9 @@ def translate(exc: BaseException, call: Call, *, attempts: int = 1) -> RLLustreE
     text = _message(norm)
     api = call.api
     if kind == "stockout":
-        return StockoutError(f"{_stockout_advice(call)}. ({api}: {text})",
-                             classify_gcp(None, text, source=call.what(), zone=call.zone))
+        return StockoutError(
+            f"{_stockout_advice(call)}. ({api}: {text})", classify_gcp(None, text, source=call.what(), zone=call.zone)
+        )
     if kind == "quota":
         err = QuotaExceededError(f"{_quota_advice(call)}. ({api}: {text})")
         err.signal = classify_gcp(None, text, source=call.what(), zone=call.zone)
@@ -287,12 +289,13 @@ def translate(exc: BaseException, call: Call, *, attempts: int = 1) -> RLLustreE
     if kind in ("permission", "unauthenticated"):
         project = f" on project {call.project}" if call.project else ""
         if kind == "unauthenticated":
-            hint = ("the credentials were rejected; run `gcloud auth application-default login` "
-                    "or point GOOGLE_APPLICATION_CREDENTIALS at a service-account key")
+            hint = (
+                "the credentials were rejected; run `gcloud auth application-default login` "
+                "or point GOOGLE_APPLICATION_CREDENTIALS at a service-account key"
+            )
             return CredentialsError(f"{api} denied {call.what()}: {hint}. ({text})")
         if _SERVICE_DISABLED.search(text):
-            hint = (f"the API is not enabled{project}; enable {api.service} "
-                    f"(and make sure the caller has {api.role})")
+            hint = f"the API is not enabled{project}; enable {api.service} (and make sure the caller has {api.role})"
         else:
             hint = f"the caller needs {api.role} (or a custom role with the same permissions){project}"
         return PermissionDeniedError(f"{api} denied {call.what()}: {hint}. ({text})")
@@ -301,8 +304,10 @@ def translate(exc: BaseException, call: Call, *, attempts: int = 1) -> RLLustreE
     if kind == "already_exists":
         return AlreadyExistsError(f"{api}: {call.resource} already exists. ({text})")
     if kind == "busy":
-        return GCPError(f"{api}: {call.what()} was refused for {attempts} attempt(s) because another operation "
-                        f"is still running on it; retry later. ({text})")
+        return GCPError(
+            f"{api}: {call.what()} was refused for {attempts} attempt(s) because another operation "
+            f"is still running on it; retry later. ({text})"
+        )
     if kind == "unavailable":
         return GCPError(f"{api} was still unavailable for {call.what()} after {attempts} attempt(s). ({text})")
     if call is ADC:
@@ -386,9 +391,15 @@ def call(call: Call, fn: Callable[..., T], *args: Any, policy: RetryPolicy | Non
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
-        log.warning("%s: %s failed transiently (attempt %d/%d), retrying in %.1fs: %s",
-                    call.api.service, call.what(), state.attempt_number, policy.attempts,
-                    state.next_action.sleep if state.next_action else 0.0, exc)
+        log.warning(
+            "%s: %s failed transiently (attempt %d/%d), retrying in %.1fs: %s",
+            call.api.service,
+            call.what(),
+            state.attempt_number,
+            policy.attempts,
+            state.next_action.sleep if state.next_action else 0.0,
+            exc,
+        )
 
     def stop(state: tenacity.RetryCallState) -> bool:
         exc = state.outcome.exception() if state.outcome else None

@@ -57,8 +57,7 @@ class OwnedResource:
     def _await_gone(self, name: str, *, timeout: float, progress: ProgressCallback | None) -> None:
         """Wait, after its delete operation, until ``name`` no longer exists (here: nothing to wait for)."""
 
-    def _adopt(self, name: str, found: Any, *, wait: bool, timeout: float,
-               progress: ProgressCallback | None) -> Any:
+    def _adopt(self, name: str, found: Any, *, wait: bool, timeout: float, progress: ProgressCallback | None) -> Any:
         """Log the adoption of ``found`` and return it as the caller should see it."""
         self._log.info("adopting %s %s", self.kind, name)
         return found
@@ -156,16 +155,24 @@ class StatefulResource(OwnedResource):
     def _state_of(self, found: Any) -> str:
         raise NotImplementedError
 
-    def wait_gone(self, name: str, *, timeout: float = DELETE_TIMEOUT, progress: ProgressCallback | None = None) -> None:
+    def wait_gone(
+        self, name: str, *, timeout: float = DELETE_TIMEOUT, progress: ProgressCallback | None = None
+    ) -> None:
         """Wait until ``name`` no longer exists."""
-        wait_for(f"{self.kind} {name} to be deleted", lambda: self.get_or_none(name), done=lambda r: r is None,
-                 describe=self._state_of, timeout=timeout, backoff=self._backoff, progress=progress)
+        wait_for(
+            f"{self.kind} {name} to be deleted",
+            lambda: self.get_or_none(name),
+            done=lambda r: r is None,
+            describe=self._state_of,
+            timeout=timeout,
+            backoff=self._backoff,
+            progress=progress,
+        )
 
     def _await_gone(self, name: str, *, timeout: float, progress: ProgressCallback | None) -> None:
         self.wait_gone(name, timeout=timeout, progress=progress)
 
-    def _adopt(self, name: str, found: Any, *, wait: bool, timeout: float,
-               progress: ProgressCallback | None) -> Any:
+    def _adopt(self, name: str, found: Any, *, wait: bool, timeout: float, progress: ProgressCallback | None) -> Any:
         self._log.info("adopting %s %s (%s)", self.kind, name, self._state_of(found))
         if wait:
             found = self.wait_ready(name, timeout=timeout, progress=progress)
@@ -199,5 +206,12 @@ class StatefulResource(OwnedResource):
             check(found)
             return found
 
-        return wait_for(f"{self.kind} {name} to be {state}", poll, done=done, describe=self._state_of,
-                        timeout=timeout, backoff=self._backoff, progress=progress)
+        return wait_for(
+            f"{self.kind} {name} to be {state}",
+            poll,
+            done=done,
+            describe=self._state_of,
+            timeout=timeout,
+            backoff=self._backoff,
+            progress=progress,
+        )

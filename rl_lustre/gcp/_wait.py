@@ -95,9 +95,7 @@ class WaitProgress:
 
 
 ProgressCallback = Callable[[WaitProgress], None]
-_hook: contextvars.ContextVar[ProgressCallback | None] = contextvars.ContextVar(
-    "rl_lustre_wait_progress", default=None
-)
+_hook: contextvars.ContextVar[ProgressCallback | None] = contextvars.ContextVar("rl_lustre_wait_progress", default=None)
 
 
 @contextlib.contextmanager

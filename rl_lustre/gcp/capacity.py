@@ -82,11 +82,14 @@ def _reservation(project: str, res: Any) -> Reservation:
     specific = res.specific_reservation
     share = res.share_settings
     return Reservation(
-        path=f"projects/{project}/zones/{zone}/reservations/{res.name}", zone=zone,
+        path=f"projects/{project}/zones/{zone}/reservations/{res.name}",
+        zone=zone,
         machine_type=str(specific.instance_properties.machine_type).rsplit("/", 1)[-1],
-        count=int(specific.count), in_use=int(specific.in_use_count),
+        count=int(specific.count),
+        in_use=int(specific.in_use_count),
         specific_required=bool(res.specific_reservation_required),
-        shared=tuple(sorted(share.project_map.keys())) if share else ())
+        shared=tuple(sorted(share.project_map.keys())) if share else (),
+    )
 
 
 class Capacity:
@@ -111,13 +114,23 @@ class Capacity:
 
     def offers_machine_type(self, project: str, zone: str, machine_type: str) -> bool:
         """Whether ``zone`` offers ``machine_type`` (``machineTypes.get``; 404 means no)."""
-        return self._exists("MachineTypesClient", f"machine type {machine_type} in {zone}",
-                            project=project, zone=zone, machine_type=machine_type)
+        return self._exists(
+            "MachineTypesClient",
+            f"machine type {machine_type} in {zone}",
+            project=project,
+            zone=zone,
+            machine_type=machine_type,
+        )
 
     def offers_accelerator(self, project: str, zone: str, accelerator: str) -> bool:
         """Whether ``zone`` offers the GPU type ``accelerator`` (``acceleratorTypes.get``)."""
-        return self._exists("AcceleratorTypesClient", f"accelerator type {accelerator} in {zone}",
-                            project=project, zone=zone, accelerator_type=accelerator)
+        return self._exists(
+            "AcceleratorTypesClient",
+            f"accelerator type {accelerator} in {zone}",
+            project=project,
+            zone=zone,
+            accelerator_type=accelerator,
+        )
 
     def _exists(self, client_name: str, what: str, **request: str) -> bool:
         """One Compute ``get``: True when it answers, False on 404."""
@@ -136,8 +149,12 @@ class Capacity:
 
         client = _clients.lustre()
         request = locations_pb2.ListLocationsRequest(name=f"projects/{project}")
-        found = call(Call(LUSTRE_VIEW, "list", f"Managed Lustre locations of {project}"),
-                     client.list_locations, request=request, policy=self._retry)
+        found = call(
+            Call(LUSTRE_VIEW, "list", f"Managed Lustre locations of {project}"),
+            client.list_locations,
+            request=request,
+            policy=self._retry,
+        )
         return {loc.location_id for loc in found.locations}
 
     def region_quotas(self, project: str, region: str) -> dict[str, Quota]:
@@ -152,7 +169,8 @@ class Capacity:
         body = call(Call(COMPUTE_VIEW, "get", f"region {region} of {project}"), get, policy=self._retry)
         return {
             q["metric"]: Quota(q["metric"], float(q.get("limit", 0)), float(q.get("usage", 0)))
-            for q in body.get("quotas", []) if "metric" in q
+            for q in body.get("quotas", [])
+            if "metric" in q
         }
 
     def region_zone_names(self, project: str, region: str) -> list[str]:
@@ -162,7 +180,9 @@ class Capacity:
         client = _clients.compute(compute_v1.ZonesClient)
 
         def fetch() -> list[str]:
-            return sorted(z.name for z in client.list(request={"project": project, "filter": f'region eq ".*/regions/{region}"'}))
+            return sorted(
+                z.name for z in client.list(request={"project": project, "filter": f'region eq ".*/regions/{region}"'})
+            )
 
         return call(Call(COMPUTE_VIEW, "list", f"zones of {region} in projects/{project}"), fetch, policy=self._retry)
 
@@ -171,8 +191,9 @@ class Capacity:
         ``name``, from one ``aggregatedList`` filtered by name."""
         from google.cloud import compute_v1
 
-        client_cls: type[Any] = (compute_v1.MachineTypesClient if kind == "machine"
-                                 else compute_v1.AcceleratorTypesClient)
+        client_cls: type[Any] = (
+            compute_v1.MachineTypesClient if kind == "machine" else compute_v1.AcceleratorTypesClient
+        )
         field = "machine_types" if kind == "machine" else "accelerator_types"
         client = _clients.compute(client_cls)
 
@@ -193,8 +214,11 @@ class Capacity:
         client = _clients.compute(compute_v1.ReservationsClient)
 
         def fetch() -> list[Reservation]:
-            return [_reservation(project, r) for _, scoped in client.aggregated_list(request={"project": project})
-                    for r in scoped.reservations]
+            return [
+                _reservation(project, r)
+                for _, scoped in client.aggregated_list(request={"project": project})
+                for r in scoped.reservations
+            ]
 
         return call(Call(COMPUTE_VIEW, "list", f"reservations of projects/{project}"), fetch, policy=self._retry)
 
@@ -204,8 +228,14 @@ class Capacity:
 
         client = _clients.compute(compute_v1.ReservationsClient)
         try:
-            res = call(Call(COMPUTE_VIEW, "get", f"reservation projects/{project}/zones/{zone}/reservations/{name}"),
-                       client.get, policy=self._retry, project=project, zone=zone, reservation=name)
+            res = call(
+                Call(COMPUTE_VIEW, "get", f"reservation projects/{project}/zones/{zone}/reservations/{name}"),
+                client.get,
+                policy=self._retry,
+                project=project,
+                zone=zone,
+                reservation=name,
+            )
         except NotFoundError:
             return None
         return _reservation(project, res)

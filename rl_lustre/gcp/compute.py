@@ -210,7 +210,8 @@ class _ComputeResource(OwnedResource):
         if self._operations is not None:
             return self._operations
         cls = {"regions": compute_v1.RegionOperationsClient, "zones": compute_v1.ZoneOperationsClient}.get(
-            self.scope, compute_v1.GlobalOperationsClient)
+            self.scope, compute_v1.GlobalOperationsClient
+        )
         return _clients.compute(cls)
 
     def _split(self, name: str) -> re.Match[str]:
@@ -252,8 +253,9 @@ class _ComputeResource(OwnedResource):
         """
         m = self._split(name)
         try:
-            return self._call("get", name, self.client.get, request={**self._keys(m), self.field: m["name"]},
-                              retry=None)
+            return self._call(
+                "get", name, self.client.get, request={**self._keys(m), self.field: m["name"]}, retry=None
+            )
         except NotFoundError:
             return None
 
@@ -278,8 +280,11 @@ class _ComputeResource(OwnedResource):
         def fetch() -> list[Any]:
             if self.scope == "global":
                 return list(self.client.list(request=request, retry=None))
-            return [item for _, scoped in self.client.aggregated_list(request=request, retry=None)
-                    for item in getattr(scoped, self.collection)]
+            return [
+                item
+                for _, scoped in self.client.aggregated_list(request=request, retry=None)
+                for item in getattr(scoped, self.collection)
+            ]
 
         return call(Call(self.api, f"list {self.collection} in", f"projects/{project}"), fetch, policy=self._retry)
 
@@ -309,11 +314,20 @@ class _ComputeResource(OwnedResource):
         name = f"{parent}/{self.collection}/{body.name}"
         m = self._split(name)
         return self._create_or_adopt(
-            name, body, deployment=deployment,
-            send=lambda: self._call("create", name, self.client.insert_unary,
-                                    request={**self._keys(m), f"{self.field}_resource": body}, retry=None),
+            name,
+            body,
+            deployment=deployment,
+            send=lambda: self._call(
+                "create",
+                name,
+                self.client.insert_unary,
+                request={**self._keys(m), f"{self.field}_resource": body},
+                retry=None,
+            ),
             await_op=lambda op: self.wait_operation(op, name=name, action="create", timeout=timeout, progress=progress),
-            wait=wait, timeout=timeout, progress=progress,
+            wait=wait,
+            timeout=timeout,
+            progress=progress,
         )
 
     def wait_ready(self, name: str, *, timeout: float = TIMEOUT, progress: ProgressCallback | None = None) -> Any:
@@ -324,9 +338,15 @@ class _ComputeResource(OwnedResource):
             Networks().wait_ready("projects/p/global/networks/demo-net").name
             # 'demo-net'
         """
-        return wait_for(f"{self.title} {name} to exist", lambda: self.get_or_none(name), done=lambda r: r is not None,
-                        describe=lambda r: "ABSENT" if r is None else "READY", timeout=timeout,
-                        backoff=self._backoff, progress=progress)
+        return wait_for(
+            f"{self.title} {name} to exist",
+            lambda: self.get_or_none(name),
+            done=lambda r: r is not None,
+            describe=lambda r: "ABSENT" if r is None else "READY",
+            timeout=timeout,
+            backoff=self._backoff,
+            progress=progress,
+        )
 
     def delete(
         self,
@@ -352,11 +372,15 @@ class _ComputeResource(OwnedResource):
         """
         m = self._split(name)
         return self._delete_if_ours(
-            name, deployment=deployment,
-            send=lambda: self._call("delete", name, self.client.delete_unary,
-                                    request={**self._keys(m), self.field: m["name"]}, retry=None),
+            name,
+            deployment=deployment,
+            send=lambda: self._call(
+                "delete", name, self.client.delete_unary, request={**self._keys(m), self.field: m["name"]}, retry=None
+            ),
             await_op=lambda op: self.wait_operation(op, name=name, action="delete", timeout=timeout, progress=progress),
-            wait=wait, timeout=timeout, progress=progress,
+            wait=wait,
+            timeout=timeout,
+            progress=progress,
         )
 
     def wait_operation(
@@ -379,17 +403,31 @@ class _ComputeResource(OwnedResource):
         def poll() -> compute_v1.Operation:
             if op.status == OpStatus.DONE:
                 return op
-            return self._call(f"poll the operation {op.name} of", name, self.operations.get,
-                              request={**keys, "operation": op.name}, retry=None)
+            return self._call(
+                f"poll the operation {op.name} of",
+                name,
+                self.operations.get,
+                request={**keys, "operation": op.name},
+                retry=None,
+            )
 
-        done = wait_for(f"{self.title} {name} to {action}", poll, done=lambda o: o.status == OpStatus.DONE,
-                        describe=lambda o: OpStatus(o.status).name, timeout=timeout, backoff=self._backoff,
-                        progress=progress)
+        done = wait_for(
+            f"{self.title} {name} to {action}",
+            poll,
+            done=lambda o: o.status == OpStatus.DONE,
+            describe=lambda o: OpStatus(o.status).name,
+            timeout=timeout,
+            backoff=self._backoff,
+            progress=progress,
+        )
         if done.error.errors:
             message = "; ".join(f"{e.code}: {e.message}" for e in done.error.errors)
             zone = keys.get("region")
-            raise operation_error(Call(self.api, action, f"{self.title} {name}", zone=zone), message,
-                                  code=done.http_error_status_code or None)
+            raise operation_error(
+                Call(self.api, action, f"{self.title} {name}", zone=zone),
+                message,
+                code=done.http_error_status_code or None,
+            )
         return done
 
 
@@ -478,7 +516,12 @@ class Projects:
     def number(self, project: str) -> str:
         """The numeric id of ``project`` (cached)."""
         if project not in self._numbers:
-            found = call(Call(COMPUTE, "get", f"project {project}"), self.client.get, policy=self._retry,
-                         request={"project": project}, retry=None)
+            found = call(
+                Call(COMPUTE, "get", f"project {project}"),
+                self.client.get,
+                policy=self._retry,
+                request={"project": project},
+                retry=None,
+            )
             self._numbers[project] = str(found.id)
         return self._numbers[project]

@@ -37,8 +37,10 @@ ClusterStatus = container_v1.Cluster.Status
 PoolStatus = container_v1.NodePool.Status
 OpStatus = container_v1.Operation.Status
 
-_PORT_988 = ("the Lustre CSI driver reaches Managed Lustre on port 988 only from GKE {minimum} (the legacy "
-             "port is off). Upgrade the control plane, or pick a newer release channel.")
+_PORT_988 = (
+    "the Lustre CSI driver reaches Managed Lustre on port 988 only from GKE {minimum} (the legacy "
+    "port is off). Upgrade the control plane, or pick a newer release channel."
+)
 
 
 def check_version(cluster: container_v1.Cluster, minimum: str, needs: str = _PORT_988) -> None:
@@ -63,8 +65,9 @@ def check_version(cluster: container_v1.Cluster, minimum: str, needs: str = _POR
     except ValueError:
         old = True
     if old:
-        raise GCPError(f"{CLUSTER} {cluster.name} runs {version or 'an unknown version'}; "
-                       + needs.format(minimum=minimum))
+        raise GCPError(
+            f"{CLUSTER} {cluster.name} runs {version or 'an unknown version'}; " + needs.format(minimum=minimum)
+        )
 
 
 def _split_cluster(name: str) -> re.Match[str]:
@@ -95,8 +98,7 @@ class _Gke(StatefulResource):
     api = CONTAINER
     _log = log
 
-    def __init__(self, client: Any = None, *, backoff: Backoff | None = None,
-                 retry: RetryPolicy | None = None) -> None:
+    def __init__(self, client: Any = None, *, backoff: Backoff | None = None, retry: RetryPolicy | None = None) -> None:
         self._client = client
         self._backoff = backoff
         self._retry = retry
@@ -138,19 +140,35 @@ class _Gke(StatefulResource):
         op_name = f"{location_path}/operations/{short}"
 
         def poll() -> container_v1.Operation:
-            return self._call(f"poll the operation {short} of", resource, self.client.get_operation, zone=zone,
-                              request={"name": op_name}, retry=None)
+            return self._call(
+                f"poll the operation {short} of",
+                resource,
+                self.client.get_operation,
+                zone=zone,
+                request={"name": op_name},
+                retry=None,
+            )
 
         def describe(o: container_v1.Operation) -> str:
             text = OpStatus(o.status).name
             return f"{text} ({o.detail})" if o.detail else text
 
-        done = wait_for(what, poll, done=lambda o: o.status == OpStatus.DONE, describe=describe,
-                        timeout=timeout, backoff=self._backoff, progress=progress)
+        done = wait_for(
+            what,
+            poll,
+            done=lambda o: o.status == OpStatus.DONE,
+            describe=describe,
+            timeout=timeout,
+            backoff=self._backoff,
+            progress=progress,
+        )
         # status_message is the deprecated twin of error: set only when the operation failed.
         if done.error.code or done.status_message:
-            raise operation_error(Call(CONTAINER, action, f"{self.kind} {resource}", zone=zone),
-                                  done.error.message or done.status_message, code=done.error.code or None)
+            raise operation_error(
+                Call(CONTAINER, action, f"{self.kind} {resource}", zone=zone),
+                done.error.message or done.status_message,
+                code=done.error.code or None,
+            )
         return done
 
 
@@ -205,8 +223,9 @@ class GkeClusters(_Gke):
     def list_all(self, project: str) -> list[container_v1.Cluster]:
         """Every cluster in ``project`` (all locations, anyone's), with its node pools."""
         parent = f"projects/{project}/locations/-"
-        found = self._call("list clusters in", parent, self.client.list_clusters, request={"parent": parent},
-                           retry=None)
+        found = self._call(
+            "list clusters in", parent, self.client.list_clusters, request={"parent": parent}, retry=None
+        )
         return list(found.clusters)
 
     def create(
@@ -237,13 +256,30 @@ class GkeClusters(_Gke):
         location = _split_cluster(name)["location"]
         zone = cluster.locations[0] if cluster.locations else location
         return self._create_or_adopt(
-            name, cluster, deployment=deployment,
-            send=lambda: self._call("create", name, self.client.create_cluster, zone=zone,
-                                    request={"parent": parent, "cluster": cluster}, retry=None),
-            await_op=lambda op: self.wait_operation(op, location_path=parent, what=f"{CLUSTER} {name} to be created",
-                                                    action="create", resource=name, zone=zone, timeout=timeout,
-                                                    progress=progress),
-            wait=wait, timeout=timeout, progress=progress,
+            name,
+            cluster,
+            deployment=deployment,
+            send=lambda: self._call(
+                "create",
+                name,
+                self.client.create_cluster,
+                zone=zone,
+                request={"parent": parent, "cluster": cluster},
+                retry=None,
+            ),
+            await_op=lambda op: self.wait_operation(
+                op,
+                location_path=parent,
+                what=f"{CLUSTER} {name} to be created",
+                action="create",
+                resource=name,
+                zone=zone,
+                timeout=timeout,
+                progress=progress,
+            ),
+            wait=wait,
+            timeout=timeout,
+            progress=progress,
         )
 
     def wait_ready(
@@ -264,11 +300,19 @@ class GkeClusters(_Gke):
 
         def check(found: container_v1.Cluster) -> None:
             if found.status in (ClusterStatus.ERROR, ClusterStatus.DEGRADED):
-                raise OperationFailedError(f"{CONTAINER}: {CLUSTER} {name} is {_status(found)}; delete it "
-                                           "(cluster.down()) before creating it again")
+                raise OperationFailedError(
+                    f"{CONTAINER}: {CLUSTER} {name} is {_status(found)}; delete it "
+                    "(cluster.down()) before creating it again"
+                )
 
-        return self._wait_for_state(name, "RUNNING", done=lambda c: c.status == ClusterStatus.RUNNING,
-                                    check=check, timeout=timeout, progress=progress)
+        return self._wait_for_state(
+            name,
+            "RUNNING",
+            done=lambda c: c.status == ClusterStatus.RUNNING,
+            check=check,
+            timeout=timeout,
+            progress=progress,
+        )
 
     def delete(
         self,
@@ -293,12 +337,22 @@ class GkeClusters(_Gke):
             OwnershipError: the cluster exists without our labels; it is left alone.
         """
         return self._delete_if_ours(
-            name, deployment=deployment,
+            name,
+            deployment=deployment,
             send=lambda: self._call("delete", name, self.client.delete_cluster, request={"name": name}, retry=None),
-            await_op=lambda op: self.wait_operation(op, location_path=name.rsplit("/clusters/", 1)[0],
-                                                    what=f"{CLUSTER} {name} to be deleted", action="delete",
-                                                    resource=name, zone=None, timeout=timeout, progress=progress),
-            wait=wait, timeout=timeout, progress=progress,
+            await_op=lambda op: self.wait_operation(
+                op,
+                location_path=name.rsplit("/clusters/", 1)[0],
+                what=f"{CLUSTER} {name} to be deleted",
+                action="delete",
+                resource=name,
+                zone=None,
+                timeout=timeout,
+                progress=progress,
+            ),
+            wait=wait,
+            timeout=timeout,
+            progress=progress,
         )
 
 
@@ -366,15 +420,36 @@ class GkeNodePools(_Gke):
         m = _split_pool(name)
         zone = pool.locations[0] if pool.locations else m["location"]
         return self._create_or_adopt(
-            name, pool, deployment=deployment,
-            send=lambda: self._call("create", name, self.client.create_node_pool, zone=zone,
-                                    request={"parent": cluster, "node_pool": pool}, retry=None),
-            await_op=lambda op: self.wait_operation(op, location_path=f"projects/{m['project']}/locations/{m['location']}",
-                                                    what=f"{NODE_POOL} {name} to be created", action="create",
-                                                    resource=name, zone=zone, timeout=timeout, progress=progress),
-            wait=wait, timeout=timeout, progress=progress,
-            detail=(" (%d × %s%s)", pool.initial_node_count, pool.config.machine_type,
-                    ", Spot" if pool.config.spot else ""),
+            name,
+            pool,
+            deployment=deployment,
+            send=lambda: self._call(
+                "create",
+                name,
+                self.client.create_node_pool,
+                zone=zone,
+                request={"parent": cluster, "node_pool": pool},
+                retry=None,
+            ),
+            await_op=lambda op: self.wait_operation(
+                op,
+                location_path=f"projects/{m['project']}/locations/{m['location']}",
+                what=f"{NODE_POOL} {name} to be created",
+                action="create",
+                resource=name,
+                zone=zone,
+                timeout=timeout,
+                progress=progress,
+            ),
+            wait=wait,
+            timeout=timeout,
+            progress=progress,
+            detail=(
+                " (%d × %s%s)",
+                pool.initial_node_count,
+                pool.config.machine_type,
+                ", Spot" if pool.config.spot else "",
+            ),
         )
 
     def wait_ready(
@@ -396,12 +471,21 @@ class GkeNodePools(_Gke):
 
         def check(found: container_v1.NodePool) -> None:
             if found.status in (PoolStatus.ERROR, PoolStatus.RUNNING_WITH_ERROR):
-                raise operation_error(Call(CONTAINER, "create", f"{NODE_POOL} {name}",
-                                           zone=found.locations[0] if found.locations else zone),
-                                      f"the pool is {_status(found)}")
+                raise operation_error(
+                    Call(
+                        CONTAINER, "create", f"{NODE_POOL} {name}", zone=found.locations[0] if found.locations else zone
+                    ),
+                    f"the pool is {_status(found)}",
+                )
 
-        return self._wait_for_state(name, "RUNNING", done=lambda p: p.status == PoolStatus.RUNNING,
-                                    check=check, timeout=timeout, progress=progress)
+        return self._wait_for_state(
+            name,
+            "RUNNING",
+            done=lambda p: p.status == PoolStatus.RUNNING,
+            check=check,
+            timeout=timeout,
+            progress=progress,
+        )
 
     def delete(
         self,
@@ -427,12 +511,22 @@ class GkeNodePools(_Gke):
         """
         m = _split_pool(name)
         return self._delete_if_ours(
-            name, deployment=deployment,
+            name,
+            deployment=deployment,
             send=lambda: self._call("delete", name, self.client.delete_node_pool, request={"name": name}, retry=None),
-            await_op=lambda op: self.wait_operation(op, location_path=f"projects/{m['project']}/locations/{m['location']}",
-                                                    what=f"{NODE_POOL} {name} to be deleted", action="delete",
-                                                    resource=name, zone=None, timeout=timeout, progress=progress),
-            wait=wait, timeout=timeout, progress=progress,
+            await_op=lambda op: self.wait_operation(
+                op,
+                location_path=f"projects/{m['project']}/locations/{m['location']}",
+                what=f"{NODE_POOL} {name} to be deleted",
+                action="delete",
+                resource=name,
+                zone=None,
+                timeout=timeout,
+                progress=progress,
+            ),
+            wait=wait,
+            timeout=timeout,
+            progress=progress,
         )
 
 
@@ -445,4 +539,3 @@ def parent_of(name: str) -> str:
     """
     m = _split_cluster(name)
     return f"projects/{m['project']}/locations/{m['location']}"
-

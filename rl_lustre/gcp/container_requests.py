@@ -68,8 +68,9 @@ def node_pool_path(plan: Plan, key: str) -> str:
     return f"{cluster_path(plan)}/nodePools/{plan.get(key).name}"
 
 
-def node_pool_request(plan: Plan, key: str, *, preload_image: str | None = None,
-                      node: PlannedResource | None = None) -> container_v1.NodePool:
+def node_pool_request(
+    plan: Plan, key: str, *, preload_image: str | None = None, node: PlannedResource | None = None
+) -> container_v1.NodePool:
     """The ``NodePool`` for the plan's node pool ``key`` (``"cpu-pool"``, ``"gpu-pool"``, or
     any other GPU pool of the plan).
 
@@ -103,11 +104,13 @@ def node_pool_request(plan: Plan, key: str, *, preload_image: str | None = None,
     if "accelerator" in s:
         acc = s["accelerator"]
         driver = container_v1.GPUDriverInstallationConfig.GPUDriverVersion.__members__[acc["gpu_driver_version"]]
-        config.accelerators = [container_v1.AcceleratorConfig(
-            accelerator_type=acc["type"],
-            accelerator_count=acc["count"],
-            gpu_driver_installation_config=container_v1.GPUDriverInstallationConfig(gpu_driver_version=driver),
-        )]
+        config.accelerators = [
+            container_v1.AcceleratorConfig(
+                accelerator_type=acc["type"],
+                accelerator_count=acc["count"],
+                gpu_driver_installation_config=container_v1.GPUDriverInstallationConfig(gpu_driver_version=driver),
+            )
+        ]
     if "reservation_affinity" in s:
         ra = s["reservation_affinity"]
         config.reservation_affinity = container_v1.ReservationAffinity(
@@ -117,14 +120,17 @@ def node_pool_request(plan: Plan, key: str, *, preload_image: str | None = None,
         )
     if s.get("taints"):
         config.taints = [
-            container_v1.NodeTaint(key=t["key"], value=t["value"], effect=container_v1.NodeTaint.Effect.__members__[t["effect"]])
+            container_v1.NodeTaint(
+                key=t["key"], value=t["value"], effect=container_v1.NodeTaint.Effect.__members__[t["effect"]]
+            )
             for t in s["taints"]
         ]
     if s.get("gvnic"):
         config.gvnic = container_v1.VirtualNIC(enabled=True)
     if s.get("ephemeral_storage_local_ssd_count"):
         config.ephemeral_storage_local_ssd_config = container_v1.EphemeralStorageLocalSsdConfig(
-            local_ssd_count=s["ephemeral_storage_local_ssd_count"])
+            local_ssd_count=s["ephemeral_storage_local_ssd_count"]
+        )
     if s.get("preload"):
         _preload(config, s["preload"], preload_image, key)
     management = s.get("management", {"auto_repair": True, "auto_upgrade": True})
@@ -133,27 +139,35 @@ def node_pool_request(plan: Plan, key: str, *, preload_image: str | None = None,
         initial_node_count=s["node_count"],
         locations=[s["location"]],
         config=config,
-        management=container_v1.NodeManagement(auto_repair=management["auto_repair"],
-                                                auto_upgrade=management["auto_upgrade"]),
+        management=container_v1.NodeManagement(
+            auto_repair=management["auto_repair"], auto_upgrade=management["auto_upgrade"]
+        ),
     )
     if "autoscaling" in s:
         a = s["autoscaling"]
         pool.autoscaling = container_v1.NodePoolAutoscaling(
-            enabled=a["enabled"], total_min_node_count=a["total_min_node_count"],
+            enabled=a["enabled"],
+            total_min_node_count=a["total_min_node_count"],
             total_max_node_count=a["total_max_node_count"],
-            location_policy=container_v1.NodePoolAutoscaling.LocationPolicy.__members__[a["location_policy"]])
+            location_policy=container_v1.NodePoolAutoscaling.LocationPolicy.__members__[a["location_policy"]],
+        )
     if s.get("queued_provisioning", {}).get("enabled"):
         pool.queued_provisioning = container_v1.NodePool.QueuedProvisioning(enabled=True)
     if "upgrade_settings" in s:
         up = s["upgrade_settings"]
         pool.upgrade_settings = container_v1.NodePool.UpgradeSettings(
             strategy=container_v1.NodePoolUpdateStrategy.__members__[up["strategy"]],
-            max_surge=up["max_surge"], max_unavailable=up["max_unavailable"])
+            max_surge=up["max_surge"],
+            max_unavailable=up["max_unavailable"],
+        )
     if s.get("additional_node_networks"):
         # By name, in NIC order: the first becomes eth1, the next eth2, and so on.
-        pool.network_config = container_v1.NodeNetworkConfig(additional_node_network_configs=[
-            container_v1.AdditionalNodeNetworkConfig(network=n["network"], subnetwork=n["subnetwork"])
-            for n in s["additional_node_networks"]])
+        pool.network_config = container_v1.NodeNetworkConfig(
+            additional_node_network_configs=[
+                container_v1.AdditionalNodeNetworkConfig(network=n["network"], subnetwork=n["subnetwork"])
+                for n in s["additional_node_networks"]
+            ]
+        )
     return pool
 
 
@@ -167,18 +181,27 @@ def _preload(config: container_v1.NodeConfig, preload: Mapping[str, Any], path: 
         image = disk["disk_image"]
         if image == FROM_PRELOAD_IMAGE:
             if path is None:
-                raise ConfigError("node_pool_request", "preload_image", None,
-                                  f"node pool {key!r} boots with the preload image: pass its path "
-                                  "(projects/P/global/images/NAME), known once up() has found or built it")
+                raise ConfigError(
+                    "node_pool_request",
+                    "preload_image",
+                    None,
+                    f"node pool {key!r} boots with the preload image: pass its path "
+                    "(projects/P/global/images/NAME), known once up() has found or built it",
+                )
             image = path
-        disks.append(container_v1.SecondaryBootDisk(
-            mode=container_v1.SecondaryBootDisk.Mode.__members__[disk["mode"]], disk_image=image))
+        disks.append(
+            container_v1.SecondaryBootDisk(
+                mode=container_v1.SecondaryBootDisk.Mode.__members__[disk["mode"]], disk_image=image
+            )
+        )
     config.secondary_boot_disks = disks
     config.gcfs_config = container_v1.GcfsConfig(enabled=bool(preload["image_streaming"]))
     config.image_type = preload["image_type"]
 
 
-def maintenance_policy(settings: Mapping[str, Any], now: datetime.datetime | None = None) -> container_v1.MaintenancePolicy:
+def maintenance_policy(
+    settings: Mapping[str, Any], now: datetime.datetime | None = None
+) -> container_v1.MaintenancePolicy:
     """The cluster's ``MaintenancePolicy``: one exclusion from ``now`` until the cluster
     version's end of support, of the plan's scope.
 
@@ -195,13 +218,19 @@ def maintenance_policy(settings: Mapping[str, Any], now: datetime.datetime | Non
     ex = settings["maintenance_exclusion"]
     options = container_v1.MaintenanceExclusionOptions
     start = now or datetime.datetime.now(datetime.timezone.utc)
-    return container_v1.MaintenancePolicy(window=container_v1.MaintenanceWindow(maintenance_exclusions={
-        ex["name"]: container_v1.TimeWindow(
-            start_time=start,
-            maintenance_exclusion_options=options(
-                scope=options.Scope.__members__[ex["scope"]],
-                end_time_behavior=options.EndTimeBehavior.__members__[ex["end_time_behavior"]]),
-        )}))
+    return container_v1.MaintenancePolicy(
+        window=container_v1.MaintenanceWindow(
+            maintenance_exclusions={
+                ex["name"]: container_v1.TimeWindow(
+                    start_time=start,
+                    maintenance_exclusion_options=options(
+                        scope=options.Scope.__members__[ex["scope"]],
+                        end_time_behavior=options.EndTimeBehavior.__members__[ex["end_time_behavior"]],
+                    ),
+                )
+            }
+        )
+    )
 
 
 def cluster_request(plan: Plan) -> container_v1.Cluster:
@@ -247,7 +276,8 @@ def cluster_request(plan: Plan) -> container_v1.Cluster:
         nc = s["network_config"]
         request.network_config = container_v1.NetworkConfig(
             datapath_provider=container_v1.DatapathProvider.__members__[nc["datapath_provider"]],
-            enable_multi_networking=nc["enable_multi_networking"])
+            enable_multi_networking=nc["enable_multi_networking"],
+        )
     if "maintenance_exclusion" in s:
         request.maintenance_policy = maintenance_policy(s)
     return request
@@ -269,14 +299,17 @@ def control_plane_endpoints(settings: Mapping[str, Any]) -> container_v1.Control
     man = settings["master_authorized_networks"]
     return container_v1.ControlPlaneEndpointsConfig(
         dns_endpoint_config=container_v1.ControlPlaneEndpointsConfig.DNSEndpointConfig(
-            allow_external_traffic=s["dns_endpoint"]["allow_external_traffic"]),
+            allow_external_traffic=s["dns_endpoint"]["allow_external_traffic"]
+        ),
         ip_endpoints_config=container_v1.ControlPlaneEndpointsConfig.IPEndpointsConfig(
             enabled=s["ip_endpoint"]["enabled"],
             enable_public_endpoint=s["ip_endpoint"]["public_endpoint"],
             authorized_networks_config=container_v1.MasterAuthorizedNetworksConfig(
                 enabled=man["enabled"],
-                cidr_blocks=[container_v1.MasterAuthorizedNetworksConfig.CidrBlock(
-                    display_name=f"rl-lustre-{i}", cidr_block=b) for i, b in enumerate(man["cidr_blocks"])],
+                cidr_blocks=[
+                    container_v1.MasterAuthorizedNetworksConfig.CidrBlock(display_name=f"rl-lustre-{i}", cidr_block=b)
+                    for i, b in enumerate(man["cidr_blocks"])
+                ],
                 gcp_public_cidrs_access_enabled=False,
             ),
         ),

@@ -117,11 +117,19 @@ class ServiceAccounts(OwnedResource):
         except NotFoundError:
             return None
 
-    def wait_ready(self, name: str, *, timeout: float = VISIBLE_TIMEOUT, progress: ProgressCallback | None = None) -> Any:
+    def wait_ready(
+        self, name: str, *, timeout: float = VISIBLE_TIMEOUT, progress: ProgressCallback | None = None
+    ) -> Any:
         """The account once it can be read (a new one may take a moment)."""
-        return wait_for(f"{self.kind} {name} to be readable", lambda: self.get_or_none(name),
-                        done=lambda found: found is not None, describe=lambda f: "ABSENT" if f is None else "ACTIVE",
-                        timeout=timeout, backoff=self._backoff, progress=progress)
+        return wait_for(
+            f"{self.kind} {name} to be readable",
+            lambda: self.get_or_none(name),
+            done=lambda found: found is not None,
+            describe=lambda f: "ABSENT" if f is None else "ACTIVE",
+            timeout=timeout,
+            backoff=self._backoff,
+            progress=progress,
+        )
 
     def create(self, project: str, account_id: str, *, display_name: str, text: str, deployment: str) -> Ensured[Any]:
         """Create the account ``account_id`` of ``project`` with our labels and the time in
@@ -133,15 +141,24 @@ class ServiceAccounts(OwnedResource):
         from google.cloud import iam_admin_v1
 
         now = datetime.datetime.now(datetime.timezone.utc)
-        body = iam_admin_v1.ServiceAccount(display_name=display_name, description=describe_ownership(
-            deployment, f"{text} (created {now:%Y-%m-%dT%H:%M:%SZ})"))
+        body = iam_admin_v1.ServiceAccount(
+            display_name=display_name,
+            description=describe_ownership(deployment, f"{text} (created {now:%Y-%m-%dT%H:%M:%SZ})"),
+        )
         name = account_path(project, naming.service_account_email(project, account_id))
-        request = iam_admin_v1.CreateServiceAccountRequest(name=f"projects/{project}", account_id=account_id,
-                                                           service_account=body)
+        request = iam_admin_v1.CreateServiceAccountRequest(
+            name=f"projects/{project}", account_id=account_id, service_account=body
+        )
         return self._create_or_adopt(
-            name, body, deployment=deployment,
+            name,
+            body,
+            deployment=deployment,
             send=lambda: self._call("create", name, self.client.create_service_account, request=request),
-            await_op=lambda op: None, wait=True, timeout=VISIBLE_TIMEOUT, progress=None)
+            await_op=lambda op: None,
+            wait=True,
+            timeout=VISIBLE_TIMEOUT,
+            progress=None,
+        )
 
     def delete(self, name: str, *, deployment: str) -> bool:
         """Delete the account if it exists and carries ``deployment``'s labels.
@@ -153,14 +170,20 @@ class ServiceAccounts(OwnedResource):
             OwnershipError: it exists without our labels.
         """
         return self._delete_if_ours(
-            name, deployment=deployment,
+            name,
+            deployment=deployment,
             send=lambda: self._call("delete", name, self.client.delete_service_account, request={"name": name}),
-            await_op=lambda op: None, wait=True, timeout=0.0, progress=None)
+            await_op=lambda op: None,
+            wait=True,
+            timeout=0.0,
+            progress=None,
+        )
 
     def list_ours(self, project: str) -> list[Any]:
         """Every account of ``project`` whose description carries our labels."""
-        pages = self._call("list", f"of project {project}", self.client.list_service_accounts,
-                           request={"name": f"projects/{project}"})
+        pages = self._call(
+            "list", f"of project {project}", self.client.list_service_accounts, request={"name": f"projects/{project}"}
+        )
         return [a for a in pages if is_ours(labels_from_description(a.description))]
 
 
@@ -188,17 +211,23 @@ class ProjectIam:
 
     def _read(self, project: str) -> Any:
         # Version 3: conditional bindings come back whole, and are written back whole.
-        return call(Call(RESOURCE_MANAGER, "get the IAM policy of", f"project {project}"), self.client.get_iam_policy,
-                    policy=self._retry, request={"resource": f"projects/{project}",
-                                                 "options": {"requested_policy_version": 3}}, retry=None)
+        return call(
+            Call(RESOURCE_MANAGER, "get the IAM policy of", f"project {project}"),
+            self.client.get_iam_policy,
+            policy=self._retry,
+            request={"resource": f"projects/{project}", "options": {"requested_policy_version": 3}},
+            retry=None,
+        )
 
     def roles_of(self, project: str, member: str) -> list[str]:
         """The roles ``member`` holds on ``project`` without a condition."""
-        return sorted(b.role for b in self._read(project).bindings
-                      if member in b.members and not b.HasField("condition"))
+        return sorted(
+            b.role for b in self._read(project).bindings if member in b.members and not b.HasField("condition")
+        )
 
     def add(self, project: str, member: str, roles: Sequence[str]) -> bool:
         """Grant ``roles`` to ``member`` on ``project`` (no condition); True if the policy changed."""
+
         def change(policy: Any) -> bool:
             changed = False
             for role in roles:
@@ -259,10 +288,16 @@ class ProjectIam:
                 if not (unknown or is_transient(exc)):
                     raise translate(exc, target, attempts=attempt) from exc
                 if attempt >= attempts:
-                    raise GCPError(f"{RESOURCE_MANAGER}: could not {what} on project {project}: the policy kept "
-                                   f"changing or the write kept failing ({attempts} attempts); retry. ({exc})") from exc
-                log.info("project %s: the IAM policy write to %s failed (%s); reading it again", project, what,
-                         type(exc).__name__)
+                    raise GCPError(
+                        f"{RESOURCE_MANAGER}: could not {what} on project {project}: the policy kept "
+                        f"changing or the write kept failing ({attempts} attempts); retry. ({exc})"
+                    ) from exc
+                log.info(
+                    "project %s: the IAM policy write to %s failed (%s); reading it again",
+                    project,
+                    what,
+                    type(exc).__name__,
+                )
                 time.sleep(next(delays))
                 continue
             log.info("project %s: %s", project, what)

@@ -64,11 +64,15 @@ class _Labelled(_ComputeResource):
     def list_role(self, project: str, role: str, extra: Mapping[str, str] | None = None) -> list[Any]:
         """Every resource of this kind in ``project`` labelled ours with ``role`` (and ``extra``)."""
         wanted = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ROLE: role, **(extra or {})}
-        return [r for r in self._list(project, labels_filter(wanted))
-                if all(r.labels.get(k) == v for k, v in wanted.items())]
+        return [
+            r
+            for r in self._list(project, labels_filter(wanted))
+            if all(r.labels.get(k) == v for k, v in wanted.items())
+        ]
 
-    def insert(self, body: Any, *, parent: str, timeout: float = TIMEOUT,
-               progress: ProgressCallback | None = None) -> Any:
+    def insert(
+        self, body: Any, *, parent: str, timeout: float = TIMEOUT, progress: ProgressCallback | None = None
+    ) -> Any:
         """Insert ``body`` under ``parent`` and wait for its operation; returns the resource.
 
         Raises:
@@ -78,8 +82,13 @@ class _Labelled(_ComputeResource):
         name = f"{parent}/{self.collection}/{body.name}"
         m = self._split(name)
         self._log.info("creating %s %s", self.kind, name)
-        op = self._call("create", name, self.client.insert_unary,
-                        request={**self._keys(m), f"{self.field}_resource": body}, retry=None)
+        op = self._call(
+            "create",
+            name,
+            self.client.insert_unary,
+            request={**self._keys(m), f"{self.field}_resource": body},
+            retry=None,
+        )
         self.wait_operation(op, name=name, action="create", timeout=timeout, progress=progress)
         found = self.get_or_none(name)
         if found is None:
@@ -100,13 +109,16 @@ class _Labelled(_ComputeResource):
             return False
         labels = self._labels_of(found)
         if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or labels.get(LABEL_ROLE) != role:
-            raise OwnershipError(f"{self.kind} {name} is not an rl_lustre {role} (its labels: {dict(labels)}); "
-                                 "rl_lustre never deletes it")
+            raise OwnershipError(
+                f"{self.kind} {name} is not an rl_lustre {role} (its labels: {dict(labels)}); "
+                "rl_lustre never deletes it"
+            )
         self._log.info("deleting %s %s", self.kind, name)
         m = self._split(name)
         try:
-            op = self._call("delete", name, self.client.delete_unary,
-                            request={**self._keys(m), self.field: m["name"]}, retry=None)
+            op = self._call(
+                "delete", name, self.client.delete_unary, request={**self._keys(m), self.field: m["name"]}, retry=None
+            )
         except NotFoundError:
             return False
         if wait:
@@ -159,8 +171,13 @@ class Instances(_Labelled):
         """Detach the disk attached as ``device_name`` and wait (a detached disk is no longer
         deleted with the instance)."""
         m = self._split(name)
-        op = self._call("detach a disk from", name, self.client.detach_disk_unary,
-                        request={**self._keys(m), "instance": m["name"], "device_name": device_name}, retry=None)
+        op = self._call(
+            "detach a disk from",
+            name,
+            self.client.detach_disk_unary,
+            request={**self._keys(m), "instance": m["name"], "device_name": device_name},
+            retry=None,
+        )
         self.wait_operation(op, name=name, action="detach its disk", timeout=timeout)
 
     def guest_attributes(self, name: str, query_path: str) -> dict[str, str] | None:
@@ -168,8 +185,13 @@ class Instances(_Labelled):
         None while the guest has written none (the API answers 404 until then)."""
         m = self._split(name)
         try:
-            found = self._call("read the guest attributes of", name, self.client.get_guest_attributes,
-                               request={**self._keys(m), "instance": m["name"], "query_path": query_path}, retry=None)
+            found = self._call(
+                "read the guest attributes of",
+                name,
+                self.client.get_guest_attributes,
+                request={**self._keys(m), "instance": m["name"], "query_path": query_path},
+                retry=None,
+            )
         except NotFoundError:
             return None
         return {item.key: item.value for item in found.query_value.items}
@@ -178,8 +200,13 @@ class Instances(_Labelled):
         """The last ``size`` characters of serial port 1 ("" when it cannot be read)."""
         m = self._split(name)
         try:
-            found = self._call("read the serial port of", name, self.client.get_serial_port_output,
-                               request={**self._keys(m), "instance": m["name"], "port": 1}, retry=None)
+            found = self._call(
+                "read the serial port of",
+                name,
+                self.client.get_serial_port_output,
+                request={**self._keys(m), "instance": m["name"], "port": 1},
+                retry=None,
+            )
         except GCPError:  # best effort: it only adds detail to an error
             return ""
         return str(found.contents)[-size:]

@@ -60,10 +60,20 @@ def instance_request(
     from ..plan.lustre import instance_labels, instance_settings
 
     settings = instance_settings(volume)
-    fields = {k: settings[k] for k in ("filesystem", "capacity_gib", "network", "per_unit_storage_throughput",
-                                        "description", "gke_support_enabled")}
-    return lustre_v1.Instance(name=volume.resource_name(), labels=instance_labels(volume, deployment=deployment,
-                                                                                  labels=labels), **fields)
+    fields = {
+        k: settings[k]
+        for k in (
+            "filesystem",
+            "capacity_gib",
+            "network",
+            "per_unit_storage_throughput",
+            "description",
+            "gke_support_enabled",
+        )
+    }
+    return lustre_v1.Instance(
+        name=volume.resource_name(), labels=instance_labels(volume, deployment=deployment, labels=labels), **fields
+    )
 
 
 @attrs.frozen
@@ -189,8 +199,9 @@ class LustreInstances(StatefulResource):
         parent = f"projects/{project}/locations/-"
 
         def fetch() -> builtins.list[lustre_v1.Instance]:
-            return builtins.list(self.client.list_instances(request={"parent": parent, "filter": LABELS_FILTER},
-                                                            retry=None))
+            return builtins.list(
+                self.client.list_instances(request={"parent": parent, "filter": LABELS_FILTER}, retry=None)
+            )
 
         return [i for i in self._call("list instances in", parent, fetch) if is_ours(i.labels)]
 
@@ -230,17 +241,34 @@ class LustreInstances(StatefulResource):
         def send() -> Any:
             body = lustre_v1.Instance(instance)
             body.name = ""
-            return self._call("create", name, self.client.create_instance,
-                              request={"parent": f"projects/{m['project']}/locations/{m['zone']}",
-                                       "instance_id": m["id"], "instance": body},
-                              retry=None)
+            return self._call(
+                "create",
+                name,
+                self.client.create_instance,
+                request={
+                    "parent": f"projects/{m['project']}/locations/{m['zone']}",
+                    "instance_id": m["id"],
+                    "instance": body,
+                },
+                retry=None,
+            )
 
         return self._create_or_adopt(
-            name, instance, deployment=deployment, send=send,
-            await_op=lambda op: self.wait_operation(op.operation.name, f"{KIND} {name} to be created",
-                                                    timeout=timeout, action="create", resource=name,
-                                                    progress=progress),
-            wait=wait, timeout=timeout, progress=progress,
+            name,
+            instance,
+            deployment=deployment,
+            send=send,
+            await_op=lambda op: self.wait_operation(
+                op.operation.name,
+                f"{KIND} {name} to be created",
+                timeout=timeout,
+                action="create",
+                resource=name,
+                progress=progress,
+            ),
+            wait=wait,
+            timeout=timeout,
+            progress=progress,
             detail=(" (%d GiB, %d MB/s/TiB)", instance.capacity_gib, instance.per_unit_storage_throughput),
         )
 
@@ -258,8 +286,9 @@ class LustreInstances(StatefulResource):
             NotFoundError: the instance does not exist (or disappeared).
             WaitTimeoutError: not ACTIVE within ``timeout``.
         """
-        return self._wait_for_state(name, "ACTIVE", done=lambda i: i.state == State.ACTIVE, timeout=timeout,
-                                    progress=progress)
+        return self._wait_for_state(
+            name, "ACTIVE", done=lambda i: i.state == State.ACTIVE, timeout=timeout, progress=progress
+        )
 
     def delete(
         self,
@@ -285,16 +314,29 @@ class LustreInstances(StatefulResource):
             OwnershipError: the instance exists without our labels; it is left alone.
         """
         return self._delete_if_ours(
-            name, deployment=deployment,
+            name,
+            deployment=deployment,
             send=lambda: self._call("delete", name, self.client.delete_instance, request={"name": name}, retry=None),
-            await_op=lambda op: self.wait_operation(op.operation.name, f"{KIND} {name} to be deleted",
-                                                    timeout=timeout, action="delete", resource=name,
-                                                    progress=progress),
-            wait=wait, timeout=timeout, progress=progress,
+            await_op=lambda op: self.wait_operation(
+                op.operation.name,
+                f"{KIND} {name} to be deleted",
+                timeout=timeout,
+                action="delete",
+                resource=name,
+                progress=progress,
+            ),
+            wait=wait,
+            timeout=timeout,
+            progress=progress,
         )
 
     def import_data(
-        self, name: str, gcs_uri: str, lustre_path: str, *, timeout: float = TRANSFER_TIMEOUT,
+        self,
+        name: str,
+        gcs_uri: str,
+        lustre_path: str,
+        *,
+        timeout: float = TRANSFER_TIMEOUT,
         progress: ProgressCallback | None = None,
     ) -> TransferResult:
         """Copy ``gs://bucket/prefix`` into the instance at ``lustre_path`` (ImportData).
@@ -307,11 +349,17 @@ class LustreInstances(StatefulResource):
         request = {"name": name, "gcs_path": {"uri": gcs_uri}, "lustre_path": {"path": lustre_path}}
         log.info("importing %s into %s %s at %s", gcs_uri, KIND, name, lustre_path)
         op = self._call(f"import {gcs_uri} into", name, self.client.import_data, request=request, retry=None)
-        return self._transfer(op.operation.name, f"import of {gcs_uri} into {name}", name, timeout, progress,
-                              lustre_v1.ImportDataMetadata)
+        return self._transfer(
+            op.operation.name, f"import of {gcs_uri} into {name}", name, timeout, progress, lustre_v1.ImportDataMetadata
+        )
 
     def export_data(
-        self, name: str, lustre_path: str, gcs_uri: str, *, timeout: float = TRANSFER_TIMEOUT,
+        self,
+        name: str,
+        lustre_path: str,
+        gcs_uri: str,
+        *,
+        timeout: float = TRANSFER_TIMEOUT,
         progress: ProgressCallback | None = None,
     ) -> TransferResult:
         """Copy ``lustre_path`` of the instance to ``gs://bucket/prefix`` (ExportData).
@@ -324,20 +372,28 @@ class LustreInstances(StatefulResource):
         request = {"name": name, "lustre_path": {"path": lustre_path}, "gcs_path": {"uri": gcs_uri}}
         log.info("exporting %s of %s %s to %s", lustre_path, KIND, name, gcs_uri)
         op = self._call(f"export to {gcs_uri} from", name, self.client.export_data, request=request, retry=None)
-        return self._transfer(op.operation.name, f"export of {name} to {gcs_uri}", name, timeout, progress,
-                              lustre_v1.ExportDataMetadata)
+        return self._transfer(
+            op.operation.name, f"export of {name} to {gcs_uri}", name, timeout, progress, lustre_v1.ExportDataMetadata
+        )
 
-    def _transfer(self, op_name: str, what: str, name: str, timeout: float,
-                  progress: ProgressCallback | None, metadata_type: Any) -> TransferResult:
-        done = self.wait_operation(op_name, what, timeout=timeout, action="transfer data of", resource=name,
-                                   progress=progress)
+    def _transfer(
+        self, op_name: str, what: str, name: str, timeout: float, progress: ProgressCallback | None, metadata_type: Any
+    ) -> TransferResult:
+        done = self.wait_operation(
+            op_name, what, timeout=timeout, action="transfer data of", resource=name, progress=progress
+        )
         counters = None
         if done.metadata.value:
             counters = metadata_type.deserialize(done.metadata.value).operation_metadata.counters
         if counters is None:
             return TransferResult(op_name)
-        return TransferResult(op_name, counters.objects_copied_count, counters.bytes_copied_count,
-                              counters.objects_skipped_count, counters.objects_failed_count)
+        return TransferResult(
+            op_name,
+            counters.objects_copied_count,
+            counters.bytes_copied_count,
+            counters.objects_skipped_count,
+            counters.objects_failed_count,
+        )
 
     def wait_operation(
         self,
@@ -359,18 +415,32 @@ class LustreInstances(StatefulResource):
                 capacity or quota failure).
             WaitTimeoutError: still running after ``timeout``; carries its last state.
         """
+
         def poll() -> Any:
-            return self._call(f"poll the operation {op_name} of", resource or op_name, self.client.get_operation,
-                              request={"name": op_name}, retry=None)
+            return self._call(
+                f"poll the operation {op_name} of",
+                resource or op_name,
+                self.client.get_operation,
+                request={"name": op_name},
+                retry=None,
+            )
 
         def describe(op: Any) -> str:
             return "done" if op.done else "running"
 
-        op = wait_for(what, poll, done=lambda o: o.done, describe=describe, timeout=timeout,
-                      backoff=self._backoff, progress=progress)
+        op = wait_for(
+            what,
+            poll,
+            done=lambda o: o.done,
+            describe=describe,
+            timeout=timeout,
+            backoff=self._backoff,
+            progress=progress,
+        )
         if op.HasField("error") and op.error.code:
-            err = operation_error(Call(LUSTRE, action, f"{KIND} {resource}", zone=_zone(resource)), op.error.message,
-                                  code=op.error.code)
+            err = operation_error(
+                Call(LUSTRE, action, f"{KIND} {resource}", zone=_zone(resource)), op.error.message, code=op.error.code
+            )
             # The google.rpc code (5: NOT_FOUND, a transfer's missing path), for callers that tell them apart.
             err.grpc_code = int(op.error.code)  # type: ignore[attr-defined]
             raise err

@@ -93,8 +93,9 @@ class Monitoring:
         from google.cloud import monitoring_v3
 
         if end <= start:
-            raise ConfigError("metrics", "window", f"{start.isoformat()} .. {end.isoformat()}",
-                              "must end after it starts")
+            raise ConfigError(
+                "metrics", "window", f"{start.isoformat()} .. {end.isoformat()}", "must end after it starts"
+            )
         if not isinstance(step, int) or isinstance(step, bool) or step < MIN_STEP:
             raise ConfigError("metrics", "step", step, f"must be a whole number of seconds, at least {MIN_STEP}")
         request = monitoring_v3.ListTimeSeriesRequest(
@@ -117,8 +118,10 @@ class Monitoring:
         found = call(Call(MONITORING, "read time series of", f"project {project}"), fetch, policy=self._retry)
         out = []
         for series in found:
-            labels = {**{f"resource.labels.{k}": v for k, v in series.resource.labels.items()},
-                      **{f"metric.labels.{k}": v for k, v in series.metric.labels.items()}}
+            labels = {
+                **{f"resource.labels.{k}": v for k, v in series.resource.labels.items()},
+                **{f"metric.labels.{k}": v for k, v in series.metric.labels.items()},
+            }
             points = sorted((p.interval.end_time, _value(p.value)) for p in series.points)
             out.append(TimeSeries(series.metric.type, labels, tuple(points)))
         return out

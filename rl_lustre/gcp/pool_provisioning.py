@@ -41,7 +41,9 @@ def pool_provisioning(pool: container_v1.NodePool) -> str:
     return "reserved" if pool.config.reservation_affinity.consume_reservation_type == specific else "on-demand"
 
 
-def node_lifetimes(pools: Iterable[container_v1.NodePool], queued: float | None = None) -> tuple[tuple[str, float], ...]:
+def node_lifetimes(
+    pools: Iterable[container_v1.NodePool], queued: float | None = None
+) -> tuple[tuple[str, float], ...]:
     """``(node-name prefix, seconds)`` for each managed instance group of a pool whose nodes
     live at most ``config.max_run_duration`` (flex-start): GKE deletes them that long after
     they were created. A flex-start pool with queued provisioning has no such field: its

@@ -128,8 +128,12 @@ class PreloadBuild:
         return f"projects/{self.project}/global/images/{self.name}"
 
     def labels(self, role: str) -> dict[str, str]:
-        labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ROLE: role, LABEL_DIGEST: digest_label(self.digest),
-                  LABEL_CREATED_BY: self.created_by}
+        labels = {
+            LABEL_MANAGED_BY: MANAGED_BY,
+            LABEL_ROLE: role,
+            LABEL_DIGEST: digest_label(self.digest),
+            LABEL_CREATED_BY: self.created_by,
+        }
         if role == ROLE_PRELOAD_IMAGE:
             labels[LABEL_LAYOUT] = PRELOAD_LAYOUT
         return labels
@@ -146,8 +150,11 @@ class PreloadBuild:
 
         def disk(boot: bool, **init: Any) -> compute_v1.AttachedDisk:
             return compute_v1.AttachedDisk(
-                boot=boot, auto_delete=True, device_name="boot" if boot else DATA_DEVICE,
-                initialize_params=compute_v1.AttachedDiskInitializeParams(labels=labels, **init))
+                boot=boot,
+                auto_delete=True,
+                device_name="boot" if boot else DATA_DEVICE,
+                initialize_params=compute_v1.AttachedDiskInitializeParams(labels=labels, **init),
+            )
 
         metadata = {
             "startup-script": startup_script(),
@@ -161,30 +168,55 @@ class PreloadBuild:
             machine_type=f"zones/{self.zone}/machineTypes/{self.machine_type}",
             labels=labels,
             disks=[
-                disk(True, source_image=self.boot_image, disk_size_gb=20,
-                     disk_type=f"zones/{self.zone}/diskTypes/pd-balanced"),
-                disk(False, disk_name=self.data_disk, disk_size_gb=self.data_disk_gb,
-                     disk_type=f"zones/{self.zone}/diskTypes/{self.data_disk_type}"),
+                disk(
+                    True,
+                    source_image=self.boot_image,
+                    disk_size_gb=20,
+                    disk_type=f"zones/{self.zone}/diskTypes/pd-balanced",
+                ),
+                disk(
+                    False,
+                    disk_name=self.data_disk,
+                    disk_size_gb=self.data_disk_gb,
+                    disk_type=f"zones/{self.zone}/diskTypes/{self.data_disk_type}",
+                ),
             ],
-            network_interfaces=[compute_v1.NetworkInterface(
-                subnetwork=self.subnetwork,
-                access_configs=[compute_v1.AccessConfig(type_="ONE_TO_ONE_NAT", name="External NAT")])],
-            service_accounts=[compute_v1.ServiceAccount(
-                email=self.service_account, scopes=["https://www.googleapis.com/auth/cloud-platform"])],
+            network_interfaces=[
+                compute_v1.NetworkInterface(
+                    subnetwork=self.subnetwork,
+                    access_configs=[compute_v1.AccessConfig(type_="ONE_TO_ONE_NAT", name="External NAT")],
+                )
+            ],
+            service_accounts=[
+                compute_v1.ServiceAccount(
+                    email=self.service_account, scopes=["https://www.googleapis.com/auth/cloud-platform"]
+                )
+            ],
             scheduling=compute_v1.Scheduling(
                 max_run_duration=compute_v1.Duration(seconds=PRELOAD_MAX_RUN_SECONDS),
-                instance_termination_action="DELETE"),
+                instance_termination_action="DELETE",
+            ),
             metadata=compute_v1.Metadata(items=[compute_v1.Items(key=k, value=v) for k, v in metadata.items()]),
         )
 
     def image_request(self, unpacked_bytes: int) -> compute_v1.Image:
         """The disk image, from the detached data disk, stored in the deployment's region."""
-        about = {"image": self.image, "digest": self.digest, "compressed_bytes": self.compressed_bytes,
-                 "unpacked_bytes": unpacked_bytes, "by": "rl_lustre", "layout": PRELOAD_LAYOUT}
+        about = {
+            "image": self.image,
+            "digest": self.digest,
+            "compressed_bytes": self.compressed_bytes,
+            "unpacked_bytes": unpacked_bytes,
+            "by": "rl_lustre",
+            "layout": PRELOAD_LAYOUT,
+        }
         return compute_v1.Image(
-            name=self.name, family=self.family, source_disk=self.disk_path,
-            storage_locations=[self.storage_location], labels=self.labels(ROLE_PRELOAD_IMAGE),
-            description=json.dumps(about, sort_keys=True))
+            name=self.name,
+            family=self.family,
+            source_disk=self.disk_path,
+            storage_locations=[self.storage_location],
+            labels=self.labels(ROLE_PRELOAD_IMAGE),
+            description=json.dumps(about, sort_keys=True),
+        )
 
 
 @attrs.frozen
@@ -218,23 +250,31 @@ class _Attempt:
         the executor's cancellation (an interrupted cleanup would leave them behind)."""
         b = self.build
         with progress_hook(None):
-            for what, fn in (("VM", lambda: self.instances.delete_ours(b.instance_path, role=ROLE_PRELOAD_BUILD,
-                                                                       timeout=CLEANUP_TIMEOUT)),
-                             ("data disk", lambda: self.disks.delete_ours(b.disk_path, role=ROLE_PRELOAD_BUILD,
-                                                                          timeout=CLEANUP_TIMEOUT))):
+            for what, fn in (
+                (
+                    "VM",
+                    lambda: self.instances.delete_ours(
+                        b.instance_path, role=ROLE_PRELOAD_BUILD, timeout=CLEANUP_TIMEOUT
+                    ),
+                ),
+                (
+                    "data disk",
+                    lambda: self.disks.delete_ours(b.disk_path, role=ROLE_PRELOAD_BUILD, timeout=CLEANUP_TIMEOUT),
+                ),
+            ):
                 try:
                     fn()
                 except Exception as exc:  # the next step and gc still get their chance
-                    log.warning("could not delete the preload builder's %s (%s); `rl-lustre gc` collects it", what,
-                                exc)
+                    log.warning("could not delete the preload builder's %s (%s); `rl-lustre gc` collects it", what, exc)
             if self.image_sent:
                 found = self.images.get_or_none(b.image_path)
                 if found is not None and found.status != "READY":
                     self.images.delete_ours(b.image_path, role=ROLE_PRELOAD_IMAGE, timeout=CLEANUP_TIMEOUT)
 
 
-def _wait_for_image(build: PreloadBuild, images: Images, backoff: Backoff | None,
-                    progress: ProgressCallback | None, why: str) -> Any:
+def _wait_for_image(
+    build: PreloadBuild, images: Images, backoff: Backoff | None, progress: ProgressCallback | None, why: str
+) -> Any:
     """Wait while another process builds the image; the READY image, or None once it is
     clear nobody will (no image and no builder VM)."""
     instances = Instances(backoff=backoff)
@@ -244,16 +284,27 @@ def _wait_for_image(build: PreloadBuild, images: Images, backoff: Backoff | None
         vm = instances.get_or_none(build.instance_path) if found is None or found.status != "READY" else None
         return found, vm
 
-    found, _ = wait_for(f"the preload image of {build.pullable} ({why})", poll,
-                        done=lambda r: (r[0] is not None and r[0].status in ("READY", "FAILED"))
-                        or (r[0] is None and r[1] is None),
-                        describe=lambda r: f"image {_status(r[0])}, builder VM {_status(r[1])}",
-                        timeout=build.timeout, backoff=backoff or GUEST_BACKOFF, progress=progress)
+    found, _ = wait_for(
+        f"the preload image of {build.pullable} ({why})",
+        poll,
+        done=lambda r: (r[0] is not None and r[0].status in ("READY", "FAILED")) or (r[0] is None and r[1] is None),
+        describe=lambda r: f"image {_status(r[0])}, builder VM {_status(r[1])}",
+        timeout=build.timeout,
+        backoff=backoff or GUEST_BACKOFF,
+        progress=progress,
+    )
     return found if found is not None and found.status == "READY" else None
 
 
-def ensure_preload_image(build: PreloadBuild, *, images: Images, disks: Disks, instances: Instances,
-                         backoff: Backoff | None = None, progress: ProgressCallback | None = None) -> Built:
+def ensure_preload_image(
+    build: PreloadBuild,
+    *,
+    images: Images,
+    disks: Disks,
+    instances: Instances,
+    backoff: Backoff | None = None,
+    progress: ProgressCallback | None = None,
+) -> Built:
     """The READY preload image of ``build.digest``: found, or built once.
 
     Args:
@@ -288,25 +339,34 @@ def ensure_preload_image(build: PreloadBuild, *, images: Images, disks: Disks, i
                 ready = _wait_for_image(build, images, backoff, progress, "another up() is building it")
                 if ready is not None:
                     return Built(ready, "adopted", f"built by another up(): {ready.name}")
-                raise PreloadBuildError(f"another builder VM {build.instance_path} ended without an image; "
-                                        "run up() again") from None
+                raise PreloadBuildError(
+                    f"another builder VM {build.instance_path} ended without an image; run up() again"
+                ) from None
             attrs_ = _wait_for_guest(build, instances, backoff, progress)
             error = attrs_.get("error", "")
             if attrs_.get("status") != "done":
                 if error.startswith("disk too small") and attempt_no == 0:
                     build = attrs.evolve(build, data_disk_gb=_bigger_disk(build.data_disk_gb, error))
-                    log.warning("the preload builder's data disk was too small (%s); retrying with %d GB", error,
-                                build.data_disk_gb)
+                    log.warning(
+                        "the preload builder's data disk was too small (%s); retrying with %d GB",
+                        error,
+                        build.data_disk_gb,
+                    )
                     continue
                 raise PreloadBuildError(_failure(build, instances, error or "the build script failed"))
             unpacked = int(attrs_.get("unpacked-bytes") or 0)
             instances.detach_disk(build.instance_path, DATA_DEVICE)
             attempt.image_sent = True
             images.insert(build.image_request(unpacked), parent=f"projects/{build.project}/global")
-            image = wait_for(f"preload image {build.name} to be READY",
-                             functools.partial(images.get_or_none, build.image_path),
-                             done=lambda i: i is None or i.status in ("READY", "FAILED"), describe=_status,
-                             timeout=build.timeout, backoff=backoff, progress=progress)
+            image = wait_for(
+                f"preload image {build.name} to be READY",
+                functools.partial(images.get_or_none, build.image_path),
+                done=lambda i: i is None or i.status in ("READY", "FAILED"),
+                describe=_status,
+                timeout=build.timeout,
+                backoff=backoff,
+                progress=progress,
+            )
             if image is None or image.status != "READY":
                 raise PreloadBuildError(f"Compute could not make disk image {build.image_path}: {_status(image)}")
             return Built(image, "created", f"built {image.name} ({unpacked / 1e9:.1f} GB unpacked)")
@@ -315,17 +375,23 @@ def ensure_preload_image(build: PreloadBuild, *, images: Images, disks: Disks, i
     raise AssertionError("unreachable: the second attempt returns or raises")  # pragma: no cover
 
 
-def _wait_for_guest(build: PreloadBuild, instances: Instances, backoff: Backoff | None,
-                    progress: ProgressCallback | None) -> dict[str, str]:
+def _wait_for_guest(
+    build: PreloadBuild, instances: Instances, backoff: Backoff | None, progress: ProgressCallback | None
+) -> dict[str, str]:
     try:
-        return wait_for(f"the preload builder to unpack {build.pullable}",
-                        lambda: instances.guest_attributes(build.instance_path, ATTRIBUTES) or {},
-                        done=lambda a: a.get("status") in ("done", "failed"),
-                        describe=lambda a: a.get("progress") or a.get("status") or "booting",
-                        timeout=build.timeout, backoff=backoff or GUEST_BACKOFF, progress=progress)
+        return wait_for(
+            f"the preload builder to unpack {build.pullable}",
+            lambda: instances.guest_attributes(build.instance_path, ATTRIBUTES) or {},
+            done=lambda a: a.get("status") in ("done", "failed"),
+            describe=lambda a: a.get("progress") or a.get("status") or "booting",
+            timeout=build.timeout,
+            backoff=backoff or GUEST_BACKOFF,
+            progress=progress,
+        )
     except WaitTimeoutError as exc:
-        raise PreloadBuildError(_failure(build, instances, f"no result after {build.timeout:.0f} s ({exc.last_state})"),
-                                ) from exc
+        raise PreloadBuildError(
+            _failure(build, instances, f"no result after {build.timeout:.0f} s ({exc.last_state})"),
+        ) from exc
 
 
 def _failure(build: PreloadBuild, instances: Instances, error: str) -> str:
@@ -333,9 +399,11 @@ def _failure(build: PreloadBuild, instances: Instances, error: str) -> str:
 
     tail = redact(instances.serial_tail(build.instance_path, 4096)).strip()
     shown = "\n".join(tail.splitlines()[-20:])
-    return (f"building the preload image of {build.pullable} failed: {redact(error)}"
-            + (f"\nthe builder VM's serial port ended with:\n{shown}" if shown else "")
-            + "\nCluster(preload_image=False) deploys without it (the image is then pulled on each node)")
+    return (
+        f"building the preload image of {build.pullable} failed: {redact(error)}"
+        + (f"\nthe builder VM's serial port ended with:\n{shown}" if shown else "")
+        + "\nCluster(preload_image=False) deploys without it (the image is then pulled on each node)"
+    )
 
 
 def _bigger_disk(current_gb: int, error: str) -> int:

@@ -93,8 +93,13 @@ class QuotaInfo:
                 continue
             for where in ("region", "zone"):
                 asked = dimensions.get(where)
-                if (asked and where not in entry.dimensions and entry.locations
-                        and "global" not in entry.locations and asked not in entry.locations):
+                if (
+                    asked
+                    and where not in entry.dimensions
+                    and entry.locations
+                    and "global" not in entry.locations
+                    and asked not in entry.locations
+                ):
                     break
             else:
                 score = len(entry.dimensions)
@@ -111,8 +116,10 @@ def _info(message: Any) -> QuotaInfo:
         display_name=message.quota_display_name or message.quota_id,
         unit=message.metric_unit,
         dimension_names=tuple(message.dimensions),
-        limits=tuple(QuotaLimit(dict(d.dimensions), int(d.details.value), tuple(d.applicable_locations))
-                     for d in message.dimensions_infos),
+        limits=tuple(
+            QuotaLimit(dict(d.dimensions), int(d.details.value), tuple(d.applicable_locations))
+            for d in message.dimensions_infos
+        ),
         request_uri=message.service_request_quota_uri,
     )
 
@@ -137,8 +144,12 @@ class CloudQuotas:
         """The quota ``quota_id`` of ``service`` for ``project``; None if the service has none such."""
         name = f"projects/{project}/locations/global/services/{service}/quotaInfos/{quota_id}"
         try:
-            found = call(Call(CLOUD_QUOTAS, "get", f"quota {quota_id} of {service} in projects/{project}"),
-                         self.client.get_quota_info, name=name, policy=self._retry)
+            found = call(
+                Call(CLOUD_QUOTAS, "get", f"quota {quota_id} of {service} in projects/{project}"),
+                self.client.get_quota_info,
+                name=name,
+                policy=self._retry,
+            )
         except NotFoundError:
             return None
         return _info(found)
@@ -150,6 +161,7 @@ class CloudQuotas:
         def fetch() -> list[Any]:
             return list(self.client.list_quota_infos(parent=parent))
 
-        found = call(Call(CLOUD_QUOTAS, "list", f"quotas of {service} in projects/{project}"), fetch,
-                     policy=self._retry)
+        found = call(
+            Call(CLOUD_QUOTAS, "list", f"quotas of {service} in projects/{project}"), fetch, policy=self._retry
+        )
         return [_info(m) for m in found]

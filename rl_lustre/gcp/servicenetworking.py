@@ -101,9 +101,13 @@ class PsaConnections:
         """
         ref = self.network_ref(project, network)
         try:
-            found = self._request("get", f"{KIND} {connection_name(project, network)}", "GET",
-                                  f"services/{SERVICE}/connections",
-                                  params={"network": ref})
+            found = self._request(
+                "get",
+                f"{KIND} {connection_name(project, network)}",
+                "GET",
+                f"services/{SERVICE}/connections",
+                params={"network": ref},
+            )
         except NotFoundError:
             return None
         for conn in found.get("connections", []):
@@ -148,8 +152,14 @@ class PsaConnections:
             op = self._request("create", f"{KIND} {name}", "POST", f"services/{SERVICE}/connections", json=body)
         else:
             log.info("adding range %s to %s %s", range_name, KIND, name)
-            op = self._request("update", f"{KIND} {name}", "PATCH", f"services/{SERVICE}/connections/{PEERING}",
-                               params={"updateMask": "reservedPeeringRanges", "force": "false"}, json=body)
+            op = self._request(
+                "update",
+                f"{KIND} {name}",
+                "PATCH",
+                f"services/{SERVICE}/connections/{PEERING}",
+                params={"updateMask": "reservedPeeringRanges", "force": "false"},
+                json=body,
+            )
         if not wait:
             return Ensured(name, False, body)
         self.wait_operation(op, name=name, action="connect", timeout=timeout, progress=progress)
@@ -159,7 +169,12 @@ class PsaConnections:
         return Ensured(name, False, found)
 
     def wait_ready(
-        self, project: str, network: str, range_name: str, *, timeout: float = TIMEOUT,
+        self,
+        project: str,
+        network: str,
+        range_name: str,
+        *,
+        timeout: float = TIMEOUT,
         progress: ProgressCallback | None = None,
     ) -> dict[str, Any]:
         """Wait until the network's connection lists ``range_name``, and return it.
@@ -169,13 +184,19 @@ class PsaConnections:
             PsaConnections().wait_ready("my-project", "demo-net", "demo-psa")["peering"]
             # 'servicenetworking-googleapis-com'
         """
+
         def describe(conn: dict[str, Any] | None) -> str:
             return "ABSENT" if conn is None else "ranges " + ", ".join(conn.get("reservedPeeringRanges", []))
 
-        found = wait_for(f"{KIND} {connection_name(project, network)} to list {range_name}",
-                         lambda: self.get_or_none(project, network),
-                         done=lambda c: c is not None and range_name in c.get("reservedPeeringRanges", []),
-                         describe=describe, timeout=timeout, backoff=self._backoff, progress=progress)
+        found = wait_for(
+            f"{KIND} {connection_name(project, network)} to list {range_name}",
+            lambda: self.get_or_none(project, network),
+            done=lambda c: c is not None and range_name in c.get("reservedPeeringRanges", []),
+            describe=describe,
+            timeout=timeout,
+            backoff=self._backoff,
+            progress=progress,
+        )
         assert found is not None
         return found
 
@@ -210,14 +231,23 @@ class PsaConnections:
         rest = [r for r in ranges if r != range_name]
         if rest:
             log.info("removing range %s from %s %s (keeping %s)", range_name, KIND, name, ", ".join(rest))
-            op = self._request("update", f"{KIND} {name}", "PATCH", f"services/{SERVICE}/connections/{PEERING}",
-                               params={"updateMask": "reservedPeeringRanges", "force": "true"},
-                               json={"network": ref, "reservedPeeringRanges": rest})
+            op = self._request(
+                "update",
+                f"{KIND} {name}",
+                "PATCH",
+                f"services/{SERVICE}/connections/{PEERING}",
+                params={"updateMask": "reservedPeeringRanges", "force": "true"},
+                json={"network": ref, "reservedPeeringRanges": rest},
+            )
         else:
             log.info("deleting %s %s", KIND, name)
-            op = self._request("delete", f"{KIND} {name}", "POST",
-                               f"services/{SERVICE}/connections/{PEERING}:deleteConnection",
-                               json={"consumerNetwork": ref})
+            op = self._request(
+                "delete",
+                f"{KIND} {name}",
+                "POST",
+                f"services/{SERVICE}/connections/{PEERING}:deleteConnection",
+                json={"consumerNetwork": ref},
+            )
         if wait:
             self.wait_operation(op, name=name, action="disconnect", timeout=timeout, progress=progress)
         return True
@@ -244,11 +274,20 @@ class PsaConnections:
                 return op
             return self._request(f"poll the operation {op_name} of", f"{KIND} {name}", "GET", op_name)
 
-        done = wait_for(f"{KIND} {name} to {action}", poll, done=lambda o: bool(o.get("done")) or not op_name,
-                        describe=lambda o: "done" if o.get("done") else "running", timeout=timeout,
-                        backoff=self._backoff, progress=progress)
+        done = wait_for(
+            f"{KIND} {name} to {action}",
+            poll,
+            done=lambda o: bool(o.get("done")) or not op_name,
+            describe=lambda o: "done" if o.get("done") else "running",
+            timeout=timeout,
+            backoff=self._backoff,
+            progress=progress,
+        )
         error = done.get("error")
         if error:
-            raise operation_error(Call(SERVICE_NETWORKING, action, f"{KIND} {name}"),
-                                  error.get("message", "unknown error"), code=error.get("code"))
+            raise operation_error(
+                Call(SERVICE_NETWORKING, action, f"{KIND} {name}"),
+                error.get("message", "unknown error"),
+                code=error.get("code"),
+            )
         return done

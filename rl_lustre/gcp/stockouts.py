@@ -59,8 +59,9 @@ _AVAILABLE = re.compile(r"trying your request in the ((?:[a-z]+-[a-z]+[0-9]+-[a-
 _GLOBAL = re.compile(r"GPUS_ALL_REGIONS|GPUS-ALL-REGIONS|\bglobally\b", re.IGNORECASE)
 
 
-def classify_gcp(code: str | None, message: str, *, source: str = "operation", zone: str | None = None,
-                 at: float | None = None) -> Signal | None:
+def classify_gcp(
+    code: str | None, message: str, *, source: str = "operation", zone: str | None = None, at: float | None = None
+) -> Signal | None:
     """The capacity signal in a Google Cloud error code and message, or None for any
     other failure.
 
@@ -80,8 +81,9 @@ def classify_gcp(code: str | None, message: str, *, source: str = "operation", z
     if STOCKOUT.search(text):
         available = _AVAILABLE.search(message)
         zones = tuple(z.strip() for z in available.group(1).split(",") if z.strip()) if available else ()
-        return Signal("stockout", "zone", source, code or "STOCKOUT", message, zone=where, zones_available=zones,
-                      at=when)
+        return Signal(
+            "stockout", "zone", source, code or "STOCKOUT", message, zone=where, zones_available=zones, at=when
+        )
     if QUOTA.search(text):
         scope = "global" if _GLOBAL.search(text) else "region"
         return Signal("quota", scope, source, code or "QUOTA_EXCEEDED", message, zone=where, at=when)

@@ -49,8 +49,14 @@ class BucketObjects:
         retry: retries of transient failures.
     """
 
-    def __init__(self, session: Any = None, *, base_url: str = _clients.STORAGE_URL,
-                 retry: RetryPolicy | None = None, backoff: Any = None) -> None:
+    def __init__(
+        self,
+        session: Any = None,
+        *,
+        base_url: str = _clients.STORAGE_URL,
+        retry: RetryPolicy | None = None,
+        backoff: Any = None,
+    ) -> None:
         self._session = session
         self._base_url = base_url
         self._retry = retry
@@ -86,10 +92,13 @@ class BucketObjects:
             params = {"prefix": prefix, "fields": "items(name,size,generation),nextPageToken"}
             if token:
                 params["pageToken"] = token
-            page = self._request("list objects of", f"gs://{bucket}/{prefix}", "GET",
-                                 f"/storage/v1/b/{quote(bucket)}/o", params=params).json()
-            out += [StoredObject(i["name"], int(i.get("size") or 0), str(i.get("generation") or ""))
-                    for i in page.get("items") or []]
+            page = self._request(
+                "list objects of", f"gs://{bucket}/{prefix}", "GET", f"/storage/v1/b/{quote(bucket)}/o", params=params
+            ).json()
+            out += [
+                StoredObject(i["name"], int(i.get("size") or 0), str(i.get("generation") or ""))
+                for i in page.get("items") or []
+            ]
             token = page.get("nextPageToken")
             if not token:
                 return sorted(out, key=lambda o: o.name)
@@ -97,9 +106,13 @@ class BucketObjects:
     def read_json(self, bucket: str, name: str) -> Any | None:
         """The JSON content of object ``name``, or None when there is none."""
         try:
-            response = self._request("read", f"gs://{bucket}/{name}", "GET",
-                                     f"/storage/v1/b/{quote(bucket)}/o/{quote(name, safe='')}",
-                                     params={"alt": "media"})
+            response = self._request(
+                "read",
+                f"gs://{bucket}/{name}",
+                "GET",
+                f"/storage/v1/b/{quote(bucket)}/o/{quote(name, safe='')}",
+                params={"alt": "media"},
+            )
         except NotFoundError:
             return None
         return json.loads(response.content)
@@ -107,15 +120,22 @@ class BucketObjects:
     def write_json(self, bucket: str, name: str, data: Any) -> None:
         """Write ``data`` as the JSON object ``name`` (a simple media upload)."""
         body = json.dumps(data, indent=1, sort_keys=True).encode()
-        self._request("write", f"gs://{bucket}/{name}", "POST", f"/upload/storage/v1/b/{quote(bucket)}/o",
-                      params={"uploadType": "media", "name": name}, data=body,
-                      headers={"Content-Type": "application/json"})
+        self._request(
+            "write",
+            f"gs://{bucket}/{name}",
+            "POST",
+            f"/upload/storage/v1/b/{quote(bucket)}/o",
+            params={"uploadType": "media", "name": name},
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
 
     def delete(self, bucket: str, name: str) -> bool:
         """Delete object ``name``; False when it was not there."""
         try:
-            self._request("delete", f"gs://{bucket}/{name}", "DELETE",
-                          f"/storage/v1/b/{quote(bucket)}/o/{quote(name, safe='')}")
+            self._request(
+                "delete", f"gs://{bucket}/{name}", "DELETE", f"/storage/v1/b/{quote(bucket)}/o/{quote(name, safe='')}"
+            )
         except NotFoundError:
             return False
         log.info("deleted gs://%s/%s", bucket, name)

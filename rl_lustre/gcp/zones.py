@@ -50,8 +50,15 @@ class ZoneOffer:
 
     def missing(self) -> list[str]:
         """What it lacks, in words (``["machine type a4-highgpu-8g"]``)."""
-        return [what for what, ok in (("the machine type", self.machine_type), ("the GPU type", self.accelerator),
-                                      ("Managed Lustre", self.lustre)) if not ok]
+        return [
+            what
+            for what, ok in (
+                ("the machine type", self.machine_type),
+                ("the GPU type", self.accelerator),
+                ("Managed Lustre", self.lustre),
+            )
+            if not ok
+        ]
 
 
 def region_zones(spec: ClusterSpec, *, capacity: Capacity | None = None) -> tuple[ZoneOffer, ...]:

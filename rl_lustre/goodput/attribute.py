@@ -52,8 +52,10 @@ __all__ = ["CATEGORIES", "Hold", "Segment", "attribute", "derive_holds"]
 CATEGORIES = ("capacity", "startup", "training", "checkpoint", "validation", "lost", "idle", "unattributed")
 
 # Why seconds are unattributed: fixed wordings, so that they group.
-NO_JOURNAL = ("run {run} has no goodput records in its log (submitted by an rl_lustre without the "
-              "journal, or not an rl_lustre job)")
+NO_JOURNAL = (
+    "run {run} has no goodput records in its log (submitted by an rl_lustre without the "
+    "journal, or not an rl_lustre job)"
+)
 NO_STEP = "run {run} attempt {attempt}: no step was recorded after step {step}"
 NO_WORKER = "when the Ray worker on {node} started is not recorded"
 NO_READY = "the Ready time of {node} is not recorded"
@@ -162,8 +164,9 @@ def derive_holds(ev: Evidence) -> tuple[dict[str, list[Hold]], dict[str, int]]:
             lo, hi = n.billed(ev.now)
             a, b = max(start, lo), min(r.ended_at if r.ended_at is not None else math.inf, hi)
             if a < b:
-                holds[n.key].append(Hold(r.run, n.key, a, None if b == ev.now and r.ended_at is None else b,
-                                         "whole-cluster"))
+                holds[n.key].append(
+                    Hold(r.run, n.key, a, None if b == ev.now and r.ended_at is None else b, "whole-cluster")
+                )
     for at, r, attempt, rid, gpus in sorted(records, key=lambda x: x[0]):
         end = _attempt_end(r, attempt)
         spans = by_ray.get(rid, [])
@@ -364,8 +367,9 @@ def attribute(ev: Evidence, window: Interval) -> list[Segment]:
                     nxt = _next_holder(mine, mid)
                     if nxt is not None and runs[nxt].submitted_at <= mid:
                         owner = nxt
-                label = (_run_label(rules[owner], n, mid) if owner is not None
-                         else _cluster_label(ev, n, mid, unidentified))
+                label = (
+                    _run_label(rules[owner], n, mid) if owner is not None else _cluster_label(ev, n, mid, unidentified)
+                )
             out.append(Segment(n.key, a, b, label[0], owner, label[1], label[2]))
     return merge_adjacent(out)
 
@@ -409,8 +413,15 @@ def merge_adjacent(segments: Iterable[Segment]) -> list[Segment]:
     out: list[Segment] = []
     for s in segments:
         last = out[-1] if out else None
-        if (last is not None and last.node == s.node and last.end == s.start and last.category == s.category
-                and last.owner == s.owner and last.why == s.why and last.tag == s.tag):
+        if (
+            last is not None
+            and last.node == s.node
+            and last.end == s.start
+            and last.category == s.category
+            and last.owner == s.owner
+            and last.why == s.why
+            and last.tag == s.tag
+        ):
             out[-1] = attrs.evolve(last, end=s.end)
         else:
             out.append(s)

@@ -164,8 +164,12 @@ class GoodputLedger:
     def gpu_hours(self, category: str | None = None) -> float:
         """GPU-hours (node-hours times each node's GPUs), of one category or all."""
         gpus = {n.node: n.gpus for n in self.nodes}
-        return math.fsum(s.seconds * gpus.get(s.node, 0) for s in self.segments
-                         if category is None or s.category == category) / 3600
+        return (
+            math.fsum(
+                s.seconds * gpus.get(s.node, 0) for s in self.segments if category is None or s.category == category
+            )
+            / 3600
+        )
 
     def run(self, job_id: str) -> GoodputLedger:
         """The ledger of one run of a cluster or sweep ledger.
@@ -181,36 +185,65 @@ class GoodputLedger:
     def priced(self, usd_per_node_hour: float) -> GoodputLedger:
         """A copy with every node priced at ``usd_per_node_hour`` (e.g. a local rehearsal at a
         cloud price)."""
-        if isinstance(usd_per_node_hour, bool) or not isinstance(usd_per_node_hour, (int, float)) or \
-                not math.isfinite(usd_per_node_hour) or usd_per_node_hour < 0:
-            raise ConfigError("GoodputLedger.priced", "usd_per_node_hour", usd_per_node_hour,
-                              "must be a number of USD of at least 0")
+        if (
+            isinstance(usd_per_node_hour, bool)
+            or not isinstance(usd_per_node_hour, (int, float))
+            or not math.isfinite(usd_per_node_hour)
+            or usd_per_node_hour < 0
+        ):
+            raise ConfigError(
+                "GoodputLedger.priced", "usd_per_node_hour", usd_per_node_hour, "must be a number of USD of at least 0"
+            )
         spans = {k: attrs.evolve(n, usd_per_hour=float(usd_per_node_hour)) for k, n in self._spans.items()}
         return _from_segments(
-            self.scope, self.name, self.window, self.segments, spans, complete=self.complete,
-            notes=tuple(n for n in self.notes if n != LOCAL_NOTE), restarts=self.restarts,
+            self.scope,
+            self.name,
+            self.window,
+            self.segments,
+            spans,
+            complete=self.complete,
+            notes=tuple(n for n in self.notes if n != LOCAL_NOTE),
+            restarts=self.restarts,
             runs=tuple(r.priced(usd_per_node_hour) for r in self.runs),
             own=None if self.own is None else self.own.priced(usd_per_node_hour),
-            details=self.details, status=self.status, fixed_usd=self.fixed_usd, prices_as_of=None,
+            details=self.details,
+            status=self.status,
+            fixed_usd=self.fixed_usd,
+            prices_as_of=None,
         )
 
     def __add__(self, other: object) -> GoodputLedger:
         """Two ledgers of disjoint time or of different runs, as one."""
         if not isinstance(other, GoodputLedger):
             return NotImplemented
-        if self.scope == other.scope == "run" and self.name == other.name and \
-                self.window[0] < other.window[1] and other.window[0] < self.window[1]:
-            raise ConfigError("GoodputLedger.__add__", "other", other.name,
-                              "the two ledgers of one run overlap in time: their seconds would count twice")
+        if (
+            self.scope == other.scope == "run"
+            and self.name == other.name
+            and self.window[0] < other.window[1]
+            and other.window[0] < self.window[1]
+        ):
+            raise ConfigError(
+                "GoodputLedger.__add__",
+                "other",
+                other.name,
+                "the two ledgers of one run overlap in time: their seconds would count twice",
+            )
         own = self.own if other.own is None else other.own if self.own is None else self.own + other.own
         scope = self.scope if self.scope == other.scope else "sweep"
         name = self.name if self.name == other.name else f"{self.name} + {other.name}"
         return _from_segments(
-            scope, name, (min(self.window[0], other.window[0]), max(self.window[1], other.window[1])),
-            (*self.segments, *other.segments), {**self._spans, **other._spans},
-            complete=self.complete and other.complete, notes=_unique((*self.notes, *other.notes)),
-            restarts=(*self.restarts, *other.restarts), runs=(*self.runs, *other.runs), own=own,
-            details={}, status=None,
+            scope,
+            name,
+            (min(self.window[0], other.window[0]), max(self.window[1], other.window[1])),
+            (*self.segments, *other.segments),
+            {**self._spans, **other._spans},
+            complete=self.complete and other.complete,
+            notes=_unique((*self.notes, *other.notes)),
+            restarts=(*self.restarts, *other.restarts),
+            runs=(*self.runs, *other.runs),
+            own=own,
+            details={},
+            status=None,
             fixed_usd=None if self.fixed_usd is None or other.fixed_usd is None else self.fixed_usd + other.fixed_usd,
             prices_as_of=self.prices_as_of or other.prices_as_of,
         )
@@ -218,19 +251,25 @@ class GoodputLedger:
     def to_dict(self, *, segments: bool = False) -> dict[str, Any]:
         """A JSON-serialisable form (``rl-lustre goodput --json``)."""
         out: dict[str, Any] = {
-            "scope": self.scope, "name": self.name, "complete": self.complete, "status": self.status,
+            "scope": self.scope,
+            "name": self.name,
+            "complete": self.complete,
+            "status": self.status,
             "window": {"start": self.window[0], "end": self.window[1]},
             "unit": "gpu-node-seconds",
             "categories": {c: {"seconds": self.seconds[c], "usd": self.usd[c]} for c in CATEGORIES},
             "total": {"seconds": self.total_seconds, "usd": self.total_usd},
-            "attributed_fraction": self.attributed_fraction, "goodput_fraction": self.goodput_fraction,
+            "attributed_fraction": self.attributed_fraction,
+            "goodput_fraction": self.goodput_fraction,
             "unattributed": [attrs.asdict(u) for u in self.why],
             "nodes": [attrs.asdict(n) for n in self.nodes],
             "restarts": [attrs.asdict(r) for r in self.restarts],
             "runs": [r.to_dict(segments=segments) for r in self.runs],
             "own": None if self.own is None else self.own.to_dict(segments=segments),
-            "details": _jsonable(self.details), "notes": list(self.notes),
-            "fixed_usd": self.fixed_usd, "unpriced_seconds": self.unpriced_seconds,
+            "details": _jsonable(self.details),
+            "notes": list(self.notes),
+            "fixed_usd": self.fixed_usd,
+            "unpriced_seconds": self.unpriced_seconds,
             "prices_as_of": self.prices_as_of,
         }
         for key in ("unattributed", "nodes", "restarts"):
@@ -246,20 +285,28 @@ class GoodputLedger:
         if len(gpus) == 1:
             what += f" × {gpus[0]} GPU{'s' * (gpus[0] != 1)}"
         head = "; ".join(x for x in (self.status, what, "so far" if not self.complete else None) if x)
-        lines = [f"Goodput of {self.scope} {self.name} ({head})",
-                 f"  {_when(self.window[0])} → {_when(self.window[1])} UTC ({self.window[1] - self.window[0]:.1f} s)",
-                 f"  {'category':<14}{'node-h':>9}{'share':>9}{'USD':>12}"]
+        lines = [
+            f"Goodput of {self.scope} {self.name} ({head})",
+            f"  {_when(self.window[0])} → {_when(self.window[1])} UTC ({self.window[1] - self.window[0]:.1f} s)",
+            f"  {'category':<14}{'node-h':>9}{'share':>9}{'USD':>12}",
+        ]
         for c in CATEGORIES:
             share = 0.0 if total <= 0 else self.seconds[c] / total
             lines.append(f"  {c:<14}{self.seconds[c] / 3600:>9.3f}{share:>9.1%}{_usd(self.usd[c]):>12}")
-        lines.append(f"  {'total':<14}{total / 3600:>9.3f}{1.0 if total > 0 else 0.0:>9.1%}{_usd(self.total_usd):>12}"
-                     f"   attributed {self.attributed_fraction:.1%} · goodput {self.goodput_fraction:.1%}")
+        lines.append(
+            f"  {'total':<14}{total / 3600:>9.3f}{1.0 if total > 0 else 0.0:>9.1%}{_usd(self.total_usd):>12}"
+            f"   attributed {self.attributed_fraction:.1%} · goodput {self.goodput_fraction:.1%}"
+        )
         for r in self.restarts:
-            redone = (f"redid {r.steps_redone} step{'s' * (r.steps_redone != 1)} ({r.redone_wall:.1f} s)"
-                      if r.steps_redone else "redid no step")
+            redone = (
+                f"redid {r.steps_redone} step{'s' * (r.steps_redone != 1)} ({r.redone_wall:.1f} s)"
+                if r.steps_redone
+                else "redid no step"
+            )
             waited = f"waited {r.capacity_wall:.1f} s for GPUs" if r.capacity_wall is not None else "no wait recorded"
-            back = (f"first step again after {r.recovery_wall:.1f} s" if r.recovery_wall is not None
-                    else "not resumed yet")
+            back = (
+                f"first step again after {r.recovery_wall:.1f} s" if r.recovery_wall is not None else "not resumed yet"
+            )
             lines.append(f"  lost: restart {r.number} at {_when(r.lost_at)[11:]} {redone}, {waited}, {back}")
         for u in self.why:
             lines.append(f"  unattributed {u.seconds:.1f} node-s: {u.why}")
@@ -287,12 +334,23 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _from_segments(scope: str, name: str, window: tuple[float, float], segments: Iterable[Segment],
-                   spans: Mapping[str, NodeSpan], *, complete: bool, notes: Iterable[str] = (),
-                   restarts: tuple[LostDetail, ...] = (), runs: tuple[GoodputLedger, ...] = (),
-                   own: GoodputLedger | None = None, details: Mapping[str, Any] | None = None,
-                   status: str | None = None, fixed_usd: float | None = None,
-                   prices_as_of: str | None = None) -> GoodputLedger:
+def _from_segments(
+    scope: str,
+    name: str,
+    window: tuple[float, float],
+    segments: Iterable[Segment],
+    spans: Mapping[str, NodeSpan],
+    *,
+    complete: bool,
+    notes: Iterable[str] = (),
+    restarts: tuple[LostDetail, ...] = (),
+    runs: tuple[GoodputLedger, ...] = (),
+    own: GoodputLedger | None = None,
+    details: Mapping[str, Any] | None = None,
+    status: str | None = None,
+    fixed_usd: float | None = None,
+    prices_as_of: str | None = None,
+) -> GoodputLedger:
     segments = tuple(segments)
     seconds, usd = _zero(), _zero()
     per_node: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
@@ -316,14 +374,31 @@ def _from_segments(scope: str, name: str, window: tuple[float, float], segments:
         if s.tag is not None:
             tags[s.category][s.tag.split(":")[0]] += s.seconds
     nodes = tuple(
-        NodeUsage(k, spans[k].kind if k in spans else "unknown", spans[k].gpus if k in spans else 0,
-                  spans[k].usd_per_hour if k in spans else None, secs, dollars)
+        NodeUsage(
+            k,
+            spans[k].kind if k in spans else "unknown",
+            spans[k].gpus if k in spans else 0,
+            spans[k].usd_per_hour if k in spans else None,
+            secs,
+            dollars,
+        )
         for k, (secs, dollars) in sorted(per_node.items())
     )
-    unattributed = tuple(sorted(
-        (Unattributed(w, math.fsum(s.seconds for s in segs), tuple(sorted({s.node for s in segs})),
-                      min(s.start for s in segs), max(s.end for s in segs)) for w, segs in why.items()),
-        key=lambda u: -u.seconds))
+    unattributed = tuple(
+        sorted(
+            (
+                Unattributed(
+                    w,
+                    math.fsum(s.seconds for s in segs),
+                    tuple(sorted({s.node for s in segs})),
+                    min(s.start for s in segs),
+                    max(s.end for s in segs),
+                )
+                for w, segs in why.items()
+            ),
+            key=lambda u: -u.seconds,
+        )
+    )
     all_notes = list(notes)
     for k in per_node:
         if k in spans:
@@ -337,10 +412,25 @@ def _from_segments(scope: str, name: str, window: tuple[float, float], segments:
     info = dict(details or {})
     info.setdefault("by_tag", {c: dict(t) for c, t in tags.items()})
     return GoodputLedger(
-        scope=scope, name=name, window=window, complete=complete, seconds=seconds, usd=usd,
-        why=unattributed, notes=_unique(all_notes), nodes=nodes, restarts=restarts, runs=runs, own=own,
-        details=info, status=status, fixed_usd=fixed_usd, unpriced_seconds=unpriced,
-        prices_as_of=prices_as_of, segments=segments, spans=dict(spans),
+        scope=scope,
+        name=name,
+        window=window,
+        complete=complete,
+        seconds=seconds,
+        usd=usd,
+        why=unattributed,
+        notes=_unique(all_notes),
+        nodes=nodes,
+        restarts=restarts,
+        runs=runs,
+        own=own,
+        details=info,
+        status=status,
+        fixed_usd=fixed_usd,
+        unpriced_seconds=unpriced,
+        prices_as_of=prices_as_of,
+        segments=segments,
+        spans=dict(spans),
     )
 
 
@@ -360,29 +450,47 @@ def _restarts(r: RunTimeline, segments: Iterable[Segment]) -> tuple[LostDetail, 
         elif steps:
             redone_from = steps[0].start
         n = rec.number
-        out.append(LostDetail(
-            number=n, lost_at=rec.lost_at, resume_step=rec.resume_step, steps_redone=len(steps),
-            redone_wall=max(0.0, rec.lost_at - redone_from) if redone_from is not None else 0.0,
-            recovery_wall=None if rec.resumed_at is None else rec.resumed_at - rec.lost_at,
-            capacity_wall=rec.capacity_seconds,
-            redone_node_seconds=node_seconds[f"redone:{n}"],
-            recovery_node_seconds=math.fsum(v for k, v in node_seconds.items()
-                                            if k.endswith(f":{n}") and not k.startswith("redone")),
-            nodes_lost=rec.nodes_lost,
-        ))
+        out.append(
+            LostDetail(
+                number=n,
+                lost_at=rec.lost_at,
+                resume_step=rec.resume_step,
+                steps_redone=len(steps),
+                redone_wall=max(0.0, rec.lost_at - redone_from) if redone_from is not None else 0.0,
+                recovery_wall=None if rec.resumed_at is None else rec.resumed_at - rec.lost_at,
+                capacity_wall=rec.capacity_seconds,
+                redone_node_seconds=node_seconds[f"redone:{n}"],
+                recovery_node_seconds=math.fsum(
+                    v for k, v in node_seconds.items() if k.endswith(f":{n}") and not k.startswith("redone")
+                ),
+                nodes_lost=rec.nodes_lost,
+            )
+        )
     return tuple(out)
 
 
 def _run_details(r: RunTimeline) -> dict[str, Any]:
-    untimed = math.fsum(max(0.0, s.end - s.start - s.total_seconds) for a in r.attempts for s in a.steps
-                        if s.end is not None and s.total_seconds is not None)
+    untimed = math.fsum(
+        max(0.0, s.end - s.start - s.total_seconds)
+        for a in r.attempts
+        for s in a.steps
+        if s.end is not None and s.total_seconds is not None
+    )
     queued = math.fsum(q.end - q.start for q in r.queued if q.end is not None)
     return {"queued_wall": queued, "untimed_seconds": untimed, "attempts": len(r.attempts)}
 
 
-def build(ev: Evidence, *, scope: str = "cluster", window: Interval | None = None, run: str | None = None,
-          runs: Collection[str] | None = None, name: str | None = None, fixed_usd: float | None = None,
-          prices_as_of: str | None = None) -> GoodputLedger:
+def build(
+    ev: Evidence,
+    *,
+    scope: str = "cluster",
+    window: Interval | None = None,
+    run: str | None = None,
+    runs: Collection[str] | None = None,
+    name: str | None = None,
+    fixed_usd: float | None = None,
+    prices_as_of: str | None = None,
+) -> GoodputLedger:
     """The ledger of ``ev`` for one scope.
 
     Args:
@@ -427,14 +535,26 @@ def build(ev: Evidence, *, scope: str = "cluster", window: Interval | None = Non
             notes.append("rehearsal: no model is trained")
         if r.status in ("FAILED", "STOPPED") and not r.recoveries:
             last = max((s.step for a in r.attempts for s in a.steps), default=0)
-            notes.append(f"run ended {r.status} after step {last}: work after its newest checkpoint is not kept "
-                         "unless it is resubmitted")
+            notes.append(
+                f"run ended {r.status} after step {last}: work after its newest checkpoint is not kept "
+                "unless it is resubmitted"
+            )
         if r.ended_at is None:
             notes.append(f"run is {r.status}: the step in progress is counted as training so far")
         lo, hi = max(w[0], r.submitted_at), min(w[1], r.ended_at if r.ended_at is not None else ev.now)
-        return _from_segments("run", rid, (lo, max(lo, hi)), own, spans, complete=r.ended_at is not None,
-                              notes=notes, restarts=_restarts(r, own), details=_run_details(r),
-                              status=r.status, prices_as_of=prices_as_of)
+        return _from_segments(
+            "run",
+            rid,
+            (lo, max(lo, hi)),
+            own,
+            spans,
+            complete=r.ended_at is not None,
+            notes=notes,
+            restarts=_restarts(r, own),
+            details=_run_details(r),
+            status=r.status,
+            prices_as_of=prices_as_of,
+        )
 
     if scope == "run":
         assert run is not None
@@ -443,16 +563,28 @@ def build(ev: Evidence, *, scope: str = "cluster", window: Interval | None = Non
     missing = keep - set(timelines)
     if missing:
         raise ConfigError("goodput.build", "runs", sorted(missing), "are not among the runs collected")
-    touching = sorted({s.owner for s in segments if s.owner in keep}
-                      | {r for r in keep if timelines[r].submitted_at < w[1]
-                         and (timelines[r].ended_at or ev.now) > w[0]})
+    touching = sorted(
+        {s.owner for s in segments if s.owner in keep}
+        | {r for r in keep if timelines[r].submitted_at < w[1] and (timelines[r].ended_at or ev.now) > w[0]}
+    )
     run_ledgers = tuple(run_ledger(r) for r in touching)
     own_segments = [s for s in segments if s.owner is None]
-    own = _from_segments("cluster-own", name or "cluster", w, own_segments, spans, complete=True,
-                         notes=common, prices_as_of=prices_as_of)
+    own = _from_segments(
+        "cluster-own", name or "cluster", w, own_segments, spans, complete=True, notes=common, prices_as_of=prices_as_of
+    )
     chosen = [s for s in segments if s.owner is None or s.owner in keep]
     complete = window.end is not None and window.end <= ev.now and all(r.complete for r in run_ledgers)
-    return _from_segments(scope, name or scope, w, chosen, spans, complete=complete, notes=common,
-                          runs=run_ledgers, own=own, fixed_usd=fixed_usd, prices_as_of=prices_as_of,
-                          details=dict(ev.details))
-
+    return _from_segments(
+        scope,
+        name or scope,
+        w,
+        chosen,
+        spans,
+        complete=complete,
+        notes=common,
+        runs=run_ledgers,
+        own=own,
+        fixed_usd=fixed_usd,
+        prices_as_of=prices_as_of,
+        details=dict(ev.details),
+    )

@@ -50,8 +50,16 @@ class _Attempt:
     results: dict[int, float] = attrs.field(factory=dict)
 
 
-def run_timeline(run: str, log: str, *, status: str, submitted_at: float, ended_at: float | None,
-                 name: str | None = None, nodes_needed: int | None = None) -> RunTimeline:
+def run_timeline(
+    run: str,
+    log: str,
+    *,
+    status: str,
+    submitted_at: float,
+    ended_at: float | None,
+    name: str | None = None,
+    nodes_needed: int | None = None,
+) -> RunTimeline:
     """The timeline of run ``run`` from its (raw) log and its Jobs API record.
 
     Args:
@@ -73,7 +81,7 @@ def run_timeline(run: str, log: str, *, status: str, submitted_at: float, ended_
     need = nodes_needed
     for line in log.splitlines():
         if line.startswith(MARK):
-            record = _json(line[len(MARK):])
+            record = _json(line[len(MARK) :])
             if record is None or not isinstance(record.get("at"), (int, float)):
                 continue
             journal = True
@@ -109,7 +117,7 @@ def run_timeline(run: str, log: str, *, status: str, submitted_at: float, ended_
                 _queue(event, record, at, queued, holds)
             continue
         if line.startswith(RESTART_MARK):
-            record = _json(line[len(RESTART_MARK):])
+            record = _json(line[len(RESTART_MARK) :])
             if record is not None and "restart" in record:
                 restart = int(record["restart"])
                 restart_attempt[restart] = attempts[-1].number if attempts else 1
@@ -125,10 +133,19 @@ def run_timeline(run: str, log: str, *, status: str, submitted_at: float, ended_
         if resumed is None and r.first_step is not None:
             later = [a for a in done if a.number > ended and a.steps]
             resumed = later[0].steps[0].start if later else None
-        recoveries.append(Recovery(
-            number=r.number, lost_at=r.lost_at, resume_step=r.resumed_from_step, ended_attempt=ended,
-            capacity_wait_at=wait, capacity_back_at=back, capacity_seconds=r.capacity_seconds, resumed_at=resumed,
-            nodes_lost=tuple(n.name or n.address or n.node_id for n in r.nodes)))
+        recoveries.append(
+            Recovery(
+                number=r.number,
+                lost_at=r.lost_at,
+                resume_step=r.resumed_from_step,
+                ended_attempt=ended,
+                capacity_wait_at=wait,
+                capacity_back_at=back,
+                capacity_seconds=r.capacity_seconds,
+                resumed_at=resumed,
+                nodes_lost=tuple(n.name or n.address or n.node_id for n in r.nodes),
+            )
+        )
     notes = []
     if not journal:
         notes.append(f"the log of {run} has no goodput records: its seconds are unattributed")
@@ -136,23 +153,36 @@ def run_timeline(run: str, log: str, *, status: str, submitted_at: float, ended_
     if terminal and attempts and attempts[-1].ended_at is None:
         notes.append(f"run {run} is {status} but its log ends before its end")
     return RunTimeline(
-        run=run, name=name or run, submitted_at=submitted_at, ended_at=ended_at if terminal else None, status=status,
-        nodes_needed=need, queued=tuple(Interval(float(q[0]), q[1]) for q in queued if q[0] is not None),
-        attempts=tuple(done), recoveries=tuple(recoveries), holds=tuple(holds), journal=journal,
-        rehearsal=any(a.parser.rehearsal for a in attempts), notes=tuple(notes),
+        run=run,
+        name=name or run,
+        submitted_at=submitted_at,
+        ended_at=ended_at if terminal else None,
+        status=status,
+        nodes_needed=need,
+        queued=tuple(Interval(float(q[0]), q[1]) for q in queued if q[0] is not None),
+        attempts=tuple(done),
+        recoveries=tuple(recoveries),
+        holds=tuple(holds),
+        journal=journal,
+        rehearsal=any(a.parser.rehearsal for a in attempts),
+        notes=tuple(notes),
     )
 
 
-def _queue(event: Any, record: Mapping[str, Any], at: float, queued: list[list[float | None]],
-           holds: list[HeldRecord]) -> None:
+def _queue(
+    event: Any, record: Mapping[str, Any], at: float, queued: list[list[float | None]], holds: list[HeldRecord]
+) -> None:
     """The queue's records: its first wait (``queued`` to ``granted``) and the nodes held."""
     if event == "queued" and not queued:
         queued.append([at, None])
     elif event == "granted" and queued and queued[-1][1] is None and record.get("after") != "recovering":
         queued[-1][1] = at
     elif event == "held":
-        nodes = tuple((str(n.get("node_id")), _float(n.get("gpus"))) for n in record.get("nodes") or []
-                      if isinstance(n, Mapping) and n.get("node_id"))
+        nodes = tuple(
+            (str(n.get("node_id")), _float(n.get("gpus")))
+            for n in record.get("nodes") or []
+            if isinstance(n, Mapping) and n.get("node_id")
+        )
         holds.append(HeldRecord(int(record.get("attempt") or 1), at, nodes))
 
 
@@ -173,24 +203,43 @@ def _attempt(a: _Attempt) -> Attempt:
         if end is not None and a.ended_at is not None:
             end = min(end, a.ended_at)
         stop = end if end is not None else a.ended_at
-        checkpoint = _inside(a.saves.get(k), None if record is None else record.timings.get("checkpointing"),
-                             a.results.get(k), start, stop)
+        checkpoint = _inside(
+            a.saves.get(k),
+            None if record is None else record.timings.get("checkpointing"),
+            a.results.get(k),
+            start,
+            stop,
+        )
         # NeMo-RL validates before it saves: a validation ends by the save's start.
-        validation = _inside(a.validations.get(k), None if record is None else record.validation_seconds,
-                             a.results.get(k), start, stop if checkpoint is None else checkpoint.start)
-        steps.append(StepSpan(step=k, start=start, end=end, total_seconds=total, checkpoint=checkpoint,
-                              validation=validation))
+        validation = _inside(
+            a.validations.get(k),
+            None if record is None else record.validation_seconds,
+            a.results.get(k),
+            start,
+            stop if checkpoint is None else checkpoint.start,
+        )
+        steps.append(
+            StepSpan(step=k, start=start, end=end, total_seconds=total, checkpoint=checkpoint, validation=validation)
+        )
     initial = None
     if a.initial_validation_at is not None:
         seconds = a.parser.initial_validation.get("total_validation_time")
         first = a.steps[0]["at"] if a.steps else a.ended_at
         initial = _inside(a.initial_validation_at, seconds, None, a.setup_done_at or a.started_at, first)
-    return Attempt(number=a.number, started_at=a.started_at, ended_at=a.ended_at, exit_code=a.exit_code,
-                   setup_done_at=a.setup_done_at, initial_validation=initial, steps=tuple(steps))
+    return Attempt(
+        number=a.number,
+        started_at=a.started_at,
+        ended_at=a.ended_at,
+        exit_code=a.exit_code,
+        setup_done_at=a.setup_done_at,
+        initial_validation=initial,
+        steps=tuple(steps),
+    )
 
 
-def _inside(at: float | None, seconds: float | None, results: float | None, start: float,
-            stop: float | None) -> Interval | None:
+def _inside(
+    at: float | None, seconds: float | None, results: float | None, start: float, stop: float | None
+) -> Interval | None:
     """``[at, at + seconds)`` inside its step (``[start, stop)``); without the timer, up to the
     results (or the step's end).
 

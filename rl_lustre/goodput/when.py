@@ -24,8 +24,10 @@ from ..errors import ConfigError
 
 __all__ = ["when", "window"]
 
-_RULE = ("must be seconds since the epoch, an aware datetime, a timedelta before now, ISO 8601 "
-         "('2025-12-01T10:00Z') or a duration before now ('90s', '30m', '2h', '1d')")
+_RULE = (
+    "must be seconds since the epoch, an aware datetime, a timedelta before now, ISO 8601 "
+    "('2025-12-01T10:00Z') or a duration before now ('90s', '30m', '2h', '1d')"
+)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -42,8 +44,9 @@ def when(owner: str, field: str, value: object, *, now: float) -> float:
         return now - value.total_seconds()
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            raise ConfigError(owner, field, value, "must be an aware datetime (with a time zone), e.g. "
-                              "datetime.now(timezone.utc)")
+            raise ConfigError(
+                owner, field, value, "must be an aware datetime (with a time zone), e.g. datetime.now(timezone.utc)"
+            )
         return value.timestamp()
     if isinstance(value, str):
         text = value.strip()

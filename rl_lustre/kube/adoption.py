@@ -31,8 +31,18 @@ _MUTABLE_SPEC: dict[str, frozenset[str] | None] = {
     "DaemonSet": frozenset({"template", "updateStrategy", "minReadySeconds", "revisionHistoryLimit"}),
     # A Job's pod template (and selector, completion mode, ...) is immutable while it is not
     # suspended: a changed command or image is a new Job (see kube.apply.immutable_drift).
-    "Job": frozenset({"parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "maxFailedIndexes",
-                      "ttlSecondsAfterFinished", "suspend", "podReplacementPolicy"}),
+    "Job": frozenset(
+        {
+            "parallelism",
+            "completions",
+            "activeDeadlineSeconds",
+            "backoffLimit",
+            "maxFailedIndexes",
+            "ttlSecondsAfterFinished",
+            "suspend",
+            "podReplacementPolicy",
+        }
+    ),
     # GKE refuses changes to a network that pods may be attached to.
     "GKENetworkParamSet": frozenset(),
     "Network": frozenset(),
@@ -51,7 +61,11 @@ def _subset(want: Any, have: Any) -> bool:
     if isinstance(want, Mapping):
         return isinstance(have, Mapping) and all(_subset(v, have.get(k)) for k, v in want.items())
     if isinstance(want, list):
-        return isinstance(have, list) and len(want) == len(have) and all(_subset(w, h) for w, h in zip(want, have, strict=True))
+        return (
+            isinstance(have, list)
+            and len(want) == len(have)
+            and all(_subset(w, h) for w, h in zip(want, have, strict=True))
+        )
     return bool(want == have)
 
 
@@ -99,8 +113,9 @@ def adoption_patch(kind: str, desired: Obj, existing: Obj) -> tuple[Obj, list[st
         if kind == "PersistentVolumeClaim" and field == "resources" and want_spec.get("storageClassName") == "":
             # A statically provisioned claim cannot be resized (the API server answers 403):
             # it stays bound as it is, and the volume's own capacity is what grows.
-            logger.debug("claim %s keeps its request: a static claim is not resized",
-                         (desired.get("metadata") or {}).get("name"))
+            logger.debug(
+                "claim %s keeps its request: a static claim is not resized", (desired.get("metadata") or {}).get("name")
+            )
             continue
         if mutable is None or field in mutable:
             spec_patch[field] = value

@@ -52,8 +52,16 @@ logger = logging.getLogger("rl_lustre.kube.apply")
 Obj = dict[str, Any]
 _PENDING_ANNOTATION = "rl-lustre/mount-point-pending"
 # Deletion order when collecting by labels: dependents first.
-_DELETE_ORDER = ("Job", "DaemonSet", "RayCluster", "Secret", "PersistentVolumeClaim", "PersistentVolume", "Network",
-                 "GKENetworkParamSet")
+_DELETE_ORDER = (
+    "Job",
+    "DaemonSet",
+    "RayCluster",
+    "Secret",
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "Network",
+    "GKENetworkParamSet",
+)
 # Kinds a cluster may lack (no KubeRay add-on, no multi-networking): none of ours then.
 _OPTIONAL_KINDS = frozenset({"RayCluster", "GKENetworkParamSet", "Network"})
 _WATCH_CHUNK = 60.0
@@ -179,7 +187,9 @@ def apply_manifests(
     return applied
 
 
-def _apply_one(api_client: ApiClient, desired: Obj, kind: str, ns: str | None, name: str, deployment: str, timeout: float) -> Applied:
+def _apply_one(
+    api_client: ApiClient, desired: Obj, kind: str, ns: str | None, name: str, deployment: str, timeout: float
+) -> Applied:
     from kubernetes.client.exceptions import ApiException
 
     res = ResourceClient(api_client, kind, ns)
@@ -214,7 +224,14 @@ def _apply_one(api_client: ApiClient, desired: Obj, kind: str, ns: str | None, n
             )
         if (existing.get("metadata") or {}).get("deletionTimestamp"):
             logger.debug("%s is being deleted; waiting to create it again", what)
-            _wait(res, name, lambda obj: obj is None, deadline, f"{what} to finish deleting before it is created again", timeout)
+            _wait(
+                res,
+                name,
+                lambda obj: obj is None,
+                deadline,
+                f"{what} to finish deleting before it is created again",
+                timeout,
+            )
             continue
         patch, drift = adoption_patch(kind, desired, existing)
         if kind == "PersistentVolume" and _stale_claim(api_client, existing):
@@ -222,8 +239,13 @@ def _apply_one(api_client: ApiClient, desired: Obj, kind: str, ns: str | None, n
             # Released and still names the old claim's uid, so no new claim would bind.
             # It is ours; forgetting the old claim makes it Available to the new one.
             ref = existing["spec"]["claimRef"]
-            logger.info("%s is Released (its claim %s/%s uid %s is gone); clearing the stale claimRef",
-                        what, ref.get("namespace"), ref.get("name"), ref.get("uid"))
+            logger.info(
+                "%s is Released (its claim %s/%s uid %s is gone); clearing the stale claimRef",
+                what,
+                ref.get("namespace"),
+                ref.get("name"),
+                ref.get("uid"),
+            )
             patch.setdefault("spec", {})["claimRef"] = {"uid": None, "resourceVersion": None}
         if drift:
             raise KubernetesError(
@@ -254,9 +276,11 @@ def _refused_fields(exc: Any, action: str, kind: str) -> None:
         return
     hint = ""
     if kind == "RayCluster":
-        hint = (" The cluster's KubeRay CRD is older than these fields (rl_lustre checks RayClusters against "
-                "KubeRay v1.7's schema; GKE's Ray add-on may run an older KubeRay): leave them out or "
-                "upgrade the operator.")
+        hint = (
+            " The cluster's KubeRay CRD is older than these fields (rl_lustre checks RayClusters against "
+            "KubeRay v1.7's schema; GKE's Ray add-on may run an older KubeRay): leave them out or "
+            "upgrade the operator."
+        )
     raise KubernetesError(f"{action}: {describe_api_exception(exc)}.{hint}") from exc
 
 
@@ -292,7 +316,9 @@ def _wait(
         try:
             while (remaining := deadline - time.monotonic()) > 0:
                 with translate_errors(f"watch {res.describe(name)}"):
-                    for typ, event_obj in res.watch(resource_version=version, timeout=min(remaining, _WATCH_CHUNK), field_selector=selector):
+                    for typ, event_obj in res.watch(
+                        resource_version=version, timeout=min(remaining, _WATCH_CHUNK), field_selector=selector
+                    ):
                         version = str((event_obj.get("metadata") or {}).get("resourceVersion") or version)
                         obj = None if typ == "DELETED" else event_obj
                         logger.debug("watch %s: %s %s", res.describe(name), typ, _brief(obj))
@@ -365,7 +391,8 @@ def wait_ready(
     def explain(_: Obj | None, ns: str | None = ray_ns) -> Diagnosis:
         assert ns is not None
         return diagnose(
-            api_client, namespace=ns,
+            api_client,
+            namespace=ns,
             raycluster=next((n for rns, n in rayclusters if rns == ns), None),
             claims=[n for cns, n in claims if cns == ns],
         )
@@ -381,8 +408,9 @@ def wait_ready(
         res = ResourceClient(api_client, "RayCluster", ns)
 
         def ready(res: ResourceClient = res, name: str = name) -> Obj | None:
-            return _wait(res, name, raycluster_ready, deadline, f"{res.describe(name)} to become ready", timeout,
-                         explain)
+            return _wait(
+                res, name, raycluster_ready, deadline, f"{res.describe(name)} to become ready", timeout, explain
+            )
 
         rc = ready()
         assert rc is not None
@@ -421,7 +449,9 @@ def delete_manifests(
     return _delete(api_client, list(reversed(targets)), deployment, timeout)
 
 
-def delete_deployment(api_client: ApiClient, deployment: str, *, namespace: str = "default", timeout: float = 600.0) -> list[str]:
+def delete_deployment(
+    api_client: ApiClient, deployment: str, *, namespace: str = "default", timeout: float = 600.0
+) -> list[str]:
     """Delete every prefetch Job, pre-pull DaemonSet, RayCluster, Secret, claim and volume
     labelled with ``deployment``.
 
@@ -458,7 +488,9 @@ def delete_deployment(api_client: ApiClient, deployment: str, *, namespace: str 
     return _delete(api_client, targets, deployment, timeout)
 
 
-def _delete(api_client: ApiClient, targets: Iterable[tuple[str, str | None, str]], deployment: str, timeout: float) -> list[str]:
+def _delete(
+    api_client: ApiClient, targets: Iterable[tuple[str, str | None, str]], deployment: str, timeout: float
+) -> list[str]:
     deadline = time.monotonic() + timeout
     deleted = []
     for kind, ns, name in targets:

@@ -92,19 +92,21 @@ def _ca_pem(ca: bytes | str) -> str:
             text = ""
     if _PEM_BEGIN not in text:
         raise ConfigError(
-            "kube_api_client", "ca_pem", "<not a certificate>",
+            "kube_api_client",
+            "ca_pem",
+            "<not a certificate>",
             "must be a PEM certificate or base64 of one (GKE's master_auth.cluster_ca_certificate)",
         )
     try:
         ssl.create_default_context(cadata=text)
     except ssl.SSLError as exc:
-        raise ConfigError("kube_api_client", "ca_pem", "<unreadable certificate>", f"must be a valid PEM certificate ({exc})") from exc
+        raise ConfigError(
+            "kube_api_client", "ca_pem", "<unreadable certificate>", f"must be a valid PEM certificate ({exc})"
+        ) from exc
     return text
 
 
-def kube_api_client(
-    endpoint: str, ca_pem: bytes | str | None, token_source: TokenSource | None = None
-) -> ApiClient:
+def kube_api_client(endpoint: str, ca_pem: bytes | str | None, token_source: TokenSource | None = None) -> ApiClient:
     """A Kubernetes ``ApiClient`` for a GKE cluster, without ``gcloud`` or a kubeconfig.
 
     The server is verified against the cluster's own CA (the IP endpoint), or, with
@@ -132,7 +134,9 @@ def kube_api_client(
     m = _ENDPOINT.fullmatch(endpoint.strip()) if isinstance(endpoint, str) else None
     if m is None or (m["port"] is not None and not 0 < int(m["port"]) < 65536):
         raise ConfigError(
-            "kube_api_client", "endpoint", endpoint,
+            "kube_api_client",
+            "endpoint",
+            endpoint,
             "must be a host, host:port or https://host[:port] (the GKE cluster's endpoint)",
         )
     host = f"https://{m['host']}" + (f":{m['port']}" if m["port"] else "")
@@ -175,7 +179,9 @@ def gke_api_client(gke_cluster: Any, token_source: TokenSource | None = None) ->
     return kube_api_client(gke_cluster.endpoint, gke_cluster.master_auth.cluster_ca_certificate, token_source)
 
 
-def kube_api_client_from_kubeconfig(path: str | os.PathLike[str] | None = None, context: str | None = None) -> ApiClient:
+def kube_api_client_from_kubeconfig(
+    path: str | os.PathLike[str] | None = None, context: str | None = None
+) -> ApiClient:
     """A Kubernetes ``ApiClient`` from a kubeconfig file and context.
 
     Exec credential plugins (``gke-gcloud-auth-plugin``) and client certificates work
@@ -267,8 +273,10 @@ def describe_api_exception(exc: Any) -> str:
     unknown = unknown_fields(message)
     if unknown:
         # A strict decoding error quotes the whole object (a patch's message holds all of it).
-        return (f"{text}: the API server's schema for this kind has no field {', '.join(unknown)} "
-                "(strict field validation): it would have dropped it")
+        return (
+            f"{text}: the API server's schema for this kind has no field {', '.join(unknown)} "
+            "(strict field validation): it would have dropped it"
+        )
     if message:
         text += f": {message}"
     if status == 401:
@@ -311,7 +319,8 @@ def translate_errors(action: str) -> Iterator[None]:
         raise KubernetesError(f"{action}: {exc}") from exc
     except urllib3.exceptions.HTTPError as exc:
         if isinstance(exc, urllib3.exceptions.TimeoutError) or isinstance(
-                getattr(exc, "reason", None), urllib3.exceptions.TimeoutError):
+            getattr(exc, "reason", None), urllib3.exceptions.TimeoutError
+        ):
             raise KubernetesError(
                 f"{action}: the Kubernetes API did not answer in time (connect/read timeout "
                 f"{REQUEST_TIMEOUT[0]:g}s/{REQUEST_TIMEOUT[1]:g}s); it may be restarting or unreachable"
@@ -395,7 +404,9 @@ class ResourceClient:
         self.kind = KINDS[kind]
         self.namespace = namespace if self.kind.namespaced else None
         if self.kind.namespaced and not namespace:
-            raise ConfigError("ResourceClient", "namespace", namespace, f"{kind} is namespaced: a namespace is required")
+            raise ConfigError(
+                "ResourceClient", "namespace", namespace, f"{kind} is namespaced: a namespace is required"
+            )
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
 
@@ -411,15 +422,14 @@ class ResourceClient:
             scope = "namespaced_" if k.namespaced else ""
             method = getattr(self._core, f"{verb}_{scope}{k.core}")
             if k.namespaced:
-                if verb in ("create", "list"):
-                    args = (self.namespace, *args)
-                else:
-                    args = (args[0], self.namespace, *args[1:])
+                args = (self.namespace, *args) if verb in ("create", "list") else (args[0], self.namespace, *args[1:])
             return method(*args, **kwargs)
         group, version = k.group_version
         custom_verb = {"read": "get"}.get(verb, verb)
         if not k.namespaced:
-            return getattr(self._custom, f"{custom_verb}_cluster_custom_object")(group, version, k.plural, *args, **kwargs)
+            return getattr(self._custom, f"{custom_verb}_cluster_custom_object")(
+                group, version, k.plural, *args, **kwargs
+            )
         method = getattr(self._custom, f"{custom_verb}_namespaced_custom_object")
         return method(group, version, self.namespace, k.plural, *args, **kwargs)
 
@@ -443,8 +453,15 @@ class ResourceClient:
 
     def patch(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """Apply a JSON merge patch (RFC 7386); returns the stored object."""
-        result: dict[str, Any] = _json(self._call("patch", name, dict(patch), _content_type="application/merge-patch+json",
-                                                  field_validation=FIELD_VALIDATION))
+        result: dict[str, Any] = _json(
+            self._call(
+                "patch",
+                name,
+                dict(patch),
+                _content_type="application/merge-patch+json",
+                field_validation=FIELD_VALIDATION,
+            )
+        )
         return result
 
     def delete(self, name: str, *, propagation: str = "Background") -> bool:
@@ -459,7 +476,9 @@ class ResourceClient:
             raise
         return True
 
-    def list(self, *, label_selector: str | None = None, field_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
+    def list(
+        self, *, label_selector: str | None = None, field_selector: str | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
         """``(items, resourceVersion)``: the matching objects and the version to watch from."""
         kwargs = {k: v for k, v in (("label_selector", label_selector), ("field_selector", field_selector)) if v}
         body = _json(self._call("list", **kwargs))
@@ -486,7 +505,9 @@ class ResourceClient:
         from kubernetes.client.exceptions import ApiException
 
         seconds = max(1, math.ceil(timeout))
-        kwargs: dict[str, Any] = {k: v for k, v in (("label_selector", label_selector), ("field_selector", field_selector)) if v}
+        kwargs: dict[str, Any] = {
+            k: v for k, v in (("label_selector", label_selector), ("field_selector", field_selector)) if v
+        }
         # The server closes the stream at timeout_seconds; the read timeout only
         # guards against a server that stops answering.
         kwargs.update(resource_version=resource_version, timeout_seconds=seconds, _request_timeout=(10, seconds + 15))

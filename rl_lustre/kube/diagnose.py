@@ -34,8 +34,13 @@ _IMAGE_PULL = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImage
 # Waiting reasons that no amount of waiting fixes.
 _HOPELESS = ("InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError")
 _MISSING_IMAGE = ("not found", "manifest unknown", "repository does not exist")
-_STOCKOUT_MARKERS = ("out of resources", "resource_pool_exhausted", "stockout", "zone_resource_pool_exhausted",
-                     "does not have enough resources")
+_STOCKOUT_MARKERS = (
+    "out of resources",
+    "resource_pool_exhausted",
+    "stockout",
+    "zone_resource_pool_exhausted",
+    "does not have enough resources",
+)
 
 
 @attrs.frozen
@@ -107,38 +112,45 @@ def _events_for(obj: Obj, events: Iterable[Obj]) -> list[Obj]:
 
 def _unschedulable(obj_name: str, message: str, pod: Obj, events: Sequence[Obj]) -> Problem:
     text = message.lower()
-    autoscaler = [str(e.get("message") or "") for e in events if e.get("reason") in ("FailedScaleUp", "NotTriggerScaleUp")]
+    autoscaler = [
+        str(e.get("message") or "") for e in events if e.get("reason") in ("FailedScaleUp", "NotTriggerScaleUp")
+    ]
     scale_text = " ".join(autoscaler).lower()
     selector = ((pod.get("spec") or {}).get("nodeSelector")) or {}
     if any(marker in scale_text or marker in text for marker in _STOCKOUT_MARKERS):
         detail = next((m for m in autoscaler if any(k in m.lower() for k in _STOCKOUT_MARKERS)), message)
         return Problem(
-            "SpotCapacity", obj_name,
+            "SpotCapacity",
+            obj_name,
             f"no GPU node can be added: {detail} Spot (or on-demand) capacity for this GPU type is exhausted "
             "in the zone; wait and retry, try another zone, or use a reservation (spot=False).",
         )
     if f"insufficient {GPU_RESOURCE}" in text:
         return Problem(
-            "InsufficientGPU", obj_name,
+            "InsufficientGPU",
+            obj_name,
             f"no node has a free {GPU_RESOURCE} ({message}). The GPU pool may still be scaling up, have fewer "
             "nodes than the worker replicas, or its GPUs are taken by other pods.",
         )
     if "unbound immediate persistentvolumeclaims" in text or "persistentvolumeclaim" in text:
         return Problem(
-            "ClaimUnbound", obj_name,
+            "ClaimUnbound",
+            obj_name,
             f"its PersistentVolumeClaim is not bound ({message}); see the claim's own problem.",
         )
     if "node affinity/selector" in text:
         shown = ", ".join(f"{k}={v}" for k, v in sorted(selector.items())) or "its node affinity"
         hint = f" The cluster autoscaler says: {autoscaler[-1].rstrip('.')}." if autoscaler else ""
         return Problem(
-            "NodeSelector", obj_name,
+            "NodeSelector",
+            obj_name,
             f"no node matches {shown} ({message}).{hint} Does a node pool with these labels exist "
             "(accelerator type, Spot, pool name), and may it scale up?",
         )
     if "untolerated taint" in text or "had taint" in text:
         return Problem(
-            "Taint", obj_name,
+            "Taint",
+            obj_name,
             f"the only nodes have taints the pod does not tolerate ({message}).",
         )
     return Problem("Unschedulable", obj_name, f"cannot be scheduled: {message}")
@@ -180,14 +192,20 @@ def explain_pod(pod: Obj, events: Iterable[Obj] = ()) -> list[Problem]:
         container = cs.get("name", "?")
         if reason in _IMAGE_PULL:
             image = cs.get("image") or "?"
-            pull_errors = [str(e.get("message")) for e in own_events
-                           if e.get("reason") == "Failed" and "pull" in str(e.get("message", "")).lower()]
+            pull_errors = [
+                str(e.get("message"))
+                for e in own_events
+                if e.get("reason") == "Failed" and "pull" in str(e.get("message", "")).lower()
+            ]
             detail = pull_errors[-1] if pull_errors else waiting.get("message") or reason
-            problems.append(Problem(
-                "ImagePull", name,
-                f"container {container} cannot pull image {image!r} ({reason}): {detail}. Check the image name "
-                "and tag, and that the nodes' service account may read the registry.",
-            ))
+            problems.append(
+                Problem(
+                    "ImagePull",
+                    name,
+                    f"container {container} cannot pull image {image!r} ({reason}): {detail}. Check the image name "
+                    "and tag, and that the nodes' service account may read the registry.",
+                )
+            )
         elif reason == "CrashLoopBackOff":
             last = (cs.get("lastState") or {}).get("terminated") or {}
             bits = [f"exit code {last.get('exitCode')}"] if last.get("exitCode") is not None else []
@@ -195,22 +213,30 @@ def explain_pod(pod: Obj, events: Iterable[Obj] = ()) -> list[Problem]:
                 bits.append(str(last["reason"]))
             tail = f"; last termination: {', '.join(bits)}" if bits else ""
             msg = f": {str(last['message']).strip()}" if last.get("message") else ""
-            problems.append(Problem(
-                "CrashLoop", name,
-                f"container {container} keeps crashing (CrashLoopBackOff, {cs.get('restartCount', 0)} restarts)"
-                f"{tail}{msg}",
-            ))
+            problems.append(
+                Problem(
+                    "CrashLoop",
+                    name,
+                    f"container {container} keeps crashing (CrashLoopBackOff, {cs.get('restartCount', 0)} restarts)"
+                    f"{tail}{msg}",
+                )
+            )
         elif reason and reason not in ("ContainerCreating", "PodInitializing"):
-            problems.append(Problem(
-                "ContainerWaiting", name,
-                f"container {container} is waiting: {reason}: {waiting.get('message') or ''}".rstrip(": "),
-            ))
+            problems.append(
+                Problem(
+                    "ContainerWaiting",
+                    name,
+                    f"container {container} is waiting: {reason}: {waiting.get('message') or ''}".rstrip(": "),
+                )
+            )
     if not problems and status.get("phase") != "Succeeded":
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
         if not ready:
             unhealthy = [str(e.get("message")) for e in own_events if e.get("reason") == "Unhealthy"]
             detail = f": {unhealthy[-1]}" if unhealthy else ""
-            problems.append(Problem("NotReady", name, f"is {status.get('phase') or 'Pending'} and not ready yet{detail}"))
+            problems.append(
+                Problem("NotReady", name, f"is {status.get('phase') or 'Pending'} and not ready yet{detail}")
+            )
     return problems
 
 
@@ -233,13 +259,17 @@ def pod_problem(pod: Mapping[str, Any]) -> tuple[str, bool] | None:
         done = state.get("terminated")
         if done and done.get("exitCode", 0) != 0:
             message = " ".join(str(done.get("message") or "").split())
-            return (f"pod {name}: container {c.get('name')} exited {done.get('exitCode')} "
-                    f"({done.get('reason') or 'Error'})" + (f": {message[-500:]}" if message else ""), True)
+            return (
+                f"pod {name}: container {c.get('name')} exited {done.get('exitCode')} "
+                f"({done.get('reason') or 'Error'})" + (f": {message[-500:]}" if message else ""),
+                True,
+            )
         waiting = state.get("waiting")
         if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
             message = str(waiting.get("message") or "")
             hopeless = waiting["reason"] in _HOPELESS or (
-                waiting["reason"] in ("ErrImagePull", "ImagePullBackOff") and any(m in message for m in _MISSING_IMAGE))
+                waiting["reason"] in ("ErrImagePull", "ImagePullBackOff") and any(m in message for m in _MISSING_IMAGE)
+            )
             return f"pod {name}: {waiting['reason']}" + (f": {message}" if message else ""), hopeless
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
@@ -261,7 +291,9 @@ def explain_claim(claim: Obj, events: Iterable[Obj] = (), *, volume_exists: bool
         return []
     name = _name(claim)
     volume = (claim.get("spec") or {}).get("volumeName")
-    warnings = [f"{e.get('reason')}: {e.get('message')}" for e in _events_for(claim, events) if e.get("type") == "Warning"]
+    warnings = [
+        f"{e.get('reason')}: {e.get('message')}" for e in _events_for(claim, events) if e.get("type") == "Warning"
+    ]
     parts = [f"is {phase}, not Bound"]
     if volume and volume_exists is False:
         parts.append(f"its PersistentVolume {volume!r} does not exist")
@@ -269,7 +301,9 @@ def explain_claim(claim: Obj, events: Iterable[Obj] = (), *, volume_exists: bool
         parts.append(f"it asks for PersistentVolume {volume!r}")
     if warnings:
         parts.append("events: " + "; ".join(dict.fromkeys(warnings)))
-    parts.append("pods mounting it cannot be scheduled until it binds (check storageClassName, accessModes and capacity against the volume)")
+    parts.append(
+        "pods mounting it cannot be scheduled until it binds (check storageClassName, accessModes and capacity against the volume)"
+    )
     return [Problem("ClaimUnbound", name, "; ".join(parts))]
 
 
@@ -300,15 +334,27 @@ def _replica_failure(rc: Obj) -> list[Problem]:
     """
     meta = rc.get("metadata") or {}
     ns = meta.get("namespace") or "default"
-    found = [c for c in (rc.get("status") or {}).get("conditions") or []
-             if c.get("type") == "ReplicaFailure" and c.get("status") == "True"]
+    found = [
+        c
+        for c in (rc.get("status") or {}).get("conditions") or []
+        if c.get("type") == "ReplicaFailure" and c.get("status") == "True"
+    ]
     problems = []
     for cond in found:
         message = str(cond.get("message") or "").strip().replace("\n", ": ")
-        advice = (f" A ResourceQuota of namespace {ns} limits it: raise the quota (kubectl describe quota -n {ns}) "
-                  "or ask for fewer nodes." if "exceeded quota" in message else "")
-        problems.append(Problem("ReplicaFailure", f"RayCluster {ns}/{meta.get('name')}",
-                                f"KubeRay cannot create its pods ({cond.get('reason')}): {message}.{advice}"))
+        advice = (
+            f" A ResourceQuota of namespace {ns} limits it: raise the quota (kubectl describe quota -n {ns}) "
+            "or ask for fewer nodes."
+            if "exceeded quota" in message
+            else ""
+        )
+        problems.append(
+            Problem(
+                "ReplicaFailure",
+                f"RayCluster {ns}/{meta.get('name')}",
+                f"KubeRay cannot create its pods ({cond.get('reason')}): {message}.{advice}",
+            )
+        )
     return problems
 
 
@@ -343,7 +389,9 @@ def diagnose(
         for claim_name in claims:
             claim = ResourceClient(api_client, "PersistentVolumeClaim", namespace).get(claim_name)
             if claim is None:
-                problems.append(Problem("ClaimUnbound", f"PersistentVolumeClaim {namespace}/{claim_name}", "does not exist"))
+                problems.append(
+                    Problem("ClaimUnbound", f"PersistentVolumeClaim {namespace}/{claim_name}", "does not exist")
+                )
                 continue
             volume = (claim.get("spec") or {}).get("volumeName")
             exists = None
@@ -358,22 +406,43 @@ def diagnose(
                 summary_bits.append(f"RayCluster {namespace}/{raycluster} does not exist")
             else:
                 ready = sum(1 for p in pods if not explain_pod(p, ()))
-                summary_bits.append(f"RayCluster {namespace}/{raycluster}: {_condition_summary(rc)}; {ready}/{len(pods)} pods ready")
+                summary_bits.append(
+                    f"RayCluster {namespace}/{raycluster}: {_condition_summary(rc)}; {ready}/{len(pods)} pods ready"
+                )
                 problems += _replica_failure(rc)
                 if not pods:
-                    rc_events = [f"{e.get('reason')}: {e.get('message')}" for e in _events_for(rc, events) if e.get("type") == "Warning"]
+                    rc_events = [
+                        f"{e.get('reason')}: {e.get('message')}"
+                        for e in _events_for(rc, events)
+                        if e.get("type") == "Warning"
+                    ]
                     detail = f" Its events: {'; '.join(rc_events)}" if rc_events else ""
-                    problems.append(Problem(
-                        "NoPods", f"RayCluster {namespace}/{raycluster}",
-                        "has no pods: is the KubeRay operator (the GKE Ray add-on) installed and running?" + detail,
-                    ))
+                    problems.append(
+                        Problem(
+                            "NoPods",
+                            f"RayCluster {namespace}/{raycluster}",
+                            "has no pods: is the KubeRay operator (the GKE Ray add-on) installed and running?" + detail,
+                        )
+                    )
             for pod in pods:
                 problems += explain_pod(pod, events)
     if not summary_bits:
         summary_bits.append(f"namespace {namespace}")
     # Root causes first: a claim that does not bind explains the pods that wait for it.
-    order = ["ClaimUnbound", "ReplicaFailure", "ImagePull", "SpotCapacity", "InsufficientGPU", "NodeSelector", "Taint", "CrashLoop",
-             "ContainerWaiting", "Unschedulable", "NoPods", "NotReady"]
+    order = [
+        "ClaimUnbound",
+        "ReplicaFailure",
+        "ImagePull",
+        "SpotCapacity",
+        "InsufficientGPU",
+        "NodeSelector",
+        "Taint",
+        "CrashLoop",
+        "ContainerWaiting",
+        "Unschedulable",
+        "NoPods",
+        "NotReady",
+    ]
     problems.sort(key=lambda p: (order.index(p.reason) if p.reason in order else len(order), p.object))
     diagnosis = Diagnosis("; ".join(summary_bits), tuple(_dedupe(problems)))
     logger.debug("diagnosis: %s", diagnosis)

@@ -84,13 +84,31 @@ def extra_networks(cluster: ClusterSpec) -> list[dict[str, Any]]:
     """
     if cluster.fabric != "rdma":
         return []
-    nets = [{"k8s_name": "gvnic-1", "network_key": "gvnic-network", "subnet_key": "gvnic-subnet",
-             "network": naming.gvnic_network_name(cluster), "subnet": naming.gvnic_subnet_name(cluster),
-             "device_mode": "NetDevice", "nic_type": "GVNIC", "interface": "eth1"}]
-    nets += [{"k8s_name": f"rdma-{i}", "network_key": "rdma-network", "subnet_key": f"rdma-subnet-{i}",
-              "network": naming.rdma_network_name(cluster), "subnet": naming.rdma_subnet_name(cluster, i),
-              "device_mode": "RDMA", "nic_type": "MRDMA", "interface": f"eth{i + 2}"}
-             for i in range(rdma_nics(cluster))]
+    nets = [
+        {
+            "k8s_name": "gvnic-1",
+            "network_key": "gvnic-network",
+            "subnet_key": "gvnic-subnet",
+            "network": naming.gvnic_network_name(cluster),
+            "subnet": naming.gvnic_subnet_name(cluster),
+            "device_mode": "NetDevice",
+            "nic_type": "GVNIC",
+            "interface": "eth1",
+        }
+    ]
+    nets += [
+        {
+            "k8s_name": f"rdma-{i}",
+            "network_key": "rdma-network",
+            "subnet_key": f"rdma-subnet-{i}",
+            "network": naming.rdma_network_name(cluster),
+            "subnet": naming.rdma_subnet_name(cluster, i),
+            "device_mode": "RDMA",
+            "nic_type": "MRDMA",
+            "interface": f"eth{i + 2}",
+        }
+        for i in range(rdma_nics(cluster))
+    ]
     return nets
 
 
@@ -130,17 +148,27 @@ def fabric_manifests_by_key(cluster: ClusterSpec, labels: Mapping[str, str]) -> 
     if cluster.fabric != "rdma":
         return {}
     nets = extra_networks(cluster)
-    params = {netparams_key(n["k8s_name"]): {
-        "apiVersion": NETWORKING_API, "kind": "GKENetworkParamSet",
-        "metadata": {"name": n["k8s_name"], "labels": dict(labels)},
-        "spec": {"vpc": n["network"], "vpcSubnet": n["subnet"], "deviceMode": n["device_mode"]},
-    } for n in nets}
-    networks = {podnet_key(n["k8s_name"]): {
-        "apiVersion": NETWORKING_API, "kind": "Network",
-        "metadata": {"name": n["k8s_name"], "labels": dict(labels)},
-        "spec": {"type": "Device",
-                 "parametersRef": {"group": "networking.gke.io", "kind": "GKENetworkParamSet", "name": n["k8s_name"]}},
-    } for n in nets}
+    params = {
+        netparams_key(n["k8s_name"]): {
+            "apiVersion": NETWORKING_API,
+            "kind": "GKENetworkParamSet",
+            "metadata": {"name": n["k8s_name"], "labels": dict(labels)},
+            "spec": {"vpc": n["network"], "vpcSubnet": n["subnet"], "deviceMode": n["device_mode"]},
+        }
+        for n in nets
+    }
+    networks = {
+        podnet_key(n["k8s_name"]): {
+            "apiVersion": NETWORKING_API,
+            "kind": "Network",
+            "metadata": {"name": n["k8s_name"], "labels": dict(labels)},
+            "spec": {
+                "type": "Device",
+                "parametersRef": {"group": "networking.gke.io", "kind": "GKENetworkParamSet", "name": n["k8s_name"]},
+            },
+        }
+        for n in nets
+    }
     for obj in [*params.values(), *networks.values()]:
         validate_networking(obj)
     return {**params, **networks, INSTALLER_KEY: _installer(cluster, labels)}
@@ -153,7 +181,8 @@ def _installer(cluster: ClusterSpec, labels: Mapping[str, str]) -> dict[str, Any
     # log every packet as martian unless told not to.
     martians = "\n".join(f"sysctl -w net.ipv4.conf.gpu{i}rdma0.log_martians=0" for i in range(nics))
     return {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
         "metadata": {"name": INSTALLER_NAME, "namespace": INSTALLER_NAMESPACE, "labels": {**labels, **selector}},
         "spec": {
             "selector": {"matchLabels": dict(selector)},
@@ -163,31 +192,60 @@ def _installer(cluster: ClusterSpec, labels: Mapping[str, str]) -> dict[str, Any
                 "spec": {
                     "priorityClassName": "system-node-critical",
                     # Only this deployment's GPU type: the installer has nothing to do elsewhere.
-                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [{
-                            "key": GKE_ACCELERATOR_LABEL, "operator": "In",
-                            "values": [cluster.accelerator_type]}]}]}}},
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {
+                                                "key": GKE_ACCELERATOR_LABEL,
+                                                "operator": "In",
+                                                "values": [cluster.accelerator_type],
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        }
+                    },
                     "tolerations": [{"operator": "Exists"}],
                     "hostNetwork": True,
                     "hostPID": True,
                     "volumes": [
-                        {"name": "library-dir-host",
-                         "hostPath": {"path": f"{_HOST_NVIDIA}/lib64", "type": "DirectoryOrCreate"}},
+                        {
+                            "name": "library-dir-host",
+                            "hostPath": {"path": f"{_HOST_NVIDIA}/lib64", "type": "DirectoryOrCreate"},
+                        },
                         {"name": "gib", "hostPath": {"path": _HOST_GIB}},
                     ],
                     "initContainers": [
-                        {"name": "disable-log-martian", "image": "alpine:3.20", "command": ["/bin/sh", "-c"],
-                         "args": [martians], "securityContext": {"privileged": True}},
-                        {"name": INSTALLER_NAME, "image": GIB_IMAGE,
-                         "resources": {"requests": {"cpu": "150m"}},
-                         "securityContext": {"privileged": True},
-                         "volumeMounts": [
-                             {"name": "library-dir-host", "mountPath": "/usr/local/home/kubernetes/bin/nvidia/lib64"},
-                             {"name": "gib", "mountPath": "/usr/local/home/kubernetes/bin/gib"}],
-                         "command": ["/bin/sh", "-c"],
-                         "args": ["set -ex\n/scripts/container_entry.sh install --install-nccl\n"
-                                  "cp -r /var/lib/gib/lib64/. /usr/local/home/kubernetes/bin/nvidia/lib64\n"
-                                  "cp -r /var/lib/gib/. /usr/local/home/kubernetes/bin/gib\n"]},
+                        {
+                            "name": "disable-log-martian",
+                            "image": "alpine:3.20",
+                            "command": ["/bin/sh", "-c"],
+                            "args": [martians],
+                            "securityContext": {"privileged": True},
+                        },
+                        {
+                            "name": INSTALLER_NAME,
+                            "image": GIB_IMAGE,
+                            "resources": {"requests": {"cpu": "150m"}},
+                            "securityContext": {"privileged": True},
+                            "volumeMounts": [
+                                {
+                                    "name": "library-dir-host",
+                                    "mountPath": "/usr/local/home/kubernetes/bin/nvidia/lib64",
+                                },
+                                {"name": "gib", "mountPath": "/usr/local/home/kubernetes/bin/gib"},
+                            ],
+                            "command": ["/bin/sh", "-c"],
+                            "args": [
+                                "set -ex\n/scripts/container_entry.sh install --install-nccl\n"
+                                "cp -r /var/lib/gib/lib64/. /usr/local/home/kubernetes/bin/nvidia/lib64\n"
+                                "cp -r /var/lib/gib/. /usr/local/home/kubernetes/bin/gib\n"
+                            ],
+                        },
                     ],
                     "containers": [{"name": "pause", "image": PAUSE_IMAGE}],
                 },
@@ -215,8 +273,10 @@ def worker_fabric_summary(cluster: ClusterSpec) -> dict[str, Any]:
     """
     out: dict[str, Any] = {"fabric": cluster.fabric}
     if cluster.fabric == "rdma":
-        out["pod_interfaces"] = ["eth0: default", *(f"{n['interface']}: {n['k8s_name']}"
-                                                   for n in extra_networks(cluster) if n["device_mode"] == "RDMA")]
+        out["pod_interfaces"] = [
+            "eth0: default",
+            *(f"{n['interface']}: {n['k8s_name']}" for n in extra_networks(cluster) if n["device_mode"] == "RDMA"),
+        ]
         out["nccl"] = f"NCCL_NET=gIB, then {NCCL_ENV_SCRIPT} sourced before ray start"
     ephemeral = _ephemeral_request(cluster)
     if ephemeral is not None:
@@ -249,18 +309,27 @@ def fabric_worker_pod(cluster: ClusterSpec, pod: dict[str, Any]) -> tuple[dict[s
     if cluster.fabric != "rdma":
         return {}, False
     interfaces = [{"interfaceName": "eth0", "network": "default"}]
-    interfaces += [{"interfaceName": n["interface"], "network": n["k8s_name"]}
-                   for n in extra_networks(cluster) if n["device_mode"] == "RDMA"]
-    annotations = {"networking.gke.io/default-interface": "eth0",
-                   "networking.gke.io/interfaces": json.dumps(interfaces)}
-    pod.setdefault("volumes", []).extend([
-        {"name": "gib", "hostPath": {"path": _HOST_GIB}},
-        {"name": "nvidia", "hostPath": {"path": _HOST_NVIDIA}},
-    ])
-    container.setdefault("volumeMounts", []).extend([
-        {"name": "gib", "mountPath": "/usr/local/gib"},
-        {"name": "nvidia", "mountPath": "/usr/local/nvidia"},
-    ])
+    interfaces += [
+        {"interfaceName": n["interface"], "network": n["k8s_name"]}
+        for n in extra_networks(cluster)
+        if n["device_mode"] == "RDMA"
+    ]
+    annotations = {
+        "networking.gke.io/default-interface": "eth0",
+        "networking.gke.io/interfaces": json.dumps(interfaces),
+    }
+    pod.setdefault("volumes", []).extend(
+        [
+            {"name": "gib", "hostPath": {"path": _HOST_GIB}},
+            {"name": "nvidia", "hostPath": {"path": _HOST_NVIDIA}},
+        ]
+    )
+    container.setdefault("volumeMounts", []).extend(
+        [
+            {"name": "gib", "mountPath": "/usr/local/gib"},
+            {"name": "nvidia", "mountPath": "/usr/local/nvidia"},
+        ]
+    )
     env = container.setdefault("env", [])
     env[:] = [e for e in env if e["name"] != "NCCL_SOCKET_IFNAME"]
     env += [

@@ -23,12 +23,16 @@ def deployment_labels(cluster: ClusterSpec) -> dict[str, str]:
     for key, value in cluster.labels.items():
         if not _K8S_LABEL.fullmatch(key):
             raise ConfigError(
-                "Cluster", f"labels[{key!r}]", key,
+                "Cluster",
+                f"labels[{key!r}]",
+                key,
                 "Kubernetes label keys must start and end with a letter or digit",
             )
         if not _K8S_LABEL.fullmatch(value):
             raise ConfigError(
-                "Cluster", f"labels[{key!r}]", value,
+                "Cluster",
+                f"labels[{key!r}]",
+                value,
                 "Kubernetes label values must start and end with a letter or digit",
             )
     # Ours last: a user label must not disown a resource we created.

@@ -30,12 +30,19 @@ from .secret import secret_manifest
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
-__all__ = ["PVC_KEY", "PV_KEY", "RAYCLUSTER_KEY", "SECRET_KEY", "build_manifests", "deployment_labels",
-           "deployment_manifests", "keyed_manifests"]
+__all__ = [
+    "PVC_KEY",
+    "PV_KEY",
+    "RAYCLUSTER_KEY",
+    "SECRET_KEY",
+    "build_manifests",
+    "deployment_labels",
+    "deployment_manifests",
+    "keyed_manifests",
+]
 
 # The plan keys of the core objects: the plan's nodes and the manifests share them.
 PV_KEY, PVC_KEY, SECRET_KEY, RAYCLUSTER_KEY = "pv", "pvc", "secret", "raycluster"
-
 
 
 def build_manifests(
@@ -99,7 +106,9 @@ def keyed_manifests(
     """
     if cluster.backend != "gke":
         raise ConfigError(
-            "Cluster", "backend", cluster.backend,
+            "Cluster",
+            "backend",
+            cluster.backend,
             "a local cluster runs Ray on this machine and has no Kubernetes objects; "
             "manifests exist only for backend='gke'",
         )

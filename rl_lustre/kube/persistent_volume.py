@@ -20,8 +20,16 @@ from ..errors import GCPError, NotReadyError
 if TYPE_CHECKING:
     from ..spec import ClusterSpec, VolumeSpec
 
-__all__ = ["CSI_DRIVER", "LUSTRE_POD_VOLUME", "PENDING_ANNOTATION", "PLACEHOLDER_IP", "lustre_pod_volume",
-           "lustre_volume_mount", "pv_manifest", "pvc_manifest"]
+__all__ = [
+    "CSI_DRIVER",
+    "LUSTRE_POD_VOLUME",
+    "PENDING_ANNOTATION",
+    "PLACEHOLDER_IP",
+    "lustre_pod_volume",
+    "lustre_volume_mount",
+    "pv_manifest",
+    "pvc_manifest",
+]
 
 logger = logging.getLogger("rl_lustre.kube.persistent_volume")
 

@@ -78,7 +78,8 @@ def _current(rc: Mapping[str, Any]) -> dict[str, str] | None:
     hashes = {}
     for name, group, _ in _groups(rc):
         stamp = (((group.get("template") or {}).get("metadata") or {}).get("annotations") or {}).get(
-            TEMPLATE_HASH_ANNOTATION)
+            TEMPLATE_HASH_ANNOTATION
+        )
         if stamp is None:
             return None
         hashes[name] = str(stamp)
@@ -100,7 +101,8 @@ def _stamp_of(pod: Mapping[str, Any]) -> str | None:
 def _ready(pod: Mapping[str, Any]) -> bool:
     status = pod.get("status") or {}
     return status.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
 
 
 def outdated_pods(rc: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -140,7 +140,9 @@ class PortForward:
         self._listener = listener
         self._accepter = threading.Thread(target=self._accept_loop, name=f"port-forward {self.service}", daemon=True)
         self._accepter.start()
-        logger.info("forwarding %s to %s/%s:%d (pod %s)", self.url, self.namespace, self.service, self.remote_port, self.pod)
+        logger.info(
+            "forwarding %s to %s/%s:%d (pod %s)", self.url, self.namespace, self.service, self.remote_port, self.pod
+        )
         return self
 
     def close(self) -> None:
@@ -179,7 +181,9 @@ class PortForward:
                 logger.debug("port-forward %s:%d resolves to pod %s port %d", self.service, self.remote_port, *found)
                 return found
             if time.monotonic() + delay > deadline:
-                raise KubernetesError(f"cannot port-forward to {self.namespace}/{self.service}:{self.remote_port}: {why}")
+                raise KubernetesError(
+                    f"cannot port-forward to {self.namespace}/{self.service}:{self.remote_port}: {why}"
+                )
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
 
@@ -210,7 +214,9 @@ class PortForward:
         pod = ready[0]
         port = _container_port(pod, target_port)
         if port is None:
-            raise KubernetesError(f"cannot port-forward to {what}: pod {pod['metadata']['name']} has no port named {target_port!r}")
+            raise KubernetesError(
+                f"cannot port-forward to {what}: pod {pod['metadata']['name']} has no port named {target_port!r}"
+            )
         return (str(pod["metadata"]["name"]), port), ""
 
     # streams
@@ -228,7 +234,9 @@ class PortForward:
             conn.settimeout(None)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), name=f"port-forward {self.service} conn", daemon=True).start()
+            threading.Thread(
+                target=self._serve, args=(conn,), name=f"port-forward {self.service} conn", daemon=True
+            ).start()
 
     def _serve(self, conn: socket.socket) -> None:
         try:
@@ -335,8 +343,12 @@ class PortForward:
                     elif channel == _DATA:
                         conn.sendall(payload)
                     elif payload:
-                        logger.warning("port-forward to pod %s port %d failed: %s", pod, self.remote_port,
-                                       payload.decode("utf-8", "replace"))
+                        logger.warning(
+                            "port-forward to pod %s port %d failed: %s",
+                            pod,
+                            self.remote_port,
+                            payload.decode("utf-8", "replace"),
+                        )
                         return False
                 if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
                     break
@@ -359,7 +371,9 @@ def _shutdown(conn: socket.socket) -> None:
     conn.close()
 
 
-def port_forward(api_client: ApiClient, service: str, *, namespace: str = "default", remote_port: int = DASHBOARD_PORT) -> PortForward:
+def port_forward(
+    api_client: ApiClient, service: str, *, namespace: str = "default", remote_port: int = DASHBOARD_PORT
+) -> PortForward:
     """Start a :class:`PortForward` (close it, or use it as a context manager).
 
     Examples:

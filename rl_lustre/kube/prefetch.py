@@ -62,8 +62,14 @@ def prefetch_job(cluster: ClusterSpec) -> dict[str, Any]:
         {"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"},
     ]
     if "HF_TOKEN" in cluster.secrets:
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-            "name": naming.secret_name(cluster), "key": "HF_TOKEN", "optional": True}}})
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {
+                    "secretKeyRef": {"name": naming.secret_name(cluster), "key": "HF_TOKEN", "optional": True}
+                },
+            }
+        )
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -80,19 +86,21 @@ def prefetch_job(cluster: ClusterSpec) -> dict[str, Any]:
                 "spec": {
                     "restartPolicy": "Never",
                     "nodeSelector": {GKE_NODEPOOL_LABEL: naming.cpu_pool_name(cluster)},
-                    "containers": [{
-                        "name": "prefetch",
-                        "image": cluster.image,
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": prefetch_command(),
-                        "args": list(cluster.prefetch_models),
-                        "env": env,
-                        # A failed pod's last log lines become its termination message.
-                        "terminationMessagePolicy": "FallbackToLogsOnError",
-                        # Eight download threads wait on the network: a small request fits beside the head.
-                        "resources": {"requests": {"cpu": "1", "memory": "4Gi"}},
-                        "volumeMounts": [lustre_volume_mount(cluster)],
-                    }],
+                    "containers": [
+                        {
+                            "name": "prefetch",
+                            "image": cluster.image,
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": prefetch_command(),
+                            "args": list(cluster.prefetch_models),
+                            "env": env,
+                            # A failed pod's last log lines become its termination message.
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                            # Eight download threads wait on the network: a small request fits beside the head.
+                            "resources": {"requests": {"cpu": "1", "memory": "4Gi"}},
+                            "volumeMounts": [lustre_volume_mount(cluster)],
+                        }
+                    ],
                     "volumes": [lustre_pod_volume(cluster)],
                 },
             },

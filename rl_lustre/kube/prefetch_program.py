@@ -69,8 +69,10 @@ def tree_bytes(path: str) -> int:
 def fetch(home: str, repo: str, every: float) -> None:
     record = cached(home, repo)
     if record is not None:
-        say(f"{repo}: already in the cache (revision {record['revision']}, "
-            f"{record.get('bytes', 0) / 1e9:.1f} GB); download skipped")
+        say(
+            f"{repo}: already in the cache (revision {record['revision']}, "
+            f"{record.get('bytes', 0) / 1e9:.1f} GB); download skipped"
+        )
         return
     from huggingface_hub import HfApi, snapshot_download
 

@@ -53,20 +53,35 @@ def prepull_daemonset(cluster: ClusterSpec) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": {**labels, **selector}},
                 "spec": {
-                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [{
-                            "key": GKE_NODEPOOL_LABEL, "operator": "In",
-                            "values": prepull_pools(cluster)}]}]}}},
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {
+                                                "key": GKE_NODEPOOL_LABEL,
+                                                "operator": "In",
+                                                "values": prepull_pools(cluster),
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        }
+                    },
                     "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
                     "terminationGracePeriodSeconds": 0,
-                    "containers": [{
-                        "name": "pull",
-                        "image": cluster.image,
-                        "imagePullPolicy": "IfNotPresent",
-                        # Holds the image on the node; asks for no GPU and almost nothing else.
-                        "command": ["sleep", "infinity"],
-                        "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}, "limits": {"memory": "64Mi"}},
-                    }],
+                    "containers": [
+                        {
+                            "name": "pull",
+                            "image": cluster.image,
+                            "imagePullPolicy": "IfNotPresent",
+                            # Holds the image on the node; asks for no GPU and almost nothing else.
+                            "command": ["sleep", "infinity"],
+                            "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}, "limits": {"memory": "64Mi"}},
+                        }
+                    ],
                 },
             },
         },

@@ -36,8 +36,15 @@ if TYPE_CHECKING:
     from ..plan.capacity import Lane
     from ..spec import ClusterSpec
 
-__all__ = ["CLASS_ANNOTATION", "CONSUME_ANNOTATION", "QUEUED_CLASS", "consume_annotations", "consume_in_raycluster",
-           "pod_template", "provisioning_request"]
+__all__ = [
+    "CLASS_ANNOTATION",
+    "CONSUME_ANNOTATION",
+    "QUEUED_CLASS",
+    "consume_annotations",
+    "consume_in_raycluster",
+    "pod_template",
+    "provisioning_request",
+]
 
 QUEUED_CLASS = "queued-provisioning.gke.io"
 CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
@@ -50,13 +57,18 @@ def pod_template(cluster: ClusterSpec, lane: Lane, resources: Mapping[str, Any])
     on ``lane``'s pool."""
     name = naming.provisioning_request_name(cluster, lane.pool_name)
     return {
-        "apiVersion": "v1", "kind": "PodTemplate",
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
         "metadata": {"name": name, "namespace": cluster.namespace, "labels": deployment_labels(cluster)},
-        "template": {"spec": {
-            "nodeSelector": {GKE_NODEPOOL_LABEL: lane.pool_name},
-            "tolerations": copy.deepcopy(TOLERATIONS),
-            "containers": [{"name": "ray-worker", "image": cluster.image, "resources": copy.deepcopy(dict(resources))}],
-        }},
+        "template": {
+            "spec": {
+                "nodeSelector": {GKE_NODEPOOL_LABEL: lane.pool_name},
+                "tolerations": copy.deepcopy(TOLERATIONS),
+                "containers": [
+                    {"name": "ray-worker", "image": cluster.image, "resources": copy.deepcopy(dict(resources))}
+                ],
+            }
+        },
     }
 
 
@@ -65,7 +77,8 @@ def provisioning_request(cluster: ClusterSpec, lane: Lane) -> dict[str, Any]:
     assert lane.capacity.max_run_duration is not None
     name = naming.provisioning_request_name(cluster, lane.pool_name)
     return {
-        "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+        "apiVersion": "autoscaling.x-k8s.io/v1",
+        "kind": "ProvisioningRequest",
         "metadata": {"name": name, "namespace": cluster.namespace, "labels": deployment_labels(cluster)},
         "spec": {
             "provisioningClassName": QUEUED_CLASS,
@@ -77,7 +90,10 @@ def provisioning_request(cluster: ClusterSpec, lane: Lane) -> dict[str, Any]:
 
 def consume_annotations(cluster: ClusterSpec, lane: Lane) -> dict[str, str]:
     """What a pod carries to land on the nodes the request booked."""
-    return {CONSUME_ANNOTATION: naming.provisioning_request_name(cluster, lane.pool_name), CLASS_ANNOTATION: QUEUED_CLASS}
+    return {
+        CONSUME_ANNOTATION: naming.provisioning_request_name(cluster, lane.pool_name),
+        CLASS_ANNOTATION: QUEUED_CLASS,
+    }
 
 
 def worker_resources(raycluster: Mapping[str, Any]) -> dict[str, Any]:

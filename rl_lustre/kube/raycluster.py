@@ -82,7 +82,9 @@ def _check_ray_auth(cluster: ClusterSpec) -> None:
     assert cluster.ray_version is not None
     if tuple(int(p) for p in cluster.ray_version.split(".")) < _RAY_TOKEN_AUTH_SINCE:
         raise ConfigError(
-            "Cluster", "secrets", RAY_AUTH_TOKEN,
+            "Cluster",
+            "secrets",
+            RAY_AUTH_TOKEN,
             f"Ray token auth needs Ray 2.52.0 or newer; image {cluster.image!r} has Ray "
             f"{cluster.ray_version}, which would ignore the token and run unauthenticated",
         )
@@ -97,18 +99,20 @@ def _env(cluster: ClusterSpec) -> list[dict[str, Any]]:
     if RAY_AUTH_TOKEN in cluster.secrets:
         env.append({"name": "RAY_AUTH_MODE", "value": "token"})
     for name in cluster.secrets:
-        env.append({
-            "name": name,
-            "valueFrom": {
-                "secretKeyRef": {
-                    "name": naming.secret_name(cluster),
-                    "key": name,
-                    # A missing WANDB key must not keep pods from starting; a missing
-                    # Ray token must, or Ray would come up without it.
-                    "optional": name != RAY_AUTH_TOKEN,
-                }
-            },
-        })
+        env.append(
+            {
+                "name": name,
+                "valueFrom": {
+                    "secretKeyRef": {
+                        "name": naming.secret_name(cluster),
+                        "key": name,
+                        # A missing WANDB key must not keep pods from starting; a missing
+                        # Ray token must, or Ray would come up without it.
+                        "optional": name != RAY_AUTH_TOKEN,
+                    }
+                },
+            }
+        )
     return env
 
 
@@ -198,14 +202,16 @@ def _head_group(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]:
         pod["tolerations"] = [dict(t) for t in _GPU_TOLERATIONS]
     else:
         pod["nodeSelector"] = {GKE_NODEPOOL_LABEL: naming.cpu_pool_name(cluster)}
-    pod["containers"] = [{
-        "name": "ray-head",
-        "image": cluster.image,
-        "ports": [{"containerPort": port, "name": name} for name, port in RAY_HEAD_PORTS.items()],
-        "env": _env(cluster),
-        "resources": _head_resources(cluster),
-        "volumeMounts": _volume_mounts(cluster),
-    }]
+    pod["containers"] = [
+        {
+            "name": "ray-head",
+            "image": cluster.image,
+            "ports": [{"containerPort": port, "name": name} for name, port in RAY_HEAD_PORTS.items()],
+            "env": _env(cluster),
+            "resources": _head_resources(cluster),
+            "volumeMounts": _volume_mounts(cluster),
+        }
+    ]
     pod["volumes"] = _volumes(cluster)
     return {
         "rayStartParams": {
@@ -226,23 +232,36 @@ def _worker_group(cluster: ClusterSpec, labels: dict[str, str]) -> tuple[dict[st
     pod: dict[str, Any] = {
         "nodeSelector": _gpu_node_selector(cluster),
         "tolerations": [dict(t) for t in _GPU_TOLERATIONS],
-        "containers": [{
-            "name": "ray-worker",
-            "image": cluster.image,
-            "env": _env(cluster),
-            "resources": _worker_resources(cluster),
-            "volumeMounts": _volume_mounts(cluster),
-            # vLLM's per-worker compile caches onto the volume (see nemo_rl.caches).
-            "lifecycle": {"postStart": {"exec": {"command": [
-                "/bin/sh", "-c", vllm_seed_links(cluster.mount_path, cluster.num_nodes, cluster.gpus_per_node or 0)]}}},
-        }],
+        "containers": [
+            {
+                "name": "ray-worker",
+                "image": cluster.image,
+                "env": _env(cluster),
+                "resources": _worker_resources(cluster),
+                "volumeMounts": _volume_mounts(cluster),
+                # vLLM's per-worker compile caches onto the volume (see nemo_rl.caches).
+                "lifecycle": {
+                    "postStart": {
+                        "exec": {
+                            "command": [
+                                "/bin/sh",
+                                "-c",
+                                vllm_seed_links(cluster.mount_path, cluster.num_nodes, cluster.gpus_per_node or 0),
+                            ]
+                        }
+                    }
+                },
+            }
+        ],
         "volumes": _volumes(cluster),
     }
     container = pod["containers"][0]
     # Ray names the node after its Kubernetes node, so that the goodput ledger can tell
     # which node a raylet ran on once the pod is gone (Ray's default name is the pod IP).
-    container["env"] = [*container["env"], {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {
-        "fieldPath": "spec.nodeName"}}}]
+    container["env"] = [
+        *container["env"],
+        {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
     annotations, keep_command = fabric_worker_pod(cluster, pod)
     start_params: dict[str, str] = {}
     if keep_command:
@@ -270,8 +289,11 @@ def _ray_cluster(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]
 
     head = _head_group(cluster, labels)
     workers, keep_command = _worker_group(cluster, labels)
-    metadata: dict[str, Any] = {"name": naming.raycluster_name(cluster), "namespace": cluster.namespace,
-                                "labels": dict(labels)}
+    metadata: dict[str, Any] = {
+        "name": naming.raycluster_name(cluster),
+        "namespace": cluster.namespace,
+        "labels": dict(labels),
+    }
     if keep_command:
         # KubeRay then runs each container's own command; the head's does what KubeRay's would.
         metadata["annotations"] = {OVERWRITE_CMD_ANNOTATION: "true"}
@@ -280,13 +302,15 @@ def _ray_cluster(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]
         head_container["args"] = ["ulimit -n 65536; exec ${KUBERAY_GEN_RAY_START_CMD}"]
     # Each pod template carries a hash of itself: KubeRay does not replace pods when a
     # template changes, up() does (kube.rollout).
-    return stamp_templates({
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": metadata,
-        "spec": {
-            "rayVersion": cluster.ray_version,
-            "headGroupSpec": head,
-            "workerGroupSpecs": [workers],
-        },
-    })
+    return stamp_templates(
+        {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayCluster",
+            "metadata": metadata,
+            "spec": {
+                "rayVersion": cluster.ray_version,
+                "headGroupSpec": head,
+                "workerGroupSpecs": [workers],
+            },
+        }
+    )

@@ -37,8 +37,9 @@ def condition_true(obj: Mapping[str, Any], kind: str) -> bool:
         >>> condition_true({"status": {}}, "Ready")
         False
     """
-    return any(c.get("type") == kind and c.get("status") == "True"
-               for c in (obj.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == kind and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or []
+    )
 
 
 def spec_worker_replicas(spec: Mapping[str, Any]) -> int:

@@ -75,9 +75,14 @@ def roll_out(
             groups = sorted({group_of(p) for p in stale})
             logger.warning(
                 "RayCluster %s/%s: %d pod(s) of %s run an older pod template (KubeRay does not replace them): "
-                "recreating %s%s", ns, name, len(stale), ", ".join(groups),
+                "recreating %s%s",
+                ns,
+                name,
+                len(stale),
+                ", ".join(groups),
                 ", ".join(str(p["metadata"]["name"]) for p in stale),
-                "; the head goes too, ending the Ray jobs on it" if HEAD_GROUP in groups else "")
+                "; the head goes too, ending the Ray jobs on it" if HEAD_GROUP in groups else "",
+            )
             for pod in stale:
                 with translate_errors(f"delete {pods_api.describe(str(pod['metadata']['name']))}"):
                     pods_api.delete(str(pod["metadata"]["name"]))
@@ -85,7 +90,10 @@ def roll_out(
         elif rolled_out(rc, pods):
             return rc
         if time.monotonic() > deadline:
-            raise WaitTimeoutError(f"RayCluster {ns}/{name} to run its current pod templates", timeout,
-                                   explain(rc) if explain is not None else "pods on an older template")
+            raise WaitTimeoutError(
+                f"RayCluster {ns}/{name} to run its current pod templates",
+                timeout,
+                explain(rc) if explain is not None else "pods on an older template",
+            )
         time.sleep(_POLL)
         rc = ready() or rc

@@ -82,7 +82,11 @@ def forbid_unknown_fields(schema: Any) -> Any:
     for key in _SUBSCHEMA_LISTS:
         if isinstance(schema.get(key), list):
             out[key] = [forbid_unknown_fields(sub) for sub in schema[key]]
-    if "properties" in out and "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -125,8 +129,10 @@ def validate_raycluster(obj: Mapping[str, Any]) -> None:
     if not errors:
         return
     # An unknown (misspelt) field explains the rest: report it first.
-    error = min(errors, key=lambda e: (e.validator != "additionalProperties", len(e.absolute_path),
-                                       [str(p) for p in e.absolute_path]))
+    error = min(
+        errors,
+        key=lambda e: (e.validator != "additionalProperties", len(e.absolute_path), [str(p) for p in e.absolute_path]),
+    )
     path = ".".join(str(p) for p in error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = set((error.schema or {}).get("properties") or {})
@@ -167,11 +173,19 @@ def validate_networking(obj: Mapping[str, Any]) -> None:
     kind = str(obj.get("kind"))
     schemas = _networking_schemas()["kinds"]
     if obj.get("apiVersion") != NETWORKING_API or kind not in schemas:
-        raise ConfigError("manifest", "kind", f"{obj.get('apiVersion')}/{kind}",
-                          f"must be one of {', '.join(f'{NETWORKING_API}/{k}' for k in sorted(schemas))}")
+        raise ConfigError(
+            "manifest",
+            "kind",
+            f"{obj.get('apiVersion')}/{kind}",
+            f"must be one of {', '.join(f'{NETWORKING_API}/{k}' for k in sorted(schemas))}",
+        )
     validator = jsonschema.Draft202012Validator(schemas[kind])
     error = jsonschema.exceptions.best_match(validator.iter_errors(copy.deepcopy(dict(obj))))
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path) or "(object)"
-        raise ConfigError(kind, where, error.instance if error.absolute_path else None,
-                          f"must match the {NETWORKING_API} schema: {error.message}")
+        raise ConfigError(
+            kind,
+            where,
+            error.instance if error.absolute_path else None,
+            f"must match the {NETWORKING_API} schema: {error.message}",
+        )

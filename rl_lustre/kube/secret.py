@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 __all__ = ["REDACTED", "SecretValue", "secret_manifest"]
 
 
-
 class SecretValue(str):
     """A secret string whose ``repr`` is redacted.
 
@@ -49,7 +48,9 @@ def secret_manifest(
         if unknown:
             # Only the names go into the error: the values are secret.
             raise ConfigError(
-                "build_manifests", "secret_values", unknown,
+                "build_manifests",
+                "secret_values",
+                unknown,
                 f"names not declared in Cluster.secrets {list(cluster.secrets)}",
             )
         data = {

@@ -81,10 +81,16 @@ class Checkpoint:
             >>> c.to_dict()["mb_per_second"]
             4.0
         """
-        return {"step": self.step, "path": str(self.path), "size_bytes": self.size_bytes,
-                "finished_at": self.finished_at, "save_seconds": self.save_seconds,
-                "save_seconds_from": self.save_seconds_from, "mb_per_second": self.mb_per_second,
-                "training_info": dict(self.training_info)}
+        return {
+            "step": self.step,
+            "path": str(self.path),
+            "size_bytes": self.size_bytes,
+            "finished_at": self.finished_at,
+            "save_seconds": self.save_seconds,
+            "save_seconds_from": self.save_seconds_from,
+            "mb_per_second": self.mb_per_second,
+            "training_info": dict(self.training_info),
+        }
 
 
 def list_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> list[Checkpoint]:
@@ -153,7 +159,7 @@ def parse_listing(output: str) -> list[Checkpoint]:
     lines = [line for line in output.splitlines() if line.startswith(LISTING_MARK)]
     if not lines:
         raise ValueError("the output holds no checkpoint listing")
-    records = json.loads(lines[-1][len(LISTING_MARK):])
+    records = json.loads(lines[-1][len(LISTING_MARK) :])
     if not isinstance(records, list):
         raise ValueError("the checkpoint listing is not a list")
     try:

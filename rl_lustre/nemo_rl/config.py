@@ -89,7 +89,9 @@ def recipe_path(recipe: str | os.PathLike[str]) -> Path:
     p = RECIPES_DIR / f"v{RECIPE_VERSION}" / f"{name}.yaml"
     if not p.is_file():
         raise ConfigError(
-            "GRPOJob", "recipe", os.fspath(recipe),
+            "GRPOJob",
+            "recipe",
+            os.fspath(recipe),
             f"is not a recipe rl_lustre knows (known: {', '.join(available_recipes())}); "
             "pass the path of a NeMo-RL YAML file instead",
         )
@@ -314,8 +316,11 @@ def apply_overrides(
             continue
         rename = info.renamed_from(key)
         if rename is not None and OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
-            problem(f"NeMo-RL renamed {rename.old!r} to {rename.new!r} in {rename.since} and this "
-                    f"job runs NeMo-RL {info.version}; write {info.key(key)!r}", field=key)
+            problem(
+                f"NeMo-RL renamed {rename.old!r} to {rename.new!r} in {rename.since} and this "
+                f"job runs NeMo-RL {info.version}; write {info.key(key)!r}",
+                field=key,
+            )
             continue
         try:
             ConfigLoaderImpl._apply_overrides_to_config(overrides=[parsed], cfg=cfg)
@@ -330,8 +335,11 @@ def apply_overrides(
                     missing = next((k for k in subs if k not in known), key)
                 problem(missing_key_rule(missing, known), field=key)
             elif msg.startswith("Could not append to config"):
-                problem(f"'+' adds a key, but {key!r} already exists; drop the '+' to change it "
-                        "(or write '++' to add or change it)", field=key)
+                problem(
+                    f"'+' adds a key, but {key!r} already exists; drop the '+' to change it "
+                    "(or write '++' to add or change it)",
+                    field=key,
+                )
             elif msg.startswith("Could not delete"):
                 problem(f"'~' deletes a key, but the recipe has no {key!r}", field=key)
             else:
@@ -468,8 +476,12 @@ def resolve_config(
         cfg = OmegaConf.create(dict(recipe_or_cfg))
         owner = "config"
     else:
-        raise ConfigError("resolve_config", "recipe_or_cfg", recipe_or_cfg,
-                          "must be a recipe name, a YAML path, a DictConfig or a mapping")
+        raise ConfigError(
+            "resolve_config",
+            "recipe_or_cfg",
+            recipe_or_cfg,
+            "must be a recipe name, a YAML path, a DictConfig or a mapping",
+        )
     if isinstance(overrides, (str, bytes)) or not isinstance(overrides, (list, tuple)):
         raise ConfigError(owner, "overrides", overrides, "must be a list of override strings like ['grpo.seed=1']")
     for text in overrides:

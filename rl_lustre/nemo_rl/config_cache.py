@@ -194,9 +194,18 @@ def resolve_patched(
     keys = [p.key_or_group if p is not None else text for p, text in zip(parsed, overrides, strict=True)]
     leaves: dict[int, tuple[list[str], Any]] = {}
     for i, p in enumerate(parsed):
-        if (p is None or p.package is not None or p.is_delete() or p.is_add() or p.is_force_add()
-                or p.is_sweep_override() or not _plain(p.value()) or keys.count(p.key_or_group) != 1
-                or p.key_or_group not in info.leaves or _mentioned(p.key_or_group, info.names)):
+        if (
+            p is None
+            or p.package is not None
+            or p.is_delete()
+            or p.is_add()
+            or p.is_force_add()
+            or p.is_sweep_override()
+            or not _plain(p.value())
+            or keys.count(p.key_or_group) != 1
+            or p.key_or_group not in info.leaves
+            or _mentioned(p.key_or_group, info.names)
+        ):
             continue
         leaves[i] = (p.key_or_group.split("."), p.value())
     structural = [i for i in range(len(overrides)) if i not in leaves]

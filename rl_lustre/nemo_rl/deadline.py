@@ -64,14 +64,18 @@ class Deadline:
         out: list[str] = []
         left = self.remaining(now)
         if left <= 0:
-            out.append(f"the capacity ends in {max(0.0, self.end - now) / 60:.0f} min, less than the "
-                       f"{self.margin / 60:.0f} min a save needs before the nodes go: the run will not save "
-                       "before it loses its nodes")
+            out.append(
+                f"the capacity ends in {max(0.0, self.end - now) / 60:.0f} min, less than the "
+                f"{self.margin / 60:.0f} min a save needs before the nodes go: the run will not save "
+                "before it loses its nodes"
+            )
         mine = parse_save_by(given)
         if mine is not None and mine > max(0.0, left):
-            out.append(f"{DEADLINE_KEY}={given!r} lies past the capacity's end (it allows "
-                       f"{save_by_text(max(0.0, left))} from now): NeMo-RL would still be training when the "
-                       "nodes go")
+            out.append(
+                f"{DEADLINE_KEY}={given!r} lies past the capacity's end (it allows "
+                f"{save_by_text(max(0.0, left))} from now): NeMo-RL would still be training when the "
+                "nodes go"
+            )
         return out
 
 

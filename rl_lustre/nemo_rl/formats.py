@@ -105,5 +105,5 @@ def checkpoint_step(name: str, prefix: str = COMPLETE) -> int | None:
     """The step of a directory named ``<prefix>N``; None for any other name."""
     if not name.startswith(prefix):
         return None
-    digits = name[len(prefix):]
+    digits = name[len(prefix) :]
     return int(digits) if digits.isascii() and digits.isdigit() else None

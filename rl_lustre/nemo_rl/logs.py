@@ -369,5 +369,6 @@ def parse_log(text: str | Iterable[str]) -> ParsedLog:
     for line in text.splitlines() if isinstance(text, str) else text:
         parser.feed(line)
     parser.close()
-    return ParsedLog(steps=parser.steps, saves=parser.saves, finished=parser.finished,
-                     initial_validation=parser.initial_validation)
+    return ParsedLog(
+        steps=parser.steps, saves=parser.saves, finished=parser.finished, initial_validation=parser.initial_validation
+    )

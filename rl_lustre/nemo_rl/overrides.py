@@ -178,7 +178,9 @@ def render_override(key: str, value: Any, *, add: bool = False) -> str:
     try:
         parsed = _hydra_parse(text)
     except Exception as exc:
-        raise ConfigError("override", bare, value, f"cannot be written as a Hydra override: {syntax_rule(exc)}") from exc
+        raise ConfigError(
+            "override", bare, value, f"cannot be written as a Hydra override: {syntax_rule(exc)}"
+        ) from exc
     if parsed.is_delete() and value is None and parsed.key_or_group == bare:
         return text
     if parsed.key_or_group != bare or parsed.is_sweep_override() or not same_value(parsed.value(), _normalise(value)):
@@ -262,12 +264,12 @@ def _render(value: Any, where: str) -> str:
         items = []
         for k, v in value.items():
             if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][\w-]*", k):
-                raise ConfigError("override", where, value,
-                                  f"dict key {k!r} must be an identifier-like string for Hydra")
+                raise ConfigError(
+                    "override", where, value, f"dict key {k!r} must be an identifier-like string for Hydra"
+                )
             items.append(f"{k}:{_render_element(v, where, '{{x:{}}}')}")
         return "{" + ",".join(items) + "}"
-    raise ConfigError("override", where, value,
-                      "must be None, bool, int, float, str, or a list or dict of those")
+    raise ConfigError("override", where, value, "must be None, bool, int, float, str, or a list or dict of those")
 
 
 def _render_element(value: Any, where: str, context: str) -> str:

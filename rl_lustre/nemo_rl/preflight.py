@@ -30,8 +30,16 @@ OWNER = "GRPOJob"
 # response_datasets: load_response_dataset); "ResponseDataset" reads your own files.
 MATH_DATASETS = ("OpenMathInstruct-2", "DeepScaler", "DAPOMath17K")
 # Names that loader also knows, meant for SFT or vision-language runs rather than math GRPO.
-OTHER_DATASETS = ("open_assistant", "squad", "openmathinstruct2", "clevr_cogent",
-                  "openai_format", "clevr-cogent", "refcoco", "geometry3k")
+OTHER_DATASETS = (
+    "open_assistant",
+    "squad",
+    "openmathinstruct2",
+    "clevr_cogent",
+    "openai_format",
+    "clevr-cogent",
+    "refcoco",
+    "geometry3k",
+)
 # Preference (chosen/rejected) datasets of v0.4.0 (nemo_rl/data/datasets/preference_datasets:
 # load_preference_dataset), for DPO and reward models; GRPO's loader refuses them.
 PREFERENCE_DATASETS = ("HelpSteer3", "Tulu3Preference", "BinaryPreferenceDataset", "PreferenceDataset")
@@ -80,8 +88,9 @@ def disabled_sections(flat: Mapping[str, Any]) -> list[str]:
         ...                    "policy.megatron_cfg.optimizer.lr": 1e-6})
         ['policy.megatron_cfg']
     """
-    return sorted([k.removesuffix(".enabled") for k, value in flat.items()
-                   if k.endswith(".enabled") and value is False])
+    return sorted(
+        [k.removesuffix(".enabled") for k, value in flat.items() if k.endswith(".enabled") and value is False]
+    )
 
 
 def _check_disabled_sections(job: JobSpec, flat: Mapping[str, Any], found: _Findings) -> None:
@@ -102,7 +111,8 @@ def _check_disabled_sections(job: JobSpec, flat: Mapping[str, Any], found: _Find
         near = [k for k in nearest_keys(key, live) if k.rsplit(".", 1)[-1] == key.rsplit(".", 1)[-1]]
         hint = f"did you mean {near[0]!r}? " if near else ""
         found.problem(
-            key, shown_value(key, value),
+            key,
+            shown_value(key, value),
             f"is under {section}, which the recipe {job.recipe!r} disables ({section}.enabled=false), "
             f"so it would have no effect; {hint}To use that section, also set "
             f"overrides={{{section + '.enabled'!r}: True}}",
@@ -127,14 +137,19 @@ def _int(value: Any) -> int | None:
 
 def _check_secrets(job: JobSpec, cluster: ClusterSpec, overrides: Mapping[str, Any], found: _Findings) -> None:
     if job.wandb and "WANDB_API_KEY" not in cluster.secrets:
-        found.problem("logger.wandb_enabled", True,
-                      "W&B logging needs WANDB_API_KEY among Cluster.secrets (it reaches the pods "
-                      "through the Kubernetes Secret)")
+        found.problem(
+            "logger.wandb_enabled",
+            True,
+            "W&B logging needs WANDB_API_KEY among Cluster.secrets (it reaches the pods through the Kubernetes Secret)",
+        )
     for key, value in overrides.items():
         for name in secret_names(key, value):
-            found.problem(key.lstrip("+"), shown_value(key, value),
-                          f"{name!r} looks like a secret, and overrides are stored in plain text "
-                          "in the job's command line; list it in Cluster.secrets instead")
+            found.problem(
+                key.lstrip("+"),
+                shown_value(key, value),
+                f"{name!r} looks like a secret, and overrides are stored in plain text "
+                "in the job's command line; list it in Cluster.secrets instead",
+            )
 
 
 def secret_names(key: str, value: Any) -> list[str]:
@@ -142,7 +157,7 @@ def secret_names(key: str, value: Any) -> list[str]:
     parts = key.lstrip("+").split(".")
     if "env_vars" not in parts:
         return []
-    names = parts[parts.index("env_vars") + 1:]
+    names = parts[parts.index("env_vars") + 1 :]
     if isinstance(value, Mapping):
         names += [str(k) for k in value]
     return [n for n in names if looks_secret(n)]
@@ -175,8 +190,9 @@ def _check_versions(cluster: ClusterSpec, version: NemoRLVersion, found: _Findin
         )
 
 
-def _check_capacity_lifetime(job: JobSpec, cluster: ClusterSpec, flat: Mapping[str, Any] | None,
-                             found: _Findings) -> None:
+def _check_capacity_lifetime(
+    job: JobSpec, cluster: ClusterSpec, flat: Mapping[str, Any] | None, found: _Findings
+) -> None:
     """Capacity that ends (flex-start): a run that cannot save cannot outlive it."""
     ends = [c for c in getattr(cluster, "capacity", ()) if c.kind == "flex-start" and c.max_run_duration]
     if not ends:
@@ -187,7 +203,8 @@ def _check_capacity_lifetime(job: JobSpec, cluster: ClusterSpec, flat: Mapping[s
         found.warnings.append(
             f"the capacity policy has flex-start nodes, which live at most {shortest / 3600:g} h, and checkpointing "
             "is off: a run longer than that cannot finish inside the capacity's lifetime (it cannot save before "
-            "the nodes go, so it starts over); turn checkpointing on (CapacityDeadlineWarning)")
+            "the nodes go, so it starts over); turn checkpointing on (CapacityDeadlineWarning)"
+        )
 
 
 def _check_converter(job: JobSpec, flat: Mapping[str, Any], found: _Findings) -> None:
@@ -217,7 +234,8 @@ def _check_batches(flat: Mapping[str, Any], found: _Findings) -> None:
     samples = prompts * gens
     if gbs <= 0 or samples % gbs:
         found.problem(
-            "policy.train_global_batch_size", gbs,
+            "policy.train_global_batch_size",
+            gbs,
             f"grpo.num_prompts_per_step ({prompts}) * grpo.num_generations_per_prompt ({gens}) = "
             f"{samples} samples per step must be a whole multiple of the global batch size "
             "(NeMo-RL trains each step on whole global batches)",
@@ -238,27 +256,35 @@ def user_override(job: JobSpec, key: str) -> tuple[str, Any] | None:
     return None
 
 
-def _check_nodes(job: JobSpec, cluster: ClusterSpec, overrides: Mapping[str, Any],
-                 flat: Mapping[str, Any] | None, found: _Findings) -> None:
+def _check_nodes(
+    job: JobSpec, cluster: ClusterSpec, overrides: Mapping[str, Any], flat: Mapping[str, Any] | None, found: _Findings
+) -> None:
     """The job's size in nodes against the cluster's: set once, and no larger than the cluster."""
     theirs = user_override(job, "cluster.num_nodes")
     if job.num_nodes is not None and theirs is not None and theirs[1] != job.num_nodes:
-        found.problem(f"overrides[{theirs[0]!r}]", theirs[1],
-                      f"conflicts with num_nodes={job.num_nodes}; set the job's size once, with num_nodes")
+        found.problem(
+            f"overrides[{theirs[0]!r}]",
+            theirs[1],
+            f"conflicts with num_nodes={job.num_nodes}; set the job's size once, with num_nodes",
+        )
         return
     nodes = _int(_get(flat, "cluster.num_nodes", None)) if flat is not None else None
     if nodes is None:
         nodes = _int(next((v for k, v in overrides.items() if k.lstrip("+") == "cluster.num_nodes"), None))
     if nodes is not None and nodes > cluster.num_nodes:
         field = "num_nodes" if job.num_nodes is not None else "cluster.num_nodes"
-        found.problem(field, nodes,
-                      f"the job asks for {nodes} nodes but cluster {cluster.name!r} has {cluster.num_nodes} "
-                      f"(Cluster.num_nodes={cluster.num_nodes}); use at most {cluster.num_nodes}, or a larger cluster")
+        found.problem(
+            field,
+            nodes,
+            f"the job asks for {nodes} nodes but cluster {cluster.name!r} has {cluster.num_nodes} "
+            f"(Cluster.num_nodes={cluster.num_nodes}); use at most {cluster.num_nodes}, or a larger cluster",
+        )
     gpn = _int(_get(flat, "cluster.gpus_per_node", None)) if flat is not None else None
     if gpn is not None and cluster.gpus_per_node is not None and 0 < gpn < cluster.gpus_per_node:
         found.warnings.append(
             f"the job uses {gpn} of each node's {cluster.gpus_per_node} GPUs (cluster.gpus_per_node={gpn}); "
-            "the cluster's queue still gives it whole nodes")
+            "the cluster's queue still gives it whole nodes"
+        )
 
 
 def _check_parallelism(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Findings) -> None:
@@ -271,9 +297,12 @@ def _check_parallelism(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Fi
     # More nodes than the cluster has is _check_nodes's finding.
     if total > cluster.total_gpus and nodes <= cluster.num_nodes:
         key, value = "cluster.gpus_per_node", gpn
-        found.problem(key, value,
-                      f"the job asks for {nodes} nodes * {gpn} GPUs = {total} GPUs, but the cluster "
-                      f"has {cluster.num_nodes} * {cluster.gpus_per_node} = {cluster.total_gpus}")
+        found.problem(
+            key,
+            value,
+            f"the job asks for {nodes} nodes * {gpn} GPUs = {total} GPUs, but the cluster "
+            f"has {cluster.num_nodes} * {cluster.gpus_per_node} = {cluster.total_gpus}",
+        )
 
     train, gen = total, total
     if _get(flat, "policy.generation.colocated.enabled", True) is False:
@@ -282,15 +311,21 @@ def _check_parallelism(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Fi
         gen = gen_gpn if nodes == 1 else gen_nodes * gpn
         train = total - gen
         if gen <= 0 or train <= 0:
-            found.problem("policy.generation.colocated.resources", {"num_nodes": gen_nodes, "gpus_per_node": gen_gpn},
-                          f"non-colocated generation must leave GPUs to both generation and training "
-                          f"(the job has {total}: {gen} for generation, {train} for training)")
+            found.problem(
+                "policy.generation.colocated.resources",
+                {"num_nodes": gen_nodes, "gpus_per_node": gen_gpn},
+                f"non-colocated generation must leave GPUs to both generation and training "
+                f"(the job has {total}: {gen} for generation, {train} for training)",
+            )
             return
 
     if _get(flat, "policy.megatron_cfg.enabled") is True:
         prefix = "policy.megatron_cfg."
-        tp_key, pp_key, cp_key = (prefix + "tensor_model_parallel_size", prefix + "pipeline_model_parallel_size",
-                                  prefix + "context_parallel_size")
+        tp_key, pp_key, cp_key = (
+            prefix + "tensor_model_parallel_size",
+            prefix + "pipeline_model_parallel_size",
+            prefix + "context_parallel_size",
+        )
     elif _get(flat, "policy.dtensor_cfg.enabled") is True:
         prefix = "policy.dtensor_cfg."
         tp_key, pp_key, cp_key = prefix + "tensor_parallel_size", "", prefix + "context_parallel_size"
@@ -301,31 +336,41 @@ def _check_parallelism(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Fi
     cp = _int(_get(flat, cp_key, 1)) or 1
     model_parallel = tp * pp * cp
     if train % model_parallel:
-        found.problem(tp_key, tp,
-                      f"tensor ({tp}) * pipeline ({pp}) * context ({cp}) parallel = {model_parallel} "
-                      f"must divide the {train} training GPUs ({nodes} nodes * {gpn} GPUs per node)")
+        found.problem(
+            tp_key,
+            tp,
+            f"tensor ({tp}) * pipeline ({pp}) * context ({cp}) parallel = {model_parallel} "
+            f"must divide the {train} training GPUs ({nodes} nodes * {gpn} GPUs per node)",
+        )
     else:
         dp = train // model_parallel
         mbs = _int(_get(flat, "policy.train_micro_batch_size", 1)) or 1
         gbs = _int(_get(flat, "policy.train_global_batch_size"))
         if gbs is not None and gbs % (dp * mbs):
-            found.problem("policy.train_global_batch_size", gbs,
-                          f"must be a multiple of data-parallel size * micro batch = {dp} * {mbs} = "
-                          f"{dp * mbs} (data-parallel size = {train} training GPUs / "
-                          f"(tensor {tp} * pipeline {pp} * context {cp}))")
+            found.problem(
+                "policy.train_global_batch_size",
+                gbs,
+                f"must be a multiple of data-parallel size * micro batch = {dp} * {mbs} = "
+                f"{dp * mbs} (data-parallel size = {train} training GPUs / "
+                f"(tensor {tp} * pipeline {pp} * context {cp}))",
+            )
 
     if _get(flat, "policy.generation.backend") == "vllm":
         vkey = "policy.generation.vllm_cfg."
         vtp = _int(_get(flat, vkey + "tensor_parallel_size", 1)) or 1
         vpp = _int(_get(flat, vkey + "pipeline_parallel_size", 1)) or 1
         if vtp > gpn:
-            found.problem(vkey + "tensor_parallel_size", vtp,
-                          f"must be at most the {gpn} GPUs per node (a vLLM tensor-parallel group "
-                          "stays on one node)")
+            found.problem(
+                vkey + "tensor_parallel_size",
+                vtp,
+                f"must be at most the {gpn} GPUs per node (a vLLM tensor-parallel group stays on one node)",
+            )
         elif gen % (vtp * vpp):
-            found.problem(vkey + "tensor_parallel_size", vtp,
-                          f"vLLM tensor ({vtp}) * pipeline ({vpp}) parallel must divide the {gen} "
-                          "generation GPUs")
+            found.problem(
+                vkey + "tensor_parallel_size",
+                vtp,
+                f"vLLM tensor ({vtp}) * pipeline ({vpp}) parallel must divide the {gen} generation GPUs",
+            )
 
 
 def _check_metric(flat: Mapping[str, Any], found: _Findings) -> None:
@@ -333,10 +378,13 @@ def _check_metric(flat: Mapping[str, Any], found: _Findings) -> None:
     if metric is _MISSING or metric is None:
         return
     if not isinstance(metric, str) or not metric.startswith(("val:", "train:")) or metric in ("val:", "train:"):
-        found.problem("checkpointing.metric_name", metric,
-                      "must be None (keep the newest checkpoints) or 'val:<metric>' / 'train:<metric>', "
-                      "like 'val:accuracy' (NeMo-RL 0.4.0 ranks checkpoints by a validation or "
-                      "training metric)")
+        found.problem(
+            "checkpointing.metric_name",
+            metric,
+            "must be None (keep the newest checkpoints) or 'val:<metric>' / 'train:<metric>', "
+            "like 'val:accuracy' (NeMo-RL 0.4.0 ranks checkpoints by a validation or "
+            "training metric)",
+        )
     elif metric.startswith("val:") and not _get(flat, "grpo.val_period", 0):
         found.warnings.append(
             f"checkpointing.metric_name={metric!r} ranks by a validation metric, but grpo.val_period "
@@ -349,16 +397,22 @@ def _check_dataset(flat: Mapping[str, Any], key: str, exact: bool, found: _Findi
     if name is _MISSING or name in MATH_DATASETS:
         return
     if name in PREFERENCE_DATASETS:
-        found.problem(key, name,
-                      "is a preference dataset (chosen/rejected pairs, for DPO or reward models); GRPO "
-                      "loads response datasets only and NeMo-RL stops with 'Unsupported dataset_name' "
-                      f"(math datasets: {', '.join(MATH_DATASETS)}, or ResponseDataset for your own files)")
+        found.problem(
+            key,
+            name,
+            "is a preference dataset (chosen/rejected pairs, for DPO or reward models); GRPO "
+            "loads response datasets only and NeMo-RL stops with 'Unsupported dataset_name' "
+            f"(math datasets: {', '.join(MATH_DATASETS)}, or ResponseDataset for your own files)",
+        )
         return
     if name == "ResponseDataset":
         if exact and _get(flat, "data.train_data_path") is _MISSING:
-            found.problem(key, name,
-                          "ResponseDataset reads your own data and needs '+data.train_data_path=<jsonl "
-                          "file or HF dataset>' (and optionally +data.val_data_path)")
+            found.problem(
+                key,
+                name,
+                "ResponseDataset reads your own data and needs '+data.train_data_path=<jsonl "
+                "file or HF dataset>' (and optionally +data.val_data_path)",
+            )
         return
     if name in OTHER_DATASETS:
         found.warnings.append(
@@ -377,8 +431,10 @@ def _check_dataset(flat: Mapping[str, Any], key: str, exact: bool, found: _Findi
         # The version whose loader we know: it raises ValueError("Unsupported dataset_name").
         found.problem(key, name, unknown + "; NeMo-RL stops with 'Unsupported dataset_name'")
     else:
-        found.warnings.append(f"{key}={name!r} {unknown} NeMo-RL stops with 'Unsupported dataset_name' "
-                              "unless this version or your image adds it.")
+        found.warnings.append(
+            f"{key}={name!r} {unknown} NeMo-RL stops with 'Unsupported dataset_name' "
+            "unless this version or your image adds it."
+        )
 
 
 def _check_storage(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Findings) -> None:
@@ -423,14 +479,22 @@ def _check_storage(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Findin
         if cluster.nemo_rl_path is None:
             scale = cluster.rehearsal_scale
     need = count * one * scale
-    why = (f"keep_top_k=None keeps all {saves} this run saves" if keep is None else
-           f"keep_top_k={keep} + {IN_FLIGHT_CHECKPOINTS} in flight, at most the {saves} this run saves")
-    desc = (f"{count} checkpoints ({why}) * {one / 1024**3:,.0f} GiB ({params / 1e9:g}B parameters * "
-            f"{CHECKPOINT_BYTES_PER_PARAM} B: bf16 weights, fp32 master weights and Adam moments)"
-            + (f" * rehearsal scale {scale:g}" if scale != 1.0 else ""))
+    why = (
+        f"keep_top_k=None keeps all {saves} this run saves"
+        if keep is None
+        else f"keep_top_k={keep} + {IN_FLIGHT_CHECKPOINTS} in flight, at most the {saves} this run saves"
+    )
+    desc = (
+        f"{count} checkpoints ({why}) * {one / 1024**3:,.0f} GiB ({params / 1e9:g}B parameters * "
+        f"{CHECKPOINT_BYTES_PER_PARAM} B: bf16 weights, fp32 master weights and Adam moments)"
+        + (f" * rehearsal scale {scale:g}" if scale != 1.0 else "")
+    )
     if need > space:
-        found.problem("checkpointing.keep_top_k", keep,
-                      f"{desc} = {need / 1024**3:,.1f} GiB do not fit {where}; keep fewer checkpoints, "
-                      "save less often, or size the volume with rl_lustre.sizing.size_lustre")
+        found.problem(
+            "checkpointing.keep_top_k",
+            keep,
+            f"{desc} = {need / 1024**3:,.1f} GiB do not fit {where}; keep fewer checkpoints, "
+            "save less often, or size the volume with rl_lustre.sizing.size_lustre",
+        )
     elif need > 0.8 * space:
         found.warnings.append(f"{desc} = {need / 1024**3:,.1f} GiB fill more than 80% of {where}")

@@ -224,8 +224,11 @@ def resolve_job(job: JobSpec, cluster: ClusterSpec) -> ResolvedJob:
     except ConfigError:
         # A recipe we do not ship (it may exist in the image).
         recipe, notes = None, ()
-    megatron = ("megatron" in name if recipe is None
-                else bool(recipe.get("policy", {}).get("megatron_cfg", {}).get("enabled", False)))
+    megatron = (
+        "megatron" in name
+        if recipe is None
+        else bool(recipe.get("policy", {}).get("megatron_cfg", {}).get("enabled", False))
+    )
     default_checkpoint_dir = posixpath.join(cluster.mount_path, job.checkpoint_root, job.name)
     default_log_dir = posixpath.join(cluster.mount_path, job.log_root, job.name)
     hf_home = posixpath.join(cluster.mount_path, job.hf_home)
@@ -248,8 +251,7 @@ def resolve_job(job: JobSpec, cluster: ClusterSpec) -> ResolvedJob:
         flat = {key.lstrip("+"): value for key, value in overrides.items() if not key.startswith("~")}
     else:
         warnings.extend(notes)
-        config, applied, unresolved = resolve_shared(recipe, texts, owner=OWNER, values=shown,
-                                                     version=version.version)
+        config, applied, unresolved = resolve_shared(recipe, texts, owner=OWNER, values=shown, version=version.version)
         problems += applied + unresolved
         flat = None if config is None else flatten(config)
     # The values in force: the job's overrides may move them ("++checkpointing.checkpoint_dir" too).
@@ -294,8 +296,7 @@ def _in_force(key: str, default: Any, flat: Mapping[str, Any] | None, overrides:
     return default
 
 
-def _num_nodes(job: JobSpec, cluster: ClusterSpec, overrides: Mapping[str, Any],
-               flat: Mapping[str, Any] | None) -> int:
+def _num_nodes(job: JobSpec, cluster: ClusterSpec, overrides: Mapping[str, Any], flat: Mapping[str, Any] | None) -> int:
     """The job's size in nodes: ``cluster.num_nodes`` in force, else the field's (or the cluster's)."""
     default = job.num_nodes if job.num_nodes is not None else cluster.num_nodes
     value = _in_force("cluster.num_nodes", default, flat, overrides)
@@ -315,23 +316,25 @@ def _overrides(
         converter = job.converter_type or converter_for(job.model)
         if converter is not None:
             out["policy.megatron_cfg.converter_type"] = converter
-    out.update({
-        "logger.wandb_enabled": job.wandb,
-        "cluster.num_nodes": job.num_nodes if job.num_nodes is not None else cluster.num_nodes,
-        "cluster.gpus_per_node": cluster.gpus_per_node,
-        "logger.wandb.name": job.name,
-        "grpo.max_num_steps": job.max_num_steps,
-        "grpo.num_generations_per_prompt": job.num_generations_per_prompt,
-        "grpo.num_prompts_per_step": job.num_prompts_per_step,
-        "policy.train_global_batch_size": job.train_global_batch_size,
-        "checkpointing.enabled": job.checkpointing,
-        "checkpointing.save_period": job.save_period,
-        "checkpointing.keep_top_k": job.keep_top_k,
-        "checkpointing.metric_name": job.metric_name,
-        "checkpointing.checkpoint_dir": checkpoint_dir,
-        version.key("data.dataset_name"): job.dataset,
-        "logger.log_dir": log_dir,
-    })
+    out.update(
+        {
+            "logger.wandb_enabled": job.wandb,
+            "cluster.num_nodes": job.num_nodes if job.num_nodes is not None else cluster.num_nodes,
+            "cluster.gpus_per_node": cluster.gpus_per_node,
+            "logger.wandb.name": job.name,
+            "grpo.max_num_steps": job.max_num_steps,
+            "grpo.num_generations_per_prompt": job.num_generations_per_prompt,
+            "grpo.num_prompts_per_step": job.num_prompts_per_step,
+            "policy.train_global_batch_size": job.train_global_batch_size,
+            "checkpointing.enabled": job.checkpointing,
+            "checkpointing.save_period": job.save_period,
+            "checkpointing.keep_top_k": job.keep_top_k,
+            "checkpointing.metric_name": job.metric_name,
+            "checkpointing.checkpoint_dir": checkpoint_dir,
+            version.key("data.dataset_name"): job.dataset,
+            "logger.log_dir": log_dir,
+        }
+    )
     if job.wandb_project is not None:
         out["logger.wandb.project"] = job.wandb_project
     # Our values are literal text; the job's follow GRPOJob.interpolate_overrides.
@@ -375,8 +378,11 @@ def _render(
         except ConfigError as exc:
             problems.append(ConfigError(OWNER, key.lstrip("+~"), seen, exc.rule))
             if error is None:
-                error = (ConfigError(OWNER, f"overrides[{key!r}]", REDACTED, _secret_rule(secret[0])) if secret
-                         else _with_cause(ConfigError(OWNER, f"overrides[{key!r}]", value, exc.rule), exc))
+                error = (
+                    ConfigError(OWNER, f"overrides[{key!r}]", REDACTED, _secret_rule(secret[0]))
+                    if secret
+                    else _with_cause(ConfigError(OWNER, f"overrides[{key!r}]", value, exc.rule), exc)
+                )
             continue
         texts.append(text)
         shown.append(seen)
@@ -387,8 +393,10 @@ def _render(
 
 
 def _secret_rule(name: str) -> str:
-    return (f"{name!r} looks like a secret, which must not appear in the job's command line; "
-            "list it in Cluster.secrets instead")
+    return (
+        f"{name!r} looks like a secret, which must not appear in the job's command line; "
+        "list it in Cluster.secrets instead"
+    )
 
 
 def _with_cause(error: ConfigError, cause: BaseException) -> ConfigError:
@@ -414,8 +422,9 @@ def _entrypoint(job: JobSpec, cluster: ClusterSpec, version: NemoRLVersion, name
         )
     root = cluster.nemo_rl_path if cluster.backend == "local" else job.nemo_rl_dir
     assert root is not None
-    return (f"cd {shlex.quote(root)} && uv run python {version.entry_script} "
-            f"--config examples/configs/{name}.yaml {quoted}")
+    return (
+        f"cd {shlex.quote(root)} && uv run python {version.entry_script} --config examples/configs/{name}.yaml {quoted}"
+    )
 
 
 def _runtime_env(job: JobSpec, cluster: ClusterSpec, hf_home: str) -> tuple[Mapping[str, Any], ConfigError | None]:
@@ -433,4 +442,3 @@ def _runtime_env(job: JobSpec, cluster: ClusterSpec, hf_home: str) -> tuple[Mapp
     elif job.excludes:
         out["excludes"] = list(job.excludes)
     return out, None
-

@@ -37,9 +37,7 @@ class KeyRename:
 
 
 # Source: NeMo-RL release notes; v0.6.0 moved the dataset settings under data.train.
-KEY_RENAMES: tuple[KeyRename, ...] = (
-    KeyRename("data.dataset_name", "data.train.dataset_name", since="0.6.0"),
-)
+KEY_RENAMES: tuple[KeyRename, ...] = (KeyRename("data.dataset_name", "data.train.dataset_name", since="0.6.0"),)
 
 
 @attrs.frozen
@@ -85,7 +83,7 @@ class NemoRLVersion:
         """``key`` (as spelled at :data:`RECIPE_VERSION`) as this version spells it."""
         for r in self.renames:
             if key == r.old or key.startswith(r.old + "."):
-                return r.new + key[len(r.old):]
+                return r.new + key[len(r.old) :]
         return key
 
     def renamed_from(self, key: str) -> KeyRename | None:

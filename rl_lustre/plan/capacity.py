@@ -98,7 +98,7 @@ def capacity_lanes(cluster: ClusterSpec, zones: Sequence[str] | None = None) -> 
     candidates = [home, *[z for z in (zones if zones is not None else planned_zones(cluster)) if z != home]]
     lanes: list[Lane] = []
     for cap in cluster.capacity:
-        for zone in (candidates if cap.kind != "reservation" else [home]):
+        for zone in candidates if cap.kind != "reservation" else [home]:
             name = naming.gpu_pool_name(cluster) if not lanes else naming.gpu_lane_pool_name(cluster, cap.kind, zone)
             if any(la.pool_name == name for la in lanes):  # two options of one kind in one zone
                 name = f"{name}-{len(lanes)}"
@@ -119,19 +119,28 @@ def lane_pool_settings(cluster: ClusterSpec, lane: Lane) -> dict[str, Any]:
         "management": {"auto_repair": True, "auto_upgrade": True},
     }
     if cap.kind == "reservation":
-        out["reservation_affinity"] = {"consume_reservation_type": "SPECIFIC_RESERVATION",
-                                       "key": RESERVATION_KEY, "values": [cap.reservation]}
+        out["reservation_affinity"] = {
+            "consume_reservation_type": "SPECIFIC_RESERVATION",
+            "key": RESERVATION_KEY,
+            "values": [cap.reservation],
+        }
         if cap.shared:
             out["reservation_shared_from"] = cap.reservation.split("/")[1] if cap.reservation else None
     if cap.kind == "flex-start":
         assert cap.max_run_duration is not None
-        out.update({
-            "flex_start": True,
-            "node_count": 0,
-            "autoscaling": {"enabled": True, "total_min_node_count": 0, "total_max_node_count": nodes,
-                            "location_policy": "ANY"},
-            "management": {"auto_repair": False, "auto_upgrade": True},
-        })
+        out.update(
+            {
+                "flex_start": True,
+                "node_count": 0,
+                "autoscaling": {
+                    "enabled": True,
+                    "total_min_node_count": 0,
+                    "total_max_node_count": nodes,
+                    "location_policy": "ANY",
+                },
+                "management": {"auto_repair": False, "auto_upgrade": True},
+            }
+        )
         if cap.queued:
             out["queued_provisioning"] = {
                 "enabled": True,
@@ -139,11 +148,13 @@ def lane_pool_settings(cluster: ClusterSpec, lane: Lane) -> dict[str, Any]:
                 "provisioning_class": "queued-provisioning.gke.io",
                 "max_run_duration_seconds": int(cap.max_run_duration),
                 "pods_consume_by": "annotation autoscaling.x-k8s.io/consume-provisioning-request and "
-                                   f"nodeSelector {GKE_NODEPOOL_LABEL}",
+                f"nodeSelector {GKE_NODEPOOL_LABEL}",
             }
         else:
             out["max_run_duration_seconds"] = int(cap.max_run_duration)
     if lane.zone != cluster.zone:
-        out["volume_access"] = (f"the Lustre instance stays in {cluster.zone}; these nodes reach it across zones "
-                                "(inter-zone traffic is billed, and adds latency)")
+        out["volume_access"] = (
+            f"the Lustre instance stays in {cluster.zone}; these nodes reach it across zones "
+            "(inter-zone traffic is billed, and adds latency)"
+        )
     return out

@@ -60,8 +60,7 @@ def ray_dependency_keys(cluster: ClusterSpec) -> tuple[str, ...]:
     the NCCL plugin installer."""
     if cluster.fabric != "rdma":
         return ()
-    return (*(podnet_key(n["k8s_name"]) for n in extra_networks(cluster) if n["device_mode"] == "RDMA"),
-            INSTALLER_KEY)
+    return (*(podnet_key(n["k8s_name"]) for n in extra_networks(cluster) if n["device_mode"] == "RDMA"), INSTALLER_KEY)
 
 
 def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedResource]:
@@ -88,50 +87,109 @@ def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedRe
     rdma_blocks = list(ipaddress.ip_network(RDMA_RANGE).subnets(new_prefix=21))[:nics]
     nodes = [
         PlannedResource(
-            key="gvnic-network", kind="compute.v1.Network", name=gvnic_net,
-            settings={"auto_create_subnetworks": False, "routing_mode": "REGIONAL", "mtu": FABRIC_MTU,
-                      "purpose": "second host NIC (gVNIC, node eth1)"},
-            **created),
+            key="gvnic-network",
+            kind="compute.v1.Network",
+            name=gvnic_net,
+            settings={
+                "auto_create_subnetworks": False,
+                "routing_mode": "REGIONAL",
+                "mtu": FABRIC_MTU,
+                "purpose": "second host NIC (gVNIC, node eth1)",
+            },
+            **created,
+        ),
         PlannedResource(
-            key="gvnic-subnet", kind="compute.v1.Subnetwork", name=naming.gvnic_subnet_name(cluster),
+            key="gvnic-subnet",
+            kind="compute.v1.Subnetwork",
+            name=naming.gvnic_subnet_name(cluster),
             depends_on=("gvnic-network",),
-            settings={"network": gvnic_net, "region": region, "ip_cidr_range": GVNIC_SUBNET_CIDR,
-                      "secondary_ip_ranges": {}, "private_ip_google_access": True},
-            **created),
+            settings={
+                "network": gvnic_net,
+                "region": region,
+                "ip_cidr_range": GVNIC_SUBNET_CIDR,
+                "secondary_ip_ranges": {},
+                "private_ip_google_access": True,
+            },
+            **created,
+        ),
         PlannedResource(
-            key="rdma-network", kind="compute.v1.Network", name=rdma_net,
-            settings={"auto_create_subnetworks": False, "routing_mode": "REGIONAL", "mtu": FABRIC_MTU,
-                      "network_profile": f"projects/{project}/global/networkProfiles/{zone}-vpc-roce",
-                      "firewall_rules": "none (RDMA networks accept none)",
-                      "purpose": f"GPU-to-GPU RoCE traffic ({nics} x MRDMA NICs per node)"},
-            **created),
+            key="rdma-network",
+            kind="compute.v1.Network",
+            name=rdma_net,
+            settings={
+                "auto_create_subnetworks": False,
+                "routing_mode": "REGIONAL",
+                "mtu": FABRIC_MTU,
+                "network_profile": f"projects/{project}/global/networkProfiles/{zone}-vpc-roce",
+                "firewall_rules": "none (RDMA networks accept none)",
+                "purpose": f"GPU-to-GPU RoCE traffic ({nics} x MRDMA NICs per node)",
+            },
+            **created,
+        ),
     ]
     for i, block in enumerate(rdma_blocks):
-        nodes.append(PlannedResource(
-            key=f"rdma-subnet-{i}", kind="compute.v1.Subnetwork", name=naming.rdma_subnet_name(cluster, i),
-            depends_on=("rdma-network",),
-            settings={"network": rdma_net, "region": region, "ip_cidr_range": str(block),
-                      "secondary_ip_ranges": {}, "private_ip_google_access": False},
-            **created))
+        nodes.append(
+            PlannedResource(
+                key=f"rdma-subnet-{i}",
+                kind="compute.v1.Subnetwork",
+                name=naming.rdma_subnet_name(cluster, i),
+                depends_on=("rdma-network",),
+                settings={
+                    "network": rdma_net,
+                    "region": region,
+                    "ip_cidr_range": str(block),
+                    "secondary_ip_ranges": {},
+                    "private_ip_google_access": False,
+                },
+                **created,
+            )
+        )
     for net in extra_networks(cluster):
         name = net["k8s_name"]
-        nodes.append(PlannedResource(
-            key=netparams_key(name), kind="networking.gke.io/v1/GKENetworkParamSet", name=name,
-            depends_on=("gke-cluster", net["subnet_key"]),
-            settings={"scope": "cluster", "vpc": net["network"],
-                      "vpc_subnet": net["subnet"], "device_mode": net["device_mode"],
-                      "node_interface": net["interface"]},
-            **created))
-        nodes.append(PlannedResource(
-            key=podnet_key(name), kind="networking.gke.io/v1/Network", name=name,
-            depends_on=(netparams_key(name),),
-            settings={"scope": "cluster", "type": "Device", "parameters": f"GKENetworkParamSet {name}",
-                      "attached_to_ray_workers": net["device_mode"] == "RDMA"},
-            **created))
-    nodes.append(PlannedResource(
-        key=INSTALLER_KEY, kind="apps/v1/DaemonSet", name=INSTALLER_NAME, depends_on=("gke-cluster",),
-        settings={"namespace": INSTALLER_NAMESPACE, "image": GIB_IMAGE,
-                  "installs": "gIB NCCL plugin and NCCL into /home/kubernetes/bin/gib on every GPU node",
-                  "node_affinity": {GKE_ACCELERATOR_LABEL: cluster.accelerator_type}},
-        **created))
+        nodes.append(
+            PlannedResource(
+                key=netparams_key(name),
+                kind="networking.gke.io/v1/GKENetworkParamSet",
+                name=name,
+                depends_on=("gke-cluster", net["subnet_key"]),
+                settings={
+                    "scope": "cluster",
+                    "vpc": net["network"],
+                    "vpc_subnet": net["subnet"],
+                    "device_mode": net["device_mode"],
+                    "node_interface": net["interface"],
+                },
+                **created,
+            )
+        )
+        nodes.append(
+            PlannedResource(
+                key=podnet_key(name),
+                kind="networking.gke.io/v1/Network",
+                name=name,
+                depends_on=(netparams_key(name),),
+                settings={
+                    "scope": "cluster",
+                    "type": "Device",
+                    "parameters": f"GKENetworkParamSet {name}",
+                    "attached_to_ray_workers": net["device_mode"] == "RDMA",
+                },
+                **created,
+            )
+        )
+    nodes.append(
+        PlannedResource(
+            key=INSTALLER_KEY,
+            kind="apps/v1/DaemonSet",
+            name=INSTALLER_NAME,
+            depends_on=("gke-cluster",),
+            settings={
+                "namespace": INSTALLER_NAMESPACE,
+                "image": GIB_IMAGE,
+                "installs": "gIB NCCL plugin and NCCL into /home/kubernetes/bin/gib on every GPU node",
+                "node_affinity": {GKE_ACCELERATOR_LABEL: cluster.accelerator_type},
+            },
+            **created,
+        )
+    )
     return nodes

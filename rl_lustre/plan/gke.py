@@ -86,8 +86,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
     if own_network:
         net_fields: dict[str, Any] = created
         # Jumbo frames: Managed Lustre documents up to 10% more throughput at 8896.
-        net_settings: dict[str, Any] = {"auto_create_subnetworks": False, "routing_mode": "REGIONAL",
-                                        "mtu": FABRIC_MTU}
+        net_settings: dict[str, Any] = {"auto_create_subnetworks": False, "routing_mode": "REGIONAL", "mtu": FABRIC_MTU}
         subnet_settings: dict[str, Any] = {
             "region": region,
             "ip_cidr_range": SUBNET_CIDR,
@@ -115,12 +114,17 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
     # the IP endpoint stays behind master authorized networks with only the user's blocks.
     if cluster.authorized_networks:
         blocks = list(cluster.authorized_networks)
-        public = ("IP endpoint: the whole internet (public_control_plane=True)"
-                  if {"0.0.0.0/0", "::/0"} & set(blocks) else "IP endpoint: only the listed blocks")
+        public = (
+            "IP endpoint: the whole internet (public_control_plane=True)"
+            if {"0.0.0.0/0", "::/0"} & set(blocks)
+            else "IP endpoint: only the listed blocks"
+        )
     else:
         blocks = []
-        public = ("IP endpoint: no client on a public address; rl_lustre uses the DNS endpoint (IAM-gated). "
-                  "List blocks in Cluster(authorized_networks=[...]) to open the IP endpoint to them")
+        public = (
+            "IP endpoint: no client on a public address; rl_lustre uses the DNS endpoint (IAM-gated). "
+            "List blocks in Cluster(authorized_networks=[...]) to open the IP endpoint to them"
+        )
 
     head_pool = naming.gpu_pool_name(cluster) if cluster.head_on_gpu_pool else naming.cpu_pool_name(cluster)
     cluster_fabric: dict[str, Any] = {}
@@ -128,37 +132,69 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         cluster_fabric["network_config"] = {"datapath_provider": "ADVANCED_DATAPATH", "enable_multi_networking": True}
     if cluster.maintenance_exclusion is not None:
         cluster_fabric["maintenance_exclusion"] = {
-            "name": MAINTENANCE_EXCLUSION_NAME, "scope": cluster.maintenance_exclusion,
-            "start": "when the cluster is created", "end_time_behavior": "UNTIL_END_OF_SUPPORT"}
+            "name": MAINTENANCE_EXCLUSION_NAME,
+            "scope": cluster.maintenance_exclusion,
+            "start": "when the cluster is created",
+            "end_time_behavior": "UNTIL_END_OF_SUPPORT",
+        }
 
     resources: list[PlannedResource] = [
-        PlannedResource(key="network", kind="compute.v1.Network", name=net,
-                        settings=net_settings, **net_fields),
-        PlannedResource(key="subnet", kind="compute.v1.Subnetwork", name=subnet, depends_on=("network",),
-                        settings={"network": net, **subnet_settings}, **net_fields),
+        PlannedResource(key="network", kind="compute.v1.Network", name=net, settings=net_settings, **net_fields),
+        PlannedResource(
+            key="subnet",
+            kind="compute.v1.Subnetwork",
+            name=subnet,
+            depends_on=("network",),
+            settings={"network": net, **subnet_settings},
+            **net_fields,
+        ),
         # Our network: the block is ours to pick (PSA_ADDRESS), so the range is reserved
         # beside the subnet. A user's network: Google picks the block among addresses the
         # VPC does not use yet, so it comes after the subnet whose ranges it must avoid.
-        PlannedResource(key="psa-range", kind="compute.v1.GlobalAddress", name=naming.psa_range_name(cluster),
-                        depends_on=("network",) if own_network else ("subnet",),
-                        settings={"network": net, "purpose": "VPC_PEERING", "address_type": "INTERNAL",
-                                  "prefix_length": PSA_PREFIX_LENGTH,
-                                  **({"address": PSA_ADDRESS} if own_network else {})},
-                        **created),
-        PlannedResource(key="psa-peering", kind="servicenetworking.v1.Connection", name=PSA_PEERING_NAME,
-                        depends_on=("psa-range",),
-                        settings={"network": net, "service": "servicenetworking.googleapis.com",
-                                  "reserved_peering_ranges": [naming.psa_range_name(cluster)]},
-                        **created),
-        # Its source is the PSA block, known once the range is allocated.
-        PlannedResource(key="firewall-lustre", kind="compute.v1.Firewall", name=naming.firewall_name(cluster),
-                        depends_on=("psa-range",),
-                        settings={"network": net, "direction": "INGRESS",
-                                  "allow": [{"protocol": "tcp", "ports": [str(LUSTRE_PORT)]}],
-                                  "source_ranges_from": "psa-range"},
-                        **created),
         PlannedResource(
-            key="lustre", kind="lustre.v1.Instance", name=vol.name,
+            key="psa-range",
+            kind="compute.v1.GlobalAddress",
+            name=naming.psa_range_name(cluster),
+            depends_on=("network",) if own_network else ("subnet",),
+            settings={
+                "network": net,
+                "purpose": "VPC_PEERING",
+                "address_type": "INTERNAL",
+                "prefix_length": PSA_PREFIX_LENGTH,
+                **({"address": PSA_ADDRESS} if own_network else {}),
+            },
+            **created,
+        ),
+        PlannedResource(
+            key="psa-peering",
+            kind="servicenetworking.v1.Connection",
+            name=PSA_PEERING_NAME,
+            depends_on=("psa-range",),
+            settings={
+                "network": net,
+                "service": "servicenetworking.googleapis.com",
+                "reserved_peering_ranges": [naming.psa_range_name(cluster)],
+            },
+            **created,
+        ),
+        # Its source is the PSA block, known once the range is allocated.
+        PlannedResource(
+            key="firewall-lustre",
+            kind="compute.v1.Firewall",
+            name=naming.firewall_name(cluster),
+            depends_on=("psa-range",),
+            settings={
+                "network": net,
+                "direction": "INGRESS",
+                "allow": [{"protocol": "tcp", "ports": [str(LUSTRE_PORT)]}],
+                "source_ranges_from": "psa-range",
+            },
+            **created,
+        ),
+        PlannedResource(
+            key="lustre",
+            kind="lustre.v1.Instance",
+            name=vol.name,
             depends_on=("psa-peering", "firewall-lustre"),
             # What the request sends (plan/lustre.py), and the throughput it amounts to.
             settings={
@@ -166,11 +202,19 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
                 "aggregate_throughput_mbps": vol.throughput_mbps,
                 **({"existing": True} if vol.existing else {}),
             },
-            **({"action": "use"} if vol.existing else
-               {"action": "create", "labels": instance_labels(vol, deployment=cluster.name, labels=cluster.labels)}),
+            **(
+                {"action": "use"}
+                if vol.existing
+                else {
+                    "action": "create",
+                    "labels": instance_labels(vol, deployment=cluster.name, labels=cluster.labels),
+                }
+            ),
         ),
         PlannedResource(
-            key="gke-cluster", kind="container.v1.Cluster", name=naming.gke_cluster_name(cluster),
+            key="gke-cluster",
+            kind="container.v1.Cluster",
+            name=naming.gke_cluster_name(cluster),
             # Its initial pool (the CPU pool) runs as the node account.
             depends_on=("subnet", *node_account_keys(cluster)),
             settings={
@@ -181,16 +225,24 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
                 "subnetwork": subnet,
                 "ip_allocation_policy": ip_allocation,
                 "addons": {
-                    "lustre_csi_driver_config": {"enabled": True, "enable_legacy_lustre_port": False,
-                                                 **lustre_nic_settings(cluster)},
+                    "lustre_csi_driver_config": {
+                        "enabled": True,
+                        "enable_legacy_lustre_port": False,
+                        **lustre_nic_settings(cluster),
+                    },
                     "ray_operator_config": {"enabled": True},
                 },
                 "master_authorized_networks": {"enabled": True, "cidr_blocks": blocks, "public_access": public},
                 "control_plane_endpoints": {
-                    "dns_endpoint": {"allow_external_traffic": True,
-                                     "access": "callers with IAM permission on the cluster, from any address"},
-                    "ip_endpoint": {"enabled": True, "public_endpoint": True,
-                                    "access": "master_authorized_networks only"},
+                    "dns_endpoint": {
+                        "allow_external_traffic": True,
+                        "access": "callers with IAM permission on the cluster, from any address",
+                    },
+                    "ip_endpoint": {
+                        "enabled": True,
+                        "public_endpoint": True,
+                        "access": "master_authorized_networks only",
+                    },
                 },
                 "workload_identity_pool": f"{project}.svc.id.goog",
                 "release_channel": RELEASE_CHANNEL,
@@ -210,7 +262,9 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         *[n for n in (standby_pool(cluster, created),) if n is not None],
         # Needs only the API server and the instance's address, not the node pools.
         PlannedResource(
-            key=PV_KEY, kind="v1/PersistentVolume", name=naming.pv_name(cluster),
+            key=PV_KEY,
+            kind="v1/PersistentVolume",
+            name=naming.pv_name(cluster),
             depends_on=("lustre", "gke-cluster"),
             settings={
                 "scope": "cluster",
@@ -224,10 +278,17 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
             **created,
         ),
         PlannedResource(
-            key=PVC_KEY, kind="v1/PersistentVolumeClaim", name=naming.pvc_name(cluster), depends_on=("pv",),
-            settings={"namespace": cluster.namespace, "volume_name": naming.pv_name(cluster),
-                      "storage": f"{vol.capacity_gib}Gi", "access_modes": ["ReadWriteMany"],
-                      "storage_class_name": ""},
+            key=PVC_KEY,
+            kind="v1/PersistentVolumeClaim",
+            name=naming.pvc_name(cluster),
+            depends_on=("pv",),
+            settings={
+                "namespace": cluster.namespace,
+                "volume_name": naming.pv_name(cluster),
+                "storage": f"{vol.capacity_gib}Gi",
+                "access_modes": ["ReadWriteMany"],
+                "storage_class_name": "",
+            },
             **created,
         ),
     ]
@@ -236,39 +297,64 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
     resources[after_lustre:after_lustre] = fabric_nodes(cluster, ours)
     ray_deps = ["pvc", "cpu-pool", "gpu-pool"]
     if cluster.secrets:
-        resources.append(PlannedResource(
-            key=SECRET_KEY, kind="v1/Secret", name=naming.secret_name(cluster), depends_on=("gke-cluster",),
-            settings={"namespace": cluster.namespace, "type": "Opaque", "keys": list(cluster.secrets),
-                      "values": "read from this process's environment at up(); never part of the plan"},
-            **created,
-        ))
+        resources.append(
+            PlannedResource(
+                key=SECRET_KEY,
+                kind="v1/Secret",
+                name=naming.secret_name(cluster),
+                depends_on=("gke-cluster",),
+                settings={
+                    "namespace": cluster.namespace,
+                    "type": "Opaque",
+                    "keys": list(cluster.secrets),
+                    "values": "read from this process's environment at up(); never part of the plan",
+                },
+                **created,
+            )
+        )
         ray_deps.insert(1, "secret")
     ray_deps += ray_dependency_keys(cluster)
-    resources.append(PlannedResource(
-        key=RAYCLUSTER_KEY, kind="ray.io/v1/RayCluster", name=naming.raycluster_name(cluster),
-        depends_on=tuple(ray_deps),
-        settings={
-            "namespace": cluster.namespace,
-            "image": cluster.image,
-            "ray_version": cluster.ray_version,
-            "head": {"node_pool": head_pool, "spot": cluster.spot and cluster.head_on_gpu_pool},
-            "workers": {"replicas": cluster.num_nodes, "gpus_per_worker": cluster.gpus_per_node,
-                        "node_pool": naming.gpu_pool_name(cluster),
-                        "node_selector": {GKE_ACCELERATOR_LABEL: cluster.accelerator_type},
-                        "tolerations": [GPU_RESOURCE]},
-            "volume": {"claim": naming.pvc_name(cluster), "mount_path": cluster.mount_path},
-            "shm": "memory-backed emptyDir at /dev/shm",
-            **_fabric_ray_settings(cluster),
-            "head_service": cluster.head_service,
-            **({"secrets": {"secret": naming.secret_name(cluster), "env_from_secret_key_ref": list(cluster.secrets)}}
-               if cluster.secrets else {}),
-        },
-        **created,
-    ))
+    resources.append(
+        PlannedResource(
+            key=RAYCLUSTER_KEY,
+            kind="ray.io/v1/RayCluster",
+            name=naming.raycluster_name(cluster),
+            depends_on=tuple(ray_deps),
+            settings={
+                "namespace": cluster.namespace,
+                "image": cluster.image,
+                "ray_version": cluster.ray_version,
+                "head": {"node_pool": head_pool, "spot": cluster.spot and cluster.head_on_gpu_pool},
+                "workers": {
+                    "replicas": cluster.num_nodes,
+                    "gpus_per_worker": cluster.gpus_per_node,
+                    "node_pool": naming.gpu_pool_name(cluster),
+                    "node_selector": {GKE_ACCELERATOR_LABEL: cluster.accelerator_type},
+                    "tolerations": [GPU_RESOURCE],
+                },
+                "volume": {"claim": naming.pvc_name(cluster), "mount_path": cluster.mount_path},
+                "shm": "memory-backed emptyDir at /dev/shm",
+                **_fabric_ray_settings(cluster),
+                "head_service": cluster.head_service,
+                **(
+                    {
+                        "secrets": {
+                            "secret": naming.secret_name(cluster),
+                            "env_from_secret_key_ref": list(cluster.secrets),
+                        }
+                    }
+                    if cluster.secrets
+                    else {}
+                ),
+            },
+            **created,
+        )
+    )
     resources += startup_nodes(cluster)
     resources += warmstart_nodes(cluster, prefetch=bool(cluster.prefetch_models))
-    return Plan(cluster_name=cluster.name, backend="gke", resources=resources,
-                project=project, region=region, zone=zone)
+    return Plan(
+        cluster_name=cluster.name, backend="gke", resources=resources, project=project, region=region, zone=zone
+    )
 
 
 def _fabric_ray_settings(cluster: ClusterSpec) -> dict[str, Any]:

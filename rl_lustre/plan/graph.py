@@ -27,6 +27,7 @@ __all__ = ["ACTIONS", "Action", "Plan", "PlanGraphError", "PlannedResource"]
 Action = Literal["create", "use", "cache"]
 ACTIONS = ("create", "use", "cache")
 
+
 class PlanGraphError(RLLustreError):
     """The plan's graph is malformed (a duplicate key, an unknown dependency, a cycle).
 
@@ -275,7 +276,9 @@ class Plan:
         depth: dict[str, int] = {}
         for r in self.resources:
             depth[r.key] = 1 + max((depth[d] for d in r.depends_on), default=-1)
-        return [frozenset(k for k, d in depth.items() if d == level) for level in range(max(depth.values(), default=-1) + 1)]
+        return [
+            frozenset(k for k, d in depth.items() if d == level) for level in range(max(depth.values(), default=-1) + 1)
+        ]
 
     def teardown_order(self) -> list[str]:
         """All keys in an order safe for deletion: every node before the nodes it
@@ -302,7 +305,10 @@ class Plan:
         height: dict[str, int] = {}
         for r in reversed(self.resources):
             height[r.key] = 1 + max((height[d] for d in self.dependents(r.key)), default=-1)
-        return [frozenset(k for k, h in height.items() if h == level) for level in range(max(height.values(), default=-1) + 1)]
+        return [
+            frozenset(k for k, h in height.items() if h == level)
+            for level in range(max(height.values(), default=-1) + 1)
+        ]
 
     def critical_path(self, durations: Mapping[str, float]) -> tuple[float, list[str]]:
         """The longest chain of dependent nodes, weighted by ``durations``.
@@ -324,11 +330,16 @@ class Plan:
         """
         for key, seconds in durations.items():
             if key not in self._by_key:
-                raise ConfigError("Plan.critical_path", "durations", key,
-                                  f"is not a resource of this plan ({', '.join(self._by_key)})")
+                raise ConfigError(
+                    "Plan.critical_path",
+                    "durations",
+                    key,
+                    f"is not a resource of this plan ({', '.join(self._by_key)})",
+                )
             if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 <= seconds < math.inf:
-                raise ConfigError("Plan.critical_path", f"durations[{key!r}]", seconds,
-                                  "must be a finite number of at least 0")
+                raise ConfigError(
+                    "Plan.critical_path", f"durations[{key!r}]", seconds, "must be a finite number of at least 0"
+                )
         finish: dict[str, float] = {}
         via: dict[str, str | None] = {}
         for r in self.resources:
@@ -453,18 +464,23 @@ def _headline(plan: Plan, cost: Cost) -> list[str]:
     if plan.backend == "local":
         head = [f"Plan for deployment {plan.cluster_name!r} on this machine (local backend)"]
     else:
-        head = [f"Plan for deployment {plan.cluster_name!r} on GKE · project {plan.project} · "
-                f"region {plan.region} · zone {plan.zone}"]
+        head = [
+            f"Plan for deployment {plan.cluster_name!r} on GKE · project {plan.project} · "
+            f"region {plan.region} · zone {plan.zone}"
+        ]
     facts = []
     if "gpu-pool" in plan:
         pool = plan.get("gpu-pool").settings
-        facts.append(f"{t['gpus']} GPUs ({pool['node_count']} {pool['provisioning']} {pool['machine_type']} nodes "
-                     f"x {pool['accelerator']['count']} {pool['accelerator']['type']})")
+        facts.append(
+            f"{t['gpus']} GPUs ({pool['node_count']} {pool['provisioning']} {pool['machine_type']} nodes "
+            f"x {pool['accelerator']['count']} {pool['accelerator']['type']})"
+        )
     elif "gpus" in t:
         facts.append(f"jobs told {t['gpu_nodes']} node(s) x {t['gpus'] // max(t['gpu_nodes'], 1)} GPU(s)")
     if "lustre" in plan:
-        facts.append(f"Lustre {t['lustre_capacity_gib'] / 1024:,.1f} TiB at "
-                     f"{t['lustre_throughput_mbps'] / 1000:,.1f} GB/s")
+        facts.append(
+            f"Lustre {t['lustre_capacity_gib'] / 1024:,.1f} TiB at {t['lustre_throughput_mbps'] / 1000:,.1f} GB/s"
+        )
     elif "volume-dir" in plan:
         facts.append(f"volume: directory {plan.get('volume-dir').name}")
     cached = f", {t['cache']} cached (kept after down)" if t["cache"] else ""
@@ -476,8 +492,10 @@ def _headline(plan: Plan, cost: Cost) -> list[str]:
 def _render(plan: Plan, cost: Cost) -> str:
     lines = _headline(plan, cost)
     rows = [("#", "action", "key", "kind", "name", "waits for")]
-    rows += [(str(i), r.action, r.key, r.kind, r.name, ", ".join(r.depends_on) or "-")
-             for i, r in enumerate(plan.resources, 1)]
+    rows += [
+        (str(i), r.action, r.key, r.kind, r.name, ", ".join(r.depends_on) or "-")
+        for i, r in enumerate(plan.resources, 1)
+    ]
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     lines.append("")
     for i, row in enumerate(rows):
@@ -485,8 +503,14 @@ def _render(plan: Plan, cost: Cost) -> str:
         if i:
             settings = [f"{k}: {_fmt(v)}" for k, v in plan.resources[i - 1].settings.items()]
             for packed in _pack(settings, 94):
-                lines += textwrap.wrap(packed, 100, initial_indent=" " * 6, subsequent_indent=" " * 10,
-                                       break_long_words=False, break_on_hyphens=False)
+                lines += textwrap.wrap(
+                    packed,
+                    100,
+                    initial_indent=" " * 6,
+                    subsequent_indent=" " * 10,
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
     lines.append("")
     lines.append("Concurrent waves (each node starts once what it waits for is done):")
     order = plan.keys()

@@ -39,8 +39,10 @@ def local_plan(cluster: ClusterSpec) -> Plan:
                 "jobs": driver,
                 "num_nodes": cluster.num_nodes,
                 "gpus_per_node": cluster.gpus_per_node,
-                "secrets": {"names": list(cluster.secrets),
-                            "source": "this process's environment at up(), passed to the head"},
+                "secrets": {
+                    "names": list(cluster.secrets),
+                    "source": "this process's environment at up(), passed to the head",
+                },
             },
             labels=ownership_labels(cluster.name),
         ),

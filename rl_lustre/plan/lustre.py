@@ -34,8 +34,12 @@ def instance_settings(volume: VolumeSpec) -> dict[str, Any]:
         ConfigError: the volume's network is not set.
     """
     if volume.network is None:
-        raise ConfigError("LustreVolume", "network", None,
-                          "must be set (directly or by attaching the volume to a Cluster) to create it")
+        raise ConfigError(
+            "LustreVolume",
+            "network",
+            None,
+            "must be set (directly or by attaching the volume to a Cluster) to create it",
+        )
     assert volume.project is not None
     return {
         "location": volume.zone,

@@ -32,8 +32,17 @@ from .preload import gpu_node_preload, preload_keys
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
-__all__ = ["GPU_TAINT", "NODE_SA_KEY", "cpu_pool", "gpu_node_settings", "gpu_pool", "gpu_pool_depends_on",
-           "node_account", "node_identity", "node_roles"]
+__all__ = [
+    "GPU_TAINT",
+    "NODE_SA_KEY",
+    "cpu_pool",
+    "gpu_node_settings",
+    "gpu_pool",
+    "gpu_pool_depends_on",
+    "node_account",
+    "node_identity",
+    "node_roles",
+]
 
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NO_SCHEDULE"}
 
@@ -64,8 +73,10 @@ def node_roles(cluster: ClusterSpec) -> dict[str, str]:
 
     roles = {NODE_ROLE: "GKE's minimal node role: the kubelet's logs, metrics and resource metadata"}
     if google_registry(split_host(cluster.image)[0]):
-        roles[REGISTRY_READER_ROLE] = (f"the nodes pull {cluster.image} from Artifact Registry (an image in another "
-                                       "project needs this role granted there)")
+        roles[REGISTRY_READER_ROLE] = (
+            f"the nodes pull {cluster.image} from Artifact Registry (an image in another "
+            "project needs this role granted there)"
+        )
     return roles
 
 
@@ -76,16 +87,21 @@ def node_account(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResour
         return None
     account_id = naming.node_service_account_id(cluster.name)
     return PlannedResource(
-        key=NODE_SA_KEY, kind="iam.v1.ServiceAccount", name=naming.node_service_account_email(cluster),
+        key=NODE_SA_KEY,
+        kind="iam.v1.ServiceAccount",
+        name=naming.node_service_account_email(cluster),
         settings={
             "project": cluster.project,
             "account_id": account_id,
             "display_name": f"rl_lustre GKE nodes of {cluster.name}",
             "description": f"GKE nodes of rl_lustre deployment {cluster.name}, with the ownership labels",
             "project_roles": node_roles(cluster),
-            "not_granted": {"roles/storage.objectAdmin": (
-                "the A4 blueprint's, for its Cloud Storage FUSE buckets: rl_lustre mounts none (warm start is "
-                "Managed Lustre's own import and export)")},
+            "not_granted": {
+                "roles/storage.objectAdmin": (
+                    "the A4 blueprint's, for its Cloud Storage FUSE buckets: rl_lustre mounts none (warm start is "
+                    "Managed Lustre's own import and export)"
+                )
+            },
             "used_by": "every node pool (cloud-platform scope); deleted by down() after them, with its roles",
         },
         **created,
@@ -108,10 +124,16 @@ def node_identity(cluster: ClusterSpec) -> dict[str, Any]:
         {'service_account': 'rl-nodes@my-project.iam.gserviceaccount.com', ...}
     """
     if cluster.node_service_account:
-        return {"service_account": cluster.node_service_account, "oauth_scopes": ["cloud-platform"],
-                "service_account_note": "the user's own: rl_lustre never creates, changes or deletes it"}
-    return {"service_account": naming.node_service_account_email(cluster), "oauth_scopes": ["cloud-platform"],
-            "service_account_note": f"this deployment's own ({NODE_SA_KEY}), with {NODE_ROLE}"}
+        return {
+            "service_account": cluster.node_service_account,
+            "oauth_scopes": ["cloud-platform"],
+            "service_account_note": "the user's own: rl_lustre never creates, changes or deletes it",
+        }
+    return {
+        "service_account": naming.node_service_account_email(cluster),
+        "oauth_scopes": ["cloud-platform"],
+        "service_account_note": f"this deployment's own ({NODE_SA_KEY}), with {NODE_ROLE}",
+    }
 
 
 def node_account_keys(cluster: ClusterSpec) -> tuple[str, ...]:
@@ -122,7 +144,9 @@ def node_account_keys(cluster: ClusterSpec) -> tuple[str, ...]:
 def cpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
     """The ``cpu-pool`` node (``created``: its action and labels)."""
     return PlannedResource(
-        key="cpu-pool", kind="container.v1.NodePool", name=naming.cpu_pool_name(cluster),
+        key="cpu-pool",
+        kind="container.v1.NodePool",
+        name=naming.cpu_pool_name(cluster),
         depends_on=("gke-cluster", *node_account_keys(cluster)),
         settings={
             "machine_type": cluster.head_machine_type,
@@ -168,8 +192,13 @@ def gpu_node_settings(cluster: ClusterSpec) -> dict[str, Any]:
     if extra:
         by_key = {n.key: n for n in fabric_nodes(cluster, {})}
         node["additional_node_networks"] = [
-            {"network": by_key[n["network_key"]].name, "subnetwork": by_key[n["subnet_key"]].name,
-             "interface": n["interface"]} for n in extra]
+            {
+                "network": by_key[n["network_key"]].name,
+                "subnetwork": by_key[n["subnet_key"]].name,
+                "interface": n["interface"],
+            }
+            for n in extra
+        ]
     preload = gpu_node_preload(cluster)
     if preload is not None:
         node["preload"] = preload
@@ -195,15 +224,26 @@ def gpu_pool(cluster: ClusterSpec, created: dict[str, Any], lane: Lane | None = 
         "hosts": ["Ray workers", *(["Ray head"] if cluster.head_on_gpu_pool else [])],
     }
     if lane.index == 0 and (len(lanes) > 1 or cluster.capacity_zones == "region"):
-        more = [] if cluster.capacity_zones != "region" else [
-            "then the same kinds in the region's other zones that offer the machine type and Managed Lustre "
-            "(found at up())"]
+        more = (
+            []
+            if cluster.capacity_zones != "region"
+            else [
+                "then the same kinds in the region's other zones that offer the machine type and Managed Lustre "
+                "(found at up())"
+            ]
+        )
         pool_settings["capacity_policy"] = {
             "try_in_order": [f"{la.label} (pool {la.pool_name})" for la in lanes] + more,
             "on_no_capacity": cluster.on_no_capacity,
         }
-    return PlannedResource(key="gpu-pool", kind="container.v1.NodePool", name=lane.pool_name,
-                           depends_on=gpu_pool_depends_on(cluster), settings=pool_settings, **created)
+    return PlannedResource(
+        key="gpu-pool",
+        kind="container.v1.NodePool",
+        name=lane.pool_name,
+        depends_on=gpu_pool_depends_on(cluster),
+        settings=pool_settings,
+        **created,
+    )
 
 
 STANDBY_KEY = "gpu-standby"
@@ -212,8 +252,11 @@ STANDBY_KEY = "gpu-standby"
 def has_standby_pool(cluster: ClusterSpec) -> bool:
     """Whether the plan has the flex-start standby pool beside the Spot pool: the capacity
     policy starts with Spot and lists flex-start after it (see :func:`standby_pool`)."""
-    return bool(cluster.capacity) and cluster.capacity[0].kind == "spot" and any(
-        c.kind == "flex-start" for c in cluster.capacity)
+    return (
+        bool(cluster.capacity)
+        and cluster.capacity[0].kind == "spot"
+        and any(c.kind == "flex-start" for c in cluster.capacity)
+    )
 
 
 def standby_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource | None:
@@ -228,8 +271,12 @@ def standby_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResour
     from ..spec.capacity import Capacity
 
     assert cluster.zone is not None
-    lane = Lane(-1, Capacity("flex-start", queued=False, max_run_duration=flex.max_run_duration, wait=flex.wait),
-                cluster.zone, naming.gpu_standby_pool_name(cluster))
+    lane = Lane(
+        -1,
+        Capacity("flex-start", queued=False, max_run_duration=flex.max_run_duration, wait=flex.wait),
+        cluster.zone,
+        naming.gpu_standby_pool_name(cluster),
+    )
     settings: dict[str, Any] = {
         **gpu_node_settings(cluster),
         **lane_pool_settings(cluster, lane),
@@ -237,5 +284,11 @@ def standby_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResour
         "hosts": ["Ray workers the Spot pool lost and cannot take back (scaled up by the cluster autoscaler)"],
         "role": "replacement after a preemption; empty (no cost) until Spot nodes are lost",
     }
-    return PlannedResource(key=STANDBY_KEY, kind="container.v1.NodePool", name=lane.pool_name,
-                           depends_on=gpu_pool_depends_on(cluster), settings=settings, **created)
+    return PlannedResource(
+        key=STANDBY_KEY,
+        kind="container.v1.NodePool",
+        name=lane.pool_name,
+        depends_on=gpu_pool_depends_on(cluster),
+        settings=settings,
+        **created,
+    )

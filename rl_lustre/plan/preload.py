@@ -77,50 +77,74 @@ def preload_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
     if not cluster.preload_image:
         return []
     if isinstance(cluster.preload_image, str):
-        return [PlannedResource(
-            key=PRELOAD_KEY, kind="compute.v1.Image", name=cluster.preload_image, action="use",
-            settings={"image": cluster.image, "disk_image": cluster.preload_image,
-                      "yours": "used as it is: never built or deleted; it must hold the image in GKE's "
-                               "CONTAINER_IMAGE_CACHE layout",
-                      "iam": "in another project, the node service account and the GKE service agent need "
-                             "roles/compute.imageUser there"})]
+        return [
+            PlannedResource(
+                key=PRELOAD_KEY,
+                kind="compute.v1.Image",
+                name=cluster.preload_image,
+                action="use",
+                settings={
+                    "image": cluster.image,
+                    "disk_image": cluster.preload_image,
+                    "yours": "used as it is: never built or deleted; it must hold the image in GKE's "
+                    "CONTAINER_IMAGE_CACHE layout",
+                    "iam": "in another project, the node service account and the GKE service agent need "
+                    "roles/compute.imageUser there",
+                },
+            )
+        ]
     compressed = IMAGE_COMPRESSED_BYTES.get(cluster.image.partition("@")[0])
-    estimated_gb = (PRELOAD_DATA_DISK_GB if compressed is None
-                    else max(10, round(compressed * UNPACK_RATIO / 1e9 * 1.2 / 10) * 10))
+    estimated_gb = (
+        PRELOAD_DATA_DISK_GB if compressed is None else max(10, round(compressed * UNPACK_RATIO / 1e9 * 1.2 / 10) * 10)
+    )
     digest = _digest_source(cluster)
     known = digest.startswith("sha256:")
-    return [PlannedResource(
-        key=PRELOAD_KEY, kind="compute.v1.Image", name=naming.preload_family(cluster.image), action="cache",
-        depends_on=("subnet",),
-        # Shared by deployments: only our labels, never a deployment's (nor Cluster.labels).
-        labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_ROLE: ROLE_PRELOAD_IMAGE, LABEL_LAYOUT: PRELOAD_LAYOUT},
-        settings={
-            "image": cluster.image,
-            "digest": digest,
-            "image_name": (naming.preload_image_name(cluster.image, digest) if known
-                           else f"{naming.preload_family(cluster.image)}-<first 12 hex of the digest>"),
-            "found_by": {"labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_ROLE: ROLE_PRELOAD_IMAGE,
-                                    LABEL_DIGEST: digest.removeprefix("sha256:")[:63] if known else "<digest>",
-                                    LABEL_LAYOUT: PRELOAD_LAYOUT},
-                         "status": "READY"},
-            "build": {
-                "when": "no READY image of this digest exists in the project (once per image and project)",
-                "zone": cluster.zone,
-                "machine_type": PRELOAD_MACHINE_TYPE,
-                "boot_image": PRELOAD_BOOT_IMAGE,
-                "data_disk": {"type": PRELOAD_DATA_DISK_TYPE, "size_gb": PRELOAD_DATA_DISK_GB},
-                "signal": "guest attribute rl-lustre/status",
-                "timeout_s": int(PRELOAD_BUILD_TIMEOUT),
-                "self_delete": f"maxRunDuration {PRELOAD_MAX_RUN_SECONDS} s, instanceTerminationAction DELETE",
-                "temporary": ["instance rlp-build-<digest12>", "disk rlp-build-<digest12>-data"],
-                "estimated_minutes": BUILD_MINUTES_ESTIMATE,
+    return [
+        PlannedResource(
+            key=PRELOAD_KEY,
+            kind="compute.v1.Image",
+            name=naming.preload_family(cluster.image),
+            action="cache",
+            depends_on=("subnet",),
+            # Shared by deployments: only our labels, never a deployment's (nor Cluster.labels).
+            labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_ROLE: ROLE_PRELOAD_IMAGE, LABEL_LAYOUT: PRELOAD_LAYOUT},
+            settings={
+                "image": cluster.image,
+                "digest": digest,
+                "image_name": (
+                    naming.preload_image_name(cluster.image, digest)
+                    if known
+                    else f"{naming.preload_family(cluster.image)}-<first 12 hex of the digest>"
+                ),
+                "found_by": {
+                    "labels": {
+                        LABEL_MANAGED_BY: MANAGED_BY,
+                        LABEL_ROLE: ROLE_PRELOAD_IMAGE,
+                        LABEL_DIGEST: digest.removeprefix("sha256:")[:63] if known else "<digest>",
+                        LABEL_LAYOUT: PRELOAD_LAYOUT,
+                    },
+                    "status": "READY",
+                },
+                "build": {
+                    "when": "no READY image of this digest exists in the project (once per image and project)",
+                    "zone": cluster.zone,
+                    "machine_type": PRELOAD_MACHINE_TYPE,
+                    "boot_image": PRELOAD_BOOT_IMAGE,
+                    "data_disk": {"type": PRELOAD_DATA_DISK_TYPE, "size_gb": PRELOAD_DATA_DISK_GB},
+                    "signal": "guest attribute rl-lustre/status",
+                    "timeout_s": int(PRELOAD_BUILD_TIMEOUT),
+                    "self_delete": f"maxRunDuration {PRELOAD_MAX_RUN_SECONDS} s, instanceTerminationAction DELETE",
+                    "temporary": ["instance rlp-build-<digest12>", "disk rlp-build-<digest12>-data"],
+                    "estimated_minutes": BUILD_MINUTES_ESTIMATE,
+                },
+                "layout": "snapshots/<id>/fs + snapshots.metadata + images.metadata (CONTAINER_IMAGE_CACHE)",
+                "storage_locations": [cluster.region],
+                "estimated_gib": estimated_gb,
+                "kept": "after down(): reused by the next deployment of this image; delete with "
+                "down(delete_preload_image=True) or rl-lustre gc --preload-images",
             },
-            "layout": "snapshots/<id>/fs + snapshots.metadata + images.metadata (CONTAINER_IMAGE_CACHE)",
-            "storage_locations": [cluster.region],
-            "estimated_gib": estimated_gb,
-            "kept": "after down(): reused by the next deployment of this image; delete with "
-                    "down(delete_preload_image=True) or rl-lustre gc --preload-images",
-        })]
+        )
+    ]
 
 
 def preload_keys(cluster: ClusterSpec) -> tuple[str, ...]:

@@ -51,43 +51,63 @@ def startup_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
     created: dict[str, Any] = {"action": "create", "labels": {**ownership_labels(cluster.name), **cluster.labels}}
     nodes = []
     if cluster.prepull_image and prepull_pools(cluster):
-        why = ({"gpu_nodes": "boot with the image preloaded (preload-image): not pre-pulled",
-                "cpu_pool": "created with the cluster, it does not wait for the preload image: pre-pulled"}
-               if cluster.preload_image else {})
-        nodes.append(PlannedResource(
-            key=PREPULL_KEY, kind="apps/v1/DaemonSet", name=naming.prepull_name(cluster),
-            depends_on=("cpu-pool",) if cluster.preload_image else ("cpu-pool", "gpu-pool"),
-            settings={
-                "namespace": cluster.namespace,
-                "image": cluster.image,
-                "node_pools": prepull_pools(cluster),
-                "nodes": prepull_node_count(cluster),
-                **why,
-                "pod": "the image itself running 'sleep infinity': no GPU, 1m CPU and 8Mi requested",
-                "done_when": "every node of those pools holds the image, and the RayCluster's workers run",
-                "removed": "once the RayCluster's workers run: they hold the image from then on",
-            },
-            **created,
-        ))
+        why = (
+            {
+                "gpu_nodes": "boot with the image preloaded (preload-image): not pre-pulled",
+                "cpu_pool": "created with the cluster, it does not wait for the preload image: pre-pulled",
+            }
+            if cluster.preload_image
+            else {}
+        )
+        nodes.append(
+            PlannedResource(
+                key=PREPULL_KEY,
+                kind="apps/v1/DaemonSet",
+                name=naming.prepull_name(cluster),
+                depends_on=("cpu-pool",) if cluster.preload_image else ("cpu-pool", "gpu-pool"),
+                settings={
+                    "namespace": cluster.namespace,
+                    "image": cluster.image,
+                    "node_pools": prepull_pools(cluster),
+                    "nodes": prepull_node_count(cluster),
+                    **why,
+                    "pod": "the image itself running 'sleep infinity': no GPU, 1m CPU and 8Mi requested",
+                    "done_when": "every node of those pools holds the image, and the RayCluster's workers run",
+                    "removed": "once the RayCluster's workers run: they hold the image from then on",
+                },
+                **created,
+            )
+        )
     if cluster.prefetch_models:
         deps = ("pvc", "cpu-pool", *(("secret",) if cluster.secrets else ()), *import_keys(cluster))
-        token = (f"HF_TOKEN from Secret {naming.secret_name(cluster)} (secretKeyRef)" if "HF_TOKEN" in cluster.secrets
-                 else "none: public models only (add HF_TOKEN to Cluster.secrets for gated ones)")
-        nodes.append(PlannedResource(
-            key=PREFETCH_KEY, kind="batch/v1/Job", name=naming.prefetch_name(cluster), depends_on=deps,
-            settings={
-                "namespace": cluster.namespace,
-                "models": list(cluster.prefetch_models),
-                "into": nemo_rl_cache_env(cluster.mount_path)["HF_HOME"],
-                "image": cluster.image,
-                "tool": "the image's python and huggingface_hub (snapshot_download)",
-                "node_pool": naming.cpu_pool_name(cluster),
-                "token": token,
-                "skips": "models a finished prefetch already put in the cache"
-                         + (" (or the warm-start import brought); no Job at all when the import brought every model whole"
-                            if cluster.warm_start else ""),
-                "done_when": "the Job is Complete; jobs submitted after up() find the models on the volume",
-            },
-            **created,
-        ))
+        token = (
+            f"HF_TOKEN from Secret {naming.secret_name(cluster)} (secretKeyRef)"
+            if "HF_TOKEN" in cluster.secrets
+            else "none: public models only (add HF_TOKEN to Cluster.secrets for gated ones)"
+        )
+        nodes.append(
+            PlannedResource(
+                key=PREFETCH_KEY,
+                kind="batch/v1/Job",
+                name=naming.prefetch_name(cluster),
+                depends_on=deps,
+                settings={
+                    "namespace": cluster.namespace,
+                    "models": list(cluster.prefetch_models),
+                    "into": nemo_rl_cache_env(cluster.mount_path)["HF_HOME"],
+                    "image": cluster.image,
+                    "tool": "the image's python and huggingface_hub (snapshot_download)",
+                    "node_pool": naming.cpu_pool_name(cluster),
+                    "token": token,
+                    "skips": "models a finished prefetch already put in the cache"
+                    + (
+                        " (or the warm-start import brought); no Job at all when the import brought every model whole"
+                        if cluster.warm_start
+                        else ""
+                    ),
+                    "done_when": "the Job is Complete; jobs submitted after up() find the models on the volume",
+                },
+                **created,
+            )
+        )
     return nodes

@@ -107,8 +107,12 @@ def warm_paths(cluster: ClusterSpec) -> tuple[list[str], list[str]]:
     env = nemo_rl_cache_env(cluster.mount_path)
     hf = _relative(cluster, env["HF_HOME"])
     at_up = [posixpath.join(hf, "hub"), posixpath.join(hf, MARKER_DIR)]
-    at_down = [*at_up, _relative(cluster, env["HF_DATASETS_CACHE"]),
-               _relative(cluster, env["NRL_MEGATRON_CHECKPOINT_DIR"]), CACHE_DIR]
+    at_down = [
+        *at_up,
+        _relative(cluster, env["HF_DATASETS_CACHE"]),
+        _relative(cluster, env["NRL_MEGATRON_CHECKPOINT_DIR"]),
+        CACHE_DIR,
+    ]
     return at_up, at_down
 
 
@@ -138,21 +142,29 @@ def warmstart_nodes(cluster: ClusterSpec, *, prefetch: bool) -> list[PlannedReso
     hf = nemo_rl_cache_env(cluster.mount_path)
     return [
         PlannedResource(
-            key=IMPORT_KEY, kind="lustre.v1.ImportData", name=warm.data_uri, depends_on=("lustre",),
+            key=IMPORT_KEY,
+            kind="lustre.v1.ImportData",
+            name=warm.data_uri,
+            depends_on=("lustre",),
             settings={
                 **common,
                 "source": warm.data_uri,
                 "into": "/ (the volume's root: each file at the path it was exported from)",
                 "when": "the manifest exists (a previous deployment exported); otherwise nothing to import",
-                "replaces": [f"the Hugging Face download of {', '.join(cluster.prefetch_models) or 'the models'} "
-                             f"(into {hf['HF_HOME']}: with every model brought whole, no prefetch Job runs)",
-                             f"the HF -> Megatron conversion (NeMo-RL finds {hf['NRL_MEGATRON_CHECKPOINT_DIR']}"
-                             "/<model>/iter_0000000)"],
+                "replaces": [
+                    f"the Hugging Face download of {', '.join(cluster.prefetch_models) or 'the models'} "
+                    f"(into {hf['HF_HOME']}: with every model brought whole, no prefetch Job runs)",
+                    f"the HF -> Megatron conversion (NeMo-RL finds {hf['NRL_MEGATRON_CHECKPOINT_DIR']}"
+                    "/<model>/iter_0000000)",
+                ],
                 "on_failure": "up() fails and rolls back: the volume, created by this up(), goes with what was "
-                              "imported; the bucket is not touched",
-            }),
+                "imported; the bucket is not touched",
+            },
+        ),
         PlannedResource(
-            key=EXPORT_KEY, kind="lustre.v1.ExportData", name=warm.data_uri,
+            key=EXPORT_KEY,
+            kind="lustre.v1.ExportData",
+            name=warm.data_uri,
             depends_on=(("model-prefetch",) if prefetch else ()) + (IMPORT_KEY,),
             settings={
                 **common,
@@ -161,12 +173,13 @@ def warmstart_nodes(cluster: ClusterSpec, *, prefetch: bool) -> list[PlannedReso
                 "at_up_when": "once the prefetch is done, unless the import brought every prefetched model",
                 "at_down": at_down,
                 "never": "$HF_HOME itself (huggingface_hub's token), or any object whose path looks like a "
-                         "credential (deleted from the bucket at once, and named in the log)",
+                "credential (deleted from the bucket at once, and named in the log)",
                 "on_failure": "the objects this export added (those the manifest does not list) are deleted; the "
-                              "manifest is written only after a complete export. A rollback of up() removes what "
-                              "its export added and puts the previous manifest back",
+                "manifest is written only after a complete export. A rollback of up() removes what "
+                "its export added and puts the previous manifest back",
                 "estimated_gb": estimated_gb(cluster),
                 "kept": "after down(): the next deployment with this warm_start imports it; delete the prefix "
-                        "yourself (gcloud storage rm -r) to drop it",
-            }),
+                "yourself (gcloud storage rm -r) to drop it",
+            },
+        ),
     ]

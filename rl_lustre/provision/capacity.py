@@ -84,7 +84,8 @@ class Attempt:
     def line(self) -> str:
         took = f" after {self.ended - self.started:.0f}s" if self.ended is not None else ""
         return f"{self.index + 1}. {self.label} (pool {self.pool}): {self.outcome}{took}" + (
-            f" — {self.reason}" if self.reason else "")
+            f" — {self.reason}" if self.reason else ""
+        )
 
 
 def capacity_signal(exc: BaseException, lane: Lane) -> Signal | None:
@@ -155,23 +156,38 @@ class CapacityPoolDriver:
                 self.attempts.append(attempt)
                 nxt = f"next: {lanes[i + 1].label}" if i + 1 < len(lanes) else "nothing after it"
                 tried = "; ".join(f"{a.label}: {a.outcome}" for a in self.attempts[:-1]) or "nothing yet"
-                where = "" if lane.zone == self.ctx.cluster.zone else (
-                    f"; the volume stays in {self.ctx.cluster.zone} and is reached across zones (inter-zone traffic "
-                    "is billed)")
-                self._say(f"asking for {lane.label} (pool {lane.pool_name}, {self.ctx.cluster.num_nodes} nodes), "
-                          f"waiting since {time.strftime('%H:%M:%S', time.localtime(t0))}; tried: {tried}; {nxt}{where}")
+                where = (
+                    ""
+                    if lane.zone == self.ctx.cluster.zone
+                    else (
+                        f"; the volume stays in {self.ctx.cluster.zone} and is reached across zones (inter-zone traffic "
+                        "is billed)"
+                    )
+                )
+                self._say(
+                    f"asking for {lane.label} (pool {lane.pool_name}, {self.ctx.cluster.num_nodes} nodes), "
+                    f"waiting since {time.strftime('%H:%M:%S', time.localtime(t0))}; tried: {tried}; {nxt}{where}"
+                )
                 value = self._try(step, lane, attempt, preload)
                 if value is not None:
                     attempt.end("granted", f"{self.ctx.cluster.num_nodes} nodes")
                     self.ctx.capacity_lane, self.ctx.capacity_granted_at = lane, attempt.ended
                     self._say(f"got {lane.label} after {len(self.attempts)} attempt(s)")
-                    return Done("created", value, note=f"{lane.label}" + (
-                        f", after {len(self.attempts) - 1} stock-out(s)" if len(self.attempts) > 1 else ""))
+                    return Done(
+                        "created",
+                        value,
+                        note=f"{lane.label}"
+                        + (f", after {len(self.attempts) - 1} stock-out(s)" if len(self.attempts) > 1 else ""),
+                    )
                 self._say(f"{lane.label}: {attempt.outcome} ({attempt.reason}); {nxt}")
         finally:
             self._settle()
-        summary = "\n".join([f"no GPU capacity from any of the {len(lanes)} lane(s) of the policy:",
-                             *[f"  {a.line()}" for a in self.attempts]])
+        summary = "\n".join(
+            [
+                f"no GPU capacity from any of the {len(lanes)} lane(s) of the policy:",
+                *[f"  {a.line()}" for a in self.attempts],
+            ]
+        )
         raise CapacityExhaustedError(summary, list(self.attempts))
 
     def _node(self, lane: Lane) -> Any:
@@ -188,8 +204,11 @@ class CapacityPoolDriver:
             attempt.end("skipped", "queued flex-start needs the Kubernetes part (a ProvisioningRequest)")
             return None
         if _autoscaled(lane) and not self.kube:
-            attempt.end("skipped", "flex-start without queued provisioning needs the Kubernetes part (pods for the "
-                                   "cluster autoscaler to scale the pool up for)")
+            attempt.end(
+                "skipped",
+                "flex-start without queued provisioning needs the Kubernetes part (pods for the "
+                "cluster autoscaler to scale the pool up for)",
+            )
             return None
         request = node_pool_request(self.ctx.plan, "gpu-pool", preload_image=preload, node=self._node(lane))
         step.requesting()
@@ -245,25 +264,35 @@ class CapacityPoolDriver:
             return state
 
         def describe(state: str) -> str:
-            return (f"ProvisioningRequest {name} {state} since {since}: {seen.get('message') or 'queued'}")
+            return f"ProvisioningRequest {name} {state} since {since}: {seen.get('message') or 'queued'}"
 
         timeout = lane.capacity.wait * self.ctx.time_scale
         try:
-            wait_for(f"{lane.label}: all {self.ctx.cluster.num_nodes} nodes at once (queued provisioning)", poll,
-                     done=lambda s: s not in ("pending", "accepted"), describe=describe, timeout=timeout,
-                     backoff=self.ctx.backoff)
+            wait_for(
+                f"{lane.label}: all {self.ctx.cluster.num_nodes} nodes at once (queued provisioning)",
+                poll,
+                done=lambda s: s not in ("pending", "accepted"),
+                describe=describe,
+                timeout=timeout,
+                backoff=self.ctx.backoff,
+            )
         except Exception as exc:
             from ..errors import WaitTimeoutError
 
             if not isinstance(exc, WaitTimeoutError):
                 raise
-            attempt.end("timeout", f"not provisioned within its wait of {lane.capacity.wait:g}s "
-                                   f"({seen.get('message') or 'queued'})")
+            attempt.end(
+                "timeout",
+                f"not provisioned within its wait of {lane.capacity.wait:g}s ({seen.get('message') or 'queued'})",
+            )
             return False
         if seen.get("state") != "provisioned":
             signal = seen.get("signal")
-            attempt.end(signal.kind if signal is not None else str(seen.get("state")),
-                        signal.short() if signal is not None else str(seen.get("message")), signal)
+            attempt.end(
+                signal.kind if signal is not None else str(seen.get("state")),
+                signal.short() if signal is not None else str(seen.get("message")),
+                signal,
+            )
             return False
         with self.ctx._lock:
             consume_in_raycluster(raycluster, self.ctx.cluster, lane)
@@ -306,8 +335,9 @@ class CapacityPoolDriver:
         clusters = self.ctx.apis.clusters
         found = clusters.get_or_none(self.cluster)
         if found is not None and _cluster_busy(found):
-            self.ctx.wait_settled(f"GKE cluster {self.cluster}", lambda: clusters.get_or_none(self.cluster),
-                                  _cluster_busy)
+            self.ctx.wait_settled(
+                f"GKE cluster {self.cluster}", lambda: clusters.get_or_none(self.cluster), _cluster_busy
+            )
 
     def _settle(self) -> None:
         """Wait for the failed lanes' pools to be gone (nothing of a lane is left behind)."""
@@ -360,9 +390,13 @@ def zones_for(ctx: Context, finder: Callable[[Any], tuple[str, ...]] | None) -> 
         try:
             finder = importlib.import_module("rl_lustre.gcp.zones").capacity_zones
         except (ImportError, AttributeError):
-            raise ConfigError(type(spec).__name__, "capacity_zones", "region",
-                              "needs the zone discovery of rl_lustre.gcp.zones, not in this version; list the "
-                              "zones instead (capacity_zones=('us-east1-b', 'us-east1-c'))") from None
+            raise ConfigError(
+                type(spec).__name__,
+                "capacity_zones",
+                "region",
+                "needs the zone discovery of rl_lustre.gcp.zones, not in this version; list the "
+                "zones instead (capacity_zones=('us-east1-b', 'us-east1-c'))",
+            ) from None
     assert finder is not None
     zones = tuple(finder(spec))
     return (spec.zone, *[z for z in zones if z != spec.zone])

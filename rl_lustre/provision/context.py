@@ -115,8 +115,15 @@ class Context:
         kube_timeout: seconds to wait for claims to bind and the RayCluster to be ready.
     """
 
-    def __init__(self, cluster: ClusterSpec, plan: Plan, apis: Apis, *, backoff: Backoff | None = None,
-                 kube_timeout: float = KUBE_TIMEOUT) -> None:
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        plan: Plan,
+        apis: Apis,
+        *,
+        backoff: Backoff | None = None,
+        kube_timeout: float = KUBE_TIMEOUT,
+    ) -> None:
         if plan.project is None or plan.region is None:
             raise NotFoundError(f"the plan of {plan.cluster_name!r} is not a GKE plan")
         self.cluster = cluster
@@ -138,8 +145,9 @@ class Context:
         self._manifests: dict[str, dict[str, Any]] | None = None
         self._lock = threading.Lock()
 
-    def wait_settled(self, what: str, read: Callable[[], Any], busy: Callable[[Any], str | None],
-                     timeout: float = OPERATION_TIMEOUT) -> None:
+    def wait_settled(
+        self, what: str, read: Callable[[], Any], busy: Callable[[Any], str | None], timeout: float = OPERATION_TIMEOUT
+    ) -> None:
         """Wait until ``busy(read())`` is None (no operation in flight) or the resource is gone.
 
         Used before deleting a resource whose creation a cancelled ``up()`` left running:
@@ -147,10 +155,14 @@ class Context:
         """
         from ..gcp._wait import wait_for
 
-        wait_for(f"{what} to finish its current operation before it is deleted", read,
-                 done=lambda found: found is None or busy(found) is None,
-                 describe=lambda found: "ABSENT" if found is None else (busy(found) or "settled"),
-                 timeout=timeout, backoff=self.backoff)
+        wait_for(
+            f"{what} to finish its current operation before it is deleted",
+            read,
+            done=lambda found: found is None or busy(found) is None,
+            describe=lambda found: "ABSENT" if found is None else (busy(found) or "settled"),
+            timeout=timeout,
+            backoff=self.backoff,
+        )
 
     def manifests(self) -> dict[str, dict[str, Any]]:
         """The deployment's Kubernetes objects by plan key, built once for this context

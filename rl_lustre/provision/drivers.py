@@ -97,18 +97,29 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
     drivers: dict[str, Driver] = {}
     for node in plan:
         if node.kind == "compute.v1.Network":
-            drivers[node.key] = ComputeDriver(ctx, apis.networks, functools.partial(compute.network_path, key=node.key),
-                                              _body(compute.network_request, plan, node.key))
+            drivers[node.key] = ComputeDriver(
+                ctx,
+                apis.networks,
+                functools.partial(compute.network_path, key=node.key),
+                _body(compute.network_request, plan, node.key),
+            )
         elif node.kind == "compute.v1.Subnetwork":
-            drivers[node.key] = ComputeDriver(ctx, apis.subnetworks,
-                                              functools.partial(compute.subnetwork_path, key=node.key),
-                                              _body(compute.subnetwork_request, plan, node.key))
+            drivers[node.key] = ComputeDriver(
+                ctx,
+                apis.subnetworks,
+                functools.partial(compute.subnetwork_path, key=node.key),
+                _body(compute.subnetwork_request, plan, node.key),
+            )
     drivers |= {
-        "psa-range": ComputeDriver(ctx, apis.addresses, compute.psa_range_path,
-                                   lambda step: compute.psa_range_request(plan)),
-        "firewall-lustre": ComputeDriver(ctx, apis.firewalls, compute.firewall_path,
-                                         lambda step: compute.firewall_request(plan, compute.cidr_of(
-                                             step.dep("psa-range")))),
+        "psa-range": ComputeDriver(
+            ctx, apis.addresses, compute.psa_range_path, lambda step: compute.psa_range_request(plan)
+        ),
+        "firewall-lustre": ComputeDriver(
+            ctx,
+            apis.firewalls,
+            compute.firewall_path,
+            lambda step: compute.firewall_request(plan, compute.cidr_of(step.dep("psa-range"))),
+        ),
         "psa-peering": PeeringDriver(ctx),
         "lustre": LustreDriver(ctx),
         "gke-cluster": GkeClusterDriver(ctx),
@@ -122,8 +133,9 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
     if NODE_SA_KEY in plan:
         drivers[NODE_SA_KEY] = NodeAccountDriver(ctx)
     for key in kube_keys(plan):
-        drivers[key] = KubeObjectDriver(ctx, key) if kube else SkippedDriver(
-            "Kubernetes part switched off (gcp_only=True)")
+        drivers[key] = (
+            KubeObjectDriver(ctx, key) if kube else SkippedDriver("Kubernetes part switched off (gcp_only=True)")
+        )
     # The start-up nodes have drivers of their own.
     drivers.update(startup_drivers(ctx, kube=kube))
     drivers.update(warmstart_drivers(ctx))

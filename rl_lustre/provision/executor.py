@@ -187,8 +187,9 @@ class Executor:
                     launch(key)
             while futures:
                 try:
-                    done, _ = concurrent.futures.wait(futures, timeout=_TICK,
-                                                      return_when=concurrent.futures.FIRST_COMPLETED)
+                    done, _ = concurrent.futures.wait(
+                        futures, timeout=_TICK, return_when=concurrent.futures.FIRST_COMPLETED
+                    )
                 except BaseException as exc:  # KeyboardInterrupt when no signal handler of ours runs
                     failure = failure or (None, exc)
                     cancel.set()
@@ -219,18 +220,29 @@ class Executor:
                 rec.outcome = "not-started"
         report = Report("up", recs, self._clock() - t0, t0)
         if failure is None:
-            logger.info("up() of %r done in %.1fs: %d created, %d adopted, %d used", self.plan.cluster_name,
-                        report.wall, len(report.keys("created")), len(report.keys("adopted")),
-                        len(report.keys("used")))
+            logger.info(
+                "up() of %r done in %.1fs: %d created, %d adopted, %d used",
+                self.plan.cluster_name,
+                report.wall,
+                len(report.keys("created")),
+                len(report.keys("adopted")),
+                len(report.keys("used")),
+            )
             return report
         capacity = isinstance(failure[1], CapacityExhaustedError)
-        self._fail(report, *failure, keep_on_failure=keep_on_failure, abandon=abandon,
-                   keep=storage if capacity and not cancel.is_set() else frozenset(),
-                   on_no_capacity=on_no_capacity if capacity else None)
+        self._fail(
+            report,
+            *failure,
+            keep_on_failure=keep_on_failure,
+            abandon=abandon,
+            keep=storage if capacity and not cancel.is_set() else frozenset(),
+            on_no_capacity=on_no_capacity if capacity else None,
+        )
         raise AssertionError("unreachable: _fail raises")  # pragma: no cover
 
-    def _ensure(self, rec: NodeRecord, recs: Mapping[str, NodeRecord], cancel: threading.Event, t0: float,
-                display: Display) -> None:
+    def _ensure(
+        self, rec: NodeRecord, recs: Mapping[str, NodeRecord], cancel: threading.Event, t0: float, display: Display
+    ) -> None:
         from ..gcp._wait import progress_hook
 
         step = Step(self.plan.get(rec.key), self.plan, rec, recs, cancel)
@@ -259,17 +271,28 @@ class Executor:
             rec.finished = self._clock() - t0
             display.finished(rec)
 
-    def _fail(self, report: Report, step: str | None, cause: BaseException, *, keep_on_failure: bool,
-              abandon: threading.Event | None, keep: frozenset[str] = frozenset(),
-              on_no_capacity: str | None = None) -> None:
+    def _fail(
+        self,
+        report: Report,
+        step: str | None,
+        cause: BaseException,
+        *,
+        keep_on_failure: bool,
+        abandon: threading.Event | None,
+        keep: frozenset[str] = frozenset(),
+        on_no_capacity: str | None = None,
+    ) -> None:
         recs = report.records
         kept_storage = [recs[k].label for k, r in recs.items() if r.requested and k in keep]
         requested = [k for k, r in recs.items() if r.requested and k not in keep]
         adopted = [recs[k].label for k in report.keys("adopted")]
         # A cache this run completed stays, as after down(): the next up() reuses it.
-        adopted += [f"{recs[k].label}: {recs[k].note or 'made by this run'}; kept for the next up() (a cache "
-                    "deployments share; `rl-lustre gc` collects unused ones)"
-                    for k in report.keys("created") if recs[k].action == "cache"]
+        adopted += [
+            f"{recs[k].label}: {recs[k].note or 'made by this run'}; kept for the next up() (a cache "
+            "deployments share; `rl-lustre gc` collects unused ones)"
+            for k in report.keys("created")
+            if recs[k].action == "cache"
+        ]
         if step is not None:
             logger.warning("up() of %r failed at %s: %s", self.plan.cluster_name, step, _one_line(cause))
         else:
@@ -278,29 +301,43 @@ class Executor:
         if on_no_capacity is not None and not keep_on_failure:
             assert isinstance(cause, CapacityExhaustedError)
             if requested:
-                logger.warning("no GPU capacity: rolling back %s; keeping %s", ", ".join(requested),
-                               ", ".join(kept_storage) or "nothing")
+                logger.warning(
+                    "no GPU capacity: rolling back %s; keeping %s",
+                    ", ".join(requested),
+                    ", ".join(kept_storage) or "nothing",
+                )
             rollback = self._teardown("rollback", requested, cancel=abandon)
             raise NoCapacityError(
-                cause, on_no_capacity=on_no_capacity, step=step,
+                cause,
+                on_no_capacity=on_no_capacity,
+                step=step,
                 cleaned=[rollback.records[k].label for k in rollback.keys("deleted", "absent")],
                 kept=[*kept_storage, *adopted],
                 left=[rollback.records[k].label for k in rollback.keys("left", "not-ours")],
-                report=report, rollback=rollback) from cause
+                report=report,
+                rollback=rollback,
+            ) from cause
         if keep_on_failure:
             kept = [recs[k].label for k, r in recs.items() if r.requested]
-            raise error_cls(cause, step=step, kept=[*kept, *adopted], report=report,
-                            hint="keep_on_failure=True: nothing was deleted; cluster.down() removes it") from cause
+            raise error_cls(
+                cause,
+                step=step,
+                kept=[*kept, *adopted],
+                report=report,
+                hint="keep_on_failure=True: nothing was deleted; cluster.down() removes it",
+            ) from cause
         if requested:
             logger.warning("rolling back what this up() created: %s", ", ".join(requested))
         rollback = self._teardown("rollback", requested, cancel=abandon)
         cleaned = [rollback.records[k].label for k in rollback.keys("deleted", "absent")]
         left = [rollback.records[k].label for k in rollback.keys("left", "not-ours")]
-        raise error_cls(cause, step=step, cleaned=cleaned, kept=adopted, left=left, report=report,
-                        rollback=rollback) from cause
+        raise error_cls(
+            cause, step=step, cleaned=cleaned, kept=adopted, left=left, report=report, rollback=rollback
+        ) from cause
 
-    def down(self, keys: Sequence[str] | None = None, *, abandon: threading.Event | None = None,
-             cache: bool = False) -> Report:
+    def down(
+        self, keys: Sequence[str] | None = None, *, abandon: threading.Event | None = None, cache: bool = False
+    ) -> Report:
         """Delete the plan's ``"create"`` nodes (or only ``keys``) that exist and are ours;
         its ``"cache"`` nodes too with ``cache=True`` (otherwise they are kept).
 
@@ -340,8 +377,9 @@ class Executor:
         todo = wanted - set(riders)
         # Waiting for a rider means waiting for its host: the GPU pool's extra subnets go
         # only once the pool has gone with its cluster.
-        blockers = {k: {riders.get(d, d) for d in self.plan.downstream(k) if d in todo or d in riders} - {k}
-                    for k in todo}
+        blockers = {
+            k: {riders.get(d, d) for d in self.plan.downstream(k) if d in todo or d in riders} - {k} for k in todo
+        }
         display = self._display or display_for(operation, self.plan)
         abandon = cancel if cancel is not None else threading.Event()
         with display, concurrent.futures.ThreadPoolExecutor(self._workers, f"rl-lustre-{operation}") as pool:
@@ -385,18 +423,32 @@ class Executor:
                 if key in todo and not blockers[key]:
                     launch(key)
             while futures:
-                done, _ = concurrent.futures.wait(futures, timeout=_TICK,
-                                                  return_when=concurrent.futures.FIRST_COMPLETED)
+                done, _ = concurrent.futures.wait(
+                    futures, timeout=_TICK, return_when=concurrent.futures.FIRST_COMPLETED
+                )
                 for fut in done:
                     settle(recs[futures.pop(fut)])
         report = Report(operation, recs, self._clock() - t0, t0)
-        logger.info("%s of %r done in %.1fs: %d deleted, %d already gone, %d left", operation,
-                    self.plan.cluster_name, report.wall, len(report.keys("deleted")),
-                    len(report.keys("absent")), len(report.keys("left", "not-ours")))
+        logger.info(
+            "%s of %r done in %.1fs: %d deleted, %d already gone, %d left",
+            operation,
+            self.plan.cluster_name,
+            report.wall,
+            len(report.keys("deleted")),
+            len(report.keys("absent")),
+            len(report.keys("left", "not-ours")),
+        )
         return report
 
-    def _delete(self, rec: NodeRecord, recs: Mapping[str, NodeRecord], cancel: threading.Event, t0: float,
-                display: Display, operation: str = "down") -> None:
+    def _delete(
+        self,
+        rec: NodeRecord,
+        recs: Mapping[str, NodeRecord],
+        cancel: threading.Event,
+        t0: float,
+        display: Display,
+        operation: str = "down",
+    ) -> None:
         from ..gcp._wait import progress_hook
 
         step = Step(self.plan.get(rec.key), self.plan, rec, recs, cancel, operation)

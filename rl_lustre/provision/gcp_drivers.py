@@ -49,11 +49,16 @@ class ComputeDriver:
         found = self.api.get_or_none(self.path)
         if step.node.action == "use":
             if found is None:
-                raise NotFoundError(f"{step.node.kind} {self.path} does not exist; Cluster(network=...) must name "
-                                    "an existing VPC network with a subnet of the same name in the cluster's region")
+                raise NotFoundError(
+                    f"{step.node.kind} {self.path} does not exist; Cluster(network=...) must name "
+                    "an existing VPC network with a subnet of the same name in the cluster's region"
+                )
             return Done("used", found)
-        return ensure_or_adopt(step, found is not None, lambda: self.api.create(
-            self.body(step), parent=self._parent(), deployment=self.ctx.deployment))
+        return ensure_or_adopt(
+            step,
+            found is not None,
+            lambda: self.api.create(self.body(step), parent=self._parent(), deployment=self.ctx.deployment),
+        )
 
     def delete(self, step: Step) -> Literal["deleted", "absent"]:
         return gone(self.api.delete(self.path, deployment=self.ctx.deployment))
@@ -169,8 +174,11 @@ class GkeClusterDriver:
 
         api = self.ctx.apis.clusters
         found = api.get_or_none(self.path)
-        done = ensure_or_adopt(step, found is not None, lambda: api.create(
-            self.request(), parent=self.parent, deployment=self.ctx.deployment))
+        done = ensure_or_adopt(
+            step,
+            found is not None,
+            lambda: api.create(self.request(), parent=self.parent, deployment=self.ctx.deployment),
+        )
         # GKE picks the version from the release channel; one too old for the Lustre CSI
         # driver's port 988 could never mount the volume, so up() fails here (and rolls back).
         minimum = self.ctx.plan.get("gke-cluster").settings.get("min_version")
@@ -235,19 +243,26 @@ class NodePoolDriver:
         if node is not None:
             self.path = f"{self.cluster}/nodePools/{node.name}"
         came_with_cluster = step.records["gke-cluster"].outcome == "created" and any(
-            p.name == request.name for p in step.dep("gke-cluster").node_pools)
+            p.name == request.name for p in step.dep("gke-cluster").node_pools
+        )
         if came_with_cluster:
             return Done("created", api.wait_ready(self.path), note="created with the cluster")
         found = api.get_or_none(self.path)
-        done = ensure_or_adopt(step, found is not None, lambda: api.create(
-            request, cluster=self.cluster, deployment=self.ctx.deployment))
+        done = ensure_or_adopt(
+            step, found is not None, lambda: api.create(request, cluster=self.cluster, deployment=self.ctx.deployment)
+        )
         if done.outcome == "adopted" and preload is not None:
             # GKE cannot change a pool's secondary boot disk: say so, never take it as current.
             theirs = [d.disk_image for d in done.value.config.secondary_boot_disks]
             if preload not in theirs:
-                return Done("adopted", done.value, note=(
-                    f"built with secondary boot disk {theirs[0] if theirs else 'none'}; its nodes (replacements "
-                    f"too) do not get {preload}: delete the pool and run up() again to recreate it"))
+                return Done(
+                    "adopted",
+                    done.value,
+                    note=(
+                        f"built with secondary boot disk {theirs[0] if theirs else 'none'}; its nodes (replacements "
+                        f"too) do not get {preload}: delete the pool and run up() again to recreate it"
+                    ),
+                )
         return done
 
     def preload_path(self, step: Step) -> str | None:
@@ -260,9 +275,12 @@ class NodePoolDriver:
         if PRELOAD_KEY not in step.node.depends_on:
             return None
         minimum = step.node.settings["preload"]["min_gke_version"]
-        check_version(step.dep("gke-cluster"), minimum,
-                      needs="GKE boots nodes from a secondary boot disk only from {minimum}: upgrade the control "
-                            "plane, or deploy with Cluster(preload_image=False)")
+        check_version(
+            step.dep("gke-cluster"),
+            minimum,
+            needs="GKE boots nodes from a secondary boot disk only from {minimum}: upgrade the control "
+            "plane, or deploy with Cluster(preload_image=False)",
+        )
         return image_path(step.dep(PRELOAD_KEY))
 
     def delete(self, step: Step) -> Literal["deleted", "absent"]:
@@ -275,6 +293,7 @@ class NodePoolDriver:
         check_owned("GKE node pool", self.path, found.config.resource_labels, self.ctx.deployment)
         cluster = clusters.get_or_none(self.cluster)
         if cluster is not None and _cluster_busy(cluster):
-            self.ctx.wait_settled(f"GKE cluster {self.cluster}", lambda: clusters.get_or_none(self.cluster),
-                                  _cluster_busy)
+            self.ctx.wait_settled(
+                f"GKE cluster {self.cluster}", lambda: clusters.get_or_none(self.cluster), _cluster_busy
+            )
         return gone(pools.delete(self.path, deployment=self.ctx.deployment))

@@ -32,9 +32,12 @@ def kube_keys(plan: Plan) -> tuple[str, ...]:
         (('netparams-gvnic-1', 'podnet-gvnic-1', 'netparams-rdma-0'), 'model-prefetch', 25)
     """
     return tuple(r.key for r in plan if not r.kind.startswith(_GOOGLE_KINDS))
+
+
 # Claims and RayClusters are waited for until Bound / ready.
 # Claims and RayClusters are waited for until Bound / ready.
 _KUBE_WAITED = frozenset({PVC_KEY, RAYCLUSTER_KEY})
+
 
 class KubeObjectDriver:
     """A Kubernetes object of the deployment (PersistentVolume, PersistentVolumeClaim,

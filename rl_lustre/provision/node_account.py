@@ -36,9 +36,17 @@ class NodeAccountDriver:
     def ensure(self, step: Step) -> Done:
         accounts = self.ctx.apis.accounts
         found = accounts.get_or_none(self.path)
-        done = ensure_or_adopt(step, found is not None, lambda: accounts.create(
-            self.ctx.project, self.settings["account_id"], display_name=self.settings["display_name"],
-            text=f"GKE nodes of rl_lustre deployment {self.ctx.deployment}", deployment=self.ctx.deployment))
+        done = ensure_or_adopt(
+            step,
+            found is not None,
+            lambda: accounts.create(
+                self.ctx.project,
+                self.settings["account_id"],
+                display_name=self.settings["display_name"],
+                text=f"GKE nodes of rl_lustre deployment {self.ctx.deployment}",
+                deployment=self.ctx.deployment,
+            ),
+        )
         self.ctx.apis.project_iam.add(self.ctx.project, self.member, self.roles)
         return done
 

@@ -31,15 +31,18 @@ log = logging.getLogger("rl_lustre.provision")
 def image_path(image: Any) -> str:
     """``projects/P/global/images/NAME`` of a ``compute_v1.Image``."""
     link = str(image.self_link)
-    return link[link.index("projects/"):] if "projects/" in link else str(image.name)
+    return link[link.index("projects/") :] if "projects/" in link else str(image.name)
 
 
 def pools_using(clusters: list[Any], path: str) -> list[str]:
     """``cluster/pool`` of every node pool whose secondary boot disk is the image ``path``."""
     name = path.rsplit("/", 1)[-1]
-    return [f"{c.name}/{p.name}" for c in clusters for p in c.node_pools
-            if any(d.disk_image == path or d.disk_image.endswith(f"/images/{name}")
-                   for d in p.config.secondary_boot_disks)]
+    return [
+        f"{c.name}/{p.name}"
+        for c in clusters
+        for p in c.node_pools
+        if any(d.disk_image == path or d.disk_image.endswith(f"/images/{name}") for d in p.config.secondary_boot_disks)
+    ]
 
 
 class PreloadImageDriver:
@@ -60,13 +63,19 @@ class PreloadImageDriver:
         resolved = registry.resolve(cluster.image)
         subnet = plan.get("subnet").name
         return PreloadBuild(
-            project=self.ctx.project, zone=str(cluster.zone),
+            project=self.ctx.project,
+            zone=str(cluster.zone),
             subnetwork=f"projects/{self.ctx.project}/regions/{self.ctx.region}/subnetworks/{subnet}",
-            image=cluster.image, pullable=resolved.pullable, digest=resolved.digest,
-            compressed_bytes=resolved.compressed_bytes, family=naming.preload_family(cluster.image),
+            image=cluster.image,
+            pullable=resolved.pullable,
+            digest=resolved.digest,
+            compressed_bytes=resolved.compressed_bytes,
+            family=naming.preload_family(cluster.image),
             name=naming.preload_image_name(cluster.image, resolved.digest),
-            builder=naming.preload_builder_name(resolved.digest), created_by=self.ctx.deployment,
-            storage_location=self.ctx.region)
+            builder=naming.preload_builder_name(resolved.digest),
+            created_by=self.ctx.deployment,
+            storage_location=self.ctx.region,
+        )
 
     def ensure(self, step: Step) -> Done:
         from ..gcp.preload import ensure_preload_image
@@ -75,22 +84,28 @@ class PreloadImageDriver:
         if step.node.action == "use":
             found = apis.images.get_or_none(step.node.name)
             if found is None:
-                raise NotFoundError(f"Cluster.preload_image={step.node.name!r}: no such disk image (or no access "
-                                    "to it); build it first, or use preload_image=True to let rl_lustre build one")
+                raise NotFoundError(
+                    f"Cluster.preload_image={step.node.name!r}: no such disk image (or no access "
+                    "to it); build it first, or use preload_image=True to let rl_lustre build one"
+                )
             if found.status != "READY":
                 raise NotFoundError(f"Cluster.preload_image={step.node.name!r} is {found.status}, not READY")
             return Done("used", found, note="your image, used as it is")
         build = self._build()
-        built = ensure_preload_image(build, images=apis.images, disks=apis.disks, instances=apis.instances,
-                                     backoff=self.ctx.backoff)
+        built = ensure_preload_image(
+            build, images=apis.images, disks=apis.disks, instances=apis.instances, backoff=self.ctx.backoff
+        )
         return Done(built.outcome, built.image, note=built.note)
 
     def delete(self, step: Step) -> Literal["deleted", "absent", "kept"]:
         from ..catalog import LABEL_LAYOUT
 
         apis = self.ctx.apis
-        ours = [i for i in apis.images.list_role(self.ctx.project, ROLE_PRELOAD_IMAGE, {LABEL_LAYOUT: PRELOAD_LAYOUT})
-                if i.family == step.node.name]
+        ours = [
+            i
+            for i in apis.images.list_role(self.ctx.project, ROLE_PRELOAD_IMAGE, {LABEL_LAYOUT: PRELOAD_LAYOUT})
+            if i.family == step.node.name
+        ]
         if not ours:
             return "absent"
         clusters = apis.clusters.list_all(self.ctx.project)

@@ -70,8 +70,14 @@ class Display:
         elif rec.outcome == "skipped":
             logger.info("skipped %s: %s", what, rec.note)
         elif rec.outcome in ("failed", "left"):
-            logger.warning("%s: %s %s%s: %s", self.operation, "failed" if rec.outcome == "failed" else "could not delete",
-                           what, _seconds(rec), rec.error if rec.error is not None else rec.note)
+            logger.warning(
+                "%s: %s %s%s: %s",
+                self.operation,
+                "failed" if rec.outcome == "failed" else "could not delete",
+                what,
+                _seconds(rec),
+                rec.error if rec.error is not None else rec.note,
+            )
         else:
             logger.debug("%s: %s %s%s%s", self.operation, rec.outcome, what, _seconds(rec), note)
 
@@ -132,8 +138,9 @@ class LiveDisplay(Display):
             if task is None:
                 # Finished without work of its own (deleted with another node).
                 task = self._tasks[rec.key] = self._progress.add_task("", total=None)
-        self._progress.update(task, description=self._row(rec, rec.outcome + (f" ({rec.note})" if rec.note else "")),
-                              total=1, completed=1)
+        self._progress.update(
+            task, description=self._row(rec, rec.outcome + (f" ({rec.note})" if rec.note else "")), total=1, completed=1
+        )
         self._progress.stop_task(task)
 
 

@@ -14,10 +14,23 @@ __all__ = ["UP_DONE", "NodeRecord", "Outcome", "Report"]
 
 # Outcomes of up: created / adopted / used / skipped are successes.
 Outcome = Literal[
-    "pending", "running", "created", "adopted", "used", "skipped", "failed", "cancelled", "not-started",
-    "deleted", "absent", "not-ours", "kept", "left",
+    "pending",
+    "running",
+    "created",
+    "adopted",
+    "used",
+    "skipped",
+    "failed",
+    "cancelled",
+    "not-started",
+    "deleted",
+    "absent",
+    "not-ours",
+    "kept",
+    "left",
 ]
 UP_DONE = frozenset({"created", "adopted", "used", "skipped"})
+
 
 @attrs.define(eq=False)
 class NodeRecord:
@@ -110,9 +123,16 @@ class Report:
             "operation": self.operation,
             "wall_seconds": round(self.wall, 3),
             "resources": [
-                {"key": r.key, "kind": r.kind, "name": r.name, "action": r.action, "outcome": r.outcome,
-                 "seconds": None if r.seconds is None else round(r.seconds, 3), "note": r.note,
-                 "error": None if r.error is None else _one_line(r.error)}
+                {
+                    "key": r.key,
+                    "kind": r.kind,
+                    "name": r.name,
+                    "action": r.action,
+                    "outcome": r.outcome,
+                    "seconds": None if r.seconds is None else round(r.seconds, 3),
+                    "note": r.note,
+                    "error": None if r.error is None else _one_line(r.error),
+                }
                 for r in self.records.values()
             ],
         }
@@ -125,6 +145,7 @@ class Report:
             rows.append((r.key, r.outcome, start, secs, r.note or (_one_line(r.error) if r.error else "")))
         widths = [max(len(row[c]) for row in rows) for c in range(4)]
         lines = [f"{self.operation} took {self.wall:.2f}s"]
-        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
-                  for row in rows]
+        lines += [
+            "  " + "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in rows
+        ]
         return "\n".join(line.rstrip() for line in lines)

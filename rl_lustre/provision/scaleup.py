@@ -59,16 +59,20 @@ def probe_pods(cluster: ClusterSpec, lane: Lane, resources: Mapping[str, Any]) -
 
     base = naming.provisioning_request_name(cluster, lane.pool_name)
     labels = {**deployment_labels(cluster), _COMPONENT_LABEL: PROBE_COMPONENT}
-    return [{
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"{base}-probe-{i}", "namespace": cluster.namespace, "labels": labels},
-        "spec": {
-            "nodeSelector": {GKE_NODEPOOL_LABEL: lane.pool_name},
-            "tolerations": copy.deepcopy(TOLERATIONS),
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "probe", "image": PAUSE_IMAGE, "resources": copy.deepcopy(dict(resources))}],
-        },
-    } for i in range(cluster.num_nodes)]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{base}-probe-{i}", "namespace": cluster.namespace, "labels": labels},
+            "spec": {
+                "nodeSelector": {GKE_NODEPOOL_LABEL: lane.pool_name},
+                "tolerations": copy.deepcopy(TOLERATIONS),
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "probe", "image": PAUSE_IMAGE, "resources": copy.deepcopy(dict(resources))}],
+            },
+        }
+        for i in range(cluster.num_nodes)
+    ]
 
 
 def _event_time(event: Mapping[str, Any]) -> float:
@@ -107,8 +111,12 @@ def wait_for_scale_up(ctx: Context, step: Step, lane: Lane, attempt: Attempt) ->
         for event in sorted(events.list()[0], key=_event_time):
             if (event.get("involvedObject") or {}).get("uid") not in uids:
                 continue
-            signal: Signal | None = classify_event(str(event.get("reason") or ""), str(event.get("message") or ""),
-                                                   source="pod event", at=_event_time(event))
+            signal: Signal | None = classify_event(
+                str(event.get("reason") or ""),
+                str(event.get("message") or ""),
+                source="pod event",
+                at=_event_time(event),
+            )
             if signal is not None:
                 seen["said"] = signal.short()
                 if signal.kind in _ENDING:
@@ -117,16 +125,26 @@ def wait_for_scale_up(ctx: Context, step: Step, lane: Lane, attempt: Attempt) ->
         return "waiting"
 
     def describe(state: str) -> str:
-        return (f"{lane.label}: {seen['ready']}/{wanted} nodes Ready, waiting since {since} for the cluster "
-                f"autoscaler to scale up pool {lane.pool_name}" + (f"; it says {seen['said']}" if seen["said"] else ""))
+        return (
+            f"{lane.label}: {seen['ready']}/{wanted} nodes Ready, waiting since {since} for the cluster "
+            f"autoscaler to scale up pool {lane.pool_name}" + (f"; it says {seen['said']}" if seen["said"] else "")
+        )
 
     try:
-        state = wait_for(f"{lane.label}: {wanted} nodes from the cluster autoscaler (flex-start)", poll,
-                         done=lambda s: s != "waiting", describe=describe, timeout=lane.capacity.wait * ctx.time_scale,
-                         backoff=ctx.backoff)
+        state = wait_for(
+            f"{lane.label}: {wanted} nodes from the cluster autoscaler (flex-start)",
+            poll,
+            done=lambda s: s != "waiting",
+            describe=describe,
+            timeout=lane.capacity.wait * ctx.time_scale,
+            backoff=ctx.backoff,
+        )
     except WaitTimeoutError:
-        attempt.end("timeout", f"{seen['ready']} of {wanted} nodes within its wait of {lane.capacity.wait:g}s"
-                               + (f" ({seen['said']})" if seen["said"] else ""))
+        attempt.end(
+            "timeout",
+            f"{seen['ready']} of {wanted} nodes within its wait of {lane.capacity.wait:g}s"
+            + (f" ({seen['said']})" if seen["said"] else ""),
+        )
         return False
     finally:
         for p in probes:

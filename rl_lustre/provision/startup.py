@@ -76,12 +76,14 @@ class _KubeNode:
 
         return bool(apply.delete_manifests(api, [self.manifest], deployment=self.ctx.deployment))
 
-    def _wait(self, what: str, poll: Callable[[], Any], done: Callable[[Any], bool],
-              describe: Callable[[Any], str]) -> Any:
+    def _wait(
+        self, what: str, poll: Callable[[], Any], done: Callable[[Any], bool], describe: Callable[[Any], str]
+    ) -> Any:
         from ..gcp._wait import wait_for
 
-        return wait_for(what, poll, done=done, describe=describe, timeout=self.ctx.kube_timeout,
-                        backoff=self.ctx.backoff)
+        return wait_for(
+            what, poll, done=done, describe=describe, timeout=self.ctx.kube_timeout, backoff=self.ctx.backoff
+        )
 
     def _pods(self, api: Any, selector: str) -> list[dict[str, Any]]:
         from ..kube.client import translate_errors
@@ -134,11 +136,19 @@ class PrepullDriver(_KubeNode):
                         raise KubernetesError(f"pre-pulling {image} failed: {problem[0]}")
             return ready, want
 
-        self._wait(f"image {image} on the nodes", poll, done=lambda p: p[0] >= p[1] > 0,
-                   describe=lambda p: f"on {p[0]} of {p[1]} nodes")
+        self._wait(
+            f"image {image} on the nodes",
+            poll,
+            done=lambda p: p[0] >= p[1] > 0,
+            describe=lambda p: f"on {p[0]} of {p[1]} nodes",
+        )
         step.check()
-        self._wait("the RayCluster's workers to run (then the pre-pull goes)", lambda: self._workers_run(api),
-                   done=bool, describe=lambda up: "workers running" if up else "workers starting")
+        self._wait(
+            "the RayCluster's workers to run (then the pre-pull goes)",
+            lambda: self._workers_run(api),
+            done=bool,
+            describe=lambda up: "workers running" if up else "workers starting",
+        )
         self._remove(api)
         return Done("created", note=f"image pulled on {nodes} node(s); removed once the RayCluster's workers ran")
 
@@ -161,10 +171,11 @@ class PrefetchDriver(_KubeNode):
 
         try:
             text = client.CoreV1Api(api).read_namespaced_pod_log(
-                pod["metadata"]["name"], self.namespace, tail_lines=20, _request_timeout=30)
+                pod["metadata"]["name"], self.namespace, tail_lines=20, _request_timeout=30
+            )
         except ApiException:
             return ""  # not started yet, or gone: the pod's status says why
-        lines = [line[len(MARK):].strip() for line in str(text).splitlines() if line.startswith(MARK)]
+        lines = [line[len(MARK) :].strip() for line in str(text).splitlines() if line.startswith(MARK)]
         return lines[-1] if lines else ""
 
     def ensure(self, step: Step) -> Done:
@@ -176,8 +187,11 @@ class PrefetchDriver(_KubeNode):
 
             brought = imported_models(self.ctx.cluster, step.dep(IMPORT_KEY))
             if set(self.models) <= set(brought):
-                return Done("skipped", note=f"the warm-start import brought {', '.join(self.models)} (prefetch "
-                                            "markers and snapshots): nothing to fetch, no Job")
+                return Done(
+                    "skipped",
+                    note=f"the warm-start import brought {', '.join(self.models)} (prefetch "
+                    "markers and snapshots): nothing to fetch, no Job",
+                )
         api = self._api(step)
         found = self._read(api)
         outcome: Literal["created", "adopted"] = "created"
@@ -193,8 +207,13 @@ class PrefetchDriver(_KubeNode):
             # ours (another rl_lustre, another image) is replaced; its download resumes.
             drift = immutable_drift(self.manifest, found, deployment=self.ctx.deployment) if ours else []
             if ours and (state == "failed" or not same or drift):
-                why = "it failed" if state == "failed" else "the models changed" if not same else (
-                    f"its {', '.join(drift)} differs (the image or the prefetch program changed)")
+                why = (
+                    "it failed"
+                    if state == "failed"
+                    else "the models changed"
+                    if not same
+                    else (f"its {', '.join(drift)} differs (the image or the prefetch program changed)")
+                )
                 logger.info("replacing %s Job %s/%s (%s)", state, self.namespace, self.name, why)
                 self._remove(api)
             else:
@@ -212,11 +231,18 @@ class PrefetchDriver(_KubeNode):
                 seen["line"] = self._last_line(api, pod) or seen["line"]
             if state == "failed":
                 reasons = [p[0] for p in (pod_problem(p) for p in pods) if p is not None]
-                why = reasons[-1] if reasons else "; ".join(
-                    c.get("message", "") for c in (job or {}).get("status", {}).get("conditions", [])
-                    if c.get("type") == "Failed")
-                raise KubernetesError(f"model prefetch Job {self.namespace}/{self.name} failed after "
-                                      f"{len(pods)} attempt(s): {why}")
+                why = (
+                    reasons[-1]
+                    if reasons
+                    else "; ".join(
+                        c.get("message", "")
+                        for c in (job or {}).get("status", {}).get("conditions", [])
+                        if c.get("type") == "Failed"
+                    )
+                )
+                raise KubernetesError(
+                    f"model prefetch Job {self.namespace}/{self.name} failed after {len(pods)} attempt(s): {why}"
+                )
             problem = pod_problem(pod) if pod is not None else None
             if problem is not None and problem[1] and (pod or {}).get("status", {}).get("phase") == "Pending":
                 raise KubernetesError(f"model prefetch Job {self.namespace}/{self.name} cannot run: {problem[0]}")
@@ -233,8 +259,9 @@ class PrefetchDriver(_KubeNode):
                 return problem[0]
             return (pod.get("status") or {}).get("phase", "Pending") + (f": {seen['line']}" if seen["line"] else "")
 
-        self._wait(f"model prefetch of {', '.join(self.models)}", poll, done=lambda r: r[0] == "complete",
-                   describe=describe)
+        self._wait(
+            f"model prefetch of {', '.join(self.models)}", poll, done=lambda r: r[0] == "complete", describe=describe
+        )
         return Done(outcome, note=seen["line"] or "models in the volume's Hugging Face cache")
 
 
@@ -251,5 +278,6 @@ def startup_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
     makers: dict[str, Callable[[Context], Driver]] = {PREPULL_KEY: PrepullDriver, PREFETCH_KEY: PrefetchDriver}
     return {
         key: make(ctx) if kube else SkippedDriver("Kubernetes part switched off (gcp_only=True)")
-        for key, make in makers.items() if key in ctx.plan
+        for key, make in makers.items()
+        if key in ctx.plan
     }

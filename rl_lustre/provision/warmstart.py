@@ -66,9 +66,13 @@ def read_manifest(storage: BucketObjects, warm: WarmStart) -> dict[str, Any] | N
     if found is None:
         return None
     if not isinstance(found, dict) or found.get("format") != WARM_FORMAT or not isinstance(found.get("objects"), list):
-        raise ConfigError("Cluster", "warm_start", warm.uri,
-                          f"gs://{warm.bucket}/{warm.manifest} is not an rl_lustre manifest ({WARM_FORMAT}); "
-                          "point warm_start at a prefix of its own")
+        raise ConfigError(
+            "Cluster",
+            "warm_start",
+            warm.uri,
+            f"gs://{warm.bucket}/{warm.manifest} is not an rl_lustre manifest ({WARM_FORMAT}); "
+            "point warm_start at a prefix of its own",
+        )
     return found
 
 
@@ -120,19 +124,27 @@ class WarmImportDriver:
         try:
             storage.check_bucket(warm.bucket)
         except NotFoundError as exc:
-            raise NotFoundError(f"Cluster.warm_start={warm.uri!r}: bucket gs://{warm.bucket} does not exist or "
-                                f"cannot be read ({exc}); create it in region {self.ctx.region} (rl_lustre never "
-                                "creates or deletes it)") from exc
+            raise NotFoundError(
+                f"Cluster.warm_start={warm.uri!r}: bucket gs://{warm.bucket} does not exist or "
+                f"cannot be read ({exc}); create it in region {self.ctx.region} (rl_lustre never "
+                "creates or deletes it)"
+            ) from exc
         manifest = read_manifest(storage, warm)
         if manifest is None:
-            return Done("skipped", {"manifest": None},
-                        note=f"nothing exported to {warm.uri} yet: this deployment downloads, then exports")
+            return Done(
+                "skipped",
+                {"manifest": None},
+                note=f"nothing exported to {warm.uri} yet: this deployment downloads, then exports",
+            )
         step.requesting()
         result = self.ctx.apis.lustre.import_data(_instance(self.ctx), warm.data_uri, "/")
         total = int(manifest.get("total_bytes") or 0)
-        return Done("created", {"manifest": manifest, "copied": result.bytes_copied, "failed": result.objects_failed},
-                    note=f"imported {result.objects_copied} object(s), {_gb(result.bytes_copied)} of the "
-                         f"{_gb(total)} exported on {manifest.get('exported_at', '?')}")
+        return Done(
+            "created",
+            {"manifest": manifest, "copied": result.bytes_copied, "failed": result.objects_failed},
+            note=f"imported {result.objects_copied} object(s), {_gb(result.bytes_copied)} of the "
+            f"{_gb(total)} exported on {manifest.get('exported_at', '?')}",
+        )
 
     def delete(self, step: Step) -> Literal["deleted", "absent", "skipped", "kept"]:
         # Only when the volume stays (it never does: warm_start needs one this deployment creates).
@@ -164,8 +176,9 @@ class WarmExportDriver:
             storage.delete(warm.bucket, name)
         return added
 
-    def _export(self, paths: list[str], models: list[str], before: dict[str, Any] | None, *,
-                missing_ok: bool) -> dict[str, Any]:
+    def _export(
+        self, paths: list[str], models: list[str], before: dict[str, Any] | None, *, missing_ok: bool
+    ) -> dict[str, Any]:
         warm, storage, lustre = _warm(self.ctx), self.ctx.apis.storage, self.ctx.apis.lustre
         instance = _instance(self.ctx)
         exported = []
@@ -209,8 +222,11 @@ class WarmExportDriver:
         before = imported.get("manifest")
         models = list(self.ctx.cluster.prefetch_models)
         if before is not None and set(models) <= set(before.get("models") or []):
-            return Done("skipped", before, note="the import brought every prefetched model: nothing new to export "
-                                                "(down() exports the caches)")
+            return Done(
+                "skipped",
+                before,
+                note="the import brought every prefetched model: nothing new to export (down() exports the caches)",
+            )
         snapshot = self._snapshot()
         self._before = (snapshot, before)
         step.requesting()
@@ -219,8 +235,12 @@ class WarmExportDriver:
         except BaseException:
             self._undo(snapshot)
             raise
-        return Done("created", manifest, note=f"exported {len(manifest['objects'])} object(s), "
-                                              f"{_gb(manifest['total_bytes'])}; manifest gs://{warm.bucket}/{warm.manifest}")
+        return Done(
+            "created",
+            manifest,
+            note=f"exported {len(manifest['objects'])} object(s), "
+            f"{_gb(manifest['total_bytes'])}; manifest gs://{warm.bucket}/{warm.manifest}",
+        )
 
     def delete(self, step: Step) -> Literal["deleted", "absent", "skipped", "kept"]:
         warm, storage = _warm(self.ctx), self.ctx.apis.storage
@@ -244,12 +264,16 @@ class WarmExportDriver:
             manifest = self._export(warm_paths(self.ctx.cluster)[1], [], before, missing_ok=True)
         except Exception as exc:
             added = self._undo(snapshot)
-            step.record.note = (f"the export at down() failed, the volume is deleted anyway (the caches are "
-                                f"recomputed next time); removed the {len(added)} object(s) it added: {exc}")
+            step.record.note = (
+                f"the export at down() failed, the volume is deleted anyway (the caches are "
+                f"recomputed next time); removed the {len(added)} object(s) it added: {exc}"
+            )
             log.warning("warm start: %s", step.record.note)
             return "skipped"
-        step.record.note = (f"exported {len(manifest['objects'])} object(s), {_gb(manifest['total_bytes'])}, to "
-                            f"{warm.uri} (kept: the next deployment imports them)")
+        step.record.note = (
+            f"exported {len(manifest['objects'])} object(s), {_gb(manifest['total_bytes'])}, to "
+            f"{warm.uri} (kept: the next deployment imports them)"
+        )
         return "deleted"
 
 

@@ -99,10 +99,15 @@ class Claim:
         if not isinstance(data, dict):
             raise ValueError("a claim is a JSON object")
         if int(data.get("v", CLAIM_VERSION)) > CLAIM_VERSION:
-            return cls(job=str(data["job"]), nodes=int(data.get("nodes", 0)),
-                       gpus_per_node=float(data.get("gpus_per_node", 0)),
-                       cluster_nodes=int(data.get("cluster_nodes", 0)), state="holding",
-                       slots=[int(s) for s in data.get("slots") or []], v=int(data["v"]))
+            return cls(
+                job=str(data["job"]),
+                nodes=int(data.get("nodes", 0)),
+                gpus_per_node=float(data.get("gpus_per_node", 0)),
+                cluster_nodes=int(data.get("cluster_nodes", 0)),
+                state="holding",
+                slots=[int(s) for s in data.get("slots") or []],
+                v=int(data["v"]),
+            )
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 

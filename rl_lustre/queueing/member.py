@@ -34,8 +34,16 @@ _WAKE = 0.25
 class Member:
     """``claim``'s job in the queue kept in ``store``; Ray's view read through ``api``."""
 
-    def __init__(self, store: Store, claim: Claim, api: StateApi, *, say: Callable[[str], None],
-                 poll: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: Store,
+        claim: Claim,
+        api: StateApi,
+        *,
+        say: Callable[[str], None],
+        poll: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
         self.claim = claim
         self.api = api
@@ -70,13 +78,24 @@ class Member:
             decision = self._try()
             if decision.admit:
                 waited = self.clock() - start
-                journal.write({"event": "granted", "job": self.claim.job, "need": self.claim.nodes,
-                               "slots": list(decision.slots), "attempt": self.claim.attempt,
-                               "after": after, "waited": round(waited, 3)}, at=self.claim.admitted_at)
+                journal.write(
+                    {
+                        "event": "granted",
+                        "job": self.claim.job,
+                        "need": self.claim.nodes,
+                        "slots": list(decision.slots),
+                        "attempt": self.claim.attempt,
+                        "after": after,
+                        "waited": round(waited, 3),
+                    },
+                    at=self.claim.admitted_at,
+                )
                 nodes = _nodes(self.claim.nodes)
-                self.say(f"admitted after {waited:.1f}s {'in the queue' if after == 'queued' else 'of recovery'}: "
-                         f"{nodes} of the cluster's {self.claim.cluster_nodes} (slots {_slots(decision.slots)}); "
-                         "starting the command")
+                self.say(
+                    f"admitted after {waited:.1f}s {'in the queue' if after == 'queued' else 'of recovery'}: "
+                    f"{nodes} of the cluster's {self.claim.cluster_nodes} (slots {_slots(decision.slots)}); "
+                    "starting the command"
+                )
                 return waited
             self._show("waiting", decision)
             if timeout is not None and self.clock() - start >= timeout:
@@ -125,8 +144,12 @@ class Member:
         try:
             view = read_view(self.api)
         except Exception as exc:  # the dashboard may be restarting or busy: try again next poll
-            return dataclasses.replace(decision, admit=False, slots=(),
-                                       waiting_for=f"Ray's state API at {self.api.url}: {type(exc).__name__}: {exc}")
+            return dataclasses.replace(
+                decision,
+                admit=False,
+                slots=(),
+                waiting_for=f"Ray's state API at {self.api.url}: {type(exc).__name__}: {exc}",
+            )
         capacity = view.capacity(self.claim.gpus_per_node)
         with self.store.locked():
             live, reaped = self.store.read()
@@ -157,20 +180,34 @@ class Member:
     def _reaped(self, reaped: list[Claim]) -> None:
         for claim in reaped:
             journal.write({"event": "reaped", "job": claim.job, "state": claim.state, "nodes": claim.nodes})
-            self.say(f"released the claim of {claim.job} ({_nodes(claim.nodes)}, {claim.state}): its supervisor is gone")
+            self.say(
+                f"released the claim of {claim.job} ({_nodes(claim.nodes)}, {claim.state}): its supervisor is gone"
+            )
 
     def _show(self, event: str, d: Decision) -> None:
         shown = (d.place, d.queued, d.usable, d.up, d.waiting_for, self.claim.state)
         if event == "waiting" and shown == self._shown:
             return
         self._shown = shown
-        journal.write({
-            "event": event, "job": self.claim.job, "state": self.claim.state, "need": self.claim.nodes,
-            "gpus_per_node": self.claim.gpus_per_node, "priority": self.claim.priority,
-            "submitted_at": self.claim.submitted_at, "place": d.place, "queued": d.queued,
-            "behind": [a[0] for a in d.ahead], "ahead": [list(a) for a in d.ahead], "usable": d.usable,
-            "capacity": d.capacity, "up": d.up, "waiting_for": d.waiting_for,
-        })
+        journal.write(
+            {
+                "event": event,
+                "job": self.claim.job,
+                "state": self.claim.state,
+                "need": self.claim.nodes,
+                "gpus_per_node": self.claim.gpus_per_node,
+                "priority": self.claim.priority,
+                "submitted_at": self.claim.submitted_at,
+                "place": d.place,
+                "queued": d.queued,
+                "behind": [a[0] for a in d.ahead],
+                "ahead": [list(a) for a in d.ahead],
+                "usable": d.usable,
+                "capacity": d.capacity,
+                "up": d.up,
+                "waiting_for": d.waiting_for,
+            }
+        )
         if d.waiting_for is None:
             return
         if self.claim.state == "recovering":
@@ -178,8 +215,10 @@ class Member:
             return
         holders = ", ".join(f"{job} ({state})" for job, state, _ in d.ahead[:4]) or "none"
         more = f" and {len(d.ahead) - 4} more" if len(d.ahead) > 4 else ""
-        self.say(f"queued {ordinal(d.place or 0)} of {d.queued} for {_nodes(self.claim.nodes)} of the cluster's "
-                 f"{d.capacity}; waiting for {d.waiting_for}. Ahead: {holders}{more}")
+        self.say(
+            f"queued {ordinal(d.place or 0)} of {d.queued} for {_nodes(self.claim.nodes)} of the cluster's "
+            f"{d.capacity}; waiting for {d.waiting_for}. Ahead: {holders}{more}"
+        )
 
     def _sleep(self, stopping: threading.Event) -> None:
         generation = self.store.generation()

@@ -109,13 +109,17 @@ def decide(me: Claim, claims: Sequence[Claim], capacity: Capacity | None, now: f
             return f"{need}: only {capacity.up} GPU nodes are up in Ray ({total} expected)"
         if capacity is not None and capacity.up - capacity.free > held_nodes and usable < me.nodes:
             outside = capacity.up - capacity.free - held_nodes
-            return (f"{need}: {outside} GPU node{'s are' if outside != 1 else ' is'} in use outside the "
-                    "queue (a job not run by rl_lustre, or one that is still letting go of its GPUs)")
+            return (
+                f"{need}: {outside} GPU node{'s are' if outside != 1 else ' is'} in use outside the "
+                "queue (a job not run by rl_lustre, or one that is still letting go of its GPUs)"
+            )
         if avail < usable:
             return f"{need}: {usable} of the cluster's {total} are free and jobs ahead of it take {usable - avail}"
         jobs = len(held)
-        return (f"{need}: {max(ledger, 0)} of the cluster's {total} are free "
-                f"({held_nodes} held by {jobs} job{'s' if jobs != 1 else ''})")
+        return (
+            f"{need}: {max(ledger, 0)} of the cluster's {total} are free "
+            f"({held_nodes} held by {jobs} job{'s' if jobs != 1 else ''})"
+        )
 
     if me.held:
         if usable >= me.nodes:
@@ -128,10 +132,14 @@ def decide(me: Claim, claims: Sequence[Claim], capacity: Capacity | None, now: f
     for place, claim in enumerate(queue, start=1):
         if claim.job == me.job:
             if me.nodes <= avail:
-                return made(admit=True, slots=free_slots(me, held), place=place, passed=tuple(passed),
-                                ahead=ahead_held + tuple(before))
-            return made(admit=False, place=place, ahead=ahead_held + tuple(before),
-                            waiting_for=short(avail))
+                return made(
+                    admit=True,
+                    slots=free_slots(me, held),
+                    place=place,
+                    passed=tuple(passed),
+                    ahead=ahead_held + tuple(before),
+                )
+            return made(admit=False, place=place, ahead=ahead_held + tuple(before), waiting_for=short(avail))
         before.append((claim.job, claim.state, claim.nodes))
         if claim.nodes <= avail:
             avail -= claim.nodes  # an earlier job that fits keeps its room
@@ -140,10 +148,18 @@ def decide(me: Claim, claims: Sequence[Claim], capacity: Capacity | None, now: f
         since = claim.bypassed_since
         if window <= 0 or (since is not None and now - since >= window):
             mine = next(i for i, c in enumerate(queue, start=1) if c.job == me.job)
-            why = ("lets no later job start ahead of it (backfill_window=0)" if window <= 0 else
-                   f"has waited {now - since:.0f}s, past its backfill window ({window:g}s)")  # type: ignore[operator]
-            return made(admit=False, place=mine, ahead=ahead_held + tuple(before), blocked_by=claim.job,
-                            waiting_for=f"its turn: {claim.job} ({claim.nodes} nodes) {why}")
+            why = (
+                "lets no later job start ahead of it (backfill_window=0)"
+                if window <= 0
+                else f"has waited {now - since:.0f}s, past its backfill window ({window:g}s)"  # type: ignore[operator]
+            )
+            return made(
+                admit=False,
+                place=mine,
+                ahead=ahead_held + tuple(before),
+                blocked_by=claim.job,
+                waiting_for=f"its turn: {claim.job} ({claim.nodes} nodes) {why}",
+            )
         passed.append(claim.job)
     raise AssertionError("the job is not in its own queue")  # pragma: no cover
 

@@ -125,14 +125,24 @@ def parse_queue(log: str) -> QueueState | None:
             state = QueueState(
                 state="recovering" if record.get("state") == "recovering" else "queued",
                 nodes=int(record.get("need") or (state.nodes if state else 0)),
-                place=record.get("place"), queued=record.get("queued"), usable=record.get("usable"),
-                capacity=record.get("capacity"), waiting_for=record.get("waiting_for"),
+                place=record.get("place"),
+                queued=record.get("queued"),
+                usable=record.get("usable"),
+                capacity=record.get("capacity"),
+                waiting_for=record.get("waiting_for"),
                 ahead=tuple((str(a[0]), str(a[1]), int(a[2])) for a in record.get("ahead") or ()),
-                since=since, slots=state.slots if state else (),
+                since=since,
+                slots=state.slots if state else (),
             )
         elif event == "granted" and state is not None:
-            state = attrs.evolve(state, state="running", place=None, queued=None, waiting_for=None,
-                                 slots=tuple(record.get("slots") or ()))
+            state = attrs.evolve(
+                state,
+                state="running",
+                place=None,
+                queued=None,
+                waiting_for=None,
+                slots=tuple(record.get("slots") or ()),
+            )
         elif event == "released" and state is not None:
             state = attrs.evolve(state, state="released", place=None, queued=None, waiting_for=None)
     return state
@@ -166,9 +176,17 @@ def timeline(log: str) -> Timeline | None:
             released, reason = at, record.get("reason")
     if not seen:
         return None
-    return Timeline(nodes=nodes, gpus_per_node=gpus, joined_at=joined, admissions=tuple(admissions),
-                    recoveries=tuple((float(a or 0.0), b) for a, b in recoveries), held_nodes=tuple(held),
-                    released_at=released, reason=reason, capacity=capacity)
+    return Timeline(
+        nodes=nodes,
+        gpus_per_node=gpus,
+        joined_at=joined,
+        admissions=tuple(admissions),
+        recoveries=tuple((float(a or 0.0), b) for a, b in recoveries),
+        held_nodes=tuple(held),
+        released_at=released,
+        reason=reason,
+        capacity=capacity,
+    )
 
 
 def _records(log: str) -> Sequence[tuple[str, dict[str, Any]]]:
@@ -181,7 +199,7 @@ def _records(log: str) -> Sequence[tuple[str, dict[str, Any]]]:
                     out.append(("event", record))
         elif line.startswith(RESTART_MARK):
             try:
-                record = json.loads(line[len(RESTART_MARK):])
+                record = json.loads(line[len(RESTART_MARK) :])
             except ValueError:
                 continue
             if isinstance(record, dict):

@@ -36,8 +36,9 @@ _HOLDING = ("CREATED", "RESCHEDULING")
 class StateApi:
     """The dashboard's state API at ``url`` (with Ray's bearer token when the head uses one)."""
 
-    def __init__(self, url: str, *, token: str | None = None, timeout: float = 10.0,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, url: str, *, token: str | None = None, timeout: float = 10.0, headers: dict[str, str] | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
         # ``headers``: a client's own (the Jobs API's, with its token) in place of ``token``.
@@ -135,23 +136,26 @@ def read_view(api: StateApi, *, groups: bool = True, clock: Callable[[], float] 
     for n in nodes:
         node_id = str(n.get("node_id") or "")
         end, start = n.get("end_time_ms"), n.get("start_time_ms")
-        out.append(NodeView(
-            node_id=node_id,
-            name=str(n.get("node_name") or ""),
-            address=str(n.get("node_ip") or ""),
-            alive=n.get("state") == "ALIVE",
-            head=bool(n.get("is_head_node")),
-            gpus=float((n.get("resources_total") or {}).get("GPU", 0) or 0),
-            reserved=reserved.get(node_id, 0.0),
-            reason=str(n.get("state_message") or ""),
-            dead_at=end / 1000 if end else None,
-            started_at=start / 1000 if start else None,
-        ))
+        out.append(
+            NodeView(
+                node_id=node_id,
+                name=str(n.get("node_name") or ""),
+                address=str(n.get("node_ip") or ""),
+                alive=n.get("state") == "ALIVE",
+                head=bool(n.get("is_head_node")),
+                gpus=float((n.get("resources_total") or {}).get("GPU", 0) or 0),
+                reserved=reserved.get(node_id, 0.0),
+                reason=str(n.get("state_message") or ""),
+                dead_at=end / 1000 if end else None,
+                started_at=start / 1000 if start else None,
+            )
+        )
     return View(at=clock(), nodes=tuple(out))
 
 
-def attempt_nodes(api: StateApi, submission_id: str, session: int,
-                  in_session: Callable[[int, int], bool]) -> tuple[str, dict[str, float]] | None:
+def attempt_nodes(
+    api: StateApi, submission_id: str, session: int, in_session: Callable[[int, int], bool]
+) -> tuple[str, dict[str, float]] | None:
     """The Ray job id of this attempt's driver and the nodes its placement groups hold
     (node id -> GPUs reserved there).
 

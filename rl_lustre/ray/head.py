@@ -64,6 +64,8 @@ _WORKER_PORTS = 100
 # answers earlier, before the raylet exists (and a raylet that fails to start then
 # takes the whole head down).
 _STARTED = "Ray runtime started."
+
+
 def head_dir(key: str) -> Path:
     """The temp dir of the head for ``key``: short, per user, and the same in every process.
 
@@ -127,9 +129,7 @@ class LocalHead:
         try:
             token = self.token_path.read_text().strip()
         except OSError as exc:
-            raise RayError(
-                f"cannot read the local Ray head's token {self.token_path}: {exc}"
-            ) from exc
+            raise RayError(f"cannot read the local Ray head's token {self.token_path}: {exc}") from exc
         return {"Authorization": f"Bearer {token}"}
 
     def alive(self) -> bool:

@@ -165,8 +165,9 @@ class JobsClient:
             follows do not retry, instead of the connection error.
     """
 
-    def __init__(self, address: str, *, headers: Mapping[str, str] | None = None,
-                 gone: Callable[[], str | None] | None = None) -> None:
+    def __init__(
+        self, address: str, *, headers: Mapping[str, str] | None = None, gone: Callable[[], str | None] | None = None
+    ) -> None:
         self.address = address
         self._gone = gone
         self._headers = dict(headers or {})
@@ -354,9 +355,16 @@ class JobsClient:
         while time.monotonic() < deadline:
             try:
                 response = self._sdk()._do_request(
-                    "GET", "/api/v0/actors", timeout=10,
-                    params={"filter_keys": "name", "filter_predicates": "=",
-                            "filter_values": _SUPERVISOR_ACTOR.format(submission_id), "detail": "false"})
+                    "GET",
+                    "/api/v0/actors",
+                    timeout=10,
+                    params={
+                        "filter_keys": "name",
+                        "filter_predicates": "=",
+                        "filter_values": _SUPERVISOR_ACTOR.format(submission_id),
+                        "detail": "false",
+                    },
+                )
                 actors = response.json()["data"]["result"]["result"] if response.status_code == 200 else None
             except Exception as exc:  # an older or a restricted dashboard: fall back on the re-deletes
                 logger.debug("cannot read the supervisor actor of %s: %s", submission_id, exc)
@@ -425,9 +433,7 @@ def _connect(address: str, headers: dict[str, str]) -> JobSubmissionClient:
         try:
             # Plain http has no certificate to verify; saying so keeps Ray's websocket
             # call off aiohttp's deprecated ssl=None.
-            return JobSubmissionClient(
-                address, headers=dict(headers), verify=not address.startswith("http://")
-            )
+            return JobSubmissionClient(address, headers=dict(headers), verify=not address.startswith("http://"))
         finally:
             os.environ.update(saved)
 

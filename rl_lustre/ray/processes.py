@@ -82,14 +82,10 @@ def sweep(temp_dir: Path, settle: float) -> None:
     while left := marked_pids(temp_dir):
         now = time.monotonic()
         if now >= give_up:
-            logger.warning(
-                "could not kill processes %s of the local Ray head in %s", left, temp_dir
-            )
+            logger.warning("could not kill processes %s of the local Ray head in %s", left, temp_dir)
             return
         if now >= deadline:
-            logger.debug(
-                "killing %d leftover process(es) of the local Ray head in %s", len(left), temp_dir
-            )
+            logger.debug("killing %d leftover process(es) of the local Ray head in %s", len(left), temp_dir)
             for pid in left:
                 send_signal(pid, signal.SIGKILL)
         time.sleep(0.1)

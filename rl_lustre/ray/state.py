@@ -82,8 +82,13 @@ def _node(row: Mapping[str, Any]) -> RayNode:
 
     resources = row.get("resources_total") or {}
     return RayNode(
-        node_id=str(row["node_id"]), name=str(row.get("node_name") or ""), address=str(row.get("node_ip") or ""),
-        state=str(row.get("state") or ""), gpus=float(resources.get("GPU", 0) or 0),
-        start=seconds(row.get("start_time_ms")), end=seconds(row.get("end_time_ms")),
-        message=str(row.get("state_message") or ""), is_head=bool(row.get("is_head_node")),
+        node_id=str(row["node_id"]),
+        name=str(row.get("node_name") or ""),
+        address=str(row.get("node_ip") or ""),
+        state=str(row.get("state") or ""),
+        gpus=float(resources.get("GPU", 0) or 0),
+        start=seconds(row.get("start_time_ms")),
+        end=seconds(row.get("end_time_ms")),
+        message=str(row.get("state_message") or ""),
+        is_head=bool(row.get("is_head_node")),
     )

@@ -143,14 +143,21 @@ def start_local_worker(
     """
     return retry_overloaded(
         "the local Ray worker node",
-        lambda: _start_worker(head, num_gpus=num_gpus, num_cpus=num_cpus, memory=memory, env=env, timeout=timeout,
-                              name=name),
+        lambda: _start_worker(
+            head, num_gpus=num_gpus, num_cpus=num_cpus, memory=memory, env=env, timeout=timeout, name=name
+        ),
     )
 
 
 def _start_worker(
-    head: LocalHead, *, num_gpus: int, num_cpus: int, memory: int | None, env: Mapping[str, str] | None,
-    timeout: float, name: str | None = None,
+    head: LocalHead,
+    *,
+    num_gpus: int,
+    num_cpus: int,
+    memory: int | None,
+    env: Mapping[str, str] | None,
+    timeout: float,
+    name: str | None = None,
 ) -> LocalWorker:
     temp_dir = head.temp_dir
     known = _read_state(temp_dir)
@@ -209,8 +216,9 @@ def _start_worker(
     except BaseException:
         worker.kill()
         raise
-    _update_state(temp_dir, name, pid=process.pid, num_gpus=num_gpus, launched_at=launched_at,
-                  ready_at=time.time(), ended_at=None)
+    _update_state(
+        temp_dir, name, pid=process.pid, num_gpus=num_gpus, launched_at=launched_at, ready_at=time.time(), ended_at=None
+    )
     return worker
 
 
@@ -224,8 +232,12 @@ def live_workers(head: LocalHead) -> list[LocalWorker]:
     found = []
     state = _read_state(head.temp_dir)
     for name, record in sorted(state.items(), key=lambda kv: (kv[1].get("launched_at") or 0, kv[0])):
-        worker = LocalWorker(name=name, pid=int(record["pid"] or 0), num_gpus=int(record["num_gpus"] or 0),
-                             log=head.temp_dir / f"{name}.log")
+        worker = LocalWorker(
+            name=name,
+            pid=int(record["pid"] or 0),
+            num_gpus=int(record["num_gpus"] or 0),
+            log=head.temp_dir / f"{name}.log",
+        )
         if worker.alive():
             found.append(worker)
     return found
@@ -243,9 +255,14 @@ def _read_state(temp_dir: Path) -> dict[str, dict[str, float | None]]:
 
     try:
         state = json.loads((temp_dir / _STATE_FILE).read_text())
-        return {str(k): {"pid": int(v["pid"]), "num_gpus": int(v["num_gpus"]),
-                         **{t: when(v.get(t)) for t in ("launched_at", "ready_at", "ended_at")}}
-                for k, v in state.items()}
+        return {
+            str(k): {
+                "pid": int(v["pid"]),
+                "num_gpus": int(v["num_gpus"]),
+                **{t: when(v.get(t)) for t in ("launched_at", "ready_at", "ended_at")},
+            }
+            for k, v in state.items()
+        }
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return {}
 

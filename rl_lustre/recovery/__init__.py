@@ -109,15 +109,19 @@ def parse_restarts(log: str) -> list[Restart]:
     resumed: dict[int, dict[str, Any]] = {}
     for line in log.splitlines():
         if line.startswith(RESTART_MARK):
-            r = _json(line[len(RESTART_MARK):])
+            r = _json(line[len(RESTART_MARK) :])
             if r is None:
                 continue
             restarts[int(r["restart"])] = Restart(
                 number=int(r["restart"]),
                 lost_at=float(r["lost_at"]),
                 nodes=tuple(
-                    LostNode(str(n.get("node_id") or ""), str(n.get("address") or ""), str(n.get("name") or ""),
-                             str(n.get("reason") or ""))
+                    LostNode(
+                        str(n.get("node_id") or ""),
+                        str(n.get("address") or ""),
+                        str(n.get("name") or ""),
+                        str(n.get("reason") or ""),
+                    )
                     for n in r.get("nodes") or []
                 ),
                 resumed_from_step=None if r.get("resume_step") is None else int(r["resume_step"]),
@@ -125,7 +129,7 @@ def parse_restarts(log: str) -> list[Restart]:
                 exit_code=int(r.get("exit_code") or 0),
             )
         elif line.startswith(RESUMED_MARK):
-            r = _json(line[len(RESUMED_MARK):])
+            r = _json(line[len(RESUMED_MARK) :])
             if r is not None:
                 resumed[int(r["restart"])] = r
     out = []
@@ -134,7 +138,9 @@ def parse_restarts(log: str) -> list[Restart]:
         restart = restarts[number]
         if r is not None:
             restart = attrs.evolve(
-                restart, first_step=int(r["first_step"]), seconds_lost=float(r["seconds_lost"]),
+                restart,
+                first_step=int(r["first_step"]),
+                seconds_lost=float(r["seconds_lost"]),
                 capacity_seconds=float(r.get("capacity_seconds") or 0.0),
                 first_step_at=None if r.get("first_step_at") is None else float(r["first_step_at"]),
             )
@@ -201,8 +207,16 @@ def supervised(
         "--hang-grace", _number(hang_grace),
     ]  # fmt: skip
     if queue:
-        parts += ["--queue", shlex.quote(queue), "--cluster-nodes", str(cluster_nodes or nodes),
-                  "--priority", str(priority), "--backfill-window", _number(backfill_window)]
+        parts += [
+            "--queue",
+            shlex.quote(queue),
+            "--cluster-nodes",
+            str(cluster_nodes or nodes),
+            "--priority",
+            str(priority),
+            "--backfill-window",
+            _number(backfill_window),
+        ]
     if not watch:
         parts.append("--no-watch")
     if checkpoint_dir:
@@ -219,10 +233,19 @@ def supervised(
 # The files the supervisor needs, relative to the rl_lustre package: shipped at the same
 # places inside rl_lustre_supervisor, so that its relative imports work there as here.
 SHIPPED = (
-    "recovery/supervisor.py", "recovery/jobargs.py", "recovery/journal.py", "recovery/stamps.py",
-    "recovery/watch.py", "recovery/procs.py", "recovery/lifetimes.py",
-    "nemo_rl/formats.py", "jobrecord.py",
-    "queueing/claims.py", "queueing/policy.py", "queueing/view.py", "queueing/member.py",
+    "recovery/supervisor.py",
+    "recovery/jobargs.py",
+    "recovery/journal.py",
+    "recovery/stamps.py",
+    "recovery/watch.py",
+    "recovery/procs.py",
+    "recovery/lifetimes.py",
+    "nemo_rl/formats.py",
+    "jobrecord.py",
+    "queueing/claims.py",
+    "queueing/policy.py",
+    "queueing/view.py",
+    "queueing/member.py",
 )
 _MAIN = b"import sys\n\nfrom .recovery.supervisor import main\n\nsys.exit(main())\n"
 

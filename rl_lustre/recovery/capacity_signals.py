@@ -69,12 +69,16 @@ PR_BOOKING_EXPIRED = "BookingExpired"
 PR_CAPACITY_REVOKED = "CapacityRevoked"
 
 _ZONES_IN = re.compile(r"scale up in zones? ([a-z]+-[a-z]+[0-9]+-[a-z](?:\s*,\s*[a-z]+-[a-z]+[0-9]+-[a-z])*)")
-_OUT_OF_RESOURCES = re.compile(r"out of resources|resource pool exhausted|stockout|does not have enough resources",
-                               re.IGNORECASE)
+_OUT_OF_RESOURCES = re.compile(
+    r"out of resources|resource pool exhausted|stockout|does not have enough resources", re.IGNORECASE
+)
 _QUOTA = re.compile(r"quota", re.IGNORECASE)
 _BACKOFF = re.compile(r"in backoff after failed scale-up", re.IGNORECASE)
-_HOPELESS = re.compile(r"max node group size reached|didn't match Pod's node affinity/selector|"
-                       r"not ready for scale-up|Insufficient nvidia\.com/gpu", re.IGNORECASE)
+_HOPELESS = re.compile(
+    r"max node group size reached|didn't match Pod's node affinity/selector|"
+    r"not ready for scale-up|Insufficient nvidia\.com/gpu",
+    re.IGNORECASE,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +129,7 @@ class Signal:
         text = " ".join(self.message.split())
         if len(text) > limit:
             text = text[: limit - 1] + "…"
-        return f"{self.source}: {self.code} \"{text}\""
+        return f'{self.source}: {self.code} "{text}"'
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {"zones_available": list(self.zones_available)}
@@ -170,7 +174,7 @@ def classify_event(reason: str, message: str, *, source: str = "pod event", at: 
 
 
 def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    conds: Iterable[Mapping[str, Any]] = ((obj.get("status") or {}).get("conditions") or [])
+    conds: Iterable[Mapping[str, Any]] = (obj.get("status") or {}).get("conditions") or []
     return {str(c.get("type")): c for c in conds}
 
 
@@ -198,9 +202,11 @@ def provisioning_request_state(obj: Mapping[str, Any], *, at: float | None = Non
         c = conds.get(kind)
         return c if c is not None and str(c.get("status")) == "True" else None
 
-    for kind, state, signal_kind in ((PR_CAPACITY_REVOKED, "revoked", "revoked"),
-                                     (PR_FAILED, "failed", "stockout"),
-                                     (PR_BOOKING_EXPIRED, "expired", "expired")):
+    for kind, state, signal_kind in (
+        (PR_CAPACITY_REVOKED, "revoked", "revoked"),
+        (PR_FAILED, "failed", "stockout"),
+        (PR_BOOKING_EXPIRED, "expired", "expired"),
+    ):
         c = true(kind)
         if c is not None:
             message = str(c.get("message") or c.get("reason") or kind)

@@ -37,16 +37,24 @@ def job_config() -> dict[str, Any]:
 
 def claim_of(args: argparse.Namespace, meta: dict[str, Any], submission_id: str | None) -> Claim:
     """This job's claim, from its command line and the metadata it was submitted with."""
+
     def number(key: str, default: float) -> float:
         try:
             return float(meta.get(key, default))
         except (TypeError, ValueError):
             return default
 
-    return Claim(job=submission_id or f"pid-{os.getpid()}", nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                 cluster_nodes=args.cluster_nodes or args.nodes, priority=args.priority,
-                 submitted_at=number(SUBMITTED_AT, time.time()), seq=int(number(SEQ, 0)),
-                 backfill_window=args.backfill_window, pid=os.getpid())
+    return Claim(
+        job=submission_id or f"pid-{os.getpid()}",
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        cluster_nodes=args.cluster_nodes or args.nodes,
+        priority=args.priority,
+        submitted_at=number(SUBMITTED_AT, time.time()),
+        seq=int(number(SEQ, 0)),
+        backfill_window=args.backfill_window,
+        pid=os.getpid(),
+    )
 
 
 def store_of(args: argparse.Namespace) -> Store:
@@ -59,7 +67,8 @@ def store_of(args: argparse.Namespace) -> Store:
         raise SystemExit(
             f"{PREFIX} the rl_lustre supervisor runs on the Ray head, where the cluster's queue is; it was "
             f"started on {socket.gethostname()} with RAY_ADDRESS={address!r}: is "
-            "RAY_JOB_ALLOW_DRIVER_ON_WORKER_NODES set on the head?")
+            "RAY_JOB_ALLOW_DRIVER_ON_WORKER_NODES set on the head?"
+        )
     return Store(queue_root(address, args.queue))
 
 
@@ -75,9 +84,12 @@ def _local(host: str) -> bool:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m rl_lustre_supervisor", allow_abbrev=False,
-                                description="Wait for the job's nodes in the cluster's queue, run a command, and "
-                                "rerun it after Ray worker nodes were lost.")
+    p = argparse.ArgumentParser(
+        prog="python -m rl_lustre_supervisor",
+        allow_abbrev=False,
+        description="Wait for the job's nodes in the cluster's queue, run a command, and "
+        "rerun it after Ray worker nodes were lost.",
+    )
     p.add_argument("--max-restarts", type=int, default=3)
     p.add_argument("--nodes", type=int, default=0, help="the GPU nodes the run takes (0: no queue, no watch)")
     p.add_argument("--gpus-per-node", type=float, default=0)
@@ -89,17 +101,32 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backfill-window", type=float, default=3600.0)
     p.add_argument("--capacity-timeout", type=float, default=1800.0)
     p.add_argument("--checkpoint-dir", default="")
-    p.add_argument("--capacity-end", type=float, default=None, metavar="EPOCH",
-                   help="when the capacity granted at submission ends (seconds since the epoch)")
-    p.add_argument("--lifetime", type=lifetimes.parse_lifetime, action="append", default=[],
-                   metavar="PREFIX=SECONDS", help="nodes whose name starts with PREFIX live at most SECONDS")
-    p.add_argument("--save-margin", type=float, default=None,
-                   help="seconds before a capacity's end by which NeMo-RL must have saved")
+    p.add_argument(
+        "--capacity-end",
+        type=float,
+        default=None,
+        metavar="EPOCH",
+        help="when the capacity granted at submission ends (seconds since the epoch)",
+    )
+    p.add_argument(
+        "--lifetime",
+        type=lifetimes.parse_lifetime,
+        action="append",
+        default=[],
+        metavar="PREFIX=SECONDS",
+        help="nodes whose name starts with PREFIX live at most SECONDS",
+    )
+    p.add_argument(
+        "--save-margin",
+        type=float,
+        default=None,
+        help="seconds before a capacity's end by which NeMo-RL must have saved",
+    )
     p.add_argument("--poll", type=float, default=1.0)
     p.add_argument("--hang-grace", type=float, default=60.0)
-    p.add_argument("--settle", type=float, default=3.0,
-                   help="seconds to look for lost nodes after the command failed")
-    p.add_argument("--siblings", type=float, default=5.0,
-                   help="seconds to look on for more lost nodes after one was found lost")
+    p.add_argument("--settle", type=float, default=3.0, help="seconds to look for lost nodes after the command failed")
+    p.add_argument(
+        "--siblings", type=float, default=5.0, help="seconds to look on for more lost nodes after one was found lost"
+    )
     p.add_argument("command", help="the shell command (after --)")
     return p

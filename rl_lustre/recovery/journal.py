@@ -58,7 +58,7 @@ def read_journal(log: str) -> list[dict[str, Any]]:
         if not line.startswith(MARK):
             continue
         try:
-            record = json.loads(line[len(MARK):])
+            record = json.loads(line[len(MARK) :])
         except ValueError:
             continue
         if isinstance(record, dict) and isinstance(record.get("event"), str):

@@ -86,8 +86,14 @@ def parse_lifetime(text: str) -> tuple[str, float]:
     return prefix, value
 
 
-def attempt_end(nodes: Iterable[Any], lifetimes: Sequence[tuple[str, float]], *, gpus_per_node: float,
-                capacity_end: float | None = None, lost_at: float | None = None) -> End | None:
+def attempt_end(
+    nodes: Iterable[Any],
+    lifetimes: Sequence[tuple[str, float]],
+    *,
+    gpus_per_node: float,
+    capacity_end: float | None = None,
+    lost_at: float | None = None,
+) -> End | None:
     """The end of the capacity an attempt may run on (see the module's text), or None: none ends.
 
     ``nodes``: Ray's worker nodes (:class:`rl_lustre.queueing.view.NodeView`); ``lost_at``:
@@ -100,8 +106,9 @@ def attempt_end(nodes: Iterable[Any], lifetimes: Sequence[tuple[str, float]], *,
         lives = [seconds for prefix, seconds in lifetimes if node.name.startswith(prefix)]
         if not lives:
             continue
-        created = [t for t in (node.started_at - ARRIVAL_ALLOWANCE if node.started_at else None, lost_at)
-                   if t is not None]
+        created = [
+            t for t in (node.started_at - ARRIVAL_ALLOWANCE if node.started_at else None, lost_at) if t is not None
+        ]
         if not created:
             continue
         ends.append((min(created) + min(lives), node.name))
@@ -111,8 +118,7 @@ def attempt_end(nodes: Iterable[Any], lifetimes: Sequence[tuple[str, float]], *,
         return None
     end = min(t for t, _ in ends)
     names = sorted(name for _, name in ends if name)
-    why = (f"{len(names)} node(s) with a lifetime: {', '.join(names)}" if names
-           else "the capacity up() was granted")
+    why = f"{len(names)} node(s) with a lifetime: {', '.join(names)}" if names else "the capacity up() was granted"
     return End(end=end, nodes=names, why=why)
 
 
@@ -125,8 +131,15 @@ def with_save_by(command: str, value: str) -> str:
     return f"{command} {token}"
 
 
-def await_gone(read: Callable[[], Iterable[Any]], end: End, stopping: threading.Event, *, poll: float,
-               grace: float, say: Callable[[str], None]) -> tuple[list[dict[str, Any]], list[str]]:
+def await_gone(
+    read: Callable[[], Iterable[Any]],
+    end: End,
+    stopping: threading.Event,
+    *,
+    poll: float,
+    grace: float,
+    say: Callable[[str], None],
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Wait until the nodes of ``end`` are dead or gone from Ray's node table (``read``: its
     worker nodes), or, without names, until ``end.end``; at most until ``grace`` seconds past
     the end, or a stop. Returns the records of the nodes gone (as the supervisor names lost
@@ -156,6 +169,11 @@ def await_gone(read: Callable[[], Iterable[Any]], end: End, stopping: threading.
 def ended(name: str, node: Any = None, *, at: float | None = None) -> dict[str, Any]:
     """A node whose capacity ended, as the supervisor records lost nodes (``node``: its
     entry in Ray's node table, if it has one; ``at``: when it was seen gone)."""
-    return {"node_id": node.node_id if node else "", "address": node.address if node else "", "name": name,
-            "reason": "its capacity ended", "dead_at": node.dead_at if node else None,
-            "detected_at": time.time() if at is None else at}
+    return {
+        "node_id": node.node_id if node else "",
+        "address": node.address if node else "",
+        "name": name,
+        "reason": "its capacity ended",
+        "dead_at": node.dead_at if node else None,
+        "detected_at": time.time() if at is None else at,
+    }

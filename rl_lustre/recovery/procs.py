@@ -43,7 +43,11 @@ def orphan_watcher(pgid: int) -> subprocess.Popen[bytes]:
     entrypoint's group: without this, a SIGKILLed supervisor would leave NeMo-RL holding
     its GPUs. It is killed when the attempt ends.
     """
-    script = (f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; "
-              f"kill -9 -{pgid} 2>/dev/null; exit 0")
-    return subprocess.Popen(["/bin/sh", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    script = f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; kill -9 -{pgid} 2>/dev/null; exit 0"
+    return subprocess.Popen(
+        ["/bin/sh", "-c", script],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )

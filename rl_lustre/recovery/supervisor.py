@@ -133,8 +133,9 @@ class Supervisor:
             self.watch = NodeWatch(self.api, self.submission_id, say=_say, on_held=self._held)
         self.member: Member | None = None
         if args.queue:
-            self.member = Member(store_of(args), claim_of(args, meta, self.submission_id), self.api, say=_say,
-                                 poll=args.poll)
+            self.member = Member(
+                store_of(args), claim_of(args, meta, self.submission_id), self.api, say=_say, poll=args.poll
+            )
         self.stopping = threading.Event()
         self.child: subprocess.Popen[bytes] | None = None
         self.attempts = 0
@@ -190,16 +191,26 @@ class Supervisor:
             except Exception as exc:  # the end granted at up(), if any, still holds
                 _say(f"could not read Ray's node table to see which nodes end ({type(exc).__name__}: {exc})")
         lost_at = self.pending[1] if self.pending is not None else None
-        found = lifetimes.attempt_end(nodes, args.lifetime, gpus_per_node=args.gpus_per_node,
-                                      capacity_end=args.capacity_end, lost_at=lost_at)
+        found = lifetimes.attempt_end(
+            nodes, args.lifetime, gpus_per_node=args.gpus_per_node, capacity_end=args.capacity_end, lost_at=lost_at
+        )
         if found is None:
             return self.command
         left = found.end - args.save_margin - time.time()
         value = save_by_text(left)
-        journal.write({"event": "deadline", "attempt": self.attempts, "end": round(found.end, 3), "save_by": value,
-                       "nodes": found.nodes})
-        _say(f"the capacity this attempt may run on ends at {_stamp(found.end)} ({found.why}): NeMo-RL saves "
-             f"within {value} (DD:HH:MM:SS), {args.save_margin:g}s before that")
+        journal.write(
+            {
+                "event": "deadline",
+                "attempt": self.attempts,
+                "end": round(found.end, 3),
+                "save_by": value,
+                "nodes": found.nodes,
+            }
+        )
+        _say(
+            f"the capacity this attempt may run on ends at {_stamp(found.end)} ({found.why}): NeMo-RL saves "
+            f"within {value} (DD:HH:MM:SS), {args.save_margin:g}s before that"
+        )
         if left <= 0:
             _say("too little time is left to save before those nodes go")
         self.deadline = found
@@ -240,10 +251,16 @@ class Supervisor:
                     continue
                 watch.look()
                 first = watch.first_attributed_loss()
-                if (first is not None and not killed and not self.stopping.is_set()
-                        and time.time() - first >= self.args.hang_grace):
-                    _say(f"the command is still running {self.args.hang_grace:g}s after losing one of its "
-                         "nodes; killing it")
+                if (
+                    first is not None
+                    and not killed
+                    and not self.stopping.is_set()
+                    and time.time() - first >= self.args.hang_grace
+                ):
+                    _say(
+                        f"the command is still running {self.args.hang_grace:g}s after losing one of its "
+                        "nodes; killing it"
+                    )
                     self._signal_child(signal.SIGKILL)
                     killed = True
         finally:
@@ -260,8 +277,9 @@ class Supervisor:
             watch.settle(self.args.settle, self.args.poll, siblings=self.args.siblings)
         others = watch.others_losses()
         if others and code != 0:
-            _say(f"other jobs' nodes were lost meanwhile ({', '.join(describe(n) for n in others)}); "
-                 "none of this run's")
+            _say(
+                f"other jobs' nodes were lost meanwhile ({', '.join(describe(n) for n in others)}); none of this run's"
+            )
         return code, watch.own_losses()
 
     def _held(self, nodes: list[dict[str, Any]]) -> None:
@@ -296,8 +314,11 @@ class Supervisor:
             names = os.listdir(root)
         except OSError:
             return None
-        steps = [step for name in names if (step := checkpoint_step(name)) is not None
-                 and os.path.isdir(os.path.join(root, name))]
+        steps = [
+            step
+            for name in names
+            if (step := checkpoint_step(name)) is not None and os.path.isdir(os.path.join(root, name))
+        ]
         return max(steps, default=None)
 
     def _wait_for_capacity(self) -> float | None:
@@ -341,22 +362,35 @@ class Supervisor:
         return None
 
     def _describe_restarts(self) -> str:
-        return "; ".join(
-            f"#{r['restart']} at {_stamp(r['lost_at'])}: lost {', '.join(describe(n) for n in r['nodes'])}, "
-            f"resumed from step {r['resume_step'] if r['resume_step'] is not None else 0}"
-            for r in self.restarts
-        ) or "none"
+        return (
+            "; ".join(
+                f"#{r['restart']} at {_stamp(r['lost_at'])}: lost {', '.join(describe(n) for n in r['nodes'])}, "
+                f"resumed from step {r['resume_step'] if r['resume_step'] is not None else 0}"
+                for r in self.restarts
+            )
+            or "none"
+        )
 
     def run(self) -> int:
         """Wait in the queue, run, recover; returns the exit status. The claim is given back at the end.
 
         The journal has ``start`` first and ``end`` last."""
         args = self.args
-        watching = (f"watching {args.nodes} worker node(s) with {args.gpus_per_node:g} GPU(s) each in Ray's node "
-                    "table" if self.watch is not None else "no worker nodes to watch")
+        watching = (
+            f"watching {args.nodes} worker node(s) with {args.gpus_per_node:g} GPU(s) each in Ray's node table"
+            if self.watch is not None
+            else "no worker nodes to watch"
+        )
         _say(f"running the command with recovery from lost nodes (max_restarts={args.max_restarts}; {watching})")
-        journal.write({"event": "start", "nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
-                       "max_restarts": args.max_restarts, "capacity_timeout": args.capacity_timeout})
+        journal.write(
+            {
+                "event": "start",
+                "nodes": args.nodes,
+                "gpus_per_node": args.gpus_per_node,
+                "max_restarts": args.max_restarts,
+                "capacity_timeout": args.capacity_timeout,
+            }
+        )
         member = self.member
         reason, status = "stopped", 1
         try:
@@ -394,11 +428,13 @@ class Supervisor:
             else:
                 status = code if code > 0 else 128 - code
                 if not lost:
-                    _say(f"the command failed with exit code {status} while every worker node was alive: not "
-                         "restarted (the run failed for a reason of its own)" if self.watch is None or not
-                         self.watch.lost else
-                         f"the command failed with exit code {status} while every node of its own was alive: not "
-                         "restarted (the run failed for a reason of its own)")
+                    _say(
+                        f"the command failed with exit code {status} while every worker node was alive: not "
+                        "restarted (the run failed for a reason of its own)"
+                        if self.watch is None or not self.watch.lost
+                        else f"the command failed with exit code {status} while every node of its own was alive: not "
+                        "restarted (the run failed for a reason of its own)"
+                    )
                     return status, "failed"
                 names = ", ".join(f"{describe(n)} ({n['reason']})" for n in lost)
                 _say(f"the command exited with code {status} after losing worker node(s): {names}")
@@ -406,8 +442,10 @@ class Supervisor:
                 if args.max_restarts == 0:
                     _say("recovery is off (max_restarts=0): not restarted")
                 else:
-                    _say(f"max_restarts={args.max_restarts} is used up: not restarted. Restarts: "
-                         f"{self._describe_restarts()}")
+                    _say(
+                        f"max_restarts={args.max_restarts} is used up: not restarted. Restarts: "
+                        f"{self._describe_restarts()}"
+                    )
                 return status, "failed"
             number = len(self.restarts) + 1
             lost_at = min((n["dead_at"] or n["detected_at"]) for n in lost)
@@ -422,17 +460,21 @@ class Supervisor:
                 "resume_step": resume,
             }
             self.restarts.append(record)
-            _say(f"recovery {number} of at most {args.max_restarts}: waiting up to {args.capacity_timeout:g}s "
-                 f"for {args.nodes} GPU node(s), then rerunning from "
-                 f"{checkpoint_name(resume) if resume is not None else 'the start (no checkpoint yet)'}")
+            _say(
+                f"recovery {number} of at most {args.max_restarts}: waiting up to {args.capacity_timeout:g}s "
+                f"for {args.nodes} GPU node(s), then rerunning from "
+                f"{checkpoint_name(resume) if resume is not None else 'the start (no checkpoint yet)'}"
+            )
             _record(RESTART_MARK, record)
             waited = self._wait_for_capacity()
             if self.stopping.is_set():
                 _say("stopped while waiting for capacity; no rerun follows")
                 return 128 + signal.SIGTERM, "stopped"
             if waited is None:
-                _say(f"the GPUs did not come back within capacity_timeout={args.capacity_timeout:g}s: giving up. "
-                     f"Restarts: {self._describe_restarts()}")
+                _say(
+                    f"the GPUs did not come back within capacity_timeout={args.capacity_timeout:g}s: giving up. "
+                    f"Restarts: {self._describe_restarts()}"
+                )
                 return status, "gave-up"
             _say(f"capacity is back after {waited:.1f}s; rerunning (restart {number})")
             self.pending = (number, lost_at, waited)
@@ -449,20 +491,34 @@ class Supervisor:
         if self.total_steps is not None and newest is not None and newest >= self.total_steps:
             return None
         saved = checkpoint_name(newest) if newest is not None else "no checkpoint"
-        journal.write({"event": "capacity_end", "attempt": self.attempts, "end": round(deadline.end, 3),
-                       "nodes": deadline.nodes, "resume_step": newest})
+        journal.write(
+            {
+                "event": "capacity_end",
+                "attempt": self.attempts,
+                "end": round(deadline.end, 3),
+                "nodes": deadline.nodes,
+                "resume_step": newest,
+            }
+        )
         if len(self.restarts) >= self.args.max_restarts:
-            _say(f"NeMo-RL stopped at the deadline of the capacity it ran on ({saved} is the newest save), with "
-                 "steps left: the run is not done")
+            _say(
+                f"NeMo-RL stopped at the deadline of the capacity it ran on ({saved} is the newest save), with "
+                "steps left: the run is not done"
+            )
             return [lifetimes.ended(name) for name in deadline.nodes or [""]]
-        _say(f"NeMo-RL stopped at the deadline of the capacity it ran on ({saved} is the newest save; that "
-             f"capacity ends at {_stamp(deadline.end)}): waiting for {', '.join(deadline.nodes) or 'its end'} "
-             "to go, then for capacity to go on")
-        gone, outlived = lifetimes.await_gone(self._workers, deadline, self.stopping, poll=self.args.poll,
-                                              grace=_END_GRACE, say=_say)
+        _say(
+            f"NeMo-RL stopped at the deadline of the capacity it ran on ({saved} is the newest save; that "
+            f"capacity ends at {_stamp(deadline.end)}): waiting for {', '.join(deadline.nodes) or 'its end'} "
+            "to go, then for capacity to go on"
+        )
+        gone, outlived = lifetimes.await_gone(
+            self._workers, deadline, self.stopping, poll=self.args.poll, grace=_END_GRACE, say=_say
+        )
         if outlived:
-            _say(f"{', '.join(outlived)} outlived the end estimated for them by {_END_GRACE:g}s: going on without "
-                 "counting them as ending")
+            _say(
+                f"{', '.join(outlived)} outlived the end estimated for them by {_END_GRACE:g}s: going on without "
+                "counting them as ending"
+            )
             self.outlived.update(outlived)
         return gone
 
@@ -472,8 +528,16 @@ class Supervisor:
             return
         number, lost_at, waited = pending
         _say(f"recovered: the rerun reached step {step} {at - lost_at:.1f}s after the loss")
-        _record(RESUMED_MARK, {"restart": number, "first_step": step, "first_step_at": at,
-                               "seconds_lost": at - lost_at, "capacity_seconds": waited})
+        _record(
+            RESUMED_MARK,
+            {
+                "restart": number,
+                "first_step": step,
+                "first_step_at": at,
+                "seconds_lost": at - lost_at,
+                "capacity_seconds": waited,
+            },
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,8 +36,14 @@ class NodeWatch:
         on_held: called with the attempt's nodes whenever more of them are found.
     """
 
-    def __init__(self, api: StateApi, submission_id: str | None, *, say: Callable[[str], None],
-                 on_held: Callable[[list[dict[str, Any]]], None]) -> None:
+    def __init__(
+        self,
+        api: StateApi,
+        submission_id: str | None,
+        *,
+        say: Callable[[str], None],
+        on_held: Callable[[list[dict[str, Any]]], None],
+    ) -> None:
         self.api = api
         self.submission_id = submission_id
         self.say = say
@@ -77,8 +83,11 @@ class NodeWatch:
                 if not record.get("reason"):
                     record["reason"] = "left Ray's node table"
                 self.lost[node_id] = record
-                whose = "" if self.mine is None else (" (one of this run's)" if node_id in self.mine
-                                                       else " (not one of this run's)")
+                whose = (
+                    ""
+                    if self.mine is None
+                    else (" (one of this run's)" if node_id in self.mine else " (not one of this run's)")
+                )
                 self.say(f"worker node {describe(record)} is lost{whose}: {record['reason']}")
         self._attribute(now)
 
@@ -123,8 +132,7 @@ class NodeWatch:
         if self.submission_id is None or self.session is None or time.monotonic() < self._next_attribution:
             return
         try:
-            found = attempt_nodes(self.api, self.submission_id, self.session,
-                                  lambda pid, sid: session_of(pid) == sid)
+            found = attempt_nodes(self.api, self.submission_id, self.session, lambda pid, sid: session_of(pid) == sid)
         except Exception as exc:  # the dashboard may be busy; the next poll tries again
             if not self._failing:
                 self.say(f"could not read this run's placement groups ({type(exc).__name__}: {exc}); trying again")
@@ -139,8 +147,12 @@ class NodeWatch:
         if not new:
             return
         self.mine = (self.mine or set()) | new
-        self.on_held([{**(nodes[k].record() if k in nodes else {"node_id": k}), "gpus": self._gpus.get(k)}
-                      for k in sorted(self.mine)])
+        self.on_held(
+            [
+                {**(nodes[k].record() if k in nodes else {"node_id": k}), "gpus": self._gpus.get(k)}
+                for k in sorted(self.mine)
+            ]
+        )
 
     def _workers(self) -> dict[str, NodeView] | None:
         try:

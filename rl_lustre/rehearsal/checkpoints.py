@@ -131,8 +131,16 @@ def shard_layout(total_bytes: int, shards: int, *, megatron: bool) -> dict[str, 
     return files
 
 
-def save_checkpoint(checkpoint_dir: Path, k: int, state: dict[str, Any], cfg: dict[str, Any],
-                    files: dict[str, int], *, megatron: bool, seed: int) -> None:
+def save_checkpoint(
+    checkpoint_dir: Path,
+    k: int,
+    state: dict[str, Any],
+    cfg: dict[str, Any],
+    files: dict[str, int],
+    *,
+    megatron: bool,
+    seed: int,
+) -> None:
     """Save step ``k`` as NeMo-RL does: ``tmp_step_k`` written and fsynced, then renamed ``step_k``.
 
     ``state`` goes to ``training_info.json``, ``cfg`` to ``config.yaml``, ``files`` (see
@@ -179,8 +187,9 @@ def save_checkpoint(checkpoint_dir: Path, k: int, state: dict[str, Any], cfg: di
     fsync_path(checkpoint_dir)
 
 
-def remove_old_checkpoints(checkpoint_dir: Path, keep_top_k: int | None, metric: str | None,
-                           higher_is_better: bool) -> None:
+def remove_old_checkpoints(
+    checkpoint_dir: Path, keep_top_k: int | None, metric: str | None, higher_is_better: bool
+) -> None:
     """keep_top_k as NeMo-RL applies it after a save: the newest step is always kept."""
     if keep_top_k is None:
         return

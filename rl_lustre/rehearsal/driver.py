@@ -163,8 +163,16 @@ def get(cfg: dict[str, Any], dotted: str) -> Any:
 class Rehearsal:
     """One start of the driver: resume, step, save, exit."""
 
-    def __init__(self, cfg: dict[str, Any], *, scale: float, step_seconds: float, param_count: int,
-                 place_workers: bool = False, reserve: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: dict[str, Any],
+        *,
+        scale: float,
+        step_seconds: float,
+        param_count: int,
+        place_workers: bool = False,
+        reserve: bool = False,
+    ) -> None:
         from .._sizing import checkpoint_bytes
 
         self.cfg = cfg
@@ -186,8 +194,12 @@ class Rehearsal:
         self.save_period = int(self.ckpt.get("save_period", 1))
         self.megatron = bool((cfg["policy"].get("megatron_cfg") or {}).get("enabled"))
         self.state: dict[str, Any] = {
-            "consumed_samples": 0, "current_step": 0, "current_epoch": 0, "total_steps": 0,
-            "total_valid_tokens": 0, "val_reward": -99999999.0,
+            "consumed_samples": 0,
+            "current_step": 0,
+            "current_epoch": 0,
+            "total_steps": 0,
+            "total_valid_tokens": 0,
+            "val_reward": -99999999.0,
         }
         self.metrics_log: TextIO | None = None
         self.step = 0
@@ -221,18 +233,24 @@ class Rehearsal:
                 say(f"  ✓ Ray cluster for policy initialized with {nodes} nodes")
             else:
                 kind = "train" if shape.name == "grpo_train_cluster" else "inference"
-                say(f"  ✓ Ray {kind} cluster initialized with {nodes} nodes with "
-                    f"{shape.bundles_per_node[0] if nodes else 0} GPUs per node")
+                say(
+                    f"  ✓ Ray {kind} cluster initialized with {nodes} nodes with "
+                    f"{shape.bundles_per_node[0] if nodes else 0} GPUs per node"
+                )
         say("\n▶ Setting up model and training...")
         if self.reserve:
             self._reserve()
         else:
-            say(f"{PREFIX} cluster.num_nodes={self.num_nodes} x cluster.gpus_per_node={self.gpus_per_node} "
-                 f"({self.num_nodes * self.gpus_per_node} GPUs) are shown, not used: nothing runs on a GPU.")
+            say(
+                f"{PREFIX} cluster.num_nodes={self.num_nodes} x cluster.gpus_per_node={self.gpus_per_node} "
+                f"({self.num_nodes * self.gpus_per_node} GPUs) are shown, not used: nothing runs on a GPU."
+            )
         model = self.cfg["policy"].get("model_name")
-        say(f"{PREFIX} {model} ({self.param_count / 1e9:.3g}B parameters) is not loaded; each checkpoint "
-             f"is {self.scale:g} x its real size of {self.real_bytes / 1e9:.3g} GB "
-             f"= {self.real_bytes * self.scale / 1e6:.3g} MB of filler.")
+        say(
+            f"{PREFIX} {model} ({self.param_count / 1e9:.3g}B parameters) is not loaded; each checkpoint "
+            f"is {self.scale:g} x its real size of {self.real_bytes / 1e9:.3g} GB "
+            f"= {self.real_bytes * self.scale / 1e6:.3g} MB of filler."
+        )
         self.resume()
         say("\n" + "=" * 60)
         say(" " * 18 + "SETUP COMPLETE")
@@ -249,27 +267,35 @@ class Rehearsal:
 
         retries, timeout = vc.max_retries(), vc.ready_timeout()
         if timeout != vc.NEMO_RL_READY_TIMEOUT:
-            say(f"{PREFIX} waiting up to {timeout:g}s for placement groups ({vc.READY_TIMEOUT_ENV}); "
-                f"NeMo-RL v0.4.0 waits {vc.NEMO_RL_READY_TIMEOUT:g}s")
+            say(
+                f"{PREFIX} waiting up to {timeout:g}s for placement groups ({vc.READY_TIMEOUT_ENV}); "
+                f"NeMo-RL v0.4.0 waits {vc.NEMO_RL_READY_TIMEOUT:g}s"
+            )
         ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), logging_level=logging.WARNING, log_to_driver=False)
         for shape in vc.shapes(self.cfg):
             cluster = vc.VirtualCluster(shape, retries=retries, timeout=timeout, say=say)
             self.clusters.append(cluster)
             cluster.reserve()
-        held = ", ".join(f"{c.shape.name}: {len(c.groups)} {c.shape.strategy} group(s), {c.shape.gpus} GPU(s)"
-                         for c in self.clusters)
+        held = ", ".join(
+            f"{c.shape.name}: {len(c.groups)} {c.shape.strategy} group(s), {c.shape.gpus} GPU(s)" for c in self.clusters
+        )
         if self.place_workers:
             from .placement import NodeWorkers
 
             first = self.clusters[0]
-            self.workers = NodeWorkers(first.groups, unified=first.shape.unified,
-                                       bundles_per_node=first.shape.bundles_per_node[0])
-            say(f"{PREFIX} the job's GPUs are held in Ray placement groups as NeMo-RL holds them ({held}); one "
+            self.workers = NodeWorkers(
+                first.groups, unified=first.shape.unified, bundles_per_node=first.shape.bundles_per_node[0]
+            )
+            say(
+                f"{PREFIX} the job's GPUs are held in Ray placement groups as NeMo-RL holds them ({held}); one "
                 f"worker per node, on nodes {', '.join(self.workers.nodes)}; each step waits on all of them, "
-                "nothing runs on a GPU.")
+                "nothing runs on a GPU."
+            )
         else:
-            say(f"{PREFIX} the job's GPUs are held in Ray placement groups as NeMo-RL holds them ({held}); "
-                "nothing runs on a GPU.")
+            say(
+                f"{PREFIX} the job's GPUs are held in Ray placement groups as NeMo-RL holds them ({held}); "
+                "nothing runs on a GPU."
+            )
 
     def resume(self) -> None:
         root = self.checkpoint_dir
@@ -284,16 +310,20 @@ class Rehearsal:
         except (OSError, ValueError) as exc:
             raise RehearsalError(f"cannot resume from {latest}: {formats.TRAINING_INFO}: {exc}") from exc
         self.state = dict(info)
-        say(f"{PREFIX} resuming from {latest} (NeMo-RL resumes from the highest step_N): "
-             f"total_steps={info.get('total_steps')}, consumed_samples={info.get('consumed_samples')}")
+        say(
+            f"{PREFIX} resuming from {latest} (NeMo-RL resumes from the highest step_N): "
+            f"total_steps={info.get('total_steps')}, consumed_samples={info.get('consumed_samples')}"
+        )
 
     # -- the loop ---------------------------------------------------------------------
 
     def run(self) -> int:
         total_steps = int(self.state.get("total_steps", 0))
         if total_steps >= self.max_steps:
-            say(f"{PREFIX} the newest checkpoint is at step {total_steps}, grpo.max_num_steps is "
-                 f"{self.max_steps}: nothing left to do.")
+            say(
+                f"{PREFIX} the newest checkpoint is at step {total_steps}, grpo.max_num_steps is "
+                f"{self.max_steps}: nothing left to do."
+            )
             return 0
         current_epoch = int(self.state.get("current_epoch", 0))
         current_step = int(self.state.get("current_step", 0))
@@ -346,7 +376,9 @@ class Rehearsal:
             val = self._validate(k)
 
         self.state["consumed_samples"] = int(self.state.get("consumed_samples", 0)) + prompts
-        self.state["total_valid_tokens"] = int(self.state.get("total_valid_tokens", 0)) + int(train["global_valid_toks"])
+        self.state["total_valid_tokens"] = int(self.state.get("total_valid_tokens", 0)) + int(
+            train["global_valid_toks"]
+        )
         self.save_by.mark()
         timed_out = self.save_by.due()
         if self.ckpt.get("enabled") and (is_last or k % self.save_period == 0 or timed_out):
@@ -361,7 +393,8 @@ class Rehearsal:
                 if not source:
                     warnings.warn(
                         f"You asked to save checkpoints based on {metric} but no {prefix} metrics were "
-                        "collected. This checkpoint will not be saved as top-k.", stacklevel=1,
+                        "collected. This checkpoint will not be saved as top-k.",
+                        stacklevel=1,
                     )
                     self.state.pop(self.metric_name, None)
                 else:
@@ -398,11 +431,18 @@ class Rehearsal:
     def _save(self, k: int) -> None:
         total = max(1, round(self.real_bytes * self.scale))
         shards = max(1, min(checkpoints.MAX_SHARDS, self.num_nodes * self.gpus_per_node))
-        checkpoints.save_checkpoint(self.checkpoint_dir, k, self.state, self.cfg,
-                                    checkpoints.shard_layout(total, shards, megatron=self.megatron),
-                                    megatron=self.megatron, seed=self.seed)
-        checkpoints.remove_old_checkpoints(self.checkpoint_dir, self.keep_top_k, self.metric_name,
-                                           self.higher_is_better)
+        checkpoints.save_checkpoint(
+            self.checkpoint_dir,
+            k,
+            self.state,
+            self.cfg,
+            checkpoints.shard_layout(total, shards, megatron=self.megatron),
+            megatron=self.megatron,
+            seed=self.seed,
+        )
+        checkpoints.remove_old_checkpoints(
+            self.checkpoint_dir, self.keep_top_k, self.metric_name, self.higher_is_better
+        )
 
     def close(self) -> None:
         if self.metrics_log is not None:

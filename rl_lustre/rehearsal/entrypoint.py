@@ -54,22 +54,46 @@ def _parser() -> argparse.ArgumentParser:
         "lines and checkpoint layout, with synthetic metrics and scaled-down checkpoints.",
         allow_abbrev=False,
     )
-    p.add_argument("--config", default=DEFAULT_RECIPE,
-                   help="a NeMo-RL recipe name or YAML path (default: %(default)s)")
-    p.add_argument("--checkpoint-scale", type=fraction, default=DEFAULT_SCALE, metavar="S",
-                   help="checkpoints are S x the real size for the model (default: %(default)g)")
-    p.add_argument("--step-seconds", type=seconds, default=DEFAULT_STEP_SECONDS, metavar="T",
-                   help="how long a rehearsed step takes (default: %(default)g)")
-    p.add_argument("--param-count", type=int, default=None, metavar="N",
-                   help="the model's parameter count, when policy.model_name does not state it")
-    p.add_argument("--reserve", action="store_true",
-                   help="hold the job's GPUs in Ray placement groups exactly as NeMo-RL's RayVirtualCluster does, "
-                   "and fail as it fails when they cannot be had")
-    p.add_argument("--place-workers", action="store_true",
-                   help="also place one Ray actor per node in those groups, as NeMo-RL places its workers; "
-                   "a lost node then fails the run as it fails NeMo-RL (implies --reserve)")
-    p.add_argument("--nemo-rl-version", default="0.4.0", metavar="V",
-                   help="the NeMo-RL version whose config rules apply (default: %(default)s)")
+    p.add_argument("--config", default=DEFAULT_RECIPE, help="a NeMo-RL recipe name or YAML path (default: %(default)s)")
+    p.add_argument(
+        "--checkpoint-scale",
+        type=fraction,
+        default=DEFAULT_SCALE,
+        metavar="S",
+        help="checkpoints are S x the real size for the model (default: %(default)g)",
+    )
+    p.add_argument(
+        "--step-seconds",
+        type=seconds,
+        default=DEFAULT_STEP_SECONDS,
+        metavar="T",
+        help="how long a rehearsed step takes (default: %(default)g)",
+    )
+    p.add_argument(
+        "--param-count",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the model's parameter count, when policy.model_name does not state it",
+    )
+    p.add_argument(
+        "--reserve",
+        action="store_true",
+        help="hold the job's GPUs in Ray placement groups exactly as NeMo-RL's RayVirtualCluster does, "
+        "and fail as it fails when they cannot be had",
+    )
+    p.add_argument(
+        "--place-workers",
+        action="store_true",
+        help="also place one Ray actor per node in those groups, as NeMo-RL places its workers; "
+        "a lost node then fails the run as it fails NeMo-RL (implies --reserve)",
+    )
+    p.add_argument(
+        "--nemo-rl-version",
+        default="0.4.0",
+        metavar="V",
+        help="the NeMo-RL version whose config rules apply (default: %(default)s)",
+    )
     return p
 
 
@@ -98,10 +122,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(sys.stdout, io.TextIOWrapper):
         # Emoji must not kill the run on a non-UTF-8 terminal or pipe.
         sys.stdout.reconfigure(errors="backslashreplace")
-    say(f"{PREFIX} REHEARSAL -- no model is trained. This driver stands in for NeMo-RL's GRPO "
-         "entrypoint to rehearse orchestration and checkpoint storage; its metrics are synthetic.")
-    say(f"{PREFIX} checkpoints are written in NeMo-RL's layout at {args.checkpoint_scale:g} x the real "
-         f"size; each step takes {args.step_seconds:g}s.")
+    say(
+        f"{PREFIX} REHEARSAL -- no model is trained. This driver stands in for NeMo-RL's GRPO "
+        "entrypoint to rehearse orchestration and checkpoint storage; its metrics are synthetic."
+    )
+    say(
+        f"{PREFIX} checkpoints are written in NeMo-RL's layout at {args.checkpoint_scale:g} x the real "
+        f"size; each step takes {args.step_seconds:g}s."
+    )
     previous = signal.getsignal(signal.SIGTERM)
     in_main_thread = _is_main_thread()
     if in_main_thread:
@@ -111,12 +139,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = _resolve(args.config, overrides, args.nemo_rl_version)
         params = args.param_count or _param_count(cfg)
-        rehearsal = Rehearsal(cfg, scale=args.checkpoint_scale, step_seconds=args.step_seconds,
-                              param_count=params, place_workers=args.place_workers, reserve=args.reserve)
+        rehearsal = Rehearsal(
+            cfg,
+            scale=args.checkpoint_scale,
+            step_seconds=args.step_seconds,
+            param_count=params,
+            place_workers=args.place_workers,
+            reserve=args.reserve,
+        )
         rehearsal.setup()
         status = rehearsal.run()
-        say(f"{PREFIX} finished at step {rehearsal.step or rehearsal.state.get('total_steps', 0)}/"
-             f"{rehearsal.max_steps}. This was a REHEARSAL: no model was trained.")
+        say(
+            f"{PREFIX} finished at step {rehearsal.step or rehearsal.state.get('total_steps', 0)}/"
+            f"{rehearsal.max_steps}. This was a REHEARSAL: no model was trained."
+        )
     except (RehearsalError, ConfigError) as exc:
         print(f"{PREFIX} error: {exc}", file=sys.stderr, flush=True)
         say(f"{PREFIX} failed before training could start or continue. This was a REHEARSAL: no model was trained.")
@@ -124,8 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (_Stopped, KeyboardInterrupt) as exc:
         name = str(exc) if isinstance(exc, _Stopped) else "SIGINT"
         step = rehearsal.step if rehearsal is not None else 0
-        say(f"{PREFIX} stopped by {name} during step {step}; an unfinished {formats.checkpoint_name(step, formats.SAVING)} is cleared at the "
-             "next start. This was a REHEARSAL: no model was trained.")
+        say(
+            f"{PREFIX} stopped by {name} during step {step}; an unfinished {formats.checkpoint_name(step, formats.SAVING)} is cleared at the "
+            "next start. This was a REHEARSAL: no model was trained."
+        )
         status = 128 + signal.Signals[name].value
     except Exception:
         say(f"{PREFIX} failed (the traceback is on stderr). This was a REHEARSAL: no model was trained.")

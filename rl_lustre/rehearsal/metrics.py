@@ -22,13 +22,17 @@ def say(line: str = "") -> None:
 def metric_problem(name: str) -> str | None:
     """Why ``checkpointing.metric_name`` ``name`` is refused, as NeMo-RL words it, or None."""
     if not name.startswith(("train:", "val:")):
-        return (f"metric_name={name} must start with 'val:' or 'train:', followed by the "
-                'corresponding name in the "val" or "train" metrics dictionary.')
+        return (
+            f"metric_name={name} must start with 'val:' or 'train:', followed by the "
+            'corresponding name in the "val" or "train" metrics dictionary.'
+        )
     prefix, metric = name.split(":", 1)
     known = train_metrics(random.Random(0), 0, 1) if prefix == "train" else val_metrics(0, 1)
     if metric not in known:
-        return (f"Metric {metric} not found in {prefix} metrics (checkpointing.metric_name={name}; "
-                f"known {prefix} metrics: {', '.join(sorted(known))})")
+        return (
+            f"Metric {metric} not found in {prefix} metrics (checkpointing.metric_name={name}; "
+            f"known {prefix} metrics: {', '.join(sorted(known))})"
+        )
     return None
 
 

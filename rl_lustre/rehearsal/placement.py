@@ -30,8 +30,11 @@ class NodeWorkers:
 
         self._ray = ray
         worker = ray.remote(num_cpus=1, num_gpus=1, max_restarts=0)(_NodeWorker)
-        places = ([(groups[0], i) for i in range(0, len(groups[0].bundle_specs), max(bundles_per_node, 1))]
-                  if unified else [(g, 0) for g in groups])
+        places = (
+            [(groups[0], i) for i in range(0, len(groups[0].bundle_specs), max(bundles_per_node, 1))]
+            if unified
+            else [(g, 0) for g in groups]
+        )
         self.actors: list[Any] = [
             worker.options(scheduling_strategy=PlacementGroupSchedulingStrategy(g, i)).remote() for g, i in places
         ]

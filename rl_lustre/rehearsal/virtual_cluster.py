@@ -41,8 +41,17 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_RETRIES_ENV", "NEMO_RL_READY_TIMEOUT", "READY_TIMEOUT_ENV", "ResourceInsufficientError",
-           "Shape", "VirtualCluster", "max_retries", "ready_timeout", "shapes"]
+__all__ = [
+    "MAX_RETRIES_ENV",
+    "NEMO_RL_READY_TIMEOUT",
+    "READY_TIMEOUT_ENV",
+    "ResourceInsufficientError",
+    "Shape",
+    "VirtualCluster",
+    "max_retries",
+    "ready_timeout",
+    "shapes",
+]
 
 MAX_RETRIES_ENV = "NRL_VIRTUAL_CLUSTER_MAX_RETRIES"
 READY_TIMEOUT_ENV = "RL_LUSTRE_REHEARSAL_PG_READY_TIMEOUT"
@@ -94,7 +103,7 @@ def shapes(cfg: Mapping[str, Any]) -> list[Shape]:
     colocated = bool((gen.get("colocated") or {}).get("enabled", True))
     vllm = gen.get("vllm_cfg") or {}
     model_parallel = int(vllm.get("tensor_parallel_size") or 1) * int(vllm.get("pipeline_parallel_size") or 1)
-    reward = ((cfg.get("env") or {}).get("reward_model") or {})
+    reward = (cfg.get("env") or {}).get("reward_model") or {}
     rm_nodes, rm_gpus = 0, 0
     if reward.get("enabled"):
         rm_nodes = int((reward.get("resources") or {}).get("num_nodes") or 0)
@@ -103,8 +112,15 @@ def shapes(cfg: Mapping[str, Any]) -> list[Shape]:
     if colocated:
         policy_gpn = gpn - rm_gpus if total == 1 else gpn
         unified = backend == "vllm" and model_parallel > policy_gpn
-        return [Shape("grpo_policy_cluster", (policy_gpn,) * policy_nodes, 1 if backend == "megatron" else 2,
-                      unified=unified, strategy="SPREAD" if unified else "PACK")]
+        return [
+            Shape(
+                "grpo_policy_cluster",
+                (policy_gpn,) * policy_nodes,
+                1 if backend == "megatron" else 2,
+                unified=unified,
+                strategy="SPREAD" if unified else "PACK",
+            )
+        ]
     resources = gen.get("colocated", {}).get("resources") or {}
     inference_gpn = int(resources.get("gpus_per_node") or 0)
     inference_nodes = int(resources.get("num_nodes") or 0)
@@ -116,8 +132,13 @@ def shapes(cfg: Mapping[str, Any]) -> list[Shape]:
         train_nodes -= inference_nodes
     return [
         Shape("grpo_train_cluster", (train_gpn,) * train_nodes, 1),
-        Shape("grpo_inference_cluster", (inference_gpn,) * inference_nodes, 1,
-              unified=model_parallel > inference_gpn, strategy="PACK"),
+        Shape(
+            "grpo_inference_cluster",
+            (inference_gpn,) * inference_nodes,
+            1,
+            unified=model_parallel > inference_gpn,
+            strategy="PACK",
+        ),
     ]
 
 
@@ -137,8 +158,7 @@ def ready_timeout(env: Mapping[str, str] | None = None) -> float:
 class VirtualCluster:
     """The placement groups of one :class:`Shape`, reserved as NeMo-RL reserves them."""
 
-    def __init__(self, shape: Shape, *, retries: int, timeout: float,
-                 say: Any = print) -> None:
+    def __init__(self, shape: Shape, *, retries: int, timeout: float, say: Any = print) -> None:
         self.shape = shape
         self.retries = retries
         self.timeout = timeout
@@ -169,19 +189,28 @@ class VirtualCluster:
         if gpus > int(total.get("GPU", 0)):
             raise ResourceInsufficientError(
                 f"Not enough GPUs available. Requested {gpus} GPUs, but only {int(total.get('GPU', 0))} are "
-                "available in the cluster.")
+                "available in the cluster."
+            )
         if cpus > int(total.get("CPU", 0)):
             raise ResourceInsufficientError(
                 f"Not enough CPUs available. Requested {cpus} CPUs, but only {int(total.get('CPU', 0))} are "
-                "available in the cluster.")
+                "available in the cluster."
+            )
         bundle = {"CPU": self.shape.cpus_per_bundle, "GPU": 1}
         if self.shape.unified:
-            groups = [placement_group([dict(bundle) for _ in range(gpus)], strategy=self.shape.strategy,
-                                      name=f"{self.shape.name}-unified")]
+            groups = [
+                placement_group(
+                    [dict(bundle) for _ in range(gpus)], strategy=self.shape.strategy, name=f"{self.shape.name}-unified"
+                )
+            ]
         else:
-            groups = [placement_group([dict(bundle) for _ in range(count)], strategy="PACK",
-                                      name=f"{self.shape.name}-node{i}")
-                      for i, count in enumerate(self.shape.bundles_per_node) if count > 0]
+            groups = [
+                placement_group(
+                    [dict(bundle) for _ in range(count)], strategy="PACK", name=f"{self.shape.name}-node{i}"
+                )
+                for i, count in enumerate(self.shape.bundles_per_node)
+                if count > 0
+            ]
         try:
             ray.get([g.ready() for g in groups], timeout=self.timeout)
         except (TimeoutError, ray.exceptions.GetTimeoutError) as exc:

@@ -34,8 +34,17 @@ from .. import _validate as v
 from ..errors import ConfigError
 from ._fields import settle
 
-__all__ = ["CAPACITY_KINDS", "DEFAULT_WAIT", "FLEX_START_MAX_RUN_SECONDS", "NO_CAPACITY_OPTIONS",
-           "RDMA_ZONE_RULE", "RESERVATION_RULE", "Capacity", "check_capacity", "check_capacity_zones"]
+__all__ = [
+    "CAPACITY_KINDS",
+    "DEFAULT_WAIT",
+    "FLEX_START_MAX_RUN_SECONDS",
+    "NO_CAPACITY_OPTIONS",
+    "RDMA_ZONE_RULE",
+    "RESERVATION_RULE",
+    "Capacity",
+    "check_capacity",
+    "check_capacity_zones",
+]
 
 CAPACITY_KINDS = ("reservation", "spot", "flex-start", "on-demand")
 # GKE flex-start: a node lives at most 7 days (maxRunDurationSeconds / max_run_duration).
@@ -45,15 +54,21 @@ _FLEX_START_MIN_RUN_SECONDS = 600.0
 DEFAULT_WAIT = {"reservation": 900.0, "spot": 900.0, "flex-start": 7200.0, "on-demand": 900.0}
 # What up() keeps when no capacity came (ClusterSpec.on_no_capacity).
 NO_CAPACITY_OPTIONS = ("storage", "nothing")
-RESERVATION_PATTERN = (r"(?:projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/reservations/)?"
-                       r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?:/reservationBlocks/[a-z0-9-]+)?")
+RESERVATION_PATTERN = (
+    r"(?:projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/reservations/)?"
+    r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?(?:/reservationBlocks/[a-z0-9-]+)?"
+)
 # A RoCE VPC is bound to its zone's network profile (<zone>-vpc-roce): every VM with a NIC on it
 # must be in that zone (Google's "RDMA network profiles" page, "Zonal constraint").
-RDMA_ZONE_RULE = ("a GPU pool with fabric='rdma' cannot move to another zone: its RoCE VPC is on the network "
-                  "profile '{zone}-vpc-roce', and every VM with a NIC on it must be in {zone}; keep "
-                  "capacity_zones='zone', or use fabric='tcp' to let the GPU pool move (without GPUDirect-RDMA)")
-RESERVATION_RULE = ("must be a reservation name, '<name>/reservationBlocks/<block>', or a reservation shared "
-                    "from another project as 'projects/<project>/reservations/<name>'")
+RDMA_ZONE_RULE = (
+    "a GPU pool with fabric='rdma' cannot move to another zone: its RoCE VPC is on the network "
+    "profile '{zone}-vpc-roce', and every VM with a NIC on it must be in {zone}; keep "
+    "capacity_zones='zone', or use fabric='tcp' to let the GPU pool move (without GPUDirect-RDMA)"
+)
+RESERVATION_RULE = (
+    "must be a reservation name, '<name>/reservationBlocks/<block>', or a reservation shared "
+    "from another project as 'projects/<project>/reservations/<name>'"
+)
 
 
 def _kind(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -91,32 +106,48 @@ class Capacity:
 
     kind: str = attrs.field(validator=_kind)
     reservation: str | None = attrs.field(
-        default=None, validator=v.matches(RESERVATION_PATTERN, RESERVATION_RULE, optional=True))
+        default=None, validator=v.matches(RESERVATION_PATTERN, RESERVATION_RULE, optional=True)
+    )
     queued: bool = attrs.field(default=True, validator=v.boolean)
     max_run_duration: float | None = attrs.field(default=None, converter=_to_float, validator=_seconds_or_none)
     wait: float = attrs.field(default=0.0, converter=_to_float, validator=_seconds_or_none)
 
-    def __init__(self, kind: str, *, reservation: str | None = None, queued: bool | None = None,
-                 max_run_duration: float | None = None, wait: float | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        *,
+        reservation: str | None = None,
+        queued: bool | None = None,
+        max_run_duration: float | None = None,
+        wait: float | None = None,
+    ) -> None:
         flex = kind == "flex-start"
         for name, given in (("queued", queued), ("max_run_duration", max_run_duration)):
             if given is not None and not flex:
                 raise ConfigError("Capacity", name, given, f"is for kind 'flex-start' only (kind is {kind!r})")
         if reservation is not None and kind != "reservation":
-            raise ConfigError("Capacity", "reservation", reservation,
-                              f"is for kind 'reservation' only (kind is {kind!r})")
+            raise ConfigError(
+                "Capacity", "reservation", reservation, f"is for kind 'reservation' only (kind is {kind!r})"
+            )
         if flex and max_run_duration is None:
             max_run_duration = FLEX_START_MAX_RUN_SECONDS
         self.__attrs_init__(
-            kind=kind, reservation=reservation, queued=True if queued is None else queued,
+            kind=kind,
+            reservation=reservation,
+            queued=True if queued is None else queued,
             max_run_duration=max_run_duration,
-            wait=DEFAULT_WAIT.get(kind, 900.0) if wait is None else wait)
+            wait=DEFAULT_WAIT.get(kind, 900.0) if wait is None else wait,
+        )
         if flex:
             assert self.max_run_duration is not None
             if not _FLEX_START_MIN_RUN_SECONDS <= self.max_run_duration <= FLEX_START_MAX_RUN_SECONDS:
-                raise ConfigError("Capacity", "max_run_duration", max_run_duration,
-                                  f"must be {_FLEX_START_MIN_RUN_SECONDS:g} to {FLEX_START_MAX_RUN_SECONDS:g} seconds "
-                                  "(GKE flex-start nodes live at most 7 days)")
+                raise ConfigError(
+                    "Capacity",
+                    "max_run_duration",
+                    max_run_duration,
+                    f"must be {_FLEX_START_MIN_RUN_SECONDS:g} to {FLEX_START_MAX_RUN_SECONDS:g} seconds "
+                    "(GKE flex-start nodes live at most 7 days)",
+                )
         else:
             object.__setattr__(self, "queued", False)
 
@@ -127,8 +158,12 @@ class Capacity:
             return value
         if isinstance(value, str) and value in CAPACITY_KINDS:
             return cls(value)
-        raise ConfigError(owner, field, value,
-                          f"each entry must be one of {', '.join(map(repr, CAPACITY_KINDS))} or a rl_lustre.Capacity")
+        raise ConfigError(
+            owner,
+            field,
+            value,
+            f"each entry must be one of {', '.join(map(repr, CAPACITY_KINDS))} or a rl_lustre.Capacity",
+        )
 
     def with_reservation(self, name: str) -> Capacity:
         """This reservation lane naming ``name`` (the cluster's ``reservation``)."""
@@ -168,8 +203,9 @@ def check_capacity(spec: Any) -> None:
     given, spot, reservation = spec._given_capacity, spec._given_spot, spec.reservation
     if given is None:
         if spot and reservation is not None:
-            v.fail(spec, "reservation", reservation,
-                   "Spot VMs cannot consume a reservation; pass spot=False to use one")
+            v.fail(
+                spec, "reservation", reservation, "Spot VMs cannot consume a reservation; pass spot=False to use one"
+            )
         if reservation is not None:
             policy: tuple[Capacity, ...] = (Capacity("reservation", reservation=reservation),)
         elif spot is False:
@@ -178,18 +214,26 @@ def check_capacity(spec: Any) -> None:
             policy = (Capacity("spot"),)
     else:
         if not isinstance(given, tuple) or not given:
-            v.fail(spec, "capacity", given,
-                   "must be a non-empty list of capacity kinds to try in order, like ('spot', 'flex-start')")
+            v.fail(
+                spec,
+                "capacity",
+                given,
+                "must be a non-empty list of capacity kinds to try in order, like ('spot', 'flex-start')",
+            )
         policy = tuple(Capacity.parse(c, owner=type(spec).__name__) for c in given)
         named = []
         for i, c in enumerate(policy):
             if c.kind == "reservation" and c.reservation is None:
                 if reservation is None:
-                    v.fail(spec, "capacity", given,
-                           f"entry {i} is a reservation without a name: pass Capacity('reservation', "
-                           "reservation='NAME') or Cluster(reservation='NAME')")
+                    v.fail(
+                        spec,
+                        "capacity",
+                        given,
+                        f"entry {i} is a reservation without a name: pass Capacity('reservation', "
+                        "reservation='NAME') or Cluster(reservation='NAME')",
+                    )
                 assert reservation is not None
-                policy = (*policy[:i], c.with_reservation(reservation), *policy[i + 1:])
+                policy = (*policy[:i], c.with_reservation(reservation), *policy[i + 1 :])
             if policy[i].kind == "reservation":
                 named.append(policy[i].reservation)
         labels = [c.label for c in policy]
@@ -197,14 +241,23 @@ def check_capacity(spec: Any) -> None:
             v.fail(spec, "capacity", given, "each capacity may be listed once")
         kinds = [c.kind for c in policy]
         if spot is True and "spot" not in kinds:
-            v.fail(spec, "spot", True, f"conflicts with capacity={tuple(kinds)}, which lists no 'spot' "
-                   "(leave spot out when you give a capacity policy)")
+            v.fail(
+                spec,
+                "spot",
+                True,
+                f"conflicts with capacity={tuple(kinds)}, which lists no 'spot' "
+                "(leave spot out when you give a capacity policy)",
+            )
         if spot is False and "spot" in kinds:
             v.fail(spec, "spot", False, f"conflicts with capacity={tuple(kinds)}, which lists 'spot'")
         if reservation is not None and reservation not in named:
-            v.fail(spec, "reservation", reservation,
-                   f"conflicts with capacity={tuple(labels)}: the policy must list this reservation "
-                   "(add 'reservation' to it) or leave reservation out")
+            v.fail(
+                spec,
+                "reservation",
+                reservation,
+                f"conflicts with capacity={tuple(labels)}: the policy must list this reservation "
+                "(add 'reservation' to it) or leave reservation out",
+            )
     settle(spec, "capacity", policy)
     settle(spec, "spot", policy[0].kind == "spot")
     check_capacity_zones(spec)
@@ -222,8 +275,10 @@ def check_capacity_zones(spec: Any) -> None:
         rl_lustre.errors.ConfigError: Cluster.capacity_zones='region': a GPU pool with fabric='rdma' cannot move to another zone: its RoCE VPC is on the network profile 'us-east1-b-vpc-roce', and every VM with a NIC on it must be in us-east1-b; keep capacity_zones='zone', or use fabric='tcp' to let the GPU pool move (without GPUDirect-RDMA)
     """
     zones = spec.capacity_zones
-    rule = ("must be 'zone' (the cluster's zone only), 'region' (every zone of the region that offers the "
-            "machine type and Managed Lustre, found at up()) or a list of zones of the region")
+    rule = (
+        "must be 'zone' (the cluster's zone only), 'region' (every zone of the region that offers the "
+        "machine type and Managed Lustre, found at up()) or a list of zones of the region"
+    )
     if isinstance(zones, str):
         if zones not in ("zone", "region"):
             v.fail(spec, "capacity_zones", zones, rule)
@@ -234,6 +289,8 @@ def check_capacity_zones(spec: Any) -> None:
             if not isinstance(z, str) or z.rsplit("-", 1)[0] != spec.region:
                 v.fail(spec, "capacity_zones", z, f"must be a zone of region {spec.region!r} (like '{spec.region}-b')")
         if zones[0] != spec.zone:
-            v.fail(spec, "capacity_zones", zones, f"must start with the cluster's zone {spec.zone!r} (where the volume is)")
+            v.fail(
+                spec, "capacity_zones", zones, f"must start with the cluster's zone {spec.zone!r} (where the volume is)"
+            )
     if spec.fabric == "rdma" and zones not in ("zone", (spec.zone,)):
         v.fail(spec, "capacity_zones", zones, RDMA_ZONE_RULE.format(zone=spec.zone))

@@ -60,17 +60,25 @@ def _check_secret_names(inst: Any, attr: attrs.Attribute[Any], value: Any) -> No
     for name in value:
         what = secret_shape(name)
         if what is not None:
-            v.fail(inst, v.field_name(attr), name,
-                   f"looks like {what}: secrets= takes the NAMES of environment variables that hold "
-                   "secrets, like ('HF_TOKEN', 'WANDB_API_KEY'); set the value in the environment "
-                   "(export HF_TOKEN=...) and list only its name here")
+            v.fail(
+                inst,
+                v.field_name(attr),
+                name,
+                f"looks like {what}: secrets= takes the NAMES of environment variables that hold "
+                "secrets, like ('HF_TOKEN', 'WANDB_API_KEY'); set the value in the environment "
+                "(export HF_TOKEN=...) and list only its name here",
+            )
     v.env_name(inst, attr, value)
 
 
-PRELOAD_IMAGE_RULE = ("must be True (find or build a disk image holding `image`), False (no preload: the "
-                      "image is pre-pulled on each node), or your disk image as "
-                      "'projects/PROJECT/global/images/NAME' or 'global/images/NAME'")
-_DISK_IMAGE = re.compile(r"(?:projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/)?global/images/([a-z](?:[a-z0-9-]{0,61}[a-z0-9])?)")
+PRELOAD_IMAGE_RULE = (
+    "must be True (find or build a disk image holding `image`), False (no preload: the "
+    "image is pre-pulled on each node), or your disk image as "
+    "'projects/PROJECT/global/images/NAME' or 'global/images/NAME'"
+)
+_DISK_IMAGE = re.compile(
+    r"(?:projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/)?global/images/([a-z](?:[a-z0-9-]{0,61}[a-z0-9])?)"
+)
 # GKE is reported to refuse a secondary boot disk image named longer than this when it attaches it.
 _GKE_DISK_IMAGE_NAME_MAX = 39
 
@@ -83,8 +91,10 @@ def _preload_image_value(inst: Any, attr: attrs.Attribute[Any], value: Any) -> N
 
 
 _HF_REPO_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
-HF_REPO_ID_RULE = ("must be a Hugging Face model id like 'Qwen/Qwen2.5-72B-Instruct' (letters, digits, '_', '.', "
-                   "'-', at most one '/', no '--' or '..')")
+HF_REPO_ID_RULE = (
+    "must be a Hugging Face model id like 'Qwen/Qwen2.5-72B-Instruct' (letters, digits, '_', '.', "
+    "'-', at most one '/', no '--' or '..')"
+)
 
 
 def _hf_repo_ids(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -120,29 +130,39 @@ class ClusterSpec:
         default=None,
         validator=v.matches(r"[a-z]+-[a-z]+[0-9]+", "must be a region like 'us-east1'", optional=True),
     )
-    zone: str | None = attrs.field(default=None, validator=[v.matches(ZONE_PATTERN, ZONE_RULE, optional=True),
-                                                           v.known_zone])
+    zone: str | None = attrs.field(
+        default=None, validator=[v.matches(ZONE_PATTERN, ZONE_RULE, optional=True), v.known_zone]
+    )
     volume: VolumeSpec | None = attrs.field(default=None)
     machine_type: str = attrs.field(
         default="a4-highgpu-8g",
-        validator=v.matches(r"[a-z][a-z0-9]*-[a-z0-9-]+|local", "must be a Compute Engine machine type like 'a4-highgpu-8g'"),
+        validator=v.matches(
+            r"[a-z][a-z0-9]*-[a-z0-9-]+|local", "must be a Compute Engine machine type like 'a4-highgpu-8g'"
+        ),
     )
     _given_accelerator_type: str | None = attrs.field(
-        alias="accelerator_type", default=None, eq=False, repr=False,
-        validator=v.matches(r"nvidia-[a-z0-9-]+", "must be a GKE accelerator like 'nvidia-b200'", optional=True))
+        alias="accelerator_type",
+        default=None,
+        eq=False,
+        repr=False,
+        validator=v.matches(r"nvidia-[a-z0-9-]+", "must be a GKE accelerator like 'nvidia-b200'", optional=True),
+    )
     accelerator_type: str | None = attrs.field(init=False)
     _given_gpus_per_node: int | None = attrs.field(
-        alias="gpus_per_node", default=None, eq=False, repr=False,
-        validator=v.integer(min=0, max=16, optional=True))
+        alias="gpus_per_node", default=None, eq=False, repr=False, validator=v.integer(min=0, max=16, optional=True)
+    )
     gpus_per_node: int = attrs.field(init=False)
     num_nodes: int = attrs.field(default=8, validator=v.integer(min=1, max=1000))
-    _given_spot: bool | None = attrs.field(alias="spot", default=None, eq=False, repr=False,
-                                           validator=attrs.validators.optional(v.boolean))
+    _given_spot: bool | None = attrs.field(
+        alias="spot", default=None, eq=False, repr=False, validator=attrs.validators.optional(v.boolean)
+    )
     spot: bool = attrs.field(init=False)
     reservation: str | None = attrs.field(
-        default=None, validator=v.matches(RESERVATION_PATTERN, RESERVATION_RULE, optional=True))
+        default=None, validator=v.matches(RESERVATION_PATTERN, RESERVATION_RULE, optional=True)
+    )
     _given_capacity: tuple[Capacity | str, ...] | None = attrs.field(
-        alias="capacity", default=None, eq=False, repr=False, converter=v.to_tuple)
+        alias="capacity", default=None, eq=False, repr=False, converter=v.to_tuple
+    )
     capacity: tuple[Capacity, ...] = attrs.field(init=False)
     capacity_zones: str | tuple[str, ...] = attrs.field(default="zone", converter=v.to_tuple)
     on_no_capacity: str = attrs.field(default="storage", validator=v.one_of(NO_CAPACITY_OPTIONS))
@@ -153,17 +173,25 @@ class ClusterSpec:
     head_on_gpu_pool: bool = attrs.field(default=False, validator=v.boolean)
     image: str = attrs.field(
         default="nvcr.io/nvidia/nemo-rl:v0.4.0",
-        validator=v.matches(r"[a-z0-9][a-z0-9._/:@-]*[A-Za-z0-9._-]", "must be a container image reference without spaces"),
+        validator=v.matches(
+            r"[a-z0-9][a-z0-9._/:@-]*[A-Za-z0-9._-]", "must be a container image reference without spaces"
+        ),
     )
     _given_ray_version: str | None = attrs.field(
-        alias="ray_version", default=None, eq=False, repr=False,
-        validator=v.matches(r"\d+\.\d+\.\d+", "must be a Ray version like '2.46.0'", optional=True))
+        alias="ray_version",
+        default=None,
+        eq=False,
+        repr=False,
+        validator=v.matches(r"\d+\.\d+\.\d+", "must be a Ray version like '2.46.0'", optional=True),
+    )
     ray_version: str | None = attrs.field(init=False)
     _given_mount_path: str | None = attrs.field(alias="mount_path", default=None, eq=False, repr=False)
     mount_path: str = attrs.field(init=False)
     namespace: str = attrs.field(
         default="default",
-        validator=v.matches(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", "must be a DNS-1123 label (Kubernetes namespace rule)"),
+        validator=v.matches(
+            r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", "must be a DNS-1123 label (Kubernetes namespace rule)"
+        ),
     )
     network: str | None = attrs.field(
         default=None,
@@ -174,23 +202,27 @@ class ClusterSpec:
     public_control_plane: bool = attrs.field(default=False, validator=v.boolean)
     secrets: tuple[str, ...] = attrs.field(default=DEFAULT_SECRETS, converter=v.to_tuple, validator=_check_secret_names)
     _given_fabric: Literal["rdma", "tcp"] | None = attrs.field(
-        alias="fabric", default=None, eq=False, repr=False,
-        validator=v.one_of(["rdma", "tcp"], optional=True))
+        alias="fabric", default=None, eq=False, repr=False, validator=v.one_of(["rdma", "tcp"], optional=True)
+    )
     fabric: Literal["rdma", "tcp"] = attrs.field(init=False)
     maintenance_exclusion: str | None = attrs.field(
-        default=MAINTENANCE_EXCLUSIONS[0], validator=v.one_of(MAINTENANCE_EXCLUSIONS, optional=True))
+        default=MAINTENANCE_EXCLUSIONS[0], validator=v.one_of(MAINTENANCE_EXCLUSIONS, optional=True)
+    )
     labels: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=v.gcp_labels)
-    prefetch_models: tuple[str, ...] = attrs.field(default=(REFERENCE_MODEL,), converter=v.to_tuple,
-                                                   validator=_hf_repo_ids)
+    prefetch_models: tuple[str, ...] = attrs.field(
+        default=(REFERENCE_MODEL,), converter=v.to_tuple, validator=_hf_repo_ids
+    )
     prepull_image: bool = attrs.field(default=True, validator=v.boolean)
     _given_preload_image: bool | str | None = attrs.field(
-        alias="preload_image", default=None, eq=False, repr=False, validator=_preload_image_value)
+        alias="preload_image", default=None, eq=False, repr=False, validator=_preload_image_value
+    )
     preload_image: bool | str = attrs.field(init=False)
     warm_start: str | None = attrs.field(default=None, validator=warm_start_value)
     keep: bool = attrs.field(default=False, validator=v.boolean)
     backend: Literal["gke", "local"] = attrs.field(default="gke", validator=v.one_of(["gke", "local"]))
     nemo_rl_path: str | None = attrs.field(
-        default=None, validator=v.matches(r"[^\x00-\x1f\x7f]+", "must be a path without control characters", optional=True)
+        default=None,
+        validator=v.matches(r"[^\x00-\x1f\x7f]+", "must be a path without control characters", optional=True),
     )
     rehearsal_scale: float = attrs.field(default=1e-5, validator=v.number(gt=0, le=1))
     rehearsal_step_seconds: float = attrs.field(default=0.5, validator=v.number(ge=0, le=3600))
@@ -218,26 +250,38 @@ class ClusterSpec:
     def _check_gke(self) -> None:
         missing = [f for f in ("project", "region", "zone") if getattr(self, f) is None]
         if missing:
-            v.fail(self, ", ".join(missing), None,
-                   f"{'are' if len(missing) > 1 else 'is'} required for a GKE cluster "
-                   "(use Cluster.local() for this machine)")
+            v.fail(
+                self,
+                ", ".join(missing),
+                None,
+                f"{'are' if len(missing) > 1 else 'is'} required for a GKE cluster "
+                "(use Cluster.local() for this machine)",
+            )
         assert self.zone is not None
         assert self.region is not None
         if self.zone.rsplit("-", 1)[0] != self.region:
             v.fail(self, "zone", self.zone, f"must be a zone of region {self.region!r} (like '{self.region}-b')")
         settle_mount_path(self, gke=True)
         if self.worker_nodes:
-            v.fail(self, "worker_nodes", self.worker_nodes,
-                   "is for Cluster.local(); a GKE cluster's worker nodes are its num_nodes GPU nodes")
+            v.fail(
+                self,
+                "worker_nodes",
+                self.worker_nodes,
+                "is for Cluster.local(); a GKE cluster's worker nodes are its num_nodes GPU nodes",
+            )
 
         accelerator, gpus = self._given_accelerator_type, self._given_gpus_per_node
         known = GPU_MACHINE_TYPES.get(self.machine_type)
         if known is None:
             for field, value in (("accelerator_type", accelerator), ("gpus_per_node", gpus)):
                 if value is None:
-                    v.fail(self, field, None,
-                           f"must be given for machine type {self.machine_type!r}, which rl_lustre does not know "
-                           f"(known: {', '.join(sorted(GPU_MACHINE_TYPES))})")
+                    v.fail(
+                        self,
+                        field,
+                        None,
+                        f"must be given for machine type {self.machine_type!r}, which rl_lustre does not know "
+                        f"(known: {', '.join(sorted(GPU_MACHINE_TYPES))})",
+                    )
         else:
             if accelerator is None:
                 accelerator = known.accelerator
@@ -254,12 +298,20 @@ class ClusterSpec:
         self._check_fabric(known.rdma_nics if known is not None else 0)
         check_capacity(self)
         if self.head_machine_type in GPU_MACHINE_TYPES:
-            v.fail(self, "head_machine_type", self.head_machine_type,
-                   "the head pool is a CPU pool; use head_on_gpu_pool=True to put the head on GPU nodes")
+            v.fail(
+                self,
+                "head_machine_type",
+                self.head_machine_type,
+                "the head pool is a CPU pool; use head_on_gpu_pool=True to put the head on GPU nodes",
+            )
         everyone = v.whole_internet(self.authorized_networks)
         if everyone is not None and not self.public_control_plane:
-            v.fail(self, "authorized_networks", everyone,
-                   "opens the control plane to the whole internet; pass public_control_plane=True if you mean it")
+            v.fail(
+                self,
+                "authorized_networks",
+                everyone,
+                "opens the control plane to the whole internet; pass public_control_plane=True if you mean it",
+            )
         self._check_image()
         self._check_preload()
         check_volume(self)
@@ -274,9 +326,12 @@ class ClusterSpec:
             if len(m[2]) > _GKE_DISK_IMAGE_NAME_MAX:
                 from .._warnings import warn_caller
 
-                warn_caller(f"Cluster.preload_image={given!r}: the image name has {len(m[2])} characters; GKE is "
-                               f"reported to refuse secondary boot disk images named longer than "
-                               f"{_GKE_DISK_IMAGE_NAME_MAX} when it attaches them to a node", UserWarning)
+                warn_caller(
+                    f"Cluster.preload_image={given!r}: the image name has {len(m[2])} characters; GKE is "
+                    f"reported to refuse secondary boot disk images named longer than "
+                    f"{_GKE_DISK_IMAGE_NAME_MAX} when it attaches them to a node",
+                    UserWarning,
+                )
         settle(self, "preload_image", value)
 
     def _check_fabric(self, rdma_nics: int) -> None:
@@ -284,9 +339,13 @@ class ClusterSpec:
         if fabric is None:
             fabric = "rdma" if rdma_nics else "tcp"
         elif fabric == "rdma" and not rdma_nics:
-            v.fail(self, "fabric", "rdma",
-                   f"machine type {self.machine_type!r} has no RDMA NICs; GPUDirect-RDMA needs one of "
-                   f"{', '.join(rdma_machine_types())} (use fabric='tcp')")
+            v.fail(
+                self,
+                "fabric",
+                "rdma",
+                f"machine type {self.machine_type!r} has no RDMA NICs; GPUDirect-RDMA needs one of "
+                f"{', '.join(rdma_machine_types())} (use fabric='tcp')",
+            )
         settle(self, "fabric", fabric)
 
     def _check_local(self) -> None:
@@ -296,13 +355,21 @@ class ClusterSpec:
             v.fail(self, "capacity", self._given_capacity, "is for GKE clusters (the GPU node pools' capacity)")
         settle(self, "capacity", ())
         if isinstance(self._given_preload_image, str):
-            v.fail(self, "preload_image", self._given_preload_image,
-                   "is for GKE clusters (a secondary boot disk of the GPU nodes); a local cluster has no nodes to boot")
+            v.fail(
+                self,
+                "preload_image",
+                self._given_preload_image,
+                "is for GKE clusters (a secondary boot disk of the GPU nodes); a local cluster has no nodes to boot",
+            )
         settle(self, "preload_image", False)
         if self.warm_start is not None:
-            v.fail(self, "warm_start", self.warm_start,
-                   "is for GKE clusters (Managed Lustre imports from and exports to Cloud Storage); a local "
-                   "cluster's volume directory stays on this machine between deployments")
+            v.fail(
+                self,
+                "warm_start",
+                self.warm_start,
+                "is for GKE clusters (Managed Lustre imports from and exports to Cloud Storage); a local "
+                "cluster's volume directory stays on this machine between deployments",
+            )
         if self.volume is not None:
             v.fail(self, "volume", self.volume, "a local cluster uses a directory, not a LustreVolume")
         settle(self, "accelerator_type", self._given_accelerator_type)
@@ -311,8 +378,12 @@ class ClusterSpec:
         if self.nemo_rl_path is not None and not Path(self.nemo_rl_path).is_absolute():
             v.fail(self, "nemo_rl_path", self.nemo_rl_path, "must be an absolute path to a NeMo-RL checkout")
         if self.worker_nodes and self.num_nodes > self.worker_nodes:
-            v.fail(self, "num_nodes", self.num_nodes,
-                   f"must be at most worker_nodes={self.worker_nodes}: each node of a job is one worker raylet")
+            v.fail(
+                self,
+                "num_nodes",
+                self.num_nodes,
+                f"must be at most worker_nodes={self.worker_nodes}: each node of a job is one worker raylet",
+            )
         settle(self, "ray_version", self._given_ray_version)
 
     def _check_image(self) -> None:
@@ -320,13 +391,21 @@ class ClusterSpec:
         given_version = self._given_ray_version
         if given_version is None:
             if known is None:
-                v.fail(self, "ray_version", None,
-                       f"must be given: rl_lustre does not know which Ray image {self.image!r} contains, and "
-                       "KubeRay's rayVersion must match it")
+                v.fail(
+                    self,
+                    "ray_version",
+                    None,
+                    f"must be given: rl_lustre does not know which Ray image {self.image!r} contains, and "
+                    "KubeRay's rayVersion must match it",
+                )
             settle(self, "ray_version", known)
         elif known is not None and known != given_version:
-            v.fail(self, "ray_version", given_version,
-                   f"image {self.image!r} contains Ray {known}; rayVersion must match the image")
+            v.fail(
+                self,
+                "ray_version",
+                given_version,
+                f"image {self.image!r} contains Ray {known}; rayVersion must match the image",
+            )
         else:
             settle(self, "ray_version", given_version)
 
@@ -380,8 +459,14 @@ class ClusterSpec:
         owner = f"{cls.__name__}.local"
         v.need(owner, "name", name, str, "a deployment name (str)")
         v.need(owner, "volume_dir", volume_dir, (str, os.PathLike), "a directory path (str or Path)", optional=True)
-        v.need(owner, "nemo_rl_path", nemo_rl_path, (str, os.PathLike), "a NeMo-RL checkout path (str or Path)",
-               optional=True)
+        v.need(
+            owner,
+            "nemo_rl_path",
+            nemo_rl_path,
+            (str, os.PathLike),
+            "a NeMo-RL checkout path (str or Path)",
+            optional=True,
+        )
         mount = None if volume_dir is None else local_mount(owner, volume_dir)
         return cls(
             name=name,

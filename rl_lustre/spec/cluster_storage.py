@@ -21,11 +21,34 @@ from ._fields import settle
 if TYPE_CHECKING:
     from .cluster import ClusterSpec
 
-__all__ = ["DEFAULT_MOUNT_PATH", "WARM_START_RULE", "check_volume", "default_local_root", "default_volume_size",
-           "is_warm_start", "local_mount", "settle_mount_path", "warm_start_value"]
+__all__ = [
+    "DEFAULT_MOUNT_PATH",
+    "WARM_START_RULE",
+    "check_volume",
+    "default_local_root",
+    "default_volume_size",
+    "is_warm_start",
+    "local_mount",
+    "settle_mount_path",
+    "warm_start_value",
+]
 
-_SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/root", "/run",
-                "/sbin", "/sys", "/usr", "/var", "/opt/nemo-rl")
+_SYSTEM_DIRS = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib64",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var",
+    "/opt/nemo-rl",
+)
 DEFAULT_MOUNT_PATH = "/lustre"
 
 
@@ -38,17 +61,23 @@ def default_local_root() -> Path:
 # A Cloud Storage bucket (its naming rules, dots aside) and an optional prefix of plain
 # '/'-separated names: where the warm-start export lives (rl_lustre.plan.warmstart).
 _WARM_START = re.compile(r"gs://([a-z0-9][a-z0-9_-]{1,61}[a-z0-9])((?:/[A-Za-z0-9_.=+-]+)*)")
-WARM_START_RULE = ("must be a Cloud Storage location 'gs://BUCKET' or 'gs://BUCKET/PREFIX': a bucket name of 3-63 "
-                   "lowercase letters, digits, '-' or '_' that starts and ends with a letter or digit (no dots, "
-                   "not starting with 'goog'), and a prefix of '/'-separated names of letters, digits and "
-                   "'_.=+-' (no '.' or '..' name, no trailing '/', no spaces or wildcards)")
+WARM_START_RULE = (
+    "must be a Cloud Storage location 'gs://BUCKET' or 'gs://BUCKET/PREFIX': a bucket name of 3-63 "
+    "lowercase letters, digits, '-' or '_' that starts and ends with a letter or digit (no dots, "
+    "not starting with 'goog'), and a prefix of '/'-separated names of letters, digits and "
+    "'_.=+-' (no '.' or '..' name, no trailing '/', no spaces or wildcards)"
+)
 
 
 def is_warm_start(value: Any) -> bool:
     """Whether ``value`` follows :data:`WARM_START_RULE`."""
     m = _WARM_START.fullmatch(value) if isinstance(value, str) else None
-    return not (m is None or m[1].startswith("goog") or "google" in m[1]
-                or any(part in (".", "..") for part in m[2].split("/")[1:]))
+    return not (
+        m is None
+        or m[1].startswith("goog")
+        or "google" in m[1]
+        or any(part in (".", "..") for part in m[2].split("/")[1:])
+    )
 
 
 def warm_start_value(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -92,17 +121,30 @@ def check_volume(spec: ClusterSpec) -> None:
     for field in ("project", "zone"):
         theirs = getattr(vol, field)
         if theirs is not None and theirs != getattr(spec, field):
-            v.fail(spec, "volume", f"{vol.name} ({field}={theirs})",
-                   f"the volume must be in the cluster's {field} {getattr(spec, field)!r}")
+            v.fail(
+                spec,
+                "volume",
+                f"{vol.name} ({field}={theirs})",
+                f"the volume must be in the cluster's {field} {getattr(spec, field)!r}",
+            )
     net = spec.network_name
     if vol.network is not None and vol.network != net:
-        v.fail(spec, "volume", f"{vol.name} (network={vol.network})", f"the volume must be on the cluster's network {net!r}")
+        v.fail(
+            spec,
+            "volume",
+            f"{vol.name} (network={vol.network})",
+            f"the volume must be on the cluster's network {net!r}",
+        )
     object.__setattr__(spec, "volume", vol._with_defaults(project=spec.project, zone=spec.zone, network=net))
     if spec.warm_start is not None and spec.volume is not None and spec.volume.existing:
-        v.fail(spec, "warm_start", spec.warm_start,
-               f"needs a volume this deployment creates; {spec.volume.name!r} is existing=True, and an existing "
-               "volume keeps its files between deployments already (copy to or from a bucket with "
-               "volume.import_data() / volume.export_data())")
+        v.fail(
+            spec,
+            "warm_start",
+            spec.warm_start,
+            f"needs a volume this deployment creates; {spec.volume.name!r} is existing=True, and an existing "
+            "volume keeps its files between deployments already (copy to or from a bucket with "
+            "volume.import_data() / volume.export_data())",
+        )
 
 
 def settle_mount_path(spec: ClusterSpec, *, gke: bool) -> None:
@@ -115,9 +157,13 @@ def settle_mount_path(spec: ClusterSpec, *, gke: bool) -> None:
         default = posixpath.normpath(str((default_local_root() / spec.name / "volume").absolute()))
         settle(spec, "mount_path", default)
         if any(ch.isspace() for ch in default) or ":" in default or v.control_char(default) is not None:
-            v.fail(spec, "mount_path", default,
-                   "the default volume directory must not contain whitespace, control characters or ':'; "
-                   "pass volume_dir= to Cluster.local()")
+            v.fail(
+                spec,
+                "mount_path",
+                default,
+                "the default volume directory must not contain whitespace, control characters or ':'; "
+                "pass volume_dir= to Cluster.local()",
+            )
     else:
         settle(spec, "mount_path", spec._given_mount_path)
     _check_mount_path(spec, gke=gke)
@@ -140,18 +186,27 @@ def local_mount(owner: str, volume_dir: str | os.PathLike[str]) -> str:
     """``volume_dir`` as the absolute, normalised mount path of a local deployment."""
     raw = os.fspath(volume_dir)
     if not isinstance(raw, str) or not raw.strip():
-        raise ConfigError(owner, "volume_dir", raw, "must be a directory path, not empty (the default is "
-                          f"{default_local_root() / '<name>' / 'volume'})")
+        raise ConfigError(
+            owner,
+            "volume_dir",
+            raw,
+            f"must be a directory path, not empty (the default is {default_local_root() / '<name>' / 'volume'})",
+        )
     if v.control_char(raw) is not None:
         v.no_control(owner, "volume_dir", raw)
     try:
         # expanduser() leaves a path without a leading "~" as it is.
         expanded = Path(raw).expanduser()
     except RuntimeError:
-        raise ConfigError(owner, "volume_dir", raw,
-                          "starts with '~user' for a user this machine does not know; give the directory's path") from None
+        raise ConfigError(
+            owner,
+            "volume_dir",
+            raw,
+            "starts with '~user' for a user this machine does not know; give the directory's path",
+        ) from None
     mount = posixpath.normpath(str(expanded.absolute()))
     if mount == "/" or any(ch.isspace() for ch in mount) or ":" in mount:
-        raise ConfigError(owner, "volume_dir", raw,
-                          "must be a directory other than '/', without whitespace or ':' in its path")
+        raise ConfigError(
+            owner, "volume_dir", raw, "must be a directory other than '/', without whitespace or ':' in its path"
+        )
     return mount

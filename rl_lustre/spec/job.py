@@ -54,12 +54,21 @@ def _check_env(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     v.env_name(inst, attr, value)
     for name, val in value.items():
         if looks_secret(name):
-            v.fail(inst, v.field_name(attr), name,
-                   "looks like a secret, and the job's environment is stored in plain text in Ray's job "
-                   f"records and dashboard; list {name!r} in Cluster.secrets instead (it then reaches "
-                   "the pods through a Kubernetes Secret)")
+            v.fail(
+                inst,
+                v.field_name(attr),
+                name,
+                "looks like a secret, and the job's environment is stored in plain text in Ray's job "
+                f"records and dashboard; list {name!r} in Cluster.secrets instead (it then reaches "
+                "the pods through a Kubernetes Secret)",
+            )
         if name in RESERVED_ENV:
-            v.fail(inst, v.field_name(attr), name, f"is set by rl_lustre ({name}={RESERVED_ENV[name]}, which NeMo-RL needs)")
+            v.fail(
+                inst,
+                v.field_name(attr),
+                name,
+                f"is set by rl_lustre ({name}={RESERVED_ENV[name]}, which NeMo-RL needs)",
+            )
         if not isinstance(val, str):
             v.fail(inst, f"{v.field_name(attr)}[{name!r}]", val, "environment values must be strings")
         _refuse_secret_value(inst, f"{v.field_name(attr)}[{name!r}]", name, val)
@@ -113,26 +122,34 @@ def _check_overrides(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     from .value_rules import broken_rules
 
     if not isinstance(value, Mapping):
-        v.fail(inst, "overrides", value,
-               f"must be a mapping of NeMo-RL key to value (got {v.type_name(value)})")
+        v.fail(inst, "overrides", value, f"must be a mapping of NeMo-RL key to value (got {v.type_name(value)})")
     for key, val in value.items():
         if not isinstance(key, str) or not _OVERRIDE_KEY.fullmatch(key):
-            v.fail(inst, "overrides", key,
-                   "keys are dotted NeMo-RL config keys like 'grpo.val_period'; prefix '+' to add a key "
-                   "the recipe lacks ('++' adds or replaces, '~' deletes: {'~key': None})")
+            v.fail(
+                inst,
+                "overrides",
+                key,
+                "keys are dotted NeMo-RL config keys like 'grpo.val_period'; prefix '+' to add a key "
+                "the recipe lacks ('++' adds or replaces, '~' deletes: {'~key': None})",
+            )
         field = f"overrides[{key!r}]"
         if not _override_value_ok(val):
-            v.fail(inst, field, val,
-                   "values must be None, bool, int, float, str, or lists and string-keyed dicts of those")
+            v.fail(
+                inst, field, val, "values must be None, bool, int, float, str, or lists and string-keyed dicts of those"
+            )
         _refuse_secret_value(inst, field, key, val)
         if secret_key(key) and val is not None and not isinstance(val, bool):
             v.fail(inst, field, REDACTED, f"{key.lstrip('+')!r} names a secret; {_SECRETS_ADVICE}")
         for name in env_references(val) if getattr(inst, "interpolate_overrides", True) else ():
             if looks_secret(name):
-                v.fail(inst, field, val,
-                       f"reads the secret {name!r} into the config, which NeMo-RL prints in full at "
-                       "start-up and saves with every checkpoint; code that needs it reads it from "
-                       "the environment (list it in Cluster.secrets)")
+                v.fail(
+                    inst,
+                    field,
+                    val,
+                    f"reads the secret {name!r} into the config, which NeMo-RL prints in full at "
+                    "start-up and saves with every checkpoint; code that needs it reads it from "
+                    "the environment (list it in Cluster.secrets)",
+                )
         # A value may hold newlines and tabs (NeMo-RL's stop strings); the keys inside it may not.
         v.no_control(type(inst).__name__, field, val, allow=v.VALUE_WHITESPACE)
         for inner in _mapping_keys(val):
@@ -159,11 +176,14 @@ class JobSpec:
     )
     model: str = attrs.field(
         default=REFERENCE_MODEL,
-        validator=v.matches(r"[^\s'\"\\\x00-\x1f\x7f]+",
-                            "must be a Hugging Face model id or path without spaces, quotes or control characters"),
+        validator=v.matches(
+            r"[^\s'\"\\\x00-\x1f\x7f]+",
+            "must be a Hugging Face model id or path without spaces, quotes or control characters",
+        ),
     )
     converter_type: str | None = attrs.field(
-        default=None, validator=v.matches(r"[A-Za-z0-9_]+", "must be a class name like 'Qwen2ForCausalLM'", optional=True)
+        default=None,
+        validator=v.matches(r"[A-Za-z0-9_]+", "must be a class name like 'Qwen2ForCausalLM'", optional=True),
     )
     dataset: str = attrs.field(
         default="DeepScaler", validator=v.matches(r"[A-Za-z0-9_./-]+", "must be a dataset name like 'DeepScaler'")
@@ -177,7 +197,7 @@ class JobSpec:
     keep_top_k: int | None = attrs.field(default=2, validator=v.integer(min=1, optional=True))
     metric_name: str | None = attrs.field(
         default=None,
-        validator=v.matches(_NO_CONTROL + "+", "must be a metric like 'val:accuracy' or None", optional=True)
+        validator=v.matches(_NO_CONTROL + "+", "must be a metric like 'val:accuracy' or None", optional=True),
     )
     checkpoint_root: str = attrs.field(default="checkpoints", validator=v.matches(_REL_PATH, _REL_PATH_RULE))
     log_root: str = attrs.field(default="logs", validator=v.matches(_REL_PATH, _REL_PATH_RULE))
@@ -195,18 +215,25 @@ class JobSpec:
     env: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=_check_env)
     working_dir: str | None = attrs.field(
         default=None,
-        validator=v.matches(_NO_CONTROL + "+", "must be a local directory path without control characters",
-                            optional=True)
+        validator=v.matches(
+            _NO_CONTROL + "+", "must be a local directory path without control characters", optional=True
+        ),
     )
     excludes: tuple[str, ...] = attrs.field(
-        default=(), converter=v.to_tuple,
-        validator=[v.names, attrs.validators.deep_iterable(
-            v.matches(_NO_CONTROL + "+", "must be a non-empty .rayignore-style pattern without control characters")
-        )],
+        default=(),
+        converter=v.to_tuple,
+        validator=[
+            v.names,
+            attrs.validators.deep_iterable(
+                v.matches(_NO_CONTROL + "+", "must be a non-empty .rayignore-style pattern without control characters")
+            ),
+        ],
     )
     nemo_rl_dir: str = attrs.field(
         default="/opt/nemo-rl",
-        validator=v.matches(r"/[^\s'\"\x00-\x1f\x7f]*", "must be an absolute path without spaces or control characters")
+        validator=v.matches(
+            r"/[^\s'\"\x00-\x1f\x7f]*", "must be an absolute path without spaces or control characters"
+        ),
     )
     max_restarts: int = attrs.field(default=3, validator=v.integer(min=0, max=100))
     capacity_timeout: float = attrs.field(default=1800.0, validator=v.number(gt=0, le=7 * 24 * 3600))

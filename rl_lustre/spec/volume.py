@@ -12,13 +12,19 @@ from ..catalog import LUSTRE_TIERS, LustreTier
 from ..errors import NotReadyError
 from ._fields import settle
 
-__all__ = ["FILESYSTEM_RULE", "INSTANCE_ID_RULE", "PROJECT_PATTERN", "PROJECT_RULE", "ZONE_PATTERN",
-           "ZONE_RULE", "VolumeSpec", "VolumeState"]
+__all__ = [
+    "FILESYSTEM_RULE",
+    "INSTANCE_ID_RULE",
+    "PROJECT_PATTERN",
+    "PROJECT_RULE",
+    "ZONE_PATTERN",
+    "ZONE_RULE",
+    "VolumeSpec",
+    "VolumeState",
+]
 
 # Lustre instance ids follow the usual GCP resource-id rule.
-INSTANCE_ID_RULE = (
-    "must be 1-63 lowercase letters, digits or hyphens, start with a letter and not end with a hyphen"
-)
+INSTANCE_ID_RULE = "must be 1-63 lowercase letters, digits or hyphens, start with a letter and not end with a hyphen"
 FILESYSTEM_RULE = "must be 1-8 letters or digits, starting with a letter (the Lustre fsname)"
 PROJECT_RULE = (
     "must be a project ID: 6-30 lowercase letters, digits or hyphens, "
@@ -56,19 +62,24 @@ class VolumeSpec:
     name: str = attrs.field(validator=v.matches(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?", INSTANCE_ID_RULE))
     # The tier's minimum when left out (derived again when the tier changes).
     _given_capacity_gib: int | None = attrs.field(
-        alias="capacity_gib", default=None, eq=False, repr=False,
-        validator=v.integer(min=1, optional=True))
+        alias="capacity_gib", default=None, eq=False, repr=False, validator=v.integer(min=1, optional=True)
+    )
     capacity_gib: int = attrs.field(init=False)
     throughput_mbps_per_tib: int = attrs.field(default=500, validator=v.one_of(sorted(LUSTRE_TIERS)))
     filesystem: str = attrs.field(default="lustrefs", validator=v.matches(r"[A-Za-z][A-Za-z0-9]{0,7}", FILESYSTEM_RULE))
     project: str | None = attrs.field(default=None, validator=v.matches(PROJECT_PATTERN, PROJECT_RULE, optional=True))
-    zone: str | None = attrs.field(default=None, validator=[v.matches(ZONE_PATTERN, ZONE_RULE, optional=True),
-                                                           v.known_zone])
+    zone: str | None = attrs.field(
+        default=None, validator=[v.matches(ZONE_PATTERN, ZONE_RULE, optional=True), v.known_zone]
+    )
     network: str | None = attrs.field(
         default=None,
-        validator=v.matches(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?", "must be a VPC network name: " + INSTANCE_ID_RULE, optional=True),
+        validator=v.matches(
+            r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?", "must be a VPC network name: " + INSTANCE_ID_RULE, optional=True
+        ),
     )
-    description: str = attrs.field(default="", validator=v.matches(r"[^\x00-\x1f]{0,2048}", "must be at most 2048 printable characters"))
+    description: str = attrs.field(
+        default="", validator=v.matches(r"[^\x00-\x1f]{0,2048}", "must be at most 2048 printable characters")
+    )
     labels: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=v.gcp_labels)
     existing: bool = attrs.field(default=False, validator=v.boolean)
     _live: VolumeState = attrs.field(factory=VolumeState, init=False, repr=False, eq=False, hash=False)
@@ -82,20 +93,34 @@ class VolumeSpec:
             settle(self, "capacity_gib", tier.min_gib)
             return
         if capacity < tier.min_gib:
-            v.fail(self, "capacity_gib", capacity,
-                   f"the {tier.mbps_per_tib} MB/s/TiB tier needs at least {tier.min_gib:,} GiB")
+            v.fail(
+                self,
+                "capacity_gib",
+                capacity,
+                f"the {tier.mbps_per_tib} MB/s/TiB tier needs at least {tier.min_gib:,} GiB",
+            )
         if capacity > tier.max_gib:
-            v.fail(self, "capacity_gib", capacity,
-                   f"the {tier.mbps_per_tib} MB/s/TiB tier holds at most {tier.max_gib:,} GiB "
-                   "(Managed Lustre's maximum instance size for it)")
+            v.fail(
+                self,
+                "capacity_gib",
+                capacity,
+                f"the {tier.mbps_per_tib} MB/s/TiB tier holds at most {tier.max_gib:,} GiB "
+                "(Managed Lustre's maximum instance size for it)",
+            )
         if not tier.valid(capacity):
             lower, upper = tier.round_down(capacity), tier.round_up(capacity)
-            steps = (f"steps of {tier.step_gib:,} GiB" if tier.threshold_gib >= tier.max_gib else
-                     f"steps of {tier.step_gib:,} GiB up to {tier.threshold_gib:,} GiB and of "
-                     f"{tier.large_step_gib:,} GiB above")
-            v.fail(self, "capacity_gib", capacity,
-                   f"the {tier.mbps_per_tib} MB/s/TiB tier grows in {steps} "
-                   f"(nearest valid: {lower:,} or {upper:,})")
+            steps = (
+                f"steps of {tier.step_gib:,} GiB"
+                if tier.threshold_gib >= tier.max_gib
+                else f"steps of {tier.step_gib:,} GiB up to {tier.threshold_gib:,} GiB and of "
+                f"{tier.large_step_gib:,} GiB above"
+            )
+            v.fail(
+                self,
+                "capacity_gib",
+                capacity,
+                f"the {tier.mbps_per_tib} MB/s/TiB tier grows in {steps} (nearest valid: {lower:,} or {upper:,})",
+            )
         settle(self, "capacity_gib", capacity)
 
     @property
@@ -141,8 +166,12 @@ class VolumeSpec:
     def resource_name(self) -> str:
         """``projects/P/locations/Z/instances/NAME``."""
         if self.project is None or self.zone is None:
-            v.fail(self, "project" if self.project is None else "zone", None,
-                   "must be set (directly or by attaching the volume to a Cluster)")
+            v.fail(
+                self,
+                "project" if self.project is None else "zone",
+                None,
+                "must be set (directly or by attaching the volume to a Cluster)",
+            )
         return f"projects/{self.project}/locations/{self.zone}/instances/{self.name}"
 
     def _with_defaults(self, **defaults: Any) -> Any:

@@ -29,17 +29,37 @@ DEFAULT_QUOTA = 4096.0
 # regions the tests and docs use (the real list is longer and changes; the server decides).
 DEFAULT_LUSTRE_ZONES = frozenset(
     zone
-    for region in ("us-east1", "us-east4", "us-east5", "us-central1", "us-west1", "us-west4", "us-south1",
-                   "europe-west1", "europe-west4", "asia-southeast1", "asia-northeast1")
+    for region in (
+        "us-east1",
+        "us-east4",
+        "us-east5",
+        "us-central1",
+        "us-west1",
+        "us-west4",
+        "us-south1",
+        "europe-west1",
+        "europe-west4",
+        "asia-southeast1",
+        "asia-northeast1",
+    )
     for zone in known_zones(region)
 )
 # The zones Compute Engine has, unless a test adds or retires some: those of rl_lustre's list.
 DEFAULT_ZONES = frozenset(f"{region}-{suffix}" for region, suffixes in ZONES.items() for suffix in suffixes)
 # The type a name filter asks for ("name = X", "(name = X)", "name eq X").
 _FILTER_NAME = re.compile(r"""name\s*(?:=|eq)\s*["']?([a-z0-9-]+)""")
-_GPU_METRICS = ("NVIDIA_B200_GPUS", "PREEMPTIBLE_NVIDIA_B200_GPUS", "NVIDIA_H100_GPUS",
-                "PREEMPTIBLE_NVIDIA_H100_GPUS", "NVIDIA_H200_GPUS", "PREEMPTIBLE_NVIDIA_H200_GPUS",
-                "NVIDIA_L4_GPUS", "PREEMPTIBLE_NVIDIA_L4_GPUS", "CPUS", "N2_CPUS")
+_GPU_METRICS = (
+    "NVIDIA_B200_GPUS",
+    "PREEMPTIBLE_NVIDIA_B200_GPUS",
+    "NVIDIA_H100_GPUS",
+    "PREEMPTIBLE_NVIDIA_H100_GPUS",
+    "NVIDIA_H200_GPUS",
+    "PREEMPTIBLE_NVIDIA_H200_GPUS",
+    "NVIDIA_L4_GPUS",
+    "PREEMPTIBLE_NVIDIA_L4_GPUS",
+    "CPUS",
+    "N2_CPUS",
+)
 
 
 class Catalog:
@@ -103,12 +123,17 @@ class Catalog:
     def zone_get(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
         zone = p["zone"]
         if zone not in self._zones:
-            raise FakeError(404, f"The resource 'projects/{p['project']}/zones/{zone}' was not found",
-                            reason="notFound")
+            raise FakeError(
+                404, f"The resource 'projects/{p['project']}/zones/{zone}' was not found", reason="notFound"
+            )
         region = zone.rsplit("-", 1)[0]
-        return {"kind": "compute#zone", "name": zone, "status": "UP",
-                "region": f"https://www.googleapis.com/compute/v1/projects/{p['project']}/regions/{region}",
-                "selfLink": f"projects/{p['project']}/zones/{zone}"}
+        return {
+            "kind": "compute#zone",
+            "name": zone,
+            "status": "UP",
+            "region": f"https://www.googleapis.com/compute/v1/projects/{p['project']}/regions/{region}",
+            "selfLink": f"projects/{p['project']}/zones/{zone}",
+        }
 
     def machine_type_get(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
         return self._zonal("machineTypes", p, {"guestCpus": 224, "isSharedCpu": False})
@@ -121,25 +146,40 @@ class Catalog:
         if zone not in self._zones:  # as Compute answers for a zone it does not have
             raise FakeError(400, f"Invalid value for field 'zone': '{zone}'. Unknown zone.", reason="invalid")
         if (zone, name) in self._withdrawn:
-            raise FakeError(404, f"The resource 'projects/{p['project']}/zones/{zone}/{kind}/{name}' was not found",
-                            reason="notFound")
-        return {"kind": f"compute#{kind[:-1]}", "name": name, "zone": zone,
-                "selfLink": f"projects/{p['project']}/zones/{zone}/{kind}/{name}", **extra}
+            raise FakeError(
+                404,
+                f"The resource 'projects/{p['project']}/zones/{zone}/{kind}/{name}' was not found",
+                reason="notFound",
+            )
+        return {
+            "kind": f"compute#{kind[:-1]}",
+            "name": name,
+            "zone": zone,
+            "selfLink": f"projects/{p['project']}/zones/{zone}/{kind}/{name}",
+            **extra,
+        }
 
     def region_get(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
         region = p["region"]
         metrics = dict.fromkeys(_GPU_METRICS, (DEFAULT_QUOTA, 0.0))
         metrics.update({m: v for (r, m), v in self._quotas.items() if r == region})
         quotas = [{"metric": m, "limit": lim, "usage": use} for m, (lim, use) in metrics.items() if lim >= 0]
-        return {"kind": "compute#region", "name": region, "status": "UP", "quotas": quotas,
-                "selfLink": f"projects/{p['project']}/regions/{region}"}
+        return {
+            "kind": "compute#region",
+            "name": region,
+            "status": "UP",
+            "quotas": quotas,
+            "selfLink": f"projects/{p['project']}/regions/{region}",
+        }
 
     def list_locations(self, request: locations_pb2.ListLocationsRequest) -> locations_pb2.ListLocationsResponse:
         project = request.name.removeprefix("projects/")
         zones = self._lustre_zones if self._lustre_zones is not None else DEFAULT_LUSTRE_ZONES
-        return locations_pb2.ListLocationsResponse(locations=[
-            locations_pb2.Location(name=f"projects/{project}/locations/{z}", location_id=z) for z in sorted(zones)
-        ])
+        return locations_pb2.ListLocationsResponse(
+            locations=[
+                locations_pb2.Location(name=f"projects/{project}/locations/{z}", location_id=z) for z in sorted(zones)
+            ]
+        )
 
     # -- lists: the zones of a region and what each offers (zone discovery) --------------
 
@@ -147,8 +187,12 @@ class Catalog:
         wanted = compute_filter(q.get("filter", ""))
         items = [self.zone_get({**p, "zone": z}, q, body) for z in sorted(self._zones)]
         items = [z for z in items if wanted(z)]
-        return {"kind": "compute#zoneList", "id": f"projects/{p['project']}/zones", "items": items,
-                "selfLink": f"projects/{p['project']}/zones"}
+        return {
+            "kind": "compute#zoneList",
+            "id": f"projects/{p['project']}/zones",
+            "items": items,
+            "selfLink": f"projects/{p['project']}/zones",
+        }
 
     def machine_types_aggregated(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
         return self._aggregated("machineTypes", p, q, {"guestCpus": 224, "isSharedCpu": False})
@@ -162,20 +206,41 @@ class Catalog:
         from ..catalog import GPU_MACHINE_TYPES, HEAD_MACHINE_TYPE
 
         wanted = compute_filter(q.get("filter", ""))
-        names = ({m.name for m in GPU_MACHINE_TYPES.values()} | {HEAD_MACHINE_TYPE} if kind == "machineTypes"
-                 else {m.accelerator for m in GPU_MACHINE_TYPES.values()})
+        names = (
+            {m.name for m in GPU_MACHINE_TYPES.values()} | {HEAD_MACHINE_TYPE}
+            if kind == "machineTypes"
+            else {m.accelerator for m in GPU_MACHINE_TYPES.values()}
+        )
         named = _FILTER_NAME.search(q.get("filter", ""))
         if named:
             names.add(named.group(1))
         items: dict[str, Any] = {}
         for zone in sorted(self._zones):
-            found = [{"kind": f"compute#{kind[:-1]}", "name": n, "zone": zone,
-                      "selfLink": f"projects/{p['project']}/zones/{zone}/{kind}/{n}", **extra}
-                     for n in sorted(names) if (zone, n) not in self._withdrawn]
+            found = [
+                {
+                    "kind": f"compute#{kind[:-1]}",
+                    "name": n,
+                    "zone": zone,
+                    "selfLink": f"projects/{p['project']}/zones/{zone}/{kind}/{n}",
+                    **extra,
+                }
+                for n in sorted(names)
+                if (zone, n) not in self._withdrawn
+            ]
             found = [r for r in found if wanted(r)]
-            items[f"zones/{zone}"] = ({kind: found} if found else
-                                      {"warning": {"code": "NO_RESULTS_ON_PAGE",
-                                                   "message": "There are no results for scope "
-                                                              f"'zones/{zone}' on this page."}})
-        return {"kind": f"compute#{kind[:-1]}AggregatedList", "id": f"projects/{p['project']}/aggregated/{kind}",
-                "items": items, "selfLink": f"projects/{p['project']}/aggregated/{kind}"}
+            items[f"zones/{zone}"] = (
+                {kind: found}
+                if found
+                else {
+                    "warning": {
+                        "code": "NO_RESULTS_ON_PAGE",
+                        "message": f"There are no results for scope 'zones/{zone}' on this page.",
+                    }
+                }
+            )
+        return {
+            "kind": f"compute#{kind[:-1]}AggregatedList",
+            "id": f"projects/{p['project']}/aggregated/{kind}",
+            "items": items,
+            "selfLink": f"projects/{p['project']}/aggregated/{kind}",
+        }

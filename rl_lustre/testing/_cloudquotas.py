@@ -40,19 +40,41 @@ _PARENT = re.compile(r"projects/([^/]+)/locations/global/services/([^/]+)")
 
 # quota id -> (service, metric, display name, unit, dimensions)
 _QUOTAS: dict[str, tuple[str, str, str, str, tuple[str, ...]]] = {
-    GPU_FAMILY_QUOTA: (GPU_QUOTA_SERVICE, "compute.googleapis.com/gpus_per_gpu_family",
-                       "GPUs per GPU family per project per region", "1", ("region", "gpu_family")),
-    PREEMPTIBLE_GPU_FAMILY_QUOTA: (GPU_QUOTA_SERVICE, "compute.googleapis.com/preemptible_gpus_per_gpu_family",
-                                   "Preemptible GPUs per GPU family per project per region", "1",
-                                   ("region", "gpu_family")),
-    GPUS_ALL_REGIONS_QUOTA: (GPU_QUOTA_SERVICE, "compute.googleapis.com/gpus_all_regions",
-                             "GPUs (all regions) per project", "1", ()),
-    LUSTRE_CAPACITY_QUOTA: (LUSTRE_SERVICE, "lustre.googleapis.com/capacity",
-                            "Managed Lustre capacity per zone per performance tier", "GiBy",
-                            ("zone", "throughput")),
+    GPU_FAMILY_QUOTA: (
+        GPU_QUOTA_SERVICE,
+        "compute.googleapis.com/gpus_per_gpu_family",
+        "GPUs per GPU family per project per region",
+        "1",
+        ("region", "gpu_family"),
+    ),
+    PREEMPTIBLE_GPU_FAMILY_QUOTA: (
+        GPU_QUOTA_SERVICE,
+        "compute.googleapis.com/preemptible_gpus_per_gpu_family",
+        "Preemptible GPUs per GPU family per project per region",
+        "1",
+        ("region", "gpu_family"),
+    ),
+    GPUS_ALL_REGIONS_QUOTA: (
+        GPU_QUOTA_SERVICE,
+        "compute.googleapis.com/gpus_all_regions",
+        "GPUs (all regions) per project",
+        "1",
+        (),
+    ),
+    LUSTRE_CAPACITY_QUOTA: (
+        LUSTRE_SERVICE,
+        "lustre.googleapis.com/capacity",
+        "Managed Lustre capacity per zone per performance tier",
+        "GiBy",
+        ("zone", "throughput"),
+    ),
 }
-_DEFAULTS = {GPU_FAMILY_QUOTA: DEFAULT_GPUS, PREEMPTIBLE_GPU_FAMILY_QUOTA: DEFAULT_GPUS,
-             GPUS_ALL_REGIONS_QUOTA: DEFAULT_GPUS, LUSTRE_CAPACITY_QUOTA: DEFAULT_LUSTRE_GIB}
+_DEFAULTS = {
+    GPU_FAMILY_QUOTA: DEFAULT_GPUS,
+    PREEMPTIBLE_GPU_FAMILY_QUOTA: DEFAULT_GPUS,
+    GPUS_ALL_REGIONS_QUOTA: DEFAULT_GPUS,
+    LUSTRE_CAPACITY_QUOTA: DEFAULT_LUSTRE_GIB,
+}
 
 
 class QuotasFake:
@@ -93,10 +115,22 @@ class QuotasFake:
             self._dropped.add(quota_id)
 
     def register(self, server: GrpcServer) -> None:
-        server.add(SERVICE, "GetQuotaInfo", "cloudquotas.GetQuotaInfo", self.get_quota_info,
-                   cloudquotas_v1.GetQuotaInfoRequest, cloudquotas_v1.QuotaInfo)
-        server.add(SERVICE, "ListQuotaInfos", "cloudquotas.ListQuotaInfos", self.list_quota_infos,
-                   cloudquotas_v1.ListQuotaInfosRequest, cloudquotas_v1.ListQuotaInfosResponse)
+        server.add(
+            SERVICE,
+            "GetQuotaInfo",
+            "cloudquotas.GetQuotaInfo",
+            self.get_quota_info,
+            cloudquotas_v1.GetQuotaInfoRequest,
+            cloudquotas_v1.QuotaInfo,
+        )
+        server.add(
+            SERVICE,
+            "ListQuotaInfos",
+            "cloudquotas.ListQuotaInfos",
+            self.list_quota_infos,
+            cloudquotas_v1.ListQuotaInfosRequest,
+            cloudquotas_v1.ListQuotaInfosResponse,
+        )
 
     # -- handlers (under the core's lock) ------------------------------------------------
 
@@ -110,25 +144,43 @@ class QuotasFake:
                 continue
             named: Mapping[str, str] = dict(key)
             where = named.get("region") or named.get("zone")
-            entries.append(cloudquotas_v1.DimensionsInfo(
-                dimensions=dict(named), details=cloudquotas_v1.QuotaDetails(value=value),
-                applicable_locations=[where] if where else []))
+            entries.append(
+                cloudquotas_v1.DimensionsInfo(
+                    dimensions=dict(named),
+                    details=cloudquotas_v1.QuotaDetails(value=value),
+                    applicable_locations=[where] if where else [],
+                )
+            )
         default = given.get((), _DEFAULTS[quota_id])
-        entries.append(cloudquotas_v1.DimensionsInfo(
-            dimensions={}, details=cloudquotas_v1.QuotaDetails(value=default),
-            applicable_locations=["global"] if not dims else []))
+        entries.append(
+            cloudquotas_v1.DimensionsInfo(
+                dimensions={},
+                details=cloudquotas_v1.QuotaDetails(value=default),
+                applicable_locations=["global"] if not dims else [],
+            )
+        )
         return cloudquotas_v1.QuotaInfo(
             name=f"projects/{project}/locations/global/services/{service}/quotaInfos/{quota_id}",
-            quota_id=quota_id, metric=metric, service=service, is_precise=True,
-            container_type=cloudquotas_v1.QuotaInfo.ContainerType.PROJECT, dimensions=list(dims),
-            metric_display_name=display, quota_display_name=display, metric_unit=unit,
-            dimensions_infos=entries, service_request_quota_uri="https://console.cloud.google.com/iam-admin/quotas")
+            quota_id=quota_id,
+            metric=metric,
+            service=service,
+            is_precise=True,
+            container_type=cloudquotas_v1.QuotaInfo.ContainerType.PROJECT,
+            dimensions=list(dims),
+            metric_display_name=display,
+            quota_display_name=display,
+            metric_unit=unit,
+            dimensions_infos=entries,
+            service_request_quota_uri="https://console.cloud.google.com/iam-admin/quotas",
+        )
 
     def get_quota_info(self, request: cloudquotas_v1.GetQuotaInfoRequest) -> cloudquotas_v1.QuotaInfo:
         m = _NAME.fullmatch(request.name)
         if m is None:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"name {request.name!r} must be projects/P/locations/global/services/S/quotaInfos/ID")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"name {request.name!r} must be projects/P/locations/global/services/S/quotaInfos/ID",
+            )
         project, service, quota_id = m.groups()
         known = _QUOTAS.get(quota_id)
         if known is None or known[0] != service or quota_id in self._dropped:
@@ -138,8 +190,13 @@ class QuotasFake:
     def list_quota_infos(self, request: cloudquotas_v1.ListQuotaInfosRequest) -> cloudquotas_v1.ListQuotaInfosResponse:
         m = _PARENT.fullmatch(request.parent)
         if m is None:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"parent {request.parent!r} must be projects/P/locations/global/services/S")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"parent {request.parent!r} must be projects/P/locations/global/services/S",
+            )
         project, service = m.groups()
-        return cloudquotas_v1.ListQuotaInfosResponse(quota_infos=[
-            self._info(project, q) for q, known in _QUOTAS.items() if known[0] == service and q not in self._dropped])
+        return cloudquotas_v1.ListQuotaInfosResponse(
+            quota_infos=[
+                self._info(project, q) for q, known in _QUOTAS.items() if known[0] == service and q not in self._dropped
+            ]
+        )

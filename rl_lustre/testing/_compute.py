@@ -24,8 +24,15 @@ _PSA_POOL = ipaddress.ip_network("10.90.0.0/15")
 _PROFILE = re.compile(r"(?:.*/)?projects/([^/]+)/global/networkProfiles/(([a-z]+-[a-z]+[0-9]+)-[a-z])-vpc-roce$")
 Handler = Callable[[dict[str, str], dict[str, str], dict[str, Any]], Any]
 # Compute's collection for each kind, as it names methods ("compute.globalAddresses.insert").
-_COLLECTION = {"network": "networks", "subnetwork": "subnetworks", "address": "globalAddresses",
-               "firewall": "firewalls", "image": "images", "disk": "disks", "instance": "instances"}
+_COLLECTION = {
+    "network": "networks",
+    "subnetwork": "subnetworks",
+    "address": "globalAddresses",
+    "firewall": "firewalls",
+    "image": "images",
+    "disk": "disks",
+    "instance": "instances",
+}
 
 
 def _now() -> str:
@@ -59,10 +66,18 @@ class ComputeFake:
             ("GET", p + "/global/firewalls", "compute.firewalls.list", self.firewall_list),
             ("DELETE", p + "/global/networks/(?P<name>[^/]+)", "compute.networks.delete", self.network_delete),
             ("POST", p + "/regions/(?P<region>[^/]+)/subnetworks", "compute.subnetworks.insert", self.subnet_insert),
-            ("GET", p + "/regions/(?P<region>[^/]+)/subnetworks/(?P<name>[^/]+)", "compute.subnetworks.get",
-             self.subnet_get),
-            ("DELETE", p + "/regions/(?P<region>[^/]+)/subnetworks/(?P<name>[^/]+)", "compute.subnetworks.delete",
-             self.subnet_delete),
+            (
+                "GET",
+                p + "/regions/(?P<region>[^/]+)/subnetworks/(?P<name>[^/]+)",
+                "compute.subnetworks.get",
+                self.subnet_get,
+            ),
+            (
+                "DELETE",
+                p + "/regions/(?P<region>[^/]+)/subnetworks/(?P<name>[^/]+)",
+                "compute.subnetworks.delete",
+                self.subnet_delete,
+            ),
             ("POST", p + "/global/addresses", "compute.globalAddresses.insert", self.address_insert),
             ("GET", p + "/global/addresses/(?P<name>[^/]+)", "compute.globalAddresses.get", self.address_get),
             ("DELETE", p + "/global/addresses/(?P<name>[^/]+)", "compute.globalAddresses.delete", self.address_delete),
@@ -70,25 +85,51 @@ class ComputeFake:
             ("GET", p + "/global/firewalls/(?P<name>[^/]+)", "compute.firewalls.get", self.firewall_get),
             ("DELETE", p + "/global/firewalls/(?P<name>[^/]+)", "compute.firewalls.delete", self.firewall_delete),
             ("GET", p + "/global/operations/(?P<name>[^/]+)", "compute.globalOperations.get", self.operation_get),
-            ("GET", p + "/regions/(?P<region>[^/]+)/operations/(?P<name>[^/]+)", "compute.regionOperations.get",
-             self.operation_get),
+            (
+                "GET",
+                p + "/regions/(?P<region>[^/]+)/operations/(?P<name>[^/]+)",
+                "compute.regionOperations.get",
+                self.operation_get,
+            ),
         ]
 
     def _link(self, path: str) -> str:
         return f"{self._base()}/compute/v1/{path}"
 
-    def _compute_op(self, project: str, region: str | None, op_type: str, target: str,
-                    method: str, latency: str, effect: Callable[[], None],
-                    pending: tuple[str, ...] | None = None, zone: str | None = None,
-                    on_failure: Callable[[], None] | None = None) -> dict[str, Any]:
+    def _compute_op(
+        self,
+        project: str,
+        region: str | None,
+        op_type: str,
+        target: str,
+        method: str,
+        latency: str,
+        effect: Callable[[], None],
+        pending: tuple[str, ...] | None = None,
+        zone: str | None = None,
+        on_failure: Callable[[], None] | None = None,
+    ) -> dict[str, Any]:
         number = self.core.next_id()
         name = f"operation-{number}"
-        scope = (f"projects/{project}/zones/{zone}" if zone else
-                 f"projects/{project}/regions/{region}" if region else f"projects/{project}/global")
+        scope = (
+            f"projects/{project}/zones/{zone}"
+            if zone
+            else f"projects/{project}/regions/{region}"
+            if region
+            else f"projects/{project}/global"
+        )
         op: dict[str, Any] = {
-            "kind": "compute#operation", "id": str(number), "name": name, "operationType": op_type,
-            "targetLink": self._link(target), "status": "RUNNING", "progress": 0, "insertTime": _now(),
-            "startTime": _now(), "selfLink": self._link(f"{scope}/operations/{name}"), "user": "fake@rl-lustre",
+            "kind": "compute#operation",
+            "id": str(number),
+            "name": name,
+            "operationType": op_type,
+            "targetLink": self._link(target),
+            "status": "RUNNING",
+            "progress": 0,
+            "insertTime": _now(),
+            "startTime": _now(),
+            "selfLink": self._link(f"{scope}/operations/{name}"),
+            "user": "fake@rl-lustre",
         }
         if region:
             op["region"] = self._link(f"projects/{project}/regions/{region}")
@@ -116,16 +157,25 @@ class ComputeFake:
         return dict(op)
 
     def operation_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
-        scope = (f"projects/{p['project']}/zones/{p['zone']}" if p.get("zone") else
-                 f"projects/{p['project']}/regions/{p['region']}" if p.get("region") else f"projects/{p['project']}/global")
+        scope = (
+            f"projects/{p['project']}/zones/{p['zone']}"
+            if p.get("zone")
+            else f"projects/{p['project']}/regions/{p['region']}"
+            if p.get("region")
+            else f"projects/{p['project']}/global"
+        )
         op = self._compute_ops.get(f"{scope}/operations/{p['name']}")
         if op is None:
             raise FakeError(404, f"The resource '{scope}/operations/{p['name']}' was not found", "notFound")
         return dict(op)
 
     def project_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
-        return {"kind": "compute#project", "name": p["project"], "id": project_number(p["project"]),
-                "selfLink": self._link(f"projects/{p['project']}")}
+        return {
+            "kind": "compute#project",
+            "name": p["project"],
+            "id": project_number(p["project"]),
+            "selfLink": self._link(f"projects/{p['project']}"),
+        }
 
     def _network_key(self, url: str) -> tuple[str, str]:
         m = NETWORK_URL.match(url or "")
@@ -142,21 +192,43 @@ class ComputeFake:
             raise FakeError(400, f"Invalid value for field 'resource.name': {name!r}", "invalid")
         return str(name)
 
-    def _insert(self, table: dict[Any, Any], key: tuple[str, ...], path: str, project: str,
-                region: str | None, kind: str, latency: str, body: dict[str, Any],
-                extra: Callable[[], dict[str, Any]] | None = None) -> Any:
+    def _insert(
+        self,
+        table: dict[Any, Any],
+        key: tuple[str, ...],
+        path: str,
+        project: str,
+        region: str | None,
+        kind: str,
+        latency: str,
+        body: dict[str, Any],
+        extra: Callable[[], dict[str, Any]] | None = None,
+    ) -> Any:
         if key in table or (kind, *key) in self._pending:
             raise FakeError(409, f"The resource '{path}' already exists", "alreadyExists")
-        resource = {**body, "kind": f"compute#{kind}", "id": str(self.core.next_id()),
-                    "selfLink": self._link(path), "creationTimestamp": _now()}
+        resource = {
+            **body,
+            "kind": f"compute#{kind}",
+            "id": str(self.core.next_id()),
+            "selfLink": self._link(path),
+            "creationTimestamp": _now(),
+        }
         if extra is not None:
             resource.update(extra())
 
         def create() -> None:
             table[key] = resource
 
-        return self._compute_op(project, region, "insert", path, f"compute.{_COLLECTION[kind]}.insert", latency,
-                                create, pending=(kind, *key))
+        return self._compute_op(
+            project,
+            region,
+            "insert",
+            path,
+            f"compute.{_COLLECTION[kind]}.insert",
+            latency,
+            create,
+            pending=(kind, *key),
+        )
 
     def _get(self, table: dict[Any, Any], key: tuple[str, ...], path: str) -> Any:
         found = table.get(key)
@@ -164,24 +236,39 @@ class ComputeFake:
             raise FakeError(404, f"The resource '{path}' was not found", "notFound")
         return dict(found)
 
-    def _delete(self, table: dict[Any, Any], key: tuple[str, ...], path: str, project: str,
-                region: str | None, kind: str, latency: str, users: list[str]) -> Any:
+    def _delete(
+        self,
+        table: dict[Any, Any],
+        key: tuple[str, ...],
+        path: str,
+        project: str,
+        region: str | None,
+        kind: str,
+        latency: str,
+        users: list[str],
+    ) -> Any:
         self._get(table, key, path)
         if users:
-            raise FakeError(400, f"The {kind} resource '{path}' is already being used by '{users[0]}'",
-                            "resourceInUseByAnotherResource")
+            raise FakeError(
+                400,
+                f"The {kind} resource '{path}' is already being used by '{users[0]}'",
+                "resourceInUseByAnotherResource",
+            )
 
         def remove() -> None:
             table.pop(key, None)
 
-        return self._compute_op(project, region, "delete", path, f"compute.{_COLLECTION[kind]}.delete", latency,
-                                remove)
+        return self._compute_op(project, region, "delete", path, f"compute.{_COLLECTION[kind]}.delete", latency, remove)
 
     def _list(self, table: dict[Any, Any], project: str, kind: str, q: dict[str, str]) -> dict[str, Any]:
         wanted = compute_filter(q.get("filter", ""))
         items = [dict(v) for k, v in sorted(table.items()) if k[0] == project and wanted(v)]
-        return {"kind": f"compute#{kind}List", "id": f"projects/{project}/{_COLLECTION[kind]}", "items": items,
-                "selfLink": self._link(f"projects/{project}/global/{_COLLECTION[kind]}")}
+        return {
+            "kind": f"compute#{kind}List",
+            "id": f"projects/{project}/{_COLLECTION[kind]}",
+            "items": items,
+            "selfLink": self._link(f"projects/{project}/global/{_COLLECTION[kind]}"),
+        }
 
     def network_list(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         return self._list(self.core.networks, p["project"], "network", q)
@@ -199,8 +286,12 @@ class ComputeFake:
         for (project, region, _), subnet in sorted(self.core.subnetworks.items()):
             if project == p["project"] and wanted(subnet):
                 items.setdefault(f"regions/{region}", {"subnetworks": []})["subnetworks"].append(dict(subnet))
-        return {"kind": "compute#subnetworkAggregatedList", "id": f"projects/{p['project']}/aggregated/subnetworks",
-                "items": items, "selfLink": self._link(f"projects/{p['project']}/aggregated/subnetworks")}
+        return {
+            "kind": "compute#subnetworkAggregatedList",
+            "id": f"projects/{p['project']}/aggregated/subnetworks",
+            "items": items,
+            "selfLink": self._link(f"projects/{p['project']}/aggregated/subnetworks"),
+        }
 
     def network_insert(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         name = self._check_name(b)
@@ -208,17 +299,27 @@ class ComputeFake:
         body = dict(b)
         mtu = body.setdefault("mtu", 1460)
         if not isinstance(mtu, int) or not 1300 <= mtu <= 8896:
-            raise FakeError(400, f"Invalid value for field 'resource.mtu': {mtu!r}. Must be between 1300 and 8896.",
-                            "invalid")
+            raise FakeError(
+                400, f"Invalid value for field 'resource.mtu': {mtu!r}. Must be between 1300 and 8896.", "invalid"
+            )
         if "networkProfile" in body:
             m = _PROFILE.fullmatch(body["networkProfile"])
             if m is None or m[1] != p["project"]:
-                raise FakeError(400, f"Invalid value for field 'resource.networkProfile': {body['networkProfile']!r}",
-                                "invalid")
+                raise FakeError(
+                    400, f"Invalid value for field 'resource.networkProfile': {body['networkProfile']!r}", "invalid"
+                )
             if body.get("autoCreateSubnetworks", True):
                 raise FakeError(400, "A network with an RDMA network profile must be in custom subnet mode", "invalid")
-        return self._insert(self.core.networks, (p["project"], name), path, p["project"], None, "network",
-                            "compute.create_network", body)
+        return self._insert(
+            self.core.networks,
+            (p["project"], name),
+            path,
+            p["project"],
+            None,
+            "network",
+            "compute.create_network",
+            body,
+        )
 
     def _profile_zone(self, project: str, network: str) -> tuple[str, str] | None:
         """``(zone, region)`` of a RoCE network's profile, or None for an ordinary network."""
@@ -228,8 +329,11 @@ class ComputeFake:
     def network_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         key = (p["project"], p["name"])
         found = self._get(self.core.networks, key, f"projects/{key[0]}/global/networks/{key[1]}")
-        found["subnetworks"] = [s["selfLink"] for k, s in sorted(self.core.subnetworks.items())
-                                if k[0] == key[0] and NETWORK_URL.match(s["network"])[2] == key[1]]  # type: ignore[index]
+        found["subnetworks"] = [
+            s["selfLink"]
+            for k, s in sorted(self.core.subnetworks.items())
+            if k[0] == key[0] and NETWORK_URL.match(s["network"])[2] == key[1]  # type: ignore[index]
+        ]
         return found
 
     def _on_network(self, table: dict[Any, Any], project: str, network: str) -> list[str]:
@@ -242,13 +346,23 @@ class ComputeFake:
 
     def network_delete(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         project, name = p["project"], p["name"]
-        users = (self._on_network(self.core.subnetworks, project, name)
-                 + self._on_network(self.core.firewalls, project, name)
-                 + self._on_network(self.core.addresses, project, name))
+        users = (
+            self._on_network(self.core.subnetworks, project, name)
+            + self._on_network(self.core.firewalls, project, name)
+            + self._on_network(self.core.addresses, project, name)
+        )
         if (project, name) in self.core.connections:
             users.append(f"projects/{project}/global/networks/{name}/peerings/servicenetworking-googleapis-com")
-        return self._delete(self.core.networks, (project, name), f"projects/{project}/global/networks/{name}",
-                            project, None, "network", "compute.delete_network", users)
+        return self._delete(
+            self.core.networks,
+            (project, name),
+            f"projects/{project}/global/networks/{name}",
+            project,
+            None,
+            "network",
+            "compute.delete_network",
+            users,
+        )
 
     def subnet_insert(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         name = self._check_name(b)
@@ -256,24 +370,42 @@ class ComputeFake:
         net = self._network_key(b.get("network", ""))
         try:
             primary = ipaddress.ip_network(b.get("ipCidrRange", ""))
-            secondary = [(r["rangeName"], ipaddress.ip_network(r["ipCidrRange"])) for r in b.get("secondaryIpRanges", [])]
+            secondary = [
+                (r["rangeName"], ipaddress.ip_network(r["ipCidrRange"])) for r in b.get("secondaryIpRanges", [])
+            ]
         except (ValueError, KeyError) as err:
             raise FakeError(400, f"Invalid IP range: {err}", "invalid") from None
         blocks = [primary] + [c for _, c in secondary]
         for i, a in enumerate(blocks):
-            for c in blocks[i + 1:]:
+            for c in blocks[i + 1 :]:
                 if a.overlaps(c):
                     raise FakeError(400, f"IP range {a} overlaps with {c}", "invalid")
         self._check_free(self._link(f"projects/{net[0]}/global/networks/{net[1]}"), blocks)
         roce = self._profile_zone(*net)
         if roce is not None and (secondary or roce[1] != region):
-            raise FakeError(400, f"Subnetworks of RDMA network {net[1]!r} must be in region {roce[1]} (the profile's "
-                            f"zone {roce[0]}) and have no secondary ranges", "invalid")
+            raise FakeError(
+                400,
+                f"Subnetworks of RDMA network {net[1]!r} must be in region {roce[1]} (the profile's "
+                f"zone {roce[0]}) and have no secondary ranges",
+                "invalid",
+            )
         path = f"projects/{project}/regions/{region}/subnetworks/{name}"
-        body = {**b, "network": self._link(f"projects/{net[0]}/global/networks/{net[1]}"),
-                "region": self._link(f"projects/{project}/regions/{region}")}
-        return self._insert(self.core.subnetworks, (project, region, name), path, project, region, "subnetwork",
-                            "compute.create_subnetwork", body, extra=lambda: {"state": "READY"})
+        body = {
+            **b,
+            "network": self._link(f"projects/{net[0]}/global/networks/{net[1]}"),
+            "region": self._link(f"projects/{project}/regions/{region}"),
+        }
+        return self._insert(
+            self.core.subnetworks,
+            (project, region, name),
+            path,
+            project,
+            region,
+            "subnetwork",
+            "compute.create_subnetwork",
+            body,
+            extra=lambda: {"state": "READY"},
+        )
 
     def subnet_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         key = (p["project"], p["region"], p["name"])
@@ -281,19 +413,29 @@ class ComputeFake:
 
     def subnet_delete(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         project, region, name = p["project"], p["region"], p["name"]
-        users = [f"projects/{project}/locations/{c.location}/clusters/{c.name}"
-                 for n, c in sorted(self.core.clusters.items())
-                 if n.startswith(f"projects/{project}/") and c.subnetwork == name
-                 and c.location.startswith(region)]
+        users = [
+            f"projects/{project}/locations/{c.location}/clusters/{c.name}"
+            for n, c in sorted(self.core.clusters.items())
+            if n.startswith(f"projects/{project}/") and c.subnetwork == name and c.location.startswith(region)
+        ]
         # Nodes of a pool with an extra NIC on the subnet hold addresses in it.
-        users += [f"projects/{project}/locations/{c.location}/clusters/{c.name}/nodePools/{pool.name}"
-                  for n, c in sorted(self.core.clusters.items())
-                  if n.startswith(f"projects/{project}/") and c.location.startswith(region)
-                  for pool in c.node_pools
-                  if any(extra.subnetwork == name for extra in pool.network_config.additional_node_network_configs)]
-        return self._delete(self.core.subnetworks, (project, region, name),
-                            f"projects/{project}/regions/{region}/subnetworks/{name}", project, region,
-                            "subnetwork", "compute.delete_subnetwork", users)
+        users += [
+            f"projects/{project}/locations/{c.location}/clusters/{c.name}/nodePools/{pool.name}"
+            for n, c in sorted(self.core.clusters.items())
+            if n.startswith(f"projects/{project}/") and c.location.startswith(region)
+            for pool in c.node_pools
+            if any(extra.subnetwork == name for extra in pool.network_config.additional_node_network_configs)
+        ]
+        return self._delete(
+            self.core.subnetworks,
+            (project, region, name),
+            f"projects/{project}/regions/{region}/subnetworks/{name}",
+            project,
+            region,
+            "subnetwork",
+            "compute.delete_subnetwork",
+            users,
+        )
 
     def _used_blocks(self, network_link: str) -> list[tuple[str, Any]]:
         """The blocks network ``network_link`` already uses: its subnets' primary and
@@ -302,8 +444,10 @@ class ComputeFake:
         for (_, _, name), sub in sorted(self.core.subnetworks.items()):
             if sub.get("network") == network_link:
                 used.append((f"subnetwork {name}", ipaddress.ip_network(sub["ipCidrRange"])))
-                used += [(f"secondary range {r['rangeName']} of {name}", ipaddress.ip_network(r["ipCidrRange"]))
-                         for r in sub.get("secondaryIpRanges", [])]
+                used += [
+                    (f"secondary range {r['rangeName']} of {name}", ipaddress.ip_network(r["ipCidrRange"]))
+                    for r in sub.get("secondaryIpRanges", [])
+                ]
         for (_, name), a in sorted(self.core.addresses.items()):
             if a.get("network") == network_link and a.get("purpose") == "VPC_PEERING" and a.get("address"):
                 used.append((f"address {name}", ipaddress.ip_network(f"{a['address']}/{a['prefixLength']}")))
@@ -313,12 +457,16 @@ class ComputeFake:
         for block in blocks:
             for what, used in self._used_blocks(network_link):
                 if block.overlaps(used):
-                    raise FakeError(400, f"Requested range {block} conflicts with {what} ({used}) of the network",
-                                    "invalid")
+                    raise FakeError(
+                        400, f"Requested range {block} conflicts with {what} ({used}) of the network", "invalid"
+                    )
 
     def _allocate(self, prefix: int) -> str:
-        taken = [ipaddress.ip_network(f"{a['address']}/{a['prefixLength']}") for a in self.core.addresses.values()
-                 if a.get("address") and a.get("prefixLength")]
+        taken = [
+            ipaddress.ip_network(f"{a['address']}/{a['prefixLength']}")
+            for a in self.core.addresses.values()
+            if a.get("address") and a.get("prefixLength")
+        ]
         for block in _PSA_POOL.subnets(new_prefix=prefix):
             if not any(block.overlaps(t) for t in taken):
                 return str(block.network_address)
@@ -345,8 +493,17 @@ class ComputeFake:
         else:
             address = body.get("address") or f"34.120.0.{self.core.next_id() % 250 + 1}"
         path = f"projects/{project}/global/addresses/{name}"
-        return self._insert(self.core.addresses, (project, name), path, project, None, "address",
-                            "compute.create_address", body, extra=lambda: {"address": address, "status": "RESERVED"})
+        return self._insert(
+            self.core.addresses,
+            (project, name),
+            path,
+            project,
+            None,
+            "address",
+            "compute.create_address",
+            body,
+            extra=lambda: {"address": address, "status": "RESERVED"},
+        )
 
     def address_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         key = (p["project"], p["name"])
@@ -354,19 +511,32 @@ class ComputeFake:
 
     def address_delete(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         project, name = p["project"], p["name"]
-        users = [f"projects/{k[0]}/global/networks/{k[1]}/peerings/servicenetworking-googleapis-com"
-                 for k, c in sorted(self.core.connections.items())
-                 if k[0] == project and name in c["reservedPeeringRanges"]]
-        return self._delete(self.core.addresses, (project, name), f"projects/{project}/global/addresses/{name}",
-                            project, None, "address", "compute.delete_address", users)
+        users = [
+            f"projects/{k[0]}/global/networks/{k[1]}/peerings/servicenetworking-googleapis-com"
+            for k, c in sorted(self.core.connections.items())
+            if k[0] == project and name in c["reservedPeeringRanges"]
+        ]
+        return self._delete(
+            self.core.addresses,
+            (project, name),
+            f"projects/{project}/global/addresses/{name}",
+            project,
+            None,
+            "address",
+            "compute.delete_address",
+            users,
+        )
 
     def firewall_insert(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         name = self._check_name(b)
         project = p["project"]
         net = self._network_key(b.get("network", ""))
         if self._profile_zone(*net) is not None:
-            raise FakeError(400, f"Firewall rules cannot be applied to network {net[1]!r}: it has an RDMA network "
-                            "profile", "invalid")
+            raise FakeError(
+                400,
+                f"Firewall rules cannot be applied to network {net[1]!r}: it has an RDMA network profile",
+                "invalid",
+            )
         if not b.get("allowed") and not b.get("denied"):
             raise FakeError(400, "A firewall rule needs 'allowed' or 'denied'", "invalid")
         for block in b.get("sourceRanges", []):
@@ -374,11 +544,16 @@ class ComputeFake:
                 ipaddress.ip_network(block)
             except ValueError:
                 raise FakeError(400, f"Invalid value for field 'resource.sourceRanges': {block!r}", "invalid") from None
-        body = {**b, "network": self._link(f"projects/{net[0]}/global/networks/{net[1]}"),
-                "direction": b.get("direction", "INGRESS"), "priority": b.get("priority", 1000)}
+        body = {
+            **b,
+            "network": self._link(f"projects/{net[0]}/global/networks/{net[1]}"),
+            "direction": b.get("direction", "INGRESS"),
+            "priority": b.get("priority", 1000),
+        }
         path = f"projects/{project}/global/firewalls/{name}"
-        return self._insert(self.core.firewalls, (project, name), path, project, None, "firewall",
-                            "compute.create_firewall", body)
+        return self._insert(
+            self.core.firewalls, (project, name), path, project, None, "firewall", "compute.create_firewall", body
+        )
 
     def firewall_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         key = (p["project"], p["name"])
@@ -386,5 +561,13 @@ class ComputeFake:
 
     def firewall_delete(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         project, name = p["project"], p["name"]
-        return self._delete(self.core.firewalls, (project, name), f"projects/{project}/global/firewalls/{name}",
-                            project, None, "firewall", "compute.delete_firewall", [])
+        return self._delete(
+            self.core.firewalls,
+            (project, name),
+            f"projects/{project}/global/firewalls/{name}",
+            project,
+            None,
+            "firewall",
+            "compute.delete_firewall",
+            [],
+        )

@@ -86,10 +86,18 @@ class ComputeVmFake:
             ("GET", z + "/instances/(?P<name>[^/]+)", "compute.instances.get", self.instance_get),
             ("DELETE", z + "/instances/(?P<name>[^/]+)", "compute.instances.delete", self.instance_delete),
             ("POST", z + "/instances/(?P<name>[^/]+)/detachDisk", "compute.instances.detachDisk", self.detach_disk),
-            ("GET", z + "/instances/(?P<name>[^/]+)/getGuestAttributes", "compute.instances.getGuestAttributes",
-             self.guest_attributes),
-            ("GET", z + "/instances/(?P<name>[^/]+)/serialPort", "compute.instances.getSerialPortOutput",
-             self.serial_port),
+            (
+                "GET",
+                z + "/instances/(?P<name>[^/]+)/getGuestAttributes",
+                "compute.instances.getGuestAttributes",
+                self.guest_attributes,
+            ),
+            (
+                "GET",
+                z + "/instances/(?P<name>[^/]+)/serialPort",
+                "compute.instances.getSerialPortOutput",
+                self.serial_port,
+            ),
             ("GET", p + "/aggregated/instances", "compute.instances.aggregatedList", self.instance_aggregated_list),
             ("GET", z + "/operations/(?P<name>[^/]+)", "compute.zoneOperations.get", self.compute.operation_get),
         ]
@@ -100,8 +108,11 @@ class ComputeVmFake:
     @staticmethod
     def _labels(body: dict[str, Any], where: str) -> dict[str, str]:
         labels = body.get("labels") or {}
-        bad = [k for k, v in labels.items()
-               if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", k) or not re.fullmatch(r"[a-z0-9_-]{0,63}", v)]
+        bad = [
+            k
+            for k, v in labels.items()
+            if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", k) or not re.fullmatch(r"[a-z0-9_-]{0,63}", v)
+        ]
         if bad or len(labels) > 64:
             raise FakeError(400, f"Invalid value for field '{where}.labels': {bad or len(labels)}", "invalid")
         return dict(labels)
@@ -122,13 +133,25 @@ class ComputeVmFake:
         if disk is None:
             raise FakeError(404, f"The resource '{disk_path}' was not found", "notFound")
         if disk.get("users"):
-            raise FakeError(400, f"The disk resource '{disk_path}' is already being used by '{disk['users'][0]}'",
-                            "resourceInUseByAnotherResource")
+            raise FakeError(
+                400,
+                f"The disk resource '{disk_path}' is already being used by '{disk['users'][0]}'",
+                "resourceInUseByAnotherResource",
+            )
         held = dict(self.core.contents.get(disk_path, {}))
-        image = {**b, "labels": self._labels(b, "resource"), "kind": "compute#image",
-                 "id": str(self.core.next_id()), "selfLink": self._link(path), "creationTimestamp": _now(),
-                 "status": "PENDING", "sourceDisk": self._link(disk_path), "sourceType": "RAW",
-                 "diskSizeGb": disk["sizeGb"], "archiveSizeBytes": str(int(held.get("unpacked_bytes", 0)))}
+        image = {
+            **b,
+            "labels": self._labels(b, "resource"),
+            "kind": "compute#image",
+            "id": str(self.core.next_id()),
+            "selfLink": self._link(path),
+            "creationTimestamp": _now(),
+            "status": "PENDING",
+            "sourceDisk": self._link(disk_path),
+            "sourceType": "RAW",
+            "diskSizeGb": disk["sizeGb"],
+            "archiveSizeBytes": str(int(held.get("unpacked_bytes", 0))),
+        }
         self.core.images[(project, name)] = image
 
         def ready() -> None:
@@ -138,8 +161,9 @@ class ComputeVmFake:
         def failed() -> None:
             image["status"] = "FAILED"
 
-        return self.compute._compute_op(project, None, "insert", path, "compute.images.insert",
-                                        "compute.create_image", ready, on_failure=failed)
+        return self.compute._compute_op(
+            project, None, "insert", path, "compute.images.insert", "compute.create_image", ready, on_failure=failed
+        )
 
     def image_get(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         key = (p["project"], p["name"])
@@ -158,8 +182,9 @@ class ComputeVmFake:
             self.core.images.pop(key, None)
             self.core.contents.pop(path, None)
 
-        return self.compute._compute_op(key[0], None, "delete", path, "compute.images.delete",
-                                        "compute.delete_image", remove)
+        return self.compute._compute_op(
+            key[0], None, "delete", path, "compute.images.delete", "compute.delete_image", remove
+        )
 
     # disks
 
@@ -172,25 +197,34 @@ class ComputeVmFake:
         path = f"projects/{key[0]}/zones/{key[1]}/disks/{key[2]}"
         disk = self.compute._get(self.core.disks, key, path)
         if disk.get("users"):
-            raise FakeError(400, f"The disk resource '{path}' is already being used by '{disk['users'][0]}'",
-                            "resourceInUseByAnotherResource")
+            raise FakeError(
+                400,
+                f"The disk resource '{path}' is already being used by '{disk['users'][0]}'",
+                "resourceInUseByAnotherResource",
+            )
 
         def remove() -> None:
             self.core.disks.pop(key, None)
             self.core.contents.pop(path, None)
 
-        return self.compute._compute_op(key[0], None, "delete", path, "compute.disks.delete", "compute.delete_disk",
-                                        remove, zone=key[1])
+        return self.compute._compute_op(
+            key[0], None, "delete", path, "compute.disks.delete", "compute.delete_disk", remove, zone=key[1]
+        )
 
-    def _aggregated(self, table: dict[tuple[str, str, str], dict[str, Any]], project: str, field: str,
-                    q: dict[str, str]) -> Any:
+    def _aggregated(
+        self, table: dict[tuple[str, str, str], dict[str, Any]], project: str, field: str, q: dict[str, str]
+    ) -> Any:
         wanted = compute_filter(q.get("filter", ""))
         items: dict[str, dict[str, Any]] = {}
         for (proj, zone, _), value in sorted(table.items()):
             if proj == project and wanted(value):
                 items.setdefault(f"zones/{zone}", {field: []})[field].append(dict(value))
-        return {"kind": f"compute#{field[:-1]}AggregatedList", "id": f"projects/{project}/aggregated/{field}",
-                "items": items, "selfLink": self._link(f"projects/{project}/aggregated/{field}")}
+        return {
+            "kind": f"compute#{field[:-1]}AggregatedList",
+            "id": f"projects/{project}/aggregated/{field}",
+            "items": items,
+            "selfLink": self._link(f"projects/{project}/aggregated/{field}"),
+        }
 
     def disk_aggregated_list(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         return self._aggregated(self.core.disks, p["project"], "disks", q)
@@ -213,20 +247,48 @@ class ComputeVmFake:
             disk_path = f"projects/{project}/zones/{zone}/disks/{disk_name}"
             if disk_key in self.core.disks:
                 raise FakeError(409, f"The resource '{disk_path}' already exists", "alreadyExists")
-            made.append((disk_key, {
-                "kind": "compute#disk", "id": str(self.core.next_id()), "name": disk_name,
-                "sizeGb": str(init.get("diskSizeGb") or "10"), "type": self._link(init.get("diskType") or
-                                                                                     f"zones/{zone}/diskTypes/pd-standard"),
-                "zone": self._link(f"projects/{project}/zones/{zone}"), "status": "READY",
-                "labels": self._labels(init, f"resource.disks[{i}].initializeParams"),
-                "sourceImage": init.get("sourceImage", ""), "selfLink": self._link(disk_path),
-                "creationTimestamp": _now(), "users": [self._link(path)]}))
-            attached.append({"kind": "compute#attachedDisk", "index": i, "type": "PERSISTENT", "mode": "READ_WRITE",
-                             "boot": bool(spec.get("boot")), "autoDelete": bool(spec.get("autoDelete")),
-                             "deviceName": spec.get("deviceName") or disk_name, "source": self._link(disk_path)})
-        instance = {**b, "labels": labels, "kind": "compute#instance", "id": str(self.core.next_id()),
-                    "status": "PROVISIONING", "zone": self._link(f"projects/{project}/zones/{zone}"),
-                    "disks": attached, "selfLink": self._link(path), "creationTimestamp": _now()}
+            made.append(
+                (
+                    disk_key,
+                    {
+                        "kind": "compute#disk",
+                        "id": str(self.core.next_id()),
+                        "name": disk_name,
+                        "sizeGb": str(init.get("diskSizeGb") or "10"),
+                        "type": self._link(init.get("diskType") or f"zones/{zone}/diskTypes/pd-standard"),
+                        "zone": self._link(f"projects/{project}/zones/{zone}"),
+                        "status": "READY",
+                        "labels": self._labels(init, f"resource.disks[{i}].initializeParams"),
+                        "sourceImage": init.get("sourceImage", ""),
+                        "selfLink": self._link(disk_path),
+                        "creationTimestamp": _now(),
+                        "users": [self._link(path)],
+                    },
+                )
+            )
+            attached.append(
+                {
+                    "kind": "compute#attachedDisk",
+                    "index": i,
+                    "type": "PERSISTENT",
+                    "mode": "READ_WRITE",
+                    "boot": bool(spec.get("boot")),
+                    "autoDelete": bool(spec.get("autoDelete")),
+                    "deviceName": spec.get("deviceName") or disk_name,
+                    "source": self._link(disk_path),
+                }
+            )
+        instance = {
+            **b,
+            "labels": labels,
+            "kind": "compute#instance",
+            "id": str(self.core.next_id()),
+            "status": "PROVISIONING",
+            "zone": self._link(f"projects/{project}/zones/{zone}"),
+            "disks": attached,
+            "selfLink": self._link(path),
+            "creationTimestamp": _now(),
+        }
         self.core.instances[key] = instance
         for disk_key, disk in made:
             self.core.disks[disk_key] = disk
@@ -237,8 +299,9 @@ class ComputeVmFake:
                 self._serial[key] = f"{_now()} Booting {name}\n"
                 self._start_guest(key, instance)
 
-        return self.compute._compute_op(project, None, "insert", path, "compute.instances.insert",
-                                        "compute.create_instance", running, zone=zone)
+        return self.compute._compute_op(
+            project, None, "insert", path, "compute.instances.insert", "compute.create_instance", running, zone=zone
+        )
 
     def _instance(self, p: dict[str, str]) -> tuple[tuple[str, str, str], dict[str, Any], str]:
         key = (p["project"], p["zone"], p["name"])
@@ -272,8 +335,9 @@ class ComputeVmFake:
                         self.core.disks.pop(disk_key, None)
                         self.core.contents.pop(f"projects/{m[1]}/zones/{m[2]}/disks/{m[3]}", None)
 
-        return self.compute._compute_op(key[0], None, "delete", path, "compute.instances.delete",
-                                        "compute.delete_instance", remove, zone=key[1])
+        return self.compute._compute_op(
+            key[0], None, "delete", path, "compute.instances.delete", "compute.delete_instance", remove, zone=key[1]
+        )
 
     def detach_disk(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         key, instance, path = self._instance(p)
@@ -289,8 +353,9 @@ class ComputeVmFake:
             if (m[1], m[2], m[3]) in self.core.disks:
                 self.core.disks[(m[1], m[2], m[3])]["users"] = []
 
-        return self.compute._compute_op(key[0], None, "detachDisk", path, "compute.instances.detachDisk",
-                                        "compute.detach_disk", detach, zone=key[1])
+        return self.compute._compute_op(
+            key[0], None, "detachDisk", path, "compute.instances.detachDisk", "compute.detach_disk", detach, zone=key[1]
+        )
 
     def guest_attributes(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         key, _, path = self._instance(p)
@@ -299,16 +364,29 @@ class ComputeVmFake:
         found = {k: v for k, v in self._attributes.get(key, {}).items() if k.startswith(f"{namespace}/")}
         if not found:
             raise FakeError(404, f"The resource 'guestAttributes/{query}' of '{path}' was not found", "notFound")
-        return {"kind": "compute#guestAttributes", "queryPath": query, "selfLink": self._link(path),
-                "queryValue": {"items": [{"namespace": k.split("/", 1)[0], "key": k.split("/", 1)[1], "value": v}
-                                         for k, v in sorted(found.items())]}}
+        return {
+            "kind": "compute#guestAttributes",
+            "queryPath": query,
+            "selfLink": self._link(path),
+            "queryValue": {
+                "items": [
+                    {"namespace": k.split("/", 1)[0], "key": k.split("/", 1)[1], "value": v}
+                    for k, v in sorted(found.items())
+                ]
+            },
+        }
 
     def serial_port(self, p: dict[str, str], q: dict[str, str], b: dict[str, Any]) -> Any:
         key, _, path = self._instance(p)
         text = self._serial.get(key, "")
         start = min(int(q.get("start") or 0), len(text))
-        return {"kind": "compute#serialPortOutput", "contents": text[start:], "start": str(start),
-                "next": str(len(text)), "selfLink": self._link(f"{path}/serialPort")}
+        return {
+            "kind": "compute#serialPortOutput",
+            "contents": text[start:],
+            "start": str(start),
+            "next": str(len(text)),
+            "selfLink": self._link(f"{path}/serialPort"),
+        }
 
     # the builder's guest
 
@@ -325,13 +403,15 @@ class ComputeVmFake:
             if enabled:
                 self._attributes[key] = dict(attrs_)
             self._serial[key] = self._serial.get(key, "") + "".join(
-                f"rl-lustre: {k.replace('_', '-')}={v}\n" for k, v in values.items())
+                f"rl-lustre: {k.replace('_', '-')}={v}\n" for k, v in values.items()
+            )
 
         sizes = [self.image_bytes(r) for r in refs]
         compressed = sum(s or 0 for s in sizes)
         put(status="running", progress=f"0.0 of {compressed / 1e9:.1f} GB")
         took = self.core.delay("compute.preload_boot") + compressed / 1e9 * self.core.delay(
-            "compute.preload_unpack_per_gb")
+            "compute.preload_unpack_per_gb"
+        )
 
         def finish() -> None:
             if key not in self.core.instances or self.knobs.hang:
@@ -353,8 +433,14 @@ class ComputeVmFake:
                     put(status="failed", error=f"disk too small: unpacked {unpacked} bytes > {capacity}")
                     return
                 self.core.contents[f"projects/{m[1]}/zones/{m[2]}/disks/{m[3]}"] = {
-                    "images": refs, "layout": meta.get("rl-lustre-layout", ""), "unpacked_bytes": unpacked}
-                put(progress=f"{compressed / 1e9:.1f} of {compressed / 1e9:.1f} GB", unpacked_bytes=str(unpacked),
-                    status="done")
+                    "images": refs,
+                    "layout": meta.get("rl-lustre-layout", ""),
+                    "unpacked_bytes": unpacked,
+                }
+                put(
+                    progress=f"{compressed / 1e9:.1f} of {compressed / 1e9:.1f} GB",
+                    unpacked_bytes=str(unpacked),
+                    status="done",
+                )
 
         self.core.schedule(took, finish)

@@ -167,8 +167,9 @@ class Faults:
         if fault.times < 1 or fault.after < 0:
             raise ValueError("times must be at least 1 and after at least 0")
         if isinstance(fault.code, int) and not 400 <= fault.code <= 599:
-            raise ValueError(f"code {fault.code}: a number is an HTTP status (400-599); "
-                             "pass a grpc.StatusCode for a gRPC status")
+            raise ValueError(
+                f"code {fault.code}: a number is an HTTP status (400-599); pass a grpc.StatusCode for a gRPC status"
+            )
         with self._lock:
             self._faults.append(fault)
 
@@ -217,8 +218,11 @@ class Faults:
             >>> with FakeGCP() as gcp:
             ...     gcp.faults.fail_operation("lustre.CreateInstance", message="internal error")
         """
-        self._add(_Fault(method, "operation", code, message or f"operation of {method} failed (injected)",
-                         after, times, resource))
+        self._add(
+            _Fault(
+                method, "operation", code, message or f"operation of {method} failed (injected)", after, times, resource
+            )
+        )
 
     def rate_limit(self, method: str = "*", *, times: int = 1) -> None:
         """Answer the next ``times`` calls of ``method`` with RESOURCE_EXHAUSTED / HTTP 429.
@@ -228,8 +232,16 @@ class Faults:
             >>> with FakeGCP() as gcp:
             ...     gcp.faults.rate_limit("compute.networks.get", times=3)
         """
-        self._add(_Fault(method, "call", grpc.StatusCode.RESOURCE_EXHAUSTED,
-                         f"Rate limit exceeded for {method}: too many requests per minute (injected)", 0, times))
+        self._add(
+            _Fault(
+                method,
+                "call",
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Rate limit exceeded for {method}: too many requests per minute (injected)",
+                0,
+                times,
+            )
+        )
 
     def clear(self) -> None:
         """Remove every fault."""

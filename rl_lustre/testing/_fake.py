@@ -60,51 +60,51 @@ KINDS = (
 class FakeGCP(Seeding):
     """Stateful fakes of the Google APIs rl_lustre uses, speaking their real protocols.
 
-    One gRPC server on loopback hosts ``google.cloud.lustre.v1.Lustre``,
-    ``google.longrunning.Operations``, ``google.container.v1.ClusterManager``,
-    ``google.api.cloudquotas.v1.CloudQuotas``, ``google.iam.admin.v1.IAM`` and
-    ``google.cloud.resourcemanager.v3.Projects`` (the project IAM policy); one
-    HTTP server hosts the Compute Engine and Service Networking calls, another the
-    container registries (:mod:`rl_lustre.testing._registry`). Entering the context starts
-    them and points ``RL_LUSTRE_GCP_EMULATOR_HOST``, ``RL_LUSTRE_GCP_REST_EMULATOR`` and
-    ``RL_LUSTRE_REGISTRY_EMULATOR`` at them (restored on exit), so the real client
-libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pass
-    :attr:`env`.
+        One gRPC server on loopback hosts ``google.cloud.lustre.v1.Lustre``,
+        ``google.longrunning.Operations``, ``google.container.v1.ClusterManager``,
+        ``google.api.cloudquotas.v1.CloudQuotas``, ``google.iam.admin.v1.IAM`` and
+        ``google.cloud.resourcemanager.v3.Projects`` (the project IAM policy); one
+        HTTP server hosts the Compute Engine and Service Networking calls, another the
+        container registries (:mod:`rl_lustre.testing._registry`). Entering the context starts
+        them and points ``RL_LUSTRE_GCP_EMULATOR_HOST``, ``RL_LUSTRE_GCP_REST_EMULATOR`` and
+        ``RL_LUSTRE_REGISTRY_EMULATOR`` at them (restored on exit), so the real client
+    libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pass
+        :attr:`env`.
 
-    Remote changes take ``latency[key] × time_scale`` seconds (keys in
-    ``rl_lustre.testing.DEFAULT_LATENCY``: ``"lustre.create"``,
-    ``"gke.create_cluster"``, ...). Lustre instances get a mount point like
-    ``10.90.1.4@tcp:/lustrefs`` when ACTIVE; GKE clusters an endpoint and a CA.
+        Remote changes take ``latency[key] × time_scale`` seconds (keys in
+        ``rl_lustre.testing.DEFAULT_LATENCY``: ``"lustre.create"``,
+        ``"gke.create_cluster"``, ...). Lustre instances get a mount point like
+        ``10.90.1.4@tcp:/lustrefs`` when ACTIVE; GKE clusters an endpoint and a CA.
 
-    Examples:
-        >>> from rl_lustre.testing import FakeGCP
-        >>> from google.cloud import compute_v1
-        >>> from rl_lustre.gcp import _clients
-        >>> with FakeGCP(latency={"lustre.create": 0.05}, time_scale=0.5) as gcp:
-        ...     net = _clients.compute(compute_v1.NetworksClient).insert_unary(
-        ...         project="p", network_resource=compute_v1.Network(name="n", auto_create_subnetworks=False))
-        ...     gcp.settle()
-        ...     sorted(gcp.resources()["compute.networks"])
-        ['projects/p/global/networks/n']
+        Examples:
+            >>> from rl_lustre.testing import FakeGCP
+            >>> from google.cloud import compute_v1
+            >>> from rl_lustre.gcp import _clients
+            >>> with FakeGCP(latency={"lustre.create": 0.05}, time_scale=0.5) as gcp:
+            ...     net = _clients.compute(compute_v1.NetworksClient).insert_unary(
+            ...         project="p", network_resource=compute_v1.Network(name="n", auto_create_subnetworks=False))
+            ...     gcp.settle()
+            ...     sorted(gcp.resources()["compute.networks"])
+            ['projects/p/global/networks/n']
 
-    Args:
-        latency: seconds per remote change, by key; unlisted keys keep their small defaults.
-        time_scale: multiplies every latency (0 makes changes apply at the next request).
-        kube_endpoint: the ``endpoint`` RUNNING clusters report (e.g. a Kubernetes API
-            fake's ``127.0.0.1:PORT``); by default a documentation address.
-        kube_ca_pem: the PEM CA certificate RUNNING clusters report (base64-encoded in
-            ``master_auth.cluster_ca_certificate``, as GKE does); by default a placeholder.
-        kube: a started :class:`~rl_lustre.testing.KubeFake` that plays the Kubernetes API of
-            the GKE clusters: RUNNING clusters report its endpoint and CA, a RUNNING node
-            pool registers its Nodes there (as GKE shapes them: labels, GPU taint, capacity
-            and allocatable), and deleting a cluster removes every object in it, as deleting
-            a GKE cluster deletes its control plane. One cluster at a time: the fake has a
-            single API server. Anything else with ``endpoint``, ``ca_pem`` and the methods
-            ``node_pool_ready(pool)``, ``node_pool_deleted(name)`` and
-            ``cluster_deleted(name)`` can play that part (the tests' real control plane does);
-            with ``preload(pool, images)`` too, it learns what a pool's nodes find on their
-            secondary boot disks.
-        set_env: set the emulator variables while the context is entered.
+        Args:
+            latency: seconds per remote change, by key; unlisted keys keep their small defaults.
+            time_scale: multiplies every latency (0 makes changes apply at the next request).
+            kube_endpoint: the ``endpoint`` RUNNING clusters report (e.g. a Kubernetes API
+                fake's ``127.0.0.1:PORT``); by default a documentation address.
+            kube_ca_pem: the PEM CA certificate RUNNING clusters report (base64-encoded in
+                ``master_auth.cluster_ca_certificate``, as GKE does); by default a placeholder.
+            kube: a started :class:`~rl_lustre.testing.KubeFake` that plays the Kubernetes API of
+                the GKE clusters: RUNNING clusters report its endpoint and CA, a RUNNING node
+                pool registers its Nodes there (as GKE shapes them: labels, GPU taint, capacity
+                and allocatable), and deleting a cluster removes every object in it, as deleting
+                a GKE cluster deletes its control plane. One cluster at a time: the fake has a
+                single API server. Anything else with ``endpoint``, ``ca_pem`` and the methods
+                ``node_pool_ready(pool)``, ``node_pool_deleted(name)`` and
+                ``cluster_deleted(name)`` can play that part (the tests' real control plane does);
+                with ``preload(pool, images)`` too, it learns what a pool's nodes find on their
+                secondary boot disks.
+            set_env: set the emulator variables while the context is entered.
     """
 
     def __init__(
@@ -195,8 +195,14 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
             resource_labels: the monitored resource's labels (``project_id`` restricts the project).
             metric_labels: the metric's labels.
         """
-        self._monitoring.add(metric_type, points, kind=kind, resource_type=resource_type,
-                             resource_labels=resource_labels or {}, metric_labels=metric_labels or {})
+        self._monitoring.add(
+            metric_type,
+            points,
+            kind=kind,
+            resource_type=resource_type,
+            resource_labels=resource_labels or {},
+            metric_labels=metric_labels or {},
+        )
 
     @property
     def time_series_requests(self) -> list[Any]:
@@ -208,20 +214,40 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
 
         cat, zone = self._catalog, "/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)"
         self._rest.add_route("GET", zone, "compute.zones.get", cat.zone_get)
-        self._rest.add_route("GET", zone + "/machineTypes/(?P<name>[^/]+)", "compute.machineTypes.get",
-                             cat.machine_type_get)
-        self._rest.add_route("GET", zone + "/acceleratorTypes/(?P<name>[^/]+)", "compute.acceleratorTypes.get",
-                             cat.accelerator_type_get)
-        self._rest.add_route("GET", "/compute/v1/projects/(?P<project>[^/]+)/regions/(?P<region>[^/]+)",
-                             "compute.regions.get", cat.region_get)
+        self._rest.add_route(
+            "GET", zone + "/machineTypes/(?P<name>[^/]+)", "compute.machineTypes.get", cat.machine_type_get
+        )
+        self._rest.add_route(
+            "GET", zone + "/acceleratorTypes/(?P<name>[^/]+)", "compute.acceleratorTypes.get", cat.accelerator_type_get
+        )
+        self._rest.add_route(
+            "GET",
+            "/compute/v1/projects/(?P<project>[^/]+)/regions/(?P<region>[^/]+)",
+            "compute.regions.get",
+            cat.region_get,
+        )
         project = "/compute/v1/projects/(?P<project>[^/]+)"
         self._rest.add_route("GET", project + "/zones", "compute.zones.list", cat.zone_list)
-        self._rest.add_route("GET", project + "/aggregated/machineTypes", "compute.machineTypes.aggregatedList",
-                             cat.machine_types_aggregated)
-        self._rest.add_route("GET", project + "/aggregated/acceleratorTypes",
-                             "compute.acceleratorTypes.aggregatedList", cat.accelerator_types_aggregated)
-        self._grpc.add("google.cloud.location.Locations", "ListLocations", "lustre.ListLocations",
-                       cat.list_locations, locations_pb2.ListLocationsRequest, locations_pb2.ListLocationsResponse)
+        self._rest.add_route(
+            "GET",
+            project + "/aggregated/machineTypes",
+            "compute.machineTypes.aggregatedList",
+            cat.machine_types_aggregated,
+        )
+        self._rest.add_route(
+            "GET",
+            project + "/aggregated/acceleratorTypes",
+            "compute.acceleratorTypes.aggregatedList",
+            cat.accelerator_types_aggregated,
+        )
+        self._grpc.add(
+            "google.cloud.location.Locations",
+            "ListLocations",
+            "lustre.ListLocations",
+            cat.list_locations,
+            locations_pb2.ListLocationsRequest,
+            locations_pb2.ListLocationsResponse,
+        )
 
     @property
     def catalog(self) -> Catalog:
@@ -296,8 +322,11 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
         """The emulator variables pointing at these fakes (for a subprocess's environment)."""
         from ..registry import EMULATOR_ENV
 
-        return {_clients.GRPC_EMULATOR_ENV: self.grpc_address, _clients.REST_EMULATOR_ENV: self.rest_url,
-                EMULATOR_ENV: self.registry_url}
+        return {
+            _clients.GRPC_EMULATOR_ENV: self.grpc_address,
+            _clients.REST_EMULATOR_ENV: self.rest_url,
+            EMULATOR_ENV: self.registry_url,
+        }
 
     @property
     def kube_endpoint(self) -> str | None:
@@ -349,16 +378,25 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def add_grpc_method(self, service: str, method: str, fn: Callable[[Any], Any],
-                        request_type: Any, response_type: Any, *, short: str | None = None) -> None:
+    def add_grpc_method(
+        self,
+        service: str,
+        method: str,
+        fn: Callable[[Any], Any],
+        request_type: Any,
+        response_type: Any,
+        *,
+        short: str | None = None,
+    ) -> None:
         """Serve one more gRPC method (e.g. a Monitoring fake) on the same server.
 
         ``fn(request) -> response`` runs under the fake's lock; raise
         ``rl_lustre.testing.FakeError`` for an error status. ``short`` names it in the
         request log and for faults (by default ``<last part of service>.<method>``).
         """
-        self._grpc.add(service, method, short or f"{service.rsplit('.', 1)[-1].lower()}.{method}",
-                       fn, request_type, response_type)
+        self._grpc.add(
+            service, method, short or f"{service.rsplit('.', 1)[-1].lower()}.{method}", fn, request_type, response_type
+        )
 
     @property
     def requests(self) -> list[RequestRecord]:
@@ -401,22 +439,27 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
                 out["compute.instances"][f"projects/{p}/zones/{z}/instances/{n}"] = dict(vm.get("labels") or {})
             for (p, n), net in core.networks.items():
                 out["compute.networks"][f"projects/{p}/global/networks/{n}"] = labels_from_description(
-                    net.get("description"))
+                    net.get("description")
+                )
             for (p, r, n), sub in core.subnetworks.items():
                 out["compute.subnetworks"][f"projects/{p}/regions/{r}/subnetworks/{n}"] = labels_from_description(
-                    sub.get("description"))
+                    sub.get("description")
+                )
             for (p, n), addr in core.addresses.items():
                 out["compute.globalAddresses"][f"projects/{p}/global/addresses/{n}"] = labels_from_description(
-                    addr.get("description"))
+                    addr.get("description")
+                )
             for (p, n), fw in core.firewalls.items():
                 out["compute.firewalls"][f"projects/{p}/global/firewalls/{n}"] = labels_from_description(
-                    fw.get("description"))
+                    fw.get("description")
+                )
             for (p, n), conn in core.connections.items():
                 labels: dict[str, str] = {}
                 for r in conn["reservedPeeringRanges"]:
                     labels = labels or labels_from_description(core.addresses.get((p, r), {}).get("description"))
                 out["servicenetworking.connections"][
-                    f"projects/{p}/global/networks/{n}/peerings/servicenetworking-googleapis-com"] = labels
+                    f"projects/{p}/global/networks/{n}/peerings/servicenetworking-googleapis-com"
+                ] = labels
             for name, inst in core.lustre.items():
                 out["lustre.instances"][name] = dict(inst.labels)
             for name, cluster in core.clusters.items():
@@ -444,6 +487,9 @@ libraries, and everything in rl_lustre, talk to the fakes. For a subprocess, pas
             for name, labels in found.items()
             if labels.get(LABEL_MANAGED_BY) == MANAGED_BY
             and (shared or labels.get(LABEL_ROLE) not in SHARED_ROLES)
-            and (deployment is None or labels == {**labels, **ownership_labels(deployment)}
-                 or labels.get(LABEL_CREATED_BY) == deployment)
+            and (
+                deployment is None
+                or labels == {**labels, **ownership_labels(deployment)}
+                or labels.get(LABEL_CREATED_BY) == deployment
+            )
         )

@@ -107,9 +107,16 @@ class FakeGKE:
         mount_path: the directory that plays the Lustre volume (what :meth:`cluster` sets).
     """
 
-    def __init__(self, *, gpus_per_node: int = 8, step_seconds: float = 0.25, checkpoint_scale: float = 1e-5,
-                 root: str | os.PathLike[str] | None = None, validate: bool = True,
-                 latency: dict[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        gpus_per_node: int = 8,
+        step_seconds: float = 0.25,
+        checkpoint_scale: float = 1e-5,
+        root: str | os.PathLike[str] | None = None,
+        validate: bool = True,
+        latency: dict[str, float] | None = None,
+    ) -> None:
         from .. import _validate as v
 
         owner = "FakeGKE"
@@ -154,8 +161,9 @@ class FakeGKE:
     def _write_image(self, tools: Path) -> None:
         examples = self.image / "examples"
         (examples / "configs").mkdir(parents=True)
-        (examples / "run_grpo_math.py").write_text(_GRPO_ENTRYPOINT.format(
-            step_seconds=str(self.step_seconds), scale=str(self.checkpoint_scale)))
+        (examples / "run_grpo_math.py").write_text(
+            _GRPO_ENTRYPOINT.format(step_seconds=str(self.step_seconds), scale=str(self.checkpoint_scale))
+        )
         for recipe in RECIPES.glob("*.yaml"):
             shutil.copy(recipe, examples / "configs" / recipe.name)
         tools.mkdir(parents=True)
@@ -177,16 +185,28 @@ class FakeGKE:
         from ..kube.raycluster import RAY_AUTH_TOKEN
 
         if cluster.backend != "gke":
-            raise ConfigError("FakeGKE.cluster", "backend", cluster.backend,
-                              "must be 'gke': local clusters need no fake (Cluster.local runs a real Ray head)")
+            raise ConfigError(
+                "FakeGKE.cluster",
+                "backend",
+                cluster.backend,
+                "must be 'gke': local clusters need no fake (Cluster.local runs a real Ray head)",
+            )
         if cluster.num_nodes != 1:
-            raise ConfigError("FakeGKE.cluster", "num_nodes", cluster.num_nodes,
-                              f"must be 1 on FakeGKE: its Ray head is one node of {self.gpus_per_node} GPUs "
-                              "(test with attrs.evolve(cluster, num_nodes=1))")
+            raise ConfigError(
+                "FakeGKE.cluster",
+                "num_nodes",
+                cluster.num_nodes,
+                f"must be 1 on FakeGKE: its Ray head is one node of {self.gpus_per_node} GPUs "
+                "(test with attrs.evolve(cluster, num_nodes=1))",
+            )
         if RAY_AUTH_TOKEN in cluster.secrets:
-            raise ConfigError("FakeGKE.cluster", "secrets", RAY_AUTH_TOKEN,
-                              "FakeGKE's Ray head runs without token auth; leave RAY_AUTH_TOKEN out of "
-                              "the secrets of the cluster you test on it")
+            raise ConfigError(
+                "FakeGKE.cluster",
+                "secrets",
+                RAY_AUTH_TOKEN,
+                "FakeGKE's Ray head runs without token auth; leave RAY_AUTH_TOKEN out of "
+                "the secrets of the cluster you test on it",
+            )
         return attrs.evolve(cluster, mount_path=str(self.mount_path))  # (raises if not running)
 
     def job(self, job: J) -> J:
@@ -227,11 +247,13 @@ class FakeGKE:
             env["PATH"] = os.pathsep.join([str(tools), env.get("PATH", "")])
             spec = ClusterSpec.local("fake-gke-head", volume_dir=self.root / "head", gpus_per_node=self.gpus_per_node)
             num_cpus, num_gpus = rehearsal_resources(spec)
-            self.head = start_local_head(self.root / "ray", num_cpus=num_cpus, num_gpus=num_gpus, env=env,
-                                         auth="disabled")
+            self.head = start_local_head(
+                self.root / "ray", num_cpus=num_cpus, num_gpus=num_gpus, env=env, auth="disabled"
+            )
             host, port = self.head.dashboard_url.removeprefix("http://").rsplit(":", 1)
-            self.kube = KubeFake(validate=kube_schema_validator() if self._validate else None,
-                                 head_target=(host, int(port))).start()
+            self.kube = KubeFake(
+                validate=kube_schema_validator() if self._validate else None, head_target=(host, int(port))
+            ).start()
             self.gcp = FakeGCP(kube=self.kube, latency=self._latency).start()
         except BaseException:
             self.stop()

@@ -41,8 +41,10 @@ def label_filter(expr: str) -> Callable[[Mapping[str, str]], bool]:
     for part in re.split(r"\s+AND\s+|\s+(?=labels\.)", expr):
         m = _LABEL_TERM.fullmatch(part.strip())
         if m is None:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"invalid filter {expr!r}: the fake understands only labels.KEY = \"VALUE\" terms")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f'invalid filter {expr!r}: the fake understands only labels.KEY = "VALUE" terms',
+            )
         terms.append((m[1], m[2]))
     return lambda labels: all(labels.get(k) == v for k, v in terms)
 
@@ -101,7 +103,8 @@ def compute_filter(expr: str) -> Callable[[Mapping[str, Any]], bool]:
 
 
 _MONITORING_TERM = re.compile(
-    r'(metric\.type|resource\.type|(?:resource|metric)\.labels\.[a-z][a-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+    r'(metric\.type|resource\.type|(?:resource|metric)\.labels\.[a-z][a-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"'
+)
 
 
 def monitoring_filter(expr: str) -> Callable[[str, str, Mapping[str, str], Mapping[str, str]], bool]:
@@ -119,10 +122,12 @@ def monitoring_filter(expr: str) -> Callable[[str, str, Mapping[str, str], Mappi
     for part in re.split(r"\s+AND\s+", expr.strip()):
         m = _MONITORING_TERM.fullmatch(part.strip())
         if m is None:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"invalid filter {expr!r}: the fake understands metric.type / resource.type / "
-                            "resource.labels.K / "
-                            "metric.labels.K = \"VALUE\" terms joined by AND")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"invalid filter {expr!r}: the fake understands metric.type / resource.type / "
+                "resource.labels.K / "
+                'metric.labels.K = "VALUE" terms joined by AND',
+            )
         terms.append((m[1], re.sub(r"\\(.)", r"\1", m[2])))
     if not any(field == "metric.type" for field, _ in terms):
         raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"filter {expr!r} must name a metric.type")

@@ -44,8 +44,10 @@ def _now() -> str:
 
 def node_labels(pool: container_v1.NodePool) -> dict[str, str]:
     """The labels GKE puts on a node of ``pool`` (besides its pool name and hostname)."""
-    labels = {"cloud.google.com/machine-family": pool.config.machine_type.split("-")[0],
-              "node.kubernetes.io/instance-type": pool.config.machine_type}
+    labels = {
+        "cloud.google.com/machine-family": pool.config.machine_type.split("-")[0],
+        "node.kubernetes.io/instance-type": pool.config.machine_type,
+    }
     if pool.config.accelerators:
         labels[GKE_ACCELERATOR_LABEL] = pool.config.accelerators[0].accelerator_type
     if pool.config.spot:
@@ -118,57 +120,79 @@ class GkeFake:
     def _check_network(self, project: str, location: str, cluster: container_v1.Cluster) -> None:
         network = cluster.network or "default"
         if (project, network) not in self.core.networks:
-            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION, f"Network {network!r} does not exist in project {project}.")
+            raise FakeError(
+                grpc.StatusCode.FAILED_PRECONDITION, f"Network {network!r} does not exist in project {project}."
+            )
         if not cluster.subnetwork:
             return
         subnet = self.core.subnetworks.get((project, _region(location), cluster.subnetwork))
         if subnet is None:
-            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION,
-                            f"Subnetwork {cluster.subnetwork!r} does not exist in region {_region(location)}.")
+            raise FakeError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"Subnetwork {cluster.subnetwork!r} does not exist in region {_region(location)}.",
+            )
         ranges = {r["rangeName"] for r in subnet.get("secondaryIpRanges", [])}
         policy = cluster.ip_allocation_policy
         for wanted in (policy.cluster_secondary_range_name, policy.services_secondary_range_name):
             if wanted and wanted not in ranges:
-                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"Subnetwork {cluster.subnetwork!r} has no secondary range {wanted!r}.")
+                raise FakeError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"Subnetwork {cluster.subnetwork!r} has no secondary range {wanted!r}.",
+                )
 
     def _check_cluster_fabric(self, spec: container_v1.Cluster) -> None:
         nc = spec.network_config
         if nc.enable_multi_networking and nc.datapath_provider != container_v1.DatapathProvider.ADVANCED_DATAPATH:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            "Multi-networking requires GKE Dataplane V2 (datapath_provider=ADVANCED_DATAPATH).")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "Multi-networking requires GKE Dataplane V2 (datapath_provider=ADVANCED_DATAPATH).",
+            )
         options = container_v1.MaintenanceExclusionOptions
         for name, window in spec.maintenance_policy.window.maintenance_exclusions.items():
             opts = window.maintenance_exclusion_options
             if not name or "start_time" not in window:
-                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"Maintenance exclusion {name!r} needs a name and a start_time.")
+                raise FakeError(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"Maintenance exclusion {name!r} needs a name and a start_time."
+                )
             until_eos = opts.end_time_behavior == options.EndTimeBehavior.UNTIL_END_OF_SUPPORT
             if until_eos == ("end_time" in window):
-                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"Maintenance exclusion {name!r} needs exactly one of end_time and "
-                                "end_time_behavior=UNTIL_END_OF_SUPPORT.")
+                raise FakeError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"Maintenance exclusion {name!r} needs exactly one of end_time and "
+                    "end_time_behavior=UNTIL_END_OF_SUPPORT.",
+                )
             if until_eos and opts.scope == options.Scope.NO_UPGRADES:
-                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                "A NO_UPGRADES exclusion cannot last until the end of support (30 days at most).")
+                raise FakeError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "A NO_UPGRADES exclusion cannot last until the end of support (30 days at most).",
+                )
 
-    def _check_pool_fabric(self, project: str, location: str, cluster: container_v1.Cluster,
-                           pool: container_v1.NodePool) -> None:
+    def _check_pool_fabric(
+        self, project: str, location: str, cluster: container_v1.Cluster, pool: container_v1.NodePool
+    ) -> None:
         known = GPU_MACHINE_TYPES.get(pool.config.machine_type)
         ssds = pool.config.ephemeral_storage_local_ssd_config.local_ssd_count
         if ssds and (known is None or ssds != known.local_ssds):
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"Machine type {pool.config.machine_type} cannot have {ssds} local SSDs.")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Machine type {pool.config.machine_type} cannot have {ssds} local SSDs.",
+            )
         up = pool.upgrade_settings
-        if up.max_surge == 0 and up.max_unavailable == 0 and "strategy" in up and \
-                up.strategy == container_v1.NodePoolUpdateStrategy.SURGE:
+        if (
+            up.max_surge == 0
+            and up.max_unavailable == 0
+            and "strategy" in up
+            and up.strategy == container_v1.NodePoolUpdateStrategy.SURGE
+        ):
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, "max_surge and max_unavailable cannot both be 0.")
         extras = pool.network_config.additional_node_network_configs
         if not extras:
             return
         if not cluster.network_config.enable_multi_networking:
-            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION,
-                            "additional_node_network_configs needs a cluster with multi-networking enabled.")
+            raise FakeError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "additional_node_network_configs needs a cluster with multi-networking enabled.",
+            )
         region = _region(location)
         seen = set()
         rdma = 0
@@ -176,46 +200,65 @@ class GkeFake:
             net = self.core.networks.get((project, extra.network))
             subnet = self.core.subnetworks.get((project, region, extra.subnetwork))
             if net is None or subnet is None or not subnet["network"].endswith(f"/networks/{extra.network}"):
-                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"Additional network {extra.network}/{extra.subnetwork} does not exist in {region}.")
+                raise FakeError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"Additional network {extra.network}/{extra.subnetwork} does not exist in {region}.",
+                )
             if extra.network == (cluster.network or "default") or extra.subnetwork in seen:
-                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"Additional network {extra.network}/{extra.subnetwork} is the cluster's or repeated.")
+                raise FakeError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"Additional network {extra.network}/{extra.subnetwork} is the cluster's or repeated.",
+                )
             seen.add(extra.subnetwork)
             if "networkProfile" in net:
                 rdma += 1
                 if not net["networkProfile"].endswith(f"/{pool.locations[0] if pool.locations else ''}-vpc-roce"):
-                    raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                    f"RDMA network {extra.network} is not in the pool's zone.")
+                    raise FakeError(
+                        grpc.StatusCode.INVALID_ARGUMENT, f"RDMA network {extra.network} is not in the pool's zone."
+                    )
         if rdma and (known is None or rdma != known.rdma_nics):
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"Machine type {pool.config.machine_type} has {known.rdma_nics if known else 0} RDMA NICs; "
-                            f"{rdma} RDMA networks were given.")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Machine type {pool.config.machine_type} has {known.rdma_nics if known else 0} RDMA NICs; "
+                f"{rdma} RDMA networks were given.",
+            )
 
     def _check_pool(self, pool: container_v1.NodePool) -> None:
         account = pool.config.service_account
         if account.endswith(".iam.gserviceaccount.com") and account not in self.core.service_accounts:
             # GKE checks that the caller may act as the nodes' account, which must exist.
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"Node pool {pool.name!r}: service account {account!r} does not exist, or the caller "
-                            "lacks iam.serviceAccounts.actAs on it.")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Node pool {pool.name!r}: service account {account!r} does not exist, or the caller "
+                "lacks iam.serviceAccounts.actAs on it.",
+            )
         # An autoscaled pool (flex-start) may start at 0 nodes.
         if pool.initial_node_count < (0 if pool.autoscaling.enabled else 1) or not pool.config.machine_type:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"Node pool {pool.name!r} needs a machine type and initial_node_count > 0.")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Node pool {pool.name!r} needs a machine type and initial_node_count > 0.",
+            )
         no_reservation = container_v1.ReservationAffinity.Type.NO_RESERVATION
         # GKE's documented requirements of a flex-start pool.
-        if pool.config.flex_start and (pool.config.spot or not pool.autoscaling.enabled or pool.management.auto_repair
-                                       or pool.config.reservation_affinity.consume_reservation_type != no_reservation):
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"Node pool {pool.name!r}: flex-start needs autoscaling, no Spot, auto-repair off "
-                            "and reservation affinity NO_RESERVATION.")
+        if pool.config.flex_start and (
+            pool.config.spot
+            or not pool.autoscaling.enabled
+            or pool.management.auto_repair
+            or pool.config.reservation_affinity.consume_reservation_type != no_reservation
+        ):
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Node pool {pool.name!r}: flex-start needs autoscaling, no Spot, auto-repair off "
+                "and reservation affinity NO_RESERVATION.",
+            )
         known = GPU_MACHINE_TYPES.get(pool.config.machine_type)
         if known is not None:
             acc = pool.config.accelerators
             if not acc or acc[0].accelerator_type != known.accelerator or acc[0].accelerator_count != known.gpus:
-                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"Machine type {known.name} needs accelerator {known.gpus} x {known.accelerator}.")
+                raise FakeError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"Machine type {known.name} needs accelerator {known.gpus} x {known.accelerator}.",
+                )
         affinity = pool.config.reservation_affinity.consume_reservation_type
         if pool.config.spot and affinity == container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, "Spot VMs cannot consume a specific reservation.")
@@ -225,16 +268,22 @@ class GkeFake:
                 continue
             where = f"node_pool.config.secondary_boot_disks[{i}]"
             if not pool.config.gcfs_config.enabled:
-                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"{where}: mode CONTAINER_IMAGE_CACHE requires Image streaming "
-                                "(node_pool.config.gcfs_config.enabled).")
+                raise FakeError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{where}: mode CONTAINER_IMAGE_CACHE requires Image streaming "
+                    "(node_pool.config.gcfs_config.enabled).",
+                )
             if pool.config.image_type != "COS_CONTAINERD":
-                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"{where}: mode CONTAINER_IMAGE_CACHE requires node_pool.config.image_type "
-                                f"COS_CONTAINERD, not {pool.config.image_type or 'the default'!r}.")
+                raise FakeError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{where}: mode CONTAINER_IMAGE_CACHE requires node_pool.config.image_type "
+                    f"COS_CONTAINERD, not {pool.config.image_type or 'the default'!r}.",
+                )
             if not _DISK_IMAGE.fullmatch(disk.disk_image):
-                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"{where}.disk_image: {disk.disk_image!r} is not projects/P/global/images/NAME.")
+                raise FakeError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{where}.disk_image: {disk.disk_image!r} is not projects/P/global/images/NAME.",
+                )
 
     def _secondary_disk_problem(self, pool: container_v1.NodePool) -> str | None:
         """Why GKE cannot create the pool's secondary boot disks (the image is missing or not READY)."""
@@ -287,7 +336,8 @@ class GkeFake:
             pool.version = VERSION
             pool.self_link = f"https://container.googleapis.com/v1/{name}/nodePools/{pool.name}"
             pool.instance_group_urls = instance_group_urls(
-                m[1], list(pool.locations or cluster.locations or [m[2]]), name.rsplit("/", 1)[-1], pool.name)
+                m[1], list(pool.locations or cluster.locations or [m[2]]), name.rsplit("/", 1)[-1], pool.name
+            )
         self.core.clusters[name] = cluster
         op = self._start_op(parent, OpType.CREATE_CLUSTER, name)
         fault = self.core.operation_fault("gke.CreateCluster")
@@ -324,27 +374,32 @@ class GkeFake:
             if self.core.kube_endpoint:
                 view.endpoint = self.core.kube_endpoint
             pem = self.core.kube_ca_pem or PLACEHOLDER_CA
-            view.master_auth = container_v1.MasterAuth(
-                cluster_ca_certificate=base64.b64encode(pem.encode()).decode()
-            )
+            view.master_auth = container_v1.MasterAuth(cluster_ca_certificate=base64.b64encode(pem.encode()).decode())
         return view
 
     def list_clusters(self, request: container_v1.ListClustersRequest) -> container_v1.ListClustersResponse:
         m = _PARENT.fullmatch(request.parent)
         if m is None:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"parent {request.parent!r} is not projects/P/locations/L")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT, f"parent {request.parent!r} is not projects/P/locations/L"
+            )
         prefix = f"projects/{m[1]}/locations/" + ("" if m[2] == "-" else f"{m[2]}/")
         return container_v1.ListClustersResponse(
-            clusters=[self.get_cluster(container_v1.GetClusterRequest(name=n))
-                      for n in sorted(self.core.clusters) if n.startswith(prefix)]
+            clusters=[
+                self.get_cluster(container_v1.GetClusterRequest(name=n))
+                for n in sorted(self.core.clusters)
+                if n.startswith(prefix)
+            ]
         )
 
     def delete_cluster(self, request: container_v1.DeleteClusterRequest) -> container_v1.Operation:
         name = request.name
         cluster = self._cluster(name)
         if cluster.status == ClusterStatus.STOPPING:
-            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION,
-                            f"Cluster {cluster.name} is running incompatible operation: it is being deleted.")
+            raise FakeError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"Cluster {cluster.name} is running incompatible operation: it is being deleted.",
+            )
         cluster.status = ClusterStatus.STOPPING
         for pool in cluster.node_pools:
             pool.status = PoolStatus.STOPPING
@@ -388,9 +443,11 @@ class GkeFake:
         if any(p.name == spec.name for p in cluster.node_pools):
             raise FakeError(grpc.StatusCode.ALREADY_EXISTS, f"Already exists: {cluster_name}/nodePools/{spec.name}.")
         if cluster.status != ClusterStatus.RUNNING:
-            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION,
-                            f"Cluster is running incompatible operation (status "
-                            f"{ClusterStatus(cluster.status).name}). Please wait and try again once it is done.")
+            raise FakeError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"Cluster is running incompatible operation (status "
+                f"{ClusterStatus(cluster.status).name}). Please wait and try again once it is done.",
+            )
         self._check_pool(spec)
         self._check_pool_fabric(m[1], m[2], cluster, spec)
         cluster.node_pools.append(container_v1.NodePool(spec))
@@ -400,7 +457,8 @@ class GkeFake:
         name = f"{cluster_name}/nodePools/{spec.name}"
         pool.self_link = f"https://container.googleapis.com/v1/{name}"
         pool.instance_group_urls = instance_group_urls(
-            m[1], list(pool.locations or cluster.locations or [m[2]]), cluster_name.rsplit("/", 1)[-1], pool.name)
+            m[1], list(pool.locations or cluster.locations or [m[2]]), cluster_name.rsplit("/", 1)[-1], pool.name
+        )
         op = self._start_op(f"projects/{m[1]}/locations/{m[2]}", OpType.CREATE_NODE_POOL, name)
         fault = self.core.operation_fault("gke.CreateNodePool")
         due = self.core.now() + self.core.delay("gke.create_node_pool")
@@ -420,8 +478,11 @@ class GkeFake:
                 stockout = self.stock.node_pool_problem(current, m[1], zone, due, spec.name)
                 if stockout is not None:
                     failure = FakeError(grpc.StatusCode.RESOURCE_EXHAUSTED, stockout)
-            error = failure if failure is not None or problem is None else FakeError(
-                grpc.StatusCode.FAILED_PRECONDITION, problem)
+            error = (
+                failure
+                if failure is not None or problem is None
+                else FakeError(grpc.StatusCode.FAILED_PRECONDITION, problem)
+            )
             if error is not None:
                 current.status = PoolStatus.ERROR
                 current.status_message = error.message
@@ -445,8 +506,10 @@ class GkeFake:
         name = request.name
         cluster, pool = self._pool(name)
         if pool.status == PoolStatus.STOPPING:
-            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION,
-                            f"Cluster is running incompatible operation: node pool {pool.name} is being deleted.")
+            raise FakeError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"Cluster is running incompatible operation: node pool {pool.name} is being deleted.",
+            )
         pool.status = PoolStatus.STOPPING
         m = _POOL.fullmatch(name)
         assert m is not None

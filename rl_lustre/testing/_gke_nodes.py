@@ -142,8 +142,10 @@ def instance_group_base(cluster: str, pool: str) -> str:
 def instance_group_urls(project: str, zones: list[str], cluster: str, pool: str) -> list[str]:
     """``NodePool.instance_group_urls``: one managed instance group per zone of the pool."""
     base = instance_group_base(cluster, pool)
-    return [f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}/instanceGroupManagers/{base}-grp"
-            for zone in zones]
+    return [
+        f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}/instanceGroupManagers/{base}-grp"
+        for zone in zones
+    ]
 
 
 def gke_node(pool: Any, *, cluster: str, zone: str, index: int, project: str = "my-project") -> dict[str, Any]:

@@ -35,13 +35,15 @@ class GrpcServer:
     def __init__(self, core: Core, max_workers: int = 16) -> None:
         self._core = core
         self._routes: dict[str, grpc.RpcMethodHandler] = {}
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
-                                                              thread_name_prefix="fake-gcp-grpc"))
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="fake-gcp-grpc")
+        )
         self._server.add_generic_rpc_handlers([_Dispatch(self)])
         self.port = 0
 
-    def add(self, service: str, method: str, short: str, fn: Callable[[Any], Any],
-            request_type: Any, response_type: Any) -> None:
+    def add(
+        self, service: str, method: str, short: str, fn: Callable[[Any], Any], request_type: Any, response_type: Any
+    ) -> None:
         """Serve ``/service/method`` with ``fn(request) -> response``, logged and faulted as ``short``.
 
         ``fn`` runs under the fake's lock and raises :class:`FakeError` for errors.
@@ -59,17 +61,17 @@ class GrpcServer:
                 context.abort(err.grpc_code, err.message)
                 raise  # abort() raises; this tells type checkers so
 
-        self._routes[f"/{service}/{method}"] = grpc.unary_unary_rpc_method_handler(
-            unary, request_deserializer=decode
-        )
+        self._routes[f"/{service}/{method}"] = grpc.unary_unary_rpc_method_handler(unary, request_deserializer=decode)
 
     def _unimplemented(self, path: str) -> grpc.RpcMethodHandler:
         def unary(request: bytes, context: grpc.ServicerContext) -> None:
             with self._core.lock:
                 self._core.log.append(RequestRecord(self._core.now(), path, "", "UNIMPLEMENTED"))
-            context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                          f"rl_lustre.testing: the fake does not implement {path}; "
-                          f"it implements {', '.join(sorted(self._routes))}")
+            context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"rl_lustre.testing: the fake does not implement {path}; "
+                f"it implements {', '.join(sorted(self._routes))}",
+            )
 
         return grpc.unary_unary_rpc_method_handler(unary)
 

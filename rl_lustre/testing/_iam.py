@@ -87,21 +87,39 @@ class IamFake:
 
     def register(self, server: Any) -> None:
         handlers: list[tuple[str, Callable[[Any], Any], Any, Any]] = [
-            ("CreateServiceAccount", self.create_account, iam_admin_v1.CreateServiceAccountRequest,
-             iam_admin_v1.ServiceAccount),
-            ("GetServiceAccount", self.get_account, iam_admin_v1.GetServiceAccountRequest,
-             iam_admin_v1.ServiceAccount),
-            ("ListServiceAccounts", self.list_accounts, iam_admin_v1.ListServiceAccountsRequest,
-             iam_admin_v1.ListServiceAccountsResponse),
-            ("DeleteServiceAccount", self.delete_account, iam_admin_v1.DeleteServiceAccountRequest,
-             empty_pb2.Empty),
+            (
+                "CreateServiceAccount",
+                self.create_account,
+                iam_admin_v1.CreateServiceAccountRequest,
+                iam_admin_v1.ServiceAccount,
+            ),
+            ("GetServiceAccount", self.get_account, iam_admin_v1.GetServiceAccountRequest, iam_admin_v1.ServiceAccount),
+            (
+                "ListServiceAccounts",
+                self.list_accounts,
+                iam_admin_v1.ListServiceAccountsRequest,
+                iam_admin_v1.ListServiceAccountsResponse,
+            ),
+            ("DeleteServiceAccount", self.delete_account, iam_admin_v1.DeleteServiceAccountRequest, empty_pb2.Empty),
         ]
         for method, fn, req, resp in handlers:
             server.add(IAM_SERVICE, method, f"iam.{method}", fn, req, resp)
-        server.add(PROJECTS_SERVICE, "GetIamPolicy", "resourcemanager.GetIamPolicy", self.get_policy,
-                   iam_policy_pb2.GetIamPolicyRequest, policy_pb2.Policy)
-        server.add(PROJECTS_SERVICE, "SetIamPolicy", "resourcemanager.SetIamPolicy", self.set_policy,
-                   iam_policy_pb2.SetIamPolicyRequest, policy_pb2.Policy)
+        server.add(
+            PROJECTS_SERVICE,
+            "GetIamPolicy",
+            "resourcemanager.GetIamPolicy",
+            self.get_policy,
+            iam_policy_pb2.GetIamPolicyRequest,
+            policy_pb2.Policy,
+        )
+        server.add(
+            PROJECTS_SERVICE,
+            "SetIamPolicy",
+            "resourcemanager.SetIamPolicy",
+            self.set_policy,
+            iam_policy_pb2.SetIamPolicyRequest,
+            policy_pb2.Policy,
+        )
 
     # -- for tests ----------------------------------------------------------------------
 
@@ -109,8 +127,9 @@ class IamFake:
         """Make a service account exist (a user's own, unless ``description`` carries our
         labels); returns its e-mail."""
         with self.core.lock:
-            return self._add(project, account_id, iam_admin_v1.ServiceAccount(
-                display_name=account_id, description=description)).email
+            return self._add(
+                project, account_id, iam_admin_v1.ServiceAccount(display_name=account_id, description=description)
+            ).email
 
     def bindings(self, project: str) -> dict[str, list[str]]:
         """The project policy's bindings: role (``ROLE if EXPRESSION`` for a conditional
@@ -134,8 +153,12 @@ class IamFake:
     def users_of(self, email: str) -> list[str]:
         """Who acts as the account: the GKE node pools whose nodes run as it."""
         with self.core.lock:
-            return sorted(f"{name}/nodePools/{p.name}" for name, c in self.core.clusters.items()
-                          for p in c.node_pools if p.config.service_account == email)
+            return sorted(
+                f"{name}/nodePools/{p.name}"
+                for name, c in self.core.clusters.items()
+                for p in c.node_pools
+                if p.config.service_account == email
+            )
 
     def resources(self) -> dict[str, dict[str, dict[str, str]]]:
         """What exists, as :meth:`FakeGCP.resources` shows it: accounts (their description's
@@ -158,17 +181,27 @@ class IamFake:
 
     def _add(self, project: str, account_id: str, body: iam_admin_v1.ServiceAccount) -> iam_admin_v1.ServiceAccount:
         if not _ACCOUNT_ID.fullmatch(account_id):
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"Invalid account id {account_id!r}: 6-30 characters [a-z][a-z0-9-]*[a-z0-9].")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Invalid account id {account_id!r}: 6-30 characters [a-z][a-z0-9-]*[a-z0-9].",
+            )
         email = _email(account_id, project)
         if email in self.accounts:
-            raise FakeError(grpc.StatusCode.ALREADY_EXISTS,
-                            f"Service account {account_id} already exists within project projects/{project}.")
+            raise FakeError(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"Service account {account_id} already exists within project projects/{project}.",
+            )
         uid = str(100_000_000_000_000_000_000 + self.core.next_id())
         account = iam_admin_v1.ServiceAccount(
-            name=f"projects/{project}/serviceAccounts/{email}", project_id=project, unique_id=uid, email=email,
-            display_name=body.display_name, description=body.description, oauth2_client_id=uid,
-            etag=b"\x00" + uid.encode()[-6:])
+            name=f"projects/{project}/serviceAccounts/{email}",
+            project_id=project,
+            unique_id=uid,
+            email=email,
+            display_name=body.display_name,
+            description=body.description,
+            oauth2_client_id=uid,
+            etag=b"\x00" + uid.encode()[-6:],
+        )
         self.accounts[email] = account
         self._known_at[email] = self.core.now() + self.core.delay("iam.create_service_account")
         labels = labels_from_description(body.description)
@@ -179,8 +212,10 @@ class IamFake:
     def _account(self, name: str) -> iam_admin_v1.ServiceAccount:
         m = _ACCOUNT.fullmatch(name)
         if m is None:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"name {name!r} must be projects/P/serviceAccounts/EMAIL (P may be '-')")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"name {name!r} must be projects/P/serviceAccounts/EMAIL (P may be '-')",
+            )
         found = self.accounts.get(m[2])
         if found is None or m[1] not in ("-", found.project_id):
             raise FakeError(grpc.StatusCode.NOT_FOUND, f"Unknown service account {m[2]}")
@@ -191,21 +226,24 @@ class IamFake:
         if m is None:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"name {request.name!r} must be projects/P")
         if len(request.service_account.description) > 256 or len(request.service_account.display_name) > 100:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            "description is at most 256 characters, display name at most 100.")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT, "description is at most 256 characters, display name at most 100."
+            )
         return self._add(m[1], request.account_id, request.service_account)
 
     def get_account(self, request: iam_admin_v1.GetServiceAccountRequest) -> iam_admin_v1.ServiceAccount:
         return self._account(request.name)
 
-    def list_accounts(self, request: iam_admin_v1.ListServiceAccountsRequest) -> iam_admin_v1.ListServiceAccountsResponse:
+    def list_accounts(
+        self, request: iam_admin_v1.ListServiceAccountsRequest
+    ) -> iam_admin_v1.ListServiceAccountsResponse:
         m = _PROJECT.fullmatch(request.name)
         if m is None:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"name {request.name!r} must be projects/P")
         found = sorted((a for a in self.accounts.values() if a.project_id == m[1]), key=lambda a: a.email)
         start = int(request.page_token or 0)
         size = request.page_size or 100
-        page = found[start:start + size]
+        page = found[start : start + size]
         more = str(start + size) if start + size < len(found) else ""
         return iam_admin_v1.ListServiceAccountsResponse(accounts=page, next_page_token=more)
 
@@ -238,8 +276,11 @@ class IamFake:
             if not condition:
                 bindings.append(policy_pb2.Binding(role=role, members=sorted(members)))
             elif version >= 3:
-                bindings.append(policy_pb2.Binding(role=role, members=sorted(members),
-                                                   condition=expr_pb2.Expr.FromString(condition)))
+                bindings.append(
+                    policy_pb2.Binding(
+                        role=role, members=sorted(members), condition=expr_pb2.Expr.FromString(condition)
+                    )
+                )
             else:
                 digest = hashlib.sha256(condition).hexdigest()[:20]
                 bindings.append(policy_pb2.Binding(role=f"{role}{_WITHCOND}{digest}", members=sorted(members)))
@@ -262,25 +303,36 @@ class IamFake:
         project = m[1]
         current = self._policy(project)
         if request.policy.etag and request.policy.etag != current.etag:
-            raise FakeError(grpc.StatusCode.ABORTED, "There were concurrent policy changes. Please retry the "
-                                                     "whole read-modify-write with exponential backoff.")
+            raise FakeError(
+                grpc.StatusCode.ABORTED,
+                "There were concurrent policy changes. Please retry the "
+                "whole read-modify-write with exponential backoff.",
+            )
         roles: dict[_Key, list[str]] = {}
         for binding in request.policy.bindings:
             if _WITHCOND in binding.role:
-                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"Role {binding.role} is a conditional binding as a version 1 policy shows it; "
-                                "read the policy with requested_policy_version 3 and write that.")
+                raise FakeError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"Role {binding.role} is a conditional binding as a version 1 policy shows it; "
+                    "read the policy with requested_policy_version 3 and write that.",
+                )
             if binding.HasField("condition") and request.policy.version < 3:
-                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"The policy has a conditional binding of {binding.role}, and so must be "
-                                f"version 3 (it is version {request.policy.version}).")
+                raise FakeError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"The policy has a conditional binding of {binding.role}, and so must be "
+                    f"version 3 (it is version {request.policy.version}).",
+                )
             for member in binding.members:
                 sa = _PROJECT_ACCOUNT.fullmatch(member)
                 known = self._known_at.get(_email(*sa.groups()), 0.0) <= self.core.now() if sa else True
-                if sa and not member.startswith("deleted:") and (_email(*sa.groups()) not in self.accounts
-                                                                 or not known):
-                    raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                    f"Service account {_email(*sa.groups())} does not exist.")
+                if (
+                    sa
+                    and not member.startswith("deleted:")
+                    and (_email(*sa.groups()) not in self.accounts or not known)
+                ):
+                    raise FakeError(
+                        grpc.StatusCode.INVALID_ARGUMENT, f"Service account {_email(*sa.groups())} does not exist."
+                    )
             key = (binding.role, binding.condition.SerializeToString() if binding.HasField("condition") else b"")
             members = roles.setdefault(key, [])
             members += [x for x in binding.members if x not in members]

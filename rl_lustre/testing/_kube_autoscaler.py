@@ -60,14 +60,23 @@ class Autoscaler(Controller):
                 for node in nodes:
                     self.register_node(node)
                 for pod in wanting[:need]:
-                    self.event(pod, "TriggeredScaleUp", f"pod triggered scale-up: [{{{pool} {have}->{have + need} "
-                               f"(max: {maximum})}}]", component="cluster-autoscaler")
+                    self.event(
+                        pod,
+                        "TriggeredScaleUp",
+                        f"pod triggered scale-up: [{{{pool} {have}->{have + need} (max: {maximum})}}]",
+                        component="cluster-autoscaler",
+                    )
                 self._asked.pop(pool, None)
             elif state != "granted":
                 for pod in wanting:
-                    self.event(pod, "FailedScaleUp", f"Node scale up in zones {zone} associated with this pod "
-                               "failed: GCE out of resources. Pod is at risk of not being scheduled.",
-                               warning=True, component="cluster-autoscaler")
+                    self.event(
+                        pod,
+                        "FailedScaleUp",
+                        f"Node scale up in zones {zone} associated with this pod "
+                        "failed: GCE out of resources. Pod is at risk of not being scheduled.",
+                        warning=True,
+                        component="cluster-autoscaler",
+                    )
 
 
 def _unschedulable_gpu(pod: Obj) -> bool:

@@ -30,14 +30,21 @@ class VolumeBinder(Controller):
             if pv is None:
                 wanted = (pvc.get("spec") or {}).get("volumeName")
                 if wanted and self.store.get("PersistentVolume", None, wanted) is not None:
-                    self.event(pvc, "FailedBinding", f'volume "{wanted}" already bound to a different claim.',
-                               warning=True, component="persistentvolume-controller")
+                    self.event(
+                        pvc,
+                        "FailedBinding",
+                        f'volume "{wanted}" already bound to a different claim.',
+                        warning=True,
+                        component="persistentvolume-controller",
+                    )
                 continue
             if self.faults.pvc_never_binds:
                 self.event(
-                    pvc, "VolumeMismatch",
+                    pvc,
+                    "VolumeMismatch",
                     f'Cannot bind to requested volume "{pv["metadata"]["name"]}": storageClassName does not match',
-                    warning=True, component="persistentvolume-controller",
+                    warning=True,
+                    component="persistentvolume-controller",
                 )
                 continue
             self._bind(pvc, pv)
@@ -82,8 +89,10 @@ class VolumeBinder(Controller):
 
         def bind_pv(o: Obj) -> None:
             o["spec"]["claimRef"] = {
-                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                "namespace": pvc["metadata"].get("namespace"), "name": pvc["metadata"]["name"],
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": pvc["metadata"].get("namespace"),
+                "name": pvc["metadata"]["name"],
                 "uid": pvc["metadata"]["uid"],
             }
             o["status"] = {"phase": "Bound"}

@@ -60,11 +60,17 @@ class Controller:
         node = copy.deepcopy(node)
         status = node.setdefault("status", {})
         if not any(c.get("type") == "Ready" for c in status.get("conditions") or []):
-            status["conditions"] = [*(status.get("conditions") or []), {
-                "type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": now_rfc3339()}]
+            status["conditions"] = [
+                *(status.get("conditions") or []),
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": now_rfc3339()},
+            ]
         stored = self.store.create(node)
-        self.event(stored, "RegisteredNode", f"Node {name} event: Registered Node {name} in Controller",
-                   component="node-controller")
+        self.event(
+            stored,
+            "RegisteredNode",
+            f"Node {name} event: Registered Node {name} in Controller",
+            component="node-controller",
+        )
         self.event(stored, "NodeReady", f"Node {name} status is now: NodeReady", component="kubelet")
         return stored
 
@@ -76,28 +82,33 @@ class Controller:
             return
         self.memory.recorded.add(key)
         stamp = now_rfc3339()
-        self.store.create({
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{random_suffix(16)}", "namespace": meta.get("namespace") or "default"},
-            "involvedObject": {
-                "apiVersion": involved["apiVersion"],
-                "kind": involved["kind"],
-                "name": meta["name"],
-                "namespace": meta.get("namespace") or "",
-                "uid": meta["uid"],
-                "resourceVersion": meta.get("resourceVersion", ""),
-            },
-            "reason": reason,
-            "message": message,
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": component or "kube-fake"},
-            "reportingComponent": component or "kube-fake",
-            "reportingInstance": "",
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        })
+        self.store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {
+                    "name": f"{meta['name']}.{random_suffix(16)}",
+                    "namespace": meta.get("namespace") or "default",
+                },
+                "involvedObject": {
+                    "apiVersion": involved["apiVersion"],
+                    "kind": involved["kind"],
+                    "name": meta["name"],
+                    "namespace": meta.get("namespace") or "",
+                    "uid": meta["uid"],
+                    "resourceVersion": meta.get("resourceVersion", ""),
+                },
+                "reason": reason,
+                "message": message,
+                "type": "Warning" if warning else "Normal",
+                "source": {"component": component or "kube-fake"},
+                "reportingComponent": component or "kube-fake",
+                "reportingInstance": "",
+                "firstTimestamp": stamp,
+                "lastTimestamp": stamp,
+                "count": 1,
+            }
+        )
 
 
 def containers(pod: Obj) -> list[Obj]:
@@ -139,4 +150,3 @@ def pod_ready(pod: Obj) -> bool:
     return status.get("phase") == "Running" and any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
     )
-

@@ -31,8 +31,13 @@ from ._kube_workloads import Workloads
 class Controllers(Controller):
     """All simulated controllers; :meth:`step` runs one pass."""
 
-    def __init__(self, store: Store, faults: KubeFaults, timings: KubeTimings,
-                 raylets: Callable[[str, str, dict[str, int]], Any] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        faults: KubeFaults,
+        timings: KubeTimings,
+        raylets: Callable[[str, str, dict[str, int]], Any] | None = None,
+    ) -> None:
         super().__init__(store, faults, timings, Memory())
         install_quota(store)
         self.spot = SpotCapacity(store, raylets)
@@ -71,8 +76,8 @@ class Controllers(Controller):
         for pod in pods:
             node = self.store.get("Node", None, (pod.get("spec") or {}).get("nodeName") or "")
             if node is not None:
-                labels = {k: v for k, v in labels_of(node).items()
-                          if k not in ("kubernetes.io/hostname", GKE_NODEPOOL_LABEL)}
+                labels = {
+                    k: v for k, v in labels_of(node).items() if k not in ("kubernetes.io/hostname", GKE_NODEPOOL_LABEL)
+                }
                 self._replace_nodes.append((labels_of(node).get(GKE_NODEPOOL_LABEL, "gpu"), labels))
         self.spot.preempt(pods, back_after, self.event)
-

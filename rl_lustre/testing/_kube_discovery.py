@@ -31,8 +31,11 @@ def group_versions() -> dict[str, list[KindInfo]]:
 
 def api_versions(endpoint: str) -> Obj:
     """``GET /api``."""
-    return {"kind": "APIVersions", "versions": ["v1"],
-            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": endpoint}]}
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": endpoint}],
+    }
 
 
 def api_group_list(hidden: set[str] = frozenset()) -> Obj:  # type: ignore[assignment]
@@ -54,21 +57,40 @@ def api_resource_list(group_version: str) -> Obj | None:
         return None
     resources: list[Obj] = []
     for info in kinds:
-        entry: Obj = {"name": info.plural, "singularName": info.kind.lower(), "namespaced": info.namespaced,
-                      "kind": info.kind, "verbs": list(_VERBS),
-                      "storageVersionHash": _hash(info.kind + info.api_version)[:12]}
+        entry: Obj = {
+            "name": info.plural,
+            "singularName": info.kind.lower(),
+            "namespaced": info.namespaced,
+            "kind": info.kind,
+            "verbs": list(_VERBS),
+            "storageVersionHash": _hash(info.kind + info.api_version)[:12],
+        }
         if info.short_names:
             entry["shortNames"] = list(info.short_names)
         if info.kind in ("Pod", "Service", "DaemonSet", "Job", "RayCluster"):
             entry["categories"] = ["all"]
         resources.append(entry)
         if info.status:
-            resources.append({"name": f"{info.plural}/status", "singularName": "", "namespaced": info.namespaced,
-                              "kind": info.kind, "verbs": ["get", "patch", "update"]})
+            resources.append(
+                {
+                    "name": f"{info.plural}/status",
+                    "singularName": "",
+                    "namespaced": info.namespaced,
+                    "kind": info.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
         for sub in info.subresources:
             kind, verbs = _SUBRESOURCE_KINDS.get(sub, (info.kind, ["get"]))
-            resources.append({"name": f"{info.plural}/{sub}", "singularName": "", "namespaced": info.namespaced,
-                              "kind": kind, "verbs": verbs})
+            resources.append(
+                {
+                    "name": f"{info.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": info.namespaced,
+                    "kind": kind,
+                    "verbs": verbs,
+                }
+            )
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
@@ -112,8 +134,11 @@ def openapi_v3(group_version: str) -> Obj | None:
         prefix = "/" + _openapi_path(group_version)
         scope = f"{prefix}/namespaces/{{namespace}}/{info.plural}" if info.namespaced else f"{prefix}/{info.plural}"
         gvk = {"group": info.group, "version": info.version, "kind": info.kind}
-        write = {"parameters": [_FIELD_VALIDATION], "responses": {"200": {"description": "OK"}},
-                 "x-kubernetes-group-version-kind": gvk}
+        write = {
+            "parameters": [_FIELD_VALIDATION],
+            "responses": {"200": {"description": "OK"}},
+            "x-kubernetes-group-version-kind": gvk,
+        }
         read = {"responses": {"200": {"description": "OK"}}, "x-kubernetes-group-version-kind": gvk}
         paths[scope] = {"get": read, "post": write}
         paths[f"{scope}/{{name}}"] = {"get": read, "put": write, "patch": write, "delete": read}
@@ -121,8 +146,12 @@ def openapi_v3(group_version: str) -> Obj | None:
             schema = _custom_schema(info)
             if schema is not None:
                 schemas[f"{info.group}.{info.version}.{info.kind}"] = schema
-    return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.33.0-kube-fake"},
-            "paths": paths, "components": {"schemas": schemas}}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.33.0-kube-fake"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }
 
 
 def _custom_schema(info: KindInfo) -> Obj | None:

@@ -169,8 +169,12 @@ def check_fields(obj: Obj, mode: str, *, patch: bool, warnings: list[str]) -> No
             (400 for a create or update, 422 for a patch).
     """
     if mode not in FIELD_VALIDATION:
-        raise ApiError(400, "BadRequest", f'fieldValidation: Unsupported value: "{mode}": supported values: '
-                       f'{", ".join(repr(m) for m in FIELD_VALIDATION)}')
+        raise ApiError(
+            400,
+            "BadRequest",
+            f'fieldValidation: Unsupported value: "{mode}": supported values: '
+            f"{', '.join(repr(m) for m in FIELD_VALIDATION)}",
+        )
     unknown = unknown_fields(obj)
     if not unknown:
         return
@@ -179,9 +183,14 @@ def check_fields(obj: Obj, mode: str, *, patch: bool, warnings: list[str]) -> No
         kind = str(obj.get("kind"))
         version = str(obj.get("apiVersion", "")).rpartition("/")[2]
         if patch:
-            raise ApiError(422, "Invalid", f' "" is invalid: patch: Invalid value: "{{...}}": strict decoding error: {listed}')
-        raise ApiError(400, "BadRequest",
-                       f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: {listed}')
+            raise ApiError(
+                422, "Invalid", f' "" is invalid: patch: Invalid value: "{{...}}": strict decoding error: {listed}'
+            )
+        raise ApiError(
+            400,
+            "BadRequest",
+            f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: {listed}',
+        )
     for path in unknown:
         _drop(obj, path)
     if mode == "Warn":

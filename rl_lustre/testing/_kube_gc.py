@@ -19,8 +19,9 @@ from ._kube_store import Obj, Store, owned_by
 class GarbageCollector(Controller):
     """Owner references and finalizers; a pod that goes gives its Spot node back to ``spot``."""
 
-    def __init__(self, store: Store, faults: KubeFaults, timings: KubeTimings, memory: Memory,
-                 spot: SpotCapacity) -> None:
+    def __init__(
+        self, store: Store, faults: KubeFaults, timings: KubeTimings, memory: Memory, spot: SpotCapacity
+    ) -> None:
         super().__init__(store, faults, timings, memory)
         self.spot = spot
 
@@ -44,7 +45,9 @@ class GarbageCollector(Controller):
         dependents = self.store.find(match=lambda o: owned_by(o, uid))
         for dep in dependents:
             if not dep["metadata"].get("deletionTimestamp"):
-                self.store.mark_deleted(dep["kind"], dep["metadata"].get("namespace"), dep["metadata"]["name"], foreground=False)
+                self.store.mark_deleted(
+                    dep["kind"], dep["metadata"].get("namespace"), dep["metadata"]["name"], foreground=False
+                )
         if self._age_since_deletion(obj) < self.timings.deletion:
             return
         finalizers = list(meta.get("finalizers") or [])
@@ -55,8 +58,10 @@ class GarbageCollector(Controller):
         if "kubernetes.io/pv-protection" in finalizers and not self._volume_bound(obj):
             finalizers.remove("kubernetes.io/pv-protection")
         if finalizers != list(meta.get("finalizers") or []):
+
             def set_finalizers(o: Obj) -> None:
                 o["metadata"]["finalizers"] = finalizers
+
             self.store.update(obj["kind"], meta.get("namespace"), meta["name"], set_finalizers)
         if not finalizers:
             if obj["kind"] == "Pod":

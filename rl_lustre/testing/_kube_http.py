@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("rl_lustre.testing.kube")
 
-_CORE = re.compile(r"/api/v1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?)?")
+_CORE = re.compile(
+    r"/api/v1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?)?"
+)
 _GROUP = re.compile(
     r"/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)"
     r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?)?"
@@ -116,9 +118,11 @@ class ApiHandler:
     def _discovery(self, path: str) -> Obj:
         """Discovery documents (see :mod:`._kube_discovery`); RayClusters vanish with ``no_crd``."""
         hidden = {"ray.io"} if self.fake.faults.no_crd else set()
-        roots = {"/api": lambda: _discovery.api_versions(self.fake.endpoint),
-                 "/apis": lambda: _discovery.api_group_list(hidden),
-                 "/openapi/v3": _discovery.openapi_v3_index}
+        roots = {
+            "/api": lambda: _discovery.api_versions(self.fake.endpoint),
+            "/apis": lambda: _discovery.api_group_list(hidden),
+            "/openapi/v3": _discovery.openapi_v3_index,
+        }
         body: Obj | None
         if path in roots:
             body = roots[path]()
@@ -170,8 +174,11 @@ class ApiHandler:
         if method == "PATCH":
             ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
             if ctype not in (_MERGE_PATCH, _STRATEGIC_PATCH):
-                raise ApiError(415, "UnsupportedMediaType",
-                               f"the KubeFake applies merge and strategic merge patches, not {ctype!r}")
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    f"the KubeFake applies merge and strategic merge patches, not {ctype!r}",
+                )
             patch = await self._json_body(request)
             warnings = []
             check = self._validator(info, name, query.get("fieldValidation", "Warn"), warnings, patch=True)
@@ -191,10 +198,15 @@ class ApiHandler:
             if not removed:
                 return web.json_response(obj)
             # Gone at once: the server answers with a Status, not the object.
-            return web.json_response({
-                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                "details": {"name": name, "group": info.group, "kind": info.plural, "uid": obj["metadata"]["uid"]},
-            })
+            return web.json_response(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": {"name": name, "group": info.group, "kind": info.plural, "uid": obj["metadata"]["uid"]},
+                }
+            )
         return self._unhandled(request)
 
     def _log(self, ns: str, name: str, query: Mapping[str, str]) -> web.StreamResponse:
@@ -204,12 +216,13 @@ class ApiHandler:
         pod = self.store.require("Pod", ns, name)
         if (pod.get("status") or {}).get("phase") not in ("Running", "Succeeded", "Failed"):
             container = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", "")
-            raise ApiError(400, "BadRequest",
-                           f'container "{container}" in pod "{name}" is waiting to start: PodInitializing')
+            raise ApiError(
+                400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start: PodInitializing'
+            )
         lines = self.controllers.workloads.logs.get((ns, name), "").splitlines(keepends=True)
         tail = query.get("tailLines")
         if tail is not None and tail.isdigit():
-            lines = lines[len(lines) - int(tail):] if int(tail) else []
+            lines = lines[len(lines) - int(tail) :] if int(tail) else []
         return web.Response(text="".join(lines), content_type="text/plain")
 
     def _unhandled(self, request: web.Request) -> web.StreamResponse:
@@ -237,8 +250,9 @@ class ApiHandler:
             raise ApiError(400, "BadRequest", "the body must be a JSON object")
         return body
 
-    def _validator(self, info: KindInfo, name: str, field_validation: str, warnings: list[str], *,
-                   patch: bool = False) -> Callable[[Obj], None]:
+    def _validator(
+        self, info: KindInfo, name: str, field_validation: str, warnings: list[str], *, patch: bool = False
+    ) -> Callable[[Obj], None]:
         """What the server checks before storing ``obj``: its fields against the kind's
         schema (``fieldValidation``, see :mod:`._kube_fields`), then the test's ``validate``."""
         from ._kube_fields import check_fields
@@ -264,18 +278,22 @@ class ApiHandler:
         body.setdefault("kind", info.kind)
         if body.get("kind") != info.kind or body.get("apiVersion") != info.api_version:
             raise ApiError(
-                400, "BadRequest",
+                400,
+                "BadRequest",
                 f"the body's {body.get('apiVersion')}/{body.get('kind')} does not match {info.api_version}/{info.kind}",
             )
         meta = body.setdefault("metadata", {})
         if info.namespaced:
             if meta.get("namespace") not in (None, ns):
                 raise ApiError(
-                    400, "BadRequest",
+                    400,
+                    "BadRequest",
                     "the namespace of the provided object does not match the namespace sent on the request",
                 )
             meta["namespace"] = ns
-        self._validator(info, str(meta.get("name") or meta.get("generateName") or "?"), field_validation, warnings)(body)
+        self._validator(info, str(meta.get("name") or meta.get("generateName") or "?"), field_validation, warnings)(
+            body
+        )
         return self.store.create(body)
 
     def _list(self, info: KindInfo, ns: str | None, query: Mapping[str, str]) -> Obj:
@@ -287,9 +305,16 @@ class ApiHandler:
         if info.api_version == "v1":
             # Like the real server, typed core lists leave kind/apiVersion off their items.
             items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
-        return {"kind": f"{info.kind}List", "apiVersion": info.api_version, "metadata": {"resourceVersion": rv}, "items": items}
+        return {
+            "kind": f"{info.kind}List",
+            "apiVersion": info.api_version,
+            "metadata": {"resourceVersion": rv},
+            "items": items,
+        }
 
-    async def _watch(self, request: web.Request, info: KindInfo, ns: str | None, record: KubeRequest) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, info: KindInfo, ns: str | None, record: KubeRequest
+    ) -> web.StreamResponse:
         from aiohttp import web
 
         query = request.query
@@ -362,7 +387,9 @@ class ApiHandler:
             raise ApiError(400, "BadRequest", f"the KubeFake forwards exactly one port per v4 connection, not {ports}")
         ws = web.WebSocketResponse(protocols=pf.PROTOCOLS, max_msg_size=16 * 1024 * 1024, autoping=True)
         if not ws.can_prepare(request).ok:
-            raise ApiError(400, "BadRequest", f"port-forward needs a websocket upgrade (subprotocol {' or '.join(pf.PROTOCOLS)})")
+            raise ApiError(
+                400, "BadRequest", f"port-forward needs a websocket upgrade (subprotocol {' or '.join(pf.PROTOCOLS)})"
+            )
         await ws.prepare(request)
         if ws.ws_protocol not in pf.PROTOCOLS:
             await ws.close(message=b"unsupported subprotocol")

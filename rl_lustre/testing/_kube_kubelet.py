@@ -30,8 +30,15 @@ from ._kube_workloads import JOB_NAME_LABEL, Workloads
 class Kubelet(Controller):
     """Pods from Pending to Running (or to the failure a fault asks for)."""
 
-    def __init__(self, store: Store, faults: KubeFaults, timings: KubeTimings, memory: Memory,
-                 spot: SpotCapacity, workloads: Workloads) -> None:
+    def __init__(
+        self,
+        store: Store,
+        faults: KubeFaults,
+        timings: KubeTimings,
+        memory: Memory,
+        spot: SpotCapacity,
+        workloads: Workloads,
+    ) -> None:
         super().__init__(store, faults, timings, memory)
         self.spot = spot
         self.workloads = workloads
@@ -59,13 +66,23 @@ class Kubelet(Controller):
                 blocked = why, None  # Nodes are there, and none fits (the scheduler's own words)
             if blocked is not None:
                 message, autoscaler = blocked
-                self._set_status(pod, {
-                    "phase": "Pending", "qosClass": status.get("qosClass", "Burstable"),
-                    "conditions": [condition("PodScheduled", False, "Unschedulable", message)],
-                })
+                self._set_status(
+                    pod,
+                    {
+                        "phase": "Pending",
+                        "qosClass": status.get("qosClass", "Burstable"),
+                        "conditions": [condition("PodScheduled", False, "Unschedulable", message)],
+                    },
+                )
                 self.event(pod, "FailedScheduling", message, warning=True, component="default-scheduler")
                 if autoscaler is not None:
-                    self.event(pod, autoscaler[0], autoscaler[1], warning=autoscaler[0] == "FailedScaleUp", component="cluster-autoscaler")
+                    self.event(
+                        pod,
+                        autoscaler[0],
+                        autoscaler[1],
+                        warning=autoscaler[0] == "FailedScaleUp",
+                        component="cluster-autoscaler",
+                    )
                 return
             self._ips += 1
             # Without any registered Node the fake invents one for the pod.
@@ -74,7 +91,8 @@ class Kubelet(Controller):
             def schedule(o: Obj) -> None:
                 o["spec"]["nodeName"] = node
                 o["status"] = {
-                    "phase": "Pending", "qosClass": status.get("qosClass", "Burstable"),
+                    "phase": "Pending",
+                    "qosClass": status.get("qosClass", "Burstable"),
                     "conditions": [condition("PodScheduled", True)],
                 }
 
@@ -114,8 +132,10 @@ class Kubelet(Controller):
                 continue
             pvc = self.store.get("PersistentVolumeClaim", ns, claim)
             if pvc is None:
-                return (f'0/3 nodes are available: persistentvolumeclaim "{claim}" not found. no new claims to '
-                        "deallocate, preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."), None
+                return (
+                    f'0/3 nodes are available: persistentvolumeclaim "{claim}" not found. no new claims to '
+                    "deallocate, preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+                ), None
             if (pvc.get("status") or {}).get("phase") != "Bound":
                 return (
                     "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. no new claims to "
@@ -135,9 +155,12 @@ class Kubelet(Controller):
         from ._kube_scheduler import fits_node
 
         spec = pod.get("spec") or {}
-        return any(GKE_SPOT_LABEL not in labels_of(n) and fits_node(spec, labels_of(n))
-                   and "nvidia.com/gpu" in ((n.get("status") or {}).get("allocatable") or {})
-                   for n in self.store.find("Node"))
+        return any(
+            GKE_SPOT_LABEL not in labels_of(n)
+            and fits_node(spec, labels_of(n))
+            and "nvidia.com/gpu" in ((n.get("status") or {}).get("allocatable") or {})
+            for n in self.store.find("Node")
+        )
 
     def _image_fails(self, image: str) -> bool:
         knob = self.faults.image_pull
@@ -181,23 +204,35 @@ class Kubelet(Controller):
             if c in bad:
                 reason = "ImagePullBackOff" if backoff else "ErrImagePull"
                 message = (
-                    f'Back-off pulling image "{image}"' if backoff
+                    f'Back-off pulling image "{image}"'
+                    if backoff
                     else f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": not found'
                 )
                 state: Obj = {"waiting": {"reason": reason, "message": message}}
                 self.event(pod, "Pulling", f'Pulling image "{image}"', component="kubelet")
                 self.event(
-                    pod, "Failed",
+                    pod,
+                    "Failed",
                     f'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to pull and unpack '
                     f'image "{image}": failed to resolve reference "{image}": {image}: not found',
-                    warning=True, component="kubelet",
+                    warning=True,
+                    component="kubelet",
                 )
                 if backoff:
                     self.event(pod, "BackOff", f'Back-off pulling image "{image}"', component="kubelet")
             else:
                 state = {"waiting": {"reason": "PodInitializing"}}
-            statuses.append({"name": c["name"], "image": image, "imageID": "", "ready": False, "restartCount": 0,
-                             "started": False, "state": state})
+            statuses.append(
+                {
+                    "name": c["name"],
+                    "image": image,
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "started": False,
+                    "state": state,
+                }
+            )
         status["containerStatuses"] = statuses
         self._set_status(pod, status)
 
@@ -206,16 +241,38 @@ class Kubelet(Controller):
         name = pod["metadata"]["name"]
         statuses = []
         for c in containers(pod):
-            statuses.append({
-                "name": c["name"], "image": c.get("image", ""), "imageID": f"sha256:{'0' * 64}",
-                "ready": False, "restartCount": 3, "started": False,
-                "state": {"waiting": {"reason": "CrashLoopBackOff",
-                                      "message": f"back-off 40s restarting failed container={c['name']} pod={name}"}},
-                "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": self.faults.crash_loop,
-                                             "startedAt": now_rfc3339(), "finishedAt": now_rfc3339()}},
-            })
-            self.event(pod, "BackOff", f"Back-off restarting failed container {c['name']} in pod {name}",
-                       warning=True, component="kubelet")
+            statuses.append(
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": f"sha256:{'0' * 64}",
+                    "ready": False,
+                    "restartCount": 3,
+                    "started": False,
+                    "state": {
+                        "waiting": {
+                            "reason": "CrashLoopBackOff",
+                            "message": f"back-off 40s restarting failed container={c['name']} pod={name}",
+                        }
+                    },
+                    "lastState": {
+                        "terminated": {
+                            "exitCode": 1,
+                            "reason": "Error",
+                            "message": self.faults.crash_loop,
+                            "startedAt": now_rfc3339(),
+                            "finishedAt": now_rfc3339(),
+                        }
+                    },
+                }
+            )
+            self.event(
+                pod,
+                "BackOff",
+                f"Back-off restarting failed container {c['name']} in pod {name}",
+                warning=True,
+                component="kubelet",
+            )
         status["containerStatuses"] = statuses
         self._set_status(pod, status)
 
@@ -226,12 +283,18 @@ class Kubelet(Controller):
         statuses = []
         for c in containers(pod):
             image = c.get("image", "")
-            statuses.append({
-                "name": c["name"], "image": image, "imageID": f"sha256:{'0' * 64}", "ready": True,
-                "restartCount": 0, "started": True, "state": {"running": {"startedAt": now_rfc3339()}},
-            })
+            statuses.append(
+                {
+                    "name": c["name"],
+                    "image": image,
+                    "imageID": f"sha256:{'0' * 64}",
+                    "ready": True,
+                    "restartCount": 0,
+                    "started": True,
+                    "state": {"running": {"startedAt": now_rfc3339()}},
+                }
+            )
             self.event(pod, "Pulled", f'Container image "{image}" already present on machine', component="kubelet")
             self.event(pod, "Started", f"Started container {c['name']}", component="kubelet")
         status["containerStatuses"] = statuses
         self._set_status(pod, status)
-

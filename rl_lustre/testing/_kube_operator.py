@@ -59,8 +59,10 @@ def _should_delete(pod: Obj) -> bool:
     if status.get("phase") in ("Failed", "Succeeded"):
         return True
     first = (containers(pod) or [{}])[0].get("name")
-    ended = any(c.get("name") == first and (c.get("state") or {}).get("terminated")
-                for c in status.get("containerStatuses") or [])
+    ended = any(
+        c.get("name") == first and (c.get("state") or {}).get("terminated")
+        for c in status.get("containerStatuses") or []
+    )
     return status.get("phase") == "Running" and ended and (pod.get("spec") or {}).get("restartPolicy") == "Never"
 
 
@@ -145,7 +147,7 @@ class KubeRayOperator(Controller):
             diff = desired_replicas(group) - len(mine)
             for _ in range(diff):
                 self._create_pod(rc, group_name, "worker", group)
-            for extra in mine[:max(0, -diff)]:
+            for extra in mine[: max(0, -diff)]:
                 self._delete_pod(rc, extra, "worker", why="")
 
     def _delete_pod(self, rc: Obj, pod: Obj, what: str, *, why: str = "failed") -> None:
@@ -156,8 +158,10 @@ class KubeRayOperator(Controller):
         if why:
             phase = (pod.get("status") or {}).get("phase")
             restart = (pod.get("spec") or {}).get("restartPolicy", "Always")
-            message = (f"Deleted {what} Pod {ns}/{pod['metadata']['name']}; Pod status: {phase}; "
-                       f"Pod restart policy: {restart}; Ray container terminated status: nil")
+            message = (
+                f"Deleted {what} Pod {ns}/{pod['metadata']['name']}; Pod status: {phase}; "
+                f"Pod restart policy: {restart}; Ray container terminated status: nil"
+            )
         else:
             message = f"Deleted Pod {ns}/{pod['metadata']['name']}"
         self.event(rc, f"Deleted{what.capitalize()}Pod", message, component="raycluster-controller")
@@ -165,46 +169,68 @@ class KubeRayOperator(Controller):
     def _create_pod(self, rc: Obj, group_name: str, node_type: str, group: Obj) -> None:
         name, ns = rc["metadata"]["name"], rc["metadata"].get("namespace") or "default"
         template = copy.deepcopy(group.get("template") or {})
-        pod_name = f"{name}-head-{random_suffix()}" if node_type == "head" else f"{name}-{group_name}-worker-{random_suffix()}"
+        pod_name = (
+            f"{name}-head-{random_suffix()}" if node_type == "head" else f"{name}-{group_name}-worker-{random_suffix()}"
+        )
         labels = dict((template.get("metadata") or {}).get("labels") or {})
-        labels.update({
-            "ray.io/cluster": name,
-            "ray.io/node-type": node_type,
-            "ray.io/group": group_name,
-            "ray.io/identifier": f"{name}-{node_type}",
-            "ray.io/is-ray-node": "yes",
-            "app.kubernetes.io/created-by": "kuberay-operator",
-            "app.kubernetes.io/name": "kuberay",
-        })
+        labels.update(
+            {
+                "ray.io/cluster": name,
+                "ray.io/node-type": node_type,
+                "ray.io/group": group_name,
+                "ray.io/identifier": f"{name}-{node_type}",
+                "ray.io/is-ray-node": "yes",
+                "app.kubernetes.io/created-by": "kuberay-operator",
+                "app.kubernetes.io/name": "kuberay",
+            }
+        )
         spec = template.get("spec") or {}
         spec.setdefault("restartPolicy", "Always")
         what = "head" if node_type == "head" else "worker"
         try:
-            pod = self.store.create({
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": pod_name, "namespace": ns, "labels": labels,
-                    "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
-                    "ownerReferences": [owner_reference(rc)],
-                },
-                "spec": spec,
-            })
+            pod = self.store.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": pod_name,
+                        "namespace": ns,
+                        "labels": labels,
+                        "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
+                        "ownerReferences": [owner_reference(rc)],
+                    },
+                    "spec": spec,
+                }
+            )
         except ApiError as refused:
             if node_type == "head":
-                self.event(rc, "FailedToCreateHeadPod", f"Failed to create head Pod {ns}/{pod_name}, {refused.message}",
-                           warning=True, component="raycluster-controller")
+                self.event(
+                    rc,
+                    "FailedToCreateHeadPod",
+                    f"Failed to create head Pod {ns}/{pod_name}, {refused.message}",
+                    warning=True,
+                    component="raycluster-controller",
+                )
                 raise _ReplicaFailure("FailedCreateHeadPod", refused.message) from None
-            self.event(rc, "FailedToCreateWorkerPod",
-                       f"Failed to create worker Pod for the cluster {ns}/{name}, {refused.message}",
-                       warning=True, component="raycluster-controller")
+            self.event(
+                rc,
+                "FailedToCreateWorkerPod",
+                f"Failed to create worker Pod for the cluster {ns}/{name}, {refused.message}",
+                warning=True,
+                component="raycluster-controller",
+            )
             raise _ReplicaFailure("FailedCreateWorkerPod", refused.message) from None
 
         def pending(o: Obj) -> None:
             o["status"] = {"phase": "Pending", "qosClass": "Burstable"}
 
         self.store.update("Pod", ns, pod_name, pending)
-        self.event(rc, f"Created{what.capitalize()}Pod", f"Created {what} Pod {ns}/{pod['metadata']['name']}", component="raycluster-controller")
+        self.event(
+            rc,
+            f"Created{what.capitalize()}Pod",
+            f"Created {what} Pod {ns}/{pod['metadata']['name']}",
+            component="raycluster-controller",
+        )
 
     def _raycluster_status(self, rc: Obj, failure: _ReplicaFailure | None) -> None:
         meta = rc["metadata"]
@@ -225,8 +251,10 @@ class KubeRayOperator(Controller):
             "readyWorkerReplicas": sum(1 for w in workers if pod_ready(w)),
             "availableWorkerReplicas": sum(1 for w in workers if (w.get("status") or {}).get("phase") == "Running"),
             "minWorkerReplicas": sum(int(g.get("minReplicas") or 0) * h for g, h in zip(live, hosts, strict=True)),
-            "maxWorkerReplicas": sum(int(g["maxReplicas"]) * h if g.get("maxReplicas") is not None else _MAX_REPLICAS
-                                     for g, h in zip(live, hosts, strict=True)),
+            "maxWorkerReplicas": sum(
+                int(g["maxReplicas"]) * h if g.get("maxReplicas") is not None else _MAX_REPLICAS
+                for g, h in zip(live, hosts, strict=True)
+            ),
             "observedGeneration": meta.get("generation", 1),
             "endpoints": {
                 str(p["name"]): str(p["port"]) for p in ((service or {}).get("spec") or {}).get("ports") or []
@@ -251,7 +279,9 @@ class KubeRayOperator(Controller):
         # As KubeRay does: a status that differs only in lastUpdateTime or observedGeneration
         # is not written, so a pod-template-only change leaves observedGeneration behind.
         unchanged = ("lastUpdateTime", "observedGeneration")
-        if {k: v for k, v in old.items() if k not in unchanged} == {k: v for k, v in status.items() if k not in unchanged}:
+        if {k: v for k, v in old.items() if k not in unchanged} == {
+            k: v for k, v in status.items() if k not in unchanged
+        }:
             return
         status["lastUpdateTime"] = now_rfc3339()
 
@@ -263,17 +293,18 @@ class KubeRayOperator(Controller):
     @staticmethod
     def _conditions(old: Obj, head: Obj | None, all_running: bool, failure: _ReplicaFailure | None) -> list[Obj]:
         before = old.get("conditions") or []
-        provisioned_before = any(c.get("type") == "RayClusterProvisioned" and c.get("status") == "True"
-                                 for c in before)
+        provisioned_before = any(c.get("type") == "RayClusterProvisioned" and c.get("status") == "True" for c in before)
         if head is None:
             head_ready = condition("HeadPodReady", False, "HeadPodNotFound", "Head Pod not found")
         else:
-            ready = next((c for c in (head.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"),
-                         None)
+            ready = next(
+                (c for c in (head.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None
+            )
             ok = ready is not None and ready.get("status") == "True"
             reason = (ready or {}).get("reason") or ("HeadPodRunningAndReady" if ok else "Unknown")
-            head_ready = condition("HeadPodReady", ok, reason, str((ready or {}).get("message") or ""),
-                                   always_message=True)
+            head_ready = condition(
+                "HeadPodReady", ok, reason, str((ready or {}).get("message") or ""), always_message=True
+            )
         conditions = []
         if failure is not None:
             conditions.append(condition("ReplicaFailure", True, failure.reason, str(failure)))
@@ -282,13 +313,28 @@ class KubeRayOperator(Controller):
         if provisioned_before:
             conditions.append(next(c for c in before if c.get("type") == "RayClusterProvisioned"))
         elif all_running:
-            conditions.append(condition("RayClusterProvisioned", True, "AllPodRunningAndReadyFirstTime",
-                                        "All Ray Pods are ready for the first time", always_message=True))
+            conditions.append(
+                condition(
+                    "RayClusterProvisioned",
+                    True,
+                    "AllPodRunningAndReadyFirstTime",
+                    "All Ray Pods are ready for the first time",
+                    always_message=True,
+                )
+            )
         else:
-            conditions.append(condition("RayClusterProvisioned", False, "RayClusterPodsProvisioning",
-                                        "RayCluster Pods are being provisioned for first time", always_message=True))
-        conditions += [condition(t, False, t, "", always_message=True)
-                       for t in ("RayClusterSuspended", "RayClusterSuspending")]
+            conditions.append(
+                condition(
+                    "RayClusterProvisioned",
+                    False,
+                    "RayClusterPodsProvisioning",
+                    "RayCluster Pods are being provisioned for first time",
+                    always_message=True,
+                )
+            )
+        conditions += [
+            condition(t, False, t, "", always_message=True) for t in ("RayClusterSuspended", "RayClusterSuspending")
+        ]
         return same_conditions(before, conditions)
 
 
@@ -308,15 +354,21 @@ def _head_service(rc: Obj, service_name: str, head_group: Obj) -> Obj:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": service_name, "namespace": ns,
-            "labels": {**identity, "app.kubernetes.io/name": "kuberay", "app.kubernetes.io/created-by": "kuberay-operator"},
+            "name": service_name,
+            "namespace": ns,
+            "labels": {
+                **identity,
+                "app.kubernetes.io/name": "kuberay",
+                "app.kubernetes.io/created-by": "kuberay-operator",
+            },
             "ownerReferences": [owner_reference(rc)],
         },
         "spec": {
             "clusterIP": "None",
             "selector": identity,
-            "ports": [{"name": n, "port": p, "protocol": "TCP", "targetPort": p, "appProtocol": "tcp"}
-                      for n, p in ports.items()],
+            "ports": [
+                {"name": n, "port": p, "protocol": "TCP", "targetPort": p, "appProtocol": "tcp"}
+                for n, p in ports.items()
+            ],
         },
     }
-

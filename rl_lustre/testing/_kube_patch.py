@@ -17,10 +17,24 @@ _ORDER = "$setElementOrder/"
 _DELETE_FROM = "$deleteFromPrimitiveList/"
 
 # Fields whose value is a Go map: the empty strings inside are values, not omitted fields.
-_MAP_FIELDS = frozenset({
-    "labels", "annotations", "data", "stringData", "binaryData", "nodeSelector", "capacity", "limits",
-    "requests", "volumeAttributes", "matchLabels", "allocatable", "parameters", "selector",
-})
+_MAP_FIELDS = frozenset(
+    {
+        "labels",
+        "annotations",
+        "data",
+        "stringData",
+        "binaryData",
+        "nodeSelector",
+        "capacity",
+        "limits",
+        "requests",
+        "volumeAttributes",
+        "matchLabels",
+        "allocatable",
+        "parameters",
+        "selector",
+    }
+)
 # String fields that are pointers in the Go types: an empty string is stored, not dropped.
 KEEP_EMPTY_STRINGS = {
     "PersistentVolumeClaim": frozenset({"spec.storageClassName", "spec.volumeAttributesClassName"}),
@@ -45,8 +59,9 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def strategic_merge(target: Any, patch: Any, merge_keys: Mapping[str, str], merged_lists: frozenset[str] = frozenset(),
-                    path: str = "") -> Any:
+def strategic_merge(
+    target: Any, patch: Any, merge_keys: Mapping[str, str], merged_lists: frozenset[str] = frozenset(), path: str = ""
+) -> Any:
     """A strategic merge patch as the API server applies it to a built-in kind.
 
     Lists whose dotted field path has a key in ``merge_keys`` are merged element by
@@ -72,11 +87,11 @@ def strategic_merge(target: Any, patch: Any, merge_keys: Mapping[str, str], merg
         if key in (_DIRECTIVE, _RETAIN):
             continue
         if key.startswith(_ORDER):
-            orders[key[len(_ORDER):]] = list(value or [])
+            orders[key[len(_ORDER) :]] = list(value or [])
             continue
         sub = f"{path}.{key}" if path else key
         if key.startswith(_DELETE_FROM):
-            field = key[len(_DELETE_FROM):]
+            field = key[len(_DELETE_FROM) :]
             result[field] = [x for x in result.get(field) or [] if x not in (value or [])]
             continue
         if value is None:
@@ -102,8 +117,14 @@ def strategic_merge(target: Any, patch: Any, merge_keys: Mapping[str, str], merg
     return result
 
 
-def _merge_list(current: list[Any], items: list[Any], key: str, merge_keys: Mapping[str, str],
-                merged_lists: frozenset[str], path: str) -> list[Any]:
+def _merge_list(
+    current: list[Any],
+    items: list[Any],
+    key: str,
+    merge_keys: Mapping[str, str],
+    merged_lists: frozenset[str],
+    path: str,
+) -> list[Any]:
     out = copy.deepcopy(current)
     for item in items:
         if isinstance(item, Mapping) and item.get(_DIRECTIVE) == "replace" and len(item) == 1:
@@ -125,12 +146,15 @@ def _merge_list(current: list[Any], items: list[Any], key: str, merge_keys: Mapp
 
 def _reorder(items: list[Any], order: list[Any], key: str | None) -> list[Any]:
     """``items`` with those named in ``order`` first, in that order (``$setElementOrder``)."""
+
     def ident(x: Any) -> Any:
         return x.get(key) if key and isinstance(x, Mapping) else x
 
     wanted = [ident(o) for o in order]
-    ranked = sorted(range(len(items)), key=lambda i: (wanted.index(ident(items[i])) if ident(items[i]) in wanted
-                                                       else len(wanted), i))
+    ranked = sorted(
+        range(len(items)),
+        key=lambda i: (wanted.index(ident(items[i])) if ident(items[i]) in wanted else len(wanted), i),
+    )
     return [items[i] for i in ranked]
 
 

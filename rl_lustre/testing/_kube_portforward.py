@@ -138,8 +138,8 @@ class SpdySession:
             length = int.from_bytes(self._buffer[5:8], "big")
             if len(self._buffer) < 8 + length:
                 return
-            head, payload = bytes(self._buffer[:8]), bytes(self._buffer[8:8 + length])
-            del self._buffer[:8 + length]
+            head, payload = bytes(self._buffer[:8]), bytes(self._buffer[8 : 8 + length])
+            del self._buffer[: 8 + length]
             flags = head[4]
             if head[0] & 0x80:
                 await self._control(int.from_bytes(head[2:4], "big"), flags, payload)
@@ -228,11 +228,11 @@ class SpdySession:
         raw = self._inflate.decompress(block)
         count, pos, out = int.from_bytes(raw[:4], "big"), 4, {}
         for _ in range(count):
-            size = int.from_bytes(raw[pos:pos + 4], "big")
-            name = raw[pos + 4:pos + 4 + size].decode().lower()
+            size = int.from_bytes(raw[pos : pos + 4], "big")
+            name = raw[pos + 4 : pos + 4 + size].decode().lower()
             pos += 4 + size
-            size = int.from_bytes(raw[pos:pos + 4], "big")
-            out[name] = raw[pos + 4:pos + 4 + size].decode().split("\x00")[0]
+            size = int.from_bytes(raw[pos : pos + 4], "big")
+            out[name] = raw[pos + 4 : pos + 4 + size].decode().split("\x00")[0]
             pos += 4 + size
         return out
 

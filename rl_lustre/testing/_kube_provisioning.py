@@ -25,8 +25,9 @@ from ._kube_store import Obj, Store, now_rfc3339
 __all__ = ["Decider", "ProvisioningRequests"]
 
 register_kind(KindInfo("PodTemplate", "v1", "podtemplates", True))
-register_kind(KindInfo("ProvisioningRequest", "autoscaling.x-k8s.io/v1", "provisioningrequests", True,
-                       status=True, builtin=False))
+register_kind(
+    KindInfo("ProvisioningRequest", "autoscaling.x-k8s.io/v1", "provisioningrequests", True, status=True, builtin=False)
+)
 
 # (pool, count, asked_at) -> ("wait" | "granted" | "failed" | "busy", message, nodes to register)
 Decider = Callable[[str, int, float], tuple[str, str, list[Obj]]]
@@ -60,8 +61,12 @@ class ProvisioningRequests:
             selector = (((template or {}).get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
             pool = selector.get(GKE_NODEPOOL_LABEL, "")
             if template is None or not pool:
-                self._set(pr, "Failed", "PodTemplateNotFound",
-                          f"PodTemplate {ref!r} with a {GKE_NODEPOOL_LABEL} nodeSelector not found")
+                self._set(
+                    pr,
+                    "Failed",
+                    "PodTemplateNotFound",
+                    f"PodTemplate {ref!r} with a {GKE_NODEPOOL_LABEL} nodeSelector not found",
+                )
                 continue
             if "Accepted" not in conds:
                 self._set(pr, "Accepted", "ProvisioningRequestAccepted", "Provisioning Request was accepted")
@@ -84,8 +89,16 @@ class ProvisioningRequests:
             conds: list[dict[str, Any]] = [c for c in st.get("conditions") or [] if c.get("type") != kind]
             old = next((c for c in st.get("conditions") or [] if c.get("type") == kind), None)
             stamp = old["lastTransitionTime"] if old and old.get("status") == status else now_rfc3339()
-            conds.append({"type": kind, "status": status, "reason": reason, "message": message,
-                          "lastTransitionTime": stamp, "observedGeneration": o["metadata"].get("generation", 1)})
+            conds.append(
+                {
+                    "type": kind,
+                    "status": status,
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": stamp,
+                    "observedGeneration": o["metadata"].get("generation", 1),
+                }
+            )
             st["conditions"] = conds
 
         meta = pr["metadata"]

@@ -28,8 +28,12 @@ def install(store: Store) -> None:
         for quota in store.find("ResourceQuota", ns):
             hard = ((quota.get("spec") or {}).get("hard") or {}).get("pods")
             if hard is not None and used + 1 > int(hard):
-                raise ApiError(403, "Forbidden", f'pods "{meta.get("name")}" is forbidden: exceeded quota: '
-                               f'{quota["metadata"]["name"]}, requested: pods=1, used: pods={used}, '
-                               f"limited: pods={int(hard)}")
+                raise ApiError(
+                    403,
+                    "Forbidden",
+                    f'pods "{meta.get("name")}" is forbidden: exceeded quota: '
+                    f"{quota['metadata']['name']}, requested: pods=1, used: pods={used}, "
+                    f"limited: pods={int(hard)}",
+                )
 
     store.admission["Pod"] = admit

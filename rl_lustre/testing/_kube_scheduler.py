@@ -39,8 +39,21 @@ TAINTS = "node(s) had untolerated taint(s)"
 SELECTOR = "node(s) didn't match Pod's node affinity/selector"
 _CORDONED = "node(s) were unschedulable"
 _TERMINAL = ("Succeeded", "Failed")
-_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-             "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "m": 1e-3}
+_SUFFIXES = {
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "m": 1e-3,
+}
 # What a Node without status.allocatable offers (kwok's default for the Nodes it plays).
 _UNSET_ALLOCATABLE = {"cpu": "1k", "memory": "1Ti", "pods": "1M", "ephemeral-storage": "1Pi"}
 
@@ -63,6 +76,7 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, float]:
     """What ``pod`` asks of a node: the sum of its containers' requests (limits where a
     container sets none, as the API server defaults them), at least its largest init
     container's, and one ``pods``."""
+
     def of(container: Mapping[str, Any]) -> dict[str, float]:
         resources = container.get("resources") or {}
         merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
@@ -93,8 +107,11 @@ def untolerated(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> list[Ma
             return False
         return t.get("operator") == "Exists" or (t.get("value") or "") == (taint.get("value") or "")
 
-    return [taint for taint in (node.get("spec") or {}).get("taints") or []
-            if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(tolerates(t, taint) for t in tolerations)]
+    return [
+        taint
+        for taint in (node.get("spec") or {}).get("taints") or []
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(tolerates(t, taint) for t in tolerations)
+    ]
 
 
 def fits_node(pod_spec: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -102,8 +119,9 @@ def fits_node(pod_spec: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     affinity (``In``, ``NotIn``, ``Exists``, ``DoesNotExist`` terms; any term may match)."""
     if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
         return False
-    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     terms = required.get("nodeSelectorTerms") or []
 
     def holds(expr: Mapping[str, Any]) -> bool:
@@ -149,8 +167,11 @@ def place(pod: Obj, nodes: Sequence[Obj], pods: Iterable[Obj]) -> tuple[str | No
     by_node: dict[str, list[Obj]] = {}
     for other in pods:
         where = (other.get("spec") or {}).get("nodeName")
-        if where and (other.get("status") or {}).get("phase") not in _TERMINAL and \
-                other["metadata"].get("uid") != pod["metadata"].get("uid"):
+        if (
+            where
+            and (other.get("status") or {}).get("phase") not in _TERMINAL
+            and other["metadata"].get("uid") != pod["metadata"].get("uid")
+        ):
             by_node.setdefault(str(where), []).append(other)
     counts: dict[str, int] = {}
     preemption: dict[str, int] = {}
@@ -163,13 +184,18 @@ def place(pod: Obj, nodes: Sequence[Obj], pods: Iterable[Obj]) -> tuple[str | No
             continue
         for reason in reasons:
             counts[reason] = counts.get(reason, 0) + 1
-        verdict = "Preemption is not helpful for scheduling" if unresolvable else \
-            "No preemption victims found for incoming pod"
+        verdict = (
+            "Preemption is not helpful for scheduling"
+            if unresolvable
+            else "No preemption victims found for incoming pod"
+        )
         preemption[verdict] = preemption.get(verdict, 0) + 1
     if fitting:
         return min(fitting, key=lambda n: (len(by_node.get(n, [])), n)), ""
     n = len(nodes)
     listed = ", ".join(sorted(f"{c} {r}" for r, c in counts.items()))
     after = ", ".join(sorted(f"{c} {r}" for r, c in preemption.items()))
-    return None, (f"0/{n} nodes are available: {listed}. no new claims to deallocate, "
-                  f"preemption: 0/{n} nodes are available: {after}.")
+    return None, (
+        f"0/{n} nodes are available: {listed}. no new claims to deallocate, "
+        f"preemption: 0/{n} nodes are available: {after}."
+    )

@@ -18,7 +18,9 @@ from ._kube_store import Obj
 __all__ = ["schema_validator"]
 
 
-def schema_validator(crd_path: str | os.PathLike[str] | None = None, *, kubernetes_version: str = "1.33.0") -> Callable[[Obj], None]:
+def schema_validator(
+    crd_path: str | os.PathLike[str] | None = None, *, kubernetes_version: str = "1.33.0"
+) -> Callable[[Obj], None]:
     """A ``validate`` callable for :class:`KubeFake`: the real schemas, strictly.
 
     Core objects go through ``kubernetes_validate`` in strict mode (unknown fields

@@ -37,8 +37,14 @@ class TlsServer:
     (which the handler keeps) are closed: to end what else waits, such as watches.
     """
 
-    def __init__(self, handler: Handler, background: Callable[[], Coroutine[Any, Any, None]], *,
-                 on_stop: Callable[[], None], sockets: set[Any]) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        background: Callable[[], Coroutine[Any, Any, None]],
+        *,
+        on_stop: Callable[[], None],
+        sockets: set[Any],
+    ) -> None:
         self._handler = handler
         self._background = background
         self._on_stop = on_stop

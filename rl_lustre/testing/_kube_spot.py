@@ -183,14 +183,23 @@ class SpotCapacity:
             node = self.store.get("Node", None, node_name)
             if node is not None:
                 self._taint(node)
-                event(node, "PreemptionNotice", f"Node {node_name} is a Spot VM that Compute Engine is reclaiming",
-                      warning=True, component="node-controller")
+                event(
+                    node,
+                    "PreemptionNotice",
+                    f"Node {node_name} is a Spot VM that Compute Engine is reclaiming",
+                    warning=True,
+                    component="node-controller",
+                )
             self._terminated(pod)
             event(pod, "TerminationByKubelet", SHUTDOWN_MESSAGE, warning=True, component="kubelet")
             self.release(pod["metadata"]["name"])
             if node is not None:
-                event(node, "RemovingNode", f"Node {node_name} event: Removing Node {node_name} from Controller",
-                      component="node-controller")
+                event(
+                    node,
+                    "RemovingNode",
+                    f"Node {node_name} event: Removing Node {node_name} from Controller",
+                    component="node-controller",
+                )
                 self.store.remove(self.store.get("Node", None, node_name) or node)
 
     def _taint(self, node: Obj) -> None:
@@ -199,12 +208,19 @@ class SpotCapacity:
         def taint(o: Obj) -> None:
             spec = o.setdefault("spec", {})
             taints = [t for t in spec.get("taints") or [] if t.get("key") != IMPENDING_TERMINATION_TAINT]
-            spec["taints"] = [*taints, {"key": IMPENDING_TERMINATION_TAINT, "value": "true", "effect": "NoSchedule",
-                                        "timeAdded": stamp}]
-            o.setdefault("status", {})["conditions"] = [{
-                "type": "Ready", "status": "False", "reason": "KubeletNotReady",
-                "message": "node is shutting down", "lastTransitionTime": stamp,
-            }]
+            spec["taints"] = [
+                *taints,
+                {"key": IMPENDING_TERMINATION_TAINT, "value": "true", "effect": "NoSchedule", "timeAdded": stamp},
+            ]
+            o.setdefault("status", {})["conditions"] = [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "KubeletNotReady",
+                    "message": "node is shutting down",
+                    "lastTransitionTime": stamp,
+                }
+            ]
 
         self.store.update("Node", None, node["metadata"]["name"], taint)
 
@@ -215,17 +231,41 @@ class SpotCapacity:
             old = o.get("status") or {}
             conditions = [c for c in old.get("conditions") or [] if c.get("type") not in ("Ready", "ContainersReady")]
             conditions += [
-                {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
-                 "message": SHUTDOWN_MESSAGE, "lastTransitionTime": stamp},
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "TerminationByKubelet",
+                    "message": SHUTDOWN_MESSAGE,
+                    "lastTransitionTime": stamp,
+                },
                 {"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp},
                 {"type": "ContainersReady", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp},
             ]
             statuses = []
             for c in old.get("containerStatuses") or []:
                 started = ((c.get("state") or {}).get("running") or {}).get("startedAt", stamp)
-                statuses.append({**c, "ready": False, "started": False, "state": {"terminated": {
-                    "exitCode": 137, "reason": "Error", "startedAt": started, "finishedAt": stamp}}})
-            o["status"] = {**old, "phase": "Failed", "reason": "Terminated", "message": SHUTDOWN_MESSAGE,
-                           "conditions": conditions, "containerStatuses": statuses}
+                statuses.append(
+                    {
+                        **c,
+                        "ready": False,
+                        "started": False,
+                        "state": {
+                            "terminated": {
+                                "exitCode": 137,
+                                "reason": "Error",
+                                "startedAt": started,
+                                "finishedAt": stamp,
+                            }
+                        },
+                    }
+                )
+            o["status"] = {
+                **old,
+                "phase": "Failed",
+                "reason": "Terminated",
+                "message": SHUTDOWN_MESSAGE,
+                "conditions": conditions,
+                "containerStatuses": statuses,
+            }
 
         self.store.update("Pod", pod["metadata"].get("namespace"), pod["metadata"]["name"], terminate)

@@ -34,9 +34,24 @@ from ._kube_kinds import (
 )
 from ._kube_patch import merge_patch, omit_empty, strategic_merge
 
-__all__ = ["BY_PATH", "KINDS", "ApiError", "Gone", "KindInfo", "Obj", "Store", "Watcher", "labels_of", "merge_patch",
-           "owned_by", "owner_reference", "parse_field_selector", "parse_label_selector", "pod_merge_keys",
-           "register_kind"]
+__all__ = [
+    "BY_PATH",
+    "KINDS",
+    "ApiError",
+    "Gone",
+    "KindInfo",
+    "Obj",
+    "Store",
+    "Watcher",
+    "labels_of",
+    "merge_patch",
+    "owned_by",
+    "owner_reference",
+    "parse_field_selector",
+    "parse_label_selector",
+    "pod_merge_keys",
+    "register_kind",
+]
 
 Obj = dict[str, Any]
 Key = tuple[str, "str | None", str]  # (kind, namespace, name)
@@ -44,8 +59,15 @@ Key = tuple[str, "str | None", str]  # (kind, namespace, name)
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 # PV and PVC specs are immutable except for these fields (API server validation).
 MUTABLE_SPEC = {
-    "PersistentVolume": {"capacity", "mountOptions", "persistentVolumeReclaimPolicy", "claimRef", "nodeAffinity",
-                         "storageClassName", "volumeAttributesClassName"},
+    "PersistentVolume": {
+        "capacity",
+        "mountOptions",
+        "persistentVolumeReclaimPolicy",
+        "claimRef",
+        "nodeAffinity",
+        "storageClassName",
+        "volumeAttributesClassName",
+    },
     "PersistentVolumeClaim": {"resources", "volumeAttributesClassName"},
 }
 
@@ -81,8 +103,6 @@ class ApiError(Exception):
         if self.details:
             body["details"] = self.details
         return body
-
-
 
 
 # --- selectors -------------------------------------------------------------------
@@ -153,8 +173,12 @@ def parse_field_selector(text: str | None, info: KindInfo | None = None) -> Call
         if m is None:
             raise ApiError(400, "BadRequest", f"invalid field selector {text!r}")
         if info is not None and m[1] not in info.selectable_fields:
-            raise ApiError(400, "BadRequest", f'"{m[1]}" is not a known field selector: only '
-                           f'"{", ".join(sorted(info.selectable_fields))}" (field label not supported: {m[1]})')
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'"{m[1]}" is not a known field selector: only '
+                f'"{", ".join(sorted(info.selectable_fields))}" (field label not supported: {m[1]})',
+            )
         terms.append((m[1], m[2] != "!=", m[3]))
     return lambda obj: all((_field(obj, path) == value) == equal for path, equal, value in terms)
 
@@ -290,7 +314,11 @@ class Store:
         meta = obj.setdefault("metadata", {})
         if not meta.get("name"):
             if not meta.get("generateName"):
-                raise ApiError(422, "Invalid", f"{info.kind} is invalid: metadata.name: Required value: name or generateName is required")
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f"{info.kind} is invalid: metadata.name: Required value: name or generateName is required",
+                )
             meta["name"] = meta["generateName"] + random_suffix()
         namespace = meta.get("namespace") if info.namespaced else None
         if not info.namespaced:
@@ -299,7 +327,9 @@ class Store:
         with self.lock:
             if key in self.objects:
                 raise ApiError(
-                    409, "AlreadyExists", f'{info.resource} "{meta["name"]}" already exists',
+                    409,
+                    "AlreadyExists",
+                    f'{info.resource} "{meta["name"]}" already exists',
                     {"name": meta["name"], "kind": info.plural},
                 )
             meta["uid"] = str(uuid.uuid4())
@@ -363,15 +393,26 @@ class Store:
                 return current
             return self.replace(new, spec_changed=new.get("spec") != current.get("spec"))
 
-    def patch(self, kind: str, namespace: str | None, name: str, patch: Obj, validate: Callable[[Obj], None] | None,
-              *, strategic: bool = False) -> Obj:
+    def patch(
+        self,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        patch: Obj,
+        validate: Callable[[Obj], None] | None,
+        *,
+        strategic: bool = False,
+    ) -> Obj:
         """A merge patch (or, for built-in kinds, a strategic merge patch) from a client."""
         info = KINDS[kind]
         if strategic and not info.builtin:
-            raise ApiError(415, "UnsupportedMediaType",
-                           f"the body of the request was in an unknown format - accepted media types include: "
-                           f"application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml "
-                           f"(strategic merge patch is not supported for {info.resource})")
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml "
+                f"(strategic merge patch is not supported for {info.resource})",
+            )
         with self.lock:
             current = self.require(kind, namespace, name)
             if strategic:
@@ -381,32 +422,48 @@ class Store:
             want_rv = (patch.get("metadata") or {}).get("resourceVersion")
             return self._write(info, current, new, want_rv, validate)
 
-    def put(self, kind: str, namespace: str | None, name: str, body: Obj, validate: Callable[[Obj], None] | None) -> Obj:
+    def put(
+        self, kind: str, namespace: str | None, name: str, body: Obj, validate: Callable[[Obj], None] | None
+    ) -> Obj:
         """A client's update (PUT): the whole object, optimistic on ``metadata.resourceVersion``."""
         info = KINDS[kind]
         meta = body.get("metadata") or {}
         if body.get("kind") != kind or body.get("apiVersion") != info.api_version:
-            raise ApiError(400, "BadRequest", f"the body's {body.get('apiVersion')}/{body.get('kind')} does not "
-                           f"match {info.api_version}/{kind}")
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the body's {body.get('apiVersion')}/{body.get('kind')} does not match {info.api_version}/{kind}",
+            )
         if meta.get("name") != name:
             raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
         with self.lock:
             current = self.require(kind, namespace, name)
             return self._write(info, current, copy.deepcopy(body), meta.get("resourceVersion"), validate)
 
-    def _write(self, info: KindInfo, current: Obj, new: Obj, want_rv: Any, validate: Callable[[Obj], None] | None) -> Obj:
+    def _write(
+        self, info: KindInfo, current: Obj, new: Obj, want_rv: Any, validate: Callable[[Obj], None] | None
+    ) -> Obj:
         """Store a client's new version of ``current`` with the server's rules: server-set
         metadata kept, status only through the subresource, immutable fields, omitempty."""
         kind, name = info.kind, current["metadata"]["name"]
         if want_rv is not None and str(want_rv) != current["metadata"]["resourceVersion"]:
             raise ApiError(
-                409, "Conflict",
+                409,
+                "Conflict",
                 f'Operation cannot be fulfilled on {info.resource} "{name}": the object has been modified; '
                 "please apply your changes to the latest version and try again",
             )
         meta = new.setdefault("metadata", {})
-        for field in ("uid", "creationTimestamp", "name", "namespace", "generation", "deletionTimestamp",
-                      "deletionGracePeriodSeconds", "resourceVersion"):
+        for field in (
+            "uid",
+            "creationTimestamp",
+            "name",
+            "namespace",
+            "generation",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "resourceVersion",
+        ):
             if field in current["metadata"]:
                 meta[field] = current["metadata"][field]
             else:
@@ -431,7 +488,8 @@ class Store:
             )
             if changed:
                 raise ApiError(
-                    422, "Invalid",
+                    422,
+                    "Invalid",
                     f'{kind} "{name}" is invalid: spec: Forbidden: spec is immutable after creation '
                     f"except {', '.join(sorted(frozen))} (changed: {', '.join(changed)})",
                 )
@@ -440,7 +498,8 @@ class Store:
             if kind == "PersistentVolumeClaim" and old_size != new_size and not old_spec.get("storageClassName"):
                 # The PersistentVolumeClaimResize admission plugin, as a real API server runs it.
                 raise ApiError(
-                    403, "Forbidden",
+                    403,
+                    "Forbidden",
                     f'persistentvolumeclaims "{name}" is forbidden: only dynamically provisioned pvc can be '
                     "resized and the storageclass that provisions the pvc must support resize",
                 )

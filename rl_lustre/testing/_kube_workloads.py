@@ -53,18 +53,31 @@ def server_defaults(obj: Obj) -> None:
         if not wanted:
             raise ApiError(422, "Invalid", f'DaemonSet.apps "{name}" is invalid: spec.selector: Required value')
         if any(pod_labels.get(k) != v for k, v in wanted.items()):
-            raise ApiError(422, "Invalid", f'DaemonSet.apps "{name}" is invalid: spec.template.metadata.labels: '
-                           "Invalid value: `selector` does not match template `labels`")
+            raise ApiError(
+                422,
+                "Invalid",
+                f'DaemonSet.apps "{name}" is invalid: spec.template.metadata.labels: '
+                "Invalid value: `selector` does not match template `labels`",
+            )
         spec.setdefault("revisionHistoryLimit", 10)
-        spec.setdefault("updateStrategy", {"type": "RollingUpdate",
-                                           "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
-        obj["status"] = {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
-                         "numberReady": 0}
+        spec.setdefault(
+            "updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+        )
+        obj["status"] = {
+            "currentNumberScheduled": 0,
+            "desiredNumberScheduled": 0,
+            "numberMisscheduled": 0,
+            "numberReady": 0,
+        }
     elif kind == "Job":
         restart = (template.get("spec") or {}).get("restartPolicy")
         if restart not in ("Never", "OnFailure"):
-            raise ApiError(422, "Invalid", f'Job.batch "{name}" is invalid: spec.template.spec.restartPolicy: '
-                           f'Unsupported value: "{restart}": supported values: "OnFailure", "Never"')
+            raise ApiError(
+                422,
+                "Invalid",
+                f'Job.batch "{name}" is invalid: spec.template.spec.restartPolicy: '
+                f'Unsupported value: "{restart}": supported values: "OnFailure", "Never"',
+            )
         uid = obj["metadata"]["uid"]
         spec.setdefault("backoffLimit", 6)
         spec.setdefault("completions", 1)
@@ -75,14 +88,25 @@ def server_defaults(obj: Obj) -> None:
         spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
         spec["selector"] = {"matchLabels": {CONTROLLER_UID_LABEL: uid}}
         meta = template.setdefault("metadata", {})
-        meta["labels"] = {**pod_labels, CONTROLLER_UID_LABEL: uid, JOB_NAME_LABEL: name,
-                          "controller-uid": uid, "job-name": name}
+        meta["labels"] = {
+            **pod_labels,
+            CONTROLLER_UID_LABEL: uid,
+            JOB_NAME_LABEL: name,
+            "controller-uid": uid,
+            "job-name": name,
+        }
         obj["status"] = {}
 
 
 # What a Job update may not change (apiserver: batch validation ValidateJobSpecUpdate).
-_JOB_IMMUTABLE = ("selector", "completionMode", "podFailurePolicy", "backoffLimitPerIndex", "managedBy",
-                  "successPolicy")
+_JOB_IMMUTABLE = (
+    "selector",
+    "completionMode",
+    "podFailurePolicy",
+    "backoffLimitPerIndex",
+    "managedBy",
+    "successPolicy",
+)
 
 
 def job_update(current: Obj, new: Obj) -> None:
@@ -95,8 +119,12 @@ def job_update(current: Obj, new: Obj) -> None:
     if not old_spec.get("suspend") and old_spec.get("template") != new_spec.get("template"):
         changed.insert(0, "template")
     if changed:
-        raise ApiError(422, "Invalid", f'Job.batch "{name}" is invalid: ' + ", ".join(
-            f"spec.{f}: Invalid value: {json.dumps(new_spec.get(f))}: field is immutable" for f in changed))
+        raise ApiError(
+            422,
+            "Invalid",
+            f'Job.batch "{name}" is invalid: '
+            + ", ".join(f"spec.{f}: Invalid value: {json.dumps(new_spec.get(f))}: field is immutable" for f in changed),
+        )
 
 
 class Workloads(Controller):
@@ -186,13 +214,18 @@ class Workloads(Controller):
             room = {"cpu": "1k", "memory": "1Ti", "ephemeral-storage": "1Pi", "pods": "110"}
             if GKE_ACCELERATOR_LABEL in labels:
                 room["nvidia.com/gpu"] = "8"
-            self.register_node({
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
-                                                      GKE_NODEPOOL_LABEL: pool, **labels}},
-                "spec": {},
-                "status": {"capacity": dict(room), "allocatable": dict(room)},
-            })
+            self.register_node(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "labels": {"kubernetes.io/hostname": name, GKE_NODEPOOL_LABEL: pool, **labels},
+                    },
+                    "spec": {},
+                    "status": {"capacity": dict(room), "allocatable": dict(room)},
+                }
+            )
             names.append(name)
         return names
 
@@ -208,8 +241,11 @@ class Workloads(Controller):
         ns = meta.get("namespace") or "default"
         template = ds["spec"].get("template") or {}
         nodes = [n for n in self.store.find("Node") if _fits(template.get("spec") or {}, n)]
-        pods = [p for p in self.store.find("Pod", ns, lambda o: owned_by(o, meta["uid"]))
-                if not p["metadata"].get("deletionTimestamp")]
+        pods = [
+            p
+            for p in self.store.find("Pod", ns, lambda o: owned_by(o, meta["uid"]))
+            if not p["metadata"].get("deletionTimestamp")
+        ]
         on_node = {p["spec"].get("nodeName"): p for p in pods}
         node_names = {n["metadata"]["name"] for n in nodes}
         for node in sorted(node_names - set(on_node)):
@@ -217,13 +253,19 @@ class Workloads(Controller):
             spec["nodeName"] = node
             spec.setdefault("restartPolicy", "Always")
             pod_name = f"{meta['name']}-{random_suffix()}"
-            self.store.create({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod_name, "namespace": ns,
-                             "labels": dict((template.get("metadata") or {}).get("labels") or {}),
-                             "ownerReferences": [owner_reference(ds)]},
-                "spec": spec,
-            })
+            self.store.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": pod_name,
+                        "namespace": ns,
+                        "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+                        "ownerReferences": [owner_reference(ds)],
+                    },
+                    "spec": spec,
+                }
+            )
             self.event(ds, "SuccessfulCreate", f"Created pod: {pod_name}", component="daemonset-controller")
         for node, pod in on_node.items():
             if node not in node_names:
@@ -253,32 +295,54 @@ class Workloads(Controller):
         meta, spec = job["metadata"], job["spec"]
         ns = meta.get("namespace") or "default"
         status = dict(job.get("status") or {})
-        if any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-               for c in status.get("conditions") or []):
+        if any(
+            c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        ):
             return
         pods = self.store.find("Pod", ns, lambda o: owned_by(o, meta["uid"]))
         phases = [(p.get("status") or {}).get("phase") for p in pods]
         succeeded, failed = phases.count("Succeeded"), phases.count("Failed")
-        active = [p for p, ph in zip(pods, phases, strict=True)
-                  if ph not in _TERMINAL and not p["metadata"].get("deletionTimestamp")]
+        active = [
+            p
+            for p, ph in zip(pods, phases, strict=True)
+            if ph not in _TERMINAL and not p["metadata"].get("deletionTimestamp")
+        ]
         status.setdefault("startTime", now_rfc3339())
         status.update(succeeded=succeeded, failed=failed, active=len(active), ready=sum(map(pod_ready, active)))
         stamp = now_rfc3339()
+
         def conditions(types: tuple[str, str], reason: str, message: str) -> list[Obj]:
             # The Job controller sets an interim condition and the terminal one together.
-            return [{"type": t, "status": "True", "reason": reason, "message": message,
-                     "lastProbeTime": stamp, "lastTransitionTime": stamp} for t in types]
+            return [
+                {
+                    "type": t,
+                    "status": "True",
+                    "reason": reason,
+                    "message": message,
+                    "lastProbeTime": stamp,
+                    "lastTransitionTime": stamp,
+                }
+                for t in types
+            ]
 
         if succeeded >= int(spec.get("completions", 1)):
-            status["conditions"] = conditions(("SuccessCriteriaMet", "Complete"), "CompletionsReached",
-                                              "Reached expected number of succeeded pods")
+            status["conditions"] = conditions(
+                ("SuccessCriteriaMet", "Complete"), "CompletionsReached", "Reached expected number of succeeded pods"
+            )
             status["completionTime"] = stamp
             self.event(job, "Completed", "Job completed", component="job-controller")
         elif failed > int(spec.get("backoffLimit", 6)):
-            status["conditions"] = conditions(("FailureTarget", "Failed"), "BackoffLimitExceeded",
-                                              "Job has reached the specified backoff limit")
-            self.event(job, "BackoffLimitExceeded", "Job has reached the specified backoff limit",
-                       warning=True, component="job-controller")
+            status["conditions"] = conditions(
+                ("FailureTarget", "Failed"), "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+            )
+            self.event(
+                job,
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit",
+                warning=True,
+                component="job-controller",
+            )
         elif not active and self._backed_off(meta["uid"], failed):
             self._job_pod_create(job)
             status["active"] = 1
@@ -298,13 +362,19 @@ class Workloads(Controller):
         ns = meta.get("namespace") or "default"
         template = copy.deepcopy(job["spec"].get("template") or {})
         pod_name = f"{meta['name']}-{random_suffix()}"
-        self.store.create({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": ns,
-                         "labels": dict((template.get("metadata") or {}).get("labels") or {}),
-                         "ownerReferences": [owner_reference(job)]},
-            "spec": template.get("spec") or {},
-        })
+        self.store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": pod_name,
+                    "namespace": ns,
+                    "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+                    "ownerReferences": [owner_reference(job)],
+                },
+                "spec": template.get("spec") or {},
+            }
+        )
         self.store.update("Pod", ns, pod_name, lambda o: o.__setitem__("status", {"phase": "Pending"}))
         self.event(job, "SuccessfulCreate", f"Created pod: {pod_name}", component="job-controller")
 
@@ -326,8 +396,17 @@ class Workloads(Controller):
             terminated: Obj = {"exitCode": 0, "reason": "Completed", "startedAt": stamp, "finishedAt": stamp}
             if failure is not None:
                 terminated.update(exitCode=1, reason="Error", message=failure)
-            statuses.append({"name": c["name"], "image": c.get("image", ""), "imageID": f"sha256:{'0' * 64}",
-                             "ready": False, "restartCount": 0, "started": False, "state": {"terminated": terminated}})
+            statuses.append(
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": f"sha256:{'0' * 64}",
+                    "ready": False,
+                    "restartCount": 0,
+                    "started": False,
+                    "state": {"terminated": terminated},
+                }
+            )
         phase = "Failed" if failure is not None else "Succeeded"
         job = self._job_of(pod)
         if failure is not None and job is not None:
@@ -350,16 +429,25 @@ class Workloads(Controller):
 
 
 # The tolerations the DaemonSet controller adds to every pod it makes.
-_DAEMON_TOLERATIONS = [{"key": f"node.kubernetes.io/{k}", "operator": "Exists", "effect": e} for k, e in (
-    ("not-ready", "NoExecute"), ("unreachable", "NoExecute"), ("disk-pressure", "NoSchedule"),
-    ("memory-pressure", "NoSchedule"), ("pid-pressure", "NoSchedule"), ("unschedulable", "NoSchedule"))]
+_DAEMON_TOLERATIONS = [
+    {"key": f"node.kubernetes.io/{k}", "operator": "Exists", "effect": e}
+    for k, e in (
+        ("not-ready", "NoExecute"),
+        ("unreachable", "NoExecute"),
+        ("disk-pressure", "NoSchedule"),
+        ("memory-pressure", "NoSchedule"),
+        ("pid-pressure", "NoSchedule"),
+        ("unschedulable", "NoSchedule"),
+    )
+]
 
 
 def removing_node(controller: Controller, node: Obj) -> None:
     """The node lifecycle controller's Event for a Node that is deleted."""
     name = node["metadata"]["name"]
-    controller.event(node, "RemovingNode", f"Node {name} event: Removing Node {name} from Controller",
-                     component="node-controller")
+    controller.event(
+        node, "RemovingNode", f"Node {name} event: Removing Node {name} from Controller", component="node-controller"
+    )
 
 
 def _fits(pod_spec: Obj, node: Obj) -> bool:

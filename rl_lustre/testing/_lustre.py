@@ -56,26 +56,86 @@ class LustreFake:
 
     def register(self, server: GrpcServer) -> None:
         add = server.add
-        add(LUSTRE, "CreateInstance", "lustre.CreateInstance", self.create_instance,
-            lustre_v1.CreateInstanceRequest, operations_pb2.Operation)
-        add(LUSTRE, "GetInstance", "lustre.GetInstance", self.get_instance,
-            lustre_v1.GetInstanceRequest, lustre_v1.Instance)
-        add(LUSTRE, "ListInstances", "lustre.ListInstances", self.list_instances,
-            lustre_v1.ListInstancesRequest, lustre_v1.ListInstancesResponse)
-        add(LUSTRE, "DeleteInstance", "lustre.DeleteInstance", self.delete_instance,
-            lustre_v1.DeleteInstanceRequest, operations_pb2.Operation)
-        add(LUSTRE, "ImportData", "lustre.ImportData", self.import_data,
-            lustre_v1.ImportDataRequest, operations_pb2.Operation)
-        add(LUSTRE, "ExportData", "lustre.ExportData", self.export_data,
-            lustre_v1.ExportDataRequest, operations_pb2.Operation)
-        add(OPERATIONS, "GetOperation", "longrunning.GetOperation", self.get_operation,
-            operations_pb2.GetOperationRequest, operations_pb2.Operation)
-        add(OPERATIONS, "ListOperations", "longrunning.ListOperations", self.list_operations,
-            operations_pb2.ListOperationsRequest, operations_pb2.ListOperationsResponse)
-        add(OPERATIONS, "DeleteOperation", "longrunning.DeleteOperation", self.delete_operation,
-            operations_pb2.DeleteOperationRequest, empty_pb2.Empty)
-        add(OPERATIONS, "CancelOperation", "longrunning.CancelOperation", self.cancel_operation,
-            operations_pb2.CancelOperationRequest, empty_pb2.Empty)
+        add(
+            LUSTRE,
+            "CreateInstance",
+            "lustre.CreateInstance",
+            self.create_instance,
+            lustre_v1.CreateInstanceRequest,
+            operations_pb2.Operation,
+        )
+        add(
+            LUSTRE,
+            "GetInstance",
+            "lustre.GetInstance",
+            self.get_instance,
+            lustre_v1.GetInstanceRequest,
+            lustre_v1.Instance,
+        )
+        add(
+            LUSTRE,
+            "ListInstances",
+            "lustre.ListInstances",
+            self.list_instances,
+            lustre_v1.ListInstancesRequest,
+            lustre_v1.ListInstancesResponse,
+        )
+        add(
+            LUSTRE,
+            "DeleteInstance",
+            "lustre.DeleteInstance",
+            self.delete_instance,
+            lustre_v1.DeleteInstanceRequest,
+            operations_pb2.Operation,
+        )
+        add(
+            LUSTRE,
+            "ImportData",
+            "lustre.ImportData",
+            self.import_data,
+            lustre_v1.ImportDataRequest,
+            operations_pb2.Operation,
+        )
+        add(
+            LUSTRE,
+            "ExportData",
+            "lustre.ExportData",
+            self.export_data,
+            lustre_v1.ExportDataRequest,
+            operations_pb2.Operation,
+        )
+        add(
+            OPERATIONS,
+            "GetOperation",
+            "longrunning.GetOperation",
+            self.get_operation,
+            operations_pb2.GetOperationRequest,
+            operations_pb2.Operation,
+        )
+        add(
+            OPERATIONS,
+            "ListOperations",
+            "longrunning.ListOperations",
+            self.list_operations,
+            operations_pb2.ListOperationsRequest,
+            operations_pb2.ListOperationsResponse,
+        )
+        add(
+            OPERATIONS,
+            "DeleteOperation",
+            "longrunning.DeleteOperation",
+            self.delete_operation,
+            operations_pb2.DeleteOperationRequest,
+            empty_pb2.Empty,
+        )
+        add(
+            OPERATIONS,
+            "CancelOperation",
+            "longrunning.CancelOperation",
+            self.cancel_operation,
+            operations_pb2.CancelOperationRequest,
+            empty_pb2.Empty,
+        )
 
     def _start_op(self, parent: str, verb: str, target: str, metadata: Any) -> operations_pb2.Operation:
         name = f"{parent}/operations/operation-{self.core.next_id()}-{uuid.uuid4().hex[:8]}"
@@ -114,31 +174,40 @@ class LustreFake:
     def _check_network(self, network: str) -> None:
         m = _NETWORK.fullmatch(network)
         if m is None:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"instance.network {network!r} must be projects/PROJECT/global/networks/NAME")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"instance.network {network!r} must be projects/PROJECT/global/networks/NAME",
+            )
         if (m[1], m[2]) not in self.core.networks:
             raise FakeError(grpc.StatusCode.FAILED_PRECONDITION, f"network {network} does not exist")
         conn = self.core.connections.get((m[1], m[2]))
         if not conn or not conn["reservedPeeringRanges"]:
-            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION,
-                            f"network {network} has no private services access connection: reserve a range "
-                            "with purpose VPC_PEERING and connect it to servicenetworking.googleapis.com")
+            raise FakeError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"network {network} has no private services access connection: reserve a range "
+                "with purpose VPC_PEERING and connect it to servicenetworking.googleapis.com",
+            )
 
     def create_instance(self, request: lustre_v1.CreateInstanceRequest) -> operations_pb2.Operation:
         if not _PARENT.fullmatch(request.parent):
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"parent {request.parent!r} is not projects/P/locations/L")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT, f"parent {request.parent!r} is not projects/P/locations/L"
+            )
         if not _ID.fullmatch(request.instance_id):
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"instance_id {request.instance_id!r} is invalid")
         spec = request.instance
         tier = LUSTRE_TIERS.get(spec.per_unit_storage_throughput)
         if tier is None:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"per_unit_storage_throughput must be one of {sorted(LUSTRE_TIERS)}")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT, f"per_unit_storage_throughput must be one of {sorted(LUSTRE_TIERS)}"
+            )
         if not tier.valid(spec.capacity_gib):
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"capacity_gib {spec.capacity_gib} is invalid for throughput "
-                            f"{tier.mbps_per_tib}: {tier.min_gib} to {tier.max_gib}, in steps of {tier.step_gib} "
-                            f"(of {tier.large_step_gib} above {tier.threshold_gib})")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"capacity_gib {spec.capacity_gib} is invalid for throughput "
+                f"{tier.mbps_per_tib}: {tier.min_gib} to {tier.max_gib}, in steps of {tier.step_gib} "
+                f"(of {tier.large_step_gib} above {tier.threshold_gib})",
+            )
         if not _FS.fullmatch(spec.filesystem):
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"filesystem {spec.filesystem!r} is invalid")
         self._check_network(spec.network)
@@ -151,8 +220,12 @@ class LustreFake:
         inst.create_time = _now()
         inst.uid = uuid.uuid4().hex
         self.core.lustre[name] = inst
-        op = self._start_op(request.parent, "create", name,
-                            lustre_v1.OperationMetadata(create_time=_now(), target=name, verb="create", api_version="v1"))
+        op = self._start_op(
+            request.parent,
+            "create",
+            name,
+            lustre_v1.OperationMetadata(create_time=_now(), target=name, verb="create", api_version="v1"),
+        )
         fault = self.core.operation_fault("lustre.CreateInstance")
 
         def finish() -> None:
@@ -177,7 +250,9 @@ class LustreFake:
     def list_instances(self, request: lustre_v1.ListInstancesRequest) -> lustre_v1.ListInstancesResponse:
         m = _PARENT.fullmatch(request.parent)
         if m is None:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"parent {request.parent!r} is not projects/P/locations/L")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT, f"parent {request.parent!r} is not projects/P/locations/L"
+            )
         prefix = f"projects/{m[1]}/locations/" + ("" if m[2] == "-" else f"{m[2]}/")
         wanted = label_filter(request.filter)
         found = [i for n, i in sorted(self.core.lustre.items()) if n.startswith(prefix) and wanted(i.labels)]
@@ -187,8 +262,12 @@ class LustreFake:
         name = request.name
         inst = self._instance(name)
         parent = name.rsplit("/instances/", 1)[0]
-        op = self._start_op(parent, "delete", name,
-                            lustre_v1.OperationMetadata(create_time=_now(), target=name, verb="delete", api_version="v1"))
+        op = self._start_op(
+            parent,
+            "delete",
+            name,
+            lustre_v1.OperationMetadata(create_time=_now(), target=name, verb="delete", api_version="v1"),
+        )
         inst.state = State.DELETING
         fault = self.core.operation_fault("lustre.DeleteInstance")
 
@@ -208,15 +287,23 @@ class LustreFake:
     def _transfer(self, request: Any, kind: str) -> operations_pb2.Operation:
         inst = self._instance(request.name)
         if inst.state != State.ACTIVE:
-            raise FakeError(grpc.StatusCode.FAILED_PRECONDITION,
-                            f"instance {request.name} is {State(inst.state).name}, not ACTIVE")
+            raise FakeError(
+                grpc.StatusCode.FAILED_PRECONDITION, f"instance {request.name} is {State(inst.state).name}, not ACTIVE"
+            )
         m = _GCS.fullmatch(request.gcs_path.uri)
         if m is None:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"gcs_path.uri {request.gcs_path.uri!r} is not gs://BUCKET/...")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT, f"gcs_path.uri {request.gcs_path.uri!r} is not gs://BUCKET/..."
+            )
         if not request.lustre_path.path.startswith("/"):
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"lustre_path.path {request.lustre_path.path!r} is not absolute")
-        busy = [o for o in self.ops.values() if not o.done and o.name in self._transfers
-                and self._transfers[o.name] == request.name]
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT, f"lustre_path.path {request.lustre_path.path!r} is not absolute"
+            )
+        busy = [
+            o
+            for o in self.ops.values()
+            if not o.done and o.name in self._transfers and self._transfers[o.name] == request.name
+        ]
         if busy:
             # The real service: one transfer per instance at a time.
             raise FakeError(grpc.StatusCode.ABORTED, "unable to queue the operation")
@@ -226,18 +313,26 @@ class LustreFake:
         parent = request.name.rsplit("/instances/", 1)[0]
         if kind == "import":
             transfer = lustre_v1.TransferOperationMetadata(
-                source_gcs_path=request.gcs_path, destination_lustre_path=request.lustre_path,
-                counters=counters, transfer_type=lustre_v1.TransferType.IMPORT)
-            metadata: Any = lustre_v1.ImportDataMetadata(operation_metadata=transfer, create_time=_now(),
-                                                         target=request.name, api_version="v1")
+                source_gcs_path=request.gcs_path,
+                destination_lustre_path=request.lustre_path,
+                counters=counters,
+                transfer_type=lustre_v1.TransferType.IMPORT,
+            )
+            metadata: Any = lustre_v1.ImportDataMetadata(
+                operation_metadata=transfer, create_time=_now(), target=request.name, api_version="v1"
+            )
             response: Any = lustre_v1.ImportDataResponse()
             method, latency = "lustre.ImportData", "lustre.import_data"
         else:
             transfer = lustre_v1.TransferOperationMetadata(
-                source_lustre_path=request.lustre_path, destination_gcs_path=request.gcs_path,
-                counters=counters, transfer_type=lustre_v1.TransferType.EXPORT)
-            metadata = lustre_v1.ExportDataMetadata(operation_metadata=transfer, create_time=_now(),
-                                                    target=request.name, verb="export", api_version="v1")
+                source_lustre_path=request.lustre_path,
+                destination_gcs_path=request.gcs_path,
+                counters=counters,
+                transfer_type=lustre_v1.TransferType.EXPORT,
+            )
+            metadata = lustre_v1.ExportDataMetadata(
+                operation_metadata=transfer, create_time=_now(), target=request.name, verb="export", api_version="v1"
+            )
             response = lustre_v1.ExportDataResponse()
             method, latency = "lustre.ExportData", "lustre.export_data"
         op = self._start_op(parent, kind, request.name, metadata)
@@ -254,16 +349,26 @@ class LustreFake:
                 self._finish(op, error=FakeError(grpc.StatusCode.NOT_FOUND, f"bucket {bucket} does not exist"))
                 return
             if kind == "import":
-                todo = {(f"{directory}/" if directory else "") + n[len(prefix):].lstrip("/"): o["size"]
-                        for n, o in sorted(objects.items()) if n.startswith(prefix) and not n.endswith("/")}
+                todo = {
+                    (f"{directory}/" if directory else "") + n[len(prefix) :].lstrip("/"): o["size"]
+                    for n, o in sorted(objects.items())
+                    if n.startswith(prefix) and not n.endswith("/")
+                }
                 have = files
             else:
                 under = f"{directory}/" if directory else ""
-                todo = {(prefix.rstrip("/") + "/" if prefix else "") + p[len(under):]: size
-                        for p, size in sorted(files.items()) if p.startswith(under)}
+                todo = {
+                    (prefix.rstrip("/") + "/" if prefix else "") + p[len(under) :]: size
+                    for p, size in sorted(files.items())
+                    if p.startswith(under)
+                }
                 if not todo:
-                    self._finish(op, error=FakeError(grpc.StatusCode.NOT_FOUND,
-                                                     f"lustre_path {request.lustre_path.path} does not exist"))
+                    self._finish(
+                        op,
+                        error=FakeError(
+                            grpc.StatusCode.NOT_FOUND, f"lustre_path {request.lustre_path.path} does not exist"
+                        ),
+                    )
                     return
                 have = {n: o["size"] for n, o in objects.items()}
             # A fault stops half-way: what was copied stays copied, as on the real service.
@@ -284,12 +389,25 @@ class LustreFake:
                 c.bytes_copied_count += size
             transfer.counters = c
             if kind == "import":
-                op.metadata.CopyFrom(_pack(lustre_v1.ImportDataMetadata(
-                    operation_metadata=transfer, create_time=_now(), target=request.name, api_version="v1")))
+                op.metadata.CopyFrom(
+                    _pack(
+                        lustre_v1.ImportDataMetadata(
+                            operation_metadata=transfer, create_time=_now(), target=request.name, api_version="v1"
+                        )
+                    )
+                )
             else:
-                op.metadata.CopyFrom(_pack(lustre_v1.ExportDataMetadata(
-                    operation_metadata=transfer, create_time=_now(), target=request.name, verb="export",
-                    api_version="v1")))
+                op.metadata.CopyFrom(
+                    _pack(
+                        lustre_v1.ExportDataMetadata(
+                            operation_metadata=transfer,
+                            create_time=_now(),
+                            target=request.name,
+                            verb="export",
+                            api_version="v1",
+                        )
+                    )
+                )
             self._finish(op, response=response, error=fault)
 
         self.core.schedule(self.core.delay(latency), finish)

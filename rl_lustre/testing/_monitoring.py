@@ -53,16 +53,38 @@ class MonitoringFake:
         self.requests: list[monitoring_v3.ListTimeSeriesRequest] = []
 
     def register(self, server: GrpcServer) -> None:
-        server.add("google.monitoring.v3.MetricService", "ListTimeSeries", "monitoring.ListTimeSeries",
-                   self.list_time_series, monitoring_v3.ListTimeSeriesRequest, monitoring_v3.ListTimeSeriesResponse)
+        server.add(
+            "google.monitoring.v3.MetricService",
+            "ListTimeSeries",
+            "monitoring.ListTimeSeries",
+            self.list_time_series,
+            monitoring_v3.ListTimeSeriesRequest,
+            monitoring_v3.ListTimeSeriesResponse,
+        )
 
-    def add(self, metric_type: str, points: Sequence[tuple[datetime.datetime, float]], *, kind: str,
-            resource_type: str, resource_labels: Mapping[str, str], metric_labels: Mapping[str, str]) -> None:
+    def add(
+        self,
+        metric_type: str,
+        points: Sequence[tuple[datetime.datetime, float]],
+        *,
+        kind: str,
+        resource_type: str,
+        resource_labels: Mapping[str, str],
+        metric_labels: Mapping[str, str],
+    ) -> None:
         if kind not in ("GAUGE", "DELTA", "CUMULATIVE"):
             raise ValueError(f"kind must be GAUGE, DELTA or CUMULATIVE, not {kind!r}")
         with self.core.lock:
-            self.series.append(StoredSeries(metric_type, kind, resource_type, dict(resource_labels),
-                                            dict(metric_labels), sorted((_utc(t), float(v)) for t, v in points)))
+            self.series.append(
+                StoredSeries(
+                    metric_type,
+                    kind,
+                    resource_type,
+                    dict(resource_labels),
+                    dict(metric_labels),
+                    sorted((_utc(t), float(v)) for t, v in points),
+                )
+            )
 
     def list_time_series(self, request: monitoring_v3.ListTimeSeriesRequest) -> monitoring_v3.ListTimeSeriesResponse:
         self.requests.append(monitoring_v3.ListTimeSeriesRequest(request))
@@ -80,19 +102,28 @@ class MonitoringFake:
         aligner, reducer = Aligner(agg.per_series_aligner), Reducer(agg.cross_series_reducer)
         period = agg.alignment_period.total_seconds() if "alignment_period" in agg else 0
         if aligner != Aligner.ALIGN_NONE and period < _MIN_PERIOD:
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"aggregation.alignment_period must be at least {_MIN_PERIOD}s, not {period}s")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"aggregation.alignment_period must be at least {_MIN_PERIOD}s, not {period}s",
+            )
         if reducer != Reducer.REDUCE_NONE and aligner == Aligner.ALIGN_NONE:
             raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, "a cross_series_reducer needs a per_series_aligner")
 
-        picked = [s for s in self.series if _project_of(s, project) == project
-                  and matches(s.metric_type, s.resource_type, s.resource_labels, s.metric_labels)]
+        picked = [
+            s
+            for s in self.series
+            if _project_of(s, project) == project
+            and matches(s.metric_type, s.resource_type, s.resource_labels, s.metric_labels)
+        ]
         aligned = [(s, self._align(s, aligner, start, end, period)) for s in picked]
         out: list[monitoring_v3.TimeSeries] = []
         if reducer == Reducer.REDUCE_NONE:
             for s, points in aligned:
-                out.append(self._series(s.metric_type, s.resource_type, s.resource_labels, s.metric_labels, points,
-                                        period, aligner))
+                out.append(
+                    self._series(
+                        s.metric_type, s.resource_type, s.resource_labels, s.metric_labels, points, period, aligner
+                    )
+                )
         else:
             groups: dict[tuple[str, ...], list[tuple[StoredSeries, dict[datetime.datetime, float]]]] = {}
             for s, points in aligned:
@@ -104,13 +135,20 @@ class MonitoringFake:
                 for t in times:
                     values = [pts[t] for _, pts in members if t in pts]
                     reduced[t] = sum(values) if reducer == Reducer.REDUCE_SUM else sum(values) / len(values)
-                resource = {f.removeprefix("resource.labels."): v for f, v in zip(agg.group_by_fields, key, strict=True)
-                            if f.startswith("resource.labels.")}
-                metric = {f.removeprefix("metric.labels."): v for f, v in zip(agg.group_by_fields, key, strict=True)
-                          if f.startswith("metric.labels.")}
+                resource = {
+                    f.removeprefix("resource.labels."): v
+                    for f, v in zip(agg.group_by_fields, key, strict=True)
+                    if f.startswith("resource.labels.")
+                }
+                metric = {
+                    f.removeprefix("metric.labels."): v
+                    for f, v in zip(agg.group_by_fields, key, strict=True)
+                    if f.startswith("metric.labels.")
+                }
                 first = members[0][0]
-                out.append(self._series(first.metric_type, first.resource_type, resource, metric, reduced, period,
-                                        aligner))
+                out.append(
+                    self._series(first.metric_type, first.resource_type, resource, metric, reduced, period, aligner)
+                )
         return monitoring_v3.ListTimeSeriesResponse(time_series=out)
 
     @staticmethod
@@ -122,13 +160,15 @@ class MonitoringFake:
         raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"cannot group by {field!r}")
 
     @staticmethod
-    def _align(s: StoredSeries, aligner: Aligner, start: datetime.datetime, end: datetime.datetime,
-               period: float) -> dict[datetime.datetime, float]:
+    def _align(
+        s: StoredSeries, aligner: Aligner, start: datetime.datetime, end: datetime.datetime, period: float
+    ) -> dict[datetime.datetime, float]:
         if aligner == Aligner.ALIGN_NONE:
             return {t: v for t, v in s.points if start <= t <= end}
         if aligner == Aligner.ALIGN_RATE and s.kind == "GAUGE":
-            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"ALIGN_RATE is not valid for the GAUGE metric {s.metric_type}")
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT, f"ALIGN_RATE is not valid for the GAUGE metric {s.metric_type}"
+            )
         out = {}
         step = datetime.timedelta(seconds=period)
         window_end = end
@@ -147,8 +187,15 @@ class MonitoringFake:
         return out
 
     @staticmethod
-    def _series(metric_type: str, resource_type: str, resource: Mapping[str, str], metric: Mapping[str, str],
-                points: Mapping[datetime.datetime, float], period: float, aligner: Aligner) -> monitoring_v3.TimeSeries:
+    def _series(
+        metric_type: str,
+        resource_type: str,
+        resource: Mapping[str, str],
+        metric: Mapping[str, str],
+        points: Mapping[datetime.datetime, float],
+        period: float,
+        aligner: Aligner,
+    ) -> monitoring_v3.TimeSeries:
         step = datetime.timedelta(seconds=period)
         kind = "GAUGE" if aligner in (Aligner.ALIGN_RATE, Aligner.ALIGN_MEAN) else "DELTA"
         return monitoring_v3.TimeSeries(
@@ -156,8 +203,10 @@ class MonitoringFake:
             resource={"type": resource_type, "labels": dict(resource)},
             metric_kind=kind,
             value_type="DOUBLE",
-            points=[{"interval": {"start_time": t - step if period else t, "end_time": t},
-                     "value": {"double_value": v}} for t, v in sorted(points.items(), reverse=True)],
+            points=[
+                {"interval": {"start_time": t - step if period else t, "end_time": t}, "value": {"double_value": v}}
+                for t, v in sorted(points.items(), reverse=True)
+            ],
         )
 
 

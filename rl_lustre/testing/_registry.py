@@ -71,19 +71,38 @@ class RegistryFake:
         repo = self._repos.setdefault((parsed.host, parsed.repository), {"tags": {}, "blobs": {}})
         salt = secrets.token_hex(8)  # a new push is a new image, even with the same sizes
         config = json.dumps({"architecture": "amd64", "os": "linux", "rl_lustre_fake": salt}).encode()
-        manifest = json.dumps({
-            "schemaVersion": 2, "mediaType": MANIFEST,
-            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": len(config),
-                       "digest": _digest(config)},
-            "layers": [{"mediaType": LAYER, "size": int(n), "digest": _digest(f"{salt}/{i}".encode())}
-                       for i, n in enumerate(layers)],
-        }).encode()
+        manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": MANIFEST,
+                "config": {
+                    "mediaType": "application/vnd.oci.image.config.v1+json",
+                    "size": len(config),
+                    "digest": _digest(config),
+                },
+                "layers": [
+                    {"mediaType": LAYER, "size": int(n), "digest": _digest(f"{salt}/{i}".encode())}
+                    for i, n in enumerate(layers)
+                ],
+            }
+        ).encode()
         repo["blobs"][_digest(manifest)] = (MANIFEST, manifest)
         top = manifest
         if index:
-            top = json.dumps({"schemaVersion": 2, "mediaType": INDEX, "manifests": [
-                {"mediaType": MANIFEST, "size": len(manifest), "digest": _digest(manifest),
-                 "platform": {"architecture": "amd64", "os": "linux"}}]}).encode()
+            top = json.dumps(
+                {
+                    "schemaVersion": 2,
+                    "mediaType": INDEX,
+                    "manifests": [
+                        {
+                            "mediaType": MANIFEST,
+                            "size": len(manifest),
+                            "digest": _digest(manifest),
+                            "platform": {"architecture": "amd64", "os": "linux"},
+                        }
+                    ],
+                }
+            ).encode()
             repo["blobs"][_digest(top)] = (INDEX, top)
         if parsed.tag:
             repo["tags"][parsed.tag] = _digest(top)
@@ -121,11 +140,9 @@ class RegistryFake:
 
     # serving
 
-    def _manifest(self, verb: str, host: str, repo: str, ref: str,
-                  auth: str) -> tuple[int, dict[str, str], bytes]:
+    def _manifest(self, verb: str, host: str, repo: str, ref: str, auth: str) -> tuple[int, dict[str, str], bytes]:
         if not (auth.startswith("Bearer ") and auth[7:] in self._tokens) or (host, repo) in self._private:
-            challenge = (f'Bearer realm="{self.base}/token",service="{host}",'
-                         f'scope="repository:{repo}:pull"')
+            challenge = f'Bearer realm="{self.base}/token",service="{host}",scope="repository:{repo}:pull"'
             return 401, {"WWW-Authenticate": challenge}, _error("UNAUTHORIZED", "authentication required")
         found = self._repos.get((host, repo))
         digest = (found or {}).get("tags", {}).get(ref, ref)
@@ -138,6 +155,7 @@ class RegistryFake:
     def dispatch(self, verb: str, raw: str, headers: Any) -> tuple[int, dict[str, str], bytes]:
         url = urlsplit(raw)
         if verb == "GET" and url.path == "/token":
+
             def token() -> str:
                 value = f"fake-{secrets.token_hex(8)}"
                 self._tokens.add(value)
@@ -148,15 +166,20 @@ class RegistryFake:
             except FakeError as err:
                 return err.http_code, {}, _error("UNAVAILABLE", err.message)
             query = parse_qs(url.query)
-            return 200, {"Content-Type": "application/json"}, json.dumps(
-                {"token": value, "expires_in": 300, "scope": query.get("scope", [""])[0]}).encode()
+            return (
+                200,
+                {"Content-Type": "application/json"},
+                json.dumps({"token": value, "expires_in": 300, "scope": query.get("scope", [""])[0]}).encode(),
+            )
         m = _MANIFEST_PATH.fullmatch(url.path)
         if m is None or verb not in ("HEAD", "GET"):
             return 404, {}, _error("NAME_UNKNOWN", f"no route {verb} {url.path}")
         try:
             return self.core.handle(
-                f"registry.manifests.{verb.lower()}", url.path,
-                lambda: self._manifest(verb, m["host"], m["repo"], m["ref"], headers.get("Authorization", "")))
+                f"registry.manifests.{verb.lower()}",
+                url.path,
+                lambda: self._manifest(verb, m["host"], m["repo"], m["ref"], headers.get("Authorization", "")),
+            )
         except FakeError as err:
             return err.http_code, {}, _error("UNAVAILABLE", err.message)
 
@@ -185,8 +208,9 @@ class RegistryFake:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), RequestHandler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-registry", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-registry", daemon=True
+        )
         self._thread.start()
         self.base = f"http://127.0.0.1:{self._server.server_address[1]}"
         return self.base

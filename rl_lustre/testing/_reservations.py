@@ -33,18 +33,40 @@ class ReservationsFake:
         with self.core.lock:
             self._items.clear()
 
-    def add(self, project: str, zone: str, name: str, machine_type: str, *, count: int, in_use: int = 0,
-            shared_with: Sequence[str] = (), specific_required: bool = True) -> None:
+    def add(
+        self,
+        project: str,
+        zone: str,
+        name: str,
+        machine_type: str,
+        *,
+        count: int,
+        in_use: int = 0,
+        shared_with: Sequence[str] = (),
+        specific_required: bool = True,
+    ) -> None:
         """Make the reservation ``name`` of ``count`` VMs of ``machine_type`` exist in ``zone``."""
-        share = ({"shareType": "SPECIFIC_PROJECTS", "projectMap": {p: {"projectId": p} for p in shared_with}}
-                 if shared_with else {"shareType": "LOCAL"})
+        share = (
+            {"shareType": "SPECIFIC_PROJECTS", "projectMap": {p: {"projectId": p} for p in shared_with}}
+            if shared_with
+            else {"shareType": "LOCAL"}
+        )
         with self.core.lock:
             self._items[(project, zone, name)] = {
-                "kind": "compute#reservation", "id": str(self.core.next_id()), "name": name, "zone": zone,
-                "status": "READY", "specificReservationRequired": specific_required, "shareSettings": share,
-                "specificReservation": {"count": str(count), "inUseCount": str(in_use),
-                                        "instanceProperties": {"machineType": machine_type}},
-                "selfLink": f"projects/{project}/zones/{zone}/reservations/{name}"}
+                "kind": "compute#reservation",
+                "id": str(self.core.next_id()),
+                "name": name,
+                "zone": zone,
+                "status": "READY",
+                "specificReservationRequired": specific_required,
+                "shareSettings": share,
+                "specificReservation": {
+                    "count": str(count),
+                    "inUseCount": str(in_use),
+                    "instanceProperties": {"machineType": machine_type},
+                },
+                "selfLink": f"projects/{project}/zones/{zone}/reservations/{name}",
+            }
 
     def routes(self) -> list[tuple[str, str, str, Any]]:
         p = "/compute/v1/projects/(?P<project>[^/]+)"
@@ -56,8 +78,11 @@ class ReservationsFake:
     def get(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
         found = self._items.get((p["project"], p["zone"], p["name"]))
         if found is None:
-            raise FakeError(404, f"The resource 'projects/{p['project']}/zones/{p['zone']}/reservations/"
-                                 f"{p['name']}' was not found", reason="notFound")
+            raise FakeError(
+                404,
+                f"The resource 'projects/{p['project']}/zones/{p['zone']}/reservations/{p['name']}' was not found",
+                reason="notFound",
+            )
         return dict(found)
 
     def aggregated_list(self, p: dict[str, str], q: dict[str, str], body: Any) -> dict[str, Any]:
@@ -66,5 +91,9 @@ class ReservationsFake:
         for (project, zone, _), res in sorted(self._items.items()):
             if project == p["project"] and wanted(res):
                 items.setdefault(f"zones/{zone}", {"reservations": []})["reservations"].append(dict(res))
-        return {"kind": "compute#reservationAggregatedList", "id": f"projects/{p['project']}/aggregated/reservations",
-                "items": items, "selfLink": f"projects/{p['project']}/aggregated/reservations"}
+        return {
+            "kind": "compute#reservationAggregatedList",
+            "id": f"projects/{p['project']}/aggregated/reservations",
+            "items": items,
+            "selfLink": f"projects/{p['project']}/aggregated/reservations",
+        }

@@ -30,8 +30,11 @@ class RestFake:
         self.compute = ComputeFake(core, lambda: self.base)
         self.servicenetworking = ServiceNetworkingFake(core)
         self.storage = StorageFake(core)
-        for verb, path, method, fn in [*self.compute.routes(), *self.servicenetworking.routes(),
-                                       *self.storage.routes()]:
+        for verb, path, method, fn in [
+            *self.compute.routes(),
+            *self.servicenetworking.routes(),
+            *self.storage.routes(),
+        ]:
             self.add_route(verb, path, method, fn)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -68,8 +71,9 @@ class RestFake:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), RequestHandler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-gcp-rest", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-gcp-rest", daemon=True
+        )
         self._thread.start()
         self.base = f"http://127.0.0.1:{self._server.server_address[1]}"
         return self.base
@@ -108,6 +112,13 @@ class RestFake:
 
     @staticmethod
     def _error(err: FakeError) -> dict[str, Any]:
-        return {"error": {"code": err.http_code, "message": err.message, "status": err.grpc_code.name,
-                          "errors": [{"message": err.message, "domain": "global",
-                                      "reason": err.reason or err.grpc_code.name.lower()}]}}
+        return {
+            "error": {
+                "code": err.http_code,
+                "message": err.message,
+                "status": err.grpc_code.name,
+                "errors": [
+                    {"message": err.message, "domain": "global", "reason": err.reason or err.grpc_code.name.lower()}
+                ],
+            }
+        }

@@ -25,16 +25,30 @@ class Seeding:
     _core: Core
     rest_url: str
 
-    def seed_image(self, project: str, name: str, *, holds: Sequence[str] = (), labels: Mapping[str, str] | None = None,
-                   size_gb: int = 250) -> str:
+    def seed_image(
+        self,
+        project: str,
+        name: str,
+        *,
+        holds: Sequence[str] = (),
+        labels: Mapping[str, str] | None = None,
+        size_gb: int = 250,
+    ) -> str:
         """Make a READY disk image exist at once, as if someone had built it, holding the
         container images ``holds`` (what a node booting from it finds preloaded); returns its path."""
         path = f"projects/{project}/global/images/{name}"
         with self._core.lock:
             self._core.images[(project, name)] = {
-                "kind": "compute#image", "id": str(self._core.next_id()), "name": name, "status": "READY",
-                "labels": dict(labels or {}), "diskSizeGb": str(size_gb), "archiveSizeBytes": str(size_gb * 10**9),
-                "selfLink": f"{self.rest_url}/compute/v1/{path}", "creationTimestamp": "2026-01-01T00:00:00Z"}
+                "kind": "compute#image",
+                "id": str(self._core.next_id()),
+                "name": name,
+                "status": "READY",
+                "labels": dict(labels or {}),
+                "diskSizeGb": str(size_gb),
+                "archiveSizeBytes": str(size_gb * 10**9),
+                "selfLink": f"{self.rest_url}/compute/v1/{path}",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+            }
             self._core.contents[path] = {"images": list(holds)}
         return path
 
@@ -114,23 +128,48 @@ class Seeding:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         with core.lock:
             core.networks[(project, network)] = {
-                "kind": "compute#network", "name": network, "description": desc, "id": str(core.next_id()),
-                "autoCreateSubnetworks": False, "selfLink": link(net_path), "creationTimestamp": now}
+                "kind": "compute#network",
+                "name": network,
+                "description": desc,
+                "id": str(core.next_id()),
+                "autoCreateSubnetworks": False,
+                "selfLink": link(net_path),
+                "creationTimestamp": now,
+            }
             core.subnetworks[(project, region, sub)] = {
-                "kind": "compute#subnetwork", "name": sub, "description": desc, "id": str(core.next_id()),
-                "network": link(net_path), "region": link(f"projects/{project}/regions/{region}"),
-                "ipCidrRange": "192.168.0.0/18", "state": "READY",
-                "secondaryIpRanges": [{"rangeName": "pods", "ipCidrRange": "10.4.0.0/14"},
-                                      {"rangeName": "services", "ipCidrRange": "10.0.32.0/20"}],
-                "selfLink": link(f"projects/{project}/regions/{region}/subnetworks/{sub}"), "creationTimestamp": now}
+                "kind": "compute#subnetwork",
+                "name": sub,
+                "description": desc,
+                "id": str(core.next_id()),
+                "network": link(net_path),
+                "region": link(f"projects/{project}/regions/{region}"),
+                "ipCidrRange": "192.168.0.0/18",
+                "state": "READY",
+                "secondaryIpRanges": [
+                    {"rangeName": "pods", "ipCidrRange": "10.4.0.0/14"},
+                    {"rangeName": "services", "ipCidrRange": "10.0.32.0/20"},
+                ],
+                "selfLink": link(f"projects/{project}/regions/{region}/subnetworks/{sub}"),
+                "creationTimestamp": now,
+            }
             if psa_range is not None:
                 address, prefix = psa_range.split("/")
                 core.addresses[(project, f"{network}-psa")] = {
-                    "kind": "compute#address", "name": f"{network}-psa", "description": desc,
-                    "id": str(core.next_id()), "address": address, "prefixLength": int(prefix),
-                    "purpose": "VPC_PEERING", "addressType": "INTERNAL", "network": link(net_path),
-                    "status": "RESERVED", "selfLink": link(f"projects/{project}/global/addresses/{network}-psa")}
+                    "kind": "compute#address",
+                    "name": f"{network}-psa",
+                    "description": desc,
+                    "id": str(core.next_id()),
+                    "address": address,
+                    "prefixLength": int(prefix),
+                    "purpose": "VPC_PEERING",
+                    "addressType": "INTERNAL",
+                    "network": link(net_path),
+                    "status": "RESERVED",
+                    "selfLink": link(f"projects/{project}/global/addresses/{network}-psa"),
+                }
                 core.connections[(project, network)] = {
                     "network": f"projects/{project_number(project)}/global/networks/{network}",
-                    "reservedPeeringRanges": [f"{network}-psa"], "peering": "servicenetworking-googleapis-com",
-                    "service": "services/servicenetworking.googleapis.com"}
+                    "reservedPeeringRanges": [f"{network}-psa"],
+                    "peering": "servicenetworking-googleapis-com",
+                    "service": "services/servicenetworking.googleapis.com",
+                }

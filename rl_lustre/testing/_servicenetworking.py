@@ -27,14 +27,30 @@ class ServiceNetworkingFake:
     def routes(self) -> list[tuple[str, str, str, Handler]]:
         """``(verb, path regex, method, handler)`` of every Service Networking method served."""
         return [
-            ("POST", "/v1/services/(?P<service>[^/]+)/connections", "servicenetworking.connections.create",
-             self.connection_create),
-            ("GET", "/v1/services/(?P<service>[^/]+)/connections", "servicenetworking.connections.list",
-             self.connection_list),
-            ("PATCH", "/v1/services/(?P<service>[^/]+)/connections/(?P<name>[^/:]+)",
-             "servicenetworking.connections.patch", self.connection_patch),
-            ("POST", "/v1/services/(?P<service>[^/]+)/connections/(?P<name>[^/:]+):deleteConnection",
-             "servicenetworking.connections.deleteConnection", self.connection_delete),
+            (
+                "POST",
+                "/v1/services/(?P<service>[^/]+)/connections",
+                "servicenetworking.connections.create",
+                self.connection_create,
+            ),
+            (
+                "GET",
+                "/v1/services/(?P<service>[^/]+)/connections",
+                "servicenetworking.connections.list",
+                self.connection_list,
+            ),
+            (
+                "PATCH",
+                "/v1/services/(?P<service>[^/]+)/connections/(?P<name>[^/:]+)",
+                "servicenetworking.connections.patch",
+                self.connection_patch,
+            ),
+            (
+                "POST",
+                "/v1/services/(?P<service>[^/]+)/connections/(?P<name>[^/:]+):deleteConnection",
+                "servicenetworking.connections.deleteConnection",
+                self.connection_delete,
+            ),
             ("GET", "/v1/(?P<name>operations/[^/]+)", "servicenetworking.operations.get", self.sn_operation_get),
         ]
 
@@ -99,9 +115,12 @@ class ServiceNetworkingFake:
             raise FakeError(400, "Cannot modify allocated ranges in CreateConnection. Please use UpdateConnection.")
 
         def connect() -> None:
-            self.core.connections[key] = {"network": b["network"], "reservedPeeringRanges": ranges,
-                                          "peering": "servicenetworking-googleapis-com",
-                                          "service": "services/servicenetworking.googleapis.com"}
+            self.core.connections[key] = {
+                "network": b["network"],
+                "reservedPeeringRanges": ranges,
+                "peering": "servicenetworking-googleapis-com",
+                "service": "services/servicenetworking.googleapis.com",
+            }
 
         return self._sn_op("servicenetworking.connections.create", "servicenetworking.connect", connect)
 
@@ -138,9 +157,11 @@ class ServiceNetworkingFake:
             network = f"projects/{key[0]}/global/networks/{key[1]}"
             users = [n for n, i in sorted(self.core.lustre.items()) if i.network == network]
             if users:
-                raise FakeError(400, "Producer services (e.g. CloudSQL, Cloud Memstore, etc.) are still using this "
-                                f"connection: {', '.join(users)}")
+                raise FakeError(
+                    400,
+                    "Producer services (e.g. CloudSQL, Cloud Memstore, etc.) are still using this "
+                    f"connection: {', '.join(users)}",
+                )
             self.core.connections.pop(key, None)
 
-        return self._sn_op("servicenetworking.connections.deleteConnection", "servicenetworking.disconnect",
-                           disconnect)
+        return self._sn_op("servicenetworking.connections.deleteConnection", "servicenetworking.disconnect", disconnect)

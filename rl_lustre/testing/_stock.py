@@ -136,26 +136,31 @@ class Stock:
         kind = "spot" if config.spot else "on-demand"
         if self.is_out(kind, zone, at):
             self._record(at, kind, zone, "stockout", name)
-            return (f"Google Compute Engine: Not all instances running in IGM after 37.2s. Expected "
-                    f"{pool.initial_node_count}, running 0, transitioning {pool.initial_node_count}. Current errors: "
-                    f"[GCE_STOCKOUT]: Instance 'gke-{name}-0' creation failed: The zone 'projects/{project}/zones/"
-                    f"{zone}' does not have enough resources available to fulfill the request.  Try a different "
-                    "zone, or try again later.")
+            return (
+                f"Google Compute Engine: Not all instances running in IGM after 37.2s. Expected "
+                f"{pool.initial_node_count}, running 0, transitioning {pool.initial_node_count}. Current errors: "
+                f"[GCE_STOCKOUT]: Instance 'gke-{name}-0' creation failed: The zone 'projects/{project}/zones/"
+                f"{zone}' does not have enough resources available to fulfill the request.  Try a different "
+                "zone, or try again later."
+            )
         self._record(at, kind, zone, "granted", name)
         return None
 
     def _reserve(self, values: list[str], count: int, project: str, zone: str, at: float, name: str) -> str | None:
         wanted = values[0] if values else ""
         found = self._reservations.get(wanted) or self._reservations.get(
-            wanted.removeprefix(f"projects/{project}/reservations/"))
+            wanted.removeprefix(f"projects/{project}/reservations/")
+        )
         path = wanted if wanted.startswith("projects/") else f"projects/{project}/reservations/{wanted}"
         if found is None or found.zone != zone:
             self._record(at, "reservation", zone, "reservation-missing", name)
             return f"Specified reservation '{path}' does not exist in zone {zone}."
         if found.free < count:
             self._record(at, "reservation", zone, "reservation-full", name)
-            return (f"Specified reservation '{path}' does not have available resources for the request: "
-                    f"{found.free} of {count} nodes free.")
+            return (
+                f"Specified reservation '{path}' does not have available resources for the request: "
+                f"{found.free} of {count} nodes free."
+            )
         found.free -= count
         found.held[name] = found.held.get(name, 0) + count
         self._record(at, "reservation", zone, "granted", name)
@@ -173,8 +178,14 @@ class Stock:
             self._record(now, "flex-start", zone, "failed", pool)
             return "failed", flex.fail
         if self.is_out("flex-start", zone, now) or flex.after is None:
-            return "wait", "Waiting for resources. Currently there are not enough resources available to fulfill the request."
+            return (
+                "wait",
+                "Waiting for resources. Currently there are not enough resources available to fulfill the request.",
+            )
         if now >= asked_at + flex.after:
             self._record(asked_at + flex.after, "flex-start", zone, "granted", pool)
             return "granted", "Provisioning Request was successfully provisioned."
-        return "wait", "Waiting for resources. Currently there are not enough resources available to fulfill the request."
+        return (
+            "wait",
+            "Waiting for resources. Currently there are not enough resources available to fulfill the request.",
+        )

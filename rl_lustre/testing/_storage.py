@@ -52,13 +52,18 @@ class StorageFake:
 
     @staticmethod
     def _resource(bucket: str, obj: dict[str, Any]) -> dict[str, Any]:
-        return {"kind": "storage#object", "bucket": bucket, "name": obj["name"], "size": str(obj["size"]),
-                "generation": obj["generation"], "id": f"{bucket}/{obj['name']}/{obj['generation']}"}
+        return {
+            "kind": "storage#object",
+            "bucket": bucket,
+            "name": obj["name"],
+            "size": str(obj["size"]),
+            "generation": obj["generation"],
+            "id": f"{bucket}/{obj['name']}/{obj['generation']}",
+        }
 
     def bucket_get(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
         self._bucket(params["bucket"])
-        return {"kind": "storage#bucket", "name": params["bucket"], "location": "US-EAST1",
-                "storageClass": "STANDARD"}
+        return {"kind": "storage#bucket", "name": params["bucket"], "location": "US-EAST1", "storageClass": "STANDARD"}
 
     def objects_list(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
         bucket = params["bucket"]
@@ -67,9 +72,8 @@ class StorageFake:
         names = sorted(n for n in objects if n.startswith(prefix))
         # Pages of 1000, as the API's maxResults default.
         start = int(query.get("pageToken") or 0)
-        page = names[start:start + 1000]
-        out: dict[str, Any] = {"kind": "storage#objects",
-                               "items": [self._resource(bucket, objects[n]) for n in page]}
+        page = names[start : start + 1000]
+        out: dict[str, Any] = {"kind": "storage#objects", "items": [self._resource(bucket, objects[n]) for n in page]}
         if start + 1000 < len(names):
             out["nextPageToken"] = str(start + 1000)
         return out

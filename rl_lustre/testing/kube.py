@@ -230,16 +230,26 @@ class KubeFake:
         self.tokens.add(token)  # the cluster issued it
         return kube_api_client(self.endpoint, self.ca_pem, StaticTokenSource(token))
 
-    def write_kubeconfig(self, path: str | os.PathLike[str], *, token: str = DEFAULT_TOKEN, context: str = "kube-fake",
-                         namespace: str = "default") -> Path:
+    def write_kubeconfig(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        token: str = DEFAULT_TOKEN,
+        context: str = "kube-fake",
+        namespace: str = "default",
+    ) -> Path:
         """Write a kubeconfig for this fake (JSON, which is valid YAML) and return its path
         (``token`` becomes one the fake accepts)."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "kube-fake", "cluster": {"server": self.url, "certificate-authority-data": self.ca_b64}}],
+            "clusters": [
+                {"name": "kube-fake", "cluster": {"server": self.url, "certificate-authority-data": self.ca_b64}}
+            ],
             "users": [{"name": "kube-fake-user", "user": {"token": token}}],
-            "contexts": [{"name": context, "context": {"cluster": "kube-fake", "user": "kube-fake-user", "namespace": namespace}}],
+            "contexts": [
+                {"name": context, "context": {"cluster": "kube-fake", "user": "kube-fake-user", "namespace": namespace}}
+            ],
             "current-context": context,
         }
         self.tokens.add(token)  # the cluster issued it
@@ -250,7 +260,9 @@ class KubeFake:
 
     # state
 
-    def objects(self, kind: str | None = None, *, namespace: str | None = None, include_events: bool = False) -> list[Obj]:
+    def objects(
+        self, kind: str | None = None, *, namespace: str | None = None, include_events: bool = False
+    ) -> list[Obj]:
         """Copies of the stored objects, for assertions and leak counting.
 
         Events are left out unless asked for: no one owns them and a real cluster
@@ -306,8 +318,11 @@ class KubeFake:
         if pool.autoscaling.enabled and not pool.queued_provisioning.enabled:
             sample = pool_nodes(pool, count=1)[0]["metadata"]["labels"]
             zone = pool.locations[0] if pool.locations else ""
-            self._on_loop(lambda: self._controllers.autoscaler.register(
-                pool.name, dict(sample), pool.autoscaling.total_max_node_count, zone))
+            self._on_loop(
+                lambda: self._controllers.autoscaler.register(
+                    pool.name, dict(sample), pool.autoscaling.total_max_node_count, zone
+                )
+            )
         return [node["metadata"]["name"] for node in nodes]
 
     @property
@@ -339,26 +354,49 @@ class KubeFake:
         """Deleting the GKE cluster takes its API server's objects with it."""
         self.remove_all()
 
-    def evict(self, pod: str, *, namespace: str = "default",
-              message: str = "The node was low on resource: memory. ") -> None:
+    def evict(
+        self, pod: str, *, namespace: str = "default", message: str = "The node was low on resource: memory. "
+    ) -> None:
         """The kubelet evicts ``pod``: it ends ``Failed``, reason ``Evicted`` (KubeRay then
         replaces a Ray pod)."""
         from ._kube_store import now_rfc3339
 
         def evicted(o: Obj) -> None:
             stamp = now_rfc3339()
-            image_ids = {c.get("name"): c.get("imageID", "") for c in (o.get("status") or {}).get("containerStatuses") or []}
-            statuses = [{"name": c["name"], "image": c.get("image", ""), "imageID": image_ids.get(c["name"], ""),
-                         "ready": False, "restartCount": 0,
-                         "started": False, "state": {"terminated": {"exitCode": 137, "reason": "Error",
-                                                                    "startedAt": stamp, "finishedAt": stamp}}}
-                        for c in (o.get("spec") or {}).get("containers") or []]
-            conditions = [c for c in (o.get("status") or {}).get("conditions") or []
-                          if c.get("type") not in ("Ready", "ContainersReady")]
-            conditions += [{"type": t, "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp}
-                           for t in ("Ready", "ContainersReady")]
-            o["status"] = {**(o.get("status") or {}), "phase": "Failed", "reason": "Evicted", "message": message,
-                           "containerStatuses": statuses, "conditions": conditions}
+            image_ids = {
+                c.get("name"): c.get("imageID", "") for c in (o.get("status") or {}).get("containerStatuses") or []
+            }
+            statuses = [
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": image_ids.get(c["name"], ""),
+                    "ready": False,
+                    "restartCount": 0,
+                    "started": False,
+                    "state": {
+                        "terminated": {"exitCode": 137, "reason": "Error", "startedAt": stamp, "finishedAt": stamp}
+                    },
+                }
+                for c in (o.get("spec") or {}).get("containers") or []
+            ]
+            conditions = [
+                c
+                for c in (o.get("status") or {}).get("conditions") or []
+                if c.get("type") not in ("Ready", "ContainersReady")
+            ]
+            conditions += [
+                {"type": t, "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp}
+                for t in ("Ready", "ContainersReady")
+            ]
+            o["status"] = {
+                **(o.get("status") or {}),
+                "phase": "Failed",
+                "reason": "Evicted",
+                "message": message,
+                "containerStatuses": statuses,
+                "conditions": conditions,
+            }
 
         if self._on_loop(lambda: self._store.update("Pod", namespace, pod, evicted)) is None:
             raise ValueError(f"no pod {namespace}/{pod}")
@@ -369,8 +407,9 @@ class KubeFake:
         host = cluster._backend()._kube_api().configuration.host.rstrip("/")
         return next((fake for fake in list(cls._serving) if fake.url.rstrip("/") == host), None)
 
-    def preempt(self, raycluster: str, *, nodes: int = 1, back_after: float | None = 5.0,
-                namespace: str = "default") -> Preemption:
+    def preempt(
+        self, raycluster: str, *, nodes: int = 1, back_after: float | None = 5.0, namespace: str = "default"
+    ) -> Preemption:
         """Preempt the Spot nodes of ``nodes`` Ready worker pods of ``raycluster``, as GKE does.
 
         Their Nodes get the impending-termination taint and go NotReady, the pods end
@@ -391,13 +430,21 @@ class KubeFake:
 
         def choose() -> list[Obj]:
             workers = sorted(
-                (p for p in self._store.find("Pod", namespace)
-                 if labels_of(p).get("ray.io/cluster") == raycluster and labels_of(p).get("ray.io/node-type") == "worker"
-                 and pod_ready(p) and not p["metadata"].get("deletionTimestamp")),
-                key=lambda p: p["metadata"]["name"])
+                (
+                    p
+                    for p in self._store.find("Pod", namespace)
+                    if labels_of(p).get("ray.io/cluster") == raycluster
+                    and labels_of(p).get("ray.io/node-type") == "worker"
+                    and pod_ready(p)
+                    and not p["metadata"].get("deletionTimestamp")
+                ),
+                key=lambda p: p["metadata"]["name"],
+            )
             if len(workers) < nodes:
-                raise ValueError(f"cannot preempt {nodes} worker node(s) of RayCluster {raycluster!r}: "
-                                 f"{len(workers)} worker pod(s) are Ready")
+                raise ValueError(
+                    f"cannot preempt {nodes} worker node(s) of RayCluster {raycluster!r}: "
+                    f"{len(workers)} worker pod(s) are Ready"
+                )
             victims = workers[:nodes]
             self._controllers.preempt(victims, back_after)
             return copy.deepcopy(victims)
@@ -409,13 +456,20 @@ class KubeFake:
         logger.info("preempted the Spot nodes of %s", names)
         preemption = Preemption(names, time.time(), back_after)
         if back_after is not None:
+
             def replacements() -> list[str]:
                 deadline = time.monotonic() + 300
                 while time.monotonic() < deadline:
-                    ready = self._on_loop(lambda: [
-                        p["metadata"]["name"] for p in self._store.find("Pod", namespace)
-                        if labels_of(p).get("ray.io/cluster") == raycluster and pod_ready(p)
-                        and labels_of(p).get("ray.io/node-type") == "worker" and p["metadata"]["name"] not in names])
+                    ready = self._on_loop(
+                        lambda: [
+                            p["metadata"]["name"]
+                            for p in self._store.find("Pod", namespace)
+                            if labels_of(p).get("ray.io/cluster") == raycluster
+                            and pod_ready(p)
+                            and labels_of(p).get("ray.io/node-type") == "worker"
+                            and p["metadata"]["name"] not in names
+                        ]
+                    )
                     fresh = [n for n in ready if n not in before]
                     if len(fresh) >= len(names):
                         return fresh[: len(names)]
@@ -427,6 +481,7 @@ class KubeFake:
 
     def write_log(self, pod: str, text: str, namespace: str = "default") -> None:
         """Append ``text`` to what ``pods/<pod>/log`` returns, as the pod's container printing it."""
+
         def write() -> None:
             logs = self._controllers.workloads.logs
             logs[(namespace, pod)] = logs.get((namespace, pod), "") + text
@@ -436,6 +491,7 @@ class KubeFake:
     def compact(self) -> None:
         """Forget the watch history and end open watches, as an API server restart after
         etcd compaction does: watching again from an older resourceVersion gets 410 Gone."""
+
         def compact() -> None:
             self._store.compact()
             self._end_watches()
@@ -445,6 +501,7 @@ class KubeFake:
     def remove_all(self) -> None:
         """Drop every object at once, as deleting a GKE cluster takes its API server's objects
         with it; open port-forwards end. Requests, faults and other records are kept."""
+
         def clear() -> None:
             self._store.clear()
             self._controllers.reset()
@@ -455,6 +512,7 @@ class KubeFake:
 
     def reset(self) -> None:
         """Forget every object and record, and restore default faults (keeps serving)."""
+
         def clear() -> None:
             self._store.clear()
             self._controllers.reset()
