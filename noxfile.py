@@ -10,7 +10,7 @@
               operator) built from Go modules by ``tools/kube/build.sh`` (needs Go >= 1.26;
               the first build takes about 10-35 minutes on 2 cores, idle to loaded; later
               ones reuse it).
-- lint:      ruff check.
+- lint:      ruff check and ruff format --check (one style over the tree, 120 columns).
 - typecheck: mypy on the package.
 - docs:      mkdocs build --strict (broken links and missing pages fail).
 - bench:     benchmarks under benchmarks/, reported as ratios against a baseline.
@@ -75,9 +75,11 @@ def tests_kube(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check on the package, tests, examples and benchmarks."""
+    """ruff check and ruff format --check on the package, tests, examples, benchmarks and tools."""
     _install(session, "lint", project=False)
-    session.run("ruff", "check", "rl_lustre", "tests", "examples", "benchmarks", "noxfile.py")
+    trees = ("rl_lustre", "tests", "examples", "benchmarks", "tools", "noxfile.py")
+    session.run("ruff", "check", *trees)
+    session.run("ruff", "format", "--check", *trees)
 
 
 @nox.session(python=PYTHON)

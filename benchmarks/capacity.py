@@ -19,7 +19,8 @@ and ``down()`` leaves nothing behind. The reaction time of a stock-out is from t
 moment the fake's operation failed (its stock event) to the next node-pool request;
 ``stockout_to_fallback_minutes`` is the slowest, in simulated minutes (target: <= 2).
 
-Run ``python -m benchmarks.capacity`` (about 40 s at the default ``--unit 0.15``; smaller units let the fakes' fixed wall-clock overhead of a request inflate the reaction in simulated minutes).
+Run ``python -m benchmarks.capacity`` (about 40 s at the default ``--unit 0.15``; smaller units let
+the fakes' fixed wall-clock overhead of a request inflate the reaction in simulated minutes).
 """
 
 from __future__ import annotations

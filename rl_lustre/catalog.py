@@ -530,8 +530,9 @@ def zone_problem(zone: str) -> str | None:
     Examples:
         >>> zone_problem("us-east1-b") is None
         True
-        >>> print(zone_problem("us-east1-a"))  # doctest: +ELLIPSIS
-        is not a zone of region us-east1, whose zones are us-east1-b, us-east1-c, us-east1-d (Compute Engine, as of 2025-10-01); if Google Cloud has added it since, set RL_LUSTRE_EXTRA_ZONES=us-east1-a ...
+        >>> print(zone_problem("us-east1-a"))  # doctest: +ELLIPSIS +NORMALIZE_WHITESPACE
+        is not a zone of region us-east1, whose zones are us-east1-b, us-east1-c, us-east1-d (Compute Engine,
+        as of 2025-10-01); if Google Cloud has added it since, set RL_LUSTRE_EXTRA_ZONES=us-east1-a ...
     """
     region = zone.rsplit("-", 1)[0]
     known = known_zones(region)

@@ -433,7 +433,8 @@ class Cluster(ClusterSpec):
 
         Examples:
             >>> ledger = cluster.goodput(since="2h")  # doctest: +SKIP
-            >>> [(r.name, f"{r.goodput_fraction:.0%}") for r in ledger.runs], ledger.own.seconds["idle"]  # doctest: +SKIP
+            >>> runs = [(r.name, f"{r.goodput_fraction:.0%}") for r in ledger.runs]  # doctest: +SKIP
+            >>> runs, ledger.own.seconds["idle"]  # doctest: +SKIP
 
         Args:
             since: seconds since the epoch, an aware datetime, a timedelta before now, or text
@@ -482,7 +483,8 @@ class Cluster(ClusterSpec):
         Examples:
             >>> cluster = Cluster(name="demo", project="my-project", region="us-east1",
             ...                   zone="us-east1-b")
-            >>> run = cluster.use_kubeconfig("~/.kube/config", "gke_my-project_us-east1_demo").submit(job)  # doctest: +SKIP
+            >>> cluster = cluster.use_kubeconfig("~/.kube/config", "gke_my-project_us-east1_demo")  # doctest: +SKIP
+            >>> run = cluster.submit(job)  # doctest: +SKIP
 
         Args:
             path: the kubeconfig; by default ``$KUBECONFIG`` or ``~/.kube/config``.

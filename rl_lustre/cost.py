@@ -19,8 +19,9 @@ Examples:
     >>> from rl_lustre import Cluster
     >>> cost = Cluster(name="demo", project="my-project", region="us-east1",
     ...                zone="us-east1-b").plan().cost()
-    >>> [(i.key, round(i.usd_per_hour, 2)) for i in cost.items]
-    [('gpu-pool', 296.0), ('cpu-pool', 1.05), ('lustre', 7.4), ('gke-cluster', 0.1), ('node-sa', 0.0), ('preload-image', 0.02), ('secondary-disks', 0.16)]
+    >>> [(i.key, round(i.usd_per_hour, 2)) for i in cost.items]  # doctest: +NORMALIZE_WHITESPACE
+    [('gpu-pool', 296.0), ('cpu-pool', 1.05), ('lustre', 7.4), ('gke-cluster', 0.1), ('node-sa', 0.0),
+     ('preload-image', 0.02), ('secondary-disks', 0.16)]
     >>> round(cost.total_usd_per_hour, 2)
     304.73
 """

@@ -464,8 +464,9 @@ def nothing_to_do_advice(start_over: str = SUBMIT_FRESH) -> str:
     """What to do about a run with nothing left to do; ``start_over`` is the call that starts over.
 
     Examples:
-        >>> nothing_to_do_advice(SWEEP_FRESH)
-        'To start over, use run_sweep(cluster, jobs, fresh=True) (the old checkpoints are moved aside, not deleted), or raise max_num_steps to train further'
+        >>> print(nothing_to_do_advice(SWEEP_FRESH))  # doctest: +NORMALIZE_WHITESPACE
+        To start over, use run_sweep(cluster, jobs, fresh=True) (the old checkpoints are moved aside, not deleted),
+        or raise max_num_steps to train further
     """
     return (
         f"To start over, use {start_over} (the old checkpoints are moved aside, not deleted), "

@@ -198,8 +198,9 @@ class GRPOJob(JobSpec):
         Examples:
             >>> from rl_lustre import Cluster, GRPOJob
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
-            >>> GRPOJob(name="run-1").entrypoint(c)[:112]
-            'cd /opt/nemo-rl && uv run python examples/run_grpo_math.py --config examples/configs/grpo_math_70B_megatron.yaml'
+            >>> print(GRPOJob(name="run-1").entrypoint(c)[:112])  # doctest: +NORMALIZE_WHITESPACE
+            cd /opt/nemo-rl && uv run python examples/run_grpo_math.py
+            --config examples/configs/grpo_math_70B_megatron.yaml
 
         Raises:
             ConfigError: as :meth:`override_args`.

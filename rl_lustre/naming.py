@@ -71,10 +71,11 @@ def node_service_account_id(deployment: str) -> str:
     Examples:
         >>> node_service_account_id("demo"), node_service_account_id("a-rather-long-deployment-name-here")
         ('rl-demo-nodes', 'rl-a-rather-long-deploy-412a53')
-        >>> node_service_account_id("Demo_1")
+        >>> node_service_account_id("Demo_1")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        rl_lustre.errors.ConfigError: Cluster.name='Demo_1': must give a service account id of 6-30 characters [a-z][a-z0-9-]*[a-z0-9] ('rl-<name>-nodes', or 'rl-<first 20 characters>-<hash>' for a longer name)
+        rl_lustre.errors.ConfigError: Cluster.name='Demo_1': must give a service account id of 6-30 characters
+        [a-z][a-z0-9-]*[a-z0-9] ('rl-<name>-nodes', or 'rl-<first 20 characters>-<hash>' for a longer name)
     """
     import hashlib
     import re

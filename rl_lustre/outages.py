@@ -59,9 +59,10 @@ class Outage:
 
     Examples:
         >>> outage = Outage(OutageBudget(max_outage=0), "waiting for job j")
-        >>> outage.failed(RayError("connection refused"))
+        >>> outage.failed(RayError("connection refused"))  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
-        rl_lustre.errors.RayError: waiting for job j: gave up after 0s of failures (outage budget 0s): connection refused
+        rl_lustre.errors.RayError: waiting for job j: gave up after 0s of failures (outage budget 0s):
+        connection refused
     """
 
     def __init__(self, budget: OutageBudget, what: str) -> None:

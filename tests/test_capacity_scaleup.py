@@ -82,7 +82,8 @@ def test_failed_scale_up_is_a_stockout_and_up_moves_to_the_next_zone(caplog: pyt
 def test_unqueued_flex_start_waits_for_its_nodes_and_a_timeout_is_a_failed_attempt(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    c = Cluster(**BASE, capacity=(Capacity("flex-start", queued=False, wait=1.5), "on-demand"))  # type: ignore[arg-type]
+    flex = Capacity("flex-start", queued=False, wait=1.5)
+    c = Cluster(**BASE, capacity=(flex, "on-demand"))  # type: ignore[arg-type]
     with KubeFake() as kube, FakeGCP(kube=kube) as gcp:
         # The autoscaler has asked for the nodes (no FailedScaleUp), and they never come.
         kube.autoscaling = lambda pool, count, asked_at: ("granted", "", [])

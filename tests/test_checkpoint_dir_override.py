@@ -77,7 +77,8 @@ def test_checkpointing_turned_off_submits_no_checkpoint_dir_but_still_resumes(jo
     assert submission.checkpoint_dir is None
     assert "before-fresh" not in submission.entrypoint
     # NeMo-RL resumes from that directory even when it does not save: the supervisor reads it.
-    assert _supervisor_args(submission.entrypoint)[1].checkpoint_dir == "/lustre/checkpoints/x"  # type: ignore[attr-defined]
+    args = _supervisor_args(submission.entrypoint)[1]
+    assert args.checkpoint_dir == "/lustre/checkpoints/x"  # type: ignore[attr-defined]
 
 
 @pytest.mark.slow

@@ -129,7 +129,9 @@ def test_endless_rate_limit_is_a_quota_error(gcp: FakeGCP) -> None:
     ],
     ids=["lustre", "gke", "compute", "firewall", "servicenetworking"],
 )
-def test_permission_denied_names_the_api_and_the_role(gcp: FakeGCP, method: str, role: str, run) -> None:  # type: ignore[no-untyped-def]
+def test_permission_denied_names_the_api_and_the_role(  # type: ignore[no-untyped-def]
+    gcp: FakeGCP, method: str, role: str, run
+) -> None:
     gcp.faults.fail_call(
         method, code=grpc.StatusCode.PERMISSION_DENIED, message="The caller does not have permission", times=10
     )
@@ -217,7 +219,8 @@ def test_transient_classification() -> None:
     # Google words rate limits as quotas; per-minute limits are still worth retrying.
     assert is_transient(
         gexc.TooManyRequests(
-            "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of service 'compute.googleapis.com'"
+            "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' "
+            "of service 'compute.googleapis.com'"
         )
     )
     assert is_transient(gexc.FailedPrecondition("Cluster is running incompatible operation operation-1"))
@@ -244,7 +247,9 @@ def test_stockout_in_an_operation_names_zone_and_options() -> None:
     assert "13" in str(plain)
 
 
-def test_missing_credentials_explain_how_to_log_in(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_missing_credentials_explain_how_to_log_in(  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
     monkeypatch.delenv(_clients.GRPC_EMULATOR_ENV, raising=False)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
     with pytest.raises(GCPError, match="application-default login") as info:

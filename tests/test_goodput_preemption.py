@@ -1,6 +1,6 @@
 """The goodput ledger of a preempted run, end to end: real worker raylets taken away mid-run,
-locally and on the GKE fakes (with a second job queued behind it), checked against the supervisor's record, NeMo-RL's own step
-times (printed by the rehearsal) and, on the fakes, the node-seconds the Kubernetes objects
+locally and on the GKE fakes (with a second job queued behind it), checked against the supervisor's
+record, NeMo-RL's own step times (printed by the rehearsal) and, on the fakes, the node-seconds the Kubernetes objects
 themselves say were billed."""
 
 from __future__ import annotations

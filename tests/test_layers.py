@@ -377,7 +377,8 @@ def test_the_fact_check_finds_a_second_spelling(tmp_path: Path) -> None:
     (tmp_path / "catalog.py").write_text('"""nvidia.com/gpu in a docstring."""\nGPU_RESOURCE = "nvidia.com/gpu"\n')
     (tmp_path / "pods.py").write_text(
         '"""Pods: ``nvidia.com/gpu``."""\nlimits = {"nvidia.com/gpu": 8}\n'
-        'def name(n):\n    return f"{n}-head-svc", f"tmp_step_{n}", "total_step_time", f"{n}-lustre", "firewall-lustre"\n'
+        "def name(n):\n"
+        '    return f"{n}-head-svc", f"tmp_step_{n}", "total_step_time", f"{n}-lustre", "firewall-lustre"\n'
     )
     (tmp_path / "testing" / "fake.py").write_text('limits = {"nvidia.com/gpu": 8}\n')
     assert spelt_twice(tmp_path) == [

@@ -65,7 +65,8 @@ NEMO_RL_EXCERPT = """\
   ⏱️  Validation Timing:
     • Total validation time: 12.04s
 Saving checkpoint for step 10...
-(MegatronPolicyWorker pid=5120, ip=10.8.0.6) saving checkpoint at iteration       0 to /lustre/ckpt/run1/tmp_step_10/policy/weights
+(MegatronPolicyWorker pid=5120, ip=10.8.0.6) saving checkpoint at iteration       0 to \
+/lustre/ckpt/run1/tmp_step_10/policy/weights
 Removing checkpoint /lustre/ckpt/run1/step_6 due to being outside top-2
 
 📊 Training Results:

@@ -233,7 +233,8 @@ def test_unknown_model_size_is_a_warning_not_a_problem() -> None:
 
 def test_local_volume_uses_free_space_and_rehearsal_scale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     free = 10 * 1024**3
-    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(free, 0, free))  # type: ignore[attr-defined]
+    usage = shutil._ntuple_diskusage(free, 0, free)  # type: ignore[attr-defined]
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage)
     shape = {"num_nodes": 8, "gpus_per_node": 8}
     rehearsal = Cluster.local("demo", volume_dir=tmp_path / "not-yet" / "vol", rehearsal_scale=1e-5, **shape)
     assert job().preflight(rehearsal) == []

@@ -22,7 +22,8 @@ from rl_lustre.queueing import member as m
 from rl_lustre.queueing.claims import Claim, Store
 from rl_lustre.queueing.view import NodeView, StateApi, View
 
-root, job, nodes, seq, hold, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+root, job, out = sys.argv[1], sys.argv[2], sys.argv[6]
+nodes, seq, hold = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 m.read_view = lambda api: View(time.time(), (NodeView("n", "head", "", True, True, 64, 0),))
 claim = Claim(job=job, nodes=nodes, gpus_per_node=8, cluster_nodes=8, submitted_at=1.0, seq=seq)
 member = m.Member(Store(root), claim, StateApi("http://127.0.0.1:9"), say=lambda text: None, poll=0.05)

@@ -55,7 +55,8 @@ def test_the_shipped_package_holds_the_files_the_supervisor_imports_at_their_pat
 def test_the_shipped_supervisor_imports_nothing_but_the_standard_library() -> None:
     out = _isolated(
         "import json, rl_lustre_supervisor.recovery.supervisor, rl_lustre_supervisor.recovery.stamps as s\n"
-        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'__main__'})))\n"
+        "top = {m.split('.')[0] for m in sys.modules}\n"
+        "print(json.dumps(sorted(top - set(sys.stdlib_module_names) - {'__main__'})))\n"
         "print(s.STEP_HEADER.pattern)\n"
     )
     assert out.returncode == 0, out.stderr

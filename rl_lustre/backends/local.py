@@ -104,7 +104,8 @@ class LocalBackend(submission.JobsBackend):
         return f"LocalBackend({self.cluster.name!r}, head={self.head!r})"
 
     def up(self, *, keep_on_failure: bool = False, check: bool = True) -> None:
-        # check has nothing to ask about on this machine. keep_on_failure has nothing to keep here: a head that fails to start is stopped
+        # check has nothing to ask about on this machine. keep_on_failure has nothing to keep here:
+        # a head that fails to start is stopped
         # by start_local_head itself, and the volume directory is the user's.
         from ..ray.head import start_local_head
 

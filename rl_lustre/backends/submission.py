@@ -255,8 +255,9 @@ def fresh_entrypoint(entrypoint: str, checkpoint_dir: str, *, now: float | None 
     deleted. A later submit without ``fresh`` resumes from the fresh run's checkpoints.
 
     Examples:
-        >>> fresh_entrypoint("python train.py", "/v/checkpoints/demo", now=0)
-        '{ [ ! -e /v/checkpoints/demo ] || mv /v/checkpoints/demo /v/checkpoints/demo.before-fresh-19700101T000000Z; } && python train.py'
+        >>> print(fresh_entrypoint("python train.py", "/v/checkpoints/demo", now=0))  # doctest: +NORMALIZE_WHITESPACE
+        { [ ! -e /v/checkpoints/demo ] || mv /v/checkpoints/demo /v/checkpoints/demo.before-fresh-19700101T000000Z; }
+        && python train.py
     """
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
     old, aside = shlex.quote(checkpoint_dir), shlex.quote(f"{checkpoint_dir}.before-fresh-{stamp}")
@@ -292,7 +293,8 @@ def recorded(info: JobInfo) -> tuple[str | None, int | None]:
 
     Examples:
         >>> from rl_lustre.ray.jobs import JobInfo
-        >>> recorded(JobInfo("x", "RUNNING", metadata={"rl_lustre.checkpoint_dir": "/v/c", "rl_lustre.total_steps": "8"}))
+        >>> metadata = {"rl_lustre.checkpoint_dir": "/v/c", "rl_lustre.total_steps": "8"}
+        >>> recorded(JobInfo("x", "RUNNING", metadata=metadata))
         ('/v/c', 8)
     """
     steps = info.metadata.get(TOTAL_STEPS, "")

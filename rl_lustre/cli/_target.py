@@ -58,10 +58,11 @@ def load_target(target: str) -> Any:
     """The ``Cluster`` that ``target`` names.
 
     Examples:
-        >>> load_target("nowhere.py")
+        >>> load_target("nowhere.py")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        rl_lustre.errors.ConfigError: rl-lustre.TARGET='nowhere.py': must be path/to/script.py:name (or package.module:name) naming a rl_lustre.Cluster; the ':name' part is missing
+        rl_lustre.errors.ConfigError: rl-lustre.TARGET='nowhere.py': must be path/to/script.py:name
+        (or package.module:name) naming a rl_lustre.Cluster; the ':name' part is missing
 
     Raises:
         ConfigError: the target is malformed, missing, or not a Cluster; or running the

@@ -151,7 +151,8 @@ def grpc_client(client_cls: type[T], transport_cls: type[Any]) -> T:
             return client_cls(transport=transport)  # type: ignore[call-arg]
 
         return _cached(client_cls.__name__, emulator, build_emulated)
-    return _cached(client_cls.__name__, "google", lambda: client_cls(credentials=credentials()))  # type: ignore[call-arg]
+    build = lambda: client_cls(credentials=credentials())  # type: ignore[call-arg]  # noqa: E731
+    return _cached(client_cls.__name__, "google", build)
 
 
 def lustre() -> Any:
@@ -217,7 +218,8 @@ def iam_admin() -> Any:
 
     Example::
 
-        iam_admin().get_service_account(name="projects/-/serviceAccounts/rl-demo-nodes@my-project.iam.gserviceaccount.com")
+        account = "rl-demo-nodes@my-project.iam.gserviceaccount.com"
+        iam_admin().get_service_account(name=f"projects/-/serviceAccounts/{account}")
     """
     from google.cloud.iam_admin_v1 import IAMClient
     from google.cloud.iam_admin_v1.services.iam.transports import IAMGrpcTransport
@@ -255,7 +257,8 @@ def compute(client_cls: type[T]) -> T:
 
     base = rest_emulator()
     if base is None:
-        return _cached(client_cls.__name__, "google", lambda: client_cls(credentials=credentials()))  # type: ignore[call-arg]
+        build = lambda: client_cls(credentials=credentials())  # type: ignore[call-arg]  # noqa: E731
+        return _cached(client_cls.__name__, "google", build)
     # NetworksClient lives in ...services.networks; its transport is NetworksRestTransport.
     package = client_cls.__module__.rsplit(".", 1)[0]
     transports = importlib.import_module(package + ".transports")

@@ -88,10 +88,12 @@ def check_owned(kind: str, name: str, labels: Mapping[str, str], deployment: str
     Examples:
         >>> check_owned("GKE cluster", "demo", {"managed-by": "rl-lustre",
         ...             "rl-lustre-deployment": "demo"}, "demo")
-        >>> check_owned("GKE cluster", "demo", {}, "demo")
+        >>> check_owned("GKE cluster", "demo", {}, "demo")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        rl_lustre.errors.OwnershipError: GKE cluster demo exists but was not created by rl_lustre (it lacks the label managed-by=rl-lustre); rl_lustre never adopts or deletes it. Delete or rename it yourself, or choose another name.
+        rl_lustre.errors.OwnershipError: GKE cluster demo exists but was not created by rl_lustre (it lacks the label
+        managed-by=rl-lustre); rl_lustre never adopts or deletes it. Delete or rename it yourself, or choose another
+        name.
     """
     if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
         raise OwnershipError(

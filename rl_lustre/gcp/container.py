@@ -49,10 +49,12 @@ def check_version(cluster: container_v1.Cluster, minimum: str, needs: str = _POR
 
     Examples:
         >>> check_version(container_v1.Cluster(name="c", current_master_version="1.33.2-gke.1000"),
-        ...               "1.33.2-gke.4780000")
+        ...               "1.33.2-gke.4780000")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        rl_lustre.errors.GCPError: GKE cluster c runs 1.33.2-gke.1000; the Lustre CSI driver reaches Managed Lustre on port 988 only from GKE 1.33.2-gke.4780000 (the legacy port is off). Upgrade the control plane, or pick a newer release channel.
+        rl_lustre.errors.GCPError: GKE cluster c runs 1.33.2-gke.1000; the Lustre CSI driver reaches Managed Lustre on
+        port 988 only from GKE 1.33.2-gke.4780000 (the legacy port is off). Upgrade the control plane, or pick a newer
+        release channel.
 
     Raises:
         GCPError: the version is older (or unreadable).

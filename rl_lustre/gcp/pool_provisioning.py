@@ -58,7 +58,8 @@ def node_lifetimes(
     Examples:
         >>> import datetime
         >>> url = "https://www.googleapis.com/compute/v1/projects/p/zones/us-east1-b/instanceGroupManagers/"
-        >>> flex = container_v1.NodePool(name="gpu-standby", instance_group_urls=[url + "gke-c-gpu-standby-1a2b3c4d-grp"],
+        >>> groups = [url + "gke-c-gpu-standby-1a2b3c4d-grp"]
+        >>> flex = container_v1.NodePool(name="gpu-standby", instance_group_urls=groups,
         ...     config=container_v1.NodeConfig(flex_start=True, max_run_duration=datetime.timedelta(days=3)))
         >>> spot = container_v1.NodePool(name="gpu-pool", instance_group_urls=[url + "gke-c-gpu-pool-5e6f7a8b-grp"],
         ...     config=container_v1.NodeConfig(spot=True))

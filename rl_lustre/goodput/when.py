@@ -9,9 +9,10 @@ before now (``90s``, ``30m``, ``2h``, ``1d``).
     8200.0
     >>> when("Cluster.goodput", "since", "2025-12-01T10:00Z", now=0.0)
     1764583200.0
-    >>> when("Cluster.goodput", "since", "soon", now=0.0)
+    >>> when("Cluster.goodput", "since", "soon", now=0.0)  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
-    rl_lustre.errors.ConfigError: Cluster.goodput.since='soon': must be seconds since the epoch, an aware datetime, a timedelta before now, ISO 8601 ('2025-12-01T10:00Z') or a duration before now ('90s', '30m', '2h', '1d')
+    rl_lustre.errors.ConfigError: Cluster.goodput.since='soon': must be seconds since the epoch, an aware datetime,
+    a timedelta before now, ISO 8601 ('2025-12-01T10:00Z') or a duration before now ('90s', '30m', '2h', '1d')
 """
 
 from __future__ import annotations

@@ -124,7 +124,8 @@ def immutable_drift(manifest: Mapping[str, Any], existing: Mapping[str, Any], *,
     Examples:
         >>> job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
         ...        "spec": {"backoffLimit": 2, "template": {"spec": {"containers": [{"name": "c", "image": "a"}]}}}}
-        >>> newer = {**job, "spec": {"backoffLimit": 3, "template": {"spec": {"containers": [{"name": "c", "image": "b"}]}}}}
+        >>> containers = [{"name": "c", "image": "b"}]
+        >>> newer = {**job, "spec": {"backoffLimit": 3, "template": {"spec": {"containers": containers}}}}
         >>> immutable_drift(newer, job, deployment="d")
         ['spec.template']
     """

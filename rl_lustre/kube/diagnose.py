@@ -302,7 +302,8 @@ def explain_claim(claim: Obj, events: Iterable[Obj] = (), *, volume_exists: bool
     if warnings:
         parts.append("events: " + "; ".join(dict.fromkeys(warnings)))
     parts.append(
-        "pods mounting it cannot be scheduled until it binds (check storageClassName, accessModes and capacity against the volume)"
+        "pods mounting it cannot be scheduled until it binds "
+        "(check storageClassName, accessModes and capacity against the volume)"
     )
     return [Problem("ClaimUnbound", name, "; ".join(parts))]
 
@@ -324,9 +325,9 @@ def _replica_failure(rc: Obj) -> list[Problem]:
     ResourceQuota, an admission webhook, a LimitRange).
 
     Examples:
+        >>> message = 'pods "w" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2'
         >>> rc = {"metadata": {"name": "demo", "namespace": "default"}, "status": {"conditions": [
-        ...     {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateWorkerPod",
-        ...      "message": 'pods "w" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2'}]}}
+        ...     {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateWorkerPod", "message": message}]}}
         >>> print(_replica_failure(rc)[0])  # doctest: +NORMALIZE_WHITESPACE
         RayCluster default/demo: KubeRay cannot create its pods (FailedCreateWorkerPod): pods "w" is forbidden:
         exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2. A ResourceQuota of namespace

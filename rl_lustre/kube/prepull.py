@@ -37,7 +37,9 @@ def prepull_daemonset(cluster: ClusterSpec) -> dict[str, Any]:
         ...                                zone="us-east1-b", preload_image=False))
         >>> pod = ds["spec"]["template"]["spec"]
         >>> pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        [{'matchExpressions': [{'key': 'cloud.google.com/gke-nodepool', 'operator': 'In', 'values': ['gpu-pool', 'ray-head-pool']}]}]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        [{'matchExpressions': [{'key': 'cloud.google.com/gke-nodepool', 'operator': 'In',
+                                'values': ['gpu-pool', 'ray-head-pool']}]}]
         >>> pod["containers"][0]["image"]
         'nvcr.io/nvidia/nemo-rl:v0.4.0'
     """

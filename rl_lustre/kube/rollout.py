@@ -4,8 +4,9 @@ KubeRay (v1.5, and later ones without ``spec.upgradeStrategy``) creates a RayClu
 from its templates and never replaces a running pod when a template changes: after
 ``up()`` adopts a RayCluster whose image, environment or resources changed, the operator
 reports it ready while every pod still runs the old template, and a job would run on the
-old image. So each group's pod template carries :data:`~rl_lustre.kube.pod_templates.TEMPLATE_HASH_ANNOTATION`, a hash of
-what makes its pods (:func:`~rl_lustre.kube.pod_templates.stamp_templates`; KubeRay copies template annotations onto the
+old image. So each group's pod template carries
+:data:`~rl_lustre.kube.pod_templates.TEMPLATE_HASH_ANNOTATION`, a hash of what makes its pods
+(:func:`~rl_lustre.kube.pod_templates.stamp_templates`; KubeRay copies template annotations onto the
 pods), and :func:`roll_out` deletes the pods whose hash is not their group's current one
 (KubeRay then creates them again from the current template), then waits until each group
 has its pods on the current template, Running and Ready — what KubeRay's own

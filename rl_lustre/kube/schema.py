@@ -142,7 +142,8 @@ def validate_raycluster(obj: Mapping[str, Any]) -> None:
     else:
         text = repr(error.instance)
         value = error.instance if len(text) <= 80 else text[:77] + "..."
-        rule = f"the KubeRay RayCluster schema requires it: {error.message if len(error.message) <= 200 else error.message[:197] + '...'}"
+        message = error.message if len(error.message) <= 200 else error.message[:197] + "..."
+        rule = f"the KubeRay RayCluster schema requires it: {message}"
     raise ConfigError("RayCluster", path or "<root>", value, rule)
 
 
@@ -160,9 +161,11 @@ def validate_networking(obj: Mapping[str, Any]) -> None:
         >>> validate_networking({"apiVersion": "networking.gke.io/v1", "kind": "GKENetworkParamSet",
         ...                      "metadata": {"name": "rdma-0"},
         ...                      "spec": {"vpc": "n", "vpcSubnet": "s", "deviceMode": "RMDA"}})
+        ... # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        rl_lustre.errors.ConfigError: GKENetworkParamSet.spec.deviceMode='RMDA': must match the networking.gke.io/v1 schema: 'RMDA' is not one of ['RDMA', 'NetDevice']
+        rl_lustre.errors.ConfigError: GKENetworkParamSet.spec.deviceMode='RMDA': must match the networking.gke.io/v1
+        schema: 'RMDA' is not one of ['RDMA', 'NetDevice']
 
     Raises:
         ConfigError: a kind without a schema, or an object the schema rejects (naming the

@@ -151,7 +151,9 @@ def parse_listing(output: str) -> list[Checkpoint]:
     Examples:
         >>> parse_listing('noise\\nRL_LUSTRE_CHECKPOINTS [{"step": 4, "path": "/lustre/c/step_4", '
         ...               '"size_bytes": 10, "finished_at": 1.0, "save_seconds": 0.0, "training_info": {}}]')
-        [Checkpoint(step=4, path=PosixPath('/lustre/c/step_4'), size_bytes=10, finished_at=1.0, save_seconds=0.0, save_seconds_from='files')]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        [Checkpoint(step=4, path=PosixPath('/lustre/c/step_4'), size_bytes=10, finished_at=1.0, save_seconds=0.0,
+                    save_seconds_from='files')]
 
     Raises:
         ValueError: the output holds no listing, or a malformed one.

@@ -28,8 +28,9 @@ Examples:
     >>> from rl_lustre import Cluster
     >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
     ...             capacity=("spot", "flex-start"), capacity_zones=("us-east1-b", "us-east1-c"), fabric="tcp")
-    >>> [(lane.kind, lane.zone, lane.pool_name) for lane in capacity_lanes(c)]
-    [('spot', 'us-east1-b', 'gpu-pool'), ('spot', 'us-east1-c', 'gpu-spot-c'), ('flex-start', 'us-east1-b', 'gpu-flex-b'), ('flex-start', 'us-east1-c', 'gpu-flex-c')]
+    >>> [(lane.kind, lane.zone, lane.pool_name) for lane in capacity_lanes(c)]  # doctest: +NORMALIZE_WHITESPACE
+    [('spot', 'us-east1-b', 'gpu-pool'), ('spot', 'us-east1-c', 'gpu-spot-c'),
+     ('flex-start', 'us-east1-b', 'gpu-flex-b'), ('flex-start', 'us-east1-c', 'gpu-flex-c')]
     >>> s = lane_pool_settings(c, capacity_lanes(c)[2])
     >>> s["flex_start"], s["node_count"], s["autoscaling"]["location_policy"], s["management"]["auto_repair"]
     (True, 0, 'ANY', False)

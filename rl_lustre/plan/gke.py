@@ -50,8 +50,8 @@ MAINTENANCE_EXCLUSION_NAME = "rl-lustre-no-node-recreation"
 def lustre_nic_settings(cluster: ClusterSpec) -> dict[str, bool]:
     """The Lustre CSI driver's NIC setting: multi-NIC off on the RDMA fabric.
 
-    From GKE 1.35.2-gke.1842000 (``catalog.LUSTRE_MULTI_NIC_MIN_GKE``) the driver configures every suitable NIC of a node
-    for Lustre and expects all standard NICs in one VPC; ``fabric="rdma"`` puts eth1 on a
+    From GKE 1.35.2-gke.1842000 (``catalog.LUSTRE_MULTI_NIC_MIN_GKE``) the driver configures
+    every suitable NIC of a node for Lustre and expects all standard NICs in one VPC; ``fabric="rdma"`` puts eth1 on a
     second gVNIC VPC (the A4 blueprint's GPU network), which has no route to the Lustre
     instance (reached through the primary VPC's private services access). So the driver
     keeps to eth0 there; the RoCE NICs are not standard NICs and carry NCCL, not Lustre.

@@ -29,7 +29,9 @@ Examples:
     ...             warm_start="gs://my-bucket/qwen72b")
     >>> plan = c.plan()
     >>> [(k, plan.get(k).depends_on) for k in ("warm-import", "model-prefetch", "warm-export")]
-    [('warm-import', ('lustre',)), ('model-prefetch', ('pvc', 'cpu-pool', 'secret', 'warm-import')), ('warm-export', ('model-prefetch', 'warm-import'))]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [('warm-import', ('lustre',)), ('model-prefetch', ('pvc', 'cpu-pool', 'secret', 'warm-import')),
+     ('warm-export', ('model-prefetch', 'warm-import'))]
     >>> list(plan.get("warm-export").settings["at_up"])
     ['huggingface_cache/hub', 'huggingface_cache/rl_lustre_prefetch']
 """

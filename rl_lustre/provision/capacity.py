@@ -160,8 +160,8 @@ class CapacityPoolDriver:
                     ""
                     if lane.zone == self.ctx.cluster.zone
                     else (
-                        f"; the volume stays in {self.ctx.cluster.zone} and is reached across zones (inter-zone traffic "
-                        "is billed)"
+                        f"; the volume stays in {self.ctx.cluster.zone} and is reached across zones "
+                        "(inter-zone traffic is billed)"
                     )
                 )
                 self._say(

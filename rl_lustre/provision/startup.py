@@ -9,7 +9,8 @@ the library's polling policy, so their progress reaches the live view and the lo
   then until the RayCluster's workers run, then deletes it. A later ``up()`` that finds
   the workers already running skips it. An image that cannot exist fails the step.
 - ``model-prefetch``: nothing when a warm-start import brought every model whole
-  (:func:`rl_lustre.provision.warmstart.imported_models`); otherwise creates the Job, or adopts it (a Complete one of an earlier ``up()``
+  (:func:`rl_lustre.provision.warmstart.imported_models`); otherwise creates the Job, or
+  adopts it (a Complete one of an earlier ``up()``
   for the same models is done already; a failed or outdated one is replaced), and waits
   until it completes, showing the newest progress line of its pod. A failed Job fails the
   step with its pod's reason, and the executor rolls back as for any step.

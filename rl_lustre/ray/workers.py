@@ -1,11 +1,11 @@
 """Worker nodes of a local Ray head: more raylets on this machine, on loopback only.
 
 Each worker node is one process (``_worker_node.py``, which does what
-``ray start --address=<head GCS> --block`` does, on 127.0.0.1) in a process group of its own, declaring the GPUs a GPU node of the cluster has (Ray counts them as
-resources; nothing runs on a GPU). Killing that process group takes the raylet and
-every worker process it started away at once, the way a Spot VM that vanishes does:
-Ray's GCS sees the node's health checks fail, declares it dead, and every actor on it
-dies with it (see :func:`rl_lustre.testing.preempt`).
+``ray start --address=<head GCS> --block`` does, on 127.0.0.1) in a process group of its own,
+declaring the GPUs a GPU node of the cluster has (Ray counts them as resources; nothing runs
+on a GPU). Killing that process group takes the raylet and every worker process it started
+away at once, the way a Spot VM that vanishes does: Ray's GCS sees the node's health checks
+fail, declares it dead, and every actor on it dies with it (see :func:`rl_lustre.testing.preempt`).
 
 Worker nodes carry the head's mark (``RL_LUSTRE_HEAD``), so stopping the head also
 finds any that are left. Their pids are kept in ``workers.json`` in the head's temp

@@ -101,7 +101,8 @@ def parse_restarts(log: str) -> list[Restart]:
         >>> log = ('RL_LUSTRE_RESTART {"restart": 1, "lost_at": 100.0, "nodes": [{"node_id": "ab", '
         ...        '"address": "10.0.0.3", "name": "w1", "reason": "health check failed"}], '
         ...        '"resume_step": 4, "last_step": 6, "exit_code": 1}\\n'
-        ...        'RL_LUSTRE_RESUMED {"restart": 1, "first_step": 5, "seconds_lost": 12.5, "capacity_seconds": 3.0}\\n')
+        ...        'RL_LUSTRE_RESUMED {"restart": 1, "first_step": 5, "seconds_lost": 12.5, '
+        ...        '"capacity_seconds": 3.0}\\n')
         >>> [(r.number, r.resumed_from_step, r.first_step, r.seconds_lost, r.steps_redone) for r in parse_restarts(log)]
         [(1, 4, 5, 12.5, 2)]
     """
@@ -192,7 +193,8 @@ def supervised(
         ...            gpus_per_node=8, capacity_timeout=1800, checkpoint_dir="/lustre/c/run", poll=2,
         ...            settle=30, queue="demo", cluster_nodes=8)  # doctest: +NORMALIZE_WHITESPACE
         "python -m rl_lustre_supervisor --max-restarts 3 --nodes 8 --gpus-per-node 8 --capacity-timeout 1800
-         --poll 2 --settle 30 --siblings 5 --hang-grace 60 --queue demo --cluster-nodes 8 --priority 0 --backfill-window 3600
+         --poll 2 --settle 30 --siblings 5 --hang-grace 60 --queue demo --cluster-nodes 8 --priority 0
+         --backfill-window 3600
          --checkpoint-dir /lustre/c/run -- 'cd /opt/nemo-rl && uv run python x.py'"
     """
     parts = [
@@ -265,10 +267,11 @@ def shipped_module() -> str:
         >>> os.path.basename(d), sorted(os.path.relpath(os.path.join(top, f), d)
         ...                             for top, _, files in os.walk(d) for f in files if f.endswith(".py"))
         ... # doctest: +NORMALIZE_WHITESPACE
-        ('rl_lustre_supervisor', ['__init__.py', '__main__.py', 'jobrecord.py', 'nemo_rl/__init__.py', 'nemo_rl/formats.py',
-         'queueing/__init__.py', 'queueing/claims.py', 'queueing/member.py', 'queueing/policy.py', 'queueing/view.py',
-         'recovery/__init__.py', 'recovery/jobargs.py', 'recovery/journal.py', 'recovery/lifetimes.py', 'recovery/procs.py',
-         'recovery/stamps.py', 'recovery/supervisor.py', 'recovery/watch.py'])
+        ('rl_lustre_supervisor', ['__init__.py', '__main__.py', 'jobrecord.py', 'nemo_rl/__init__.py',
+         'nemo_rl/formats.py', 'queueing/__init__.py', 'queueing/claims.py', 'queueing/member.py', 'queueing/policy.py',
+         'queueing/view.py', 'recovery/__init__.py', 'recovery/jobargs.py', 'recovery/journal.py',
+         'recovery/lifetimes.py', 'recovery/procs.py', 'recovery/stamps.py', 'recovery/supervisor.py',
+         'recovery/watch.py'])
     """
     root, files = _shipped_files()
     package = root / MODULE

@@ -29,8 +29,10 @@ all back. It runs on the cluster (shipped with the supervisor; standard library 
     {'event': 'epoch', 'epoch': 2, 'of': 3}
     >>> s.feed("========================= Step 4/10 =========================")
     {'event': 'step', 'epoch': 2, 'k': 4, 'of': 10, 'step': 14}
-    >>> s.feed("(DTensorPolicyWorker pid=7) Saving checkpoint for step 14...") is None, s.feed("Saving checkpoint for step 14...")
-    (True, {'event': 'save', 'step': 14})
+    >>> s.feed("(DTensorPolicyWorker pid=7) Saving checkpoint for step 14...") is None
+    True
+    >>> s.feed("Saving checkpoint for step 14...")
+    {'event': 'save', 'step': 14}
     >>> s.step
     14
 """

@@ -113,8 +113,9 @@ def shard_layout(total_bytes: int, shards: int, *, megatron: bool) -> dict[str, 
     ``total_bytes`` in ``shards`` shards per directory.
 
     Examples:
-        >>> shard_layout(10, 2, megatron=False)
-        {'policy/weights/__0_0.distcp': 1, 'policy/weights/__1_0.distcp': 1, 'policy/optimizer/__0_0.distcp': 4, 'policy/optimizer/__1_0.distcp': 4}
+        >>> shard_layout(10, 2, megatron=False)  # doctest: +NORMALIZE_WHITESPACE
+        {'policy/weights/__0_0.distcp': 1, 'policy/weights/__1_0.distcp': 1,
+         'policy/optimizer/__0_0.distcp': 4, 'policy/optimizer/__1_0.distcp': 4}
     """
     weights = total_bytes // 4
     files: dict[str, int] = {}

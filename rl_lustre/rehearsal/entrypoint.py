@@ -160,8 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (_Stopped, KeyboardInterrupt) as exc:
         name = str(exc) if isinstance(exc, _Stopped) else "SIGINT"
         step = rehearsal.step if rehearsal is not None else 0
+        unfinished = formats.checkpoint_name(step, formats.SAVING)
         say(
-            f"{PREFIX} stopped by {name} during step {step}; an unfinished {formats.checkpoint_name(step, formats.SAVING)} is cleared at the "
+            f"{PREFIX} stopped by {name} during step {step}; an unfinished {unfinished} is cleared at the "
             "next start. This was a REHEARSAL: no model was trained."
         )
         status = 128 + signal.Signals[name].value

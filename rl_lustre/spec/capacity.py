@@ -269,10 +269,13 @@ def check_capacity_zones(spec: Any) -> None:
     Examples:
         >>> from rl_lustre import Cluster
         >>> Cluster(name="d", project="my-project", region="us-east1", zone="us-east1-b",
-        ...         capacity_zones="region")
+        ...         capacity_zones="region")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        rl_lustre.errors.ConfigError: Cluster.capacity_zones='region': a GPU pool with fabric='rdma' cannot move to another zone: its RoCE VPC is on the network profile 'us-east1-b-vpc-roce', and every VM with a NIC on it must be in us-east1-b; keep capacity_zones='zone', or use fabric='tcp' to let the GPU pool move (without GPUDirect-RDMA)
+        rl_lustre.errors.ConfigError: Cluster.capacity_zones='region': a GPU pool with fabric='rdma' cannot move to
+        another zone: its RoCE VPC is on the network profile 'us-east1-b-vpc-roce', and every VM with a NIC on it must
+        be in us-east1-b; keep capacity_zones='zone', or use fabric='tcp' to let the GPU pool move (without
+        GPUDirect-RDMA)
     """
     zones = spec.capacity_zones
     rule = (

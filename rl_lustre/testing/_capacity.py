@@ -5,9 +5,10 @@ Serves, read-only: Compute ``zones.get``, ``machineTypes.get`` and ``accelerator
 ListLocations`` on the Lustre gRPC endpoint.
 
 By default Compute has the zones of rl_lustre's list (:data:`DEFAULT_ZONES`;
-:meth:`Catalog.add_zone` and :meth:`Catalog.retire_zone` change that), every zone offers every machine and GPU type, Managed Lustre runs in every
-zone of the common regions (:data:`DEFAULT_LUSTRE_ZONES`), and every quota has a generous limit with nothing in use: a deployment
-that passes elsewhere passes here. Tests narrow that down with :meth:`Catalog.withdraw`,
+:meth:`Catalog.add_zone` and :meth:`Catalog.retire_zone` change that), every zone offers every
+machine and GPU type, Managed Lustre runs in every zone of the common regions
+(:data:`DEFAULT_LUSTRE_ZONES`), and every quota has a generous limit with nothing in use: a
+deployment that passes elsewhere passes here. Tests narrow that down with :meth:`Catalog.withdraw`,
 :meth:`Catalog.set_quota` and :meth:`Catalog.lustre_zones`.
 """
 

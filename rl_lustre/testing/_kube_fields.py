@@ -121,8 +121,9 @@ def unknown_fields(obj: Mapping[str, Any]) -> list[str]:
     them (``spec.template.spec.containers[0].bogus``).
 
     Examples:
+        >>> containers = [{"name": "c", "img": "x"}]
         >>> unknown_fields({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "labelz": {}},
-        ...                 "spec": {"backofLimit": 2, "template": {"spec": {"containers": [{"name": "c", "img": "x"}]}}}})
+        ...                 "spec": {"backofLimit": 2, "template": {"spec": {"containers": containers}}}})
         ['metadata.labelz', 'spec.backofLimit', 'spec.template.spec.containers[0].img']
     """
     schema = _schema(str(obj.get("kind")))
