@@ -10,8 +10,10 @@
               operator) built from Go modules by ``tools/kube/build.sh`` (needs Go >= 1.26;
               the first build takes about 10-35 minutes on 2 cores, idle to loaded; later
               ones reuse it).
+- tests-oncluster: the on-cluster package's tests (marked ``oncluster``) on the cluster image's
+              Python (3.12) and Ray (2.46.0), the versions rl_lustre.oncluster runs on.
 - lint:      ruff check and ruff format --check (one style over the tree, 120 columns).
-- typecheck: mypy on the package.
+- typecheck: mypy on the package; the on-cluster package also for Python 3.12.
 - docs:      mkdocs build --strict (broken links and missing pages fail).
 - bench:     benchmarks under benchmarks/, reported as ratios against a baseline.
 - lock:      upgrade uv.lock to the newest versions pyproject.toml allows (on purpose, never on
@@ -73,6 +75,40 @@ def tests_kube(session: nox.Session) -> None:
     session.run("pytest", "-m", "kube", "--kube", *session.posargs, env={"RL_LUSTRE_KUBE_BUILD": build})
 
 
+# The cluster image's versions (nvcr.io/nvidia/nemo-rl:v0.4.0): what rl_lustre.oncluster runs on.
+IMAGE_PYTHON = "3.12"
+IMAGE_RAY = "ray[default]==2.46.0"
+
+
+def _image_python() -> str:
+    """A Python 3.12 interpreter that runs: ``python3.12`` on PATH, or pyenv's (whose shim
+    fails unless 3.12 is pyenv's selected version); else the version, for nox to find."""
+    import glob
+    import shutil
+    import subprocess
+
+    candidates = [
+        shutil.which("python3.12"),
+        *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12"))),
+    ]
+    for candidate in filter(None, candidates):
+        if subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
+            return candidate
+    return IMAGE_PYTHON
+
+
+@nox.session(name="tests-oncluster", python=_image_python())
+def tests_oncluster(session: nox.Session) -> None:
+    """The tests marked oncluster, on the image's Python and Ray (installed over the locked set)."""
+    _install(session, "test")
+    session.run_install(
+        UV, "pip", "install", "--no-progress", IMAGE_RAY, external=True,
+        env={"VIRTUAL_ENV": session.virtualenv.location},
+    )  # fmt: skip
+    session.run("python", "-c", "import ray, sys; print('ray', ray.__version__, 'on Python', sys.version.split()[0])")
+    session.run("pytest", "-m", "oncluster and not kube", *session.posargs)
+
+
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check on the package, tests, examples, benchmarks and tools."""
@@ -80,6 +116,9 @@ def lint(session: nox.Session) -> None:
     trees = ("rl_lustre", "tests", "examples", "benchmarks", "tools", "noxfile.py")
     session.run("ruff", "check", *trees)
     session.run("ruff", "format", "--check", *trees)
+    # The on-cluster package runs on the image's Python 3.12, and the client imports it on 3.10+:
+    # checked for both.
+    session.run("ruff", "check", "--target-version", "py312", "rl_lustre/oncluster")
 
 
 @nox.session(python=PYTHON)
@@ -87,6 +126,8 @@ def typecheck(session: nox.Session) -> None:
     """mypy on the package."""
     _install(session, "typecheck")
     session.run("mypy", "rl_lustre")
+    # The on-cluster package runs on the image's Python: checked for that version too.
+    session.run("mypy", "--python-version", IMAGE_PYTHON, "rl_lustre/oncluster")
 
 
 @nox.session(python=PYTHON)

@@ -203,7 +203,7 @@ class QuotaExceededError(GCPError):
     """Quota, rate limit, or capacity (GPU / Spot stock-out) exhausted.
 
     ``signal`` is the capacity signal behind it
-    (:class:`~rl_lustre.recovery.capacity_signals.Signal`), when it is a quota or stock-out
+    (:class:`~rl_lustre.kube.capacity_signals.Signal`), when it is a quota or stock-out
     of a capacity kind; None for a rate limit.
     """
 

@@ -99,7 +99,7 @@ def collect(run: Run, *, cluster_metrics: bool = True) -> RunData:
     Args:
         cluster_metrics: read Cloud Monitoring too (GKE runs only).
     """
-    from .jobrecord import MODEL, RECIPE, REHEARSAL_NOTE
+    from .oncluster.records import MODEL, RECIPE, REHEARSAL_NOTE
 
     meta = run.info().metadata
     per_step = run.metrics()

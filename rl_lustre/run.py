@@ -29,7 +29,7 @@ from .errors import (
     WaitTimeoutError,
     nothing_to_do_advice,
 )
-from .jobrecord import JOB, NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
+from .oncluster.records import JOB, NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
 from .outages import TRANSIENT, Outage, OutageBudget
 
 if TYPE_CHECKING:
@@ -256,7 +256,7 @@ class Run:
         """
         _v.need("Run.logs", "follow", follow, bool, "True or False")
         _v.need("Run.logs", "records", records, bool, "True or False")
-        from .recovery.journal import MARK
+        from .oncluster.records import MARK
 
         if follow:
             lines = self._jobs.follow(self.job_id, outage_budget=self.outage_budget)

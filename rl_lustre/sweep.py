@@ -13,7 +13,7 @@ The table has a column per field that differs between the jobs (``num_generation
 above; an override key such as ``policy.optimizer.kwargs.lr`` when ``overrides`` differ),
 and marks the metrics of rehearsal runs as synthetic.
 
-The jobs share the cluster through its queue (see :mod:`rl_lustre.queueing`): each run's
+The jobs share the cluster through its queue (see :mod:`rl_lustre.oncluster.queue`): each run's
 :class:`Outcome` says how long it was queued, how long it held its nodes and the GPU-hours
 that came to, from its queue records (the head's clock); the result gives the sweep's
 makespan against its lower bound, and ``result.plot("sweep.png")`` draws which run held
@@ -34,7 +34,7 @@ import attrs
 
 from . import _validate as v
 from .errors import SWEEP_FRESH, ConfigError, JobFailedError, RLLustreError, WaitTimeoutError
-from .jobrecord import NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
+from .oncluster.records import NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
 from .sweep_result import Outcome, SweepResult
 
 if TYPE_CHECKING:

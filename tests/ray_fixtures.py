@@ -127,7 +127,7 @@ def _stop_jobs_left_on_the_session_head(request: pytest.FixtureRequest) -> Itera
     yield
     if "local_cluster" not in request.fixturenames:
         return
-    from rl_lustre.jobrecord import JOB
+    from rl_lustre.oncluster.records import JOB
 
     jobs = request.getfixturevalue("local_cluster")._backend().jobs
     left = [i.submission_id for i in jobs.list() if not i.terminal and JOB in (i.metadata or {})]

@@ -21,8 +21,8 @@ from rl_lustre.catalog import GKE_NODEPOOL_LABEL, GKE_SPOT_LABEL
 from rl_lustre.errors import JobFailedError
 from rl_lustre.kube.readiness import seconds
 from rl_lustre.nemo_rl.deadline import DEADLINE_KEY, SAVE_MARGIN_SECONDS, parse_save_by
-from rl_lustre.recovery.journal import read_journal
-from rl_lustre.recovery.lifetimes import ARRIVAL_ALLOWANCE
+from rl_lustre.oncluster.lifetimes import ARRIVAL_ALLOWANCE
+from rl_lustre.oncluster.records import read_journal
 from rl_lustre.spec.capacity import FLEX_START_MAX_RUN_SECONDS
 from rl_lustre.testing import FakeGCP, preempt
 

@@ -12,8 +12,8 @@ import pytest
 from rl_lustre.errors import QuotaExceededError, StockoutError
 from rl_lustre.gcp._errors import CONTAINER, Call, operation_error, translate
 from rl_lustre.gcp.stockouts import classify_gcp
-from rl_lustre.recovery import capacity_signals
-from rl_lustre.recovery.capacity_signals import Signal, classify_event, provisioning_request_state
+from rl_lustre.kube import capacity_signals
+from rl_lustre.kube.capacity_signals import Signal, classify_event, provisioning_request_state
 
 # (code, message, kind, scope, zone, zones_available): texts as Google gives them (sources
 # in rl_lustre.gcp.stockouts).

@@ -13,7 +13,7 @@ import pytest
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.submission import prepare
 from rl_lustre.errors import NothingToDoWarning
-from rl_lustre.recovery import jobargs
+from rl_lustre.oncluster import jobargs
 
 CLUSTER = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
 ELSEWHERE = "/lustre/elsewhere/x"
@@ -22,7 +22,7 @@ ELSEWHERE = "/lustre/elsewhere/x"
 def _supervisor_args(entrypoint: str) -> tuple[list[str], object]:
     """The words before the supervisor and the supervisor's parsed options, from a job's entrypoint."""
     words = shlex.split(entrypoint)
-    at = words.index("rl_lustre_supervisor")
+    at = words.index("rl_lustre_oncluster.supervisor")
     return words[: at - 2], jobargs.parser().parse_args(words[at + 1 :])
 
 

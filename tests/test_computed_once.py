@@ -130,14 +130,14 @@ def test_the_cost_per_hour_of_a_run_is_computed_once(gke_plans: list[str]) -> No
     assert gke_plans == ["once"]
 
 
-def test_the_supervisors_package_is_read_and_hashed_once_per_process() -> None:
-    from rl_lustre import recovery
+def test_the_oncluster_package_is_read_and_hashed_once_per_process() -> None:
+    from rl_lustre.recovery import shipping
 
     cluster = Cluster(**SPEC)
-    recovery._shipped_files.cache_clear()
+    shipping._shipped_files.cache_clear()
     for name in ("a", "b", "c"):
         prepare(cluster, GRPOJob(name=name, **JOB))
-    info = recovery._shipped_files.cache_info()
+    info = shipping._shipped_files.cache_info()
     assert (info.misses, info.hits) == (1, 2)
 
 

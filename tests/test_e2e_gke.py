@@ -229,7 +229,7 @@ def test_a_grpo_job_runs_end_to_end_on_the_gke_backend(
         # The entrypoint is NeMo-RL's, run in the "image".
         # The Ray job is the recovery supervisor (on the head), running NeMo-RL's command in the "image".
         supervised = shlex.split(run.info().entrypoint)
-        assert supervised[:3] == ["python", "-m", "rl_lustre_supervisor"]
+        assert supervised[:3] == ["python", "-m", "rl_lustre_oncluster.supervisor"]
         assert supervised[-2:] == ["--", job.entrypoint(cluster)]
         assert job.entrypoint(cluster).startswith(f"cd {world.image} && uv run python examples/run_grpo_math.py")
 

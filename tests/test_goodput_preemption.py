@@ -22,7 +22,7 @@ from test_preemption import JOB_ARGS, STEP_SECONDS, _wait_done
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.goodput import CATEGORIES, GoodputLedger
 from rl_lustre.nemo_rl.logs import StepRecord, parse_log
-from rl_lustre.recovery.journal import read_journal
+from rl_lustre.oncluster.records import read_journal
 from rl_lustre.testing import preempt
 
 pytestmark = pytest.mark.slow

@@ -10,9 +10,9 @@ from test_supervisor_journal import supervised_log
 from rl_lustre.goodput.ledger import build
 from rl_lustre.goodput.runlog import run_timeline
 from rl_lustre.goodput.timeline import Evidence, NodeSpan
-from rl_lustre.nemo_rl import formats
 from rl_lustre.nemo_rl.logs import parse_log
-from rl_lustre.recovery.journal import read_journal
+from rl_lustre.oncluster import nemo_formats as formats
+from rl_lustre.oncluster.records import read_journal
 
 
 def ev(record: dict, at: float) -> str:

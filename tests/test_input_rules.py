@@ -24,7 +24,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.errors import ConfigError
 from rl_lustre.nemo_rl import render_override
-from rl_lustre.recovery import shipped_module, supervised
+from rl_lustre.recovery import shipped_package, supervised
 
 GKE = {"name": "demo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b"}
 STOP = "policy.generation.stop_strings"
@@ -86,7 +86,7 @@ def test_a_newline_or_tab_in_an_override_value_survives_the_jobs_entrypoint(
         poll=0.1,
         settle=0,
     )
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(shipped_module())}
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(shipped_package())}
     done = subprocess.run(["/bin/sh", "-c", outer], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     received = json.loads(argv.read_text())

@@ -154,7 +154,7 @@ def test_up_submit_logs_wait_and_down_on_gke_through_the_operators_status_and_a_
         assert run.wait(timeout=120) == "SUCCEEDED"
         steps = [(int(m[1]), int(m[2])) for line in followed if (m := STEP.search(line))]
         assert steps == [(k, 4) for k in range(1, 5)]
-        assert "rl_lustre_supervisor" in run.info().entrypoint
+        assert "rl_lustre_oncluster.supervisor" in run.info().entrypoint
         # The checkpoints, listed by a helper job on the head (the Jobs API again).
         assert (
             [c.step for c in run.checkpoints()]

@@ -324,9 +324,9 @@ FACTS: dict[str, tuple[str, str]] = {
     "cloud.google.com/gke-ephemeral-storage-local-ssd": ("catalog.py", "GKE_LOCAL_SSD_LABEL"),
     "-head-svc": ("naming.py", "head_service_of"),
     "<redacted>": ("_secrets.py", "REDACTED"),
-    "training_info.json": ("nemo_rl/formats.py", "TRAINING_INFO"),
-    "Saving checkpoint for": ("nemo_rl/formats.py", "SAVE_LINE / save_line"),
-    " Step (": ("nemo_rl/formats.py", "STEP_HEADER"),
+    "training_info.json": ("oncluster/nemo_formats.py", "TRAINING_INFO"),
+    "Saving checkpoint for": ("oncluster/nemo_formats.py", "SAVE_LINE / save_line"),
+    " Step (": ("oncluster/nemo_formats.py", "STEP_HEADER"),
 }
 # Spelt as a whole string only (an f-string's piece after the cluster's name).
 WHOLE_FACTS: dict[str, tuple[str, str]] = {"-lustre": ("naming.py", "default_volume_name")}
@@ -363,8 +363,10 @@ def spelt_twice(root: Path, skip: Iterable[str] = ("testing",)) -> list[str]:
             whole = WHOLE_FACTS.get(node.value)
             if whole is not None and rel != whole[0]:
                 found.append(f"{rel}:{node.lineno} spells {node.value!r}: import {whole[1]} from rl_lustre/{whole[0]}")
-            if _STEP_NAME.search(node.value) and rel != "nemo_rl/formats.py":
-                found.append(f"{rel}:{node.lineno} builds a checkpoint name: use nemo_rl/formats.py's checkpoint_name")
+            if _STEP_NAME.search(node.value) and rel != "oncluster/nemo_formats.py":
+                found.append(
+                    f"{rel}:{node.lineno} builds a checkpoint name: use oncluster/nemo_formats.py's checkpoint_name"
+                )
     return found
 
 
@@ -384,6 +386,6 @@ def test_the_fact_check_finds_a_second_spelling(tmp_path: Path) -> None:
     assert spelt_twice(tmp_path) == [
         "pods.py:2 spells 'nvidia.com/gpu': import GPU_RESOURCE from rl_lustre/catalog.py",
         "pods.py:4 spells '-head-svc': import head_service_of from rl_lustre/naming.py",
-        "pods.py:4 builds a checkpoint name: use nemo_rl/formats.py's checkpoint_name",
+        "pods.py:4 builds a checkpoint name: use oncluster/nemo_formats.py's checkpoint_name",
         "pods.py:4 spells '-lustre': import default_volume_name from rl_lustre/naming.py",
     ]

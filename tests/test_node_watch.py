@@ -7,7 +7,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rl_lustre.recovery.watch import NodeWatch
+import pytest
+
+from rl_lustre.oncluster.watch import NodeWatch
+
+# The on-cluster package's tests: nox -s tests-oncluster runs them on the image's Python and Ray too.
+pytestmark = pytest.mark.oncluster
 
 
 class NodeTable:

@@ -12,7 +12,7 @@ import pytest
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.errors import NothingToDoWarning
-from rl_lustre.jobrecord import REHEARSAL_NOTE
+from rl_lustre.oncluster.records import REHEARSAL_NOTE
 
 JOB = GRPOJob(
     name="noop",

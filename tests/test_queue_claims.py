@@ -1,5 +1,5 @@
 """The queue's ledger with real processes: flock liveness, no over-admission under races,
-atomic claim files (rl_lustre.queueing.claims and .member)."""
+atomic claim files (rl_lustre.oncluster.queue.claims and .member)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,20 @@ import threading
 import time
 from pathlib import Path
 
-from rl_lustre.queueing.claims import Claim, Store
+import pytest
+
+from rl_lustre.oncluster.queue.claims import Claim, Store
+
+# The on-cluster package's tests: nox -s tests-oncluster runs them on the image's Python and Ray too.
+pytestmark = pytest.mark.oncluster
 
 # One job's supervisor, as far as the queue goes: join, wait its turn, hold, release.
 # Ray's view is stood in for by 8 free nodes (the ledger is what is under test here).
 MEMBER = r"""
 import json, sys, threading, time
-from rl_lustre.queueing import member as m
-from rl_lustre.queueing.claims import Claim, Store
-from rl_lustre.queueing.view import NodeView, StateApi, View
+from rl_lustre.oncluster.queue import member as m
+from rl_lustre.oncluster.queue.claims import Claim, Store
+from rl_lustre.oncluster.raystate import NodeView, StateApi, View
 
 root, job, out = sys.argv[1], sys.argv[2], sys.argv[6]
 nodes, seq, hold = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
@@ -123,7 +128,7 @@ def test_a_reader_never_sees_half_a_claim(tmp_path: Path) -> None:
 def test_a_supervisor_finds_its_heads_dashboard_where_the_head_says(monkeypatch) -> None:
     """A local head exports RAY_DASHBOARD_ADDRESS to its jobs; it wins over the job's metadata,
     which wins over the RayCluster's default port."""
-    from rl_lustre.queueing.view import StateApi
+    from rl_lustre.oncluster.raystate import StateApi
 
     monkeypatch.delenv("RAY_DASHBOARD_ADDRESS", raising=False)
     assert StateApi.for_job(None).url == "http://127.0.0.1:8265"

@@ -14,10 +14,14 @@ import time
 from pathlib import Path
 
 import attrs
+import pytest
 
 from rl_lustre import Cluster, GRPOJob
-from rl_lustre.queueing.claims import Claim, queue_root
-from rl_lustre.recovery.journal import read_journal
+from rl_lustre.oncluster.queue.claims import Claim, queue_root
+from rl_lustre.oncluster.records import read_journal
+
+# The on-cluster package's tests: nox -s tests-oncluster runs them on the image's Python and Ray too.
+pytestmark = pytest.mark.oncluster
 
 JOB = GRPOJob(
     name="q",

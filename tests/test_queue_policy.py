@@ -1,5 +1,5 @@
 """The queue's policy: best-effort FIFO over whole nodes, a backfill window, priority,
-recovering jobs first, and Ray's live view (rl_lustre.queueing.policy.decide)."""
+recovering jobs first, and Ray's live view (rl_lustre.oncluster.queue.policy.decide)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
-from rl_lustre.queueing.claims import Claim
-from rl_lustre.queueing.policy import Capacity, decide
+from rl_lustre.oncluster.queue.claims import Claim
+from rl_lustre.oncluster.queue.policy import Capacity, decide
+
+# The on-cluster package's tests: nox -s tests-oncluster runs them on the image's Python and Ray too.
+pytestmark = pytest.mark.oncluster
 
 FULL = Capacity(up=8, free=8)
 

@@ -15,7 +15,7 @@ import pytest
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre._output import enable_output
 from rl_lustre.errors import JobFailedError, WaitTimeoutError
-from rl_lustre.jobrecord import REHEARSAL_NOTE
+from rl_lustre.oncluster.records import REHEARSAL_NOTE
 from rl_lustre.run import Progress, Run
 
 STEP = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")

@@ -23,7 +23,7 @@ from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import ProvisioningError
 from rl_lustre.gcp import Backoff, RetryPolicy
 from rl_lustre.kube.prefetch import prefetch_command, prefetch_job
-from rl_lustre.kube.prefetch_program import MARK, repo_folder
+from rl_lustre.oncluster.prefetch import MARK, repo_folder
 from rl_lustre.testing import FakeGCP
 from rl_lustre.testing.kube import KubeFake, schema_validator
 

@@ -3,7 +3,7 @@ NeMo-RL when to save (``checkpointing.checkpoint_must_save_by``) from the nodes 
 may run on; when NeMo-RL stopped at that deadline with steps left, the run goes on once
 those nodes are gone, as after a preemption.
 
-The shipped supervisor runs as on the cluster (``python -m rl_lustre_supervisor``), NeMo-RL
+The shipped supervisor runs as on the cluster (``python -m rl_lustre_oncluster.supervisor``), NeMo-RL
 is the rehearsal (NeMo-RL's config code, its save-by timeout as NeMo-RL v0.4.0 keeps it), and
 Ray's node table comes from a loopback server answering the dashboard's state API
 (``/api/v0/nodes``, the JSON Ray 2.46 sends): the test decides which nodes exist and when
@@ -26,10 +26,13 @@ from typing import Any
 
 import pytest
 
-from rl_lustre.nemo_rl.formats import DEADLINE_KEY, parse_save_by
-from rl_lustre.recovery import parse_restarts, shipped_module, supervised
-from rl_lustre.recovery.journal import read_journal
-from rl_lustre.recovery.lifetimes import ARRIVAL_ALLOWANCE
+from rl_lustre.oncluster.lifetimes import ARRIVAL_ALLOWANCE
+from rl_lustre.oncluster.nemo_formats import DEADLINE_KEY, parse_save_by
+from rl_lustre.oncluster.records import read_journal
+from rl_lustre.recovery import parse_restarts, shipped_package, supervised
+
+# The on-cluster package's tests: nox -s tests-oncluster runs them on the image's Python and Ray too.
+pytestmark = pytest.mark.oncluster
 
 STANDBY = "gke-c-gpu-standby-1a2b3c4d-"
 SPOT = "gke-c-gpu-pool-5e6f7a8b-"
@@ -139,7 +142,7 @@ def _supervise(api: StateApi, tmp: Path, steps: int, max_restarts: int = 2, **en
         watch=False,
         **ends,
     )
-    root = os.path.dirname(shipped_module())
+    root = os.path.dirname(shipped_package())
     env = {**os.environ, "RAY_DASHBOARD_ADDRESS": api.url, "PYTHONPATH": root}
     return subprocess.Popen(
         ["/bin/sh", "-c", entrypoint], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -238,8 +241,8 @@ def test_an_end_granted_at_up_caps_the_nodes_own_and_is_counted_from_the_attempt
 
 
 def test_a_nodes_end_is_counted_from_the_earlier_of_its_start_less_the_allowance_and_the_loss_it_replaces() -> None:
-    from rl_lustre.queueing.view import NodeView
-    from rl_lustre.recovery.lifetimes import attempt_end
+    from rl_lustre.oncluster.lifetimes import attempt_end
+    from rl_lustre.oncluster.raystate import NodeView
 
     def node(name: str, started: float | None, *, alive: bool = True, gpus: float = 8) -> NodeView:
         return NodeView(name[-4:], name, "", alive, False, gpus, 0, started_at=started)
@@ -274,12 +277,12 @@ def test_a_nodes_end_is_counted_from_the_earlier_of_its_start_less_the_allowance
 
 
 def test_the_supervisor_refuses_a_lifetime_without_a_margin_or_a_malformed_one(tmp_path: Path) -> None:
-    root = os.path.dirname(shipped_module())
+    root = os.path.dirname(shipped_package())
     base = [
         sys.executable,
         "-c",
         f"import sys, runpy; sys.path.insert(0, {root!r}); "
-        "runpy.run_module('rl_lustre_supervisor', run_name='__main__', alter_sys=True)",
+        "runpy.run_module('rl_lustre_oncluster.supervisor', run_name='__main__', alter_sys=True)",
     ]
     missing = subprocess.run([*base, "--lifetime", f"{STANDBY}=600", "--", "true"], capture_output=True, text=True)
     assert missing.returncode == 2

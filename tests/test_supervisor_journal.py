@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from rl_lustre.nemo_rl import formats
-from rl_lustre.recovery import shipped_module
-from rl_lustre.recovery.journal import MARK, read_journal
-from rl_lustre.recovery.stamps import Stamper
+from rl_lustre.oncluster import nemo_formats as formats
+from rl_lustre.oncluster.records import MARK, read_journal
+from rl_lustre.oncluster.stamps import Stamper
+from rl_lustre.recovery import shipped_package
+
+# The on-cluster package's tests: nox -s tests-oncluster runs them on the image's Python and Ray too.
+pytestmark = pytest.mark.oncluster
 
 REHEARSAL = (
     "--step-seconds 0.05 --checkpoint-scale 1e-6 grpo.max_num_steps=4 checkpointing.save_period=2 "
@@ -54,14 +57,14 @@ def supervised_log(tmp: str, extra: str = "") -> str:
         f"{sys.executable} -m rl_lustre.rehearsal {REHEARSAL} checkpointing.checkpoint_dir={tmp}/ckpt "
         f"logger.log_dir={tmp}/logs {extra}"
     )
-    root = os.path.dirname(shipped_module())
+    root = os.path.dirname(shipped_package())
     out = subprocess.run(
         [
             sys.executable,
             "-I",
             "-c",
             f"import sys, runpy; sys.path.insert(0, {root!r}); "
-            "runpy.run_module('rl_lustre_supervisor', run_name='__main__', alter_sys=True)",
+            "runpy.run_module('rl_lustre_oncluster.supervisor', run_name='__main__', alter_sys=True)",
             "--nodes",
             "0",
             "--",
@@ -128,6 +131,6 @@ def test_the_run_handle_hides_the_records_unless_asked() -> None:
 
 
 def test_the_journal_ships_with_the_supervisor() -> None:
-    package = Path(shipped_module())
-    assert (package / "recovery" / "journal.py").is_file()
-    assert (package / "recovery" / "stamps.py").is_file()
+    package = Path(shipped_package())
+    assert (package / "records.py").is_file()
+    assert (package / "stamps.py").is_file()

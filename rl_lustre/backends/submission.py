@@ -30,7 +30,7 @@ import attrs
 
 from .._warnings import warn_caller
 from ..errors import SUBMIT_FRESH, ConfigError, NothingToDoWarning, RayError, nothing_to_do_advice
-from ..jobrecord import (
+from ..oncluster.records import (
     CHECKPOINT_DIR,
     DASHBOARD,
     JOB,
@@ -42,7 +42,7 @@ from ..jobrecord import (
     SUBMITTED_AT,
     TOTAL_STEPS,
 )
-from ..recovery import shipped_module, supervised
+from ..recovery import shipped_package, supervised
 from ..spec.job import secret_in_env
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def prepare(
     supervisor works the value out again before each attempt (a rerun starts NeMo-RL's
     clock again), from ``deadline`` and from ``lifetimes``: node-name prefixes of pools
     whose nodes live a limited time (the flex-start standby pool a rerun may resume on;
-    :mod:`rl_lustre.recovery.lifetimes`).
+    :mod:`rl_lustre.oncluster.lifetimes`).
 
     Examples:
         >>> from rl_lustre import Cluster, GRPOJob
@@ -141,7 +141,7 @@ def prepare(
         )
     runtime_env = {
         **resolved.runtime_env,
-        "py_modules": [*resolved.runtime_env.get("py_modules", []), shipped_module()],
+        "py_modules": [*resolved.runtime_env.get("py_modules", []), shipped_package()],
     }
     base_id = f"rl-lustre-{job.name}-{digest}"
     steps = resolved.value("grpo.max_num_steps")
@@ -278,7 +278,7 @@ def nothing_to_do(checkpoints: list[Checkpoint], total_steps: int | None) -> str
     """
     if not checkpoints or total_steps is None:
         return None
-    from ..nemo_rl.formats import checkpoint_name
+    from ..oncluster.nemo_formats import checkpoint_name
 
     newest = max(c.step for c in checkpoints)
     if newest < total_steps:

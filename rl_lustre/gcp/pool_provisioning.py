@@ -53,7 +53,7 @@ def node_lifetimes(
     (the last part of each of ``instance_group_urls``) makes nodes ``gke-C-P-1a2b3c4d-xxxx``.
     Ray names the RayCluster's worker nodes after their Kubernetes nodes (see
     :mod:`rl_lustre.kube.raycluster`), so the recovery supervisor on the head knows from the
-    node table alone which nodes of a run have an end (:mod:`rl_lustre.recovery.lifetimes`).
+    node table alone which nodes of a run have an end (:mod:`rl_lustre.oncluster.lifetimes`).
 
     Examples:
         >>> import datetime

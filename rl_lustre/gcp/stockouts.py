@@ -2,7 +2,7 @@
 
 :func:`classify_gcp` turns a code and a message from a GKE operation, a node pool's
 status conditions or a managed instance group's errors into a
-:class:`~rl_lustre.recovery.capacity_signals.Signal` (the same type the Kubernetes side
+:class:`~rl_lustre.kube.capacity_signals.Signal` (the same type the Kubernetes side
 produces). :mod:`rl_lustre.gcp._errors` uses :data:`STOCKOUT` and :func:`classify_gcp` to
 raise :class:`~rl_lustre.errors.StockoutError` for a stock-out.
 
@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 import time
 
-from ..recovery.capacity_signals import Signal
+from ..kube.capacity_signals import Signal
 
 __all__ = ["QUOTA", "STOCKOUT", "classify_gcp"]
 

@@ -1,8 +1,8 @@
 """A job's log as a :class:`~rl_lustre.goodput.timeline.RunTimeline`: when each attempt,
 step, save, validation, wait and recovery began and ended.
 
-The *when* comes from the supervisor's journal (:mod:`rl_lustre.recovery.journal`: its
-own records and its stamps on NeMo-RL's lines, :mod:`rl_lustre.recovery.stamps`), the
+The *when* comes from the supervisor's journal (:mod:`rl_lustre.oncluster.records`: its
+own records and its stamps on NeMo-RL's lines, :mod:`rl_lustre.oncluster.stamps`), the
 *how long* from NeMo-RL's own timers in the same log (``Total step time``, the
 ``checkpointing`` timer, ``Total validation time``; :mod:`rl_lustre.nemo_rl.logs`), the
 recoveries from the supervisor's RESTART / RESUMED records
@@ -26,8 +26,8 @@ from typing import Any
 import attrs
 
 from ..nemo_rl.logs import LogParser, StepRecord
+from ..oncluster.records import MARK, RESTART_MARK
 from ..recovery import parse_restarts
-from ..recovery.journal import MARK, RESTART_MARK
 from .timeline import Attempt, HeldRecord, Interval, Recovery, RunTimeline, StepSpan
 
 __all__ = ["run_timeline"]

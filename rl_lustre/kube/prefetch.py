@@ -2,7 +2,7 @@
 
 :func:`prefetch_job` is a ``batch/v1`` Job on the CPU pool that downloads the cluster's
 ``prefetch_models`` into the volume's Hugging Face cache with the image's own Python and
-``huggingface_hub`` (the program is :mod:`rl_lustre.kube.prefetch_program`), ``HF_TOKEN``
+``huggingface_hub`` (the program is :mod:`rl_lustre.oncluster.prefetch`), ``HF_TOKEN``
 from the Secret (``secretKeyRef``), skipping what the cache already holds.
 
 No remote call and no Kubernetes client import here; the driver in
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import naming
 from ..catalog import GKE_NODEPOOL_LABEL
 from ..nemo_rl.caches import nemo_rl_cache_env
-from . import prefetch_program
+from ..oncluster import prefetch as prefetch_program
 from .labels import deployment_labels
 from .persistent_volume import lustre_pod_volume, lustre_volume_mount
 

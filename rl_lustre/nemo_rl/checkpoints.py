@@ -32,8 +32,8 @@ from typing import Any, Literal
 
 import attrs
 
-from . import formats
-from .formats import TRAINING_INFO, checkpoint_step
+from ..oncluster import nemo_formats as formats
+from ..oncluster.nemo_formats import TRAINING_INFO, checkpoint_step
 
 __all__ = ["LISTING_MARK", "Checkpoint", "latest_checkpoint", "list_checkpoints", "listing_command", "parse_listing"]
 
@@ -189,7 +189,7 @@ def _scan(root: str) -> list[dict[str, Any]]:
 
     Runs here and, as the source of :func:`listing_command`'s script, on the Ray head:
     it must use only the standard library and import what it needs itself, but for the
-    names of :mod:`rl_lustre.nemo_rl.formats`, whose source comes first in that script.
+    names of :mod:`rl_lustre.oncluster.nemo_formats`, whose source comes first in that script.
     """
     import json
     import os

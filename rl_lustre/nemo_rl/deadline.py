@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from .formats import DEADLINE_KEY, parse_save_by, save_by_text
+from ..oncluster.nemo_formats import DEADLINE_KEY, parse_save_by, save_by_text
 
 __all__ = ["DEADLINE_KEY", "SAVE_MARGIN_SECONDS", "Deadline", "parse_save_by", "save_by_text"]
 

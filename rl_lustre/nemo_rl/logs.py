@@ -50,7 +50,7 @@ from typing import Literal
 
 import attrs
 
-from .formats import END_LINE, EPOCH_HEADER, SAVE_LINE, STEP_HEADER
+from ..oncluster.nemo_formats import END_LINE, EPOCH_HEADER, SAVE_LINE, STEP_HEADER
 
 __all__ = ["CheckpointSave", "LogParser", "ParsedLog", "StepRecord", "parse_log"]
 

@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._sizing import parse_param_count
 from ..catalog import WARM_DATA_DIR, WARM_FORMAT, WARM_MANIFEST
-from ..kube.prefetch_program import MARKER_DIR
 from ..nemo_rl.caches import CACHE_DIR, nemo_rl_cache_env
+from ..oncluster.prefetch import MARKER_DIR
 from .graph import PlannedResource
 
 if TYPE_CHECKING:

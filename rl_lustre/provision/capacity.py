@@ -10,7 +10,7 @@ capacity_lanes`). A lane ends without nodes when
   autoscaler's ``FailedScaleUp`` on the pods that ask for its nodes, or not all nodes
   Ready within the lane's ``wait`` (:mod:`rl_lustre.provision.scaleup`);
 - queued flex-start: its ProvisioningRequest turns ``Failed``, ``CapacityRevoked`` or
-  ``BookingExpired`` (:func:`rl_lustre.recovery.capacity_signals.provisioning_request_state`),
+  ``BookingExpired`` (:func:`rl_lustre.kube.capacity_signals.provisioning_request_state`),
   or is not ``Provisioned`` within the lane's ``wait``.
 
 Then the lane's pool (and request) is deleted in the background and the next lane is
@@ -41,8 +41,8 @@ from .context import Context
 from .step import Done, Step
 
 if TYPE_CHECKING:
+    from ..kube.capacity_signals import Signal
     from ..plan.capacity import Lane
-    from ..recovery.capacity_signals import Signal
 
 __all__ = ["Attempt", "CapacityPoolDriver", "capacity_signal"]
 
@@ -235,6 +235,7 @@ class CapacityPoolDriver:
     def _queue(self, step: Step, lane: Lane, attempt: Attempt) -> bool:
         """Ask for every node of ``lane`` through a ProvisioningRequest; True once Provisioned."""
         from ..gcp._wait import wait_for
+        from ..kube.capacity_signals import provisioning_request_state
         from ..kube.client import ResourceClient
         from ..kube.manifests import RAYCLUSTER_KEY
         from ..kube.provisioning_request import (
@@ -243,7 +244,6 @@ class CapacityPoolDriver:
             provisioning_request,
             worker_resources,
         )
-        from ..recovery.capacity_signals import provisioning_request_state
 
         api = self.ctx.kube_api(step.records["gke-cluster"].value)
         ns = self.ctx.cluster.namespace

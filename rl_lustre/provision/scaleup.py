@@ -7,7 +7,7 @@ waits, within the lane's ``wait``, until ``num_nodes`` of the pool's Nodes are R
 probes' Events are read each poll: the autoscaler's ``FailedScaleUp`` ("Node scale up in
 zones Z associated with this pod failed: GCE out of resources", or "... GCE quota exceeded")
 and ``NotTriggerScaleUp`` "... in backoff after failed scale-up", classified by
-:func:`rl_lustre.recovery.capacity_signals.classify_event`, end the lane at once (one poll
+:func:`rl_lustre.kube.capacity_signals.classify_event`, end the lane at once (one poll
 after the signal). ``NotTriggerScaleUp`` for a selector or size problem is only reported:
 right after the pool is created the autoscaler may not know it yet, and the lane's ``wait``
 bounds it. The probes are deleted however the wait ends; nodes left empty are removed by
@@ -88,10 +88,10 @@ def wait_for_scale_up(ctx: Context, step: Step, lane: Lane, attempt: Attempt) ->
     False with ``attempt`` ended (``stockout``, ``quota``, ``backoff``, ``timeout``)."""
     from ..errors import WaitTimeoutError
     from ..gcp._wait import wait_for
+    from ..kube.capacity_signals import Signal, classify_event
     from ..kube.client import ResourceClient
     from ..kube.manifests import RAYCLUSTER_KEY
     from ..kube.provisioning_request import worker_resources
-    from ..recovery.capacity_signals import Signal, classify_event
 
     api = ctx.kube_api(step.records["gke-cluster"].value)
     ns = ctx.cluster.namespace

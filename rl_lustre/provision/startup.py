@@ -168,7 +168,7 @@ class PrefetchDriver(_KubeNode):
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
-        from ..kube.prefetch_program import MARK
+        from ..oncluster.prefetch import MARK
 
         try:
             text = client.CoreV1Api(api).read_namespaced_pod_log(

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._secrets import secret_path
 from ..catalog import WARM_FORMAT
 from ..errors import ConfigError, NotFoundError, RLLustreError
-from ..kube.prefetch_program import MARKER_DIR, repo_folder
 from ..nemo_rl.caches import nemo_rl_cache_env
+from ..oncluster.prefetch import MARKER_DIR, repo_folder
 from ..plan.warmstart import IMPORT_KEY, WarmStart, warm_paths, warm_start
 from .context import Context
 from .step import Done, Step
@@ -80,7 +80,7 @@ def imported_models(cluster: ClusterSpec, imported: dict[str, Any] | None) -> li
     """The prefetched models a finished import brought whole: the export's manifest names
     the model (exported after its prefetch finished) and lists its prefetch marker and a
     snapshot of it in the hub cache, and the import failed no object. The prefetch Job
-    would find exactly these cached (``rl_lustre.kube.prefetch_program``); none when
+    would find exactly these cached (``rl_lustre.oncluster.prefetch``); none when
     nothing was imported.
 
     Examples:

@@ -14,8 +14,8 @@ from typing import Any
 
 import attrs
 
-from ..recovery.journal import MARK, RESTART_MARK, read_journal
-from .member import ordinal
+from ..oncluster.queue.member import ordinal
+from ..oncluster.records import MARK, RESTART_MARK, read_journal
 
 __all__ = ["QueueState", "Timeline", "parse_queue", "timeline"]
 

@@ -1,6 +1,6 @@
 """Ray's node table, dead nodes included, over the dashboard's state API.
 
-``GET /api/v0/nodes`` (read by :class:`rl_lustre.queueing.view.StateApi`, the supervisor's
+``GET /api/v0/nodes`` (read by :class:`rl_lustre.oncluster.raystate.StateApi`, the supervisor's
 reader too) on the same dashboard the Jobs API uses (the local head's, or a port-forwarded
 one on GKE), with the same headers (the bearer token when Ray auth is on): each node's
 ``node_id``, ``node_name``, ``node_ip``, ``state``, ``state_message``, ``resources_total``,
@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from ..errors import RayError
-from ..queueing.view import StateApi
+from ..oncluster.raystate import StateApi
 
 __all__ = ["RayNode", "node_table"]
 

@@ -289,7 +289,7 @@ def _update_state(temp_dir: Path, name: str, *, only_if_missing: bool = False, *
 
 def _session_pids(sid: int) -> list[int]:
     """The live processes of session ``sid`` (Linux ``/proc``; elsewhere none)."""
-    from ..recovery.procs import session_of
+    from ..oncluster.procs import session_of
 
     if not Path("/proc").is_dir():
         return []

@@ -54,7 +54,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..nemo_rl import formats
+from ..oncluster import nemo_formats as formats
 
 __all__ = [
     "MAX_SHARDS",

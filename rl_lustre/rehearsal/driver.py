@@ -100,7 +100,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..nemo_rl import formats
+from ..oncluster import nemo_formats as formats
 from . import checkpoints
 from .metrics import metric_problem, print_results, say, train_metrics, val_metrics
 from .timeout import SaveBy

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import ConfigError
-from ..nemo_rl import formats
+from ..oncluster import nemo_formats as formats
 from .driver import (
     DEFAULT_RECIPE,
     DEFAULT_SCALE,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..nemo_rl.formats import parse_save_by
+from ..oncluster.nemo_formats import parse_save_by
 
 __all__ = ["SaveBy"]
 

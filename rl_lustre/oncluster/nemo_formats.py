@@ -3,10 +3,9 @@ the names of its checkpoint directories.
 
 One place for these facts, read by :mod:`rl_lustre.nemo_rl.logs` and
 :mod:`rl_lustre.nemo_rl.checkpoints` here, by the rehearsal driver that writes them, and
-on the cluster by the recovery supervisor. That last one runs on the cluster's image
-(Python 3.12, Ray 2.46, no rl_lustre), so this module uses the standard library only and
-imports nothing of rl_lustre: :func:`rl_lustre.recovery.shipped_module` ships it with the
-supervisor, and :func:`rl_lustre.nemo_rl.checkpoints.listing_command` pastes its source
+on the cluster by the recovery supervisor. It is part of the on-cluster package
+(:mod:`rl_lustre.oncluster`: standard library only, shipped whole with every job), and
+ :func:`rl_lustre.nemo_rl.checkpoints.listing_command` pastes its source
 into the script it runs on the Ray head.
 
 The format is that of NeMo-RL v0.4.0: ``grpo_train`` in ``nemo_rl/algorithms/grpo.py``

@@ -1,12 +1,12 @@
 """One job's side of the cluster's queue: join, wait its turn, hold, recover, release.
 
-The job's supervisor (:mod:`rl_lustre.recovery.supervisor`) makes one
+The job's supervisor (:mod:`rl_lustre.oncluster.supervisor`) makes one
 :class:`Member` before it starts anything. While it waits it is a sleeping process
 that holds no Ray resource and no Ray connection: it reads the ledger
 (:mod:`.claims`) every ``poll`` seconds, or as soon as a release bumps the ledger's
 generation, and asks Ray's state API (:mod:`.view`) only when the ledger says its
 turn has come. Every step is written to the job's log as a journal record
-(:mod:`rl_lustre.recovery.journal`; the events are listed in :mod:`rl_lustre.queueing`)
+(:mod:`rl_lustre.oncluster.records`; the events are listed in :mod:`rl_lustre.oncluster.queue`)
 and as a line for people.
 
 It runs on the cluster (shipped with the supervisor; standard library only).
@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..recovery import journal
+from .. import records
+from ..raystate import StateApi, read_view
 from .claims import Claim, Store
 from .policy import Decision, decide
-from .view import StateApi, read_view
 
 __all__ = ["Member", "ordinal"]
 
@@ -78,7 +78,7 @@ class Member:
             decision = self._try()
             if decision.admit:
                 waited = self.clock() - start
-                journal.write(
+                records.write(
                     {
                         "event": "granted",
                         "job": self.claim.job,
@@ -113,7 +113,7 @@ class Member:
 
     def held(self, attempt: int, nodes: list[dict[str, Any]]) -> None:
         """Record the Ray nodes this attempt's placement groups hold."""
-        journal.write({"event": "held", "job": self.claim.job, "attempt": attempt, "nodes": nodes})
+        records.write({"event": "held", "job": self.claim.job, "attempt": attempt, "nodes": nodes})
 
     def release(self, reason: str) -> None:
         """Give the nodes back (``succeeded``, ``failed``, ``stopped`` or ``gave-up``); idempotent."""
@@ -125,7 +125,7 @@ class Member:
         at = self.clock()
         with self.store.locked():
             self.store.release(self.claim.job)
-        journal.write({"event": "released", "job": self.claim.job, "reason": reason, "held": held}, at=at)
+        records.write({"event": "released", "job": self.claim.job, "reason": reason, "held": held}, at=at)
         if held:
             self.say(f"released {_nodes(self.claim.nodes)} ({reason})")
         else:
@@ -179,7 +179,7 @@ class Member:
 
     def _reaped(self, reaped: list[Claim]) -> None:
         for claim in reaped:
-            journal.write({"event": "reaped", "job": claim.job, "state": claim.state, "nodes": claim.nodes})
+            records.write({"event": "reaped", "job": claim.job, "state": claim.state, "nodes": claim.nodes})
             self.say(
                 f"released the claim of {claim.job} ({_nodes(claim.nodes)}, {claim.state}): its supervisor is gone"
             )
@@ -189,7 +189,7 @@ class Member:
         if event == "waiting" and shown == self._shown:
             return
         self._shown = shown
-        journal.write(
+        records.write(
             {
                 "event": event,
                 "job": self.claim.job,

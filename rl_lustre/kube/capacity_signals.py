@@ -1,10 +1,10 @@
 """What says that GPU capacity is not coming: the signals, and how Kubernetes shows them.
 
-Standard library only: this module is shipped to the cluster with the run supervisor
-(:mod:`rl_lustre.recovery`), where the in-cluster capacity agent reads the same signals
-that ``up()`` reads from this machine. The Google Cloud side (operation errors, node-pool
-conditions, instance-group errors) is classified in :mod:`rl_lustre.gcp.stockouts` into
-the same :class:`Signal`.
+``up()`` reads these signals from this machine, from the Kubernetes events and
+ProvisioningRequests of the deployment (:mod:`rl_lustre.provision.scaleup`,
+:mod:`rl_lustre.provision.capacity`); no code on the cluster reads them. The Google
+Cloud side (operation errors, node-pool conditions, instance-group errors) is classified
+in :mod:`rl_lustre.gcp.stockouts` into the same :class:`Signal`.
 
 A :class:`Signal` has a *kind* and a *scope*:
 

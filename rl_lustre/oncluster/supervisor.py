@@ -2,15 +2,14 @@
 nodes in the cluster's queue, runs NeMo-RL, and reruns it after lost nodes.
 
 It runs on the cluster, not in the user's process: the submitted Ray job is
-``python -m rl_lustre_supervisor [options] -- <NeMo-RL's command>``, and this file is
-shipped with the job (inside the ``rl_lustre_supervisor`` package in the job's
-``py_modules``, with the modules it imports at their paths in rl_lustre: the queue in
-:mod:`rl_lustre.queueing`, the journal, :mod:`rl_lustre.nemo_rl.formats`), so the
-cluster's image needs nothing of rl_lustre. It uses the standard library only, and
-reads Ray's node table and placement groups from the dashboard's state API over HTTP.
+``python -m rl_lustre_oncluster.supervisor [options] -- <NeMo-RL's command>``, shipped
+with the job as part of the on-cluster package (:mod:`rl_lustre.oncluster`, named
+``rl_lustre_oncluster`` in the job's ``py_modules``), so the cluster's image needs nothing
+of rl_lustre. It uses the standard library only, and reads Ray's node table and
+placement groups from the dashboard's state API over HTTP (:mod:`.raystate`).
 
 The queue (``--queue NAME``)
-    Before anything runs, the job joins the cluster's queue (:mod:`rl_lustre.queueing`)
+    Before anything runs, the job joins the cluster's queue (:mod:`rl_lustre.oncluster.queue`)
     for ``--nodes`` of the cluster's ``--cluster-nodes`` nodes, and waits, holding
     nothing, until its turn (``--priority``, then submission; ``--backfill-window``) and
     until Ray shows that many whole GPU nodes free. A stop while it waits removes it. It
@@ -52,12 +51,12 @@ Records
     the step resumed from) and :data:`RESUMED_MARK` + JSON when the rerun prints its
     first step header (seconds from the loss to that step). ``Run.restarts()`` reads them
     back from the job's log, from any process. The queue's records are journal lines
-    (:mod:`rl_lustre.recovery.journal`).
+    (:mod:`rl_lustre.oncluster.records`).
 
 Journal
     The supervisor stamps NeMo-RL's own lines (step headers, saves, validations, ...)
-    with the head's clock as it copies them (:mod:`rl_lustre.recovery.stamps`), and
-    records its attempts, waits and end, as journal lines (:mod:`rl_lustre.recovery.journal`):
+    with the head's clock as it copies them (:mod:`rl_lustre.oncluster.stamps`), and
+    records its attempts, waits and end, as journal lines (:mod:`rl_lustre.oncluster.records`):
     from them, and NeMo-RL's own timers, the goodput ledger knows when every step, save and
     wait happened (:mod:`rl_lustre.goodput.runlog`).
 
@@ -81,15 +80,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-# Shipped with this file to the cluster, at the same places relative to it (see shipped_module).
-from ..jobrecord import DASHBOARD, TOTAL_STEPS
-from ..nemo_rl.formats import checkpoint_name, checkpoint_step, save_by_text
-from ..queueing.member import Member
-from ..queueing.view import StateApi, read_view
-from . import journal, lifetimes
+from . import lifetimes, records
 from .jobargs import PREFIX, claim_of, job_config, parser, store_of
-from .journal import RESTART_MARK, RESUMED_MARK
+from .nemo_formats import checkpoint_name, checkpoint_step, save_by_text
 from .procs import orphan_watcher
+from .queue.member import Member
+from .raystate import StateApi, read_view
+from .records import DASHBOARD, RESTART_MARK, RESUMED_MARK, TOTAL_STEPS
 from .stamps import Stamper
 from .watch import NodeWatch, describe
 
@@ -102,13 +99,13 @@ _END_GRACE = 600.0
 
 
 def _say(text: str) -> None:
-    with journal.LOCK:
+    with records.LOCK:
         sys.stdout.write(f"{PREFIX} {text}\n")
         sys.stdout.flush()
 
 
 def _record(mark: str, record: dict[str, Any]) -> None:
-    with journal.LOCK:
+    with records.LOCK:
         sys.stdout.write(mark + json.dumps(record, sort_keys=True) + "\n")
         sys.stdout.flush()
 
@@ -159,13 +156,13 @@ class Supervisor:
         stamper = Stamper()
         for raw in iter(stream.readline, b""):
             at = time.time()
-            with journal.LOCK:
+            with records.LOCK:
                 out.write(raw)
                 out.flush()
             record = stamper.feed(raw.decode(errors="replace"))
             if record is None:
                 continue
-            journal.write({**record, "attempt": self.attempts}, at=at)
+            records.write({**record, "attempt": self.attempts}, at=at)
             if record["event"] == "finished" and record.get("why") == "timeout":
                 self.timed_out = True
             if record["event"] == "step":
@@ -198,7 +195,7 @@ class Supervisor:
             return self.command
         left = found.end - args.save_margin - time.time()
         value = save_by_text(left)
-        journal.write(
+        records.write(
             {
                 "event": "deadline",
                 "attempt": self.attempts,
@@ -222,7 +219,7 @@ class Supervisor:
         self.first_step, self.last_step = None, 0
         self.deadline, self.timed_out = None, False
         command = self._attempt_command()
-        journal.write({"event": "attempt", "attempt": self.attempts})
+        records.write({"event": "attempt", "attempt": self.attempts})
         watch = self.watch
         if watch is not None:
             watch.start(None)
@@ -268,7 +265,7 @@ class Supervisor:
                 orphans.kill()
             orphans.wait()
         copier.join(timeout=5)
-        journal.write({"event": "exit", "attempt": self.attempts, "code": code})
+        records.write({"event": "exit", "attempt": self.attempts, "code": code})
         if watch is None:
             return code, []
         if code != 0 and not self.stopping.is_set():
@@ -283,7 +280,7 @@ class Supervisor:
         return code, watch.own_losses()
 
     def _held(self, nodes: list[dict[str, Any]]) -> None:
-        journal.write({"event": "held", "job": self.submission_id, "attempt": self.attempts, "nodes": nodes})
+        records.write({"event": "held", "job": self.submission_id, "attempt": self.attempts, "nodes": nodes})
         _say(f"this run's placement groups hold {len(nodes)} node(s): {', '.join(describe(n) for n in nodes)}")
 
     def _signal_child(self, sig: int) -> None:
@@ -330,12 +327,12 @@ class Supervisor:
         ``--gpus-per-node`` GPUs.
         """
         start = time.monotonic()
-        journal.write({"event": "capacity_wait", "need": self.args.nodes})
+        records.write({"event": "capacity_wait", "need": self.args.nodes})
         waited = self._await_nodes()
         end: dict[str, Any] = {"event": "capacity_back", "waited": round(time.monotonic() - start, 3)}
         if waited is None:
             end["stopped" if self.stopping.is_set() else "timeout"] = True
-        journal.write(end)
+        records.write(end)
         return waited
 
     def _await_nodes(self) -> float | None:
@@ -382,7 +379,7 @@ class Supervisor:
             else "no worker nodes to watch"
         )
         _say(f"running the command with recovery from lost nodes (max_restarts={args.max_restarts}; {watching})")
-        journal.write(
+        records.write(
             {
                 "event": "start",
                 "nodes": args.nodes,
@@ -405,7 +402,7 @@ class Supervisor:
         finally:
             if member is not None:
                 member.release(reason)
-            journal.write({"event": "end", "status": status})
+            records.write({"event": "end", "status": status})
 
     def _run(self) -> tuple[int, str]:
         """The attempts: the exit status, and why the nodes are given back."""
@@ -491,7 +488,7 @@ class Supervisor:
         if self.total_steps is not None and newest is not None and newest >= self.total_steps:
             return None
         saved = checkpoint_name(newest) if newest is not None else "no checkpoint"
-        journal.write(
+        records.write(
             {
                 "event": "capacity_end",
                 "attempt": self.attempts,

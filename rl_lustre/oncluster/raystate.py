@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .policy import Capacity
+from .queue.policy import Capacity
 
 __all__ = ["NodeView", "StateApi", "View", "attempt_nodes", "read_view"]
 

@@ -1,6 +1,6 @@
 """What the supervisor is told: its command line, and what Ray passes the job's entrypoint.
 
-:func:`parser` reads ``python -m rl_lustre_supervisor [options] -- COMMAND``;
+:func:`parser` reads ``python -m rl_lustre_oncluster.supervisor [options] -- COMMAND``;
 :func:`job_config` the metadata the job was submitted with (its submission id among
 them); :func:`claim_of` and :func:`store_of` turn both into the job's claim in the
 cluster's queue and the queue's ledger on the head. Standard library only: shipped with
@@ -16,9 +16,9 @@ import socket
 import time
 from typing import Any
 
-from ..jobrecord import SEQ, SUBMITTED_AT
-from ..queueing.claims import Claim, Store, queue_root
 from . import lifetimes
+from .queue.claims import Claim, Store, queue_root
+from .records import SEQ, SUBMITTED_AT
 
 __all__ = ["PREFIX", "claim_of", "job_config", "parser", "store_of"]
 
@@ -85,7 +85,7 @@ def _local(host: str) -> bool:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m rl_lustre_supervisor",
+        prog="python -m rl_lustre_oncluster.supervisor",
         allow_abbrev=False,
         description="Wait for the job's nodes in the cluster's queue, run a command, and "
         "rerun it after Ray worker nodes were lost.",

@@ -28,7 +28,7 @@ creation plus their lifetime, and of ``--capacity-end``. Earlier is safe: NeMo-R
 a little sooner than it had to. A node with a lifetime that is up but not used makes
 the run save sooner too: that errs on the same side.
 
-    >>> from rl_lustre.queueing.view import NodeView
+    >>> from rl_lustre.oncluster.raystate import NodeView
     >>> standby = NodeView("n1", "gke-c-gpu-standby-1a2b3c4d-x7k2", "", True, False, 8, 0, started_at=10_000.0)
     >>> spot = NodeView("n2", "gke-c-gpu-pool-5e6f7a8b-q1w2", "", True, False, 8, 0, started_at=9_000.0)
     >>> end = attempt_end([spot, standby], [("gke-c-gpu-standby-1a2b3c4d-", 86400.0)], gpus_per_node=8)
@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..nemo_rl.formats import DEADLINE_KEY
+from .nemo_formats import DEADLINE_KEY
 
 __all__ = ["ARRIVAL_ALLOWANCE", "End", "attempt_end", "await_gone", "ended", "parse_lifetime", "with_save_by"]
 
@@ -96,7 +96,7 @@ def attempt_end(
 ) -> End | None:
     """The end of the capacity an attempt may run on (see the module's text), or None: none ends.
 
-    ``nodes``: Ray's worker nodes (:class:`rl_lustre.queueing.view.NodeView`); ``lost_at``:
+    ``nodes``: Ray's worker nodes (:class:`rl_lustre.oncluster.raystate.NodeView`); ``lost_at``:
     on a rerun, when the nodes it replaces were lost.
     """
     ends: list[tuple[float, str]] = []

@@ -4,7 +4,7 @@ NeMo-RL's log says how long things took (``Total step time``, the ``checkpointin
 timer, ``Total validation time``), never when; a finished log carries no time at all. So
 the supervisor, which copies every line the command prints, stamps the lines that begin
 something with the head's clock as it reads them, as journal records
-(:mod:`rl_lustre.recovery.journal`) right after the line:
+(:mod:`rl_lustre.oncluster.records`) right after the line:
 
 ====================  =========================================  =============================
 event                 the line                                   fields
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..nemo_rl.formats import (
+from .nemo_formats import (
     END_LINE,
     EPOCH_HEADER,
     RESULTS_LINE,

@@ -3,7 +3,7 @@
 On a cluster that several jobs share, a node lost by one job is no concern of the
 others. So the watch finds this attempt's nodes: the submission's driver (NeMo-RL,
 checked to be a process of this attempt's session) and the nodes its placement groups
-hold (:func:`rl_lustre.queueing.view.attempt_nodes`), looked up every poll until found,
+hold (:func:`rl_lustre.oncluster.raystate.attempt_nodes`), looked up every poll until found,
 then every :data:`ATTRIBUTE_EVERY` seconds (groups are made in stages), and kept once
 seen (a group rescheduled after a loss no longer names the dead node). A loss is the
 attempt's own when it is one of those nodes, or, before they are known (NeMo-RL still
@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..queueing.view import NodeView, StateApi, attempt_nodes, read_view
 from .procs import session_of
+from .raystate import NodeView, StateApi, attempt_nodes, read_view
 
 __all__ = ["ATTRIBUTE_EVERY", "NodeWatch"]
 
