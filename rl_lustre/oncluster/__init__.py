@@ -12,6 +12,7 @@ NeMo-RL, lives here:
 - the cluster's queue (:mod:`.queue`);
 - the records a run leaves, which the client reads back (:mod:`.records`), and the
   NeMo-RL formats both sides read (:mod:`.nemo_formats`);
+- a run's directory on the volume, where its records live (:mod:`.rundir`);
 - the model prefetch program of the prefetch Job (:mod:`.prefetch`).
 
 The rules, because the cluster's image (``nvcr.io/nvidia/nemo-rl:v0.4.0``) has Python
