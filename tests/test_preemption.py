@@ -114,6 +114,7 @@ def test_a_run_preempted_after_step_5_resumes_from_step_4_and_ends_as_without_pr
 
     [restart] = run.restarts()
     assert restart.number == 1
+    assert restart.cause == "preempted"
     assert restart.resumed_from_step == 4
     assert restart.first_step == 5
     assert restart.last_step == 6

@@ -192,6 +192,7 @@ def test_nodes_with_a_lifetime_make_nemo_rl_save_and_stop_and_the_run_goes_on_on
     assert ended["resume_step"] == saves_1[-1]
     # ... and the run went on as after a preemption: the nodes lost because their capacity ended.
     [restart] = parse_restarts(log)
+    assert restart.cause == "capacity-ended"
     assert {n.name for n in restart.nodes} == set(deadline["nodes"])
     assert {n.reason for n in restart.nodes} == {"its capacity ended"}
     assert restart.resumed_from_step == saves_1[-1]

@@ -421,7 +421,7 @@ class Supervisor:
                 if self.stopping.is_set():
                     return 128 + signal.SIGTERM, "stopped"
                 # Not done: the run goes on, on the capacity that comes next (or ends FAILED).
-                status, lost = 1, ended
+                status, lost, cause = 1, ended, "capacity-ended"
             else:
                 status = code if code > 0 else 128 - code
                 if not lost:
@@ -435,6 +435,7 @@ class Supervisor:
                     return status, "failed"
                 names = ", ".join(f"{describe(n)} ({n['reason']})" for n in lost)
                 _say(f"the command exited with code {status} after losing worker node(s): {names}")
+                cause = "preempted"
             if len(self.restarts) >= args.max_restarts:
                 if args.max_restarts == 0:
                     _say("recovery is off (max_restarts=0): not restarted")
@@ -449,6 +450,7 @@ class Supervisor:
             resume = self._newest_checkpoint()
             record = {
                 "restart": number,
+                "cause": cause,
                 "max_restarts": args.max_restarts,
                 "lost_at": lost_at,
                 "nodes": [{k: n.get(k) for k in ("node_id", "address", "name", "reason")} for n in lost],

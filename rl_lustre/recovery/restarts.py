@@ -36,10 +36,13 @@ class LostNode:
 
 @attrs.frozen
 class Restart:
-    """One recovery from lost nodes.
+    """One recovery: the run was rerun from its newest checkpoint.
 
     Attributes:
         number: 1 for the first recovery of the run, 2 for the second, ...
+        cause: why: ``preempted`` (worker nodes were lost: a Spot preemption, a node
+            repair), ``capacity-ended`` (NeMo-RL saved and stopped at the end of the
+            capacity it ran on, such as a flex-start node's run duration).
         lost_at: when the nodes were lost (seconds since the epoch): when Ray declared
             the first of them dead, a few seconds after the VM went away.
         nodes: the worker nodes lost.
@@ -60,6 +63,7 @@ class Restart:
     resumed_from_step: int | None
     last_step: int
     exit_code: int
+    cause: str = "preempted"
     first_step: int | None = None
     seconds_lost: float | None = None
     capacity_seconds: float | None = None
@@ -110,6 +114,7 @@ def parse_restarts(log: str) -> list[Restart]:
                 resumed_from_step=None if r.get("resume_step") is None else int(r["resume_step"]),
                 last_step=int(r.get("last_step") or 0),
                 exit_code=int(r.get("exit_code") or 0),
+                cause=str(r.get("cause") or "preempted"),
             )
         elif line.startswith(RESUMED_MARK):
             r = _json(line[len(RESUMED_MARK) :])
