@@ -123,3 +123,27 @@ def test_a_run_with_an_overridden_checkpoint_dir_lists_resumes_and_starts_over_t
     assert sorted(p.name for p in aside[0].iterdir()) == ["step_1", "step_2"]
     assert [c.path for c in fresh.checkpoints()] == [elsewhere / "step_1", elsewhere / "step_2"]
     assert not default.exists()
+
+
+JOB_X = GRPOJob(name="x", recipe="grpo_math_1B", max_num_steps=4)
+
+
+@pytest.mark.parametrize(
+    ("cluster", "mount"),
+    [(CLUSTER, "/lustre"), (Cluster.local("demo", volume_dir="/tmp/rl-demo-vol"), "/tmp/rl-demo-vol")],
+)
+def test_the_run_has_an_id_and_a_directory_on_the_volume_that_the_supervisor_is_told(
+    cluster: Cluster, mount: str
+) -> None:
+    submission = prepare(cluster, JOB_X)
+    run_id = submission.metadata["rl_lustre.run_id"]
+    assert run_id == submission.base_id
+    assert submission.metadata["rl_lustre.run_dir"] == f"{mount}/rl_lustre/runs/{run_id}"
+    _, args = _supervisor_args(submission.entrypoint)
+    assert args.run_dir == f"{mount}/rl_lustre/runs/{run_id}"  # type: ignore[attr-defined]
+    # The same job submitted again (later, or after a head loss) is the same run.
+    assert prepare(cluster, JOB_X, now=0).base_id == run_id
+    # Starting over is a new run, in a directory of its own.
+    fresh = prepare(cluster, JOB_X, fresh=True)
+    assert fresh.base_id != run_id
+    assert _supervisor_args(fresh.entrypoint.split(" && ", 1)[1])[1].run_dir.endswith(fresh.base_id)  # type: ignore[attr-defined]

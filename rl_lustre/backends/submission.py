@@ -30,6 +30,7 @@ import attrs
 
 from .._warnings import warn_caller
 from ..errors import SUBMIT_FRESH, ConfigError, NothingToDoWarning, RayError, nothing_to_do_advice
+from ..oncluster import rundir
 from ..oncluster.records import (
     CHECKPOINT_DIR,
     DASHBOARD,
@@ -38,6 +39,8 @@ from ..oncluster.records import (
     NUM_NODES,
     PRIORITY,
     RECIPE,
+    RUN_DIR,
+    RUN_ID,
     SEQ,
     SUBMITTED_AT,
     TOTAL_STEPS,
@@ -126,29 +129,29 @@ def prepare(
     resolved = resolve(job, cluster)
     resolved.preflight()
     checkpoint_dir = resolved.checkpoint_dir if resolved.checkpointing else None
-    # NeMo-RL resumes from the newest step_N of this directory whether or not it saves.
-    entrypoint = _supervised(cluster, job, resolved.num_nodes, resolved.entrypoint, resolved.checkpoint_dir)
-    if fresh and checkpoint_dir is not None:
-        # Outside the supervisor: only the first attempt starts over, a recovery resumes.
-        entrypoint = fresh_entrypoint(entrypoint, checkpoint_dir)
-    # The job's identity leaves the deadline out: the same job submitted later is the same job.
+    now = time.time() if now is None else now
+    # The job's identity leaves the deadline and the run's directory (named after it) out: the
+    # same job submitted later is the same job, and the same run.
+    identity = _entrypoint(cluster, job, resolved, fresh, now)
     digest = hashlib.sha256(
-        json.dumps([entrypoint, resolved.runtime_env], sort_keys=True, default=str).encode()
+        json.dumps([identity, resolved.runtime_env], sort_keys=True, default=str).encode()
     ).hexdigest()[:8]
+    base_id = f"rl-lustre-{job.name}-{digest}"
+    run_dir = rundir.run_dir(cluster.mount_path, base_id)
     if deadline is not None or lifetimes:
-        entrypoint = _with_deadline(
-            cluster, job, resolved, deadline, lifetimes, time.time() if now is None else now, fresh
-        )
+        entrypoint = _with_deadline(cluster, job, resolved, deadline, lifetimes, now, fresh, run_dir)
+    else:
+        entrypoint = _entrypoint(cluster, job, resolved, fresh, now, run_dir=run_dir)
     runtime_env = {
         **resolved.runtime_env,
         "py_modules": [*resolved.runtime_env.get("py_modules", []), shipped_package()],
     }
-    base_id = f"rl-lustre-{job.name}-{digest}"
     steps = resolved.value("grpo.max_num_steps")
     metadata = {
         "rl_lustre.cluster": cluster.name,
         JOB: job.name,
-        "rl_lustre.base_id": base_id,
+        RUN_ID: base_id,
+        RUN_DIR: run_dir,
         "rl_lustre.max_restarts": str(job.max_restarts),
         RECIPE: job.recipe,
         NUM_NODES: str(resolved.num_nodes),
@@ -172,6 +175,18 @@ def prepare(
     )
 
 
+def _entrypoint(
+    cluster: ClusterSpec, job: JobSpec, resolved: ResolvedJob, fresh: bool, now: float, **options: Any
+) -> str:
+    """The supervisor around the job's command (NeMo-RL resumes from the newest step_N of its
+    checkpoint directory whether or not it saves); with ``fresh``, preceded by moving that
+    directory aside (outside the supervisor: only the first attempt starts over)."""
+    entrypoint = _supervised(cluster, job, resolved.num_nodes, resolved.entrypoint, resolved.checkpoint_dir, **options)
+    if fresh and resolved.checkpointing:
+        entrypoint = fresh_entrypoint(entrypoint, resolved.checkpoint_dir, now=now)
+    return entrypoint
+
+
 def _with_deadline(
     cluster: ClusterSpec,
     job: JobSpec,
@@ -180,6 +195,7 @@ def _with_deadline(
     lifetimes: Sequence[tuple[str, float]],
     now: float,
     fresh: bool,
+    run_dir: str,
 ) -> str:
     """The job's entrypoint with NeMo-RL told to save before ``deadline`` and before nodes
     with a lifetime go (a job that sets the key keeps its own value), warning when that
@@ -203,9 +219,11 @@ def _with_deadline(
         if ours
         else {}
     )
-    entrypoint = _supervised(cluster, job, resolved.num_nodes, command, resolved.checkpoint_dir, **ends)
+    entrypoint = _supervised(
+        cluster, job, resolved.num_nodes, command, resolved.checkpoint_dir, run_dir=run_dir, **ends
+    )
     if fresh and resolved.checkpointing:
-        entrypoint = fresh_entrypoint(entrypoint, resolved.checkpoint_dir)
+        entrypoint = fresh_entrypoint(entrypoint, resolved.checkpoint_dir, now=now)
     return entrypoint
 
 

@@ -102,6 +102,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--capacity-timeout", type=float, default=1800.0)
     p.add_argument("--checkpoint-dir", default="")
     p.add_argument(
+        "--run-dir", default="", metavar="DIR", help="the run's directory on the volume (oncluster/rundir.py)"
+    )
+    p.add_argument(
         "--capacity-end",
         type=float,
         default=None,

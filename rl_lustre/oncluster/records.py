@@ -49,6 +49,8 @@ __all__ = [
     "REHEARSAL_NOTE",
     "RESTART_MARK",
     "RESUMED_MARK",
+    "RUN_DIR",
+    "RUN_ID",
     "SEQ",
     "SUBMITTED_AT",
     "TOTAL_STEPS",
@@ -63,6 +65,10 @@ TOTAL_STEPS = "rl_lustre.total_steps"
 MODEL = "rl_lustre.model"
 RECIPE = "rl_lustre.recipe"
 JOB = "rl_lustre.job"
+# The run's identity, which outlives its Ray submissions, and its directory on the volume
+# (rl_lustre.oncluster.rundir).
+RUN_ID = "rl_lustre.run_id"
+RUN_DIR = "rl_lustre.run_dir"
 # For the cluster's queue (rl_lustre.oncluster.queue), read by the job's supervisor on the head:
 # the job's size and priority, when and in which order of its batch it was submitted (the
 # submitting client's clock), and the Ray dashboard's address as seen from the head.

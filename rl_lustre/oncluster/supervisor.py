@@ -133,6 +133,8 @@ class Supervisor:
             self.member = Member(
                 store_of(args), claim_of(args, meta, self.submission_id), self.api, say=_say, poll=args.poll
             )
+        # The run's directory on the volume (rundir.py), where its records go; None without one.
+        self.run_dir: str | None = args.run_dir or None
         self.stopping = threading.Event()
         self.child: subprocess.Popen[bytes] | None = None
         self.attempts = 0

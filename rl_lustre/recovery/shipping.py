@@ -47,6 +47,7 @@ def supervised(
     capacity_end: float | None = None,
     lifetimes: Sequence[tuple[str, float]] = (),
     save_margin: float | None = None,
+    run_dir: str | None = None,
 ) -> str:
     """The Ray job's entrypoint: the supervisor, running ``command``.
 
@@ -55,7 +56,8 @@ def supervised(
     ``watch`` it does not watch Ray's node table (a local head has no node to lose). On
     capacity that ends (``capacity_end``, seconds since the epoch; ``lifetimes``: node-name
     prefixes and how long such nodes live) it tells NeMo-RL, before each attempt, to save
-    ``save_margin`` seconds before the end (see :mod:`rl_lustre.oncluster.lifetimes`).
+    ``save_margin`` seconds before the end (see :mod:`rl_lustre.oncluster.lifetimes`). The
+    run's records go to ``run_dir`` on the volume (:mod:`rl_lustre.oncluster.rundir`).
 
     Examples:
         >>> supervised("cd /opt/nemo-rl && uv run python x.py", python="python", max_restarts=3, nodes=8,
@@ -92,6 +94,8 @@ def supervised(
         parts.append("--no-watch")
     if checkpoint_dir:
         parts += ["--checkpoint-dir", shlex.quote(checkpoint_dir)]
+    if run_dir:
+        parts += ["--run-dir", shlex.quote(run_dir)]
     if capacity_end is not None or lifetimes:
         assert save_margin is not None, "a capacity that ends needs the save margin"
         if capacity_end is not None:
