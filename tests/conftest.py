@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 # A real local Ray head shared by the whole session (and process-table helpers).
-pytest_plugins = ["ray_fixtures", "preemption_report", "kube_plane", "kube_both", "spot_gke"]
+pytest_plugins = [
+    "helpers.ray_fixtures",
+    "helpers.preemption_report",
+    "helpers.kube_plane",
+    "helpers.kube_both",
+    "helpers.spot_gke",
+]
 
 # Upstream reference data, vendored as data only (provenance and licences in its README).
 REF = Path(__file__).resolve().parent / "ref"

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
+from helpers.spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
 from test_preemption import JOB_ARGS, STEP, STEP_SECONDS, _attempts, _wait_done
 
 from rl_lustre import GRPOJob

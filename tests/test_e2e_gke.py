@@ -31,8 +31,8 @@ from typing import Any
 
 import attrs
 import pytest
-from nemo_image import nemo_rl_image
-from ray_fixtures import FAKE_HF_TOKEN
+from helpers.nemo_image import nemo_rl_image
+from helpers.ray_fixtures import FAKE_HF_TOKEN
 
 import rl_lustre
 from rl_lustre import Cluster, GRPOJob

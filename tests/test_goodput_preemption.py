@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 import pytest
-from spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
+from helpers.spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
 from test_preemption import JOB_ARGS, STEP_SECONDS, _wait_done
 
 from rl_lustre import Cluster, GRPOJob

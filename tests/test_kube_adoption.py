@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import kube_both
-from kube_both import SPEC, wait
-from kube_kubelet import job_pods_held
+from helpers import kube_both
+from helpers.kube_both import SPEC, wait
+from helpers.kube_kubelet import job_pods_held
 
 from rl_lustre import Cluster, naming
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import kube_both
 import pytest
-from kube_both import SPEC, wait
-from kube_kubelet import job_pods_held
+from helpers import kube_both
+from helpers.kube_both import SPEC, wait
+from helpers.kube_kubelet import job_pods_held
 
 from rl_lustre import Cluster, naming
 from rl_lustre.errors import KubernetesError
@@ -298,7 +298,7 @@ def test_a_failing_jobs_pods_are_retried_after_a_doubling_backoff_and_our_diagno
     (``KUBE_TIMEOUT``), and the failure is named from the last pod's exit."""
     import time
 
-    from kube_kubelet import job_pods_failing
+    from helpers.kube_kubelet import job_pods_failing
 
     from rl_lustre.kube.apply import apply_manifests, delete_manifests
     from rl_lustre.kube.client import ResourceClient

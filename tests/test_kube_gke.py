@@ -1,7 +1,7 @@
 """The GKE backend, unchanged, end to end on a real Kubernetes control plane (issue 20, point 3).
 
 The Google APIs are :class:`~rl_lustre.testing.FakeGCP`; the GKE cluster it reports (endpoint,
-CA, and the Nodes its node pools register) is the real control plane of ``kube_plane.py``:
+CA, and the Nodes its node pools register) is the real control plane of ``helpers/kube_plane.py``:
 kube-apiserver with token auth, the controller-manager, the scheduler, the KubeRay operator
 and kwok playing the nodes. Readiness is the operator's own status; the Jobs API is reached
 through a port-forward the API server hands to kwok, which forwards it to the session's real
@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import kube_both
 import pytest
-from kube_both import is_real, wait
-from kube_gke import IMAGE, JOB, WORLDS, World, image, ray_token, world_on
-from kube_inventory import inventory
+from helpers import kube_both
+from helpers.kube_both import is_real, wait
+from helpers.kube_gke import IMAGE, JOB, WORLDS, World, image, ray_token, world_on
+from helpers.kube_inventory import inventory
 
 from rl_lustre import Cluster, naming
 from rl_lustre.backends.gke import GKEBackend

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from kube_deploy import deploy_reference
+from helpers.kube_deploy import deploy_reference
 
 from rl_lustre import Cluster
 from rl_lustre.errors import KubernetesError

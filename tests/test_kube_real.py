@@ -1,4 +1,4 @@
-"""Our Kubernetes code against a real control plane (``nox -s tests-kube``; see ``kube_plane.py``).
+"""Our Kubernetes code against a real control plane (``nox -s tests-kube``; see ``helpers/kube_plane.py``).
 
 kube-apiserver, etcd, controller-manager, scheduler, kwok and the KubeRay operator, built
 from Go modules; Nodes shaped like the node pools a ``Cluster`` plans; the production
@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import kube_both
 import pytest
-from kube_both import SPEC, wait
-from kube_plane import ControlPlane
+from helpers import kube_both
+from helpers.kube_both import SPEC, wait
+from helpers.kube_plane import ControlPlane
 
 from rl_lustre import Cluster, naming
 from rl_lustre.errors import KubernetesError
@@ -116,7 +116,7 @@ def test_a_killed_test_process_leaves_no_component_behind(kube_plane: ControlPla
     script = textwrap.dedent("""
         import json, sys, time
         sys.path.insert(0, sys.argv[1])
-        from kube_plane import ControlPlane
+        from helpers.kube_plane import ControlPlane
         from pathlib import Path
         plane = ControlPlane(Path(sys.argv[2]))
         plane.start()

@@ -1,6 +1,6 @@
 """A Spot node taken away mid-run on the real control plane, and our recovery resuming (issue 20, point 3).
 
-The GKE backend, unchanged, deploys on the real plane of ``kube_plane.py`` (FakeGCP for
+The GKE backend, unchanged, deploys on the real plane of ``helpers/kube_plane.py`` (FakeGCP for
 Google's APIs, as in ``test_kube_gke``). The RayCluster's head pod reaches a local Ray head
 that offers no CPU and no GPU to tasks, as a RayCluster head does (``num-cpus: 0``,
 ``num-gpus: 0``); every worker pod the KubeRay operator makes is backed by a real raylet
@@ -32,9 +32,9 @@ from typing import Any
 
 import attrs
 import pytest
-from kube_both import core, wait
-from kube_gke import IMAGE, World, world_on
-from spot_gke import SpotHead, nemo_rl_dir
+from helpers.kube_both import core, wait
+from helpers.kube_gke import IMAGE, World, world_on
+from helpers.spot_gke import SpotHead, nemo_rl_dir
 
 from rl_lustre import GRPOJob, naming
 from rl_lustre.errors import JobFailedError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from ray_fixtures import FAKE_HF_TOKEN, FAKE_OTHER_KEY
+from helpers.ray_fixtures import FAKE_HF_TOKEN, FAKE_OTHER_KEY
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.submission import prepare

@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from ray_fixtures import ray_processes
+from helpers.ray_fixtures import ray_processes
 
 from rl_lustre import Cluster
 from rl_lustre.errors import ConfigError, RayError

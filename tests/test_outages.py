@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from kube_deploy import deploy_reference
+from helpers.kube_deploy import deploy_reference
 
 from rl_lustre import Cluster
 from rl_lustre.errors import RayError

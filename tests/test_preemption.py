@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 import pytest
-from spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
+from helpers.spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.errors import JobFailedError

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 import pytest
-from ray_fixtures import ray_processes
+from helpers.ray_fixtures import ray_processes
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.nemo_rl import resolve_config

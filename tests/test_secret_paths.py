@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ray_fixtures import FAKE_HF_TOKEN
+from helpers.ray_fixtures import FAKE_HF_TOKEN
 
 from rl_lustre import Cluster, GRPOJob, LustreVolume
 from rl_lustre.errors import RLLustreError

@@ -21,13 +21,14 @@ from typing import Any
 
 import attrs
 import pytest
-from kube_gke import FAST, IMAGE, RETRY, image
-from ray_fixtures import image_tools
 
 from rl_lustre import Cluster
 from rl_lustre.ray.head import LocalHead
 from rl_lustre.ray.workers import LocalWorker
 from rl_lustre.testing import FakeGCP, KubeFake
+
+from .kube_gke import FAST, IMAGE, RETRY, image
+from .ray_fixtures import image_tools
 
 
 @attrs.define

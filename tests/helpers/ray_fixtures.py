@@ -62,7 +62,7 @@ def image_tools(directory: Path) -> Path:
     uv = directory / "uv"
     uv.write_text(
         "#!/bin/sh\n"
-        "# Test double of the NeMo-RL container image's uv (tests/ray_fixtures.py).\n"
+        "# Test double of the NeMo-RL container image's uv (tests/helpers/ray_fixtures.py).\n"
         'if [ "$1" = run ] && [ "$2" = python ]; then\n'
         "  shift 2\n"
         f'  exec {shlex.quote(sys.executable)} "$@"\n'
@@ -75,7 +75,7 @@ def image_tools(directory: Path) -> Path:
     python = directory / "python"
     python.write_text(
         "#!/bin/sh\n"
-        "# Test double of the NeMo-RL container image's python (tests/ray_fixtures.py).\n"
+        "# Test double of the NeMo-RL container image's python (tests/helpers/ray_fixtures.py).\n"
         f'exec {shlex.quote(sys.executable)} "$@"\n'
     )
     python.chmod(0o755)

@@ -55,9 +55,10 @@ from typing import Any
 import attrs
 import pytest
 import yaml
-from kube_kubelet import KubeletSim
 
-REPO = Path(__file__).resolve().parents[1]
+from .kube_kubelet import KubeletSim
+
+REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "tools" / "kube" / "build.sh"
 BIN_ENV = "RL_LUSTRE_KUBE_BUILD"
 DASHBOARD_PORT = 8265

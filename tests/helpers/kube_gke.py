@@ -10,12 +10,13 @@ from typing import Any
 
 import attrs
 import pytest
-from nemo_image import nemo_rl_image
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.gcp import Backoff, RetryPolicy
 from rl_lustre.testing import FakeGCP, KubeFake, kube_schema_validator
+
+from .nemo_image import nemo_rl_image
 
 FAST = Backoff(initial=0.005, maximum=0.05, multiplier=1.5)
 RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)

@@ -39,7 +39,7 @@ from typing import Any
 from rl_lustre.testing import Preemption
 from rl_lustre.testing._kube_spot import IMPENDING_TERMINATION_TAINT, SHUTDOWN_MESSAGE
 
-logger = logging.getLogger("tests.kube_kubelet")
+logger = logging.getLogger("tests.helpers.kube_kubelet")
 
 KWOK = ("kwok.x-k8s.io", "v1alpha1")
 _POD_COMPLETE = "pod-complete"
@@ -113,7 +113,7 @@ class KubeletSim:
 
     def _take_baseline(self) -> None:
         """Remember what the plane holds once started (its own objects, kept by :meth:`cluster_deleted`)."""
-        from kube_inventory import inventory
+        from .kube_inventory import inventory
 
         self._baseline = {item.uid for item in inventory(self.api_client())}
 
@@ -124,8 +124,9 @@ class KubeletSim:
         so it stays: what was made in it since it started goes instead (the system
         namespaces' own objects stay), at once: no kubelet or controller is left to wait
         for, so finalizers are dropped."""
-        from kube_inventory import delete, inventory
         from kubernetes import client
+
+        from .kube_inventory import delete, inventory
 
         name = name.rsplit("/", 1)[-1]  # (FakeGCP names it by its path: projects/P/locations/L/clusters/C)
         api = self.api_client()
