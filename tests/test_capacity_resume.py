@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.preemption_job import JOB_ARGS, STEP, STEP_SECONDS, attempts_in, wait_done
 from helpers.spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
-from test_preemption import JOB_ARGS, STEP, STEP_SECONDS, _attempts, _wait_done
 
 from rl_lustre import GRPOJob
 from rl_lustre.catalog import GKE_NODEPOOL_LABEL, GKE_SPOT_LABEL
@@ -66,7 +66,7 @@ def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_
         assert not [n for n, labels in pools.items() if labels.get(GKE_NODEPOOL_LABEL) == "gpu-standby"]
 
         run = cluster.submit(job)
-        _wait_done(job, cluster, 5)
+        wait_done(job, cluster, 5)
         # Both Spot nodes go, and Spot capacity never comes back.
         gone = preempt(cluster, nodes=2, back_after=None)
         assert run.wait(timeout=300) == "SUCCEEDED"
@@ -88,7 +88,7 @@ def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_
         # The same checkpoints and steps as an uninterrupted run, the rerun from step_4.
         assert [c.step for c in run.checkpoints()] == [8, 10]
         log = run.logs()
-        assert _attempts(log) == 2
+        assert attempts_in(log) == 2
         assert [int(m[1]) for m in STEP.finditer(log)][-6:] == [5, 6, 7, 8, 9, 10]
         assert f"resuming from {job.checkpoint_dir(cluster)}/step_4" in log
         # The resumed attempt's placement groups held the standby pool's nodes.
@@ -143,7 +143,7 @@ def test_on_the_gke_fakes_without_a_standby_pool_the_same_loss_fails_after_capac
     with spot_gke(spot_head, spec) as (cluster, kube):
         assert [r.key for r in cluster.plan() if r.key.startswith("gpu-")] == ["gpu-pool"]
         run = cluster.submit(job)
-        _wait_done(job, cluster, 3)
+        wait_done(job, cluster, 3)
         preempt(cluster, nodes=2, back_after=None)
         with pytest.raises(JobFailedError) as failed:
             run.wait(timeout=180)
@@ -151,7 +151,7 @@ def test_on_the_gke_fakes_without_a_standby_pool_the_same_loss_fails_after_capac
         assert "did not come back within capacity_timeout=5s: giving up" in "\n".join(failed.value.last_lines)
         [restart] = run.restarts()
         assert restart.first_step is None
-        assert _attempts(run.logs()) == 1
+        assert attempts_in(run.logs()) == 1
         # No GPU node came in its place: nothing beside the Spot pool could provide one.
         assert not [
             n for n in kube.objects("Node") if n["metadata"]["labels"].get(GKE_NODEPOOL_LABEL, "").startswith("gpu-")

@@ -7,13 +7,11 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from test_goodput_attribute import node, preempted
+from helpers.goodput import SCHEMA, node, preempted
 
 from rl_lustre.goodput import CATEGORIES, GoodputLedger
 from rl_lustre.goodput.ledger import build
 from rl_lustre.goodput.timeline import Evidence
-
-SCHEMA = json.loads((Path(__file__).parent / "data" / "goodput_ledger.schema.json").read_text())
 
 
 def test_to_dict_is_json_and_follows_the_schema_at_every_scope() -> None:

@@ -8,7 +8,7 @@ import time
 import jsonschema
 import pytest
 from click.testing import CliRunner
-from test_goodput_ledger import SCHEMA
+from helpers.goodput import SCHEMA
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.goodput_local import worker_spans

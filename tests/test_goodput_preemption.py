@@ -16,8 +16,8 @@ from typing import Any
 
 import attrs
 import pytest
+from helpers.preemption_job import JOB_ARGS, STEP_SECONDS, wait_done
 from helpers.spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
-from test_preemption import JOB_ARGS, STEP_SECONDS, _wait_done
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.goodput import CATEGORIES, GoodputLedger
@@ -117,7 +117,7 @@ def test_a_local_preempted_runs_ledger_covers_the_redone_steps_and_the_wait(
     cluster = workers_cluster
     job = attrs.evolve(JOB, name=f"ledger-{time.time_ns() % 10**6}")
     run = cluster.submit(job)
-    _wait_done(job, cluster, 5)
+    wait_done(job, cluster, 5)
     gone = preempt(cluster, nodes=1, back_after=1.0)
     assert run.wait(timeout=300) == "SUCCEEDED"
     ledger = run.goodput()
@@ -187,10 +187,10 @@ def test_on_the_gke_fakes_a_preempted_runs_ledger_in_spot_dollars_a_queued_jobs_
         time.sleep(2.0)
         before = time.time() - 1.0
         run = cluster.submit(job_a)
-        _wait_done(job_a, cluster, 2)
+        wait_done(job_a, cluster, 2)
         # B takes the whole cluster too: it waits in the queue behind A, through A's recovery.
         second = cluster.submit(job_b)
-        _wait_done(job_a, cluster, 5)
+        wait_done(job_a, cluster, 5)
         gone = preempt(cluster, nodes=1, back_after=1.0)
         assert run.wait(timeout=300) == "SUCCEEDED"
         gone.wait(timeout=120)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_supervisor_journal import supervised_log
+from helpers.supervisor_run import supervised_log
 
 from rl_lustre.goodput.ledger import build
 from rl_lustre.goodput.runlog import run_timeline

@@ -108,7 +108,7 @@ def test_on_gke_lustre_throughput_and_gpu_utilisation_are_drawn_too(tmp_path: Pa
 
 
 def test_the_ledger_is_one_stacked_bar_of_node_hours_per_category(tmp_path: Path) -> None:
-    from test_goodput_attribute import preempted
+    from helpers.goodput import preempted
 
     from rl_lustre.goodput.ledger import build
 

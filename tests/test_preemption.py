@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -27,6 +26,7 @@ from typing import Any
 
 import attrs
 import pytest
+from helpers.preemption_job import JOB_ARGS, STEP, STEP_SECONDS, attempts_in, wait_done
 from helpers.spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
 
 from rl_lustre import Cluster, GRPOJob
@@ -37,20 +37,7 @@ from rl_lustre.testing import preempt
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-STEP = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
-JOB_ARGS: dict[str, Any] = {
-    "name": "preempt",
-    "recipe": "grpo_math_1B",
-    "model": "Qwen/Qwen2.5-1.5B",
-    "max_num_steps": 10,
-    "save_period": 2,
-    "keep_top_k": 2,
-    "num_prompts_per_step": 4,
-    "num_generations_per_prompt": 4,
-    "train_global_batch_size": 16,
-}
 JOB = GRPOJob(**JOB_ARGS)
-STEP_SECONDS = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -85,30 +72,13 @@ def _steps_done(job: GRPOJob, cluster: Cluster) -> list[int]:
     return done
 
 
-def _wait_done(job: GRPOJob, cluster: Cluster, step: int, *, attempt: int = 1, timeout: float = 180) -> None:
-    """Until attempt ``attempt`` (its ``exp_NNN``) has finished ``step``."""
-    deadline = time.monotonic() + timeout
-    metrics = Path(job.log_dir(cluster)) / f"exp_{attempt:03d}" / "rehearsal_metrics.jsonl"
-    while time.monotonic() < deadline:
-        if metrics.is_file() and any(
-            json.loads(line)["step"] >= step for line in metrics.read_text().splitlines() if line.strip()
-        ):
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"attempt {attempt} of {job.name} did not finish step {step} in {timeout}s")
-
-
-def _attempts(log: str) -> int:
-    return log.count("Loaded configuration from:")
-
-
 def test_a_run_preempted_after_step_5_resumes_from_step_4_and_ends_as_without_preemption(
     cluster: Cluster, preemption_report: list[str]
 ) -> None:
     job = attrs.evolve(JOB, name=f"pre-one-{uuid.uuid4().hex[:6]}")
     run = cluster.submit(job)
     assert run.info().metadata["rl_lustre.max_restarts"] == "3"
-    _wait_done(job, cluster, 5)
+    wait_done(job, cluster, 5)
     gone = preempt(cluster, nodes=1, back_after=1.0)
     assert run.wait(timeout=240) == "SUCCEEDED"
 
@@ -138,7 +108,7 @@ def test_a_run_preempted_after_step_5_resumes_from_step_4_and_ends_as_without_pr
     assert not [p.name for p in Path(job.checkpoint_dir(cluster)).iterdir() if not p.name.startswith("step_")]
     # One job id, one log: both attempts and the recovery line in it.
     log = run.logs()
-    assert _attempts(log) == 2
+    assert attempts_in(log) == 2
     assert "rl_lustre supervisor: recovery 1 of at most 3" in log
     assert f"resuming from {job.checkpoint_dir(cluster)}/step_4" in log
     assert [int(m[1]) for m in STEP.finditer(log)] == [1, 2, 3, 4, 5, 6, 5, 6, 7, 8, 9, 10]
@@ -166,9 +136,9 @@ def test_two_preemptions_while_the_users_process_is_gone_are_recovered_and_seen_
     )
     job_id = submitted.strip().splitlines()[-1]
 
-    _wait_done(job, cluster, 3, attempt=1)
+    wait_done(job, cluster, 3, attempt=1)
     preempt(cluster, nodes=1, back_after=0.5)
-    _wait_done(job, cluster, 5, attempt=2)
+    wait_done(job, cluster, 5, attempt=2)
     preempt(cluster, nodes=2, back_after=0.5)
 
     # Later, another process attaches and finds the run recovered, with both restarts.
@@ -207,29 +177,29 @@ def test_a_run_that_fails_with_every_node_alive_is_not_restarted(cluster: Cluste
         run.wait(timeout=120)
     log = run.logs()
     assert run.restarts() == []
-    assert _attempts(log) == 1
+    assert attempts_in(log) == 1
     assert "while every worker node was alive: not restarted" in log
 
 
 def test_max_restarts_0_turns_recovery_off(cluster: Cluster) -> None:
     job = attrs.evolve(JOB, name=f"pre-off-{uuid.uuid4().hex[:6]}", max_restarts=0)
     run = cluster.submit(job)
-    _wait_done(job, cluster, 2)
+    wait_done(job, cluster, 2)
     preempt(cluster, nodes=1, back_after=0.5)
     with pytest.raises(JobFailedError) as failed:
         run.wait(timeout=120)
     assert failed.value.status == "FAILED"
     assert run.restarts() == []
-    assert _attempts(run.logs()) == 1
+    assert attempts_in(run.logs()) == 1
     assert "recovery is off (max_restarts=0): not restarted" in run.logs()
 
 
 def test_a_loss_after_max_restarts_is_used_up_fails_the_run_listing_its_restarts(cluster: Cluster) -> None:
     job = attrs.evolve(JOB, name=f"pre-max-{uuid.uuid4().hex[:6]}", max_restarts=1)
     run = cluster.submit(job)
-    _wait_done(job, cluster, 3, attempt=1)
+    wait_done(job, cluster, 3, attempt=1)
     preempt(cluster, nodes=1, back_after=0.5).wait(timeout=120)
-    _wait_done(job, cluster, 5, attempt=2)
+    wait_done(job, cluster, 5, attempt=2)
     preempt(cluster, nodes=1, back_after=0.5)
     with pytest.raises(JobFailedError) as failed:
         run.wait(timeout=240)
@@ -239,14 +209,14 @@ def test_a_loss_after_max_restarts_is_used_up_fails_the_run_listing_its_restarts
     used_up = next(line for line in run.logs().splitlines() if "max_restarts=1 is used up: not restarted" in line)
     assert "#1 at " in used_up.split("Restarts:", 1)[1]
     assert "resumed from step 2" in used_up
-    assert _attempts(run.logs()) == 2
+    assert attempts_in(run.logs()) == 2
 
 
 def _stranded(job: GRPOJob, cluster: Cluster) -> None:
     """Preempt a run of ``job`` (capacity_timeout=2) for good: it ends FAILED after the timeout."""
     job = attrs.evolve(job, capacity_timeout=2.0)
     run = cluster.submit(job)
-    _wait_done(job, cluster, 2)
+    wait_done(job, cluster, 2)
     preempt(cluster, nodes=1, back_after=None)
     with pytest.raises(JobFailedError) as failed:
         run.wait(timeout=120)
@@ -254,7 +224,7 @@ def _stranded(job: GRPOJob, cluster: Cluster) -> None:
     [restart] = run.restarts()
     assert restart.first_step is None
     assert restart.seconds_lost is None
-    assert _attempts(run.logs()) == 1
+    assert attempts_in(run.logs()) == 1
 
 
 def test_capacity_that_never_returns_fails_the_run_after_the_timeout(cluster: Cluster) -> None:
@@ -264,11 +234,11 @@ def test_capacity_that_never_returns_fails_the_run_after_the_timeout(cluster: Cl
 def test_stopping_a_run_stops_supervisor_and_driver_and_nothing_reruns(cluster: Cluster) -> None:
     job = attrs.evolve(JOB, name=f"pre-stop-{uuid.uuid4().hex[:6]}", max_num_steps=50)
     run = cluster.submit(job)
-    _wait_done(job, cluster, 1)
+    wait_done(job, cluster, 1)
     assert run.stop(timeout=60) == "STOPPED"
     log = run.logs()
     assert "SIGTERM received: stopping the run; no rerun follows" in log
-    assert _attempts(log) == 1
+    assert attempts_in(log) == 1
     time.sleep(1.0)
     assert not [p for p in _cmdlines() if job.name in p], "a driver of the stopped run still runs"
 
@@ -406,7 +376,7 @@ def test_on_the_gke_fakes_a_preempted_spot_node_is_recovered_on_the_cluster(
     )
     with spot_gke(spot_head, spec) as (cluster, kube):
         run = cluster.submit(job)
-        _wait_done(job, cluster, 5)
+        wait_done(job, cluster, 5)
         gone = preempt(cluster, nodes=1, back_after=1.0)
         victim = kube.get("Pod", gone.nodes[0])
         assert victim is not None
@@ -426,9 +396,9 @@ def test_on_the_gke_fakes_a_preempted_spot_node_is_recovered_on_the_cluster(
         # Two preemptions of one run: two restarts, each from the newest complete save.
         twice = attrs.evolve(job, name="spot-twice")
         run = cluster.submit(twice)
-        _wait_done(twice, cluster, 3, attempt=1)
+        wait_done(twice, cluster, 3, attempt=1)
         preempt(cluster, nodes=1, back_after=0.5).wait(timeout=120)
-        _wait_done(twice, cluster, 5, attempt=2)
+        wait_done(twice, cluster, 5, attempt=2)
         preempt(cluster, nodes=1, back_after=0.5).wait(timeout=120)
         assert run.wait(timeout=300) == "SUCCEEDED"
         assert [(r.number, r.resumed_from_step) for r in run.restarts()] == [(1, 2), (2, 4)]
@@ -450,7 +420,7 @@ def test_on_the_gke_fakes_a_preempted_spot_node_is_recovered_on_the_cluster(
         # Recovery off: a preemption ends the run.
         off = attrs.evolve(job, name="spot-off", max_restarts=0)
         run = cluster.submit(off)
-        _wait_done(off, cluster, 2)
+        wait_done(off, cluster, 2)
         gone = preempt(cluster, nodes=1, back_after=0.5)
         with pytest.raises(JobFailedError):
             run.wait(timeout=120)

@@ -3,13 +3,10 @@ attempts, waits and end, as records in the job's log."""
 
 from __future__ import annotations
 
-import functools
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.supervisor_run import supervised_log
 
 from rl_lustre.oncluster import nemo_formats as formats
 from rl_lustre.oncluster.records import MARK, read_journal
@@ -18,11 +15,6 @@ from rl_lustre.recovery import shipped_package
 
 # The on-cluster package's tests: nox -s tests-oncluster runs them on the image's Python and Ray too.
 pytestmark = pytest.mark.oncluster
-
-REHEARSAL = (
-    "--step-seconds 0.05 --checkpoint-scale 1e-6 grpo.max_num_steps=4 checkpointing.save_period=2 "
-    "grpo.val_period=3 checkpointing.metric_name=null"
-)
 
 
 def test_the_stamper_stamps_what_begins_something_and_nothing_else() -> None:
@@ -48,34 +40,6 @@ def test_the_stamper_stamps_what_begins_something_and_nothing_else() -> None:
         "========== Step 1/ ==========",
     ]:
         assert s.feed(lookalike) is None, lookalike
-
-
-@functools.cache
-def supervised_log(tmp: str, extra: str = "") -> str:
-    """The output of the supervisor running a 4-step rehearsal (no Ray: --nodes 0)."""
-    command = (
-        f"{sys.executable} -m rl_lustre.rehearsal {REHEARSAL} checkpointing.checkpoint_dir={tmp}/ckpt "
-        f"logger.log_dir={tmp}/logs {extra}"
-    )
-    root = os.path.dirname(shipped_package())
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-c",
-            f"import sys, runpy; sys.path.insert(0, {root!r}); "
-            "runpy.run_module('rl_lustre_oncluster.supervisor', run_name='__main__', alter_sys=True)",
-            "--nodes",
-            "0",
-            "--",
-            command,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout
 
 
 @pytest.fixture(scope="module")
