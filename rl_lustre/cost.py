@@ -33,6 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .plankeys import (
+    CPU_POOL_KEY,
+    GKE_CLUSTER_KEY,
+    GPU_POOL_KEY,
+    LUSTRE_KEY,
+    NODE_SA_KEY,
+    PRELOAD_IMAGE_KEY,
+    WARM_EXPORT_KEY,
+)
 from .prices import Prices, Provisioning
 
 if TYPE_CHECKING:
@@ -236,7 +245,7 @@ def lane_item(
         [('Spot', 296.0), ('flex-start', 515.52), ('on-demand', 809.2)]
     """
     return node_pool_item(
-        "gpu-pool",
+        GPU_POOL_KEY,
         f"{provisioning} in {zone or spec.zone}",
         spec.machine_type,
         spec.num_nodes,
@@ -331,7 +340,7 @@ def _preload_items(plan: Plan, prices: Prices) -> tuple[list[CostItem], list[str
         boot_disk_type,
     )
 
-    node = plan.get("preload-image")
+    node = plan.get(PRELOAD_IMAGE_KEY)
     t = prices.table
     if node.action == "use":
         return [], [
@@ -347,14 +356,14 @@ def _preload_items(plan: Plan, prices: Prices) -> tuple[list[CostItem], list[str
     build = build_hours * (vm + size * t.disk_gib_month.get(PRELOAD_DATA_DISK_TYPE, 0.0) / t.hours_per_month)
     items = [
         preload_image_item(
-            "preload-image",
+            PRELOAD_IMAGE_KEY,
             node.name,
             size,
             prices,
             note=(f"kept after down(): at most ${month:,.2f}/month until deleted; built once (about ${build:,.2f})"),
         )
     ]
-    gpu = plan.get("gpu-pool") if "gpu-pool" in plan else None
+    gpu = plan.get(GPU_POOL_KEY) if GPU_POOL_KEY in plan else None
     if gpu is not None and "preload" in gpu.settings:
         s = gpu.settings
         items.append(
@@ -403,7 +412,7 @@ def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
     if plan.backend == "local":
         return Cost(items=(), prices_as_of=table.as_of, notes=("a local deployment has no cloud cost",))
     items: list[CostItem] = []
-    for key in ("gpu-pool", "cpu-pool"):
+    for key in (GPU_POOL_KEY, CPU_POOL_KEY):
         if key in plan:
             node = plan.get(key)
             s = node.settings
@@ -412,12 +421,12 @@ def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
             items.append(
                 node_pool_item(key, node.name, s["machine_type"], nodes, s["provisioning"], plan.region, prices)
             )
-    if "lustre" in plan:
-        node = plan.get("lustre")
+    if LUSTRE_KEY in plan:
+        node = plan.get(LUSTRE_KEY)
         s = node.settings
         items.append(
             lustre_item(
-                "lustre",
+                LUSTRE_KEY,
                 node.name,
                 s["capacity_gib"],
                 s["per_unit_storage_throughput"],
@@ -425,13 +434,13 @@ def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
                 counted=node.action == "create",
             )
         )
-    if "gke-cluster" in plan:
-        items.append(gke_cluster_item("gke-cluster", plan.get("gke-cluster").name, prices))
-    if "node-sa" in plan:
+    if GKE_CLUSTER_KEY in plan:
+        items.append(gke_cluster_item(GKE_CLUSTER_KEY, plan.get(GKE_CLUSTER_KEY).name, prices))
+    if NODE_SA_KEY in plan:
         items.append(
             CostItem(
-                key="node-sa",
-                name=plan.get("node-sa").name,
+                key=NODE_SA_KEY,
+                name=plan.get(NODE_SA_KEY).name,
                 unit="account",
                 quantity=1,
                 description="IAM service account of the nodes, with its project roles",
@@ -443,13 +452,13 @@ def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
         "networking (VPC, subnet, PSA range, firewall) has no hourly charge; traffic, boot disks and "
         "logging are not included"
     ]
-    if "preload-image" in plan:
+    if PRELOAD_IMAGE_KEY in plan:
         more, said = _preload_items(plan, prices)
         items += more
         notes += said
-    if "warm-export" in plan:
-        node = plan.get("warm-export")
-        item = warm_start_item("warm-export", node.name, node.settings["estimated_gb"], prices)
+    if WARM_EXPORT_KEY in plan:
+        node = plan.get(WARM_EXPORT_KEY)
+        item = warm_start_item(WARM_EXPORT_KEY, node.name, node.settings["estimated_gb"], prices)
         items.append(item)
         notes.append(
             f"kept after down(): the warm-start export in your bucket, about "

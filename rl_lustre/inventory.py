@@ -33,6 +33,18 @@ import attrs
 from . import naming
 from .catalog import LABEL_DEPLOYMENT
 from .errors import ConfigError, NotFoundError
+from .plankeys import (
+    CPU_POOL_KEY,
+    FIREWALL_LUSTRE_KEY,
+    GKE_CLUSTER_KEY,
+    GPU_POOL_KEY,
+    LUSTRE_KEY,
+    NETWORK_KEY,
+    NODE_SA_KEY,
+    PSA_PEERING_KEY,
+    PSA_RANGE_KEY,
+    SUBNET_KEY,
+)
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -46,7 +58,17 @@ __all__ = ["Collected", "Deployment", "FoundResource", "collect_garbage", "find_
 logger = logging.getLogger("rl_lustre.inventory")
 
 # The plan keys the labelled Google Cloud resources stand for, in the plan's order.
-KEYS = ("network", "subnet", "psa-range", "firewall-lustre", "lustre", "node-sa", "gke-cluster", "cpu-pool", "gpu-pool")
+KEYS = (
+    NETWORK_KEY,
+    SUBNET_KEY,
+    PSA_RANGE_KEY,
+    FIREWALL_LUSTRE_KEY,
+    LUSTRE_KEY,
+    NODE_SA_KEY,
+    GKE_CLUSTER_KEY,
+    CPU_POOL_KEY,
+    GPU_POOL_KEY,
+)
 # A placeholder region for a deployment of which only global resources are left: the
 # executor is then given only the keys of those resources, so nothing regional is named.
 _ANY_REGION = "us-central1"
@@ -125,18 +147,18 @@ class Deployment:
     @property
     def whole(self) -> bool:
         """Whether its GKE cluster exists (what jobs run on); otherwise it is partial."""
-        return self.get("gke-cluster") is not None
+        return self.get(GKE_CLUSTER_KEY) is not None
 
     @property
     def state(self) -> str:
         """The GKE cluster's status, or ``"PARTIAL"`` without one."""
-        cluster = self.get("gke-cluster")
+        cluster = self.get(GKE_CLUSTER_KEY)
         return cluster.state if cluster is not None else "PARTIAL"
 
     @property
     def zone(self) -> str | None:
         """The zone of its Lustre instance or node pools."""
-        for key in ("lustre", "gpu-pool", "cpu-pool"):
+        for key in (LUSTRE_KEY, GPU_POOL_KEY, CPU_POOL_KEY):
             found = self.get(key)
             if found is not None and found.location.count("-") == 2:
                 return found.location
@@ -148,7 +170,7 @@ class Deployment:
         zone = self.zone
         if zone is not None:
             return zone.rsplit("-", 1)[0]
-        for key in ("gke-cluster", "subnet"):
+        for key in (GKE_CLUSTER_KEY, SUBNET_KEY):
             found = self.get(key)
             if found is not None:
                 return found.location if found.location.count("-") == 1 else found.location.rsplit("-", 1)[0]
@@ -190,7 +212,7 @@ class Deployment:
         items = []
         for r in self.resources:
             d = r.details
-            if r.key in ("gpu-pool", "cpu-pool"):
+            if r.key in (GPU_POOL_KEY, CPU_POOL_KEY):
                 items.append(
                     node_pool_item(
                         r.key, r.short_name, d["machine_type"], d["node_count"], d["provisioning"], self.region, prices
@@ -207,9 +229,9 @@ class Deployment:
                             prices,
                         )
                     )
-            elif r.key == "lustre":
+            elif r.key == LUSTRE_KEY:
                 items.append(lustre_item(r.key, r.short_name, d["capacity_gib"], d["tier"], prices))
-            elif r.key == "gke-cluster":
+            elif r.key == GKE_CLUSTER_KEY:
                 items.append(gke_cluster_item(r.key, r.short_name, prices))
         return Cost(items=items, prices_as_of=prices.table.as_of, sources=prices.table.sources)
 
@@ -227,14 +249,14 @@ class Deployment:
         region = self.region or _ANY_REGION
         zone = self.zone or f"{region}-b"
         kwargs: dict[str, Any] = {}
-        lustre = self.get("lustre")
+        lustre = self.get(LUSTRE_KEY)
         if lustre is not None:
             kwargs["volume"] = LustreVolume(
                 name=lustre.short_name,
                 capacity_gib=lustre.details["capacity_gib"],
                 throughput_mbps_per_tib=lustre.details["tier"],
             )
-        if self.get("network") is None:
+        if self.get(NETWORK_KEY) is None:
             on = next((r.details["network"] for r in self.resources if r.details.get("network")), None)
             if on is not None and on != f"{self.name}-net":
                 kwargs["network"] = on
@@ -248,11 +270,11 @@ class Deployment:
         or None: they run as ours, or as none a spec can name (GKE's ``default``)."""
         from ._validate import SERVICE_ACCOUNT_PATTERN
 
-        if self.get("node-sa") is not None:
+        if self.get(NODE_SA_KEY) is not None:
             return None
         ours = naming.service_account_email(self.project, naming.node_service_account_id(self.name))
         runs_as = sorted(
-            {r.details.get("service_account") or "" for r in self.resources if r.key in ("cpu-pool", "gpu-pool")}
+            {r.details.get("service_account") or "" for r in self.resources if r.key in (CPU_POOL_KEY, GPU_POOL_KEY)}
             - {"", ours}
         )
         if len(runs_as) == 1 and re.fullmatch(SERVICE_ACCOUNT_PATTERN, runs_as[0]):
@@ -312,10 +334,10 @@ def _compute(apis: Apis, project: str) -> Iterable[FoundResource]:
     from .gcp._ownership import labels_from_description
 
     kinds = (
-        ("network", "compute.v1.Network", apis.networks),
-        ("subnet", "compute.v1.Subnetwork", apis.subnetworks),
-        ("psa-range", "compute.v1.GlobalAddress", apis.addresses),
-        ("firewall-lustre", "compute.v1.Firewall", apis.firewalls),
+        (NETWORK_KEY, "compute.v1.Network", apis.networks),
+        (SUBNET_KEY, "compute.v1.Subnetwork", apis.subnetworks),
+        (PSA_RANGE_KEY, "compute.v1.GlobalAddress", apis.addresses),
+        (FIREWALL_LUSTRE_KEY, "compute.v1.Firewall", apis.firewalls),
     )
     for key, kind, api in kinds:
         for r in api.list_ours(project):
@@ -332,7 +354,7 @@ def _compute(apis: Apis, project: str) -> Iterable[FoundResource]:
                 location=region,
                 state=str(state),
                 created=_timestamp(r.creation_timestamp),
-                details={} if key == "network" else {"network": _last(r.network)},
+                details={} if key == NETWORK_KEY else {"network": _last(r.network)},
             )
 
 
@@ -342,7 +364,7 @@ def _lustre(apis: Apis, project: str) -> Iterable[FoundResource]:
     for i in apis.lustre.list_ours(project):
         zone = i.name.split("/")[3]
         yield FoundResource(
-            key="lustre",
+            key=LUSTRE_KEY,
             kind="lustre.v1.Instance",
             name=i.name,
             deployment=i.labels[LABEL_DEPLOYMENT],
@@ -365,7 +387,7 @@ def _accounts(apis: Apis, project: str) -> Iterable[FoundResource]:
     # IAM keeps no creation time: ours carry it in their description.
     for a in apis.accounts.list_ours(project):
         yield FoundResource(
-            key="node-sa",
+            key=NODE_SA_KEY,
             kind="iam.v1.ServiceAccount",
             name=a.name,
             deployment=labels_from_description(a.description)[LABEL_DEPLOYMENT],
@@ -403,7 +425,7 @@ def _gke(apis: Apis, project: str) -> Iterable[FoundResource]:
         deployment = c.resource_labels[LABEL_DEPLOYMENT]
         path = naming.container_cluster_path(project, c.location, c.name)
         yield FoundResource(
-            key="gke-cluster",
+            key=GKE_CLUSTER_KEY,
             kind="container.v1.Cluster",
             name=path,
             deployment=deployment,
@@ -414,7 +436,7 @@ def _gke(apis: Apis, project: str) -> Iterable[FoundResource]:
         )
         for pool in c.node_pools:
             yield FoundResource(
-                key="gpu-pool" if pool.config.accelerators else "cpu-pool",
+                key=GPU_POOL_KEY if pool.config.accelerators else CPU_POOL_KEY,
                 kind="container.v1.NodePool",
                 name=f"{path}/nodePools/{pool.name}",
                 deployment=deployment,
@@ -547,8 +569,8 @@ def collect_garbage(
             out.append(Collected(d))
             continue
         keys = [k for k in d.plan_keys() if k in KEYS]
-        if "psa-range" in keys:
-            keys.append("psa-peering")
+        if PSA_RANGE_KEY in keys:
+            keys.append(PSA_PEERING_KEY)
         logger.info("collecting the partial deployment %r: %s", d.name, ", ".join(keys))
         report = d.down(keys=keys, apis=apis)
         after = [x for x in find_deployments(project, apis=apis) if x.name == d.name]

@@ -27,6 +27,7 @@ from pathlib import Path
 import attrs
 
 import rl_lustre
+from rl_lustre import plankeys
 
 PACKAGE = Path(rl_lustre.__file__).parent
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
@@ -313,7 +314,8 @@ def test_the_size_check_finds_a_long_module(tmp_path: Path) -> None:
 # -- One fact in one place ----------------------------------------------------------------
 # Facts about the systems we drive, each spelt once, in its home module; the rest of the
 # package imports the name. Only the package's own modules are read, the fakes
-# (rl_lustre/testing/) apart: they model GKE and KubeRay from the outside.
+# (rl_lustre/testing/) apart: they model GKE and KubeRay from the outside (plan keys,
+# below, are ours: the fakes import them too).
 FACTS: dict[str, tuple[str, str]] = {
     # fact: (its home, the name to import from there)
     "nvidia.com/gpu": ("catalog.py", "GPU_RESOURCE"),
@@ -330,6 +332,31 @@ FACTS: dict[str, tuple[str, str]] = {
 }
 # Spelt as a whole string only (an f-string's piece after the cluster's name).
 WHOLE_FACTS: dict[str, tuple[str, str]] = {"-lustre": ("naming.py", "default_volume_name")}
+# Plan keys (the nodes of a plan): each spelt in rl_lustre/plankeys.py only, as a whole string
+# or an f-string's piece ("rdma-subnet-"), the fakes included: a fake that names a plan node
+# imports its key. Read from the module, so a key added there is guarded at once. Where a key
+# is also the spelling of another fact (the GKE node pool named "gpu-pool", the preload image's
+# role label, the Ray head's container), that fact's home may spell it too. "network",
+# "subnet", "lustre", "pv", "pvc" and "secret" are also ordinary words and API field names:
+# they are constants in plankeys.py like the rest, but not checked here.
+_KEY_WORDS = {"network", "subnet", "lustre", "pv", "pvc", "secret"}
+_ALSO_SPELT_BY = {
+    "gpu-pool": ("naming.py",),  # gpu_pool_name: the GKE node pool's name
+    "gpu-standby": ("naming.py",),  # gpu_standby_pool_name
+    "preload-image": ("catalog.py",),  # ROLE_PRELOAD_IMAGE: a label value on the cached disk image
+    "ray-head": ("kube/raycluster.py",),  # the head pod's container name
+}
+PLAN_KEY_FACTS: dict[str, tuple[tuple[str, ...], str]] = {
+    **{
+        value: (("plankeys.py", *_ALSO_SPELT_BY.get(value, ())), name)
+        for name in plankeys.__all__
+        if name.endswith("_KEY") and (value := getattr(plankeys, name)) not in _KEY_WORDS
+    },
+    **{
+        maker(0).removesuffix("0"): (("plankeys.py",), maker.__name__)
+        for maker in (plankeys.rdma_subnet_key, plankeys.netparams_key, plankeys.podnet_key)
+    },
+}
 # A checkpoint directory's name built by hand: "...step_" followed by a number (f"step_{n}").
 _STEP_NAME = re.compile(r"(?:^|[^A-Za-z0-9_])(?:tmp_|old_)?step_$")
 
@@ -346,16 +373,22 @@ def _docstrings(tree: ast.Module) -> set[int]:
 
 def spelt_twice(root: Path, skip: Iterable[str] = ("testing",)) -> list[str]:
     """Where a module under ``root`` spells a fact of :data:`FACTS` outside its home, or
-    builds a checkpoint directory's name by hand (docstrings apart)."""
+    builds a checkpoint directory's name by hand (docstrings apart); and where any module,
+    those in ``skip`` too, spells a plan key outside its homes (:data:`PLAN_KEY_FACTS`)."""
     found = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if rel.split("/")[0] in skip:
-            continue
         tree = ast.parse(path.read_text(), str(path))
         docs = _docstrings(tree)
         for node in ast.walk(tree):
             if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docs:
+                continue
+            key = PLAN_KEY_FACTS.get(node.value)
+            if key is not None and rel not in key[0]:
+                found.append(
+                    f"{rel}:{node.lineno} spells plan key {node.value!r}: import {key[1]} from rl_lustre/plankeys.py"
+                )
+            if rel.split("/")[0] in skip:
                 continue
             for fact, (home, name) in FACTS.items():
                 if fact in node.value and rel != home:
@@ -382,10 +415,22 @@ def test_the_fact_check_finds_a_second_spelling(tmp_path: Path) -> None:
         "def name(n):\n"
         '    return f"{n}-head-svc", f"tmp_step_{n}", "total_step_time", f"{n}-lustre", "firewall-lustre"\n'
     )
-    (tmp_path / "testing" / "fake.py").write_text('limits = {"nvidia.com/gpu": 8}\n')
+    (tmp_path / "testing" / "fake.py").write_text('limits = {"nvidia.com/gpu": 8}\nwaits = ("gke-cluster",)\n')
+    (tmp_path / "plankeys.py").write_text('GPU_POOL_KEY = "gpu-pool"\n')
+    (tmp_path / "naming.py").write_text('def gpu_pool_name():\n    return "gpu-pool"\n')
+    (tmp_path / "plan.py").write_text(
+        '"""The "gke-cluster" node."""\n'
+        'deps = ("gke-cluster", "gpu-pool", "network", "gke-cluster, as its pool")\n'
+        'subnets = [f"rdma-subnet-{i}" for i in range(8)]\n'
+    )
     assert spelt_twice(tmp_path) == [
+        "plan.py:2 spells plan key 'gke-cluster': import GKE_CLUSTER_KEY from rl_lustre/plankeys.py",
+        "plan.py:2 spells plan key 'gpu-pool': import GPU_POOL_KEY from rl_lustre/plankeys.py",
+        "plan.py:3 spells plan key 'rdma-subnet-': import rdma_subnet_key from rl_lustre/plankeys.py",
         "pods.py:2 spells 'nvidia.com/gpu': import GPU_RESOURCE from rl_lustre/catalog.py",
+        "pods.py:4 spells plan key 'firewall-lustre': import FIREWALL_LUSTRE_KEY from rl_lustre/plankeys.py",
         "pods.py:4 spells '-head-svc': import head_service_of from rl_lustre/naming.py",
         "pods.py:4 builds a checkpoint name: use oncluster/nemo_formats.py's checkpoint_name",
         "pods.py:4 spells '-lustre': import default_volume_name from rl_lustre/naming.py",
+        "testing/fake.py:2 spells plan key 'gke-cluster': import GKE_CLUSTER_KEY from rl_lustre/plankeys.py",
     ]

@@ -405,11 +405,11 @@ class GKEBackend(submission.JobsBackend):
 
     def _kept_hint(self) -> str:
         """What ``down()`` keeps for the next deployment, and how to delete it."""
-        from ..plan.preload import PRELOAD_KEY
+        from ..plankeys import PRELOAD_IMAGE_KEY
 
-        if PRELOAD_KEY not in self.plan or self.plan.get(PRELOAD_KEY).action != "cache":
+        if PRELOAD_IMAGE_KEY not in self.plan or self.plan.get(PRELOAD_IMAGE_KEY).action != "cache":
             return ""
-        family = self.plan.get(PRELOAD_KEY).name
+        family = self.plan.get(PRELOAD_IMAGE_KEY).name
         return (
             f" down() keeps the preload disk image ({family}-..., reused by the next deployment of this "
             "image); down(delete_preload_image=True) or `rl-lustre gc --preload-images --yes` deletes it."

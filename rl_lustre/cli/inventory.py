@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from ..plankeys import PRELOAD_IMAGE_KEY
 from ._common import emit, json_option
 from .deploy import load_prices, prices_option
 
@@ -139,7 +140,7 @@ def _shared_table(shared: Any, prices: Any) -> str:
         return ""
     rows = [
         (
-            "preload-image",
+            PRELOAD_IMAGE_KEY,
             i.short_name,
             f"{i.image}@{i.digest[:19]}",
             f"{i.disk_gb} GB",

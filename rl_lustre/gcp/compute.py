@@ -27,6 +27,7 @@ from google.cloud import compute_v1
 
 from .. import naming
 from ..errors import ConfigError, NotFoundError
+from ..plankeys import FIREWALL_LUSTRE_KEY, NETWORK_KEY, PSA_RANGE_KEY, SUBNET_KEY
 from . import _clients
 from ._errors import (
     COMPUTE,
@@ -56,32 +57,32 @@ TIMEOUT = 15 * 60.0
 OpStatus = compute_v1.Operation.Status
 
 
-def network_path(plan: Plan, key: str = "network") -> str:
+def network_path(plan: Plan, key: str = NETWORK_KEY) -> str:
     """``projects/P/global/networks/NAME`` of the plan's network ``key`` (the cluster's
     VPC, or one of the fabric's: ``gvnic-network``, ``rdma-network``)."""
     return naming.network_path(str(plan.project), plan.get(key).name)
 
 
-def subnetwork_path(plan: Plan, key: str = "subnet") -> str:
+def subnetwork_path(plan: Plan, key: str = SUBNET_KEY) -> str:
     """``projects/P/regions/R/subnetworks/NAME`` of the plan's subnetwork ``key``."""
     return f"projects/{plan.project}/regions/{plan.region}/subnetworks/{plan.get(key).name}"
 
 
 def psa_range_path(plan: Plan) -> str:
     """``projects/P/global/addresses/NAME`` of the plan's PSA range."""
-    return f"projects/{plan.project}/global/addresses/{plan.get('psa-range').name}"
+    return f"projects/{plan.project}/global/addresses/{plan.get(PSA_RANGE_KEY).name}"
 
 
 def firewall_path(plan: Plan) -> str:
     """``projects/P/global/firewalls/NAME`` of the plan's Lustre firewall rule."""
-    return f"projects/{plan.project}/global/firewalls/{plan.get('firewall-lustre').name}"
+    return f"projects/{plan.project}/global/firewalls/{plan.get(FIREWALL_LUSTRE_KEY).name}"
 
 
 def _describe(plan: Plan, text: str) -> str:
     return describe_ownership(plan.cluster_name, text)
 
 
-def network_request(plan: Plan, key: str = "network") -> compute_v1.Network:
+def network_request(plan: Plan, key: str = NETWORK_KEY) -> compute_v1.Network:
     """The custom-mode VPC ``Network`` of the plan's node ``key``, with its MTU and, for
     the RoCE network, its RDMA network profile.
 
@@ -108,7 +109,7 @@ def network_request(plan: Plan, key: str = "network") -> compute_v1.Network:
     return network
 
 
-def subnetwork_request(plan: Plan, key: str = "subnet") -> compute_v1.Subnetwork:
+def subnetwork_request(plan: Plan, key: str = SUBNET_KEY) -> compute_v1.Subnetwork:
     """The ``Subnetwork`` of the plan's node ``key``; the cluster's carries the secondary
     ranges GKE uses for pods and services."""
     node = plan.get(key)
@@ -131,7 +132,7 @@ def subnetwork_request(plan: Plan, key: str = "subnet") -> compute_v1.Subnetwork
 def psa_range_request(plan: Plan) -> compute_v1.Address:
     """The global ``Address`` reserved for private services access (the plan's block, or
     one Google picks when the plan names none)."""
-    node = plan.get("psa-range")
+    node = plan.get(PSA_RANGE_KEY)
     s = node.settings
     address = compute_v1.Address(
         name=node.name,
@@ -148,7 +149,7 @@ def psa_range_request(plan: Plan) -> compute_v1.Address:
 
 def firewall_request(plan: Plan, source_range: str) -> compute_v1.Firewall:
     """The ingress ``Firewall`` rule for Lustre traffic from ``source_range`` (the PSA block)."""
-    node = plan.get("firewall-lustre")
+    node = plan.get(FIREWALL_LUSTRE_KEY)
     s = node.settings
     return compute_v1.Firewall(
         name=node.name,

@@ -35,6 +35,7 @@ from google.cloud import container_v1
 from .. import naming
 from ..catalog import boot_disk_type, ownership_labels
 from ..errors import ConfigError
+from ..plankeys import CPU_POOL_KEY, GKE_CLUSTER_KEY
 
 if TYPE_CHECKING:
     from ..plan import Plan, PlannedResource
@@ -59,7 +60,7 @@ def _labels(plan: Plan, key: str) -> dict[str, str]:
 
 def cluster_path(plan: Plan) -> str:
     """``projects/P/locations/LOCATION/clusters/NAME`` of the plan's GKE cluster."""
-    node = plan.get("gke-cluster")
+    node = plan.get(GKE_CLUSTER_KEY)
     return naming.container_cluster_path(str(plan.project), node.settings["location"], node.name)
 
 
@@ -240,7 +241,7 @@ def cluster_request(plan: Plan) -> container_v1.Cluster:
     empty list keeps the control plane closed to public addresses; it is never
     silently opened to ``0.0.0.0/0``).
     """
-    node = plan.get("gke-cluster")
+    node = plan.get(GKE_CLUSTER_KEY)
     s = node.settings
     if plan.project is None:
         raise ConfigError("Plan", "project", None, "a GKE plan has a project")
@@ -252,8 +253,8 @@ def cluster_request(plan: Plan) -> container_v1.Cluster:
         network=s["network"],
         subnetwork=s["subnetwork"],
         locations=list(s["node_locations"]),
-        node_pools=[node_pool_request(plan, "cpu-pool")],
-        resource_labels=_labels(plan, "gke-cluster"),
+        node_pools=[node_pool_request(plan, CPU_POOL_KEY)],
+        resource_labels=_labels(plan, GKE_CLUSTER_KEY),
         ip_allocation_policy=container_v1.IPAllocationPolicy(**dict(s["ip_allocation_policy"])),
         addons_config=container_v1.AddonsConfig(
             lustre_csi_driver_config=container_v1.LustreCsiDriverConfig(**dict(addons["lustre_csi_driver_config"])),

@@ -22,6 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from .. import naming
 from ..catalog import GKE_ACCELERATOR_LABEL, GKE_LOCAL_SSD_LABEL, GPU_MACHINE_TYPES
+from ..plankeys import (
+    GVNIC_NETWORK_KEY,
+    GVNIC_SUBNET_KEY,
+    NCCL_INSTALLER_KEY,
+    RDMA_NETWORK_KEY,
+    netparams_key,
+    podnet_key,
+    rdma_subnet_key,
+)
 from .schema import NETWORKING_API, validate_networking
 
 if TYPE_CHECKING:
@@ -29,7 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GIB_IMAGE",
-    "INSTALLER_KEY",
     "INSTALLER_NAME",
     "INSTALLER_NAMESPACE",
     "NCCL_ENV_SCRIPT",
@@ -37,15 +45,11 @@ __all__ = [
     "fabric_manifests",
     "fabric_manifests_by_key",
     "fabric_worker_pod",
-    "netparams_key",
-    "podnet_key",
     "rdma_nics",
     "validate_networking",
     "worker_fabric_summary",
 ]
 
-# The plan keys of the fabric's Kubernetes objects (the plan's nodes and the manifests share them).
-INSTALLER_KEY = "nccl-installer"
 INSTALLER_NAME = "nccl-rdma-installer"
 INSTALLER_NAMESPACE = "kube-system"
 # The gIB version the A4 blueprint pins (kubectl-apply variables: v1.0.2 ... v1.1.0 supported).
@@ -87,8 +91,8 @@ def extra_networks(cluster: ClusterSpec) -> list[dict[str, Any]]:
     nets = [
         {
             "k8s_name": "gvnic-1",
-            "network_key": "gvnic-network",
-            "subnet_key": "gvnic-subnet",
+            "network_key": GVNIC_NETWORK_KEY,
+            "subnet_key": GVNIC_SUBNET_KEY,
             "network": naming.gvnic_network_name(cluster),
             "subnet": naming.gvnic_subnet_name(cluster),
             "device_mode": "NetDevice",
@@ -99,8 +103,8 @@ def extra_networks(cluster: ClusterSpec) -> list[dict[str, Any]]:
     nets += [
         {
             "k8s_name": f"rdma-{i}",
-            "network_key": "rdma-network",
-            "subnet_key": f"rdma-subnet-{i}",
+            "network_key": RDMA_NETWORK_KEY,
+            "subnet_key": rdma_subnet_key(i),
             "network": naming.rdma_network_name(cluster),
             "subnet": naming.rdma_subnet_name(cluster, i),
             "device_mode": "RDMA",
@@ -110,16 +114,6 @@ def extra_networks(cluster: ClusterSpec) -> list[dict[str, Any]]:
         for i in range(rdma_nics(cluster))
     ]
     return nets
-
-
-def netparams_key(network: str) -> str:
-    """The plan key of the GKENetworkParamSet of the node network ``network`` (``gvnic-1``, ``rdma-0``)."""
-    return f"netparams-{network}"
-
-
-def podnet_key(network: str) -> str:
-    """The plan key of the pod Network of the node network ``network``."""
-    return f"podnet-{network}"
 
 
 def fabric_manifests(cluster: ClusterSpec, labels: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -171,7 +165,7 @@ def fabric_manifests_by_key(cluster: ClusterSpec, labels: Mapping[str, str]) -> 
     }
     for obj in [*params.values(), *networks.values()]:
         validate_networking(obj)
-    return {**params, **networks, INSTALLER_KEY: _installer(cluster, labels)}
+    return {**params, **networks, NCCL_INSTALLER_KEY: _installer(cluster, labels)}
 
 
 def _installer(cluster: ClusterSpec, labels: Mapping[str, str]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..plankeys import PV_KEY, PVC_KEY, RAYCLUSTER_KEY, SECRET_KEY
 from .labels import deployment_labels
 from .persistent_volume import pv_manifest, pvc_manifest
 from .raycluster import raycluster_manifest
@@ -31,18 +32,11 @@ if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
 __all__ = [
-    "PVC_KEY",
-    "PV_KEY",
-    "RAYCLUSTER_KEY",
-    "SECRET_KEY",
     "build_manifests",
     "deployment_labels",
     "deployment_manifests",
     "keyed_manifests",
 ]
-
-# The plan keys of the core objects: the plan's nodes and the manifests share them.
-PV_KEY, PVC_KEY, SECRET_KEY, RAYCLUSTER_KEY = "pv", "pvc", "secret", "raycluster"
 
 
 def build_manifests(

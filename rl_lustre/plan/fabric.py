@@ -20,15 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 from .. import naming
 from ..catalog import FABRIC_MTU, GKE_ACCELERATOR_LABEL
-from ..kube.fabric import (
-    GIB_IMAGE,
-    INSTALLER_KEY,
-    INSTALLER_NAME,
-    INSTALLER_NAMESPACE,
-    extra_networks,
+from ..kube.fabric import GIB_IMAGE, INSTALLER_NAME, INSTALLER_NAMESPACE, extra_networks, rdma_nics
+from ..plankeys import (
+    GKE_CLUSTER_KEY,
+    GVNIC_NETWORK_KEY,
+    GVNIC_SUBNET_KEY,
+    NCCL_INSTALLER_KEY,
+    RDMA_NETWORK_KEY,
     netparams_key,
     podnet_key,
-    rdma_nics,
+    rdma_subnet_key,
 )
 from .graph import PlannedResource
 
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GVNIC_SUBNET_CIDR",
-    "INSTALLER_KEY",
     "RDMA_RANGE",
     "extra_networks",
     "fabric_nodes",
@@ -60,7 +60,10 @@ def ray_dependency_keys(cluster: ClusterSpec) -> tuple[str, ...]:
     the NCCL plugin installer."""
     if cluster.fabric != "rdma":
         return ()
-    return (*(podnet_key(n["k8s_name"]) for n in extra_networks(cluster) if n["device_mode"] == "RDMA"), INSTALLER_KEY)
+    return (
+        *(podnet_key(n["k8s_name"]) for n in extra_networks(cluster) if n["device_mode"] == "RDMA"),
+        NCCL_INSTALLER_KEY,
+    )
 
 
 def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedResource]:
@@ -87,7 +90,7 @@ def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedRe
     rdma_blocks = list(ipaddress.ip_network(RDMA_RANGE).subnets(new_prefix=21))[:nics]
     nodes = [
         PlannedResource(
-            key="gvnic-network",
+            key=GVNIC_NETWORK_KEY,
             kind="compute.v1.Network",
             name=gvnic_net,
             settings={
@@ -99,10 +102,10 @@ def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedRe
             **created,
         ),
         PlannedResource(
-            key="gvnic-subnet",
+            key=GVNIC_SUBNET_KEY,
             kind="compute.v1.Subnetwork",
             name=naming.gvnic_subnet_name(cluster),
-            depends_on=("gvnic-network",),
+            depends_on=(GVNIC_NETWORK_KEY,),
             settings={
                 "network": gvnic_net,
                 "region": region,
@@ -113,7 +116,7 @@ def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedRe
             **created,
         ),
         PlannedResource(
-            key="rdma-network",
+            key=RDMA_NETWORK_KEY,
             kind="compute.v1.Network",
             name=rdma_net,
             settings={
@@ -130,10 +133,10 @@ def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedRe
     for i, block in enumerate(rdma_blocks):
         nodes.append(
             PlannedResource(
-                key=f"rdma-subnet-{i}",
+                key=rdma_subnet_key(i),
                 kind="compute.v1.Subnetwork",
                 name=naming.rdma_subnet_name(cluster, i),
-                depends_on=("rdma-network",),
+                depends_on=(RDMA_NETWORK_KEY,),
                 settings={
                     "network": rdma_net,
                     "region": region,
@@ -151,7 +154,7 @@ def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedRe
                 key=netparams_key(name),
                 kind="networking.gke.io/v1/GKENetworkParamSet",
                 name=name,
-                depends_on=("gke-cluster", net["subnet_key"]),
+                depends_on=(GKE_CLUSTER_KEY, net["subnet_key"]),
                 settings={
                     "scope": "cluster",
                     "vpc": net["network"],
@@ -179,10 +182,10 @@ def fabric_nodes(cluster: ClusterSpec, labels: dict[str, str]) -> list[PlannedRe
         )
     nodes.append(
         PlannedResource(
-            key=INSTALLER_KEY,
+            key=NCCL_INSTALLER_KEY,
             kind="apps/v1/DaemonSet",
             name=INSTALLER_NAME,
-            depends_on=("gke-cluster",),
+            depends_on=(GKE_CLUSTER_KEY,),
             settings={
                 "namespace": INSTALLER_NAMESPACE,
                 "image": GIB_IMAGE,

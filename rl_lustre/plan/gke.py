@@ -15,7 +15,21 @@ from ..catalog import (
     LUSTRE_PORT_988_MIN_GKE,
     ownership_labels,
 )
-from ..kube.manifests import PV_KEY, PVC_KEY, RAYCLUSTER_KEY, SECRET_KEY
+from ..plankeys import (
+    CPU_POOL_KEY,
+    FIREWALL_LUSTRE_KEY,
+    GKE_CLUSTER_KEY,
+    GPU_POOL_KEY,
+    LUSTRE_KEY,
+    NETWORK_KEY,
+    PSA_PEERING_KEY,
+    PSA_RANGE_KEY,
+    PV_KEY,
+    PVC_KEY,
+    RAYCLUSTER_KEY,
+    SECRET_KEY,
+    SUBNET_KEY,
+)
 from .fabric import fabric_nodes, ray_dependency_keys
 from .graph import Plan, PlannedResource
 from .lustre import instance_labels, instance_settings
@@ -139,12 +153,12 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         }
 
     resources: list[PlannedResource] = [
-        PlannedResource(key="network", kind="compute.v1.Network", name=net, settings=net_settings, **net_fields),
+        PlannedResource(key=NETWORK_KEY, kind="compute.v1.Network", name=net, settings=net_settings, **net_fields),
         PlannedResource(
-            key="subnet",
+            key=SUBNET_KEY,
             kind="compute.v1.Subnetwork",
             name=subnet,
-            depends_on=("network",),
+            depends_on=(NETWORK_KEY,),
             settings={"network": net, **subnet_settings},
             **net_fields,
         ),
@@ -152,10 +166,10 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         # beside the subnet. A user's network: Google picks the block among addresses the
         # VPC does not use yet, so it comes after the subnet whose ranges it must avoid.
         PlannedResource(
-            key="psa-range",
+            key=PSA_RANGE_KEY,
             kind="compute.v1.GlobalAddress",
             name=naming.psa_range_name(cluster),
-            depends_on=("network",) if own_network else ("subnet",),
+            depends_on=(NETWORK_KEY,) if own_network else (SUBNET_KEY,),
             settings={
                 "network": net,
                 "purpose": "VPC_PEERING",
@@ -166,10 +180,10 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
             **created,
         ),
         PlannedResource(
-            key="psa-peering",
+            key=PSA_PEERING_KEY,
             kind="servicenetworking.v1.Connection",
             name=PSA_PEERING_NAME,
-            depends_on=("psa-range",),
+            depends_on=(PSA_RANGE_KEY,),
             settings={
                 "network": net,
                 "service": "servicenetworking.googleapis.com",
@@ -179,23 +193,23 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         ),
         # Its source is the PSA block, known once the range is allocated.
         PlannedResource(
-            key="firewall-lustre",
+            key=FIREWALL_LUSTRE_KEY,
             kind="compute.v1.Firewall",
             name=naming.firewall_name(cluster),
-            depends_on=("psa-range",),
+            depends_on=(PSA_RANGE_KEY,),
             settings={
                 "network": net,
                 "direction": "INGRESS",
                 "allow": [{"protocol": "tcp", "ports": [str(LUSTRE_PORT)]}],
-                "source_ranges_from": "psa-range",
+                "source_ranges_from": PSA_RANGE_KEY,
             },
             **created,
         ),
         PlannedResource(
-            key="lustre",
+            key=LUSTRE_KEY,
             kind="lustre.v1.Instance",
             name=vol.name,
-            depends_on=("psa-peering", "firewall-lustre"),
+            depends_on=(PSA_PEERING_KEY, FIREWALL_LUSTRE_KEY),
             # What the request sends (plan/lustre.py), and the throughput it amounts to.
             settings={
                 **instance_settings(vol),
@@ -212,11 +226,11 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
             ),
         ),
         PlannedResource(
-            key="gke-cluster",
+            key=GKE_CLUSTER_KEY,
             kind="container.v1.Cluster",
             name=naming.gke_cluster_name(cluster),
             # Its initial pool (the CPU pool) runs as the node account.
-            depends_on=("subnet", *node_account_keys(cluster)),
+            depends_on=(SUBNET_KEY, *node_account_keys(cluster)),
             settings={
                 "region": region,
                 "location": naming.gke_cluster_location(cluster),
@@ -251,7 +265,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
                 **cluster_fabric,
                 # GKE needs a node pool at creation: the CPU pool is that pool, so no
                 # default pool is created and then deleted.
-                "initial_node_pool": "cpu-pool (created with the cluster; hosts system pods)",
+                "initial_node_pool": f"{CPU_POOL_KEY} (created with the cluster; hosts system pods)",
             },
             **created,
         ),
@@ -265,7 +279,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
             key=PV_KEY,
             kind="v1/PersistentVolume",
             name=naming.pv_name(cluster),
-            depends_on=("lustre", "gke-cluster"),
+            depends_on=(LUSTRE_KEY, GKE_CLUSTER_KEY),
             settings={
                 "scope": "cluster",
                 "csi_driver": LUSTRE_CSI_DRIVER,
@@ -281,7 +295,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
             key=PVC_KEY,
             kind="v1/PersistentVolumeClaim",
             name=naming.pvc_name(cluster),
-            depends_on=("pv",),
+            depends_on=(PV_KEY,),
             settings={
                 "namespace": cluster.namespace,
                 "volume_name": naming.pv_name(cluster),
@@ -293,16 +307,16 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         ),
     ]
     # Listed after Lustre so that the plan reads storage first; the graph decides the order.
-    after_lustre = [r.key for r in resources].index("lustre") + 1
+    after_lustre = [r.key for r in resources].index(LUSTRE_KEY) + 1
     resources[after_lustre:after_lustre] = fabric_nodes(cluster, ours)
-    ray_deps = ["pvc", "cpu-pool", "gpu-pool"]
+    ray_deps = [PVC_KEY, CPU_POOL_KEY, GPU_POOL_KEY]
     if cluster.secrets:
         resources.append(
             PlannedResource(
                 key=SECRET_KEY,
                 kind="v1/Secret",
                 name=naming.secret_name(cluster),
-                depends_on=("gke-cluster",),
+                depends_on=(GKE_CLUSTER_KEY,),
                 settings={
                     "namespace": cluster.namespace,
                     "type": "Opaque",
@@ -312,7 +326,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
                 **created,
             )
         )
-        ray_deps.insert(1, "secret")
+        ray_deps.insert(1, SECRET_KEY)
     ray_deps += ray_dependency_keys(cluster)
     resources.append(
         PlannedResource(

@@ -17,6 +17,7 @@ import attrs
 
 from .._validate import FrozenDict
 from ..errors import ConfigError, RLLustreError
+from ..plankeys import GPU_POOL_KEY, LUSTRE_KEY, RAY_HEAD_KEY, VOLUME_DIR_KEY
 
 if TYPE_CHECKING:
     from ..cost import Cost
@@ -375,16 +376,16 @@ class Plan:
             "use": sum(r.action == "use" for r in self.resources),
             "cache": sum(r.action == "cache" for r in self.resources),
         }
-        if "gpu-pool" in self:
-            pool = self.get("gpu-pool").settings
+        if GPU_POOL_KEY in self:
+            pool = self.get(GPU_POOL_KEY).settings
             out["gpu_nodes"] = pool["node_count"]
             out["gpus"] = pool["node_count"] * pool["accelerator"]["count"]
-        elif "ray-head" in self:
-            head = self.get("ray-head").settings
+        elif RAY_HEAD_KEY in self:
+            head = self.get(RAY_HEAD_KEY).settings
             out["gpu_nodes"] = head["num_nodes"]
             out["gpus"] = head["num_nodes"] * head["gpus_per_node"]
-        if "lustre" in self:
-            lustre = self.get("lustre").settings
+        if LUSTRE_KEY in self:
+            lustre = self.get(LUSTRE_KEY).settings
             out["lustre_capacity_gib"] = lustre["capacity_gib"]
             out["lustre_throughput_mbps"] = lustre["aggregate_throughput_mbps"]
         return out
@@ -469,20 +470,20 @@ def _headline(plan: Plan, cost: Cost) -> list[str]:
             f"region {plan.region} · zone {plan.zone}"
         ]
     facts = []
-    if "gpu-pool" in plan:
-        pool = plan.get("gpu-pool").settings
+    if GPU_POOL_KEY in plan:
+        pool = plan.get(GPU_POOL_KEY).settings
         facts.append(
             f"{t['gpus']} GPUs ({pool['node_count']} {pool['provisioning']} {pool['machine_type']} nodes "
             f"x {pool['accelerator']['count']} {pool['accelerator']['type']})"
         )
     elif "gpus" in t:
         facts.append(f"jobs told {t['gpu_nodes']} node(s) x {t['gpus'] // max(t['gpu_nodes'], 1)} GPU(s)")
-    if "lustre" in plan:
+    if LUSTRE_KEY in plan:
         facts.append(
             f"Lustre {t['lustre_capacity_gib'] / 1024:,.1f} TiB at {t['lustre_throughput_mbps'] / 1000:,.1f} GB/s"
         )
-    elif "volume-dir" in plan:
-        facts.append(f"volume: directory {plan.get('volume-dir').name}")
+    elif VOLUME_DIR_KEY in plan:
+        facts.append(f"volume: directory {plan.get(VOLUME_DIR_KEY).name}")
     cached = f", {t['cache']} cached (kept after down)" if t["cache"] else ""
     facts.append(f"{t['resources']} resources: {t['create']} to create, {t['use']} to use{cached}")
     priced = " · per resource at the end" if cost.items else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..catalog import ownership_labels
+from ..plankeys import RAY_HEAD_KEY, VOLUME_DIR_KEY
 from .graph import Plan, PlannedResource
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ def local_plan(cluster: ClusterSpec) -> Plan:
         driver = "rehearsal (python -m rl_lustre.rehearsal: rehearses orchestration and storage, does not train)"
     resources = [
         PlannedResource(
-            key="volume-dir",
+            key=VOLUME_DIR_KEY,
             kind="local.Directory",
             name=cluster.mount_path,
             # Your checkpoints live here: created when missing, never deleted by down().
@@ -28,10 +29,10 @@ def local_plan(cluster: ClusterSpec) -> Plan:
             settings={"path": cluster.mount_path, "created_if_missing": True},
         ),
         PlannedResource(
-            key="ray-head",
+            key=RAY_HEAD_KEY,
             kind="local.RayHead",
             name=cluster.name,
-            depends_on=("volume-dir",),
+            depends_on=(VOLUME_DIR_KEY,),
             settings={
                 "bind": "127.0.0.1",
                 "ports": "free loopback ports, chosen at up()",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import naming
 from ..catalog import GPU_MACHINE_TYPES, GPU_RESOURCE
+from ..plankeys import CPU_POOL_KEY, GKE_CLUSTER_KEY, GPU_POOL_KEY, GPU_STANDBY_KEY, NODE_SA_KEY
 from .capacity import Lane, capacity_lanes, lane_pool_settings
 from .fabric import extra_networks, fabric_nodes, gpu_pool_subnet_keys
 from .graph import PlannedResource
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GPU_TAINT",
-    "NODE_SA_KEY",
     "cpu_pool",
     "gpu_node_settings",
     "gpu_pool",
@@ -46,8 +46,6 @@ __all__ = [
 
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NO_SCHEDULE"}
 
-
-NODE_SA_KEY = "node-sa"
 # The minimal role of a GKE node's account (GKE's hardening guide): write logs, metrics and
 # resource metadata, read monitoring config. The A4 blueprint's node account gets the same
 # as separate roles (logging.logWriter, monitoring.metricWriter, monitoring.viewer,
@@ -144,10 +142,10 @@ def node_account_keys(cluster: ClusterSpec) -> tuple[str, ...]:
 def cpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
     """The ``cpu-pool`` node (``created``: its action and labels)."""
     return PlannedResource(
-        key="cpu-pool",
+        key=CPU_POOL_KEY,
         kind="container.v1.NodePool",
         name=naming.cpu_pool_name(cluster),
-        depends_on=("gke-cluster", *node_account_keys(cluster)),
+        depends_on=(GKE_CLUSTER_KEY, *node_account_keys(cluster)),
         settings={
             "machine_type": cluster.head_machine_type,
             "location": cluster.zone,
@@ -156,7 +154,7 @@ def cpu_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
             "spot": False,
             "hosts": ["system pods", *([] if cluster.head_on_gpu_pool else ["Ray head"])],
             **node_identity(cluster),
-            "created_with": "gke-cluster, as its initial node pool",
+            "created_with": f"{GKE_CLUSTER_KEY}, as its initial node pool",
         },
         **created,
     )
@@ -208,7 +206,7 @@ def gpu_node_settings(cluster: ClusterSpec) -> dict[str, Any]:
 def gpu_pool_depends_on(cluster: ClusterSpec) -> tuple[str, ...]:
     """The plan keys every GPU pool waits for (the GKE cluster, the fabric's subnets, the
     node account, the preload image its nodes boot with)."""
-    return ("gke-cluster", *node_account_keys(cluster), *gpu_pool_subnet_keys(cluster), *preload_keys(cluster))
+    return (GKE_CLUSTER_KEY, *node_account_keys(cluster), *gpu_pool_subnet_keys(cluster), *preload_keys(cluster))
 
 
 def gpu_pool(cluster: ClusterSpec, created: dict[str, Any], lane: Lane | None = None) -> PlannedResource:
@@ -237,16 +235,13 @@ def gpu_pool(cluster: ClusterSpec, created: dict[str, Any], lane: Lane | None = 
             "on_no_capacity": cluster.on_no_capacity,
         }
     return PlannedResource(
-        key="gpu-pool",
+        key=GPU_POOL_KEY,
         kind="container.v1.NodePool",
         name=lane.pool_name,
         depends_on=gpu_pool_depends_on(cluster),
         settings=pool_settings,
         **created,
     )
-
-
-STANDBY_KEY = "gpu-standby"
 
 
 def has_standby_pool(cluster: ClusterSpec) -> bool:
@@ -285,7 +280,7 @@ def standby_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResour
         "role": "replacement after a preemption; empty (no cost) until Spot nodes are lost",
     }
     return PlannedResource(
-        key=STANDBY_KEY,
+        key=GPU_STANDBY_KEY,
         kind="container.v1.NodePool",
         name=lane.pool_name,
         depends_on=gpu_pool_depends_on(cluster),

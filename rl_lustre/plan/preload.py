@@ -46,17 +46,17 @@ from ..catalog import (
     PRELOAD_NODE_IMAGE,
     ROLE_PRELOAD_IMAGE,
 )
+from ..plankeys import PRELOAD_IMAGE_KEY, SUBNET_KEY
 from .graph import PlannedResource
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
-__all__ = ["FROM_PRELOAD_IMAGE", "PRELOAD_KEY", "UNPACK_RATIO", "gpu_node_preload", "preload_keys", "preload_nodes"]
+__all__ = ["FROM_PRELOAD_IMAGE", "UNPACK_RATIO", "gpu_node_preload", "preload_keys", "preload_nodes"]
 
-PRELOAD_KEY = "preload-image"
 # The GPU pools' settings name the disk image by this placeholder: its name is known once
 # up() has the digest (the driver passes the real path to the request builder).
-FROM_PRELOAD_IMAGE = "from preload-image"
+FROM_PRELOAD_IMAGE = f"from {PRELOAD_IMAGE_KEY}"
 # Unpacked bytes per compressed byte of an NGC image (an estimate, until the build says).
 UNPACK_RATIO = 2.4
 # What the build takes (minutes; benchmarks/startup.py states the parts and their sources).
@@ -79,7 +79,7 @@ def preload_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
     if isinstance(cluster.preload_image, str):
         return [
             PlannedResource(
-                key=PRELOAD_KEY,
+                key=PRELOAD_IMAGE_KEY,
                 kind="compute.v1.Image",
                 name=cluster.preload_image,
                 action="use",
@@ -101,11 +101,11 @@ def preload_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
     known = digest.startswith("sha256:")
     return [
         PlannedResource(
-            key=PRELOAD_KEY,
+            key=PRELOAD_IMAGE_KEY,
             kind="compute.v1.Image",
             name=naming.preload_family(cluster.image),
             action="cache",
-            depends_on=("subnet",),
+            depends_on=(SUBNET_KEY,),
             # Shared by deployments: only our labels, never a deployment's (nor Cluster.labels).
             labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_ROLE: ROLE_PRELOAD_IMAGE, LABEL_LAYOUT: PRELOAD_LAYOUT},
             settings={
@@ -149,7 +149,7 @@ def preload_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
 
 def preload_keys(cluster: ClusterSpec) -> tuple[str, ...]:
     """``("preload-image",)`` when the plan has that node, for the GPU pools to wait for."""
-    return (PRELOAD_KEY,) if cluster.preload_image else ()
+    return (PRELOAD_IMAGE_KEY,) if cluster.preload_image else ()
 
 
 def gpu_node_preload(cluster: ClusterSpec) -> dict[str, Any] | None:

@@ -23,16 +23,22 @@ from .. import naming
 from ..catalog import ownership_labels
 from ..kube.prepull import prepull_node_count, prepull_pools
 from ..nemo_rl.caches import nemo_rl_cache_env
+from ..plankeys import (
+    CPU_POOL_KEY,
+    GPU_POOL_KEY,
+    IMAGE_PREPULL_KEY,
+    MODEL_PREFETCH_KEY,
+    PRELOAD_IMAGE_KEY,
+    PVC_KEY,
+    SECRET_KEY,
+)
 from .graph import PlannedResource
 from .warmstart import import_keys
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
-__all__ = ["PREFETCH_KEY", "PREPULL_KEY", "startup_nodes"]
-
-PREPULL_KEY = "image-prepull"
-PREFETCH_KEY = "model-prefetch"
+__all__ = ["startup_nodes"]
 
 
 def startup_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
@@ -53,7 +59,7 @@ def startup_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
     if cluster.prepull_image and prepull_pools(cluster):
         why = (
             {
-                "gpu_nodes": "boot with the image preloaded (preload-image): not pre-pulled",
+                "gpu_nodes": f"boot with the image preloaded ({PRELOAD_IMAGE_KEY}): not pre-pulled",
                 "cpu_pool": "created with the cluster, it does not wait for the preload image: pre-pulled",
             }
             if cluster.preload_image
@@ -61,10 +67,10 @@ def startup_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
         )
         nodes.append(
             PlannedResource(
-                key=PREPULL_KEY,
+                key=IMAGE_PREPULL_KEY,
                 kind="apps/v1/DaemonSet",
                 name=naming.prepull_name(cluster),
-                depends_on=("cpu-pool",) if cluster.preload_image else ("cpu-pool", "gpu-pool"),
+                depends_on=(CPU_POOL_KEY,) if cluster.preload_image else (CPU_POOL_KEY, GPU_POOL_KEY),
                 settings={
                     "namespace": cluster.namespace,
                     "image": cluster.image,
@@ -79,7 +85,7 @@ def startup_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
             )
         )
     if cluster.prefetch_models:
-        deps = ("pvc", "cpu-pool", *(("secret",) if cluster.secrets else ()), *import_keys(cluster))
+        deps = (PVC_KEY, CPU_POOL_KEY, *((SECRET_KEY,) if cluster.secrets else ()), *import_keys(cluster))
         token = (
             f"HF_TOKEN from Secret {naming.secret_name(cluster)} (secretKeyRef)"
             if "HF_TOKEN" in cluster.secrets
@@ -87,7 +93,7 @@ def startup_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
         )
         nodes.append(
             PlannedResource(
-                key=PREFETCH_KEY,
+                key=MODEL_PREFETCH_KEY,
                 kind="batch/v1/Job",
                 name=naming.prefetch_name(cluster),
                 depends_on=deps,

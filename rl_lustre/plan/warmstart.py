@@ -45,15 +45,14 @@ from .._sizing import parse_param_count
 from ..catalog import WARM_DATA_DIR, WARM_FORMAT, WARM_MANIFEST
 from ..nemo_rl.caches import CACHE_DIR, nemo_rl_cache_env
 from ..oncluster.prefetch import MARKER_DIR
+from ..plankeys import LUSTRE_KEY, MODEL_PREFETCH_KEY, WARM_EXPORT_KEY, WARM_IMPORT_KEY
 from .graph import PlannedResource
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
-__all__ = ["EXPORT_KEY", "IMPORT_KEY", "WarmStart", "import_keys", "warm_paths", "warm_start", "warmstart_nodes"]
+__all__ = ["WarmStart", "import_keys", "warm_paths", "warm_start", "warmstart_nodes"]
 
-IMPORT_KEY = "warm-import"
-EXPORT_KEY = "warm-export"
 # bf16 weights (2 bytes a parameter) in the hub cache, and as many again converted.
 _BYTES_PER_PARAM = 2
 
@@ -127,7 +126,7 @@ def estimated_gb(cluster: ClusterSpec) -> float:
 
 def import_keys(cluster: ClusterSpec) -> tuple[str, ...]:
     """``("warm-import",)`` with a warm start: the prefetch waits for it."""
-    return (IMPORT_KEY,) if cluster.warm_start else ()
+    return (WARM_IMPORT_KEY,) if cluster.warm_start else ()
 
 
 def warmstart_nodes(cluster: ClusterSpec, *, prefetch: bool) -> list[PlannedResource]:
@@ -144,10 +143,10 @@ def warmstart_nodes(cluster: ClusterSpec, *, prefetch: bool) -> list[PlannedReso
     hf = nemo_rl_cache_env(cluster.mount_path)
     return [
         PlannedResource(
-            key=IMPORT_KEY,
+            key=WARM_IMPORT_KEY,
             kind="lustre.v1.ImportData",
             name=warm.data_uri,
-            depends_on=("lustre",),
+            depends_on=(LUSTRE_KEY,),
             settings={
                 **common,
                 "source": warm.data_uri,
@@ -164,10 +163,10 @@ def warmstart_nodes(cluster: ClusterSpec, *, prefetch: bool) -> list[PlannedReso
             },
         ),
         PlannedResource(
-            key=EXPORT_KEY,
+            key=WARM_EXPORT_KEY,
             kind="lustre.v1.ExportData",
             name=warm.data_uri,
-            depends_on=(("model-prefetch",) if prefetch else ()) + (IMPORT_KEY,),
+            depends_on=((MODEL_PREFETCH_KEY,) if prefetch else ()) + (WARM_IMPORT_KEY,),
             settings={
                 **common,
                 "destination": warm.data_uri,

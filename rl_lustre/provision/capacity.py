@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from ..errors import CapacityExhaustedError, GCPError
+from ..plankeys import GKE_CLUSTER_KEY, GPU_POOL_KEY
 from .context import Context
 from .step import Done, Step
 
@@ -109,7 +110,7 @@ class CapacityPoolDriver:
         kube: whether the Kubernetes part runs (queued flex-start needs it).
     """
 
-    deleted_with: str | None = "gke-cluster"
+    deleted_with: str | None = GKE_CLUSTER_KEY
     interruptible = True
 
     def __init__(self, ctx: Context, *, kube: bool = True) -> None:
@@ -144,10 +145,10 @@ class CapacityPoolDriver:
             found = pools.get_or_none(self._path(lane))
             if found is not None and type(found).Status(found.status).name == "RUNNING":
                 node = self._node(lane)
-                done = NodePoolDriver(self.ctx, "gpu-pool").adopt(step, node)
+                done = NodePoolDriver(self.ctx, GPU_POOL_KEY).adopt(step, node)
                 self.ctx.capacity_lane = lane
                 return done
-        preload = NodePoolDriver(self.ctx, "gpu-pool").preload_path(step)
+        preload = NodePoolDriver(self.ctx, GPU_POOL_KEY).preload_path(step)
         t0 = time.time()
         try:
             for i, lane in enumerate(lanes):
@@ -193,7 +194,7 @@ class CapacityPoolDriver:
     def _node(self, lane: Lane) -> Any:
         from ..plan.nodepools import gpu_pool
 
-        base = self.ctx.plan.get("gpu-pool")
+        base = self.ctx.plan.get(GPU_POOL_KEY)
         return gpu_pool(self.ctx.cluster, {"action": base.action, "labels": dict(base.labels)}, lane)
 
     def _try(self, step: Step, lane: Lane, attempt: Attempt, preload: str | None) -> Any:
@@ -210,7 +211,7 @@ class CapacityPoolDriver:
                 "cluster autoscaler to scale the pool up for)",
             )
             return None
-        request = node_pool_request(self.ctx.plan, "gpu-pool", preload_image=preload, node=self._node(lane))
+        request = node_pool_request(self.ctx.plan, GPU_POOL_KEY, preload_image=preload, node=self._node(lane))
         step.requesting()
         try:
             pool = self.ctx.apis.pools.create(request, cluster=self.cluster, deployment=self.ctx.deployment).resource
@@ -237,15 +238,15 @@ class CapacityPoolDriver:
         from ..gcp._wait import wait_for
         from ..kube.capacity_signals import provisioning_request_state
         from ..kube.client import ResourceClient
-        from ..kube.manifests import RAYCLUSTER_KEY
         from ..kube.provisioning_request import (
             consume_in_raycluster,
             pod_template,
             provisioning_request,
             worker_resources,
         )
+        from ..plankeys import RAYCLUSTER_KEY
 
-        api = self.ctx.kube_api(step.records["gke-cluster"].value)
+        api = self.ctx.kube_api(step.records[GKE_CLUSTER_KEY].value)
         ns = self.ctx.cluster.namespace
         raycluster = self.ctx.manifest(RAYCLUSTER_KEY)
         template = pod_template(self.ctx.cluster, lane, worker_resources(raycluster))

@@ -191,8 +191,9 @@ class Context:
         Raises:
             NotFoundError: the node has no Kubernetes object.
         """
-        from ..kube.manifests import PV_KEY, deployment_labels
+        from ..kube.manifests import deployment_labels
         from ..kube.persistent_volume import PENDING_ANNOTATION, pv_manifest
+        from ..plankeys import PV_KEY
 
         manifests = self.manifests()
         with self._lock:

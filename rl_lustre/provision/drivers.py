@@ -47,6 +47,18 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..plankeys import (
+    CPU_POOL_KEY,
+    FIREWALL_LUSTRE_KEY,
+    GKE_CLUSTER_KEY,
+    GPU_POOL_KEY,
+    GPU_STANDBY_KEY,
+    LUSTRE_KEY,
+    NODE_SA_KEY,
+    PRELOAD_IMAGE_KEY,
+    PSA_PEERING_KEY,
+    PSA_RANGE_KEY,
+)
 from .capacity import CapacityPoolDriver
 from .context import Context
 from .gcp_drivers import (
@@ -90,8 +102,6 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
             Cloud side, and deployments whose objects are applied by other means).
     """
     from ..gcp import compute
-    from ..plan.nodepools import NODE_SA_KEY, STANDBY_KEY
-    from ..plan.preload import PRELOAD_KEY
 
     plan, apis = ctx.plan, ctx.apis
     drivers: dict[str, Driver] = {}
@@ -111,25 +121,25 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
                 _body(compute.subnetwork_request, plan, node.key),
             )
     drivers |= {
-        "psa-range": ComputeDriver(
+        PSA_RANGE_KEY: ComputeDriver(
             ctx, apis.addresses, compute.psa_range_path, lambda step: compute.psa_range_request(plan)
         ),
-        "firewall-lustre": ComputeDriver(
+        FIREWALL_LUSTRE_KEY: ComputeDriver(
             ctx,
             apis.firewalls,
             compute.firewall_path,
-            lambda step: compute.firewall_request(plan, compute.cidr_of(step.dep("psa-range"))),
+            lambda step: compute.firewall_request(plan, compute.cidr_of(step.dep(PSA_RANGE_KEY))),
         ),
-        "psa-peering": PeeringDriver(ctx),
-        "lustre": LustreDriver(ctx),
-        "gke-cluster": GkeClusterDriver(ctx),
-        "cpu-pool": NodePoolDriver(ctx, "cpu-pool"),
-        "gpu-pool": CapacityPoolDriver(ctx, kube=kube),
+        PSA_PEERING_KEY: PeeringDriver(ctx),
+        LUSTRE_KEY: LustreDriver(ctx),
+        GKE_CLUSTER_KEY: GkeClusterDriver(ctx),
+        CPU_POOL_KEY: NodePoolDriver(ctx, CPU_POOL_KEY),
+        GPU_POOL_KEY: CapacityPoolDriver(ctx, kube=kube),
     }
-    if PRELOAD_KEY in plan:
-        drivers[PRELOAD_KEY] = PreloadImageDriver(ctx)
-    if STANDBY_KEY in plan:
-        drivers[STANDBY_KEY] = NodePoolDriver(ctx, STANDBY_KEY)
+    if PRELOAD_IMAGE_KEY in plan:
+        drivers[PRELOAD_IMAGE_KEY] = PreloadImageDriver(ctx)
+    if GPU_STANDBY_KEY in plan:
+        drivers[GPU_STANDBY_KEY] = NodePoolDriver(ctx, GPU_STANDBY_KEY)
     if NODE_SA_KEY in plan:
         drivers[NODE_SA_KEY] = NodeAccountDriver(ctx)
     for key in kube_keys(plan):

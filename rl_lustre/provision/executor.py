@@ -41,6 +41,7 @@ from ..errors import (
     _one_line,
 )
 from ..plan import PlanGraphError
+from ..plankeys import LUSTRE_KEY
 from .progress import Display, display_for
 from .records import UP_DONE, NodeRecord, Report
 from .step import Cancelled, Driver, Step
@@ -66,9 +67,9 @@ def storage_keys(plan: Plan) -> frozenset[str]:
         ...                             zone="us-east1-b").plan()))
         ['firewall-lustre', 'lustre', 'network', 'psa-peering', 'psa-range']
     """
-    if "lustre" not in plan:
+    if LUSTRE_KEY not in plan:
         return frozenset()
-    return frozenset({"lustre", *plan.upstream("lustre")})
+    return frozenset({LUSTRE_KEY, *plan.upstream(LUSTRE_KEY)})
 
 
 class _Either(threading.Event):

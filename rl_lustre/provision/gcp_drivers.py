@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import GCPError, NotFoundError, OwnershipError
+from ..plankeys import GKE_CLUSTER_KEY, PSA_PEERING_KEY, PSA_RANGE_KEY
 from .context import Context, ensure_or_adopt, gone
 from .step import Done, Step
 
@@ -73,9 +74,9 @@ class PeeringDriver:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        node = ctx.plan.get("psa-peering")
+        node = ctx.plan.get(PSA_PEERING_KEY)
         self.network = str(node.settings["network"])
-        self.range = ctx.plan.get("psa-range").name
+        self.range = ctx.plan.get(PSA_RANGE_KEY).name
 
     def ensure(self, step: Step) -> Done:
         api = self.ctx.apis.psa
@@ -162,7 +163,7 @@ class GkeClusterDriver:
         from ..gcp.container_requests import cluster_request, control_plane_endpoints
 
         request = cluster_request(self.ctx.plan)
-        settings = self.ctx.plan.get("gke-cluster").settings
+        settings = self.ctx.plan.get(GKE_CLUSTER_KEY).settings
         # The authorised networks move into the IP endpoint's config; the DNS endpoint
         # is how clients without a listed address (this machine, usually) reach the API.
         request.control_plane_endpoints_config = control_plane_endpoints(settings)
@@ -181,7 +182,7 @@ class GkeClusterDriver:
         )
         # GKE picks the version from the release channel; one too old for the Lustre CSI
         # driver's port 988 could never mount the volume, so up() fails here (and rolls back).
-        minimum = self.ctx.plan.get("gke-cluster").settings.get("min_version")
+        minimum = self.ctx.plan.get(GKE_CLUSTER_KEY).settings.get("min_version")
         if minimum:
             check_version(done.value, minimum)
         return done
@@ -219,7 +220,7 @@ class NodePoolDriver:
     """A node pool. The CPU pool comes with a cluster this run created; otherwise (and
     for the GPU pool) the pool is created or adopted on its own."""
 
-    deleted_with: str | None = "gke-cluster"
+    deleted_with: str | None = GKE_CLUSTER_KEY
     interruptible = True
 
     def __init__(self, ctx: Context, key: str) -> None:
@@ -242,8 +243,8 @@ class NodePoolDriver:
         request = node_pool_request(self.ctx.plan, self.key, preload_image=preload, node=node)
         if node is not None:
             self.path = f"{self.cluster}/nodePools/{node.name}"
-        came_with_cluster = step.records["gke-cluster"].outcome == "created" and any(
-            p.name == request.name for p in step.dep("gke-cluster").node_pools
+        came_with_cluster = step.records[GKE_CLUSTER_KEY].outcome == "created" and any(
+            p.name == request.name for p in step.dep(GKE_CLUSTER_KEY).node_pools
         )
         if came_with_cluster:
             return Done("created", api.wait_ready(self.path), note="created with the cluster")
@@ -269,19 +270,19 @@ class NodePoolDriver:
         """The preload image's path when this pool's nodes boot with it (after checking that
         the cluster's GKE version supports secondary boot disks)."""
         from ..gcp.container import check_version
-        from ..plan.preload import PRELOAD_KEY
+        from ..plankeys import PRELOAD_IMAGE_KEY
         from .preload import image_path
 
-        if PRELOAD_KEY not in step.node.depends_on:
+        if PRELOAD_IMAGE_KEY not in step.node.depends_on:
             return None
         minimum = step.node.settings["preload"]["min_gke_version"]
         check_version(
-            step.dep("gke-cluster"),
+            step.dep(GKE_CLUSTER_KEY),
             minimum,
             needs="GKE boots nodes from a secondary boot disk only from {minimum}: upgrade the control "
             "plane, or deploy with Cluster(preload_image=False)",
         )
-        return image_path(step.dep(PRELOAD_KEY))
+        return image_path(step.dep(PRELOAD_IMAGE_KEY))
 
     def delete(self, step: Step) -> Literal["deleted", "absent"]:
         from ..gcp._ownership import check_owned

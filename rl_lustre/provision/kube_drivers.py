@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..kube.manifests import PV_KEY, PVC_KEY, RAYCLUSTER_KEY, SECRET_KEY
+from ..plankeys import GKE_CLUSTER_KEY, PV_KEY, PVC_KEY, RAYCLUSTER_KEY, SECRET_KEY
 from .context import Context, gone
 from .gcp_drivers import GkeClusterDriver
 from .step import Done, Step
@@ -47,7 +47,7 @@ class KubeObjectDriver:
     read from this process's environment when the Secret is applied.
     """
 
-    deleted_with: str | None = "gke-cluster"
+    deleted_with: str | None = GKE_CLUSTER_KEY
     interruptible = True
 
     def __init__(self, ctx: Context, key: str) -> None:
@@ -61,7 +61,7 @@ class KubeObjectDriver:
         from ..kube import apply
         from ..kube.client import ResourceClient
 
-        api = self.ctx.kube_api(step.records["gke-cluster"].value)
+        api = self.ctx.kube_api(step.records[GKE_CLUSTER_KEY].value)
         manifest = self._manifest()
         meta = manifest["metadata"]
         found = ResourceClient(api, manifest["kind"], meta.get("namespace")).get(meta["name"])

@@ -24,7 +24,7 @@ class NodeAccountDriver:
 
     def __init__(self, ctx: Context) -> None:
         from ..gcp.iam import account_path
-        from ..plan.nodepools import NODE_SA_KEY
+        from ..plankeys import NODE_SA_KEY
 
         self.ctx = ctx
         node = ctx.plan.get(NODE_SA_KEY)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..catalog import PRELOAD_LAYOUT, ROLE_PRELOAD_IMAGE
 from ..errors import NotFoundError
+from ..plankeys import SUBNET_KEY
 from .context import Context
 from .step import Done, Step
 
@@ -61,7 +62,7 @@ class PreloadImageDriver:
 
         cluster, plan = self.ctx.cluster, self.ctx.plan
         resolved = registry.resolve(cluster.image)
-        subnet = plan.get("subnet").name
+        subnet = plan.get(SUBNET_KEY).name
         return PreloadBuild(
             project=self.ctx.project,
             zone=str(cluster.zone),

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from .. import naming
 from ..catalog import GKE_NODEPOOL_LABEL
 from ..kube.readiness import condition_true, seconds
+from ..plankeys import GKE_CLUSTER_KEY
 
 if TYPE_CHECKING:
     from ..plan.capacity import Lane
@@ -90,10 +91,10 @@ def wait_for_scale_up(ctx: Context, step: Step, lane: Lane, attempt: Attempt) ->
     from ..gcp._wait import wait_for
     from ..kube.capacity_signals import Signal, classify_event
     from ..kube.client import ResourceClient
-    from ..kube.manifests import RAYCLUSTER_KEY
     from ..kube.provisioning_request import worker_resources
+    from ..plankeys import RAYCLUSTER_KEY
 
-    api = ctx.kube_api(step.records["gke-cluster"].value)
+    api = ctx.kube_api(step.records[GKE_CLUSTER_KEY].value)
     ns = ctx.cluster.namespace
     wanted = ctx.cluster.num_nodes
     pods = ResourceClient(api, "Pod", ns)

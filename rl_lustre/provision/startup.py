@@ -23,8 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import KubernetesError
-from ..plan.startup import PREFETCH_KEY, PREPULL_KEY
-from ..plan.warmstart import IMPORT_KEY
+from ..plankeys import GKE_CLUSTER_KEY, IMAGE_PREPULL_KEY, MODEL_PREFETCH_KEY, WARM_IMPORT_KEY
 from .gcp_drivers import GkeClusterDriver
 from .kube_drivers import SkippedDriver
 from .step import Done, Driver, Step
@@ -40,7 +39,7 @@ logger = logging.getLogger("rl_lustre.provision")
 class _KubeNode:
     """What both drivers share: the API client, the manifest, deletion with the cluster."""
 
-    deleted_with: str | None = "gke-cluster"
+    deleted_with: str | None = GKE_CLUSTER_KEY
     interruptible = True
 
     def __init__(self, ctx: Context, manifest: Callable[[Any], dict[str, Any]]) -> None:
@@ -50,7 +49,7 @@ class _KubeNode:
         self.kind, self.name, self.namespace = self.manifest["kind"], meta["name"], meta["namespace"]
 
     def _api(self, step: Step) -> Any:
-        return self.ctx.kube_api(step.records["gke-cluster"].value)
+        return self.ctx.kube_api(step.records[GKE_CLUSTER_KEY].value)
 
     def _client(self, api: Any, kind: str | None = None) -> Any:
         from ..kube.client import ResourceClient
@@ -183,10 +182,10 @@ class PrefetchDriver(_KubeNode):
         from ..kube.diagnose import pod_problem
         from ..kube.prefetch import job_state, models_of
 
-        if IMPORT_KEY in step.node.depends_on:
+        if WARM_IMPORT_KEY in step.node.depends_on:
             from .warmstart import imported_models
 
-            brought = imported_models(self.ctx.cluster, step.dep(IMPORT_KEY))
+            brought = imported_models(self.ctx.cluster, step.dep(WARM_IMPORT_KEY))
             if set(self.models) <= set(brought):
                 return Done(
                     "skipped",
@@ -276,7 +275,10 @@ def startup_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
         >>> sorted(startup_drivers(Context(c, c.plan(), Apis.from_env())))
         ['image-prepull', 'model-prefetch']
     """
-    makers: dict[str, Callable[[Context], Driver]] = {PREPULL_KEY: PrepullDriver, PREFETCH_KEY: PrefetchDriver}
+    makers: dict[str, Callable[[Context], Driver]] = {
+        IMAGE_PREPULL_KEY: PrepullDriver,
+        MODEL_PREFETCH_KEY: PrefetchDriver,
+    }
     return {
         key: make(ctx) if kube else SkippedDriver("Kubernetes part switched off (gcp_only=True)")
         for key, make in makers.items()

@@ -27,7 +27,8 @@ from ..catalog import WARM_FORMAT
 from ..errors import ConfigError, NotFoundError, RLLustreError
 from ..nemo_rl.caches import nemo_rl_cache_env
 from ..oncluster.prefetch import MARKER_DIR, repo_folder
-from ..plan.warmstart import IMPORT_KEY, WarmStart, warm_paths, warm_start
+from ..plan.warmstart import WarmStart, warm_paths, warm_start
+from ..plankeys import LUSTRE_KEY, WARM_EXPORT_KEY, WARM_IMPORT_KEY
 from .context import Context
 from .step import Done, Step
 
@@ -113,7 +114,7 @@ def imported_models(cluster: ClusterSpec, imported: dict[str, Any] | None) -> li
 class WarmImportDriver:
     """Imports a previous deployment's export into the new volume."""
 
-    deleted_with: str | None = "lustre"
+    deleted_with: str | None = LUSTRE_KEY
     interruptible = True
 
     def __init__(self, ctx: Context) -> None:
@@ -218,7 +219,7 @@ class WarmExportDriver:
 
     def ensure(self, step: Step) -> Done:
         warm = _warm(self.ctx)
-        imported = step.dep(IMPORT_KEY) or {}
+        imported = step.dep(WARM_IMPORT_KEY) or {}
         before = imported.get("manifest")
         models = list(self.ctx.cluster.prefetch_models)
         if before is not None and set(models) <= set(before.get("models") or []):
@@ -279,8 +280,7 @@ class WarmExportDriver:
 
 def warmstart_drivers(ctx: Context) -> dict[str, Any]:
     """The drivers of the warm-start nodes of ``ctx.plan`` (none without a warm start)."""
-    from ..plan.warmstart import EXPORT_KEY
 
-    if IMPORT_KEY not in ctx.plan:
+    if WARM_IMPORT_KEY not in ctx.plan:
         return {}
-    return {IMPORT_KEY: WarmImportDriver(ctx), EXPORT_KEY: WarmExportDriver(ctx)}
+    return {WARM_IMPORT_KEY: WarmImportDriver(ctx), WARM_EXPORT_KEY: WarmExportDriver(ctx)}
