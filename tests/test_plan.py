@@ -111,7 +111,7 @@ def test_in_a_users_network_google_picks_the_psa_block_after_the_subnet() -> Non
     import ipaddress
 
     from rl_lustre.plan.fabric import GVNIC_SUBNET_CIDR, RDMA_RANGE
-    from rl_lustre.plan.gke import (
+    from rl_lustre.plan.network import (
         PODS_CIDR,
         PSA_ADDRESS,
         PSA_PREFIX_LENGTH,

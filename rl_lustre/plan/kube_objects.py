@@ -1,0 +1,163 @@
+"""The Kubernetes objects of a GKE plan: the volume's PersistentVolume and claim, the
+Secret with the job secrets, and the RayCluster.
+
+Each node shows what the object is (:mod:`rl_lustre.kube.manifests` builds the object
+itself, keyed by the same plan key) and waits for what it needs: the PersistentVolume
+only for the API server and the Lustre instance's address, the RayCluster for everything
+its pods use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import naming
+from ..catalog import GKE_ACCELERATOR_LABEL, GPU_RESOURCE, LUSTRE_CSI_DRIVER
+from ..kube.fabric import worker_fabric_summary
+from ..plankeys import (
+    CPU_POOL_KEY,
+    GKE_CLUSTER_KEY,
+    GPU_POOL_KEY,
+    LUSTRE_KEY,
+    PV_KEY,
+    PVC_KEY,
+    RAYCLUSTER_KEY,
+    SECRET_KEY,
+)
+from .fabric import ray_dependency_keys
+from .graph import PlannedResource
+
+if TYPE_CHECKING:
+    from ..spec import ClusterSpec
+
+__all__ = ["ray_cluster", "secret", "volume_claim_nodes"]
+
+
+def volume_claim_nodes(cluster: ClusterSpec, created: dict[str, Any]) -> list[PlannedResource]:
+    """The ``pv`` and ``pvc`` nodes (``created``: their action and labels): the volume as a
+    cluster-wide PersistentVolume of the Lustre CSI driver, and the claim the pods mount.
+
+    The PersistentVolume needs only the API server and the instance's address, not the
+    node pools, so it is made while the pools are still coming up.
+
+    Examples:
+        >>> from rl_lustre.spec import ClusterSpec
+        >>> spec = ClusterSpec(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> [(n.key, n.kind, n.depends_on) for n in volume_claim_nodes(spec, {"action": "create"})]
+        [('pv', 'v1/PersistentVolume', ('lustre', 'gke-cluster')), ('pvc', 'v1/PersistentVolumeClaim', ('pv',))]
+    """
+    vol = cluster.volume
+    assert vol is not None
+    assert vol.capacity_gib is not None
+    return [
+        PlannedResource(
+            key=PV_KEY,
+            kind="v1/PersistentVolume",
+            name=naming.pv_name(cluster),
+            depends_on=(LUSTRE_KEY, GKE_CLUSTER_KEY),
+            settings={
+                "scope": "cluster",
+                "csi_driver": LUSTRE_CSI_DRIVER,
+                "volume_handle": naming.lustre_volume_handle(vol),
+                "ip_and_filesystem_from": "the lustre instance's mount point",
+                "filesystem": vol.filesystem,
+                "capacity": f"{vol.capacity_gib}Gi",
+                "access_modes": ["ReadWriteMany"],
+            },
+            **created,
+        ),
+        PlannedResource(
+            key=PVC_KEY,
+            kind="v1/PersistentVolumeClaim",
+            name=naming.pvc_name(cluster),
+            depends_on=(PV_KEY,),
+            settings={
+                "namespace": cluster.namespace,
+                "volume_name": naming.pv_name(cluster),
+                "storage": f"{vol.capacity_gib}Gi",
+                "access_modes": ["ReadWriteMany"],
+                "storage_class_name": "",
+            },
+            **created,
+        ),
+    ]
+
+
+def secret(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource | None:
+    """The ``secret`` node (``created``: its action and labels), None when the cluster has
+    no secrets. The plan names the secrets only: their values are read from the
+    environment at ``up()`` and never enter the plan.
+
+    Examples:
+        >>> from rl_lustre.spec import ClusterSpec
+        >>> spec = ClusterSpec(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> secret(spec, {"action": "create"}).settings["keys"]
+        ('HF_TOKEN', 'WANDB_API_KEY')
+        >>> import attrs
+        >>> secret(attrs.evolve(spec, secrets=()), {"action": "create"}) is None
+        True
+    """
+    if not cluster.secrets:
+        return None
+    return PlannedResource(
+        key=SECRET_KEY,
+        kind="v1/Secret",
+        name=naming.secret_name(cluster),
+        depends_on=(GKE_CLUSTER_KEY,),
+        settings={
+            "namespace": cluster.namespace,
+            "type": "Opaque",
+            "keys": list(cluster.secrets),
+            "values": "read from this process's environment at up(); never part of the plan",
+        },
+        **created,
+    )
+
+
+def ray_cluster(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
+    """The ``raycluster`` node (``created``: its action and labels): the Ray head on the CPU
+    pool (or the GPU pool with ``head_on_gpu_pool``), the workers on the GPU pool, the
+    volume mounted, the secrets as environment variables, the fabric's NICs.
+
+    It waits for the claim, the Secret, both pools and, with ``fabric="rdma"``, the pod
+    networks and the NCCL plugin installer (:func:`rl_lustre.plan.fabric.ray_dependency_keys`).
+
+    Examples:
+        >>> from rl_lustre.spec import ClusterSpec
+        >>> spec = ClusterSpec(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
+        ...                    fabric="tcp")
+        >>> node = ray_cluster(spec, {"action": "create"})
+        >>> node.depends_on, node.settings["head"]["node_pool"]
+        (('pvc', 'secret', 'cpu-pool', 'gpu-pool'), 'ray-head-pool')
+    """
+    head_pool = naming.gpu_pool_name(cluster) if cluster.head_on_gpu_pool else naming.cpu_pool_name(cluster)
+    secrets = (SECRET_KEY,) if cluster.secrets else ()
+    return PlannedResource(
+        key=RAYCLUSTER_KEY,
+        kind="ray.io/v1/RayCluster",
+        name=naming.raycluster_name(cluster),
+        depends_on=(PVC_KEY, *secrets, CPU_POOL_KEY, GPU_POOL_KEY, *ray_dependency_keys(cluster)),
+        settings={
+            "namespace": cluster.namespace,
+            "image": cluster.image,
+            "ray_version": cluster.ray_version,
+            "head": {"node_pool": head_pool, "spot": cluster.spot and cluster.head_on_gpu_pool},
+            "workers": {
+                "replicas": cluster.num_nodes,
+                "gpus_per_worker": cluster.gpus_per_node,
+                "node_pool": naming.gpu_pool_name(cluster),
+                "node_selector": {GKE_ACCELERATOR_LABEL: cluster.accelerator_type},
+                "tolerations": [GPU_RESOURCE],
+            },
+            "volume": {"claim": naming.pvc_name(cluster), "mount_path": cluster.mount_path},
+            "shm": "memory-backed emptyDir at /dev/shm",
+            **worker_fabric_summary(cluster),
+            "head_service": cluster.head_service,
+            **(
+                {"secrets": {"secret": naming.secret_name(cluster), "env_from_secret_key_ref": list(cluster.secrets)}}
+                if cluster.secrets
+                else {}
+            ),
+        },
+        **created,
+    )
