@@ -6,15 +6,42 @@ it to people, :meth:`Plan.to_dict` to programs, and the provisioning executor wa
 same nodes (by ``key`` and ``kind``) to create, adopt and delete them, running
 independent branches concurrently and tearing down in reverse.
 
-For GKE the graph is::
+:meth:`Plan.graph` draws the graph from the plan itself: each node under the dependency
+it waits for longest, ``+`` for the others it waits for, families such as the eight
+RoCE subnets folded into one line (:mod:`rl_lustre.plan.drawing`). The default GKE
+deployment (A4 nodes, the GPUDirect-RDMA fabric) has 47 nodes:
 
-    network ─ subnet ─┬─ psa-range ─┬─ psa-peering ─────┬─ lustre ─┐
-                      │             └─ firewall-lustre ─┘          ├─ pv ─ pvc ─┐
-                      └─ gke-cluster ─┬────────────────────────────┘            │
-                                      ├─ secret ────────────────────────────────┤
-                                      ├─ cpu-pool ──────────────────────────────┼─ raycluster
-                                      └─ gpu-pool ──────────────────────────────┘
-                                           └─ image-prepull     pvc, cpu-pool, secret ─ model-prefetch
+    >>> from rl_lustre import Cluster
+    >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
+    >>> len(plan)
+    47
+    >>> print(plan.graph())
+    network
+    ├─ subnet
+    │  ├─ preload-image [cache]
+    │  └─ gke-cluster  + node-sa
+    │     ├─ netparams-gvnic-1  + gvnic-subnet
+    │     │  └─ podnet-gvnic-1
+    │     ├─ netparams-rdma-0..7  + rdma-subnet-0..7
+    │     │  └─ podnet-rdma-0..7
+    │     ├─ nccl-installer
+    │     ├─ cpu-pool  + node-sa
+    │     │  └─ image-prepull
+    │     ├─ gpu-pool  + node-sa, gvnic-subnet, rdma-subnet-0..7, preload-image
+    │     └─ secret
+    └─ psa-range
+       ├─ psa-peering
+       │  └─ lustre  + firewall-lustre
+       │     └─ pv  + gke-cluster
+       │        └─ pvc
+       │           ├─ raycluster  + secret, cpu-pool, gpu-pool, podnet-rdma-0..7, nccl-installer
+       │           └─ model-prefetch  + cpu-pool, secret
+       └─ firewall-lustre
+    gvnic-network
+    └─ gvnic-subnet
+    rdma-network
+    └─ rdma-subnet-0..7
+    node-sa
 
 The Lustre branch never waits for the GKE cluster or its pools: it is the slowest
 resource and must start as early as the network allows. The image pre-pull and the model

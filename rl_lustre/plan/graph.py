@@ -262,6 +262,21 @@ class Plan:
         self.get(key)
         return frozenset(r.key for r in self.resources if key in self.upstream(r.key))
 
+    def graph(self) -> str:
+        """The dependency graph drawn as text, computed from the nodes: each node under the
+        dependency it waits for longest, ``+ a, b`` for the others it waits for, families
+        such as ``rdma-subnet-0..7`` folded into one line (:mod:`rl_lustre.plan.drawing`).
+
+        Examples:
+            >>> from rl_lustre import Cluster
+            >>> print(Cluster.local("demo", volume_dir="/tmp/v").plan().graph())
+            volume-dir [use]
+            └─ ray-head
+        """
+        from .drawing import draw
+
+        return draw(self)
+
     def waves(self) -> list[frozenset[str]]:
         """Nodes grouped by depth: each wave needs only nodes of earlier waves, so the
         members of a wave can be created concurrently.
