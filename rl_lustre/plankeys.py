@@ -11,7 +11,9 @@ Names come from :mod:`rl_lustre.naming`, keys from here.
 Each constant is named after its key (``GKE_CLUSTER_KEY = "gke-cluster"``); keys that
 come in families (one subnet per RoCE NIC, two Kubernetes objects per extra node
 network) are made by the functions below. ``tests/test_layers.py`` fails when another
-module of the package spells one of these keys.
+module of the package, the fakes included, spells one of these keys (but the six that are
+also ordinary words and API field names, ``network``, ``subnet``, ``lustre``, ``pv``,
+``pvc`` and ``secret``: use the constants for those all the same).
 
 Why a top-level module and not ``plan/keys.py``: importing any module under ``plan/``
 runs ``plan/__init__.py``, which builds plans and so imports ``kube.manifests``; the
