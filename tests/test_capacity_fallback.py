@@ -12,11 +12,8 @@ import pytest
 from rl_lustre import Cluster
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import ConfigError, NoCapacityError, ProvisioningError
-from rl_lustre.gcp import Backoff, RetryPolicy
-from rl_lustre.testing import FakeGCP
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-FAST = Backoff(initial=0.005, maximum=0.02, multiplier=1.5)
-RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
 BASE: dict[str, object] = {
     "name": "demo",
     "project": "my-project",
@@ -33,7 +30,7 @@ def spec(**kw: object) -> Cluster:
 
 
 def backend(cluster: Cluster, **kw: object) -> GKEBackend:
-    return GKEBackend(cluster, gcp_only=True, backoff=FAST, retry=RETRY, **kw)  # type: ignore[arg-type]
+    return GKEBackend(cluster, gcp_only=True, backoff=FAST_BACKOFF, retry=FAST_RETRY, **kw)  # type: ignore[arg-type]
 
 
 def pools(gcp: FakeGCP) -> list[str]:
@@ -158,7 +155,7 @@ def test_flex_start_nodes_granted_give_every_job_a_save_by_deadline() -> None:
     with KubeFake() as kube, FakeGCP(kube=kube, time_scale=0.01) as gcp:
         gcp.stock.out("spot")
         gcp.stock.flex_start(after=60.0)
-        b = GKEBackend(c, backoff=FAST, retry=RETRY, time_scale=0.01)
+        b = GKEBackend(c, backoff=FAST_BACKOFF, retry=FAST_RETRY, time_scale=0.01)
         before = time.time()
         b.up()  # the check first, then spot (out), then flex-start
         after = time.time()

@@ -8,10 +8,7 @@ import time
 from rl_lustre import Cluster, naming
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.catalog import GKE_NODEPOOL_LABEL, GKE_SPOT_LABEL
-from rl_lustre.gcp import Backoff, RetryPolicy
-from rl_lustre.testing import FakeGCP, KubeFake
-
-FAST = Backoff(initial=0.005, maximum=0.05, multiplier=1.5)
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP, KubeFake
 
 
 def _workers_on(kube: KubeFake, raycluster: str) -> dict[str, str]:
@@ -46,7 +43,7 @@ def test_lost_spot_nodes_are_replaced_from_the_flex_start_standby_pool() -> None
     assert [r.key for r in c.plan() if r.key.startswith("gpu-")] == ["gpu-pool", "gpu-standby"]
     with KubeFake() as kube, FakeGCP(kube=kube) as gcp:
         gcp.stock.flex_start(after=0.2)
-        backend = GKEBackend(c, backoff=FAST, retry=RetryPolicy(attempts=3, initial=0.005, maximum=0.01))
+        backend = GKEBackend(c, backoff=FAST_BACKOFF, retry=FAST_RETRY)
         report = backend.up(check=False)
         assert report.records["gpu-standby"].outcome == "created"
         name = naming.raycluster_name(c)

@@ -12,11 +12,9 @@ import pytest
 from rl_lustre import Capacity, Cluster
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.catalog import GKE_NODEPOOL_LABEL
-from rl_lustre.gcp import Backoff, RetryPolicy
 from rl_lustre.provision.scaleup import PROBE_COMPONENT
-from rl_lustre.testing import FakeGCP, KubeFake
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP, KubeFake
 
-FAST = Backoff(initial=0.005, maximum=0.05, multiplier=1.5)
 BASE: dict[str, object] = {
     "name": "demo",
     "project": "my-project",
@@ -32,7 +30,7 @@ BASE: dict[str, object] = {
 
 
 def _backend(c: Cluster) -> GKEBackend:
-    return GKEBackend(c, backoff=FAST, retry=RetryPolicy(attempts=3, initial=0.005, maximum=0.01))
+    return GKEBackend(c, backoff=FAST_BACKOFF, retry=FAST_RETRY)
 
 
 def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:

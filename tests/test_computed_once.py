@@ -28,14 +28,11 @@ import rl_lustre
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.backends.submission import prepare
-from rl_lustre.gcp import Backoff, RetryPolicy
 from rl_lustre.gcp.lustre import instance_request
 from rl_lustre.kube import manifests as kube_manifests
 from rl_lustre.plan import build_plan
-from rl_lustre.testing import FakeGCP, KubeFake
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP, KubeFake
 
-FAST = Backoff(initial=0.005, maximum=0.05, multiplier=1.5)
-RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
 SPEC: dict[str, Any] = {
     "name": "once",
     "project": "my-project",
@@ -200,7 +197,7 @@ def test_up_builds_the_manifests_once_and_the_plan_not_again(
     monkeypatch.setenv("HF_TOKEN", "hf_test_value_123")
     with KubeFake() as kube, FakeGCP(kube=kube):
         cluster = Cluster(**{**SPEC, "secrets": ("HF_TOKEN",)})
-        backend = GKEBackend(cluster, backoff=FAST, retry=RETRY)
+        backend = GKEBackend(cluster, backoff=FAST_BACKOFF, retry=FAST_RETRY)
         cluster = cluster.use_backend(backend)
         cluster.plan()
         cluster.up()
@@ -231,14 +228,14 @@ def gke_world(local_cluster: Cluster, monkeypatch: pytest.MonkeyPatch, tmp_path:
     spec = {**SPEC, "mount_path": str(tmp_path / "lustre"), "secrets": ("HF_TOKEN", "RAY_AUTH_TOKEN")}
     with KubeFake(head_target=(host, int(port))) as kube, FakeGCP(kube=kube):
         cluster = Cluster(**spec)
-        cluster.use_backend(GKEBackend(cluster, backoff=FAST, retry=RETRY)).up()
+        cluster.use_backend(GKEBackend(cluster, backoff=FAST_BACKOFF, retry=FAST_RETRY)).up()
         yield Cluster(**spec)  # a new process's view of it: nothing computed yet
 
 
 # A deployment on the fakes plus the session's Ray head: the slow set (nox -s tests-slow).
 @pytest.mark.slow
 def test_a_gke_submit_makes_a_third_of_the_package_calls_it_used_to(gke_world: Cluster) -> None:
-    cluster = gke_world.use_backend(GKEBackend(gke_world, backoff=FAST, retry=RETRY))
+    cluster = gke_world.use_backend(GKEBackend(gke_world, backoff=FAST_BACKOFF, retry=FAST_RETRY))
     first, first_calls = package_calls(lambda: cluster.submit(GRPOJob(name="once-a", **JOB)))
     second, second_calls = package_calls(lambda: cluster.submit(GRPOJob(name="once-b", **JOB)))
     try:

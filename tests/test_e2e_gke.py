@@ -37,17 +37,14 @@ from helpers.ray_fixtures import FAKE_HF_TOKEN
 import rl_lustre
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.gke import GKEBackend
-from rl_lustre.gcp import Backoff, RetryPolicy
 from rl_lustre.nemo_rl.checkpoints import list_checkpoints
 from rl_lustre.run import Progress
-from rl_lustre.testing import FakeGCP, KubeFake, kube_schema_validator
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP, KubeFake, kube_schema_validator
 
 # Whole GKE deployments on the fakes with a real Ray head: the slow set (nox -s tests-slow).
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-FAST = Backoff(initial=0.005, maximum=0.05, multiplier=1.5)
-RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
 STEP = re.compile(r"={3,} Step (\d+)/(\d+) ={3,}")
 # Ray token auth needs Ray >= 2.52 in the image; rayVersion follows the image's tag.
 IMAGE = "rayproject/ray:2.60.0"
@@ -103,7 +100,7 @@ class World:
     def cluster(self) -> Cluster:
         """A new ``Cluster`` equal to the spec, on a backend with fast polling."""
         cluster = Cluster(**self.spec)
-        return cluster.use_backend(GKEBackend(cluster, backoff=FAST, retry=RETRY))
+        return cluster.use_backend(GKEBackend(cluster, backoff=FAST_BACKOFF, retry=FAST_RETRY))
 
     def leftovers(self) -> dict[str, Any]:
         self.gcp.settle()

@@ -14,14 +14,12 @@ from google.cloud import compute_v1, container_v1
 
 from rl_lustre import Cluster
 from rl_lustre.errors import ConfigError, GCPError, ProvisioningError
-from rl_lustre.gcp import Backoff, GkeClusters, GkeNodePools, Networks, RetryPolicy
+from rl_lustre.gcp import GkeClusters, GkeNodePools, Networks
 from rl_lustre.gcp.compute import network_request
 from rl_lustre.gcp.container_requests import cluster_request, node_pool_request
 from rl_lustre.kube.schema import validate_networking
-from rl_lustre.testing import FakeGCP
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-FAST = Backoff(initial=0.005, maximum=0.02, multiplier=1.5)
-RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
 PROJECT = "my-project"
 FABRIC_KINDS = ("networking.gke.io/v1/GKENetworkParamSet", "networking.gke.io/v1/Network", "apps/v1/DaemonSet")
 
@@ -44,7 +42,7 @@ def spec(**kw: object) -> Cluster:
 def backend(cluster: Cluster, **kw: object):
     from rl_lustre.backends.gke import GKEBackend
 
-    return GKEBackend(cluster, backoff=FAST, retry=RETRY, **kw)  # type: ignore[arg-type]
+    return GKEBackend(cluster, backoff=FAST_BACKOFF, retry=FAST_RETRY, **kw)  # type: ignore[arg-type]
 
 
 def test_fabric_defaults_to_rdma_only_where_the_machine_has_rdma_nics() -> None:
@@ -206,15 +204,17 @@ def test_the_fakes_reject_malformed_fabric_requests_loudly(gcp: FakeGCP) -> None
     gcp.seed_network(PROJECT, "demo-net", subnet="demo-subnet", psa_range=None, deployment="demo")
     gcp.iam.seed_account(PROJECT, "rl-demo-nodes")  # as node-sa would have made it
     with pytest.raises(GCPError, match="Dataplane V2"):
-        GkeClusters(backoff=FAST).create(bad, parent=f"projects/{PROJECT}/locations/us-east1", deployment="demo")
+        GkeClusters(backoff=FAST_BACKOFF).create(
+            bad, parent=f"projects/{PROJECT}/locations/us-east1", deployment="demo"
+        )
     # A pool on networks that do not exist.
     ok = cluster_request(spec(fabric="tcp").plan())
     ok.network_config = container_v1.NetworkConfig(
         datapath_provider=container_v1.DatapathProvider.ADVANCED_DATAPATH, enable_multi_networking=True
     )
-    GkeClusters(backoff=FAST).create(ok, parent=f"projects/{PROJECT}/locations/us-east1", deployment="demo")
+    GkeClusters(backoff=FAST_BACKOFF).create(ok, parent=f"projects/{PROJECT}/locations/us-east1", deployment="demo")
     with pytest.raises(GCPError, match="does not exist"):
-        GkeNodePools(backoff=FAST).create(
+        GkeNodePools(backoff=FAST_BACKOFF).create(
             node_pool_request(plan, "gpu-pool"),
             cluster=f"projects/{PROJECT}/locations/us-east1/clusters/demo",
             deployment="demo",
@@ -241,7 +241,9 @@ def test_up_creates_the_fabric_everywhere_and_down_removes_it_in_dependency_orde
         assert kube.rejected == []
         nets = {n.split("/")[-1] for n in gcp.resources()["compute.networks"]}
         assert nets == {"demo-net", "demo-gvnic-net", "demo-rdma-net"}
-        assert Networks(backoff=FAST).get_or_none(f"projects/{PROJECT}/global/networks/demo-rdma-net").mtu == 8896
+        assert (
+            Networks(backoff=FAST_BACKOFF).get_or_none(f"projects/{PROJECT}/global/networks/demo-rdma-net").mtu == 8896
+        )
         assert len(gcp.resources()["compute.subnetworks"]) == 10
 
         before = len(gcp.requests)
@@ -285,7 +287,7 @@ def test_a_subnet_a_gpu_pool_uses_cannot_be_deleted_under_it(gcp: FakeGCP) -> No
     from rl_lustre.gcp import Subnetworks
 
     with pytest.raises(GCPError, match="already being used by"):
-        Subnetworks(backoff=FAST).delete(
+        Subnetworks(backoff=FAST_BACKOFF).delete(
             f"projects/{PROJECT}/regions/us-east1/subnetworks/demo-rdma-sub-0", deployment="demo"
         )
     b.down()

@@ -12,6 +12,7 @@ import attrs
 import grpc
 import pytest
 from google.cloud import container_v1
+from helpers.polling import giving_up_after
 
 from rl_lustre import Cluster
 from rl_lustre.errors import (
@@ -22,7 +23,6 @@ from rl_lustre.errors import (
     WaitTimeoutError,
 )
 from rl_lustre.gcp import _clients
-from rl_lustre.gcp._errors import RetryPolicy
 from rl_lustre.gcp.container import GkeClusters, GkeNodePools, parent_of
 from rl_lustre.gcp.container_requests import (
     cluster_path,
@@ -232,9 +232,7 @@ def test_node_pool_waits_for_a_busy_cluster(gcp: FakeGCP) -> None:
     )
     # GKE refuses pool creation while the cluster provisions; the adapter keeps trying
     # for the busy timeout, not just the few attempts other transient errors get.
-    patient = GkeNodePools(
-        backoff=FAST_BACKOFF, retry=RetryPolicy(attempts=2, initial=0.005, maximum=0.01, busy_timeout=5)
-    )
+    patient = GkeNodePools(backoff=FAST_BACKOFF, retry=attrs.evolve(giving_up_after(2), busy_timeout=5))
     done = patient.create(gpu_pool(), cluster=name, deployment="demo")
     assert done.resource.status == container_v1.NodePool.Status.RUNNING
     outcomes = [r.outcome for r in gcp.requests if r.method == "gke.CreateNodePool"]

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from google.api_core import exceptions as gexc
+from helpers.polling import giving_up_after
 
 from rl_lustre import Cluster, LustreVolume
 from rl_lustre.errors import (
@@ -68,7 +69,7 @@ def test_unavailable_is_retried_then_succeeds(gcp: FakeGCP) -> None:
 
 def test_lasting_unavailability_gives_up_with_our_error(gcp: FakeGCP) -> None:
     gcp.faults.fail_call("lustre.GetInstance", code=grpc.StatusCode.UNAVAILABLE, times=100)
-    api = LustreInstances(backoff=FAST_BACKOFF, retry=RetryPolicy(attempts=3, initial=0.001, maximum=0.002))
+    api = LustreInstances(backoff=FAST_BACKOFF, retry=giving_up_after(3))
     with pytest.raises(GCPError, match="after 3 attempt") as info:
         api.get_or_none(NAME)
     assert isinstance(info.value.__cause__, gexc.ServiceUnavailable)
@@ -93,7 +94,7 @@ def test_rate_limits_are_retried_over_rest(gcp: FakeGCP) -> None:
 
 def test_endless_rate_limit_is_a_quota_error(gcp: FakeGCP) -> None:
     gcp.faults.rate_limit("servicenetworking.connections.list", times=100)
-    conns = PsaConnections(backoff=FAST_BACKOFF, retry=RetryPolicy(attempts=2, initial=0.001, maximum=0.002))
+    conns = PsaConnections(backoff=FAST_BACKOFF, retry=giving_up_after(2))
     with pytest.raises(QuotaExceededError, match="rate-limiting"):
         conns.get_or_none(PROJECT, "lab-net")
 
@@ -190,7 +191,7 @@ def test_not_found_is_lookup_error(gcp: FakeGCP) -> None:
 @pytest.mark.parametrize("code", [c for c in grpc.StatusCode if c not in (grpc.StatusCode.OK,)], ids=lambda c: c.name)
 def test_no_google_exception_escapes(gcp: FakeGCP, code: grpc.StatusCode) -> None:
     gcp.faults.fail_call("lustre.GetInstance", code=code, times=10)
-    api = LustreInstances(retry=RetryPolicy(attempts=2, initial=0.001, maximum=0.001))
+    api = LustreInstances(retry=giving_up_after(2))
     if code == grpc.StatusCode.NOT_FOUND:
         assert api.get_or_none(NAME) is None
         return

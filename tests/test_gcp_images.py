@@ -9,11 +9,10 @@ import pytest
 from google.cloud import compute_v1
 
 from rl_lustre.errors import GCPError, OperationFailedError, OwnershipError
-from rl_lustre.gcp import Backoff, RetryPolicy
 from rl_lustre.gcp.images import Disks, Images, Instances, digest_label
-from rl_lustre.testing import FakeGCP
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-KW = {"backoff": Backoff(initial=0.005, maximum=0.02), "retry": RetryPolicy(attempts=2, initial=0.001, maximum=0.002)}
+KW = {"backoff": FAST_BACKOFF, "retry": FAST_RETRY}
 P, Z = "my-project", "us-east1-b"
 ZONE = f"projects/{P}/zones/{Z}"
 NEMO = "nvcr.io/nvidia/nemo-rl:v0.4.0"

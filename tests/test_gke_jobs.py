@@ -8,11 +8,8 @@ import pytest
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import ConfigError, NotReadyError
-from rl_lustre.gcp import Backoff, RetryPolicy
-from rl_lustre.testing import FakeGCP
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-FAST = Backoff(initial=0.005, maximum=0.02, multiplier=1.5)
-RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
 JOB = GRPOJob(name="tiny", recipe="grpo_math_8B_megatron", model="meta-llama/Llama-3.1-8B-Instruct")
 
 
@@ -62,7 +59,7 @@ def test_token_auth_without_the_token_in_this_process_is_refused_before_any_requ
 
 
 def test_a_backend_without_the_kubernetes_part_has_no_jobs(gcp: FakeGCP) -> None:
-    backend = GKEBackend(spec(), gcp_only=True, backoff=FAST, retry=RETRY)
+    backend = GKEBackend(spec(), gcp_only=True, backoff=FAST_BACKOFF, retry=FAST_RETRY)
     with pytest.raises(NotReadyError, match="gcp_only"):
         backend.submit(JOB)
     assert gcp.requests == []

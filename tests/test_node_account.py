@@ -14,12 +14,9 @@ import pytest
 from rl_lustre import Cluster
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import ConfigError, OwnershipError, ProvisioningError, RollbackError
-from rl_lustre.gcp import Backoff, RetryPolicy
 from rl_lustre.naming import node_service_account_id
-from rl_lustre.testing import FakeGCP
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-FAST = Backoff(initial=0.005, maximum=0.02, multiplier=1.5)
-RETRY = RetryPolicy(attempts=4, initial=0.005, maximum=0.01)
 PROJECT = "my-project"
 EMAIL = "rl-demo-nodes@my-project.iam.gserviceaccount.com"
 MEMBER = f"serviceAccount:{EMAIL}"
@@ -41,7 +38,7 @@ def spec(**kw: object) -> Cluster:
 
 
 def backend(cluster: Cluster) -> GKEBackend:
-    return GKEBackend(cluster, gcp_only=True, backoff=FAST, retry=RETRY)
+    return GKEBackend(cluster, gcp_only=True, backoff=FAST_BACKOFF, retry=FAST_RETRY)
 
 
 @pytest.fixture
@@ -256,7 +253,7 @@ def test_ls_finds_the_account_and_gc_collects_one_left_behind(gcp: FakeGCP) -> N
     from rl_lustre.inventory import collect_garbage, find_deployments
     from rl_lustre.provision.context import Apis
 
-    apis = Apis.from_env(backoff=FAST, retry=RETRY)
+    apis = Apis.from_env(backoff=FAST_BACKOFF, retry=FAST_RETRY)
     backend(spec()).up()
     [found] = find_deployments(PROJECT, apis=apis)
     assert found.get("node-sa").name == ACCOUNT
@@ -304,7 +301,7 @@ def test_a_fault_in_downs_unbinding_or_deletion_leaves_what_gc_finds_and_removes
     left = gcp.leaked("demo")
     assert f"iam.serviceAccounts {ACCOUNT}" in left
     assert set(left) <= {f"iam.serviceAccounts {ACCOUNT}", f"iam.bindings projects/{PROJECT} {NODE_ROLE} {MEMBER}"}
-    apis = Apis.from_env(backoff=FAST, retry=RETRY)
+    apis = Apis.from_env(backoff=FAST_BACKOFF, retry=FAST_RETRY)
     [orphan] = find_deployments(PROJECT, apis=apis)
     assert orphan.plan_keys() == ["node-sa"]
     # gc removes the rest; the other members' bindings were never touched.
@@ -329,7 +326,7 @@ def test_gc_leaves_a_young_account_alone_as_it_does_other_young_resources(gcp: F
     from rl_lustre.inventory import collect_garbage, find_deployments
     from rl_lustre.provision.context import Apis
 
-    apis = Apis.from_env(backoff=FAST, retry=RETRY)
+    apis = Apis.from_env(backoff=FAST_BACKOFF, retry=FAST_RETRY)
     backend(spec()).up()
     backend(spec()).down(keys=[r.key for r in spec().plan() if r.key != "node-sa"])
     [young] = find_deployments(PROJECT, apis=apis)
@@ -355,7 +352,7 @@ def test_down_by_name_of_a_deployment_on_the_users_account_leaves_iam_alone(gcp:
     mine = gcp.iam.seed_account(PROJECT, "rl-nodes")
     gcp.iam.bind(PROJECT, NODE_ROLE, f"serviceAccount:{mine}")
     backend(spec(node_service_account=mine)).up()
-    apis = Apis.from_env(backoff=FAST, retry=RETRY)
+    apis = Apis.from_env(backoff=FAST_BACKOFF, retry=FAST_RETRY)
     found = find_deployment("demo", project=PROJECT, apis=apis)
     assert found.get("gpu-pool").details["service_account"] == mine
     assert found.cluster().node_service_account == mine

@@ -14,12 +14,10 @@ from google.cloud import container_v1
 from rl_lustre import Cluster
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import GCPError, ProvisioningError
-from rl_lustre.gcp import Backoff, GkeNodePools, RetryPolicy
+from rl_lustre.gcp import GkeNodePools
 from rl_lustre.gcp.images import Images
-from rl_lustre.testing import FakeGCP
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-FAST = Backoff(initial=0.005, maximum=0.03)
-RETRY = RetryPolicy(attempts=2, initial=0.001, maximum=0.002)
 P = "my-project"
 NEMO = "nvcr.io/nvidia/nemo-rl:v0.4.0"
 
@@ -37,7 +35,7 @@ def spec(name: str = "demo", **kw: object) -> Cluster:
 
 
 def backend(c: Cluster) -> GKEBackend:
-    return GKEBackend(c, gcp_only=True, backoff=FAST, retry=RETRY)
+    return GKEBackend(c, gcp_only=True, backoff=FAST_BACKOFF, retry=FAST_RETRY)
 
 
 @pytest.fixture
@@ -56,7 +54,7 @@ def images(gcp: FakeGCP) -> list[str]:
 
 
 def gpu_pool_request(gcp: FakeGCP, deployment: str) -> container_v1.NodePool:
-    pool = GkeNodePools(backoff=FAST).get_or_none(
+    pool = GkeNodePools(backoff=FAST_BACKOFF).get_or_none(
         f"projects/{P}/locations/us-east1/clusters/{deployment}/nodePools/gpu-pool"
     )
     assert pool is not None
@@ -71,7 +69,7 @@ def test_built_once_booted_from_reused_kept_and_deleted_only_when_unused(gcp: Fa
     [image] = images(gcp)
     name = image.rsplit("/", 1)[1]
     assert name == f"{spec().plan().get('preload-image').name}-{digest[7:19]}"
-    found = Images(backoff=FAST).get_or_none(image)
+    found = Images(backoff=FAST_BACKOFF).get_or_none(image)
     assert (found.status, found.labels["rl-lustre-digest"]) == ("READY", digest[7:70])
     # The GPU pool boots from it, with what GKE requires for an image cache.
     cfg = gpu_pool_request(gcp, "demo").config
@@ -148,7 +146,7 @@ def test_the_gke_fake_holds_an_image_cache_to_googles_requirements(gcp: FakeGCP)
     from rl_lustre.gcp.container_requests import node_pool_request
 
     backend(spec(preload_image=False)).up()
-    pools = GkeNodePools(backoff=FAST, retry=RETRY)
+    pools = GkeNodePools(backoff=FAST_BACKOFF, retry=FAST_RETRY)
     cluster = f"projects/{P}/locations/us-east1/clusters/demo"
     plan = spec().plan()
     request = node_pool_request(plan, "gpu-pool", preload_image=f"projects/{P}/global/images/nope")

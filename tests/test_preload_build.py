@@ -17,13 +17,11 @@ import pytest
 
 from rl_lustre import naming
 from rl_lustre.errors import GCPError, PreloadBuildError
-from rl_lustre.gcp import Backoff, RetryPolicy, progress_hook
+from rl_lustre.gcp import progress_hook
 from rl_lustre.gcp.images import Disks, Images, Instances
 from rl_lustre.gcp.preload import PreloadBuild, ensure_preload_image, startup_script
-from rl_lustre.testing import FakeGCP
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-FAST = Backoff(initial=0.005, maximum=0.02)
-RETRY = RetryPolicy(attempts=2, initial=0.001, maximum=0.002)
 P, Z = "my-project", "us-east1-b"
 NEMO = "nvcr.io/nvidia/nemo-rl:v0.4.0"
 
@@ -56,10 +54,10 @@ def build(gcp: FakeGCP, **kw: Any) -> PreloadBuild:
 def ensure(b: PreloadBuild) -> Any:
     return ensure_preload_image(
         b,
-        images=Images(backoff=FAST, retry=RETRY),
-        disks=Disks(backoff=FAST, retry=RETRY),
-        instances=Instances(backoff=FAST, retry=RETRY),
-        backoff=FAST,
+        images=Images(backoff=FAST_BACKOFF, retry=FAST_RETRY),
+        disks=Disks(backoff=FAST_BACKOFF, retry=FAST_RETRY),
+        instances=Instances(backoff=FAST_BACKOFF, retry=FAST_RETRY),
+        backoff=FAST_BACKOFF,
     )
 
 

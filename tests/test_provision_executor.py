@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable
 
 import pytest
+from helpers.polling import FINE_BACKOFF
 
 from rl_lustre.errors import (
     OwnershipError,
@@ -19,7 +20,7 @@ from rl_lustre.errors import (
     RollbackError,
     TeardownError,
 )
-from rl_lustre.gcp._wait import Backoff, wait_for
+from rl_lustre.gcp._wait import wait_for
 from rl_lustre.plan import Plan, PlanGraphError, PlannedResource
 from rl_lustre.provision.executor import Executor
 from rl_lustre.provision.signals import cancel_on_signals
@@ -98,7 +99,7 @@ class FakeDriver:
             time.monotonic,
             done=lambda now: now >= deadline,
             timeout=30,
-            backoff=Backoff(initial=0.005, maximum=0.01),
+            backoff=FINE_BACKOFF,
         )
         if self.fail is not None:
             raise self.fail
@@ -360,7 +361,7 @@ def test_an_abandoned_teardown_stops_waiting_and_reports_what_is_left() -> None:
                 lambda: None,
                 done=lambda _: False,
                 timeout=60,
-                backoff=Backoff(initial=0.01, maximum=0.01),
+                backoff=FINE_BACKOFF,
             )
             return "deleted"
 

@@ -29,13 +29,11 @@ from rl_lustre.errors import (
     ProvisioningError,
     RollbackError,
 )
-from rl_lustre.gcp import Backoff, GkeClusters, RetryPolicy
+from rl_lustre.gcp import GkeClusters
 from rl_lustre.provision.kube_drivers import kube_keys
-from rl_lustre.testing import FakeGCP
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
 REPO = Path(__file__).resolve().parents[1]
-FAST = Backoff(initial=0.005, maximum=0.02, multiplier=1.5)
-RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
 PROJECT = "my-project"
 # Where each kind of plan node shows up in FakeGCP.resources().
 FAKE_OF_KIND = {
@@ -77,7 +75,7 @@ KUBE_KEYS = K8S_KEYS = kube_keys(spec().plan())
 
 
 def backend(cluster: Cluster, **kw: object) -> GKEBackend:
-    return GKEBackend(cluster, gcp_only=True, backoff=FAST, retry=RETRY, **kw)  # type: ignore[arg-type]
+    return GKEBackend(cluster, gcp_only=True, backoff=FAST_BACKOFF, retry=FAST_RETRY, **kw)  # type: ignore[arg-type]
 
 
 def remote_name(plan_key: str, cluster: Cluster) -> str:
@@ -151,7 +149,7 @@ def test_up_creates_exactly_the_plans_create_nodes_and_down_from_a_fresh_process
 
     # The control plane: DNS endpoint for IAM-authorised callers, IP endpoint behind
     # exactly the authorised networks.
-    made = GkeClusters(backoff=FAST).get_or_none(remote_name("gke-cluster", cluster))
+    made = GkeClusters(backoff=FAST_BACKOFF).get_or_none(remote_name("gke-cluster", cluster))
     endpoints = made.control_plane_endpoints_config
     assert endpoints.dns_endpoint_config.allow_external_traffic is True
     ip = endpoints.ip_endpoints_config.authorized_networks_config
@@ -337,7 +335,7 @@ def test_a_users_network_and_existing_volume_are_used_never_changed(gcp: FakeGCP
 def _connection_ranges(gcp: FakeGCP, network: str) -> list[str]:
     from rl_lustre.gcp import PsaConnections
 
-    found = PsaConnections(backoff=FAST).get_or_none(PROJECT, network)
+    found = PsaConnections(backoff=FAST_BACKOFF).get_or_none(PROJECT, network)
     return list(found["reservedPeeringRanges"]) if found else []
 
 
@@ -432,12 +430,12 @@ SIGNAL_SCRIPT = textwrap.dedent("""
     import logging, sys
     from rl_lustre import Cluster
     from rl_lustre.backends.gke import GKEBackend
-    from rl_lustre.gcp import Backoff, RetryPolicy
+    from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     cluster = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2,
                       fabric="tcp", preload_image=False)  # a completed preload image outlives a rollback
-    GKEBackend(cluster, gcp_only=True, backoff=Backoff(0.01, 0.05), retry=RetryPolicy(3, 0.01, 0.02)).up()
+    GKEBackend(cluster, gcp_only=True, backoff=FAST_BACKOFF, retry=FAST_RETRY).up()
     print("UP FINISHED", flush=True)
 """)
 
@@ -491,7 +489,7 @@ def test_with_the_kubernetes_part_up_applies_the_objects_and_waits_for_the_raycl
         cluster = spec(secrets=("HF_TOKEN",), prefetch_models=(), prepull_image=False)
         os.environ["HF_TOKEN"] = "hf_test_value_123"
         try:
-            b = GKEBackend(cluster, backoff=FAST, retry=RETRY)
+            b = GKEBackend(cluster, backoff=FAST_BACKOFF, retry=FAST_RETRY)
             report = b.up()
         finally:
             del os.environ["HF_TOKEN"]

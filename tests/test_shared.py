@@ -11,13 +11,10 @@ from google.cloud import compute_v1
 from rl_lustre import Cluster
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import OwnershipError
-from rl_lustre.gcp import Backoff, RetryPolicy
 from rl_lustre.gcp.images import Images, Instances
 from rl_lustre.shared import collect_shared, find_shared
-from rl_lustre.testing import FakeGCP
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-FAST = Backoff(initial=0.005, maximum=0.03)
-RETRY = RetryPolicy(attempts=2, initial=0.001, maximum=0.002)
 P, Z = "my-project", "us-east1-b"
 BUILD = {"managed-by": "rl-lustre", "rl-lustre-role": "preload-build"}
 
@@ -55,8 +52,8 @@ def killed_build_vm() -> compute_v1.Instance:
 
 def test_images_are_listed_with_their_users_and_builder_leftovers_collected_when_old(gcp: FakeGCP) -> None:
     cluster = Cluster(name="demo", project=P, region="us-east1", zone=Z, num_nodes=2, fabric="tcp")
-    GKEBackend(cluster, gcp_only=True, backoff=FAST, retry=RETRY).up()
-    Instances(backoff=FAST, retry=RETRY).insert(killed_build_vm(), parent=f"projects/{P}/zones/{Z}")
+    GKEBackend(cluster, gcp_only=True, backoff=FAST_BACKOFF, retry=FAST_RETRY).up()
+    Instances(backoff=FAST_BACKOFF, retry=FAST_RETRY).insert(killed_build_vm(), parent=f"projects/{P}/zones/{Z}")
     mine = gcp.seed_image(P, "team-nemo", holds=[cluster.image])  # not ours: no labels
 
     shared = find_shared(P)
@@ -84,7 +81,7 @@ def test_images_are_listed_with_their_users_and_builder_leftovers_collected_when
     assert find_shared(P).builders == ()
 
     # Once no pool boots from it, gc --preload-images deletes it; what is not ours stays.
-    GKEBackend(cluster, gcp_only=True, backoff=FAST, retry=RETRY).down()
+    GKEBackend(cluster, gcp_only=True, backoff=FAST_BACKOFF, retry=FAST_RETRY).down()
     unused = collect_shared(P, preload_images=True)
     assert [i.name for i in unused.images] == [image.name]
     assert not unused.deleted
@@ -92,4 +89,4 @@ def test_images_are_listed_with_their_users_and_builder_leftovers_collected_when
     gcp.settle()
     assert sorted(gcp.resources()["compute.images"]) == [mine]
     with pytest.raises(OwnershipError):
-        Images(backoff=FAST).delete_ours(mine, role="preload-image")
+        Images(backoff=FAST_BACKOFF).delete_ours(mine, role="preload-image")

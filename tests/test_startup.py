@@ -21,14 +21,11 @@ import pytest
 from rl_lustre import Cluster, GRPOJob, naming
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import ProvisioningError
-from rl_lustre.gcp import Backoff, RetryPolicy
 from rl_lustre.kube.prefetch import prefetch_command, prefetch_job
 from rl_lustre.oncluster.prefetch import MARK, repo_folder
-from rl_lustre.testing import FakeGCP
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 from rl_lustre.testing.kube import KubeFake, schema_validator
 
-FAST = Backoff(initial=0.01, maximum=0.05, multiplier=1.5)
-RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 # Lustre is the long branch, as in a real deployment: the pre-pull must not wait for it
 # (2 s leaves the GKE branch a wide margin on a loaded machine).
@@ -83,7 +80,7 @@ def cluster(**kw: object) -> Cluster:
 
 
 def backend(c: Cluster) -> GKEBackend:
-    return GKEBackend(c, backoff=FAST, retry=RETRY)
+    return GKEBackend(c, backoff=FAST_BACKOFF, retry=FAST_RETRY)
 
 
 def leftovers(gcp: FakeGCP, kube: KubeFake, name: str) -> tuple[list[str], list[str]]:

@@ -14,12 +14,9 @@ from rl_lustre import Cluster
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.catalog import WARM_FORMAT
 from rl_lustre.errors import ConfigError, ProvisioningError
-from rl_lustre.gcp import Backoff, RetryPolicy
 from rl_lustre.shared import find_warm_start
-from rl_lustre.testing import FakeGCP
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-FAST = Backoff(initial=0.005, maximum=0.03)
-RETRY = RetryPolicy(attempts=2, initial=0.001, maximum=0.002)
 P = "my-project"
 BUCKET = "warm-bucket"
 MANIFEST = "qwen/rl-lustre-manifest.json"
@@ -55,7 +52,7 @@ def spec(**kw: object) -> Cluster:
 
 
 def backend(c: Cluster) -> GKEBackend:
-    return GKEBackend(c, gcp_only=True, backoff=FAST, retry=RETRY)
+    return GKEBackend(c, gcp_only=True, backoff=FAST_BACKOFF, retry=FAST_RETRY)
 
 
 @pytest.fixture
@@ -228,17 +225,17 @@ def test_an_import_that_brought_every_model_whole_runs_no_prefetch_job(monkeypat
     with KubeFake() as kube, FakeGCP(kube=kube) as gcp:
         gcp.seed_bucket(BUCKET)
         gcp.seed_files(c.volume.resource_name(), DOWNLOADED)
-        full = GKEBackend(c, backoff=FAST, retry=RETRY)
+        full = GKEBackend(c, backoff=FAST_BACKOFF, retry=FAST_RETRY)
         # The first deployment fetches (its Job runs), exports, and goes.
         assert full.up().records["model-prefetch"].outcome == "created"
         full.down()
         # The next one: the import brought the model, its marker and its snapshot; no Job at all.
-        report = GKEBackend(c, backoff=FAST, retry=RETRY).up()
+        report = GKEBackend(c, backoff=FAST_BACKOFF, retry=FAST_RETRY).up()
         assert report.records["warm-import"].outcome == "created"
         assert report.records["model-prefetch"].outcome == "skipped"
         assert "the warm-start import brought Qwen/Qwen2.5-72B-Instruct" in report.records["model-prefetch"].note
         assert [j for j in kube.objects("Job") if j["metadata"]["name"] == job] == []
-        GKEBackend(c, backoff=FAST, retry=RETRY).down()
+        GKEBackend(c, backoff=FAST_BACKOFF, retry=FAST_RETRY).down()
         assert gcp.leaked() == []
 
 

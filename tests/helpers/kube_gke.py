@@ -13,13 +13,10 @@ import pytest
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.gke import GKEBackend
-from rl_lustre.gcp import Backoff, RetryPolicy
-from rl_lustre.testing import FakeGCP, KubeFake, kube_schema_validator
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP, KubeFake, kube_schema_validator
 
 from .nemo_image import nemo_rl_image
 
-FAST = Backoff(initial=0.005, maximum=0.05, multiplier=1.5)
-RETRY = RetryPolicy(attempts=3, initial=0.005, maximum=0.01)
 IMAGE = "rayproject/ray:2.60.0"
 # The image's examples/run_grpo_math.py: NeMo-RL's command line, handed to the rehearsal driver.
 SHIM = """\
@@ -57,7 +54,7 @@ class World:
 
     def cluster(self) -> Cluster:
         cluster = Cluster(**self.spec)
-        return cluster.use_backend(GKEBackend(cluster, backoff=FAST, retry=RETRY))
+        return cluster.use_backend(GKEBackend(cluster, backoff=FAST_BACKOFF, retry=FAST_RETRY))
 
     def api(self) -> Any:
         return self.kube.api_client()

@@ -25,9 +25,9 @@ import pytest
 from rl_lustre import Cluster
 from rl_lustre.ray.head import LocalHead
 from rl_lustre.ray.workers import LocalWorker
-from rl_lustre.testing import FakeGCP, KubeFake
+from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP, KubeFake
 
-from .kube_gke import FAST, IMAGE, RETRY, image
+from .kube_gke import IMAGE, image
 from .ray_fixtures import image_tools
 
 
@@ -126,6 +126,6 @@ def spot_gke(
             if gcp_setup is not None:
                 gcp_setup(gcp)
             cluster = Cluster(**spec)
-            cluster.use_backend(GKEBackend(cluster, backoff=FAST, retry=RETRY))
+            cluster.use_backend(GKEBackend(cluster, backoff=FAST_BACKOFF, retry=FAST_RETRY))
             with cluster:
                 yield cluster, kube
