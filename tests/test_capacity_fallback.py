@@ -8,25 +8,16 @@ import shlex
 
 import grpc
 import pytest
+from helpers.specs import SMALL
 
 from rl_lustre import Cluster
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.errors import ConfigError, NoCapacityError, ProvisioningError
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-BASE: dict[str, object] = {
-    "name": "demo",
-    "project": "my-project",
-    "region": "us-east1",
-    "zone": "us-east1-b",
-    "num_nodes": 2,
-    "preload_image": False,
-    "fabric": "tcp",
-}
-
 
 def spec(**kw: object) -> Cluster:
-    return Cluster(**{**BASE, **kw})  # type: ignore[arg-type]
+    return Cluster(**{**SMALL, **kw})  # type: ignore[arg-type]
 
 
 def backend(cluster: Cluster, **kw: object) -> GKEBackend:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import attrs
 import pytest
 from google.cloud import container_v1
+from helpers import specs
 
 from rl_lustre import Capacity, Cluster
 from rl_lustre.errors import ConfigError
@@ -13,14 +14,7 @@ from rl_lustre.gcp.container_requests import node_pool_request
 from rl_lustre.plan.capacity import capacity_lanes
 from rl_lustre.plan.nodepools import gpu_pool
 
-GKE = {
-    "name": "demo",
-    "project": "my-project",
-    "region": "us-east1",
-    "zone": "us-east1-b",
-    "fabric": "tcp",
-    "preload_image": False,
-}
+GKE = {**specs.GKE, "fabric": "tcp", "preload_image": False}
 
 
 def _requests(cluster: Cluster) -> list[container_v1.NodePool]:

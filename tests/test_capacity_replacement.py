@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+from helpers.specs import SMALL
+
 from rl_lustre import Cluster, naming
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.catalog import GKE_NODEPOOL_LABEL, GKE_SPOT_LABEL
@@ -28,13 +30,7 @@ def _workers_on(kube: KubeFake, raycluster: str) -> dict[str, str]:
 
 def test_lost_spot_nodes_are_replaced_from_the_flex_start_standby_pool() -> None:
     c = Cluster(
-        name="demo",
-        project="my-project",
-        region="us-east1",
-        zone="us-east1-b",
-        num_nodes=2,
-        fabric="tcp",
-        preload_image=False,
+        **SMALL,
         prepull_image=False,
         prefetch_models=(),
         secrets=(),

@@ -8,6 +8,7 @@ import logging
 import time
 
 import pytest
+from helpers.specs import SMALL
 
 from rl_lustre import Capacity, Cluster
 from rl_lustre.backends.gke import GKEBackend
@@ -16,16 +17,10 @@ from rl_lustre.provision.scaleup import PROBE_COMPONENT
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP, KubeFake
 
 BASE: dict[str, object] = {
-    "name": "demo",
-    "project": "my-project",
-    "region": "us-east1",
-    "zone": "us-east1-b",
-    "num_nodes": 2,
-    "preload_image": False,
+    **SMALL,
     "prepull_image": False,
     "prefetch_models": (),
     "secrets": (),
-    "fabric": "tcp",
 }
 
 

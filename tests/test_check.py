@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 from click.testing import CliRunner
+from helpers.specs import GKE
 
 from rl_lustre import Capacity, Cluster, LustreVolume
 from rl_lustre.check import quota_metric
@@ -17,7 +18,7 @@ from rl_lustre.cli._app import cli
 from rl_lustre.errors import CapacityError, QuotaExceededError
 from rl_lustre.testing import FakeGCP
 
-SPEC = {"name": "chk", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 2}
+SPEC = {**GKE, "name": "chk", "num_nodes": 2}
 READ_ONLY = {
     "compute.zones.get",
     "compute.machineTypes.get",

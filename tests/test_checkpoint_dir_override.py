@@ -9,13 +9,14 @@ import warnings
 from pathlib import Path
 
 import pytest
+from helpers.specs import GKE
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.submission import prepare
 from rl_lustre.errors import NothingToDoWarning
 from rl_lustre.oncluster import jobargs
 
-CLUSTER = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+CLUSTER = Cluster(**GKE)
 ELSEWHERE = "/lustre/elsewhere/x"
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers.specs import GKE
 
 from rl_lustre import Cluster, LustreVolume
 from rl_lustre.backends.gke import GKEBackend
@@ -49,10 +50,7 @@ def run(*args: str, code: int = 0) -> Any:
 def _plant_leftover(gcp: FakeGCP) -> Cluster:
     """What a crash leaves: a deployment's network, PSA range, firewall, Lustre and node account, no GKE cluster."""
     crashed = Cluster(
-        name="crashed",
-        project="my-project",
-        region="us-east1",
-        zone="us-east1-b",
+        **{**GKE, "name": "crashed"},
         fabric="tcp",
         volume=LustreVolume(name="crashed-lustre", capacity_gib=9_000, throughput_mbps_per_tib=1000),
     )
@@ -78,10 +76,7 @@ def test_plan_up_ls_gc_down_on_the_fakes(fakes: FakeGCP, tmp_path: Path) -> None
 
     plan = run("plan", target, "--json")
     spec = Cluster(
-        name="cli-e2e",
-        project="my-project",
-        region="us-east1",
-        zone="us-east1-b",
+        **{**GKE, "name": "cli-e2e"},
         num_nodes=2,
         secrets=[],
         fabric="tcp",

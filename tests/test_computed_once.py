@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 import pytest
+from helpers.specs import GKE
 
 import rl_lustre
 from rl_lustre import Cluster, GRPOJob
@@ -34,10 +35,8 @@ from rl_lustre.plan import build_plan
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP, KubeFake
 
 SPEC: dict[str, Any] = {
+    **GKE,
     "name": "once",
-    "project": "my-project",
-    "region": "us-east1",
-    "zone": "us-east1-b",
     "num_nodes": 1,
     "image": "rayproject/ray:2.60.0",
     "prefetch_models": (),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from helpers.specs import GKE
 
 from rl_lustre import Cluster, LustreVolume
 from rl_lustre.catalog import PRICES, MachinePrice
@@ -15,7 +16,7 @@ from rl_lustre.prices import Prices
 from rl_lustre.ray.jobs import JobInfo
 from rl_lustre.run import Run
 
-BASE = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+BASE = Cluster(**GKE)
 
 
 def test_every_priced_resource_of_the_plan_and_the_total() -> None:
@@ -97,16 +98,13 @@ def test_discounts_and_a_region_without_recorded_prices() -> None:
     assert cheaper.get("cpu-pool").usd_per_hour == pytest.approx(list_price.get("cpu-pool").usd_per_hour * 0.8)
     assert cheaper.get("lustre").usd_per_hour == pytest.approx(list_price.get("lustre").usd_per_hour * 0.9)
 
-    europe = Cluster(name="demo", project="my-project", region="europe-west4", zone="europe-west4-b").plan().cost()
+    europe = Cluster(**{**GKE, "region": "europe-west4", "zone": "europe-west4-b"}).plan().cost()
     assert europe.get("gpu-pool").note == "no price recorded for europe-west4; us-central1's list price used"
 
 
 def test_an_unknown_machine_type_makes_the_estimate_incomplete_not_wrong() -> None:
     odd = Cluster(
-        name="demo",
-        project="my-project",
-        region="us-east1",
-        zone="us-east1-b",
+        **GKE,
         machine_type="x9-gpu-8g",
         accelerator_type="nvidia-l4",
         gpus_per_node=8,

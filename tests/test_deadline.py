@@ -7,6 +7,7 @@ import shlex
 import warnings
 
 import pytest
+from helpers.specs import GKE
 
 from rl_lustre import Capacity, Cluster, GRPOJob
 from rl_lustre.backends.submission import prepare
@@ -19,9 +20,7 @@ from rl_lustre.nemo_rl.deadline import (
     save_by_text,
 )
 
-CLUSTER = Cluster(
-    name="flex", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2, capacity=("flex-start",)
-)
+CLUSTER = Cluster(**{**GKE, "name": "flex"}, num_nodes=2, capacity=("flex-start",))
 JOB = GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=10)
 T0 = 1_800_000_000.0
 
@@ -103,10 +102,7 @@ def test_the_gke_backend_passes_the_granted_deadline_to_every_job() -> None:
 def test_preflight_warns_when_a_run_on_flex_start_cannot_save() -> None:
     off = GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=10, checkpointing=False)
     flex = Cluster(
-        name="flex",
-        project="my-project",
-        region="us-east1",
-        zone="us-east1-b",
+        **{**GKE, "name": "flex"},
         num_nodes=2,
         capacity=(Capacity("flex-start", max_run_duration=2 * 3600),),
     )
@@ -114,5 +110,5 @@ def test_preflight_warns_when_a_run_on_flex_start_cannot_save() -> None:
     assert "live at most 2 h" in warning
     assert "cannot finish inside the capacity's lifetime" in warning
     assert not [w for w in JOB.preflight(flex) if "flex-start" in w]  # it saves: no warning
-    spot = Cluster(name="flex", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2)
+    spot = Cluster(**{**GKE, "name": "flex"}, num_nodes=2)
     assert not [w for w in off.preflight(spot) if "flex-start" in w]

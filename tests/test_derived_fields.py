@@ -12,11 +12,10 @@ from pathlib import Path
 
 import attrs
 import pytest
+from helpers.specs import GKE
 
 from rl_lustre import Cluster, GRPOJob, LustreVolume
 from rl_lustre.errors import ConfigError
-
-GKE = {"name": "demo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b"}
 
 
 def test_ray_version_follows_the_image() -> None:

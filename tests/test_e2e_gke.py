@@ -33,6 +33,7 @@ import attrs
 import pytest
 from helpers.nemo_image import nemo_rl_image
 from helpers.ray_fixtures import FAKE_HF_TOKEN
+from helpers.specs import GKE
 
 import rl_lustre
 from rl_lustre import Cluster, GRPOJob
@@ -119,10 +120,8 @@ def world(local_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("HF_TOKEN", "hf_e2e_" + uuid.uuid4().hex)
     host, port = head.dashboard_url.removeprefix("http://").rsplit(":", 1)
     spec = {
+        **GKE,
         "name": "rl-e2e",
-        "project": "my-project",
-        "region": "us-east1",
-        "zone": "us-east1-b",
         "num_nodes": 1,
         "image": IMAGE,
         "mount_path": str(tmp_path / "lustre"),
@@ -321,10 +320,8 @@ def test_a_raycluster_we_did_not_create_is_reached_through_a_kubeconfig(
         pytest.skip("the session's Ray head does not run in token mode")
     host, port = head.dashboard_url.removeprefix("http://").rsplit(":", 1)
     spec = {
+        **GKE,
         "name": "theirs",
-        "project": "my-project",
-        "region": "us-east1",
-        "zone": "us-east1-b",
         "num_nodes": 1,
         "image": IMAGE,
         "mount_path": str(tmp_path / "lustre"),

@@ -11,6 +11,7 @@ import json
 
 import pytest
 from google.cloud import compute_v1, container_v1
+from helpers.specs import GKE, PROJECT
 
 from rl_lustre import Cluster
 from rl_lustre.errors import ConfigError, GCPError, ProvisioningError
@@ -20,17 +21,13 @@ from rl_lustre.gcp.container_requests import cluster_request, node_pool_request
 from rl_lustre.kube.schema import validate_networking
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-PROJECT = "my-project"
 FABRIC_KINDS = ("networking.gke.io/v1/GKENetworkParamSet", "networking.gke.io/v1/Network", "apps/v1/DaemonSet")
 
 
 def spec(**kw: object) -> Cluster:
     # Without the start-up nodes (image pre-pull, model prefetch): their tests are elsewhere.
     base: dict[str, object] = {
-        "name": "demo",
-        "project": PROJECT,
-        "region": "us-east1",
-        "zone": "us-east1-b",
+        **GKE,
         "num_nodes": 2,
         "prefetch_models": (),
         "prepull_image": False,

@@ -7,12 +7,13 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import specs
 
 import rl_lustre
 from rl_lustre.errors import ConfigError
 from rl_lustre.testing import FakeGKE
 
-GKE = {"name": "my-grpo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b"}
+GKE = {**specs.GKE, "name": "my-grpo"}
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from google.cloud import compute_v1
+from helpers.specs import GKE, PROJECT
 
 from rl_lustre import Cluster
 from rl_lustre.errors import GCPError, OperationFailedError, OwnershipError, WaitTimeoutError
@@ -32,8 +33,7 @@ from rl_lustre.gcp.lustre import LustreInstances, instance_request
 from rl_lustre.gcp.servicenetworking import PsaConnections, connection_name
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP, project_number
 
-PROJECT = "my-project"
-CLUSTER = Cluster(name="demo", project=PROJECT, region="us-east1", zone="us-east1-b")
+CLUSTER = Cluster(**GKE)
 PLAN = CLUSTER.plan()
 GLOBAL, REGIONAL = f"projects/{PROJECT}/global", f"projects/{PROJECT}/regions/us-east1"
 KW = {"backoff": FAST_BACKOFF, "retry": FAST_RETRY}

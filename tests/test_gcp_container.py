@@ -13,6 +13,7 @@ import grpc
 import pytest
 from google.cloud import container_v1
 from helpers.polling import giving_up_after
+from helpers.specs import GKE, PROJECT
 
 from rl_lustre import Cluster
 from rl_lustre.errors import (
@@ -32,13 +33,9 @@ from rl_lustre.gcp.container_requests import (
 )
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-PROJECT = "my-project"
 # The reference graph (one NIC); the fabric's requests are tested in test_fabric.py.
 BASE = Cluster(
-    name="demo",
-    project=PROJECT,
-    region="us-east1",
-    zone="us-east1-b",
+    **GKE,
     authorized_networks=["203.0.113.7/32", "198.51.100.0/24"],
     labels={"team": "rl"},
     fabric="tcp",

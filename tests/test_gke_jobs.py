@@ -4,6 +4,7 @@ request that could not succeed. The working path is in ``test_e2e_gke.py``."""
 from __future__ import annotations
 
 import pytest
+from helpers.specs import GKE
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.gke import GKEBackend
@@ -15,10 +16,8 @@ JOB = GRPOJob(name="tiny", recipe="grpo_math_8B_megatron", model="meta-llama/Lla
 
 def spec(**kw: object) -> Cluster:
     base: dict[str, object] = {
+        **GKE,
         "name": "jobs-demo",
-        "project": "my-project",
-        "region": "us-east1",
-        "zone": "us-east1-b",
         "num_nodes": 1,
     }
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]

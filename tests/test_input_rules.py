@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.specs import GKE
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from rl_lustre import Cluster, GRPOJob
@@ -26,7 +27,6 @@ from rl_lustre.errors import ConfigError
 from rl_lustre.nemo_rl import render_override
 from rl_lustre.recovery import shipped_package, supervised
 
-GKE = {"name": "demo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b"}
 STOP = "policy.generation.stop_strings"
 # Values with newlines and tabs, where NeMo-RL takes strings.
 WHITESPACE_VALUES: list[tuple[str, Any]] = [

@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 import pytest
+from helpers.specs import GKE, REFERENCE
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from rl_lustre import Cluster, GRPOJob
@@ -33,7 +34,7 @@ SECRET_VALUE = "hf_SuperSecretValue123"
 
 
 def reference_cluster(**kw: Any) -> Cluster:
-    return Cluster(name="ray-a4-gpu-spot", project="my-project", region="us-east1", zone="us-east1-b", **kw)
+    return Cluster(**REFERENCE, **kw)
 
 
 def reference_job(**kw: Any) -> GRPOJob:
@@ -336,10 +337,7 @@ def test_entry_script_follows_the_nemo_rl_version() -> None:
     tokens = shlex.split(reference_job(nemo_rl_version="0.6.0").entrypoint(reference_cluster()))
     assert tokens[6] == "examples/run_grpo.py"
     from_image = Cluster(
-        name="demo",
-        project="my-project",
-        region="us-east1",
-        zone="us-east1-b",
+        **GKE,
         image="nvcr.io/nvidia/nemo-rl:v0.6.0",
         ray_version="2.49.2",
     )

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import attrs
 import pytest
+from helpers.specs import GKE
 
 from rl_lustre import Cluster
 from rl_lustre.errors import KubernetesError, NotReadyError, OwnershipError, WaitTimeoutError
@@ -45,9 +46,7 @@ def api(fake: KubeFake):
 
 
 def make_cluster(**changes: object) -> Cluster:
-    cluster = Cluster(
-        name=DEPLOYMENT, project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2, fabric="tcp"
-    )
+    cluster = Cluster(**{**GKE, "name": DEPLOYMENT}, num_nodes=2, fabric="tcp")
     if changes:
         cluster = attrs.evolve(cluster, **changes)
     cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"  # as LustreVolume.refresh() would
@@ -230,7 +229,7 @@ def test_immutable_difference_is_reported_not_patched(fake: KubeFake, api) -> No
 
 
 def test_pv_without_a_lustre_address_is_refused_before_any_request(fake: KubeFake, api) -> None:
-    cluster = Cluster(name=DEPLOYMENT, project="my-project", region="us-east1", zone="us-east1-b", fabric="tcp")
+    cluster = Cluster(**{**GKE, "name": DEPLOYMENT}, fabric="tcp")
     with pytest.raises(NotReadyError, match="no Lustre address"):
         apply_manifests(api, build_manifests(cluster), deployment=DEPLOYMENT)
     assert fake.requests == []

@@ -28,6 +28,7 @@ from helpers import kube_both
 from helpers.kube_both import is_real, wait
 from helpers.kube_gke import IMAGE, JOB, WORLDS, World, image, ray_token, world_on
 from helpers.kube_inventory import inventory
+from helpers.specs import GKE
 
 from rl_lustre import Cluster, naming
 from rl_lustre.backends.gke import GKEBackend
@@ -46,10 +47,8 @@ def world(
     monkeypatch.setenv("HF_TOKEN", "hf_kg_" + uuid.uuid4().hex)
     host, port = head.dashboard_url.removeprefix("http://").rsplit(":", 1)
     spec = {
+        **GKE,
         "name": "kg",
-        "project": "my-project",
-        "region": "us-east1",
-        "zone": "us-east1-b",
         # One A4 node: the job runs on the session head, which has one node's 8 GPUs.
         "num_nodes": 1,
         "image": IMAGE,

@@ -34,6 +34,7 @@ import attrs
 import pytest
 from helpers.kube_both import core, wait
 from helpers.kube_gke import IMAGE, World, world_on
+from helpers.specs import GKE
 from helpers.spot_gke import SpotHead, nemo_rl_dir
 
 from rl_lustre import GRPOJob, naming
@@ -66,10 +67,8 @@ def world(
     monkeypatch.setenv("HF_TOKEN", "hf_ks_" + uuid.uuid4().hex)
     host, port = spot_head.head.dashboard_url.removeprefix("http://").rsplit(":", 1)
     spec = {
+        **GKE,
         "name": "ks",
-        "project": "my-project",
-        "region": "us-east1",
-        "zone": "us-east1-b",
         "num_nodes": 1,
         "image": IMAGE,
         "mount_path": str(tmp_path / "lustre"),

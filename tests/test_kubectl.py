@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.specs import GKE
 
 from rl_lustre import Cluster
 from rl_lustre.kube.manifests import build_manifests
@@ -76,7 +77,7 @@ def kubectl(fake: KubeFake, tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def manifest_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cluster = Cluster(
-        name=NAME, project="my-project", region="us-east1", zone="us-east1-b", num_nodes=1, fabric="tcp"
+        **{**GKE, "name": NAME}, num_nodes=1, fabric="tcp"
     )  # the reference objects; the fabric's have their own tests
     cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"  # as LustreVolume.refresh() would
     objects = json.loads(json.dumps(build_manifests(cluster, secret_values={"HF_TOKEN": "hf_kubectl"}, redact=False)))

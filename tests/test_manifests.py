@@ -12,6 +12,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from helpers.specs import REFERENCE
 from kubernetes.utils import parse_quantity
 
 from rl_lustre import Cluster, LustreVolume
@@ -27,14 +28,7 @@ PLANTED = "hf_PLANTED-s3cr3t-9f8e7d"
 
 def gke(**kwargs: Any) -> Cluster:
     # The reference workflow's objects; fabric="rdma" adds its own (see the rdma variants).
-    base: dict[str, Any] = {
-        "name": "ray-a4-gpu-spot",
-        "project": "my-project",
-        "region": "us-east1",
-        "zone": "us-east1-b",
-        "fabric": "tcp",
-    }
-    return Cluster(**(base | kwargs))
+    return Cluster(**{**REFERENCE, "fabric": "tcp", **kwargs})
 
 
 def by_kind(manifests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from google.cloud import monitoring_v3
+from helpers.specs import GKE
 
 from rl_lustre import Cluster
 from rl_lustre.errors import ConfigError
@@ -17,7 +18,7 @@ from rl_lustre.run import Run
 from rl_lustre.testing import FakeGCP
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
-CLUSTER = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", num_nodes=2)
+CLUSTER = Cluster(**GKE, num_nodes=2)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import re
 import attrs
 import grpc
 import pytest
+from helpers.specs import PROJECT, SMALL
 
 from rl_lustre import Cluster
 from rl_lustre.backends.gke import GKEBackend
@@ -17,7 +18,6 @@ from rl_lustre.errors import ConfigError, OwnershipError, ProvisioningError, Rol
 from rl_lustre.naming import node_service_account_id
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-PROJECT = "my-project"
 EMAIL = "rl-demo-nodes@my-project.iam.gserviceaccount.com"
 MEMBER = f"serviceAccount:{EMAIL}"
 NODE_ROLE = "roles/container.defaultNodeServiceAccount"
@@ -25,16 +25,7 @@ ACCOUNT = f"projects/{PROJECT}/serviceAccounts/{EMAIL}"
 
 
 def spec(**kw: object) -> Cluster:
-    base: dict[str, object] = {
-        "name": "demo",
-        "project": PROJECT,
-        "region": "us-east1",
-        "zone": "us-east1-b",
-        "num_nodes": 2,
-        "preload_image": False,
-        "fabric": "tcp",
-    }
-    return Cluster(**{**base, **kw})  # type: ignore[arg-type]
+    return Cluster(**{**SMALL, **kw})  # type: ignore[arg-type]
 
 
 def backend(cluster: Cluster) -> GKEBackend:

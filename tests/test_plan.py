@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 import pytest
+from helpers import specs
 
 from rl_lustre import Cluster, LustreVolume
 from rl_lustre.catalog import LABEL_DEPLOYMENT, LABEL_MANAGED_BY
@@ -20,13 +21,7 @@ from rl_lustre.plan import Plan, PlanGraphError, PlannedResource
 
 # The reference workflow's graph: one NIC (fabric="tcp"); the GPUDirect-RDMA fabric that
 # is the default on A4 adds its own nodes, tested in test_fabric.py.
-REFERENCE = {
-    "name": "ray-a4-gpu-spot",
-    "project": "my-project",
-    "region": "us-east1",
-    "zone": "us-east1-b",
-    "fabric": "tcp",
-}
+REFERENCE = {**specs.REFERENCE, "fabric": "tcp"}
 HEAVY = ("ray", "kubernetes", "grpc", "google.cloud", "google.api_core", "google.auth", "hydra", "omegaconf", "rich")
 LUSTRE_CHAIN = {"psa-range", "psa-peering", "firewall-lustre", "lustre"}
 GKE_CHAIN = {"node-sa", "gke-cluster", "cpu-pool", "gpu-pool"}
@@ -119,11 +114,7 @@ def test_in_a_users_network_google_picks_the_psa_block_after_the_subnet() -> Non
         SUBNET_CIDR,
     )
 
-    theirs = (
-        Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", network="shared-vpc")
-        .plan()
-        .get("psa-range")
-    )
+    theirs = Cluster(**specs.GKE, network="shared-vpc").plan().get("psa-range")
     assert theirs.depends_on == ("subnet",)
     assert "address" not in theirs.settings
     ours = ipaddress.ip_network(f"{PSA_ADDRESS}/{PSA_PREFIX_LENGTH}")

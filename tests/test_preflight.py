@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.specs import REFERENCE
 
 from rl_lustre import Cluster, GRPOJob, LustreVolume
 from rl_lustre.errors import ConfigError, PreflightError
@@ -17,7 +18,7 @@ SECRET_VALUE = "hf_SuperSecretValue123"
 
 
 def cluster(**kw: Any) -> Cluster:
-    return Cluster(name="ray-a4-gpu-spot", project="my-project", region="us-east1", zone="us-east1-b", **kw)
+    return Cluster(**REFERENCE, **kw)
 
 
 def job(**kw: Any) -> GRPOJob:

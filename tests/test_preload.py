@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 from google.cloud import container_v1
+from helpers.specs import GKE, PROJECT
 
 from rl_lustre import Cluster
 from rl_lustre.backends.gke import GKEBackend
@@ -18,16 +19,13 @@ from rl_lustre.gcp import GkeNodePools
 from rl_lustre.gcp.images import Images
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-P = "my-project"
 NEMO = "nvcr.io/nvidia/nemo-rl:v0.4.0"
 
 
 def spec(name: str = "demo", **kw: object) -> Cluster:
     base: dict[str, object] = {
+        **GKE,
         "name": name,
-        "project": P,
-        "region": "us-east1",
-        "zone": "us-east1-b",
         "num_nodes": 2,
         "fabric": "tcp",
     }
@@ -55,7 +53,7 @@ def images(gcp: FakeGCP) -> list[str]:
 
 def gpu_pool_request(gcp: FakeGCP, deployment: str) -> container_v1.NodePool:
     pool = GkeNodePools(backoff=FAST_BACKOFF).get_or_none(
-        f"projects/{P}/locations/us-east1/clusters/{deployment}/nodePools/gpu-pool"
+        f"projects/{PROJECT}/locations/us-east1/clusters/{deployment}/nodePools/gpu-pool"
     )
     assert pool is not None
     return pool
@@ -124,15 +122,15 @@ def test_your_own_image_is_used_as_it_is_and_never_deleted(gcp: FakeGCP) -> None
     c = spec(preload_image="projects/my-project/global/images/team-nemo")
     with pytest.raises(ProvisioningError, match="no such disk image"):
         backend(c).up()
-    gcp.seed_image(P, "team-nemo", holds=[NEMO])  # built with their own pipeline
+    gcp.seed_image(PROJECT, "team-nemo", holds=[NEMO])  # built with their own pipeline
     report = backend(c).up()
     assert report.get("preload-image").outcome == "used"
     assert builds(gcp) == 0
     assert [d.disk_image for d in gpu_pool_request(gcp, "demo").config.secondary_boot_disks] == [
-        f"projects/{P}/global/images/team-nemo"
+        f"projects/{PROJECT}/global/images/team-nemo"
     ]
     backend(c).down(delete_preload_image=True)
-    assert f"projects/{P}/global/images/team-nemo" in images(gcp)
+    assert f"projects/{PROJECT}/global/images/team-nemo" in images(gcp)
 
 
 def test_off_there_is_no_image_and_the_gpu_pool_boots_plainly(gcp: FakeGCP) -> None:
@@ -147,9 +145,9 @@ def test_the_gke_fake_holds_an_image_cache_to_googles_requirements(gcp: FakeGCP)
 
     backend(spec(preload_image=False)).up()
     pools = GkeNodePools(backoff=FAST_BACKOFF, retry=FAST_RETRY)
-    cluster = f"projects/{P}/locations/us-east1/clusters/demo"
+    cluster = f"projects/{PROJECT}/locations/us-east1/clusters/demo"
     plan = spec().plan()
-    request = node_pool_request(plan, "gpu-pool", preload_image=f"projects/{P}/global/images/nope")
+    request = node_pool_request(plan, "gpu-pool", preload_image=f"projects/{PROJECT}/global/images/nope")
     request.name = "extra"
     request.config.gcfs_config.enabled = False
     with pytest.raises(GCPError, match="requires Image streaming"):

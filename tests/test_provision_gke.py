@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from helpers.specs import GKE, PROJECT
 
 from rl_lustre import Cluster, LustreVolume
 from rl_lustre._output import enable_output
@@ -34,7 +35,6 @@ from rl_lustre.provision.kube_drivers import kube_keys
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
 REPO = Path(__file__).resolve().parents[1]
-PROJECT = "my-project"
 # Where each kind of plan node shows up in FakeGCP.resources().
 FAKE_OF_KIND = {
     "compute.v1.Network": "compute.networks",
@@ -54,10 +54,7 @@ def spec(**kw: object) -> Cluster:
     # Without the preload image, whose build, reuse and rollback are test_preload.py's (the
     # first test below deploys it too, in the whole graph).
     base: dict[str, object] = {
-        "name": "demo",
-        "project": PROJECT,
-        "region": "us-east1",
-        "zone": "us-east1-b",
+        **GKE,
         "num_nodes": 2,
         "preload_image": False,
     }

@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 import pytest
+from helpers.specs import REFERENCE
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.errors import ConfigError, PreflightError
@@ -18,7 +19,7 @@ from rl_lustre.nemo_rl import config_cache, resolve_config
 
 def cluster(**kw: Any) -> Cluster:
     kw.setdefault("num_nodes", 1)
-    return Cluster(name="ray-a4-gpu-spot", project="my-project", region="us-east1", zone="us-east1-b", **kw)
+    return Cluster(**REFERENCE, **kw)
 
 
 SMALL = GRPOJob(

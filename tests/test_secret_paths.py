@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from helpers.ray_fixtures import FAKE_HF_TOKEN
+from helpers.specs import GKE
 
 from rl_lustre import Cluster, GRPOJob, LustreVolume
 from rl_lustre.errors import RLLustreError
@@ -21,7 +22,6 @@ from rl_lustre.errors import RLLustreError
 # The documented shapes of a Hugging Face token and a W&B API key; not live credentials.
 HF = "hf_" + "Zq8wX2cV4bN6mM1kL3jH5gF7dS9aP0oI7u"
 WANDB = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b"
-GKE = {"name": "demo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b"}
 
 
 def _attempts(token: str) -> list[Callable[[], Any]]:

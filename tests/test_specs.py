@@ -7,16 +7,15 @@ from typing import Any
 
 import attrs
 import pytest
+from helpers.specs import REFERENCE
 
 import rl_lustre
 from rl_lustre import Cluster, GRPOJob, LustreVolume
 from rl_lustre.errors import ConfigError, RLLustreError
 
-GKE = {"name": "ray-a4-gpu-spot", "project": "my-project", "region": "us-east1", "zone": "us-east1-b"}
-
 
 def test_cluster_defaults_are_the_reference_workflow() -> None:
-    c = Cluster(**GKE)
+    c = Cluster(**REFERENCE)
     assert (c.machine_type, c.accelerator_type, c.gpus_per_node, c.num_nodes, c.spot) == (
         "a4-highgpu-8g",
         "nvidia-b200",
@@ -35,7 +34,7 @@ def test_cluster_defaults_are_the_reference_workflow() -> None:
 
 
 def test_default_volume_follows_the_cluster() -> None:
-    c = Cluster(**GKE)
+    c = Cluster(**REFERENCE)
     assert c.volume is not None
     assert (c.volume.name, c.volume.project, c.volume.zone, c.volume.network) == (
         "ray-a4-gpu-spot-lustre",
@@ -54,7 +53,7 @@ def test_default_volume_follows_the_cluster() -> None:
 
 def test_user_volume_keeps_its_settings_when_the_cluster_moves() -> None:
     vol = LustreVolume(name="shared-ckpt", throughput_mbps_per_tib=1000, capacity_gib=18_000)
-    c = Cluster(**GKE, volume=vol)
+    c = Cluster(**REFERENCE, volume=vol)
     moved = attrs.evolve(c, zone="us-east1-d")
     assert moved.volume is not None
     assert (moved.volume.name, moved.volume.capacity_gib, moved.volume.zone) == (
@@ -65,7 +64,7 @@ def test_user_volume_keeps_its_settings_when_the_cluster_moves() -> None:
 
 
 def test_specs_are_frozen_hashable_and_picklable() -> None:
-    c = Cluster(**GKE, labels={"team": "rl"})
+    c = Cluster(**REFERENCE, labels={"team": "rl"})
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         c.num_nodes = 2  # type: ignore[misc]
     with pytest.raises(TypeError):
@@ -105,63 +104,68 @@ def test_local_cluster() -> None:
 # Each entry: (constructor, kwargs, field named in the error, a fragment of the rule).
 V = LustreVolume
 INVALID: list[tuple[Any, dict[str, Any], str, str]] = [
-    (Cluster, {**GKE, "name": "Ray"}, "name", "lowercase"),
-    (Cluster, {**GKE, "name": "1ray"}, "name", "start with a letter"),
-    (Cluster, {**GKE, "name": "ray-"}, "name", "not end with"),
-    (Cluster, {**GKE, "name": "r" * 41}, "name", "1-40"),
-    (Cluster, {**GKE, "name": "ray_a4"}, "name", "hyphens"),
-    (Cluster, {**GKE, "project": "My-Project"}, "project", "project ID"),
-    (Cluster, {**GKE, "project": "abc"}, "project", "6-30"),
-    (Cluster, {**GKE, "project": None}, "project", "required"),
-    (Cluster, {**GKE, "region": "useast1"}, "region", "region like"),
-    (Cluster, {**GKE, "zone": "us-east1"}, "zone", "zone like"),
-    (Cluster, {**GKE, "zone": "us-west1-b"}, "zone", "zone of region 'us-east1'"),
-    (Cluster, {**GKE, "num_nodes": 0}, "num_nodes", "at least 1"),
-    (Cluster, {**GKE, "num_nodes": 2.5}, "num_nodes", "whole number"),
-    (Cluster, {**GKE, "num_nodes": True}, "num_nodes", "whole number"),
-    (Cluster, {**GKE, "gpus_per_node": 4}, "gpus_per_node", "exactly 8"),
-    (Cluster, {**GKE, "machine_type": "a3-highgpu-8g", "gpus_per_node": 2}, "gpus_per_node", "exactly 8"),
-    (Cluster, {**GKE, "accelerator_type": "nvidia-h100-80gb"}, "accelerator_type", "carries 'nvidia-b200'"),
-    (Cluster, {**GKE, "machine_type": "z9-custom-8g"}, "accelerator_type", "does not know"),
-    (Cluster, {**GKE, "machine_type": "A4 highgpu"}, "machine_type", "machine type"),
-    (Cluster, {**GKE, "reservation": "my-res", "spot": True}, "reservation", "Spot VMs cannot consume"),
-    (Cluster, {**GKE, "capacity": ("flex-start",), "spot": True}, "spot", "lists no 'spot'"),
-    (Cluster, {**GKE, "capacity": ("spot",), "reservation": "my-res"}, "reservation", "must list this reservation"),
-    (Cluster, {**GKE, "capacity": ("spot", "spot")}, "capacity", "listed once"),
-    (Cluster, {**GKE, "capacity": ("reservation",)}, "capacity", "reservation without a name"),
-    (Cluster, {**GKE, "capacity": ("gpus",)}, "capacity", "each entry must be one of"),
-    (Cluster, {**GKE, "capacity_zones": "anywhere"}, "capacity_zones", "'region'"),
-    (Cluster, {**GKE, "capacity_zones": ("us-east1-c",)}, "capacity_zones", "must start with the cluster's zone"),
-    (Cluster, {**GKE, "capacity_zones": ("us-east1-b", "europe-west4-a")}, "capacity_zones", "zone of region"),
-    (Cluster, {**GKE, "on_no_capacity": "gpus"}, "on_no_capacity", "must be one of"),
-    (Cluster, {**GKE, "spot": False, "reservation": "My_Res"}, "reservation", "reservation name"),
-    (Cluster, {**GKE, "spot": "yes"}, "spot", "True or False"),
-    (Cluster, {**GKE, "head_machine_type": "a4-highgpu-8g"}, "head_machine_type", "CPU pool"),
-    (Cluster, {**GKE, "mount_path": "lustre"}, "mount_path", "absolute"),
-    (Cluster, {**GKE, "mount_path": "/"}, "mount_path", "other than '/'"),
-    (Cluster, {**GKE, "mount_path": "/lustre/"}, "mount_path", "normalised"),
-    (Cluster, {**GKE, "mount_path": "/data/../etc"}, "mount_path", "normalised"),
-    (Cluster, {**GKE, "mount_path": "/dev/shm"}, "mount_path", "system directory"),
-    (Cluster, {**GKE, "mount_path": "/my lustre"}, "mount_path", "whitespace"),
-    (Cluster, {**GKE, "image": "my image:latest"}, "image", "without spaces"),
-    (Cluster, {**GKE, "image": "registry.example.com/custom:1"}, "ray_version", "must be given"),
-    (Cluster, {**GKE, "ray_version": "2.54.0"}, "ray_version", "contains Ray 2.46.0"),
-    (Cluster, {**GKE, "ray_version": "latest", "image": "x/y:1"}, "ray_version", "Ray version like"),
-    (Cluster, {**GKE, "namespace": "Team_A"}, "namespace", "DNS-1123"),
-    (Cluster, {**GKE, "authorized_networks": ["10.0.0.1/8"]}, "authorized_networks", "host bits"),
-    (Cluster, {**GKE, "authorized_networks": ["not-a-cidr"]}, "authorized_networks", "CIDR"),
-    (Cluster, {**GKE, "authorized_networks": ["0.0.0.0/0"]}, "authorized_networks", "whole internet"),
-    (Cluster, {**GKE, "secrets": ["HF-TOKEN"]}, "secrets", "environment variable names"),
-    (Cluster, {**GKE, "secrets": ["HF_TOKEN", "HF_TOKEN"]}, "secrets", "unique"),
-    (Cluster, {**GKE, "labels": {"Team": "rl"}}, "labels['Team']", "label keys"),
-    (Cluster, {**GKE, "labels": {"team": "R&D"}}, "labels['team']", "label values"),
-    (Cluster, {**GKE, "labels": {"managed-by": "me"}}, "labels['managed-by']", "set by rl_lustre"),
+    (Cluster, {**REFERENCE, "name": "Ray"}, "name", "lowercase"),
+    (Cluster, {**REFERENCE, "name": "1ray"}, "name", "start with a letter"),
+    (Cluster, {**REFERENCE, "name": "ray-"}, "name", "not end with"),
+    (Cluster, {**REFERENCE, "name": "r" * 41}, "name", "1-40"),
+    (Cluster, {**REFERENCE, "name": "ray_a4"}, "name", "hyphens"),
+    (Cluster, {**REFERENCE, "project": "My-Project"}, "project", "project ID"),
+    (Cluster, {**REFERENCE, "project": "abc"}, "project", "6-30"),
+    (Cluster, {**REFERENCE, "project": None}, "project", "required"),
+    (Cluster, {**REFERENCE, "region": "useast1"}, "region", "region like"),
+    (Cluster, {**REFERENCE, "zone": "us-east1"}, "zone", "zone like"),
+    (Cluster, {**REFERENCE, "zone": "us-west1-b"}, "zone", "zone of region 'us-east1'"),
+    (Cluster, {**REFERENCE, "num_nodes": 0}, "num_nodes", "at least 1"),
+    (Cluster, {**REFERENCE, "num_nodes": 2.5}, "num_nodes", "whole number"),
+    (Cluster, {**REFERENCE, "num_nodes": True}, "num_nodes", "whole number"),
+    (Cluster, {**REFERENCE, "gpus_per_node": 4}, "gpus_per_node", "exactly 8"),
+    (Cluster, {**REFERENCE, "machine_type": "a3-highgpu-8g", "gpus_per_node": 2}, "gpus_per_node", "exactly 8"),
+    (Cluster, {**REFERENCE, "accelerator_type": "nvidia-h100-80gb"}, "accelerator_type", "carries 'nvidia-b200'"),
+    (Cluster, {**REFERENCE, "machine_type": "z9-custom-8g"}, "accelerator_type", "does not know"),
+    (Cluster, {**REFERENCE, "machine_type": "A4 highgpu"}, "machine_type", "machine type"),
+    (Cluster, {**REFERENCE, "reservation": "my-res", "spot": True}, "reservation", "Spot VMs cannot consume"),
+    (Cluster, {**REFERENCE, "capacity": ("flex-start",), "spot": True}, "spot", "lists no 'spot'"),
+    (
+        Cluster,
+        {**REFERENCE, "capacity": ("spot",), "reservation": "my-res"},
+        "reservation",
+        "must list this reservation",
+    ),
+    (Cluster, {**REFERENCE, "capacity": ("spot", "spot")}, "capacity", "listed once"),
+    (Cluster, {**REFERENCE, "capacity": ("reservation",)}, "capacity", "reservation without a name"),
+    (Cluster, {**REFERENCE, "capacity": ("gpus",)}, "capacity", "each entry must be one of"),
+    (Cluster, {**REFERENCE, "capacity_zones": "anywhere"}, "capacity_zones", "'region'"),
+    (Cluster, {**REFERENCE, "capacity_zones": ("us-east1-c",)}, "capacity_zones", "must start with the cluster's zone"),
+    (Cluster, {**REFERENCE, "capacity_zones": ("us-east1-b", "europe-west4-a")}, "capacity_zones", "zone of region"),
+    (Cluster, {**REFERENCE, "on_no_capacity": "gpus"}, "on_no_capacity", "must be one of"),
+    (Cluster, {**REFERENCE, "spot": False, "reservation": "My_Res"}, "reservation", "reservation name"),
+    (Cluster, {**REFERENCE, "spot": "yes"}, "spot", "True or False"),
+    (Cluster, {**REFERENCE, "head_machine_type": "a4-highgpu-8g"}, "head_machine_type", "CPU pool"),
+    (Cluster, {**REFERENCE, "mount_path": "lustre"}, "mount_path", "absolute"),
+    (Cluster, {**REFERENCE, "mount_path": "/"}, "mount_path", "other than '/'"),
+    (Cluster, {**REFERENCE, "mount_path": "/lustre/"}, "mount_path", "normalised"),
+    (Cluster, {**REFERENCE, "mount_path": "/data/../etc"}, "mount_path", "normalised"),
+    (Cluster, {**REFERENCE, "mount_path": "/dev/shm"}, "mount_path", "system directory"),
+    (Cluster, {**REFERENCE, "mount_path": "/my lustre"}, "mount_path", "whitespace"),
+    (Cluster, {**REFERENCE, "image": "my image:latest"}, "image", "without spaces"),
+    (Cluster, {**REFERENCE, "image": "registry.example.com/custom:1"}, "ray_version", "must be given"),
+    (Cluster, {**REFERENCE, "ray_version": "2.54.0"}, "ray_version", "contains Ray 2.46.0"),
+    (Cluster, {**REFERENCE, "ray_version": "latest", "image": "x/y:1"}, "ray_version", "Ray version like"),
+    (Cluster, {**REFERENCE, "namespace": "Team_A"}, "namespace", "DNS-1123"),
+    (Cluster, {**REFERENCE, "authorized_networks": ["10.0.0.1/8"]}, "authorized_networks", "host bits"),
+    (Cluster, {**REFERENCE, "authorized_networks": ["not-a-cidr"]}, "authorized_networks", "CIDR"),
+    (Cluster, {**REFERENCE, "authorized_networks": ["0.0.0.0/0"]}, "authorized_networks", "whole internet"),
+    (Cluster, {**REFERENCE, "secrets": ["HF-TOKEN"]}, "secrets", "environment variable names"),
+    (Cluster, {**REFERENCE, "secrets": ["HF_TOKEN", "HF_TOKEN"]}, "secrets", "unique"),
+    (Cluster, {**REFERENCE, "labels": {"Team": "rl"}}, "labels['Team']", "label keys"),
+    (Cluster, {**REFERENCE, "labels": {"team": "R&D"}}, "labels['team']", "label values"),
+    (Cluster, {**REFERENCE, "labels": {"managed-by": "me"}}, "labels['managed-by']", "set by rl_lustre"),
     (V, {"name": "v", "labels": {"rl-lustre-deployment": "x"}}, "labels['rl-lustre-deployment']", "set by rl_lustre"),
-    (Cluster, {**GKE, "network": "My_Net"}, "network", "VPC network name"),
-    (Cluster, {**GKE, "volume": "my-lustre"}, "volume", "must be a LustreVolume"),
-    (Cluster, {**GKE, "volume": V(name="v", zone="us-east1-c")}, "volume", "cluster's zone"),
-    (Cluster, {**GKE, "volume": V(name="v", project="other-proj")}, "volume", "cluster's project"),
-    (Cluster, {**GKE, "volume": V(name="v", network="elsewhere")}, "volume", "cluster's network"),
+    (Cluster, {**REFERENCE, "network": "My_Net"}, "network", "VPC network name"),
+    (Cluster, {**REFERENCE, "volume": "my-lustre"}, "volume", "must be a LustreVolume"),
+    (Cluster, {**REFERENCE, "volume": V(name="v", zone="us-east1-c")}, "volume", "cluster's zone"),
+    (Cluster, {**REFERENCE, "volume": V(name="v", project="other-proj")}, "volume", "cluster's project"),
+    (Cluster, {**REFERENCE, "volume": V(name="v", network="elsewhere")}, "volume", "cluster's network"),
     (V, {"name": "Lustre1"}, "name", "lowercase"),
     (V, {"name": "l" * 64}, "name", "1-63"),
     (V, {"name": "v", "filesystem": "lustrefs9"}, "filesystem", "1-8"),
@@ -249,7 +253,7 @@ class _RecordingBackend:
 @pytest.mark.parametrize(
     ("make", "torn_down_at_exit"),
     [
-        (lambda: Cluster(**GKE), False),  # other processes may attach to its jobs
+        (lambda: Cluster(**REFERENCE), False),  # other processes may attach to its jobs
         (lambda: Cluster.local("exit-demo", volume_dir="/tmp/rl-exit-demo"), True),
         (lambda: Cluster.local("exit-keep", volume_dir="/tmp/rl-exit-keep", keep=True), False),
     ],
@@ -277,18 +281,18 @@ def test_explicit_up_tears_down_at_exit_only_local_heads(
 def test_use_backend_refuses_what_is_not_a_backend_for_this_cluster() -> None:
     from rl_lustre.backends.gke import GKEBackend
 
-    cluster = Cluster(**GKE)
+    cluster = Cluster(**REFERENCE)
     with pytest.raises(ConfigError, match=r"backend.*lacks attach, cluster_goodput, queue, submit, submit_all") as info:
         cluster.use_backend(_PartialBackend())  # type: ignore[arg-type]
     assert info.value.owner == "Cluster.use_backend"
     with pytest.raises(ConfigError, match=r"built for another cluster .'other'."):
         cluster.use_backend(GKEBackend(attrs.evolve(cluster, name="other")))
     # One built for an equal spec (another process's, say) is this cluster's.
-    assert cluster.use_backend(GKEBackend(Cluster(**GKE))) is cluster
+    assert cluster.use_backend(GKEBackend(Cluster(**REFERENCE))) is cluster
 
 
 def test_use_backend_does_not_swap_the_backend_of_a_cluster_that_is_up() -> None:
-    cluster = Cluster(**GKE)
+    cluster = Cluster(**REFERENCE)
     first = _RecordingBackend()
     cluster.use_backend(first).up(check=False)
     with pytest.raises(ConfigError, match="while it is up; call down"):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.specs import SMALL
 
 from rl_lustre import Cluster, GRPOJob, naming
 from rl_lustre.backends.gke import GKEBackend
@@ -66,15 +67,10 @@ def cluster(**kw: object) -> Cluster:
     # One NIC: these tests share one Kubernetes fake between deployments, and the fabric's
     # cluster-scoped network objects have fixed names (one GKE cluster per deployment).
     base: dict[str, object] = {
+        **SMALL,
         "name": "boot",
-        "project": "my-project",
-        "region": "us-east1",
-        "zone": "us-east1-b",
-        "num_nodes": 2,
         "secrets": ("HF_TOKEN",),
         "prefetch_models": (MODEL,),
-        "fabric": "tcp",
-        "preload_image": False,
     }  # the preload image: test_preload.py
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
 

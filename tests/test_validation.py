@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 import pytest
+from helpers.specs import GKE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,6 @@ from rl_lustre.errors import ConfigError, RLLustreError
 from rl_lustre.ray.jobs import JobsClient
 from rl_lustre.run import Run
 
-GKE = {"name": "demo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b"}
 # Shaped like the real thing (documented prefixes and lengths); none is a live credential.
 TOKENS = {
     "huggingface": "hf_" + "Ab3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3h",

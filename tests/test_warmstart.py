@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from helpers.specs import PROJECT, SMALL
 
 from rl_lustre import Cluster
 from rl_lustre.backends.gke import GKEBackend
@@ -17,7 +18,6 @@ from rl_lustre.errors import ConfigError, ProvisioningError
 from rl_lustre.shared import find_warm_start
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-P = "my-project"
 BUCKET = "warm-bucket"
 MANIFEST = "qwen/rl-lustre-manifest.json"
 HUB = "huggingface_cache/hub/models--Qwen--Qwen2.5-72B-Instruct"
@@ -39,13 +39,7 @@ CONVERTED = {
 
 def spec(**kw: object) -> Cluster:
     base: dict[str, object] = {
-        "name": "demo",
-        "project": P,
-        "region": "us-east1",
-        "zone": "us-east1-b",
-        "num_nodes": 2,
-        "fabric": "tcp",
-        "preload_image": False,
+        **SMALL,
         "warm_start": f"gs://{BUCKET}/qwen",
     }
     return Cluster(**{**base, **kw})  # type: ignore[arg-type]
@@ -127,7 +121,7 @@ def test_exported_once_never_a_secret_listed_with_sizes_then_imported_in_place_o
 
     out = (
         CliRunner()
-        .invoke(cli, ["ls", "--project", P, "--warm-start", f"gs://{BUCKET}/qwen"], catch_exceptions=False)
+        .invoke(cli, ["ls", "--project", PROJECT, "--warm-start", f"gs://{BUCKET}/qwen"], catch_exceptions=False)
         .output
     )
     assert f"WARM START gs://{BUCKET}/qwen: 4 file(s), 7.5 GB" in out

@@ -21,11 +21,11 @@ import pytest
 from rl_lustre import Cluster
 from rl_lustre.testing import KubeFake, kube_schema_validator
 
+from .specs import GKE
+
 SPEC: dict[str, Any] = {
+    **GKE,
     "name": "kr",
-    "project": "my-project",
-    "region": "us-east1",
-    "zone": "us-east1-b",
     "num_nodes": 2,
     "image": "rayproject/ray:2.60.0",
     "mount_path": "/lustre",

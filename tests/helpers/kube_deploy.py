@@ -9,11 +9,13 @@ from rl_lustre.kube.apply import apply_manifests, wait_ready
 from rl_lustre.kube.manifests import build_manifests
 from rl_lustre.testing.kube import KubeFake
 
+from .specs import GKE
+
 
 def deploy_reference(fake: KubeFake, name: str) -> Any:
     """Apply a one-node deployment named ``name`` to ``fake``, wait until it is ready, and
     return the fake's API client."""
-    cluster = Cluster(name=name, project="my-project", region="us-east1", zone="us-east1-b", num_nodes=1)
+    cluster = Cluster(**{**GKE, "name": name}, num_nodes=1)
     cluster.volume._live.mount_point = "10.90.1.4@tcp:/lustrefs"  # as LustreVolume.refresh() would
     manifests = build_manifests(cluster, secret_values={"HF_TOKEN": "hf_x"}, redact=False)
     api = fake.api_client()

@@ -29,6 +29,7 @@ from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP, KubeFake
 
 from .kube_gke import IMAGE, image
 from .ray_fixtures import image_tools
+from .specs import GKE
 
 
 @attrs.define
@@ -92,10 +93,8 @@ def spot_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpotHead]:
 def spot_spec(name: str, root: Path, num_nodes: int) -> dict[str, Any]:
     """A GKE cluster of ``num_nodes`` Spot A4 nodes whose Ray runs in token mode, its volume under ``root``."""
     return {
+        **GKE,
         "name": name,
-        "project": "my-project",
-        "region": "us-east1",
-        "zone": "us-east1-b",
         "num_nodes": num_nodes,
         "image": IMAGE,
         "mount_path": str(root / "lustre"),
