@@ -461,9 +461,15 @@ def test_plan_follows_evolve() -> None:
     assert p.cluster_name == "small-run"
     assert p.get("gpu-pool").settings["node_count"] == 2
     assert p.get("lustre").name == "small-run-lustre"
-    assert base.plan() == base.plan()
+    # Built once per spec: the same object every time, not merely an equal one ...
+    assert base.plan() is base.plan()
     assert hash(base.plan()) == hash(base.plan())
     assert base.plan() != p
+    # ... which is no tautology: an equal spec of its own builds an equal plan of its own.
+    twin = Cluster(**REFERENCE)
+    assert twin == base
+    assert twin.plan() == base.plan()
+    assert twin.plan() is not base.plan()
 
 
 def test_local_plan() -> None:
