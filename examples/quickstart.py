@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import rl_lustre
-import rl_lustre.goodput
 
 
 def main() -> None:
@@ -79,7 +78,7 @@ def main() -> None:
     print(f"done in {time.monotonic() - started:.1f}s; checkpoints are in {Path(job.checkpoint_dir(cluster))}")
 
 
-def _print_table(checkpoints: list) -> None:  # type: ignore[type-arg]
+def _print_table(checkpoints: list[rl_lustre.Checkpoint]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -96,17 +95,16 @@ def _print_table(checkpoints: list) -> None:  # type: ignore[type-arg]
     Console().print(table)
 
 
-def _print_ledger(ledger: rl_lustre.goodput.GoodputLedger) -> None:
-    from rl_lustre.cost import Prices
-
+def _print_ledger(ledger: rl_lustre.GoodputLedger) -> None:
+    prices = rl_lustre.Prices()
     print()
     print("goodput (where the GPU-node-seconds went):")
     print(ledger)
-    rate, _ = Prices().machine_rate("a4-highgpu-8g", "Spot", None)
+    rate, _ = prices.machine_rate("a4-highgpu-8g", "Spot", None)
     if rate is not None:
         at = ledger.priced(rate)
         print(
-            f"at the A4 Spot list price (${rate:.2f} per node-hour, {Prices().table.as_of}) this run would have cost "
+            f"at the A4 Spot list price (${rate:.2f} per node-hour, {prices.table.as_of}) this run would have cost "
             f"${at.total_usd:,.2f}, of which ${at.usd['training']:,.2f} trained"
         )
 

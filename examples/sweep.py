@@ -14,7 +14,7 @@ import shutil
 import attrs
 
 import rl_lustre
-from rl_lustre.sweep import run_sweep
+from rl_lustre import run_sweep
 
 
 def main() -> None:

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ._public import public
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -23,6 +25,7 @@ __all__ = ["echo", "enable_output", "output_enabled", "progress"]
 _forced: list[bool] = []
 
 
+@public("rl_lustre")
 class enable_output:  # lower case: used like a function, as modal.enable_output() is
     """Turn console output on (or off) for this process, or for a ``with`` block.
 

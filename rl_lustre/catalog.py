@@ -13,6 +13,8 @@ from types import MappingProxyType
 
 import attrs
 
+from ._public import public
+
 
 @attrs.frozen
 class MachineType:
@@ -331,6 +333,7 @@ def ownership_labels(deployment: str) -> dict[str, str]:
     return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_DEPLOYMENT: deployment}
 
 
+@public("rl_lustre")
 @attrs.frozen(kw_only=True)
 class MachinePrice:
     """What one VM of a machine type costs per hour, in USD.
@@ -350,6 +353,7 @@ class MachinePrice:
     flex_start: float | None = None
 
 
+@public("rl_lustre")
 @attrs.frozen(kw_only=True)
 class PriceTable:
     """A dated table of list prices, with where each kind of price was read.
@@ -384,7 +388,7 @@ class PriceTable:
 
 # List prices, USD, recorded by hand from Google's pricing pages on the date below and
 # rounded; they are approximate, exclude taxes and negotiated discounts, and Spot rates
-# move daily. Override them with rl_lustre.cost.Prices (discounts, reservations, your
+# move daily. Override them with rl_lustre.Prices (discounts, reservations, your
 # own rates) -- and check the pages before budgeting.
 PRICES = PriceTable(
     as_of="2025-10-01",

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import attrs
 
+from ._public import public
 from .errors import CapacityError
 
 __all__ = ["CheckItem", "CheckReport", "Verdict", "quota_metric"]
@@ -35,6 +36,7 @@ def quota_metric(accelerator: str, *, spot: bool) -> str:
     return f"PREEMPTIBLE_{base}" if spot else base
 
 
+@public("rl_lustre")
 @attrs.frozen
 class CheckItem:
     """One question the check asked, and the answer.
@@ -60,6 +62,7 @@ class CheckItem:
         return line
 
 
+@public("rl_lustre")
 @attrs.frozen
 class CheckReport:
     """What :func:`check_cluster` found; ``str()`` is one line per question.

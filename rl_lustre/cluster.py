@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from . import _validate as v
+from ._public import public
 from .errors import ConfigError
 from .spec.cluster import (
     CLUSTER_NAME_RULE,
@@ -76,6 +77,7 @@ class _ClusterState:
     started: bool = False
 
 
+@public("rl_lustre")
 @v.keyword_errors
 @attrs.frozen(kw_only=True)
 class Cluster(ClusterSpec):
@@ -294,7 +296,7 @@ class Cluster(ClusterSpec):
             ...
 
         Returns:
-            A :class:`~rl_lustre.check.CheckReport` (``report.ok``, ``report.problems``).
+            A :class:`~rl_lustre.CheckReport` (``report.ok``, ``report.problems``).
 
         Raises:
             GCPError: a question could not be asked (credentials, permissions).

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ._public import public
 from .plankeys import (
     CPU_POOL_KEY,
     GKE_CLUSTER_KEY,
@@ -60,6 +61,7 @@ __all__ = [
 ]
 
 
+@public("rl_lustre")
 @attrs.frozen(kw_only=True)
 class CostItem:
     """The hourly cost of one resource.
@@ -104,6 +106,7 @@ class CostItem:
         }
 
 
+@public("rl_lustre")
 @attrs.frozen(kw_only=True)
 class Cost:
     """USD per hour of a deployment, per resource and in total.
@@ -199,7 +202,7 @@ class Cost:
         lines = [
             f"Cost: ${self.total_usd_per_hour:,.2f}/hour"
             + ("" if self.complete else " (incomplete: some resources have no price)")
-            + f" · list prices of {self.prices_as_of}, before taxes; override with rl_lustre.cost.Prices"
+            + f" · list prices of {self.prices_as_of}, before taxes; override with rl_lustre.Prices"
         ]
         lines += [
             "  " + "  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].rjust(widths[2]), r[3]]).rstrip()

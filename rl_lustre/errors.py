@@ -244,7 +244,7 @@ class CapacityExhaustedError(QuotaExceededError):
 class CapacityError(QuotaExceededError):
     """The online check before ``up()`` found that the zone or the region's quotas cannot
     host the deployment; nothing was created. ``report`` is the whole
-    :class:`~rl_lustre.check.CheckReport`; the message lists each problem and its fix.
+    :class:`~rl_lustre.CheckReport`; the message lists each problem and its fix.
     """
 
     def __init__(self, report: Any) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import _validate as v
+from ._public import public
 from .spec.job import JOB_NAME_RULE, JobSpec
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["JOB_NAME_RULE", "GRPOJob"]
 
 
+@public("rl_lustre")
 @v.keyword_errors
 @attrs.frozen(kw_only=True)
 class GRPOJob(JobSpec):

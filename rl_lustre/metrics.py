@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ._public import public
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ DEFAULT_WINDOW = 3600.0
 When = datetime.datetime | float | int
 
 
+@public("rl_lustre")
 @attrs.frozen
 class Series:
     """A named series of ``(time, value)`` points, oldest first.
@@ -98,6 +100,7 @@ class Series:
         return {"name": self.name, "unit": self.unit, "points": [[t.isoformat(), v] for t, v in self.points]}
 
 
+@public("rl_lustre")
 @attrs.frozen
 class VolumeMetrics:
     """A Lustre instance's read and write throughput over a window.
@@ -127,6 +130,7 @@ class VolumeMetrics:
         }
 
 
+@public("rl_lustre")
 @attrs.frozen
 class ClusterMetrics:
     """A GKE deployment's GPU utilisation and its volume's throughput over a window.

@@ -22,6 +22,7 @@ import time
 import attrs
 
 from . import _validate as v
+from ._public import public
 from .errors import KubernetesError, RayError, RemoteError
 
 __all__ = ["TRANSIENT", "Outage", "OutageBudget"]
@@ -32,6 +33,7 @@ logger = logging.getLogger("rl_lustre.outages")
 TRANSIENT: tuple[type[BaseException], ...] = (RayError, KubernetesError)
 
 
+@public("rl_lustre")
 @attrs.frozen
 class OutageBudget:
     """How long a wait or a follow keeps retrying through a continuous outage.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ._public import public
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ CATEGORY_COLORS = {
 }
 
 
+@public("rl_lustre")
 @attrs.frozen
 class SaveRecord:
     """One checkpoint save: its step, how long it took, its write rate and size (None where
@@ -59,6 +61,7 @@ class SaveRecord:
     size_mb: float | None
 
 
+@public("rl_lustre")
 @attrs.frozen
 class RunData:
     """Everything a run's plot shows.
@@ -87,6 +90,21 @@ class RunData:
     synthetic: bool = False
     ledger: GoodputLedger | None = None
     no_ledger: str = ""
+
+    def plot(self, path: str | os.PathLike[str]) -> Path:
+        """Write a PNG of this data at ``path``: the picture ``Run.plot`` draws, without a run.
+
+        Examples:
+            >>> RunData(title="my run", steps=(1, 2), reward=(0.1, 0.2), loss=(0.0, 0.0)).plot("/tmp/run.pdf")
+            Traceback (most recent call last):
+            ...
+            rl_lustre.errors.ConfigError: RunData.plot.path='/tmp/run.pdf': must end in .png
+
+        Raises:
+            ConfigError: ``path`` is not a ``.png`` in an existing directory (checked first).
+        """
+        out = save_check(path, "RunData.plot")
+        return save(figure(self), out, "RunData.plot")
 
 
 def _first(metrics: Mapping[str, float], keys: Sequence[str]) -> float | None:

@@ -3,7 +3,7 @@ your own rates, and your discounts (committed use, negotiated, reservations).
 
 :class:`Prices` gives the hourly rate of a VM by how it is provisioned (Spot, flex-start,
 reserved, on-demand) and of Managed Lustre by tier; :mod:`rl_lustre.cost` prices a
-deployment's resources with it (and re-exports it as ``rl_lustre.cost.Prices``).
+deployment's resources with it (and ``rl_lustre`` exports it as ``rl_lustre.Prices``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from ._public import public
 from .catalog import PRICES, MachinePrice, PriceTable
 from .errors import ConfigError
 
@@ -42,12 +43,13 @@ def _rates(instance: Any, attribute: attrs.Attribute[Any], value: Mapping[Any, A
                 )
 
 
+@public("rl_lustre")
 @attrs.frozen(kw_only=True)
 class Prices:
     """The prices a cost is computed with: the dated table, your own rates, your discounts.
 
     Examples:
-        >>> from rl_lustre.catalog import MachinePrice
+        >>> from rl_lustre import MachinePrice
         >>> mine = Prices(compute_discount=0.2,
         ...               machines={"a4-highgpu-8g": MachinePrice(on_demand=90.0, spot=30.0, reserved=55.0)})
         >>> mine.machine_rate("a4-highgpu-8g", "reserved", "us-east1")
@@ -56,7 +58,7 @@ class Prices:
         (0.84, '')
 
     Args:
-        table: the list prices (``rl_lustre.catalog.PRICES``).
+        table: the dated list prices (the default: rl_lustre's own table).
         machines: your rates per machine type; they replace the table's (no discount
             applies to them: give the rate you pay).
         lustre_gib_month: your USD per GiB-month per tier (MB/s per TiB).

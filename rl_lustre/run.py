@@ -18,6 +18,7 @@ import attrs
 
 from . import _output
 from . import _validate as _v
+from ._public import public
 from ._warnings import warn_caller
 from .errors import (
     ConfigError,
@@ -47,6 +48,7 @@ logger = logging.getLogger("rl_lustre.run")
 _TAIL_LINES = 30
 
 
+@public("rl_lustre")
 @attrs.frozen
 class Progress:
     """How far a run has come, from its step lines.
@@ -71,6 +73,7 @@ class Progress:
         return f"step {self.completed}/{self.total if self.total is not None else '?'}"
 
 
+@public("rl_lustre")
 class Run(RunAccounts):
     """A submitted job: watch it, wait for it, stop it, list its checkpoints.
 

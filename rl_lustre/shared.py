@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ._public import public
 from .catalog import PRELOAD_BUILD_TIMEOUT, ROLE_PRELOAD_BUILD, ROLE_PRELOAD_IMAGE
 
 if TYPE_CHECKING:
@@ -235,6 +236,7 @@ def collect_shared(
     return CollectedShared(images=unused, builders=builders, deleted=delete, in_use=in_use)
 
 
+@public("rl_lustre")
 @attrs.frozen(kw_only=True)
 class WarmStartExport:
     """What a warm-start export (``Cluster.warm_start``) holds, from its manifest.
@@ -278,6 +280,7 @@ class WarmStartExport:
         }
 
 
+@public("rl_lustre")
 def find_warm_start(uri: str, *, storage: Any = None) -> WarmStartExport | None:
     """The export at ``uri`` (``gs://BUCKET/PREFIX``, as ``Cluster.warm_start``), or None
     when nothing was exported there.

@@ -29,6 +29,7 @@ from typing import Any
 
 import attrs
 
+from ._public import public
 from ._sizing import (
     _MB,
     CHECKPOINT_BYTES_PER_PARAM,
@@ -57,6 +58,7 @@ __all__ = [
 ]
 
 
+@public("rl_lustre")
 @attrs.frozen(kw_only=True)
 class LustreSizing:
     """The smallest valid Managed Lustre instance for a model's checkpoints.
@@ -104,7 +106,7 @@ class LustreSizing:
     options: tuple[tuple[int, int], ...]
 
     def volume(self, name: str, **kwargs: Any) -> LustreVolume:
-        """A :class:`~rl_lustre.volume.LustreVolume` of the chosen capacity and tier.
+        """A :class:`~rl_lustre.LustreVolume` of the chosen capacity and tier.
 
         Examples:
             >>> from rl_lustre.sizing import size_lustre
@@ -160,6 +162,7 @@ def _bytes(n: float) -> str:
     return f"{n:,.0f} B"
 
 
+@public("rl_lustre")
 def size_lustre(
     model: str | None = None,
     *,

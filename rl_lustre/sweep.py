@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import _validate as v
+from ._public import public
 from .errors import SWEEP_FRESH, ConfigError, JobFailedError, RLLustreError, WaitTimeoutError
 from .oncluster.records import NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
 from .sweep_result import Outcome, SweepResult
@@ -87,6 +88,7 @@ def _flat_fields(job: GRPOJob) -> dict[str, Any]:
     return out
 
 
+@public("rl_lustre")
 def wait_all(
     runs: Iterable[Run],
     *,
@@ -258,6 +260,7 @@ def _check_wait(owner: str, timeout: Any, poll: Any) -> None:
         raise ConfigError(owner, "poll", poll, "must be a positive, finite number of seconds")
 
 
+@public("rl_lustre")
 def run_sweep(
     cluster: Cluster,
     jobs: Iterable[GRPOJob],

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ._public import public
+
 if TYPE_CHECKING:
     from .goodput import GoodputLedger
     from .queueing.state import Timeline
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["Outcome", "SweepResult"]
 
 
+@public("rl_lustre")
 @attrs.frozen
 class Outcome:
     """How one run of a sweep ended.
@@ -56,7 +59,7 @@ class Outcome:
             got them.
         gpu_hours: ``nodes x gpus_per_node x run_seconds / 3600``: the GPU-hours it held (for a
             rehearsal, what a real job of this length would hold).
-        timeline: its queue records (:class:`~rl_lustre.queueing.state.Timeline`).
+        timeline: its queue records (:class:`~rl_lustre.Timeline`).
         ended_at: when it gave its nodes back, or left the queue (the head's clock).
         goodput: its goodput ledger (where its GPU-node-seconds went), when the backend
             could account for them.
@@ -89,6 +92,7 @@ class Outcome:
         return self.status == "SUCCEEDED"
 
 
+@public("rl_lustre")
 @attrs.frozen
 class SweepResult:
     """The outcomes of a sweep, in submission order; ``str()`` is a table.

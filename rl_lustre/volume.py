@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import _validate as v
+from ._public import public
 from .spec.volume import (
     FILESYSTEM_RULE,
     INSTANCE_ID_RULE,
@@ -39,13 +40,14 @@ __all__ = [
 _log = logging.getLogger("rl_lustre.volume")
 
 
+@public("rl_lustre")
 @v.keyword_errors
 @attrs.frozen(kw_only=True)
 class LustreVolume(VolumeSpec):
     """A Managed Lustre instance used as the checkpoint and model cache store.
 
     Capacity defaults to the tier's minimum. The tier is fixed at creation and
-    capacity can only grow, so size with :func:`rl_lustre.sizing.size_lustre`.
+    capacity can only grow, so size with :func:`rl_lustre.size_lustre`.
 
     Examples:
         >>> from rl_lustre import LustreVolume
@@ -207,7 +209,7 @@ class LustreVolume(VolumeSpec):
             # TransferResult(operation='...', objects_copied=..., bytes_copied=..., ...)
 
         Returns:
-            A :class:`rl_lustre.gcp.TransferResult` with the copy's counters.
+            A :class:`rl_lustre.TransferResult` with the copy's counters.
 
         Raises:
             ConfigError: ``gcs_uri`` is not a ``gs://`` URI or ``path`` is not absolute.
@@ -224,7 +226,7 @@ class LustreVolume(VolumeSpec):
             # TransferResult(operation='...', objects_copied=..., bytes_copied=..., ...)
 
         Returns:
-            A :class:`rl_lustre.gcp.TransferResult` with the copy's counters.
+            A :class:`rl_lustre.TransferResult` with the copy's counters.
 
         Raises:
             ConfigError: ``gcs_uri`` is not a ``gs://`` URI or ``path`` is not absolute.

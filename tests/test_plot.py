@@ -134,6 +134,15 @@ def test_a_bad_path_is_refused_before_anything_is_drawn(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_run_data_draws_the_same_picture_without_a_run(tmp_path: Path) -> None:
+    path = DATA.plot(tmp_path / "data.png")
+    assert path == tmp_path / "data.png"
+    assert png_size(path) == png_size(save(figure(DATA), tmp_path / "run.png"))
+    with pytest.raises(ConfigError, match=r"RunData\.plot\.path=.*must end in \.png"):
+        DATA.plot(tmp_path / "data.jpg")
+    assert not (tmp_path / "data.jpg").exists()
+
+
 def test_a_real_run_plotted_and_inspected_from_the_command_line(local_cluster: Cluster, tmp_path: Path) -> None:
     job = GRPOJob(name="plotted", recipe="grpo_math_1B", max_num_steps=4, save_period=2)
     run = local_cluster.submit(job)

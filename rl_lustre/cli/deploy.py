@@ -17,7 +17,7 @@ prices_option = click.option(
     "--prices",
     "prices_file",
     type=click.Path(dir_okay=False),
-    help="A JSON file of your rates and discounts (rl_lustre.cost.Prices fields) to price with.",
+    help="A JSON file of your rates and discounts (rl_lustre.Prices fields) to price with.",
 )
 
 

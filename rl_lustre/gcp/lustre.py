@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from google.cloud import lustre_v1
 
+from .._public import public
 from ..errors import ConfigError, NotFoundError
 from . import _clients
 from ._errors import LUSTRE, Call, RetryPolicy, call, operation_error
@@ -76,6 +77,7 @@ def instance_request(
     )
 
 
+@public("rl_lustre")
 @attrs.frozen
 class TransferResult:
     """The outcome of an import from or export to Cloud Storage.

@@ -45,6 +45,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
+from .._public import public
 from .timeline import Attempt, Evidence, Interval, NodeSpan, Recovery, RunTimeline, StepSpan
 
 __all__ = ["CATEGORIES", "Hold", "Segment", "attribute", "derive_holds"]
@@ -64,6 +65,7 @@ TWO_HOLDERS = "two runs held {node} at once; their GPU shares are not recorded"
 FOREIGN = "job {job} (not submitted by rl_lustre) was running; its use of the nodes is not recorded"
 
 
+@public("rl_lustre")
 @attrs.frozen
 class Segment:
     """A piece of one node's billed time with one owner and one category.

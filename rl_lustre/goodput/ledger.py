@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from .._public import public
 from ..errors import ConfigError
 from .attribute import CATEGORIES, Segment, attribute
 from .timeline import Evidence, Interval, NodeSpan, RunTimeline
@@ -27,6 +28,7 @@ LOCAL_NOTE = "a local deployment has no cloud cost"
 NOTHING_BILLED = "nothing was billed in this window"
 
 
+@public("rl_lustre")
 @attrs.frozen
 class Unattributed:
     """Seconds no rule could place, for one missing record."""
@@ -38,6 +40,7 @@ class Unattributed:
     last: float
 
 
+@public("rl_lustre")
 @attrs.frozen
 class NodeUsage:
     """One node's share of the ledger."""
@@ -50,6 +53,7 @@ class NodeUsage:
     usd: Mapping[str, float]
 
 
+@public("rl_lustre")
 @attrs.frozen
 class LostDetail:
     """What one recovery cost.
@@ -84,12 +88,13 @@ def _zero() -> dict[str, float]:
     return dict.fromkeys(CATEGORIES, 0.0)
 
 
+@public("rl_lustre")
 @attrs.frozen
 class GoodputLedger:
     """Billed GPU-node-seconds by cause: ``capacity``, ``startup``, ``training``,
     ``checkpoint``, ``validation``, ``lost``, ``idle`` and ``unattributed``.
 
-    Get one from :meth:`Run.goodput <rl_lustre.run.Run.goodput>`, ``cluster.goodput()``
+    Get one from :meth:`Run.goodput <rl_lustre.Run.goodput>`, ``cluster.goodput()``
     or ``SweepResult.goodput()``.
 
     Attributes:

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import attrs
 
+from .._public import public
 from ..oncluster import nemo_formats as formats
 from ..oncluster.nemo_formats import TRAINING_INFO, checkpoint_step
 
@@ -41,6 +42,7 @@ __all__ = ["LISTING_MARK", "Checkpoint", "latest_checkpoint", "list_checkpoints"
 LISTING_MARK = "RL_LUSTRE_CHECKPOINTS "
 
 
+@public("rl_lustre")
 @attrs.frozen
 class Checkpoint:
     """One complete NeMo-RL checkpoint (a ``step_N`` directory).

@@ -50,6 +50,7 @@ from typing import Literal
 
 import attrs
 
+from .._public import public
 from ..oncluster.nemo_formats import END_LINE, EPOCH_HEADER, SAVE_LINE, STEP_HEADER
 
 __all__ = ["CheckpointSave", "LogParser", "ParsedLog", "StepRecord", "parse_log"]
@@ -77,6 +78,7 @@ def _key(label: str) -> str:
     return re.sub(r"[^a-z0-9/]+", "_", label.strip().lower()).strip("_")
 
 
+@public("rl_lustre")
 @attrs.frozen
 class StepRecord:
     """What NeMo-RL printed for one training step.
@@ -131,6 +133,7 @@ def global_step(epoch: int, step: int, total: int) -> int:
     return (max(epoch, 1) - 1) * total + step
 
 
+@public("rl_lustre")
 @attrs.frozen
 class CheckpointSave:
     """One ``Saving checkpoint for step N...`` and how long it took.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from .._public import public
 from .._validate import FrozenDict
 from ..errors import ConfigError, RLLustreError
 from ..plankeys import GPU_POOL_KEY, LUSTRE_KEY, RAY_HEAD_KEY, VOLUME_DIR_KEY
@@ -70,6 +71,7 @@ def _resource_tuple(resources: Iterable[PlannedResource]) -> tuple[PlannedResour
     return tuple(resources)
 
 
+@public("rl_lustre")
 @attrs.frozen(kw_only=True)
 class PlannedResource:
     """One node of the plan: a resource ``up()`` creates, or one it uses as it is.
@@ -151,6 +153,7 @@ def _toposort(resources: tuple[PlannedResource, ...]) -> tuple[PlannedResource, 
     return tuple(ordered)
 
 
+@public("rl_lustre")
 @attrs.frozen(kw_only=True)
 class Plan:
     """Every resource of a deployment, in dependency order, with no remote call made.
@@ -433,7 +436,7 @@ class Plan:
         """USD per hour of the deployment once it is up, per resource and in total.
 
         From the dated list prices in :mod:`rl_lustre.catalog`; ``prices`` overrides
-        rates and applies discounts (see :class:`rl_lustre.cost.Prices`).
+        rates and applies discounts (see :class:`rl_lustre.Prices`).
 
         Examples:
             >>> from rl_lustre import Cluster
@@ -446,7 +449,7 @@ class Plan:
         from ..cost import plan_cost
         from ..prices import Prices
 
-        need("Plan.cost", "prices", prices, Prices, "a rl_lustre.cost.Prices", optional=True)
+        need("Plan.cost", "prices", prices, Prices, "a rl_lustre.Prices", optional=True)
         return plan_cost(self, prices)
 
     def __str__(self) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from .._public import public
 from ..oncluster.queue.member import ordinal
 from ..oncluster.records import MARK, RESTART_MARK, read_journal
 
@@ -22,6 +23,7 @@ __all__ = ["QueueState", "Timeline", "parse_queue", "timeline"]
 _EVENTS = ("queued", "waiting", "granted", "held", "released")
 
 
+@public("rl_lustre")
 @attrs.frozen
 class QueueState:
     """Where a job stands in its cluster's queue.
@@ -63,6 +65,7 @@ class QueueState:
         return "released its nodes"
 
 
+@public("rl_lustre")
 @attrs.frozen
 class Timeline:
     """When a job waited and when it held which of the queue's nodes (the head's clock).

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .._public import public
 from ..errors import NotReadyError, RayError, RLLustreError, WaitTimeoutError
 from ..outages import Outage, OutageBudget
 
@@ -100,6 +101,7 @@ def quiet_ray_uploads() -> None:
             ray_logger.addFilter(_UPLOAD_FILTER)
 
 
+@public("rl_lustre")
 @attrs.frozen
 class JobInfo:
     """What the Jobs API reports about one job.

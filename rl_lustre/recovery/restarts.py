@@ -11,11 +11,13 @@ from typing import Any
 
 import attrs
 
+from .._public import public
 from ..oncluster.records import RESTART_MARK, RESUMED_MARK
 
 __all__ = ["LostNode", "Restart", "parse_restarts"]
 
 
+@public("rl_lustre")
 @attrs.frozen
 class LostNode:
     """A worker node that died during an attempt, as Ray's node table reported it.
@@ -34,6 +36,7 @@ class LostNode:
     reason: str
 
 
+@public("rl_lustre")
 @attrs.frozen
 class Restart:
     """One recovery: the run was rerun from its newest checkpoint.

@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 
 from .. import _validate as v
+from .._public import public
 from ..errors import ConfigError
 from ._fields import settle
 
@@ -87,6 +88,7 @@ def _to_float(value: Any) -> Any:
     return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
+@public("rl_lustre")
 @attrs.frozen(init=False)
 class Capacity:
     """One kind of capacity to try (see the module's doc for what each costs and guarantees).

@@ -21,24 +21,58 @@ run your own GKE script end to end (``submit()`` and ``wait()`` included) on thi
 
 :func:`preempt` takes worker nodes of a running local or fake-GKE deployment away, as a
 Spot preemption does, and brings replacements back.
+
+The kinds ``KubeFake`` serves are one table: :func:`register_kind` adds one
+(``register_kind(KindInfo("ReplicaSet", "apps/v1", "replicasets", ...))``), and routing,
+discovery, status subresources, field selectors and strategic-merge keys follow from it.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from ..gcp._errors import RetryPolicy
 from ..gcp._wait import Backoff
-from ._capacity import Catalog
-from ._core import DEFAULT_LATENCY, FakeError, Faults, RequestRecord, project_number
-from ._fake import FakeGCP
-from ._fake_gke import FakeGKE
-from ._preempt import preempt
-from ._preemption import Preemption
-from .kube import KubeFake, KubeFaults, KubeTimings
-from .kube import schema_validator as kube_schema_validator
+
+if TYPE_CHECKING:
+    from ._capacity import Catalog
+    from ._core import DEFAULT_LATENCY, FakeError, Faults, RequestRecord, project_number
+    from ._fake import FakeGCP
+    from ._fake_gke import FakeGKE
+    from ._kube_faults import KubeFaults, KubeTimings
+    from ._kube_kinds import KindInfo, pod_merge_keys, register_kind
+    from ._preempt import preempt
+    from ._preemption import Preemption
+    from .kube import KubeFake
+    from .kube import schema_validator as kube_schema_validator
 
 # Polling and retry settings for adapters under test: the fakes answer in milliseconds.
 FAST_BACKOFF = Backoff(initial=0.01, maximum=0.05, multiplier=1.5)
 FAST_RETRY = RetryPolicy(attempts=5, initial=0.005, maximum=0.02)
+
+# Each public name, the module that defines it and its name there, imported on first use:
+# the fakes load gRPC, the Google clients and an HTTP server, which a test of the
+# polling settings alone does not need.
+_HOMES = {
+    "Catalog": ("._capacity", "Catalog"),
+    "DEFAULT_LATENCY": ("._core", "DEFAULT_LATENCY"),
+    "FakeError": ("._core", "FakeError"),
+    "FakeGCP": ("._fake", "FakeGCP"),
+    "FakeGKE": ("._fake_gke", "FakeGKE"),
+    "Faults": ("._core", "Faults"),
+    "KindInfo": ("._kube_kinds", "KindInfo"),
+    "KubeFake": (".kube", "KubeFake"),
+    "KubeFaults": ("._kube_faults", "KubeFaults"),
+    "KubeTimings": ("._kube_faults", "KubeTimings"),
+    "Preemption": ("._preemption", "Preemption"),
+    "RequestRecord": ("._core", "RequestRecord"),
+    "kube_schema_validator": (".kube", "schema_validator"),
+    "pod_merge_keys": ("._kube_kinds", "pod_merge_keys"),
+    "preempt": ("._preempt", "preempt"),
+    "project_number": ("._core", "project_number"),
+    "register_kind": ("._kube_kinds", "register_kind"),
+}
 
 __all__ = [
     "DEFAULT_LATENCY",
@@ -49,12 +83,28 @@ __all__ = [
     "FakeGCP",
     "FakeGKE",
     "Faults",
+    "KindInfo",
     "KubeFake",
     "KubeFaults",
     "KubeTimings",
     "Preemption",
     "RequestRecord",
     "kube_schema_validator",
+    "pod_merge_keys",
     "preempt",
     "project_number",
+    "register_kind",
 ]
+
+
+if not TYPE_CHECKING:  # type checkers see the imports above, and flag a misspelt name
+
+    def __getattr__(name: str) -> object:
+        if name not in _HOMES:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        module, attribute = _HOMES[name]
+        return getattr(importlib.import_module(module, __name__), attribute)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

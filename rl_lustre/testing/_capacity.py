@@ -19,6 +19,7 @@ from typing import Any
 
 from google.cloud.location import locations_pb2
 
+from .._public import public
 from ..catalog import ZONES, known_zones
 from ._core import Core, FakeError
 from ._filters import compute_filter
@@ -63,6 +64,7 @@ _GPU_METRICS = (
 )
 
 
+@public("rl_lustre.testing")
 class Catalog:
     """The fake's answer to "what can this project get where".
 

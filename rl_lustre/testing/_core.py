@@ -16,6 +16,8 @@ from typing import Any
 import attrs
 import grpc
 
+from .._public import public
+
 # Seconds each remote change takes before the time scale is applied. Small, so that
 # tests are fast; the provisioning benchmark passes realistic proportions.
 DEFAULT_LATENCY: dict[str, float] = {
@@ -84,6 +86,7 @@ _HTTP_TO_GRPC: dict[int, grpc.StatusCode] = {
 }
 
 
+@public("rl_lustre.testing")
 class FakeError(Exception):
     """Raised inside a fake handler: becomes a gRPC status or an HTTP error response."""
 
@@ -99,6 +102,7 @@ class FakeError(Exception):
         self.reason = reason
 
 
+@public("rl_lustre.testing")
 @attrs.define
 class RequestRecord:
     """One request a fake received (the Google API fakes; the Kubernetes fake records a
@@ -136,6 +140,7 @@ class _Fault:
         return self.after < self.seen <= self.after + self.times
 
 
+@public("rl_lustre.testing")
 class Faults:
     """Fault injection for the fake APIs.
 
@@ -256,6 +261,7 @@ class Faults:
         return None
 
 
+@public("rl_lustre.testing")
 def project_number(project: str) -> str:
     """The fake's stable project number for ``project``.
 

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._public import public
 from ..catalog import (
     LABEL_CREATED_BY,
     LABEL_MANAGED_BY,
@@ -57,6 +58,7 @@ KINDS = (
 )
 
 
+@public("rl_lustre.testing")
 class FakeGCP(Seeding):
     """Stateful fakes of the Google APIs rl_lustre uses, speaking their real protocols.
 

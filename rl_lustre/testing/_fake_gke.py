@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
+from .._public import public
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ exec {python} "$@"
 """
 
 
+@public("rl_lustre.testing")
 class FakeGKE:
     """The Google APIs, a GKE cluster's Kubernetes and a real Ray head, on this machine.
 

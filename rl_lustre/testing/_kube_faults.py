@@ -9,6 +9,8 @@ from collections.abc import Mapping
 
 import attrs
 
+from .._public import public
+
 # The scheduler's words (Kubernetes 1.35, as tests/test_kube_real.py sees them).
 UNSCHEDULABLE_MESSAGES = {
     "insufficient-gpu": (
@@ -38,6 +40,7 @@ AUTOSCALER_EVENTS = {
 }
 
 
+@public("rl_lustre.testing")
 @attrs.define
 class KubeFaults:
     """Fault knobs of the simulated cluster. Change them before or during a test.
@@ -70,6 +73,7 @@ class KubeFaults:
     job_failure: str | None = None
 
 
+@public("rl_lustre.testing")
 @attrs.define
 class KubeTimings:
     """How long the simulated cluster takes for each step, in seconds."""

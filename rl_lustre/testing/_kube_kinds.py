@@ -19,10 +19,13 @@ from collections.abc import Mapping
 
 import attrs
 
+from .._public import public
+
 # Every kind can be selected by these fields (the server adds them to each kind's own).
 _COMMON_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 
 
+@public("rl_lustre.testing")
 @attrs.frozen
 class KindInfo:
     """One kind the fake serves: what discovery says about it and the rules it follows.
@@ -89,6 +92,7 @@ _POD_SPEC_KEYS = {
 _CONTAINER_KEYS = {"ports": "containerPort", "env": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath"}
 
 
+@public("rl_lustre.testing")
 def pod_merge_keys(prefix: str) -> dict[str, str]:
     """Strategic-merge keys of a PodSpec's lists, for a PodSpec at ``prefix``
     (``spec`` in a Pod, ``spec.template.spec`` in a DaemonSet or Job).
@@ -112,6 +116,7 @@ KINDS: dict[str, KindInfo] = {}
 BY_PATH: dict[tuple[str, str], KindInfo] = {}
 
 
+@public("rl_lustre.testing")
 def register_kind(info: KindInfo) -> KindInfo:
     """Serve a kind (or change how one is served): routing, discovery, selectors,
     status subresource and patches follow from ``info``. Returns ``info``.

@@ -6,6 +6,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from .._public import public
 from ._preemption import Preemption
 
 if TYPE_CHECKING:
@@ -16,6 +17,7 @@ __all__ = ["Preemption", "preempt"]
 logger = logging.getLogger("rl_lustre.testing.preempt")
 
 
+@public("rl_lustre.testing")
 def preempt(cluster: Cluster, nodes: int = 1, back_after: float | None = 5.0) -> Preemption:
     """Preempt ``nodes`` worker nodes of a running local or fake-GKE deployment, as Spot does.
 
@@ -26,7 +28,7 @@ def preempt(cluster: Cluster, nodes: int = 1, back_after: float | None = 5.0) ->
 
     Fake GKE (a cluster whose Kubernetes API is a :class:`~rl_lustre.testing.KubeFake`
     backing its worker pods with local raylets): the fake does what GKE does to a Spot
-    node: see :meth:`KubeFake.preempt <rl_lustre.testing.kube.KubeFake.preempt>`.
+    node: see :meth:`KubeFake.preempt <rl_lustre.testing.KubeFake.preempt>`.
 
     Returns at once; the replacements come in the background.
 

@@ -10,11 +10,14 @@ import logging
 import threading
 import time
 
+from .._public import public
+
 __all__ = ["Preemption"]
 
 logger = logging.getLogger("rl_lustre.testing.preempt")
 
 
+@public("rl_lustre.testing")
 class Preemption:
     """What :func:`preempt` did, and the replacements it brings back.
 

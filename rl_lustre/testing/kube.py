@@ -65,6 +65,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from .._public import public
 from ._kube_controller import pod_ready
 from ._kube_controllers import Controllers
 from ._kube_faults import KubeFaults, KubeTimings
@@ -86,6 +87,7 @@ DEFAULT_TOKEN = "kube-fake-token"
 T = TypeVar("T")
 
 
+@public("rl_lustre.testing")
 class KubeFake:
     """A TLS Kubernetes API server with simulated KubeRay, for tests.
 
