@@ -13,7 +13,8 @@
 - tests-oncluster: the on-cluster package's tests (marked ``oncluster``) on the cluster image's
               Python (3.12) and Ray (2.46.0), the versions rl_lustre.oncluster runs on.
 - lint:      ruff check and ruff format --check (one style over the tree, 120 columns).
-- typecheck: mypy on the package; the on-cluster package also for Python 3.12.
+- typecheck: mypy on the package, mypy --strict on the public surface (STRICT); the on-cluster
+             package also for Python 3.12.
 - docs:      mkdocs build --strict (broken links and missing pages fail).
 - bench:     benchmarks under benchmarks/, reported as ratios against a baseline.
 - lock:      upgrade uv.lock to the newest versions pyproject.toml allows (on purpose, never on
@@ -121,11 +122,60 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "--target-version", "py312", "rl_lustre/oncluster")
 
 
+# The public surface (docs/architecture.md, "The public surface"), held to mypy --strict: the
+# packages that export it, the façade, and every module that defines a public class or function
+# (but rl_lustre/gcp/lustre.py, an adapter whose only public part is the plain TransferResult).
+STRICT = [
+    "rl_lustre/__init__.py",
+    "rl_lustre/_public.py",
+    "rl_lustre/errors.py",
+    "rl_lustre/cluster.py",
+    "rl_lustre/job.py",
+    "rl_lustre/volume.py",
+    "rl_lustre/run.py",
+    "rl_lustre/run_accounts.py",
+    "rl_lustre/sweep.py",
+    "rl_lustre/sweep_result.py",
+    "rl_lustre/sizing.py",
+    "rl_lustre/spec/capacity.py",
+    "rl_lustre/_output.py",
+    "rl_lustre/catalog.py",
+    "rl_lustre/check_items.py",
+    "rl_lustre/cost.py",
+    "rl_lustre/goodput/attribute.py",
+    "rl_lustre/goodput/ledger.py",
+    "rl_lustre/metrics.py",
+    "rl_lustre/nemo_rl/checkpoints.py",
+    "rl_lustre/nemo_rl/logs.py",
+    "rl_lustre/outages.py",
+    "rl_lustre/plan/graph.py",
+    "rl_lustre/plot.py",
+    "rl_lustre/prices.py",
+    "rl_lustre/queueing/state.py",
+    "rl_lustre/ray/jobs.py",
+    "rl_lustre/recovery/restarts.py",
+    "rl_lustre/shared.py",
+    "rl_lustre/testing/__init__.py",
+    "rl_lustre/testing/_capacity.py",
+    "rl_lustre/testing/_core.py",
+    "rl_lustre/testing/_fake.py",
+    "rl_lustre/testing/_fake_gke.py",
+    "rl_lustre/testing/_kube_faults.py",
+    "rl_lustre/testing/_kube_kinds.py",
+    "rl_lustre/testing/_preempt.py",
+    "rl_lustre/testing/_preemption.py",
+    "rl_lustre/testing/_seeding.py",
+    "rl_lustre/testing/kube.py",
+]
+
+
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy on the package."""
+    """mypy on the package; mypy --strict on the public surface (STRICT)."""
     _install(session, "typecheck")
     session.run("mypy", "rl_lustre")
+    # Only these files are held to --strict: what they import is read, not checked.
+    session.run("mypy", "--strict", "--follow-imports=silent", *STRICT)
     # The on-cluster package runs on the image's Python: checked for that version too.
     session.run("mypy", "--python-version", IMAGE_PYTHON, "rl_lustre/oncluster")
 

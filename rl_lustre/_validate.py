@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -382,6 +382,20 @@ def to_frozen_mapping(value: Any) -> Any:
     if isinstance(value, Mapping) and not isinstance(value, FrozenDict):
         return FrozenDict(value)
     return value
+
+
+# Typed converters: the constructor's signature says what a field takes. Anything else passes
+# through unchanged, for the field's validator to refuse with the field's name and rule.
+
+
+def strings(value: Iterable[str]) -> tuple[str, ...]:
+    """Converter for a field of strings: a list (or any iterable) becomes a tuple."""
+    return cast("tuple[str, ...]", to_tuple(value))
+
+
+def string_mapping(value: Mapping[str, str]) -> Mapping[str, str]:
+    """Converter for a field of names to strings: an immutable, hashable copy."""
+    return cast("Mapping[str, str]", to_frozen_mapping(value))
 
 
 class FrozenDict(dict[str, Any]):

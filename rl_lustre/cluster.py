@@ -34,9 +34,11 @@ if TYPE_CHECKING:
 
     from .backends import Backend
     from .check import CheckReport
+    from .gcp.monitoring import Monitoring
     from .goodput import GoodputLedger
+    from .goodput.when import Instant
     from .job import GRPOJob
-    from .metrics import ClusterMetrics
+    from .metrics import ClusterMetrics, When
     from .plan import Plan
     from .prices import Prices
     from .queueing.state import QueueState
@@ -429,7 +431,9 @@ class Cluster(ClusterSpec):
         """
         return self._backend().queue()
 
-    def goodput(self, since: Any = None, until: Any = None, *, prices: Prices | None = None) -> GoodputLedger:
+    def goodput(
+        self, since: Instant | None = None, until: Instant | None = None, *, prices: Prices | None = None
+    ) -> GoodputLedger:
         """Where the cluster's GPU-node-seconds went over a window: every run's ledger
         (``.runs``) and the cluster's own time, no run's (``.own``), in seconds and USD.
 
@@ -455,7 +459,14 @@ class Cluster(ClusterSpec):
         lo, hi = window("Cluster.goodput", since, until, now=time.time())
         return self._backend().cluster_goodput(lo, hi, prices=prices)
 
-    def metrics(self, start: Any = None, end: Any = None, *, step: int = 60, monitoring: Any = None) -> ClusterMetrics:
+    def metrics(
+        self,
+        start: When | None = None,
+        end: When | None = None,
+        *,
+        step: int = 60,
+        monitoring: Monitoring | None = None,
+    ) -> ClusterMetrics:
         """GPU utilisation of the deployment's pods and its Lustre throughput, from Cloud Monitoring.
 
         Example::

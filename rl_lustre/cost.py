@@ -28,7 +28,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -106,6 +106,14 @@ class CostItem:
         }
 
 
+def _cost_items(items: Iterable[CostItem]) -> tuple[CostItem, ...]:
+    return tuple(items)
+
+
+def _notes(notes: Iterable[str]) -> tuple[str, ...]:
+    return tuple(notes)
+
+
 @public("rl_lustre")
 @attrs.frozen(kw_only=True)
 class Cost:
@@ -127,10 +135,10 @@ class Cost:
         notes: remarks that apply to the whole estimate.
     """
 
-    items: tuple[CostItem, ...] = attrs.field(converter=lambda v: tuple(v))
+    items: tuple[CostItem, ...] = attrs.field(converter=_cost_items)
     prices_as_of: str
     sources: Mapping[str, str] = attrs.field(factory=dict)
-    notes: tuple[str, ...] = attrs.field(default=(), converter=lambda v: tuple(v))
+    notes: tuple[str, ...] = attrs.field(default=(), converter=_notes)
 
     @property
     def total_usd_per_hour(self) -> float:

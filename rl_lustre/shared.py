@@ -30,6 +30,7 @@ from ._public import public
 from .catalog import PRELOAD_BUILD_TIMEOUT, ROLE_PRELOAD_BUILD, ROLE_PRELOAD_IMAGE
 
 if TYPE_CHECKING:
+    from .gcp.storage import BucketObjects
     from .prices import Prices
     from .provision.context import Apis
 
@@ -281,7 +282,7 @@ class WarmStartExport:
 
 
 @public("rl_lustre")
-def find_warm_start(uri: str, *, storage: Any = None) -> WarmStartExport | None:
+def find_warm_start(uri: str, *, storage: BucketObjects | None = None) -> WarmStartExport | None:
     """The export at ``uri`` (``gs://BUCKET/PREFIX``, as ``Cluster.warm_start``), or None
     when nothing was exported there.
 

@@ -25,7 +25,9 @@ from .spec.volume import (
 )
 
 if TYPE_CHECKING:
-    from .metrics import VolumeMetrics
+    from .gcp.lustre import LustreInstances, TransferResult
+    from .gcp.monitoring import Monitoring
+    from .metrics import VolumeMetrics, When
 
 __all__ = [
     "FILESYSTEM_RULE",
@@ -73,7 +75,7 @@ class LustreVolume(VolumeSpec):
     # Live methods: they talk to the Managed Lustre API (or the emulator named by
     # RL_LUSTRE_GCP_EMULATOR_HOST) and record what they learn on this handle.
 
-    def _api(self, api: Any) -> Any:
+    def _api(self, api: LustreInstances | None) -> LustreInstances:
         if api is not None:
             return api
         from .gcp.lustre import LustreInstances
@@ -91,7 +93,7 @@ class LustreVolume(VolumeSpec):
         deployment: str | None = None,
         labels: Mapping[str, str] | None = None,
         timeout: float = 2 * 3600.0,
-        api: Any = None,
+        api: LustreInstances | None = None,
     ) -> LustreVolume:
         """Create the instance and wait until it is ACTIVE; then :attr:`mount_point` is known.
 
@@ -136,7 +138,7 @@ class LustreVolume(VolumeSpec):
         self._live.created_by_us = self._live.created_by_us or not done.adopted
         return self
 
-    def refresh(self, *, api: Any = None) -> LustreVolume:
+    def refresh(self, *, api: LustreInstances | None = None) -> LustreVolume:
         """Read the instance's state and mount point from the API.
 
         Example::
@@ -158,7 +160,7 @@ class LustreVolume(VolumeSpec):
         self._learn(found)
         return self
 
-    def exists(self, *, api: Any = None) -> bool:
+    def exists(self, *, api: LustreInstances | None = None) -> bool:
         """Whether the instance exists (refreshing the state if it does).
 
         Example::
@@ -174,7 +176,9 @@ class LustreVolume(VolumeSpec):
             return False
         return True
 
-    def delete(self, *, deployment: str | None = None, timeout: float = 3600.0, api: Any = None) -> bool:
+    def delete(
+        self, *, deployment: str | None = None, timeout: float = 3600.0, api: LustreInstances | None = None
+    ) -> bool:
         """Delete the instance and wait until it is gone.
 
         Only an instance carrying rl_lustre's labels for ``deployment`` is deleted. A
@@ -200,7 +204,9 @@ class LustreVolume(VolumeSpec):
         self._live.created_by_us = False
         return deleted
 
-    def import_data(self, gcs_uri: str, path: str = "/", *, timeout: float = 24 * 3600.0, api: Any = None) -> Any:
+    def import_data(
+        self, gcs_uri: str, path: str = "/", *, timeout: float = 24 * 3600.0, api: LustreInstances | None = None
+    ) -> TransferResult:
         """Copy objects under ``gcs_uri`` (``gs://bucket/prefix``) into the volume at ``path``.
 
         Example::
@@ -217,7 +223,9 @@ class LustreVolume(VolumeSpec):
         self._check_transfer(gcs_uri, path)
         return self._api(api).import_data(self.resource_name(), gcs_uri, path, timeout=timeout)
 
-    def export_data(self, path: str, gcs_uri: str, *, timeout: float = 24 * 3600.0, api: Any = None) -> Any:
+    def export_data(
+        self, path: str, gcs_uri: str, *, timeout: float = 24 * 3600.0, api: LustreInstances | None = None
+    ) -> TransferResult:
         """Copy ``path`` of the volume (e.g. a checkpoint directory) to ``gcs_uri``.
 
         Example::
@@ -234,7 +242,14 @@ class LustreVolume(VolumeSpec):
         self._check_transfer(gcs_uri, path)
         return self._api(api).export_data(self.resource_name(), path, gcs_uri, timeout=timeout)
 
-    def metrics(self, start: Any = None, end: Any = None, *, step: int = 60, monitoring: Any = None) -> VolumeMetrics:
+    def metrics(
+        self,
+        start: When | None = None,
+        end: When | None = None,
+        *,
+        step: int = 60,
+        monitoring: Monitoring | None = None,
+    ) -> VolumeMetrics:
         """The instance's read and write throughput (MB/s) from Cloud Monitoring.
 
         Example::

@@ -23,7 +23,11 @@ import re
 
 from ..errors import ConfigError
 
-__all__ = ["when", "window"]
+__all__ = ["Instant", "when", "window"]
+
+# What ``since`` / ``until`` take (see the module): seconds since the epoch, an aware datetime,
+# a timedelta before now, or ISO 8601 / duration text.
+Instant = float | dt.datetime | dt.timedelta | str
 
 _RULE = (
     "must be seconds since the epoch, an aware datetime, a timedelta before now, ISO 8601 "

@@ -154,7 +154,7 @@ class Capacity:
             object.__setattr__(self, "queued", False)
 
     @classmethod
-    def parse(cls, value: Any, *, owner: str = "ClusterSpec", field: str = "capacity") -> Capacity:
+    def parse(cls, value: Capacity | str, *, owner: str = "ClusterSpec", field: str = "capacity") -> Capacity:
         """A ``Capacity`` from itself or a kind's name (``"spot"``)."""
         if isinstance(value, Capacity):
             return value

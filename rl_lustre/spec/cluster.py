@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar, cast
 
 import attrs
 
@@ -97,6 +97,16 @@ HF_REPO_ID_RULE = (
 )
 
 
+def _capacities(value: Iterable[Capacity | str] | None) -> tuple[Capacity | str, ...] | None:
+    """Converter of ``capacity``: the kinds to try in order, as a tuple (checked by ``check_capacity``)."""
+    return cast("tuple[Capacity | str, ...] | None", v.to_tuple(value))
+
+
+def _zones(value: str | Iterable[str]) -> str | tuple[str, ...]:
+    """Converter of ``capacity_zones``: ``"zone"``, ``"region"`` or a tuple of zones."""
+    return cast("str | tuple[str, ...]", v.to_tuple(value))
+
+
 def _hf_repo_ids(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, tuple):
         v.fail(inst, v.field_name(attr), value, "must be a list of Hugging Face model ids")
@@ -161,10 +171,10 @@ class ClusterSpec:
         default=None, validator=v.matches(RESERVATION_PATTERN, RESERVATION_RULE, optional=True)
     )
     _given_capacity: tuple[Capacity | str, ...] | None = attrs.field(
-        alias="capacity", default=None, eq=False, repr=False, converter=v.to_tuple
+        alias="capacity", default=None, eq=False, repr=False, converter=_capacities
     )
     capacity: tuple[Capacity, ...] = attrs.field(init=False)
-    capacity_zones: str | tuple[str, ...] = attrs.field(default="zone", converter=v.to_tuple)
+    capacity_zones: str | tuple[str, ...] = attrs.field(default="zone", converter=_zones)
     on_no_capacity: str = attrs.field(default="storage", validator=v.one_of(NO_CAPACITY_OPTIONS))
     head_machine_type: str = attrs.field(
         default=HEAD_MACHINE_TYPE,
@@ -198,9 +208,9 @@ class ClusterSpec:
         validator=v.matches(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?", "must be a VPC network name", optional=True),
     )
     node_service_account: str | None = attrs.field(default=None, validator=v.service_account)
-    authorized_networks: tuple[str, ...] = attrs.field(default=(), converter=v.to_tuple, validator=v.cidr)
+    authorized_networks: tuple[str, ...] = attrs.field(default=(), converter=v.strings, validator=v.cidr)
     public_control_plane: bool = attrs.field(default=False, validator=v.boolean)
-    secrets: tuple[str, ...] = attrs.field(default=DEFAULT_SECRETS, converter=v.to_tuple, validator=_check_secret_names)
+    secrets: tuple[str, ...] = attrs.field(default=DEFAULT_SECRETS, converter=v.strings, validator=_check_secret_names)
     _given_fabric: Literal["rdma", "tcp"] | None = attrs.field(
         alias="fabric", default=None, eq=False, repr=False, validator=v.one_of(["rdma", "tcp"], optional=True)
     )
@@ -208,9 +218,9 @@ class ClusterSpec:
     maintenance_exclusion: str | None = attrs.field(
         default=MAINTENANCE_EXCLUSIONS[0], validator=v.one_of(MAINTENANCE_EXCLUSIONS, optional=True)
     )
-    labels: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=v.gcp_labels)
+    labels: Mapping[str, str] = attrs.field(factory=dict, converter=v.string_mapping, validator=v.gcp_labels)
     prefetch_models: tuple[str, ...] = attrs.field(
-        default=(REFERENCE_MODEL,), converter=v.to_tuple, validator=_hf_repo_ids
+        default=(REFERENCE_MODEL,), converter=v.strings, validator=_hf_repo_ids
     )
     prepull_image: bool = attrs.field(default=True, validator=v.boolean)
     _given_preload_image: bool | str | None = attrs.field(

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeAlias, cast
 
 import attrs
 
@@ -73,6 +73,15 @@ def _check_env(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
             v.fail(inst, f"{v.field_name(attr)}[{name!r}]", val, "environment values must be strings")
         _refuse_secret_value(inst, f"{v.field_name(attr)}[{name!r}]", name, val)
         v.no_control(type(inst).__name__, f"{v.field_name(attr)}[{name!r}]", val)
+
+
+# A NeMo-RL override's value, as Hydra takes it: a scalar, or a list or mapping of them.
+OverrideValue: TypeAlias = "str | int | float | bool | Sequence[OverrideValue] | Mapping[str, OverrideValue] | None"
+
+
+def _overrides(value: Mapping[str, OverrideValue]) -> Mapping[str, Any]:
+    """Converter of ``overrides``: an immutable, hashable copy (checked by ``_check_overrides``)."""
+    return cast("Mapping[str, Any]", v.to_frozen_mapping(value))
 
 
 def _override_value_ok(value: Any) -> bool:
@@ -209,10 +218,10 @@ class JobSpec:
     # Passed as ``overrides=``; stored under another name because ``overrides(cluster)`` is
     # the method that returns every override the job sends.
     extra_overrides: Mapping[str, Any] = attrs.field(
-        alias="overrides", factory=dict, converter=v.to_frozen_mapping, validator=_check_overrides
+        alias="overrides", factory=dict, converter=_overrides, validator=_check_overrides
     )
     interpolate_overrides: bool = attrs.field(default=True, validator=v.boolean)
-    env: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=_check_env)
+    env: Mapping[str, str] = attrs.field(factory=dict, converter=v.string_mapping, validator=_check_env)
     working_dir: str | None = attrs.field(
         default=None,
         validator=v.matches(
@@ -221,7 +230,7 @@ class JobSpec:
     )
     excludes: tuple[str, ...] = attrs.field(
         default=(),
-        converter=v.to_tuple,
+        converter=v.strings,
         validator=[
             v.names,
             attrs.validators.deep_iterable(

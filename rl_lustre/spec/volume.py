@@ -80,7 +80,7 @@ class VolumeSpec:
     description: str = attrs.field(
         default="", validator=v.matches(r"[^\x00-\x1f]{0,2048}", "must be at most 2048 printable characters")
     )
-    labels: Mapping[str, str] = attrs.field(factory=dict, converter=v.to_frozen_mapping, validator=v.gcp_labels)
+    labels: Mapping[str, str] = attrs.field(factory=dict, converter=v.string_mapping, validator=v.gcp_labels)
     existing: bool = attrs.field(default=False, validator=v.boolean)
     _live: VolumeState = attrs.field(factory=VolumeState, init=False, repr=False, eq=False, hash=False)
     # Fields a Cluster filled in (see _with_defaults); not part of the spec's identity.

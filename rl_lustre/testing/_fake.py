@@ -10,7 +10,7 @@ import datetime
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._public import public
 from ..catalog import (
@@ -39,7 +39,12 @@ from ._seeding import Seeding
 from ._stock import Stock
 
 if TYPE_CHECKING:
+    from google.cloud import monitoring_v3
+
     from .kube import KubeFake
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
 
 KINDS = (
     "compute.images",
@@ -207,7 +212,7 @@ class FakeGCP(Seeding):
         )
 
     @property
-    def time_series_requests(self) -> list[Any]:
+    def time_series_requests(self) -> list[monitoring_v3.ListTimeSeriesRequest]:
         """Every ``ListTimeSeriesRequest`` received, as sent (filter, interval, aggregation)."""
         return list(self._monitoring.requests)
 
@@ -384,15 +389,16 @@ class FakeGCP(Seeding):
         self,
         service: str,
         method: str,
-        fn: Callable[[Any], Any],
-        request_type: Any,
-        response_type: Any,
+        fn: Callable[[Request], Response],
+        request_type: type[Request],
+        response_type: type[Response],
         *,
         short: str | None = None,
     ) -> None:
         """Serve one more gRPC method (e.g. a Monitoring fake) on the same server.
 
-        ``fn(request) -> response`` runs under the fake's lock; raise
+        ``fn(request) -> response`` runs under the fake's lock (``request_type`` and
+        ``response_type``: the protobuf or proto-plus message classes); raise
         ``rl_lustre.testing.FakeError`` for an error status. ``short`` names it in the
         request log and for faults (by default ``<last part of service>.<method>``).
         """

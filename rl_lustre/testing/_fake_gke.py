@@ -215,7 +215,7 @@ class FakeGKE:
         """``job`` as it runs on these fakes: NeMo-RL from the rehearsal :attr:`image`."""
         return attrs.evolve(job, nemo_rl_dir=str(self._root() / "nemo-rl"))
 
-    def leftovers(self, name: str | None = None) -> dict[str, list[Any]]:
+    def leftovers(self, name: str | None = None) -> dict[str, list[str] | list[dict[str, Any]]]:
         """What is left of deployment ``name`` (by default any) on the fakes: Google
         resources (``gcp.leaked``) and Kubernetes objects. Both empty after ``down()``."""
         if self.gcp is None or self.kube is None:

@@ -14,12 +14,15 @@ Google Cloud was busy; nothing is said and the pool is asked again next pass).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..catalog import GKE_NODEPOOL_LABEL
 from ._kube_controller import Controller, wants_gpu
 from ._kube_scheduler import fits_node
 from ._kube_store import Obj, labels_of
+
+if TYPE_CHECKING:
+    from ._kube_provisioning import Decider
 
 __all__ = ["Autoscaler"]
 
@@ -29,7 +32,7 @@ class Autoscaler(Controller):
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.decide: Any = None
+        self.decide: Decider | None = None
         self.pools: dict[str, tuple[dict[str, str], int, str]] = {}
         self._asked: dict[str, float] = {}
 
@@ -52,7 +55,7 @@ class Autoscaler(Controller):
                 self._asked.pop(pool, None)
                 continue
             asked = self._asked.setdefault(pool, time.monotonic())
-            decide = self.decide or (lambda name, count, at: ("granted", "", None))
+            decide = self.decide or (lambda name, count, at: ("granted", "", []))
             state, _message, nodes = decide(pool, have + need, asked)
             if state == "busy":
                 continue

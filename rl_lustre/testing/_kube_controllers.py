@@ -10,9 +10,6 @@ scheduler and kubelet (``_kube_kubelet``), the RayCluster status.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from ..catalog import GKE_NODEPOOL_LABEL
 from ._kube_autoscaler import Autoscaler
 from ._kube_binder import VolumeBinder
@@ -23,7 +20,7 @@ from ._kube_kubelet import Kubelet
 from ._kube_operator import KubeRayOperator
 from ._kube_provisioning import ProvisioningRequests
 from ._kube_quota import install as install_quota
-from ._kube_spot import SpotCapacity
+from ._kube_spot import RayletStarter, SpotCapacity
 from ._kube_store import Obj, Store, labels_of
 from ._kube_workloads import Workloads
 
@@ -36,7 +33,7 @@ class Controllers(Controller):
         store: Store,
         faults: KubeFaults,
         timings: KubeTimings,
-        raylets: Callable[[str, str, dict[str, int]], Any] | None = None,
+        raylets: RayletStarter | None = None,
     ) -> None:
         super().__init__(store, faults, timings, Memory())
         install_quota(store)

@@ -35,13 +35,23 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 from ._kube_scheduler import quantity
 from ._kube_store import Obj, Store, labels_of, now_rfc3339, owned_by
 
 IMPENDING_TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
 SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+
+
+class Raylet(Protocol):
+    """What a raylet starter returns: a handle to the worker node it joined."""
+
+    def kill(self) -> object: ...
+
+
+# start(pod_name, node_name, resources): joins a Ray worker node, returns its handle.
+RayletStarter = Callable[[str, str, dict[str, int]], Raylet]
 
 
 def is_ray_worker(pod: Obj) -> bool:
@@ -78,11 +88,11 @@ def ray_start_resources(pod: Obj, start_params: dict[str, Any]) -> dict[str, int
 class SpotCapacity:
     """Raylets behind worker pods, and the Spot capacity GPU pods wait for."""
 
-    def __init__(self, store: Store, start: Callable[[str, str, dict[str, int]], Any] | None) -> None:
+    def __init__(self, store: Store, start: RayletStarter | None) -> None:
         self.store = store
         self._start = start
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kube-fake-raylet") if start else None
-        self._raylets: dict[str, Future[Any]] = {}
+        self._raylets: dict[str, Future[Raylet]] = {}
         self._lock = threading.Lock()
         # monotonic time when Spot GPU capacity is back (inf: never); None: it is there.
         self.back_at: float | None = None

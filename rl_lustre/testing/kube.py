@@ -63,7 +63,7 @@ import time
 import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from .._public import public
 from ._kube_controller import pod_ready
@@ -75,8 +75,13 @@ from ._kube_server import TlsServer
 from ._kube_store import KINDS, Obj, Store, labels_of
 
 if TYPE_CHECKING:
+    from google.cloud import container_v1
     from kubernetes.client import ApiClient
 
+    from ..backends.gke import GKEBackend
+    from ..cluster import Cluster
+    from ._kube_provisioning import Decider
+    from ._kube_spot import RayletStarter
     from ._preemption import Preemption
 
 __all__ = ["DEFAULT_TOKEN", "KubeFake", "KubeFaults", "KubeRequest", "KubeTimings", "schema_validator"]
@@ -133,7 +138,7 @@ class KubeFake:
         faults: KubeFaults | None = None,
         timings: KubeTimings | None = None,
         watch_timeout: float = 300.0,
-        raylets: Callable[[str, str, dict[str, int]], Any] | None = None,
+        raylets: RayletStarter | None = None,
     ) -> None:
         from ..kube.tokens import EMULATOR_TOKEN
 
@@ -307,7 +312,7 @@ class KubeFake:
 
     # what GKE does to the cluster's Kubernetes API (FakeGCP(kube=...) calls these)
 
-    def node_pool_ready(self, pool: Any) -> list[str]:
+    def node_pool_ready(self, pool: container_v1.NodePool) -> list[str]:
         """Register the Nodes of a RUNNING GKE node pool (a ``container_v1.NodePool`` whose
         ``self_link`` names its cluster), shaped as GKE registers them
         (:func:`rl_lustre.testing._gke_nodes.gke_node`: labels, the GPU taint, capacity and
@@ -328,23 +333,23 @@ class KubeFake:
         return [node["metadata"]["name"] for node in nodes]
 
     @property
-    def autoscaling(self) -> Any:
+    def autoscaling(self) -> Decider | None:
         """How the autoscaler's scale-ups of autoscaled pools are answered (same shape as
         :attr:`provisioning`; see :mod:`rl_lustre.testing._kube_autoscaler`)."""
         return self._controllers.autoscaler.decide
 
     @autoscaling.setter
-    def autoscaling(self, decide: Any) -> None:
+    def autoscaling(self, decide: Decider | None) -> None:
         self._controllers.autoscaler.decide = decide
 
     @property
-    def provisioning(self) -> Any:
+    def provisioning(self) -> Decider | None:
         """How ProvisioningRequests are answered: ``(pool, count, asked_at) -> (state, message,
         nodes)`` (see :mod:`rl_lustre.testing._kube_provisioning`); None grants each at once."""
         return self._controllers.provisioning.decide
 
     @provisioning.setter
-    def provisioning(self, decide: Any) -> None:
+    def provisioning(self, decide: Decider | None) -> None:
         self._controllers.provisioning.decide = decide
 
     def node_pool_deleted(self, name: str) -> None:
@@ -404,9 +409,9 @@ class KubeFake:
             raise ValueError(f"no pod {namespace}/{pod}")
 
     @classmethod
-    def serving(cls, cluster: Any) -> KubeFake | None:
+    def serving(cls, cluster: Cluster) -> KubeFake | None:
         """The KubeFake of this process that serves ``cluster``'s Kubernetes API, if any."""
-        host = cluster._backend()._kube_api().configuration.host.rstrip("/")
+        host = cast("GKEBackend", cluster._backend())._kube_api().configuration.host.rstrip("/")
         return next((fake for fake in list(cls._serving) if fake.url.rstrip("/") == host), None)
 
     def preempt(
