@@ -7,12 +7,12 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.specs import GKE
 
 from rl_lustre import Cluster, LustreVolume
 from rl_lustre.plan import Plan, PlannedResource
 
 ROOT = Path(__file__).resolve().parents[1]
-GKE = {"name": "demo", "project": "my-project", "region": "us-east1", "zone": "us-east1-b"}
 SPECS = {
     "default": GKE,
     "tcp": {**GKE, "fabric": "tcp"},
