@@ -39,6 +39,7 @@ from typing import Any, TextIO
 __all__ = [
     "CHECKPOINT_DIR",
     "DASHBOARD",
+    "HEAD_LOST",
     "JOB",
     "MARK",
     "MODEL",
@@ -69,6 +70,9 @@ JOB = "rl_lustre.job"
 # (rl_lustre.oncluster.rundir).
 RUN_ID = "rl_lustre.run_id"
 RUN_DIR = "rl_lustre.run_dir"
+# Set by the keeper (rl_lustre.oncluster.keeper) on a run it resubmits after its head was lost:
+# JSON {lost_at, head, reason}. Such a submission resumes the run (rl_lustre.oncluster.runrecords).
+HEAD_LOST = "rl_lustre.head_lost"
 # For the cluster's queue (rl_lustre.oncluster.queue), read by the job's supervisor on the head:
 # the job's size and priority, when and in which order of its batch it was submitted (the
 # submitting client's clock), and the Ray dashboard's address as seen from the head.

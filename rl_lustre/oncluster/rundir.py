@@ -7,9 +7,22 @@ after a head loss or a preemption is the same run) and a directory on the volume
         submission.json     what was submitted: entrypoint, runtime env (no secret), metadata
         journal.jsonl       every journal record (oncluster.records), one JSON object a line
         driver.log          a rolling copy of the job's log (the driver's output)
+        driver.log.1        the part of the log before driver.log (the log rolls at a size)
         stopped             present once the run was stopped (by the user or by teardown):
                             it is never resubmitted
+        given_up            present once the keeper gave up resubmitting it (why, in JSON)
+        owners/             one file per writer, numbered: the newest is the run's only
+                            writer (oncluster/runrecords.py)
+        packages/           what the job uploaded (the on-cluster package, its working_dir),
+                            for a resubmission after the head that held them was lost
         diagnostics/        evidence bundles, one directory each (hangs)
+
+The cluster's keeper (oncluster/keeper.py), which resubmits the runs a lost head took with
+it, keeps its own records beside them::
+
+    <mount>/rl_lustre/keeper/<cluster>/
+        heads.jsonl         every head the keeper saw, and each loss (when, why)
+        owners/             the keepers, numbered: the newest is the only one that acts
 
 The files are written on the cluster as things happen; the head's copies (the Ray job's
 log, its job table) are caches of them. The client reads a finished or orphaned run from
@@ -34,12 +47,20 @@ import re
 __all__ = [
     "DIAGNOSTICS",
     "DRIVER_LOG",
+    "DRIVER_LOG_PREVIOUS",
+    "GIVEN_UP",
+    "HEADS",
     "JOURNAL",
+    "KEEPERS",
+    "OWNERS",
+    "PACKAGES",
     "RUNS",
     "STOPPED",
     "SUBMISSION",
     "check_run_id",
+    "keeper_dir",
     "run_dir",
+    "runs_dir",
 ]
 
 # Under the volume's mount path.
@@ -49,6 +70,13 @@ JOURNAL = "journal.jsonl"
 DRIVER_LOG = "driver.log"
 STOPPED = "stopped"
 DIAGNOSTICS = "diagnostics"
+DRIVER_LOG_PREVIOUS = "driver.log.1"
+GIVEN_UP = "given_up"
+OWNERS = "owners"
+PACKAGES = "packages"
+# Under the volume's mount path: the keepers' records, one directory per cluster.
+KEEPERS = "rl_lustre/keeper"
+HEADS = "heads.jsonl"
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 
@@ -63,3 +91,23 @@ def check_run_id(run_id: str) -> str:
 def run_dir(mount_path: str, run_id: str) -> str:
     """The run's directory under the volume mounted at ``mount_path``."""
     return posixpath.join(mount_path, RUNS, check_run_id(run_id))
+
+
+def runs_dir(mount_path: str) -> str:
+    """The directory of every run's directory under the volume mounted at ``mount_path``.
+
+    Examples:
+        >>> runs_dir("/lustre")
+        '/lustre/rl_lustre/runs'
+    """
+    return posixpath.join(mount_path, RUNS)
+
+
+def keeper_dir(mount_path: str, cluster: str) -> str:
+    """The records of the keeper of the cluster named ``cluster``.
+
+    Examples:
+        >>> keeper_dir("/lustre", "demo")
+        '/lustre/rl_lustre/keeper/demo'
+    """
+    return posixpath.join(mount_path, KEEPERS, check_run_id(cluster))

@@ -87,6 +87,7 @@ from .procs import orphan_watcher
 from .queue.member import Member
 from .raystate import StateApi, read_view
 from .records import DASHBOARD, RESTART_MARK, RESUMED_MARK, TOTAL_STEPS
+from .runhome import RunHome
 from .stamps import Stamper
 from .watch import NodeWatch, describe
 
@@ -135,10 +136,12 @@ class Supervisor:
             )
         # The run's directory on the volume (rundir.py), where its records go; None without one.
         self.run_dir: str | None = args.run_dir or None
+        self.home = RunHome.open(self.run_dir, meta)
         self.stopping = threading.Event()
         self.child: subprocess.Popen[bytes] | None = None
-        self.attempts = 0
-        self.restarts: list[dict[str, Any]] = []
+        # After a head loss, the run goes on from its records: restarts and attempts so far.
+        self.attempts = self.home.attempts if self.home is not None else 0
+        self.restarts: list[dict[str, Any]] = list(self.home.restarts) if self.home is not None else []
         # Set by the output copier: the first step header of the running attempt.
         self.first_step: tuple[int, float] | None = None
         self.last_step = 0
@@ -295,6 +298,8 @@ class Supervisor:
     def stop(self, signum: int, frame: object) -> None:
         if not self.stopping.is_set():
             _say(f"{signal.Signals(signum).name} received: stopping the run; no rerun follows")
+            if self.home is not None:
+                self.home.stopped(signal.Signals(signum).name)
         self.stopping.set()
         self._signal_child(signum)
         threading.Thread(target=self._kill_later, daemon=True).start()
@@ -392,13 +397,26 @@ class Supervisor:
         )
         member = self.member
         reason, status = "stopped", 1
+        # After a head loss: a restart like any other (the run's directory knows the ones before).
+        lost = (
+            self.home.resume(self.restarts, args.max_restarts, self._newest_checkpoint(), _say, _record)
+            if (self.home is not None)
+            else None
+        )
+        if lost is not None and lost[0] > args.max_restarts:
+            records.write({"event": "end", "status": status})
+            return status
         try:
+            waited: float | None = 0.0
             if member is not None:
-                member.join()
-                if member.wait(self.stopping) is None:
+                member.join(recovering=self.home is not None and self.home.held)
+                waited = member.wait(self.stopping)
+                if waited is None:
                     _say("stopped while queued: nothing ran")
                     status = 128 + signal.SIGTERM
                     return status
+            if lost is not None:
+                self.pending = (lost[0], lost[1], waited or 0.0)
             status, reason = self._run()
             return status
         finally:

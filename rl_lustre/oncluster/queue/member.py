@@ -55,9 +55,14 @@ class Member:
 
     # -- the life of a claim ------------------------------------------------------------
 
-    def join(self) -> Decision:
-        """Join the queue (state ``queued``); records ``queued`` with the ledger's first answer."""
+    def join(self, *, recovering: bool = False) -> Decision:
+        """Join the queue (state ``queued``); records ``queued`` with the ledger's first answer.
+
+        ``recovering``: the run held its nodes on a head that was lost; it joins the new
+        head's queue as ``recovering``, ahead of every queued run."""
         self.claim.joined_at = self.clock()
+        if recovering:
+            self.claim.state = "recovering"
         with self.store.locked():
             live, reaped = self.store.read()
             self._reaped(reaped)
