@@ -298,20 +298,22 @@ class JobFailedError(RayError):
         job_id: the Ray submission id.
         status: the final status.
         last_lines: the last lines of the job's log (anything secret-shaped redacted).
+        why: why it ended, when the job's log cannot say (its Ray head was lost, say).
     """
 
-    def __init__(self, job_id: str, status: str, last_lines: Sequence[str] = ()) -> None:
+    def __init__(self, job_id: str, status: str, last_lines: Sequence[str] = (), why: str = "") -> None:
         self.job_id = job_id
         self.status = status
+        self.why = why
         from ._secrets import redact
 
         self.last_lines = [redact(line) for line in last_lines]
         tail = "\n".join(f"  | {line}" for line in self.last_lines)
-        msg = f"job {job_id} ended {status}"
+        msg = f"job {job_id} ended {status}" + (f": {why}" if why else "")
         super().__init__(f"{msg}; last log lines:\n{tail}" if tail else msg)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.job_id, self.status, self.last_lines))
+        return (type(self), (self.job_id, self.status, self.last_lines, self.why))
 
 
 class RollbackError(RLLustreError):

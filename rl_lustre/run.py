@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .queueing.state import QueueState, Timeline
     from .ray.jobs import JobInfo, JobsClient
     from .recovery import Restart
+    from .run_follow import RunFollow
 
 __all__ = ["Progress", "Run"]
 
@@ -96,6 +97,8 @@ class Run(RunAccounts):
         outage_budget: how long :meth:`wait` and ``logs(follow=True)`` ride out an
             unreachable cluster (see :mod:`rl_lustre.outages`).
         goodput: computes the run's goodput ledger (see :meth:`goodput`).
+        follow: follows the run across its Ray submissions (a head loss resubmits it under
+            a new id; see :mod:`rl_lustre.run_follow`).
     """
 
     def __init__(
@@ -109,10 +112,12 @@ class Run(RunAccounts):
         cluster_metrics: Callable[..., ClusterMetrics] | None = None,
         outage_budget: OutageBudget | None = None,
         goodput: Callable[..., GoodputLedger] | None = None,
+        follow: RunFollow | None = None,
     ) -> None:
-        self.job_id = job_id
+        self._job_id = job_id
         self.outage_budget = outage_budget if outage_budget is not None else OutageBudget()
-        self._jobs = jobs
+        self._follow = follow
+        self._jobs: JobsClient | RunFollow = follow if follow is not None else jobs
         self._total = total_steps
         self._list_checkpoints = list_checkpoints
         self._usd_per_hour = usd_per_hour
@@ -120,12 +125,23 @@ class Run(RunAccounts):
         self._goodput = goodput
         self._lock = threading.Lock()
         self._parser: LogParser | None = None
-        self._fed = 0
+        self._fed, self._fed_id = 0, job_id
         self._partial = ""
         self._idle: str | None = None
         # The last queue state read, and whether the run has been seen holding its nodes.
         self._queue: QueueState | None = None
         self._started = False
+
+    @property
+    def job_id(self) -> str:
+        """The Ray submission id of the run's newest submission known here: after a head
+        loss its keeper resubmits it under an id of its own, which the handle follows."""
+        return self._follow.current if self._follow is not None else self._job_id
+
+    @property
+    def run_id(self) -> str:
+        """The run's id: the same for all its Ray submissions (its first one's id)."""
+        return self._follow.run_id if self._follow is not None else self._job_id
 
     def __repr__(self) -> str:
         # Only what is already known: a repr makes no remote call.
@@ -398,7 +414,7 @@ class Run(RunAccounts):
                 time.sleep(remaining)
         if info.status == "FAILED":
             tail = self.logs().splitlines()[-_TAIL_LINES:]  # for people: without the journal's records
-            raise JobFailedError(self.job_id, info.status, tail)
+            raise JobFailedError(self.job_id, info.status, tail, why=info.message if info.from_records else "")
         logger.info("job %s %s", self.job_id, info.status)
         if self._idle is None and info.status == "SUCCEEDED":
             self._idle = self._idle_note(self._refresh(), info)
@@ -438,7 +454,8 @@ class Run(RunAccounts):
 
         with self._lock:
             text = self._jobs.logs(self.job_id)
-            if self._parser is None or len(text) < self._fed:
+            if self._parser is None or len(text) < self._fed or self._fed_id != self.job_id:
+                self._fed_id = self.job_id
                 self._parser, self._fed, self._partial = LogParser(), 0, ""
             new, self._fed = self._partial + text[self._fed :], len(text)
             *lines, self._partial = new.split("\n")

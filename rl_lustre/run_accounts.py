@@ -26,10 +26,13 @@ __all__ = ["RunAccounts"]
 class RunAccounts:
     """The accounting methods of :class:`~rl_lustre.Run` (see there)."""
 
-    job_id: str
     _usd_per_hour: Callable[[], float] | None
     _cluster_metrics: Callable[..., ClusterMetrics] | None
     _goodput: Callable[..., GoodputLedger] | None
+
+    @property
+    def job_id(self) -> str:
+        raise NotImplementedError
 
     def info(self) -> JobInfo:
         raise NotImplementedError

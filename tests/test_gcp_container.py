@@ -327,3 +327,35 @@ def test_both_pools_run_as_the_given_node_service_account_or_the_deployments_own
     ):
         with pytest.raises(ConfigError, match=r"node_service_account.*must be a service account e-mail"):
             attrs.evolve(BASE, node_service_account=bad)
+
+
+def test_ray_logs_and_metrics_leave_the_head_and_the_fake_holds_the_request_to_gkes_rules(gcp: FakeGCP) -> None:
+    """Issue 31, point 5: the Ray add-on's logging and monitoring are on, in plan() and in the
+    request; the fake refuses them without the add-on, Cloud Logging or Managed Prometheus."""
+    from rl_lustre.errors import GCPError
+
+    plan_ray = PLAN.get("gke-cluster").settings["addons"]["ray_operator_config"]
+    assert plan_ray == {
+        "enabled": True,
+        "ray_cluster_logging_config": {"enabled": True},
+        "ray_cluster_monitoring_config": {"enabled": True},
+    }
+    assert "ray_cluster_logging_config: {enabled: true}" in str(PLAN)
+    done = clusters().create(cluster_request(PLAN), parent=parent_of(cluster_path(PLAN)), deployment="demo")
+    ray = done.resource.addons_config.ray_operator_config
+    assert ray.ray_cluster_logging_config.enabled
+    assert ray.ray_cluster_monitoring_config.enabled
+
+    refusals = {
+        "need the Ray operator add-on": lambda r: setattr(r.addons_config.ray_operator_config, "enabled", False),
+        "needs Cloud Logging": lambda r: setattr(r, "logging_service", "none"),
+        "needs Managed Service for Prometheus": lambda r: setattr(
+            r.monitoring_config, "managed_prometheus_config", container_v1.ManagedPrometheusConfig(enabled=False)
+        ),
+    }
+    for i, (words, spoil) in enumerate(refusals.items()):
+        request = cluster_request(PLAN)
+        request.name = f"demo-{i}"
+        spoil(request)
+        with pytest.raises(GCPError, match=words):
+            clusters().create(request, parent=parent_of(cluster_path(PLAN)), deployment="demo")

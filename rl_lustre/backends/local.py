@@ -16,7 +16,7 @@ import fcntl
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import NotReadyError
 from . import submission
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..prices import Prices
     from ..ray.head import LocalHead
     from ..ray.jobs import JobsClient
+    from ..ray.keeper import LocalKeeper
     from ..ray.nodes import AuthMode
     from ..ray.workers import LocalWorker
     from ..run import Run
@@ -107,22 +108,41 @@ class LocalBackend(submission.JobsBackend):
         # check has nothing to ask about on this machine. keep_on_failure has nothing to keep here:
         # a head that fails to start is stopped
         # by start_local_head itself, and the volume directory is the user's.
-        from ..ray.head import start_local_head
-
         Path(self.cluster.mount_path).mkdir(parents=True, exist_ok=True)
         if self._adopt():
             logger.info("adopted the running local Ray head of %r at %s", self.cluster.name, self.head_url)
         else:
-            # With worker nodes, GPU work belongs on them, never on the head.
-            num_cpus, num_gpus = rehearsal_resources(self.cluster)
-            self.head = start_local_head(
-                self.temp_dir, num_cpus=num_cpus, num_gpus=num_gpus, env=self._head_env(), auth=self._auth
-            )
+            self.start_head()
         try:
             self.start_workers()
+            self.start_keeper()
         except BaseException:
             self.down()
             raise
+
+    def start_head(self, *, keep: tuple[str, ...] = ()) -> LocalHead:
+        """Start the head (none may run): with worker nodes GPU work belongs on them, never on the
+        head. ``keep``: files of the head's temp dir that outlive the head before it."""
+        from ..ray.head import start_local_head
+
+        num_cpus, num_gpus = rehearsal_resources(self.cluster)
+        self.head, self._jobs = None, None
+        self.head = start_local_head(
+            self.temp_dir, num_cpus=num_cpus, num_gpus=num_gpus, env=self._head_env(), auth=self._auth, keep=keep
+        )
+        return self.head
+
+    def start_keeper(self) -> LocalKeeper:
+        """Start the deployment's keeper beside the head (see :mod:`rl_lustre.ray.keeper`); one running stays."""
+        from ..ray.keeper import start_local_keeper
+
+        return start_local_keeper(self.temp_dir, cluster=self.cluster.name, mount_path=self.cluster.mount_path)
+
+    def keeper(self) -> LocalKeeper | None:
+        """The deployment's keeper, if it runs."""
+        from ..ray.keeper import find_local_keeper
+
+        return find_local_keeper(self.temp_dir)
 
     def start_workers(self, count: int | None = None) -> list[LocalWorker]:
         """Start worker nodes until ``count`` (by default ``worker_nodes``) run; returns those started.
@@ -159,17 +179,66 @@ class LocalBackend(submission.JobsBackend):
         return live_workers(self._head())
 
     def down(self, *, delete_preload_image: bool = False) -> None:
+        """The keeper first (nothing is resubmitted from here on), then the runs marked
+        stopped by teardown, then the worker nodes and the head; what a lost head left
+        behind (worker nodes, their agents) goes too. The volume directory stays."""
         # A local deployment has no preload image: delete_preload_image changes nothing.
-        head = self.head if self.head is not None else self._find()
-        self.head, self._jobs = None, None
-        if head is None:
-            logger.info("no local Ray head of %r is running", self.cluster.name)
-            return
+        from ..oncluster.teardown import teardown
+        from ..ray.keeper import status_path
+        from ..ray.processes import sweep
         from ..ray.workers import live_workers
 
-        for worker in live_workers(head):
+        keeper = self.keeper()
+        if keeper is not None:
+            keeper.stop()
+        head = self.head if self.head is not None else self._find()
+        self.head, self._jobs = None, None
+        status = status_path(self.temp_dir)
+        if Path(self.cluster.mount_path).is_dir():
+            stopped = teardown(self.cluster.mount_path, self.cluster.name, lost=None if head else self._status())
+            if stopped:
+                logger.info("marked %d run(s) stopped by teardown: %s", len(stopped), ", ".join(stopped))
+        for worker in live_workers(self.temp_dir):
             worker.kill()
+        if head is None:
+            # A head lost for good leaves its worker nodes' processes: none may outlive the deployment.
+            sweep(self.temp_dir, settle=0)
+            logger.info("no local Ray head of %r is running", self.cluster.name)
+            return
+        status.unlink(missing_ok=True)
         head.stop()
+
+    def _status(self) -> dict[str, Any] | None:
+        """The last head's loss, as whatever ended it told (``lose_head``), if it was lost."""
+        import json
+
+        from ..ray.keeper import status_path
+
+        try:
+            told = json.loads(status_path(self.temp_dir).read_text())
+        except (OSError, ValueError):
+            return None
+        return {
+            "head": f"the local Ray head (pid {told.get('pid', '?')})",
+            "reason": told.get("reason") or "lost",
+            "lost_at": told.get("at"),
+            "session": told.get("session"),
+        }
+
+    # -- the runs' records on the volume: this machine sees it ---------------------------------
+
+    def cluster_up(self) -> bool:
+        """Whether a head runs, or the keeper that waits for the next one."""
+        return self._find() is not None or self.keeper() is not None
+
+    def head_losses(self) -> list[dict[str, Any]]:
+        losses = super().head_losses()
+        lost = self._status()
+        if lost is not None and self._find() is None:
+            known = {round(float(x.get("lost_at") or 0), 3) for x in losses}
+            if round(float(lost.get("lost_at") or 0), 3) not in known:
+                losses.append(lost)
+        return losses
 
     def dashboard_on_head(self) -> str | None:
         # The head listens on loopback, on a port of its own.
@@ -187,18 +256,40 @@ class LocalBackend(submission.JobsBackend):
 
         head = self._head()
         if self._jobs is None:
-            self._jobs = JobsClient(head.dashboard_url, headers=head.headers(), gone=self._gone)
+            self._jobs = JobsClient(
+                head.dashboard_url, headers=head.headers(), gone=self._gone, relocate=self._relocate
+            )
         return self._jobs
 
+    def _relocate(self) -> tuple[str, dict[str, str]] | None:
+        """Where the head listens now (a lost head's successor listens on ports of its own)."""
+        head = self._find()
+        return None if head is None else (head.dashboard_url, head.headers())
+
     def _gone(self) -> str | None:
-        """Why the head is gone for good, once a call to it failed; None while it runs."""
-        if self._find() is not None:
+        """Why the head is gone for good, once a call to it failed; None while it runs, or while
+        its keeper waits for the next head (a lost head comes back)."""
+        if self._find() is not None or self.keeper() is not None:
             return None
+        losses = self.head_losses()
+        if losses and losses[-1].get("lost_at") is not None and self._last_was_lost():
+            loss = losses[-1]
+            return (
+                f"the local cluster {self.cluster.name!r} is down: its Ray head was lost ({loss['reason']}: "
+                f"{loss['head']}) at {_clock(loss['lost_at'])}, and no head came back before the cluster was torn down"
+            )
         return (
             f"the local cluster {self.cluster.name!r} is down: its Ray head was stopped (by "
             "down() or the end of the `with cluster:` block that started it, in this or another "
             "process), and its runs ended with it"
         )
+
+    def _last_was_lost(self) -> bool:
+        """Whether the cluster's last head was lost (no head came after its loss)."""
+        from ..oncluster.teardown import history
+
+        marks = [r["event"] for r in history(self.cluster.mount_path, self.cluster.name) if r.get("event") != "down"]
+        return (bool(marks) and marks[-1] == "lost") or (self._status() is not None and self._find() is None)
 
     def describe(self) -> str:
         head = self.head
@@ -290,3 +381,9 @@ def _package_root() -> str | None:
     if any(part in ("site-packages", "dist-packages") for part in root.parts):
         return None
     return str(root)
+
+
+def _clock(at: object) -> str:
+    import time
+
+    return time.strftime("%H:%M:%S UTC", time.gmtime(at)) if isinstance(at, (int, float)) else "an unknown time"

@@ -47,6 +47,7 @@ from ..oncluster.records import (
 )
 from ..recovery import shipped_package, supervised
 from ..spec.job import secret_in_env
+from .handles import RunHandles
 
 if TYPE_CHECKING:
     from ..goodput import GoodputLedger
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
     from ..nemo_rl.deadline import Deadline
     from ..nemo_rl.resolved import ResolvedJob
     from ..prices import Prices
-    from ..queueing.state import QueueState
     from ..ray.jobs import JobInfo, JobsClient
     from ..run import Run
     from ..spec import ClusterSpec, JobSpec
@@ -319,20 +319,6 @@ def recorded(info: JobInfo) -> tuple[str | None, int | None]:
     return info.metadata.get(CHECKPOINT_DIR), int(steps) if steps.isdigit() else None
 
 
-def usd_per_hour(cluster: ClusterSpec) -> float:
-    """What the deployment costs per hour (its plan's cost), computed once per spec.
-
-    Examples:
-        >>> from rl_lustre import Cluster
-        >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
-        >>> usd_per_hour(c) == c.plan().cost().total_usd_per_hour
-        True
-    """
-    from ..plan import build_plan
-
-    return cluster._derive("usd_per_hour", lambda: build_plan(cluster).cost().total_usd_per_hour)
-
-
 def check_no_secrets(
     cluster: ClusterSpec, entrypoint: str, runtime_env: Mapping[str, Any], metadata: Mapping[str, str]
 ) -> None:
@@ -426,17 +412,22 @@ def _latest_attempt(listing: Iterable[JobInfo], base_id: str) -> tuple[JobInfo |
     pattern = re.compile(re.escape(base_id) + r"(?:-r(\d+))?")
     latest: JobInfo | None = None
     number = 0
+    resubmitted = []
     for info in listing:
         m = pattern.fullmatch(info.submission_id)
         if m is None:
+            if (info.metadata or {}).get(RUN_ID) == base_id and not info.terminal:
+                resubmitted.append(info)  # the keeper's, after a head loss: the run goes on there
             continue
         n = int(m.group(1)) if m.group(1) else 1
         if n > number:
             latest, number = info, n
+    if resubmitted:
+        latest = max(resubmitted, key=lambda info: (info.start_time or 0.0, info.submission_id))
     return latest, number
 
 
-class JobsBackend:
+class JobsBackend(RunHandles):
     """``submit`` and ``attach``, the same on every backend that has a Jobs API.
 
     A backend provides ``cluster``, ``jobs`` (its Jobs API), ``list_checkpoints`` (how
@@ -483,17 +474,36 @@ class JobsBackend:
         client = self.jobs
         known = client.list() if prepared else []
         dashboard = self.dashboard_on_head()
-        return [
-            submit(
-                client,
-                p,
-                functools.partial(self._run, checkpoint_dir=p.checkpoint_dir, total_steps=p.total_steps),
-                known=known,
-                # The queue orders jobs submitted together by their place in the batch.
-                extra={SEQ: str(i), **({DASHBOARD: dashboard} if dashboard else {})},
+        runs = []
+        for i, p in enumerate(prepared):
+            make = functools.partial(
+                self._run,
+                checkpoint_dir=p.checkpoint_dir,
+                total_steps=p.total_steps,
+                run_id=p.base_id,
+                run_dir=p.metadata.get(RUN_DIR),
             )
-            for i, p in enumerate(prepared)
-        ]
+            lost = self._lost_in_flight(p, known)
+            if lost is not None:
+                # Its head was lost and its keeper brings it back: follow it, never start it twice.
+                logger.info("job %s is in flight (its head was lost; the keeper resubmits it): attaching", lost)
+                runs.append(make(lost))
+                continue
+            # The queue orders jobs submitted together by their place in the batch.
+            extra = {SEQ: str(i), **({DASHBOARD: dashboard} if dashboard else {})}
+            runs.append(submit(client, p, make, known=known, extra=extra))
+        return runs
+
+    def _lost_in_flight(self, p: Submission, known: Sequence[JobInfo]) -> str | None:
+        """The submission id of ``p``'s run when the volume says it is in flight and the head knows
+        nothing of it (its head was lost; its keeper resubmits it); None otherwise."""
+        run_dir = p.metadata.get(RUN_DIR)
+        if not run_dir or any((j.metadata or {}).get(RUN_ID, j.submission_id) == p.base_id for j in known):
+            return None
+        view = self.run_view(run_dir)
+        if view is None or not view.in_flight or self.cluster_up() is False:
+            return None
+        return view.current or p.base_id
 
     def dashboard_on_head(self) -> str | None:
         """The Ray dashboard's address as seen from the head, for the queue's supervisors; None: Ray's default."""
@@ -523,28 +533,6 @@ class JobsBackend:
         logger.info("%s", message)
         warn_caller(message, NothingToDoWarning)
 
-    def queue(self) -> list[tuple[Run, QueueState]]:
-        """The jobs rl_lustre submitted that have not ended, in the queue's order (holders
-        first, then the queued by place), each with its queue state read from its log."""
-        from ..queueing.state import parse_queue
-
-        found = []
-        for info in self.jobs.list():
-            if info.terminal or JOB not in (info.metadata or {}):
-                continue
-            state = parse_queue(self.jobs.logs(info.submission_id))
-            if state is None:
-                continue
-            checkpoint_dir, total = recorded(info)
-            found.append((self._run(info.submission_id, checkpoint_dir=checkpoint_dir, total_steps=total), state))
-
-        def order(item: tuple[Run, QueueState]) -> tuple[int, float, float]:
-            state = item[1]
-            rank = {"running": 0, "recovering": 0, "queued": 1}.get(state.state, 2)
-            return rank, float(state.place or 0), state.since or 0.0
-
-        return sorted(found, key=order)
-
     def goodput_evidence(self, since: float, until: float | None, *, prices: Prices | None = None) -> Evidence:
         """What the goodput ledger is computed from, over ``[since, until)`` (to now when None)."""
         raise NotImplementedError(f"the {self._where} cannot account for its GPU-node-seconds")
@@ -562,26 +550,3 @@ class JobsBackend:
         from .goodput import cluster_goodput
 
         return cluster_goodput(self, since, until, prices=prices, runs=runs)
-
-    def attach(self, job_id: str) -> Run:
-        info = self.jobs.info(job_id)
-        if info is None:
-            raise RayError(f"the {self._where} of {self.cluster.name!r} has no job {job_id!r}")
-        checkpoint_dir, total = recorded(info)
-        return self._run(job_id, checkpoint_dir=checkpoint_dir, total_steps=total)
-
-    def _run(self, job_id: str, *, checkpoint_dir: str | None, total_steps: int | None) -> Run:
-        from ..metrics import cluster_metrics
-        from ..run import Run
-
-        lister = None if checkpoint_dir is None else functools.partial(self.list_checkpoints, checkpoint_dir)
-        cluster = self.cluster
-        return Run(
-            self.jobs,
-            job_id,
-            total_steps=total_steps,
-            list_checkpoints=lister,
-            goodput=functools.partial(self.run_goodput, job_id),
-            usd_per_hour=functools.partial(usd_per_hour, cluster),
-            cluster_metrics=functools.partial(cluster_metrics, cluster) if cluster.backend == "gke" else None,
-        )

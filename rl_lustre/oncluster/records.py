@@ -48,6 +48,8 @@ __all__ = [
     "PRIORITY",
     "RECIPE",
     "REHEARSAL_NOTE",
+    "REPLAY_BEGIN",
+    "REPLAY_END",
     "RESTART_MARK",
     "RESUMED_MARK",
     "RUN_DIR",
@@ -92,6 +94,10 @@ MARK = "RL_LUSTRE_EVENT "
 # A recovery's records (see rl_lustre.oncluster.supervisor, and parse_restarts there).
 RESTART_MARK = "RL_LUSTRE_RESTART "
 RESUMED_MARK = "RL_LUSTRE_RESUMED "
+# A resubmission after a head loss first prints the run's records so far (from the run's
+# directory) between these two lines, so that its log tells the whole run (rl_lustre.oncluster.runhome).
+REPLAY_BEGIN = "rl_lustre supervisor: the run's records so far, from its directory on the volume:"
+REPLAY_END = "rl_lustre supervisor: (end of the records so far)"
 VERSION = 1
 # One write of a whole line at a time (the output copier writes from another thread).
 LOCK = threading.Lock()

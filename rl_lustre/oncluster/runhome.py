@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .nemo_formats import checkpoint_name
-from .records import HEAD_LOST, RESTART_MARK
+from .records import HEAD_LOST, REPLAY_BEGIN, REPLAY_END, RESTART_MARK, VERSION
 from .runrecords import RunWriter, Tee, mark_stopped
-from .runview import RunView
+from .runview import RunView, as_log
 
 __all__ = ["RunHome"]
 
@@ -56,8 +56,11 @@ class RunHome:
             runtime_env=runtime_env,
             argv=sys.argv[1:],
         )
+        lost = _head_lost(metadata)
+        if lost is not None and before.records:
+            _replay(before, lost)
         sys.stdout = Tee(sys.stdout, writer)
-        return cls(writer, before, _head_lost(metadata))
+        return cls(writer, before, lost)
 
     def stopped(self, by: str) -> None:
         """The run was stopped: it is never resubmitted."""
@@ -110,6 +113,22 @@ class RunHome:
             "last_step": self.last_step,
             "resume_step": resume_step,
         }
+
+
+def _replay(before: RunView, lost: dict[str, Any]) -> None:
+    """Print the run's records so far into this submission's log (not into the run's
+    directory, which has them), the lost attempt ended at the loss."""
+    records = list(before.records)
+    attempts = [r for r in records if r.get("event") == "attempt"]
+    if attempts and not any(
+        r.get("event") == "exit" and r.get("attempt") == attempts[-1].get("attempt") for r in records
+    ):
+        at = float(lost.get("lost_at") or before.last_at or 0.0)
+        records.append(
+            {"v": VERSION, "at": round(at, 3), "event": "exit", "attempt": attempts[-1].get("attempt"), "code": -9}
+        )
+    sys.stdout.write(f"{REPLAY_BEGIN}\n{as_log(records)}{REPLAY_END}\n")
+    sys.stdout.flush()
 
 
 def _restart(record: dict[str, Any]) -> dict[str, Any]:

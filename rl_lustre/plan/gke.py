@@ -189,7 +189,13 @@ def gke_cluster(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResourc
                     "enable_legacy_lustre_port": False,
                     **lustre_nic_settings(cluster),
                 },
-                "ray_operator_config": {"enabled": True},
+                # Ray's logs and metrics leave the head as they are written (Cloud Logging,
+                # Managed Prometheus): a lost head, or a deleted cluster, keeps them.
+                "ray_operator_config": {
+                    "enabled": True,
+                    "ray_cluster_logging_config": {"enabled": True},
+                    "ray_cluster_monitoring_config": {"enabled": True},
+                },
             },
             **control_plane_access(cluster),
             "workload_identity_pool": f"{cluster.project}.svc.id.goog",

@@ -220,6 +220,7 @@ def start_local_head(
     env: Mapping[str, str] | None = None,
     auth: AuthMode | None = None,
     timeout: float = 90.0,
+    keep: tuple[str, ...] = (),
 ) -> LocalHead:
     """Start ``ray start --head --block`` and wait until its Jobs API answers.
 
@@ -242,6 +243,8 @@ def start_local_head(
             process's. Ray address and token variables in it are replaced.
         auth: ``"token"`` or ``"disabled"``; by default ``$RAY_AUTH_MODE``, else token.
         timeout: seconds to wait for the Jobs API.
+        keep: files of ``temp_dir`` kept across its clearing (what outlives one head of a
+            deployment: its worker nodes' records, ``workers.json``).
 
     Raises:
         RayError: the head exited during start-up, or refused our token.
@@ -253,7 +256,7 @@ def start_local_head(
         raise RayError(f"a local Ray head is already running in {temp_dir} (pid {existing.pid})")
     head = retry_overloaded(
         "the local Ray head",
-        lambda: _start_head_once(temp_dir, env, mode, num_cpus=num_cpus, num_gpus=num_gpus, timeout=timeout),
+        lambda: _start_head_once(temp_dir, env, mode, num_cpus=num_cpus, num_gpus=num_gpus, timeout=timeout, keep=keep),
     )
     logger.info("local Ray head is up at %s", head.dashboard_url)
     return head
@@ -267,8 +270,9 @@ def _start_head_once(
     num_cpus: int | None,
     num_gpus: int | None,
     timeout: float,
+    keep: tuple[str, ...] = (),
 ) -> LocalHead:
-    head = _launch_head(temp_dir, env, mode, num_cpus=num_cpus, num_gpus=num_gpus)
+    head = _launch_head(temp_dir, env, mode, num_cpus=num_cpus, num_gpus=num_gpus, keep=keep)
     try:
         _wait_ready(head, timeout)
         head._write_state()
@@ -291,11 +295,18 @@ def _launch_head(
     *,
     num_cpus: int | None,
     num_gpus: int | None,
+    keep: tuple[str, ...] = (),
 ) -> LocalHead:
-    """Clear ``temp_dir``, write a fresh token and spawn ``ray start --head --block`` there."""
+    """Clear ``temp_dir`` (but the files ``keep``), write a fresh token and spawn ``ray start --head --block`` there."""
+    kept = {}
+    for name in keep:
+        with contextlib.suppress(OSError):
+            kept[name] = (temp_dir / name).read_bytes()
     sweep(temp_dir, settle=0)
     shutil.rmtree(temp_dir, ignore_errors=True)
     temp_dir.mkdir(mode=0o700, parents=True)
+    for name, content in kept.items():
+        (temp_dir / name).write_bytes(content)
 
     head_env = node_env(temp_dir, env, mode)
     if mode == "token":

@@ -114,6 +114,7 @@ class JobInfo:
         metadata: the submission's metadata.
         start_time: seconds since the epoch, if started.
         end_time: seconds since the epoch, if ended.
+        from_records: told by the run's records on the volume (its head lost it), not by Ray.
     """
 
     submission_id: str
@@ -123,6 +124,8 @@ class JobInfo:
     metadata: Mapping[str, str] = attrs.field(factory=dict, repr=False)
     start_time: float | None = None
     end_time: float | None = None
+    # Told by the run's records on the volume, not by a head (whose job table lost the run).
+    from_records: bool = attrs.field(default=False, repr=False)
 
     @property
     def terminal(self) -> bool:
@@ -165,13 +168,22 @@ class JobsClient:
             gone for good (a local head that was stopped), or None. With one, the call
             raises :class:`~rl_lustre.errors.NotReadyError` saying so, which waits and
             follows do not retry, instead of the connection error.
+        relocate: asked after a call fails: the address and headers of the cluster's head
+            now (a local head that was lost and replaced listens elsewhere), or None. The
+            next call goes there.
     """
 
     def __init__(
-        self, address: str, *, headers: Mapping[str, str] | None = None, gone: Callable[[], str | None] | None = None
+        self,
+        address: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        gone: Callable[[], str | None] | None = None,
+        relocate: Callable[[], tuple[str, Mapping[str, str]] | None] | None = None,
     ) -> None:
         self.address = address
         self._gone = gone
+        self._relocate = relocate
         self._headers = dict(headers or {})
         if not any(name.lower() == "authorization" for name in self._headers):
             # Ray's client adds (or, finding none, fails for want of) this process's own
@@ -195,10 +207,21 @@ class JobsClient:
             with ray_errors(action):
                 yield
         except RayError as exc:
+            self._moved()
             why = self._gone() if self._gone is not None else None
             if why is None:
                 raise
             raise NotReadyError(f"cannot {action}: {why}") from exc
+
+    def _moved(self) -> None:
+        """After a failed call: follow the head to where it listens now, if it moved."""
+        where = self._relocate() if self._relocate is not None else None
+        if where is None or where[0] == self.address:
+            return
+        logger.info("the Ray head moved from %s to %s", self.address, where[0])
+        with self._lock:
+            self.address, self._client = where[0], None
+            self._headers = {**dict(where[1])} or {"Authorization": ""}
 
     def _sdk(self) -> JobSubmissionClient:
         with self._lock:
@@ -412,9 +435,12 @@ class JobsClient:
                     yield from complete
                 info = self.info(submission_id)
             except RayError as exc:
+                self._moved()
                 why = self._gone() if self._gone is not None else None
                 if why is not None:
                     raise NotReadyError(f"cannot follow the logs of job {submission_id}: {why}") from exc
+                if self._unknown(submission_id):
+                    break  # a head that does not know the job (a new one, after a loss): nothing more to follow
                 outage.failed(exc)
                 continue
             if info is None or info.terminal:
@@ -423,6 +449,13 @@ class JobsClient:
             outage.failed(RayError(f"the log stream of job {submission_id} ended while the job is {info.status}"))
         if pending:
             yield pending
+
+    def _unknown(self, submission_id: str) -> bool:
+        """Whether the head answers and knows no job ``submission_id``."""
+        try:
+            return self.info(submission_id) is None
+        except RLLustreError:
+            return False
 
 
 def _connect(address: str, headers: dict[str, str]) -> JobSubmissionClient:

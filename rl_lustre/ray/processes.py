@@ -48,12 +48,13 @@ def read_proc(pid: int, name: str) -> bytes | None:
         return None
 
 
-def is_ours(pid: int, temp_dir: Path) -> bool:
-    """Whether ``pid`` carries this head's mark; without ``/proc``, trust the pid."""
+def is_ours(pid: int, temp_dir: Path, *, mark: str = MARK) -> bool:
+    """Whether ``pid`` carries this head's mark (or another ``mark`` naming it); without
+    ``/proc``, trust the pid."""
     if not Path("/proc/self/environ").exists():
         return True
     environ = read_proc(pid, "environ")
-    return environ is not None and f"{MARK}={temp_dir}".encode() in environ.split(b"\0")
+    return environ is not None and f"{mark}={temp_dir}".encode() in environ.split(b"\0")
 
 
 def marked_pids(temp_dir: Path) -> list[int]:

@@ -38,13 +38,14 @@ from .nodes import OverloadedStart, indent, log_tail, node_env, overloaded_start
 from .ports import free_port_range, free_ports
 from .processes import proc_pids, running, send_signal
 
-__all__ = ["LocalWorker", "live_workers", "start_local_worker", "worker_records"]
+__all__ = ["WORKERS_FILE", "LocalWorker", "live_workers", "start_local_worker", "worker_records"]
 
 _NODE_SCRIPT = Path(__file__).with_name("_worker_node.py")
 
 logger = logging.getLogger("rl_lustre.ray.workers")
 
-_STATE_FILE = "workers.json"
+# What outlives one head of a deployment (rl_lustre.testing.lose_head keeps it for the next).
+WORKERS_FILE = _STATE_FILE = "workers.json"
 _NUMBERED = re.compile(r"worker-(\d+)")
 _WORKER_PORTS = 20
 
@@ -222,21 +223,23 @@ def _start_worker(
     return worker
 
 
-def live_workers(head: LocalHead) -> list[LocalWorker]:
-    """The worker nodes of ``head`` still running, oldest first (from any process).
+def live_workers(head: LocalHead | Path) -> list[LocalWorker]:
+    """The worker nodes of ``head`` (or of the head whose temp dir that is, alive or not)
+    still running, oldest first (from any process).
 
     Examples:
         >>> [w.name for w in live_workers(head)]  # doctest: +SKIP
         ['worker-1', 'worker-2']
     """
+    temp_dir = head if isinstance(head, Path) else head.temp_dir
     found = []
-    state = _read_state(head.temp_dir)
+    state = _read_state(temp_dir)
     for name, record in sorted(state.items(), key=lambda kv: (kv[1].get("launched_at") or 0, kv[0])):
         worker = LocalWorker(
             name=name,
             pid=int(record["pid"] or 0),
             num_gpus=int(record["num_gpus"] or 0),
-            log=head.temp_dir / f"{name}.log",
+            log=temp_dir / f"{name}.log",
         )
         if worker.alive():
             found.append(worker)

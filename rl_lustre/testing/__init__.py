@@ -20,7 +20,8 @@ naming the method). Faults are injected with ``gcp.faults``.
 run your own GKE script end to end (``submit()`` and ``wait()`` included) on this machine.
 
 :func:`preempt` takes worker nodes of a running local or fake-GKE deployment away, as a
-Spot preemption does, and brings replacements back.
+Spot preemption does, and brings replacements back; :func:`lose_head` takes its Ray head away,
+as a pod deletion or an OOM kill does, and brings a new one back as KubeRay would.
 
 The kinds ``KubeFake`` serves are one table: :func:`register_kind` adds one
 (``register_kind(KindInfo("ReplicaSet", "apps/v1", "replicasets", ...))``), and routing,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from ._fake_gke import FakeGKE
     from ._kube_faults import KubeFaults, KubeTimings
     from ._kube_kinds import KindInfo, pod_merge_keys, register_kind
+    from ._lose_head import HeadLoss, lose_head
     from ._preempt import preempt
     from ._preemption import Preemption
     from .kube import KubeFake
@@ -61,6 +63,7 @@ _HOMES = {
     "FakeGCP": ("._fake", "FakeGCP"),
     "FakeGKE": ("._fake_gke", "FakeGKE"),
     "Faults": ("._core", "Faults"),
+    "HeadLoss": ("._lose_head", "HeadLoss"),
     "KindInfo": ("._kube_kinds", "KindInfo"),
     "KubeFake": (".kube", "KubeFake"),
     "KubeFaults": ("._kube_faults", "KubeFaults"),
@@ -68,6 +71,7 @@ _HOMES = {
     "Preemption": ("._preemption", "Preemption"),
     "RequestRecord": ("._core", "RequestRecord"),
     "kube_schema_validator": (".kube", "schema_validator"),
+    "lose_head": ("._lose_head", "lose_head"),
     "pod_merge_keys": ("._kube_kinds", "pod_merge_keys"),
     "preempt": ("._preempt", "preempt"),
     "project_number": ("._core", "project_number"),
@@ -83,6 +87,7 @@ __all__ = [
     "FakeGCP",
     "FakeGKE",
     "Faults",
+    "HeadLoss",
     "KindInfo",
     "KubeFake",
     "KubeFaults",
@@ -90,6 +95,7 @@ __all__ = [
     "Preemption",
     "RequestRecord",
     "kube_schema_validator",
+    "lose_head",
     "pod_merge_keys",
     "preempt",
     "project_number",

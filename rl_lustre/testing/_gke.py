@@ -140,6 +140,27 @@ class GkeFake:
                     f"Subnetwork {cluster.subnetwork!r} has no secondary range {wanted!r}.",
                 )
 
+    def _check_ray_observability(self, spec: container_v1.Cluster) -> None:
+        """Ray's logs and metrics (the Ray add-on's logging and monitoring) need the add-on, Cloud
+        Logging and Managed Prometheus on the cluster."""
+        ray = spec.addons_config.ray_operator_config
+        logging_on, monitoring_on = ray.ray_cluster_logging_config.enabled, ray.ray_cluster_monitoring_config.enabled
+        if (logging_on or monitoring_on) and not ray.enabled:
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "Ray cluster logging and monitoring need the Ray operator add-on (ray_operator_config.enabled).",
+            )
+        if logging_on and spec.logging_service == "none":
+            raise FakeError(
+                grpc.StatusCode.FAILED_PRECONDITION, "Ray cluster logging needs Cloud Logging (logging_service none)."
+            )
+        prometheus = spec.monitoring_config.managed_prometheus_config
+        if monitoring_on and "managed_prometheus_config" in spec.monitoring_config and not prometheus.enabled:
+            raise FakeError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "Ray cluster monitoring needs Managed Service for Prometheus (managed_prometheus_config.enabled).",
+            )
+
     def _check_cluster_fabric(self, spec: container_v1.Cluster) -> None:
         nc = spec.network_config
         if nc.enable_multi_networking and nc.datapath_provider != container_v1.DatapathProvider.ADVANCED_DATAPATH:
@@ -321,6 +342,7 @@ class GkeFake:
             raise FakeError(grpc.StatusCode.ALREADY_EXISTS, f"Already exists: {name}.")
         self._check_network(m[1], m[2], spec)
         self._check_cluster_fabric(spec)
+        self._check_ray_observability(spec)
         for pool in spec.node_pools:
             self._check_pool_fabric(m[1], m[2], spec, pool)
         cluster = container_v1.Cluster(spec)

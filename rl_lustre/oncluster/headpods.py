@@ -1,0 +1,166 @@
+"""Why a Ray head went: the head pod's last termination, as the keeper learns it.
+
+Where the head runs decides where the answer is:
+
+- :class:`KubeHead`: the RayCluster's head pods, read from the Kubernetes API with the
+  keeper's service account (``get``/``list`` of pods and events in its namespace, nothing
+  more): a container restarted in place says why in ``lastState.terminated`` (``OOMKilled``,
+  ``Error``); a pod the kubelet evicted says ``Evicted``; a pod deleted and replaced by the
+  operator is told by its events (``Killing``, ``Evicted``, ``Preempting``) or, failing
+  those, ``deleted``;
+- :class:`LocalHead`: a local head (``Cluster.local``) has no pod: whoever ends it the way a
+  pod deletion does (``rl_lustre.testing.lose_head``) leaves a status file saying why.
+
+Standard library only (part of the on-cluster package): plain HTTPS to the API server with
+the token and CA Kubernetes mounts into the pod.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import ssl
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SERVICE_ACCOUNT", "KubeHead", "LocalHead", "Loss"]
+
+# Where Kubernetes mounts a pod's service account credentials.
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+# Event reasons that say why a pod went, most telling first.
+_REASONS = ("OOMKilling", "Evicted", "Preempting", "TerminationByKubelet", "NodeShutdown", "Killing")
+
+
+class Loss(dict[str, Any]):
+    """A head's loss: ``head`` (its pod, or the local head's pid), ``reason``, ``at`` (when, if known)."""
+
+
+class LocalHead:
+    """A local head's status file (written by whatever ended it)."""
+
+    def __init__(self, status_file: str) -> None:
+        self.path = Path(status_file)
+
+    def look(self) -> None:
+        """Nothing to follow: the file says all."""
+
+    def why(self) -> Loss:
+        try:
+            status = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return Loss(head="the local Ray head", reason="lost")
+        return Loss(
+            head=f"the local Ray head (pid {status.get('pid', '?')})",
+            reason=str(status.get("reason") or "lost"),
+            at=status.get("at"),
+        )
+
+
+class KubeHead:
+    """The head pods of RayCluster ``raycluster`` in ``namespace``, followed by :meth:`look`."""
+
+    def __init__(self, raycluster: str, namespace: str, *, credentials: str = SERVICE_ACCOUNT) -> None:
+        self.raycluster = raycluster
+        self.namespace = namespace
+        self.credentials = Path(credentials)
+        host = os.environ.get("KUBERNETES_SERVICE_HOST", "kubernetes.default.svc")
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        self.url = f"https://{'[' + host + ']' if ':' in host else host}:{port}"
+        # The head pods last seen, by uid: (their newest status, when seen).
+        self.seen: dict[str, dict[str, Any]] = {}
+        self.current: str | None = None
+
+    def _get(self, path: str, **query: str) -> dict[str, Any]:
+        token = (self.credentials / "token").read_text().strip()
+        context = ssl.create_default_context(cafile=str(self.credentials / "ca.crt"))
+        url = f"{self.url}{path}?{urllib.parse.urlencode(query)}" if query else f"{self.url}{path}"
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            body = json.loads(response.read())
+        return body if isinstance(body, dict) else {}
+
+    def look(self) -> None:
+        """Read the head pods now (errors are the next look's business)."""
+        try:
+            pods = self._get(
+                f"/api/v1/namespaces/{self.namespace}/pods",
+                labelSelector=f"ray.io/cluster={self.raycluster},ray.io/node-type=head",
+            ).get("items", [])
+        except (OSError, ValueError):
+            return
+        now = time.time()
+        for pod in pods:
+            uid = str((pod.get("metadata") or {}).get("uid") or "")
+            before = self.seen.get(uid, {}).get("pod")
+            self.seen[uid] = {"pod": pod, "at": now, "before": before}
+        alive = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        if alive:
+            self.current = str(alive[-1]["metadata"]["uid"])
+
+    def why(self) -> Loss:
+        """Why the head seen before the newest look went (best effort)."""
+        self.look()
+        old = None
+        for uid, entry in self.seen.items():
+            pod = entry["pod"]
+            restarted = _terminated(pod, last=True)
+            if uid == self.current and restarted is not None and _restarts(pod) > _restarts(entry.get("before")):
+                return Loss(head=_name(pod), reason=restarted[0], at=restarted[1], restarts=_restarts(pod))
+            if uid != self.current:
+                old = pod
+        if old is None:
+            return Loss(head="the Ray head", reason="lost")
+        status = old.get("status") or {}
+        if status.get("reason"):
+            return Loss(head=_name(old), reason=str(status["reason"]), detail=status.get("message"))
+        ended = _terminated(old, last=False) or _terminated(old, last=True)
+        if ended is not None and ended[0] not in ("Error", "Completed"):
+            return Loss(head=_name(old), reason=ended[0], at=ended[1])
+        return Loss(head=_name(old), reason=self._event_reason(_name(old)) or "deleted")
+
+    def _event_reason(self, pod: str) -> str | None:
+        try:
+            events = self._get(
+                f"/api/v1/namespaces/{self.namespace}/events", fieldSelector=f"involvedObject.name={pod}"
+            ).get("items", [])
+        except (OSError, ValueError):
+            return None
+        reasons = {str(e.get("reason")) for e in events}
+        return next((r for r in _REASONS if r in reasons), None)
+
+
+def _name(pod: dict[str, Any] | None) -> str:
+    return str(((pod or {}).get("metadata") or {}).get("name") or "the Ray head")
+
+
+def _restarts(pod: dict[str, Any] | None) -> int:
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    return max((int(s.get("restartCount") or 0) for s in statuses), default=0)
+
+
+def _terminated(pod: dict[str, Any], *, last: bool) -> tuple[str, float | None] | None:
+    """The Ray container's termination (``lastState`` with ``last``, else ``state``): reason and when."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = (status.get("lastState" if last else "state") or {}).get("terminated")
+        if state:
+            return str(state.get("reason") or f"exit code {state.get('exitCode')}"), _when(state.get("finishedAt"))
+    return None
+
+
+def _when(stamp: object) -> float | None:
+    """An RFC 3339 time as seconds since the epoch.
+
+    Examples:
+        >>> _when("1970-01-01T00:01:00Z")
+        60.0
+    """
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

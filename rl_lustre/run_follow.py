@@ -1,0 +1,234 @@
+"""The run behind a :class:`~rl_lustre.Run` handle, across the Ray heads that run it.
+
+A run has a run id that outlives its Ray submissions (:data:`rl_lustre.oncluster.records.RUN_ID`):
+when its head is lost, the keeper resubmits it to the next head under a new submission id
+(:mod:`rl_lustre.oncluster.keeper`). :class:`RunFollow` stands between the handle and the
+cluster's Jobs API, with the same calls (``info``, ``logs``, ``follow``, ``stop``), and serves
+the run's newest submission whatever id it is asked about:
+
+- the head does not know the submission (a new head): the run's newest submission on it
+  (metadata ``rl_lustre.run_id``) becomes the handle's;
+- the head does not answer, or knows nothing of the run: the run's directory on the volume
+  (:class:`~rl_lustre.oncluster.runview.RunView`) tells its story, where this process can read
+  it (:meth:`RunRecordsAccess.run_view`): in flight while its keeper waits for the next head,
+  stopped, given up by the keeper (why, and the head's last termination reason), or ended;
+  its log is the volume's copy;
+- a log followed across the loss goes on with the resubmission's log, after the records it
+  replays from the volume (which the follower already had).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+
+from .errors import RayError
+from .oncluster.records import REPLAY_BEGIN, REPLAY_END, RUN_ID
+
+if TYPE_CHECKING:
+    from .oncluster.runview import RunView
+    from .outages import OutageBudget
+    from .ray.jobs import JobInfo, JobsClient
+
+__all__ = ["RunFollow", "RunRecordsAccess", "Story", "story"]
+
+logger = logging.getLogger("rl_lustre.run")
+
+# A loss counts as the run's when it came at most this long before the run's last record.
+_SLACK = 60.0
+
+
+class RunRecordsAccess(Protocol):
+    """What a backend offers to read a run's records on the volume."""
+
+    def run_view(self, run_dir: str) -> RunView | None:
+        """The run's directory read now; None when this process cannot read the volume now."""
+
+    def head_losses(self) -> list[dict[str, Any]]:
+        """The cluster's head losses its keeper recorded (``heads.jsonl``), oldest first."""
+
+    def cluster_up(self) -> bool | None:
+        """Whether the cluster is up (a head, or a keeper waiting for the next one); None: unknown."""
+
+
+@attrs.frozen
+class Story:
+    """A run's status as its records tell it: ``status`` (as the Jobs API says it), ``message``."""
+
+    status: str
+    message: str
+
+
+def story(view: RunView, losses: list[dict[str, Any]], up: bool | None) -> Story:
+    """The run's status from its directory and the cluster's head losses.
+
+    Examples:
+        >>> from types import SimpleNamespace as NS
+        >>> lost = [{"lost_at": 100.0, "reason": "OOMKilled", "head": "demo-head-x"}]
+        >>> v = NS(given_up=None, ended=None, stopped={"by": "teardown"}, last_at=90.0)
+        >>> told = story(v, lost, up=False)
+        >>> told.status, told.message.split(" at ")[0]
+        ('FAILED', 'its Ray head was lost (OOMKilled: demo-head-x)')
+    """
+    if view.given_up is not None:
+        return Story("FAILED", str(view.given_up.get("why") or "the keeper gave it up"))
+    if view.ended is not None:
+        if view.ended == 0:
+            return Story("SUCCEEDED", "it ended with exit status 0")
+        return Story("FAILED", f"its supervisor ended with exit status {view.ended}")
+    last = view.last_at or 0.0
+    mine = [x for x in losses if float(x.get("lost_at") or 0) >= last - _SLACK]
+    loss = mine[-1] if mine else None
+    lost = (
+        f"its Ray head was lost ({loss.get('reason')}: {loss.get('head')}) at {_clock(loss.get('lost_at'))}"
+        if loss is not None
+        else "its Ray head was lost"
+    )
+    if view.stopped is not None:
+        if view.stopped.get("by") == "teardown" and loss is not None:
+            return Story("FAILED", f"{lost}, and the cluster was torn down before the run was resubmitted")
+        return Story("STOPPED", f"it was stopped ({view.stopped.get('by')})")
+    if up is False:
+        return Story("FAILED", f"{lost}, and the cluster is down: nothing will resubmit it")
+    return Story("RUNNING", f"{lost}; its keeper resubmits it once the next head is up")
+
+
+def _clock(at: object) -> str:
+    if not isinstance(at, (int, float)):
+        return "an unknown time"
+    return time.strftime("%H:%M:%S UTC", time.gmtime(at))
+
+
+class RunFollow:
+    """The run of ``job_id`` (run ``run_id``, records in ``run_dir``) on whatever head runs it.
+
+    Args:
+        jobs: the cluster's Jobs API now (asked each time: a local head's address changes).
+        job_id: the submission the handle was made for.
+        run_id: the run's id (by default ``job_id``).
+        run_dir: the run's directory on the volume, if it has one.
+        records: how this process reads the volume (None: it cannot).
+    """
+
+    def __init__(
+        self,
+        jobs: Callable[[], JobsClient],
+        job_id: str,
+        *,
+        run_id: str | None = None,
+        run_dir: str | None = None,
+        records: RunRecordsAccess | None = None,
+    ) -> None:
+        self._jobs = jobs
+        self.current = job_id
+        self.run_id = run_id or job_id
+        self.run_dir = run_dir
+        self.records = records
+        # Whether the handle moved to a resubmission (its log then begins with a replay).
+        self.moved = False
+
+    def __repr__(self) -> str:
+        return f"RunFollow({self.run_id!r}, current={self.current!r})"
+
+    # -- the Jobs API's calls, for the run's newest submission --------------------------------
+
+    def info(self, job_id: str) -> JobInfo | None:
+        try:
+            found = self._jobs().info(self.current)
+        except RayError:
+            offline = self.offline()
+            if offline is None:
+                raise
+            return offline
+        if found is not None:
+            return found
+        return self._newer() or self.offline()
+
+    def logs(self, job_id: str) -> str:
+        try:
+            return self._jobs().logs(self.current)
+        except RayError:
+            if self._newer() is not None:
+                return self._jobs().logs(self.current)
+            view = self.view()
+            if view is None or not view.exists:
+                raise
+            return view.log()
+
+    def stop(self, job_id: str) -> bool:
+        try:
+            return self._jobs().stop(self.current)
+        except RayError:
+            view = self.view()
+            if view is None or not view.in_flight:
+                raise
+            from .oncluster.runrecords import mark_stopped
+
+            # The head is away: the keeper, which reads the volume, must not bring the run back.
+            return mark_stopped(view.path, "run.stop()")
+
+    def list(self) -> list[JobInfo]:
+        return self._jobs().list()
+
+    def follow(self, job_id: str, *, outage_budget: OutageBudget | None = None) -> Iterator[str]:
+        """The run's log as it comes, from the submission followed on to each resubmission."""
+        while True:
+            following = self.current
+            # A resubmission's log begins with the records it replays: the follower has them.
+            replayed, skipping = not self.moved, False
+            for line in self._jobs().follow(following, outage_budget=outage_budget):
+                if not replayed and line == REPLAY_BEGIN:
+                    skipping = True
+                elif skipping:
+                    skipping = line != REPLAY_END
+                    replayed = not skipping
+                else:
+                    replayed = True
+                    yield line
+            self.info(following)
+            if self.current == following:
+                return
+
+    # -- the run's records ---------------------------------------------------------------------
+
+    def view(self) -> RunView | None:
+        if self.records is None or self.run_dir is None:
+            return None
+        return self.records.run_view(self.run_dir)
+
+    def offline(self) -> JobInfo | None:
+        """The run's status from its records on the volume; None where they cannot be read."""
+        view = self.view()
+        if view is None or not view.exists or self.records is None:
+            return None
+        from .ray.jobs import JobInfo
+
+        told = story(view, self.records.head_losses(), self.records.cluster_up())
+        firsts = [float(r["at"]) for r in view.records if isinstance(r.get("at"), (int, float))]
+        return JobInfo(
+            submission_id=self.current,
+            status=told.status,
+            message=told.message,
+            metadata=dict((view.submission or {}).get("metadata") or {}),
+            start_time=min(firsts, default=None),
+            end_time=view.last_at if told.status in ("SUCCEEDED", "FAILED", "STOPPED") else None,
+            from_records=True,
+        )
+
+    def _newer(self) -> JobInfo | None:
+        """The run's newest submission on the head now, when it is not the one followed."""
+        try:
+            listing = self._jobs().list()
+        except RayError:
+            return None
+        mine = [j for j in listing if (j.metadata or {}).get(RUN_ID) == self.run_id and j.submission_id != self.current]
+        if not mine:
+            return None
+        newest = max(mine, key=lambda j: (j.start_time or 0.0, j.submission_id))
+        logger.info("run %s goes on as job %s (it was %s)", self.run_id, newest.submission_id, self.current)
+        self.current, self.moved = newest.submission_id, True
+        return newest
