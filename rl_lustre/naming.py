@@ -162,6 +162,21 @@ def raycluster_name(cluster: ClusterSpec) -> str:
     return cluster.name
 
 
+def keeper_name(cluster: ClusterSpec) -> str:
+    """The keeper's Deployment, ServiceAccount, Role and RoleBinding (``<name>-keeper``)."""
+    return f"{cluster.name}-keeper"
+
+
+def keeper_code_name(cluster: ClusterSpec) -> str:
+    """The ConfigMap holding the on-cluster package the keeper runs (``<name>-keeper-code``)."""
+    return f"{cluster.name}-keeper-code"
+
+
+def teardown_job_name(cluster: ClusterSpec) -> str:
+    """The Job that marks the runs in flight stopped by teardown (``<name>-teardown``)."""
+    return f"{cluster.name}-teardown"
+
+
 def network_path(project: str, network: str) -> str:
     """``projects/P/global/networks/NAME``: a VPC network's full resource name."""
     return f"projects/{project}/global/networks/{network}"

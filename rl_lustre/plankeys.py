@@ -41,6 +41,7 @@ __all__ = [
     "GVNIC_NETWORK_KEY",
     "GVNIC_SUBNET_KEY",
     "IMAGE_PREPULL_KEY",
+    "KEEPER_KEY",
     "LUSTRE_KEY",
     "MODEL_PREFETCH_KEY",
     "NCCL_INSTALLER_KEY",
@@ -93,6 +94,8 @@ PV_KEY = "pv"
 PVC_KEY = "pvc"
 SECRET_KEY = "secret"
 RAYCLUSTER_KEY = "raycluster"
+# The keeper's Deployment (and its ServiceAccount, Role, RoleBinding, ConfigMap): rl_lustre.kube.keeper.
+KEEPER_KEY = "keeper"
 IMAGE_PREPULL_KEY = "image-prepull"
 MODEL_PREFETCH_KEY = "model-prefetch"
 

@@ -256,10 +256,10 @@ def test_unimplemented_requests_fail_loudly(fake: KubeFake, api) -> None:
     from kubernetes import client
 
     with pytest.raises(ApiException) as info:
-        client.CoreV1Api(api).list_namespaced_config_map("default")
+        client.CoreV1Api(api).list_namespaced_limit_range("default")
     assert info.value.status == 404
     assert "does not implement" in str(info.value.body)
-    assert fake.unhandled == ["GET /api/v1/namespaces/default/configmaps"]
+    assert fake.unhandled == ["GET /api/v1/namespaces/default/limitranges"]
 
 
 def test_operator_brings_a_raycluster_up(fake: KubeFake, api) -> None:

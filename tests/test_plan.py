@@ -41,6 +41,7 @@ KINDS = {
     "pvc": "v1/PersistentVolumeClaim",
     "secret": "v1/Secret",
     "raycluster": "ray.io/v1/RayCluster",
+    "keeper": "apps/v1/Deployment",
     "image-prepull": "apps/v1/DaemonSet",
     "model-prefetch": "batch/v1/Job",
 }
@@ -152,7 +153,9 @@ def test_dependencies_match_the_architecture(plan: Plan) -> None:
     assert plan.get("pvc").depends_on == ("pv",)
     assert plan.get("secret").depends_on == ("gke-cluster",)
     assert set(plan.get("raycluster").depends_on) == {"pvc", "secret", "cpu-pool", "gpu-pool"}
-    assert plan.upstream("raycluster") == set(KINDS) - {"raycluster", "image-prepull", "model-prefetch"}
+    assert plan.upstream("raycluster") == set(KINDS) - {"raycluster", "keeper", "image-prepull", "model-prefetch"}
+    # The keeper comes after the RayCluster, so down() stops it before the runs (issue 31).
+    assert plan.get("keeper").depends_on == ("raycluster",)
     # The GPU nodes boot with the image preloaded: only the head's CPU node pre-pulls it.
     assert plan.get("image-prepull").depends_on == ("cpu-pool",)
     assert list(plan.get("image-prepull").settings["node_pools"]) == ["ray-head-pool"]
@@ -187,7 +190,8 @@ def test_waves_put_the_lustre_and_gke_chains_side_by_side(plan: Plan) -> None:
     assert wave_of["psa-range"] == wave_of["subnet"]
     assert wave_of["psa-peering"] == wave_of["gke-cluster"]
     assert wave_of["lustre"] == wave_of["gpu-pool"] == wave_of["cpu-pool"]
-    assert wave_of["lustre"] < wave_of["pv"] < wave_of["pvc"] < wave_of["raycluster"] == len(waves) - 1
+    assert wave_of["lustre"] < wave_of["pv"] < wave_of["pvc"] < wave_of["raycluster"] == len(waves) - 2
+    assert wave_of["keeper"] == len(waves) - 1
     # The start-up work overlaps: the image pull with Lustre's creation (it starts once the
     # GPU pool is there), the model download with the RayCluster.
     assert wave_of["image-prepull"] == wave_of["gpu-pool"] + 1 < wave_of["pvc"]
@@ -234,7 +238,7 @@ def test_critical_path_with_issue_4_proportions(plan: Plan) -> None:
     # network → psa-range → psa-peering → lustre → pv → pvc → raycluster (the range is
     # reserved beside the subnet): 3 x 0.5 + 20 + 3 x 0.1; the GKE branch is 1 + 8 + 6 + 0.1.
     assert total == pytest.approx(21.8)
-    assert path == ["network", "psa-range", "psa-peering", "lustre", "pv", "pvc", "raycluster"]
+    assert path == ["network", "psa-range", "psa-peering", "lustre", "pv", "pvc", "raycluster", "keeper"]
     assert total < sum(durations.values())
     # Lustre made instant: the GKE cluster and a pool become the bound.
     total, path = plan.critical_path({**durations, "lustre": 0})

@@ -73,7 +73,7 @@ def collect_runs(
                 info.submission_id,
                 jobs.logs(info.submission_id),
                 status=info.status,
-                submitted_at=start,
+                submitted_at=_began(info, jobs),
                 ended_at=info.end_time,
                 name=info.metadata.get(_JOB),
             )
@@ -103,7 +103,9 @@ def run_goodput(backend: JobsBackend, job_id: str, *, prices: Prices | None = No
         raise RayError(f"the {backend._where} of {backend.cluster.name!r} has no job {job_id!r}")
     if info.start_time is None:
         raise RayError(f"job {job_id} has not started (status {info.status}): it has no ledger yet")
-    ev = backend.goodput_evidence(info.start_time, info.end_time, prices=prices)
+    # A run resubmitted after a head loss began before this submission: its log replays its records.
+    since = _began(info, backend.jobs)
+    ev = backend.goodput_evidence(since, info.end_time, prices=prices)
     return build(ev, scope="run", run=job_id, prices_as_of=_as_of(prices))
 
 
@@ -125,6 +127,18 @@ def cluster_goodput(
             ev, scope="sweep", window=window, runs=runs, name=f"sweep of {len(runs)} runs", prices_as_of=_as_of(prices)
         )
     return build(ev, scope="cluster", window=window, name=backend.cluster.name, prices_as_of=_as_of(prices))
+
+
+def _began(info: JobInfo, jobs: JobsClient) -> float:
+    """When the run of a submission began: its start, or for a resubmission after a head loss
+    (metadata ``rl_lustre.head_lost``) its first record, which its log replays."""
+    from ..oncluster.records import HEAD_LOST, read_journal
+
+    assert info.start_time is not None
+    if HEAD_LOST not in (info.metadata or {}):
+        return info.start_time
+    records = read_journal(jobs.logs(info.submission_id))
+    return min([info.start_time, *(float(r["at"]) for r in records[:1] if isinstance(r.get("at"), (int, float)))])
 
 
 def _as_of(prices: Prices | None) -> str:

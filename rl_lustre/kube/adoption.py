@@ -46,7 +46,20 @@ _MUTABLE_SPEC: dict[str, frozenset[str] | None] = {
     # GKE refuses changes to a network that pods may be attached to.
     "GKENetworkParamSet": frozenset(),
     "Network": frozenset(),
+    # A Deployment's selector is immutable (apps/v1).
+    "Deployment": frozenset(
+        {"replicas", "template", "strategy", "minReadySeconds", "revisionHistoryLimit", "progressDeadlineSeconds"}
+    ),
 }
+# Kinds whose content is outside ``spec`` (the keeper's, rl_lustre.kube.keeper): their fields
+# an adoption sets as the manifest says, and those it cannot change.
+_TOP_FIELDS: dict[str, tuple[str, ...]] = {
+    "ConfigMap": ("data",),
+    "Role": ("rules",),
+    "RoleBinding": ("subjects",),
+    "ServiceAccount": ("automountServiceAccountToken",),
+}
+_TOP_IMMUTABLE: dict[str, tuple[str, ...]] = {"RoleBinding": ("roleRef",)}
 
 
 def _subset(want: Any, have: Any) -> bool:
@@ -103,6 +116,15 @@ def adoption_patch(kind: str, desired: Obj, existing: Obj) -> tuple[Obj, list[st
         if desired.get("type", "Opaque") != existing.get("type", "Opaque"):
             drift.append("type")
         return patch, drift
+    for field in _TOP_FIELDS.get(kind, ()):
+        want, have = desired.get(field), existing.get(field)
+        if want is not None and want != have:
+            if isinstance(want, Mapping) and isinstance(have, Mapping):
+                # A merge patch: keys the manifest no longer has are removed (null).
+                patch[field] = {**dict.fromkeys(set(have) - set(want)), **want}
+            else:
+                patch[field] = want
+    drift += [field for field in _TOP_IMMUTABLE.get(kind, ()) if desired.get(field) != existing.get(field)]
     want_spec = desired.get("spec") or {}
     have_spec = existing.get("spec") or {}
     mutable = _MUTABLE_SPEC.get(kind)

@@ -53,6 +53,8 @@ Obj = dict[str, Any]
 _PENDING_ANNOTATION = "rl-lustre/mount-point-pending"
 # Deletion order when collecting by labels: dependents first.
 _DELETE_ORDER = (
+    # The keeper first: nothing may resubmit a run once teardown began.
+    "Deployment",
     "Job",
     "DaemonSet",
     "RayCluster",
@@ -61,11 +63,15 @@ _DELETE_ORDER = (
     "PersistentVolume",
     "Network",
     "GKENetworkParamSet",
+    "ConfigMap",
+    "RoleBinding",
+    "Role",
+    "ServiceAccount",
 )
 # Kinds a cluster may lack (no KubeRay add-on, no multi-networking): none of ours then.
 _OPTIONAL_KINDS = frozenset({"RayCluster", "GKENetworkParamSet", "Network"})
 _WATCH_CHUNK = 60.0
-_OWNS_PODS = frozenset({"RayCluster", "Job", "DaemonSet"})
+_OWNS_PODS = frozenset({"RayCluster", "Job", "DaemonSet", "Deployment"})
 
 
 @attrs.frozen

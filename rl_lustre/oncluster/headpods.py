@@ -21,7 +21,6 @@ import datetime
 import json
 import os
 import ssl
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -48,6 +47,9 @@ class LocalHead:
     def look(self) -> None:
         """Nothing to follow: the file says all."""
 
+    def healthy(self) -> None:
+        """Nothing to remember."""
+
     def why(self) -> Loss:
         try:
             status = json.loads(self.path.read_text())
@@ -70,9 +72,11 @@ class KubeHead:
         host = os.environ.get("KUBERNETES_SERVICE_HOST", "kubernetes.default.svc")
         port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
         self.url = f"https://{'[' + host + ']' if ':' in host else host}:{port}"
-        # The head pods last seen, by uid: (their newest status, when seen).
+        # Every head pod seen, as last seen (by uid); those there at the last look; and the
+        # restart counts of the head's pods when it last answered.
         self.seen: dict[str, dict[str, Any]] = {}
-        self.current: str | None = None
+        self.present: set[str] = set()
+        self.baseline: dict[str, int] = {}
 
     def _get(self, path: str, **query: str) -> dict[str, Any]:
         token = (self.credentials / "token").read_text().strip()
@@ -92,35 +96,39 @@ class KubeHead:
             ).get("items", [])
         except (OSError, ValueError):
             return
-        now = time.time()
+        self.present = set()
         for pod in pods:
             uid = str((pod.get("metadata") or {}).get("uid") or "")
-            before = self.seen.get(uid, {}).get("pod")
-            self.seen[uid] = {"pod": pod, "at": now, "before": before}
-        alive = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
-        if alive:
-            self.current = str(alive[-1]["metadata"]["uid"])
+            self.seen[uid] = pod
+            self.present.add(uid)
+
+    def healthy(self) -> None:
+        """The head answers: remember its pods as they are (what a later loss is told against)."""
+        self.baseline = {uid: _restarts(self.seen[uid]) for uid in self.present if uid in self.seen}
 
     def why(self) -> Loss:
-        """Why the head seen before the newest look went (best effort)."""
+        """Why the head the keeper knew went (best effort): a container restarted in place, a
+        pod that failed (evicted), or a pod that is gone (its events)."""
         self.look()
-        old = None
-        for uid, entry in self.seen.items():
-            pod = entry["pod"]
-            restarted = _terminated(pod, last=True)
-            if uid == self.current and restarted is not None and _restarts(pod) > _restarts(entry.get("before")):
-                return Loss(head=_name(pod), reason=restarted[0], at=restarted[1], restarts=_restarts(pod))
-            if uid != self.current:
-                old = pod
-        if old is None:
-            return Loss(head="the Ray head", reason="lost")
-        status = old.get("status") or {}
-        if status.get("reason"):
-            return Loss(head=_name(old), reason=str(status["reason"]), detail=status.get("message"))
-        ended = _terminated(old, last=False) or _terminated(old, last=True)
-        if ended is not None and ended[0] not in ("Error", "Completed"):
-            return Loss(head=_name(old), reason=ended[0], at=ended[1])
-        return Loss(head=_name(old), reason=self._event_reason(_name(old)) or "deleted")
+        for uid, restarts in self.baseline.items():
+            pod = self.seen.get(uid)
+            if pod is None:
+                continue
+            ended = _terminated(pod, last=True)
+            if uid in self.present and _restarts(pod) > restarts and ended is not None:
+                return Loss(head=_name(pod), reason=ended[0], at=ended[1], restarts=_restarts(pod))
+        for uid in self.baseline:
+            pod = self.seen.get(uid)
+            status = (pod or {}).get("status") or {}
+            if pod is None or (uid in self.present and status.get("phase") != "Failed"):
+                continue
+            if status.get("reason"):
+                return Loss(head=_name(pod), reason=str(status["reason"]), detail=status.get("message"))
+            ended = _terminated(pod, last=False)
+            if ended is not None and ended[0] not in ("Error", "Completed"):
+                return Loss(head=_name(pod), reason=ended[0], at=ended[1])
+            return Loss(head=_name(pod), reason=self._event_reason(_name(pod)) or "deleted")
+        return Loss(head="the Ray head", reason="lost")
 
     def _event_reason(self, pod: str) -> str | None:
         try:

@@ -80,7 +80,7 @@ class Keeper:
             self.platform = KubeHead(args.raycluster, args.namespace, credentials=args.kube_credentials)
         elif args.head_status:
             self.platform = LocalHead(args.head_status)
-        self.generation = Generation.claim(self.root, {"role": "keeper", "cluster": args.cluster})
+        self.generation = Generation.claim(self.root, {"role": "the keeper", "cluster": args.cluster})
         records = history(args.mount, args.cluster)
         # The head it kept last, unless the cluster was torn down since (the next head is a new cluster's).
         marks = [r for r in records if r.get("event") in ("head", "down")]
@@ -150,6 +150,8 @@ class Keeper:
             self.record({"event": "head", "session": session})
             self.known = session
         self.down_since = None
+        if self.platform is not None:
+            self.platform.healthy()
         self.reconcile(head[0], head[1], session)
 
     def lost(self, new: str) -> None:

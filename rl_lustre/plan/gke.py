@@ -15,6 +15,7 @@ from ..catalog import LUSTRE_PORT_988_MIN_GKE, ownership_labels
 from ..plankeys import CPU_POOL_KEY, GKE_CLUSTER_KEY, SUBNET_KEY
 from .fabric import fabric_nodes
 from .graph import Plan, PlannedResource
+from .keeper import keeper_node
 from .kube_objects import ray_cluster, secret, volume_claim_nodes
 from .lustre import lustre_instance
 from .network import cluster_subnet, ip_allocation, psa_nodes, vpc_nodes
@@ -46,7 +47,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         >>> plan = gke_plan(ClusterSpec(name="demo", project="my-project", region="us-east1",
         ...                             zone="us-east1-b", fabric="tcp"))
         >>> len(plan), plan.keys()[:6]
-        (17, ['network', 'subnet', 'psa-range', 'psa-peering', 'firewall-lustre', 'lustre'])
+        (18, ['network', 'subnet', 'psa-range', 'psa-peering', 'firewall-lustre', 'lustre'])
     """
     assert cluster.project is not None
     assert cluster.region is not None
@@ -67,6 +68,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         *volume_claim_nodes(cluster, created),
         *_present(secret(cluster, created)),
         ray_cluster(cluster, created),
+        keeper_node(cluster, created),
         *startup_nodes(cluster),
         *warmstart_nodes(cluster, prefetch=bool(cluster.prefetch_models)),
     ]

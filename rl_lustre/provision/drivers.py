@@ -26,6 +26,8 @@ raycluster,       :class:`SkippedDriver` when the Kubernetes part is switched of
 netparams-*,
 podnet-*,
 nccl-installer
+keeper            :class:`~rl_lustre.provision.keeper.KeeperDriver`: the keeper's objects; on ``down()``
+                  the keeper goes first, then the runs are marked stopped by teardown
 image-prepull,    :mod:`rl_lustre.provision.startup` (likewise skipped without the
 model-prefetch    Kubernetes part)
 warm-import,      :mod:`rl_lustre.provision.warmstart`: ImportData / ExportData with the
@@ -53,6 +55,7 @@ from ..plankeys import (
     GKE_CLUSTER_KEY,
     GPU_POOL_KEY,
     GPU_STANDBY_KEY,
+    KEEPER_KEY,
     LUSTRE_KEY,
     NODE_SA_KEY,
     PRELOAD_IMAGE_KEY,
@@ -68,6 +71,7 @@ from .gcp_drivers import (
     NodePoolDriver,
     PeeringDriver,
 )
+from .keeper import KeeperDriver
 from .kube_drivers import KubeObjectDriver, SkippedDriver, kube_keys
 from .node_account import NodeAccountDriver
 from .preload import PreloadImageDriver
@@ -145,6 +149,10 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
     for key in kube_keys(plan):
         drivers[key] = (
             KubeObjectDriver(ctx, key) if kube else SkippedDriver("Kubernetes part switched off (gcp_only=True)")
+        )
+    if KEEPER_KEY in plan:
+        drivers[KEEPER_KEY] = (
+            KeeperDriver(ctx) if kube else SkippedDriver("Kubernetes part switched off (gcp_only=True)")
         )
     # The start-up nodes have drivers of their own.
     drivers.update(startup_drivers(ctx, kube=kube))

@@ -309,7 +309,7 @@ def _launch_head(
         (temp_dir / name).write_bytes(content)
 
     head_env = node_env(temp_dir, env, mode)
-    if mode == "token":
+    if mode == "token" and not (temp_dir / TOKEN_FILE).exists():  # (a kept one stays: see keep)
         token_path = temp_dir / TOKEN_FILE
         fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:

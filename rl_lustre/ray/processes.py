@@ -16,7 +16,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["MARK", "is_ours", "marked_pids", "proc_pids", "read_proc", "running", "send_signal", "sweep"]
+__all__ = [
+    "MARK",
+    "is_ours",
+    "kill_head_processes",
+    "marked_pids",
+    "proc_pids",
+    "read_proc",
+    "running",
+    "send_signal",
+    "sweep",
+]
 
 logger = logging.getLogger("rl_lustre.ray.head")
 
@@ -90,3 +100,21 @@ def sweep(temp_dir: Path, settle: float) -> None:
             for pid in left:
                 send_signal(pid, signal.SIGKILL)
         time.sleep(0.1)
+
+
+def kill_head_processes(temp_dir: Path, *, spare_sessions: set[int]) -> int:
+    """SIGKILL every process of the head in ``temp_dir`` at once, as a pod deletion or an OOM kill
+    takes them (``ray start``, GCS, raylet, dashboard, job drivers), but those in ``spare_sessions``
+    (its worker nodes, which are other pods); returns how many were killed."""
+    from ..oncluster.procs import session_of
+
+    killed: set[int] = set()
+    for _ in range(50):
+        victims = [pid for pid in marked_pids(temp_dir) if session_of(pid) not in spare_sessions]
+        if not victims:
+            break
+        for pid in victims:
+            send_signal(pid, signal.SIGKILL)
+        killed.update(victims)
+        time.sleep(0.05)
+    return len(killed)

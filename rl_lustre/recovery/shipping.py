@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .._command import number as _number
 
-__all__ = ["PACKAGE", "shipped_package", "supervised"]
+__all__ = ["PACKAGE", "shipped_files", "shipped_package", "supervised"]
 
 # The name the on-cluster package has on the cluster.
 PACKAGE = "rl_lustre_oncluster"
@@ -127,7 +127,7 @@ def shipped_package() -> str:
         >>> tree(d) == tree(here)
         True
     """
-    root, files = _shipped_files()
+    root, files = shipped_files()
     package = root / PACKAGE
     if not (package / "__init__.py").is_file():
         staging = Path(tempfile.mkdtemp(prefix="rl-lustre-oncluster-"))
@@ -146,7 +146,7 @@ def shipped_package() -> str:
 
 
 @functools.cache
-def _shipped_files() -> tuple[Path, dict[str, bytes]]:
+def shipped_files() -> tuple[Path, dict[str, bytes]]:
     """Where the shipped package goes (named by its content's hash) and ``{path: content}`` of its files."""
     from .. import oncluster
 

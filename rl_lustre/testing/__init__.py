@@ -43,9 +43,9 @@ if TYPE_CHECKING:
     from ._fake_gke import FakeGKE
     from ._kube_faults import KubeFaults, KubeTimings
     from ._kube_kinds import KindInfo, pod_merge_keys, register_kind
-    from ._lose_head import HeadLoss, lose_head
+    from ._lose_head import lose_head
     from ._preempt import preempt
-    from ._preemption import Preemption
+    from ._preemption import HeadLoss, Preemption
     from .kube import KubeFake
     from .kube import schema_validator as kube_schema_validator
 
@@ -63,7 +63,7 @@ _HOMES = {
     "FakeGCP": ("._fake", "FakeGCP"),
     "FakeGKE": ("._fake_gke", "FakeGKE"),
     "Faults": ("._core", "Faults"),
-    "HeadLoss": ("._lose_head", "HeadLoss"),
+    "HeadLoss": ("._preemption", "HeadLoss"),
     "KindInfo": ("._kube_kinds", "KindInfo"),
     "KubeFake": (".kube", "KubeFake"),
     "KubeFaults": ("._kube_faults", "KubeFaults"),

@@ -138,6 +138,7 @@ class FakeGKE:
         self.gcp: FakeGCP | None = None
         self.kube: KubeFake | None = None
         self.head: LocalHead | None = None
+        self._head_args: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         where = f"head at {self.head.dashboard_url}" if self.head is not None else "not running"
@@ -249,18 +250,42 @@ class FakeGKE:
             env["PATH"] = os.pathsep.join([str(tools), env.get("PATH", "")])
             spec = ClusterSpec.local("fake-gke-head", volume_dir=self.root / "head", gpus_per_node=self.gpus_per_node)
             num_cpus, num_gpus = rehearsal_resources(spec)
-            self.head = start_local_head(
-                self.root / "ray", num_cpus=num_cpus, num_gpus=num_gpus, env=env, auth="disabled"
-            )
+            self._head_args = {"num_cpus": num_cpus, "num_gpus": num_gpus, "env": env, "auth": "disabled"}
+            self.head = start_local_head(self.root / "ray", **self._head_args)
             host, port = self.head.dashboard_url.removeprefix("http://").rsplit(":", 1)
             self.kube = KubeFake(
-                validate=kube_schema_validator() if self._validate else None, head_target=(host, int(port))
+                validate=kube_schema_validator() if self._validate else None,
+                head_target=(host, int(port)),
+                ray_heads=self,
+                programs=True,
             ).start()
             self.gcp = FakeGCP(kube=self.kube, latency=self._latency).start()
         except BaseException:
             self.stop()
             raise
         return self
+
+    # the Ray heads behind the head pod (KubeFake's ray_heads, for rl_lustre.testing.lose_head)
+
+    def kill(self) -> str:
+        """Kill the head's processes at once, as its pod's deletion (or an OOM kill) does."""
+        from ..ray.processes import kill_head_processes
+
+        head = self.head
+        if head is None:
+            raise RuntimeError("FakeGKE has no Ray head running")
+        kill_head_processes(head.temp_dir, spare_sessions=set())
+        if head._process is not None:
+            head._process.wait()
+        return f"pid {head.pid}"
+
+    def start_head(self) -> tuple[str, int]:
+        """A new Ray head in place of the lost one (new ports, an empty job table)."""
+        from ..ray.head import start_local_head
+
+        self.head = start_local_head(self._root() / "ray", **self._head_args)
+        host, port = self.head.dashboard_url.removeprefix("http://").rsplit(":", 1)
+        return host, int(port)
 
     def stop(self) -> None:
         """Stop everything started (the fakes, then the head) and remove the root directory."""

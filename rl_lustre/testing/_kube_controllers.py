@@ -5,12 +5,14 @@ every object one step towards where it should be, so a fault knob changed mid-te
 takes effect on the next pass. In pass order: Spot nodes coming back, the garbage
 collector (``_kube_gc``), the PV binder (``_kube_binder``), the KubeRay operator
 (``_kube_operator``), the node, DaemonSet and Job controllers (``_kube_workloads``), the
-scheduler and kubelet (``_kube_kubelet``), the RayCluster status.
+Deployment and ReplicaSet controllers (``_kube_apps``), the scheduler and kubelet
+(``_kube_kubelet``), the RayCluster status.
 """
 
 from __future__ import annotations
 
 from ..catalog import GKE_NODEPOOL_LABEL
+from ._kube_apps import Apps
 from ._kube_autoscaler import Autoscaler
 from ._kube_binder import VolumeBinder
 from ._kube_controller import Controller, Memory
@@ -39,6 +41,8 @@ class Controllers(Controller):
         install_quota(store)
         self.spot = SpotCapacity(store, raylets)
         self.workloads = Workloads(store, faults, timings, self.memory)
+        self.apps = Apps(store, faults, timings, self.memory)
+        self.apps.install(store)
         self.gc = GarbageCollector(store, faults, timings, self.memory, self.spot)
         self.binder = VolumeBinder(store, faults, timings, self.memory)
         self.operator = KubeRayOperator(store, faults, timings, self.memory)
@@ -65,6 +69,7 @@ class Controllers(Controller):
         self.provisioning.step()
         self.autoscaler.step()
         self.workloads.step()
+        self.apps.step()
         self.kubelet.step()
         self.operator.update_status()
 

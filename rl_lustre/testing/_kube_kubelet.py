@@ -280,18 +280,22 @@ class Kubelet(Controller):
         if pod_ready(pod):
             return
         status = self._base_status(pod, ready=True, phase="Running")
+        # A container restarted in place keeps its count and why it last ended.
+        before = {c.get("name"): c for c in (pod.get("status") or {}).get("containerStatuses") or []}
         statuses = []
         for c in containers(pod):
             image = c.get("image", "")
+            old = before.get(c["name"]) or {}
             statuses.append(
                 {
                     "name": c["name"],
                     "image": image,
                     "imageID": f"sha256:{'0' * 64}",
                     "ready": True,
-                    "restartCount": 0,
+                    "restartCount": int(old.get("restartCount") or 0),
                     "started": True,
                     "state": {"running": {"startedAt": now_rfc3339()}},
+                    **({"lastState": old["lastState"]} if old.get("lastState") else {}),
                 }
             )
             self.event(pod, "Pulled", f'Container image "{image}" already present on machine', component="kubelet")

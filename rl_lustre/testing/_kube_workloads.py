@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Callable
 
 from ..catalog import GKE_ACCELERATOR_LABEL, GKE_NODEPOOL_LABEL
 from ._kube_controller import Controller, Memory, pod_ready
@@ -144,6 +145,8 @@ class Workloads(Controller):
         self._pulls: dict[tuple[str, str], float] = {}
         # node pool -> the images its nodes boot with (a GKE secondary boot disk).
         self.preloaded: dict[str, set[str]] = {}
+        # Whether a real process runs the pod (then it ends when that does; see _kube_programs).
+        self.external: Callable[[Obj], bool] = lambda pod: False
 
     def reset(self) -> None:
         self.logs.clear()
@@ -379,9 +382,10 @@ class Workloads(Controller):
         self.event(job, "SuccessfulCreate", f"Created pod: {pod_name}", component="job-controller")
 
     def _job_pod(self, pod: Obj) -> None:
-        """A running Job pod exits after ``timings.job_run``: 0, or 1 with the fault's message."""
+        """A running Job pod exits after ``timings.job_run``: 0, or 1 with the fault's message
+        (unless a real process runs it: ``_kube_programs``)."""
         status = pod.get("status") or {}
-        if status.get("phase") != "Running":
+        if status.get("phase") != "Running" or self.external(pod):
             return
         uid = pod["metadata"]["uid"]
         started = self._running_since.setdefault(uid, time.monotonic())

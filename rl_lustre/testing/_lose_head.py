@@ -4,76 +4,23 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
-import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from .._public import public
+from ._preemption import HeadLoss
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
 
-__all__ = ["HeadLoss", "lose_head"]
+__all__ = ["lose_head"]
 
 logger = logging.getLogger("rl_lustre.testing.lose_head")
 
 
-class HeadLoss:
-    """What :func:`lose_head` did, and the head it brings back.
-
-    Attributes:
-        head: the head taken away (local: ``pid <n>``; fake GKE: its pod's name).
-        reason: its termination reason, as its pod's status tells it (``Killed``, ``OOMKilled``, ``Evicted``).
-        at: when it went (seconds since the epoch).
-        back_after: seconds until the new head starts; None when none comes.
-        ready_at: when the new head (and the worker nodes restarted with it) was ready.
-        error: why bringing the new head back failed, if it did.
-    """
-
-    def __init__(self, head: str, reason: str, at: float, back_after: float | None) -> None:
-        self.head = head
-        self.reason = reason
-        self.at = at
-        self.back_after = back_after
-        self.ready_at: float | None = None
-        self.error: BaseException | None = None
-        self._done = threading.Event()
-        if back_after is None:
-            self._done.set()
-
-    def __repr__(self) -> str:
-        return f"HeadLoss(head={self.head!r}, reason={self.reason!r}, back_after={self.back_after})"
-
-    def wait(self, timeout: float | None = None) -> float | None:
-        """Wait until the new head is ready (at once when none comes); returns when it was.
-
-        Raises:
-            TimeoutError: it was not ready within ``timeout``.
-        """
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"the head that replaces {self.head} was not ready after {timeout}s")
-        if self.error is not None:
-            raise self.error
-        return self.ready_at
-
-    def _bring_back(self, start: Callable[[], None]) -> None:
-        def run() -> None:
-            assert self.back_after is not None
-            time.sleep(self.back_after)
-            try:
-                start()
-                self.ready_at = time.time()
-                logger.info("the head that replaces %s is ready", self.head)
-            except BaseException as exc:  # reported through wait()
-                self.error = exc
-            finally:
-                self._done.set()
-
-        threading.Thread(target=run, name="rl_lustre-lose-head", daemon=True).start()
-
-
+@public("rl_lustre.testing")
 def lose_head(cluster: Cluster, *, reason: str = "Killed", back_after: float | None = 1.0) -> HeadLoss:
-    """Take the Ray head of a running local deployment away, as a pod deletion (or an
+    """Take the Ray head of a running local or fake-GKE deployment away, as a pod deletion (or an
     OOM kill, an eviction) does, and bring a new one as KubeRay would.
 
     Local: every process of the head is killed at once (``ray start``, GCS, raylet, dashboard,
@@ -83,6 +30,10 @@ def lose_head(cluster: Cluster, *, reason: str = "Killed", back_after: float | N
     empty job table) and as many worker nodes as before join it. The deployment's keeper (a
     process outside the head) notices and resubmits the runs. With ``back_after=None`` no head
     comes back; the worker nodes are left as they are until ``down()``.
+
+    Fake GKE (a cluster whose Kubernetes API is a :class:`~rl_lustre.testing.KubeFake` with real
+    Ray heads behind its head pod, as :class:`~rl_lustre.testing.FakeGKE` has): the head pod goes
+    as GKE and KubeRay do it; see :mod:`rl_lustre.testing._kube_headloss`.
 
     Returns at once; the new head comes in the background (:meth:`HeadLoss.wait`).
 
@@ -95,21 +46,28 @@ def lose_head(cluster: Cluster, *, reason: str = "Killed", back_after: float | N
         'head-lost'
 
     Raises:
-        ValueError: no head runs, or the deployment is not local.
+        ValueError: no head runs, or the deployment is neither local nor on a KubeFake.
     """
     from ..backends.local import LocalBackend
 
     backend = cluster._backend()
     if isinstance(backend, LocalBackend):
         return _lose_local(backend, reason, back_after)
-    raise ValueError(f"cluster {cluster.name!r} is not local: only a local cluster can lose its head on purpose")
+    from .kube import KubeFake
+
+    fake = KubeFake.serving(cluster)
+    if fake is None:
+        raise ValueError(
+            f"cluster {cluster.name!r} is neither local nor served by a KubeFake in this process: "
+            "only those can lose their head on purpose"
+        )
+    return fake.lose_head(cluster.name, reason=reason, back_after=back_after, namespace=cluster.namespace)
 
 
 def _lose_local(backend: object, reason: str, back_after: float | None) -> HeadLoss:
     from ..backends.local import LocalBackend
-    from ..oncluster.procs import session_of
     from ..ray.keeper import status_path
-    from ..ray.processes import marked_pids, send_signal
+    from ..ray.processes import kill_head_processes
     from ..ray.workers import WORKERS_FILE, live_workers
 
     assert isinstance(backend, LocalBackend)
@@ -122,13 +80,7 @@ def _lose_local(backend: object, reason: str, back_after: float | None) -> HeadL
     at = time.time()
     status_path(head.temp_dir).write_text(json.dumps({"pid": head.pid, "reason": reason, "at": at}))
     # Everything of the head's pod at once; the worker nodes (other pods) stay.
-    for _ in range(50):
-        victims = [pid for pid in marked_pids(head.temp_dir) if session_of(pid) not in sessions]
-        if not victims:
-            break
-        for pid in victims:
-            send_signal(pid, signal.SIGKILL)
-        time.sleep(0.05)
+    kill_head_processes(head.temp_dir, spare_sessions=sessions)
     if process is not None:
         process.wait()
     backend.head, backend._jobs = None, None

@@ -1,7 +1,9 @@
-"""``Preemption``: what a simulated Spot preemption took away, and the replacements it brings back.
+"""``Preemption`` and ``HeadLoss``: what a simulated Spot preemption (or head loss) took away,
+and what it brings back.
 
 Made by :func:`rl_lustre.testing.preempt` (local worker raylets) and
-:meth:`rl_lustre.testing.KubeFake.preempt` (fake GKE worker pods).
+:meth:`rl_lustre.testing.KubeFake.preempt` (fake GKE worker pods); by
+:func:`rl_lustre.testing.lose_head` and :meth:`rl_lustre.testing.KubeFake.lose_head`.
 """
 
 from __future__ import annotations
@@ -9,10 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from .._public import public
 
-__all__ = ["Preemption"]
+__all__ = ["HeadLoss", "Preemption"]
 
 logger = logging.getLogger("rl_lustre.testing.preempt")
 
@@ -67,3 +70,58 @@ class Preemption:
                 self._done.set()
 
         threading.Thread(target=run, name="rl_lustre-preempt", daemon=True).start()
+
+
+@public("rl_lustre.testing")
+class HeadLoss:
+    """What :func:`lose_head` did, and the head it brings back.
+
+    Attributes:
+        head: the head taken away (local: ``pid <n>``; fake GKE: its pod's name).
+        reason: its termination reason, as its pod's status tells it (``Killed``, ``OOMKilled``, ``Evicted``).
+        at: when it went (seconds since the epoch).
+        back_after: seconds until the new head starts; None when none comes.
+        ready_at: when the new head (and the worker nodes restarted with it) was ready.
+        error: why bringing the new head back failed, if it did.
+    """
+
+    def __init__(self, head: str, reason: str, at: float, back_after: float | None) -> None:
+        self.head = head
+        self.reason = reason
+        self.at = at
+        self.back_after = back_after
+        self.ready_at: float | None = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        if back_after is None:
+            self._done.set()
+
+    def __repr__(self) -> str:
+        return f"HeadLoss(head={self.head!r}, reason={self.reason!r}, back_after={self.back_after})"
+
+    def wait(self, timeout: float | None = None) -> float | None:
+        """Wait until the new head is ready (at once when none comes); returns when it was.
+
+        Raises:
+            TimeoutError: it was not ready within ``timeout``.
+        """
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the head that replaces {self.head} was not ready after {timeout}s")
+        if self.error is not None:
+            raise self.error
+        return self.ready_at
+
+    def _bring_back(self, start: Callable[[], None]) -> None:
+        def run() -> None:
+            assert self.back_after is not None
+            time.sleep(self.back_after)
+            try:
+                start()
+                self.ready_at = time.time()
+                logger.info("the head that replaces %s is ready", self.head)
+            except BaseException as exc:  # reported through wait()
+                self.error = exc
+            finally:
+                self._done.set()
+
+        threading.Thread(target=run, name="rl_lustre-lose-head", daemon=True).start()

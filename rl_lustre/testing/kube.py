@@ -70,6 +70,7 @@ from ._kube_controller import pod_ready
 from ._kube_controllers import Controllers
 from ._kube_faults import KubeFaults, KubeTimings
 from ._kube_http import ApiHandler, KubeRequest
+from ._kube_programs import Programs, ServiceProxy
 from ._kube_schema import schema_validator
 from ._kube_server import TlsServer
 from ._kube_store import KINDS, Obj, Store, labels_of
@@ -80,9 +81,10 @@ if TYPE_CHECKING:
 
     from ..backends.gke import GKEBackend
     from ..cluster import Cluster
+    from ._kube_headloss import RayHeads
     from ._kube_provisioning import Decider
     from ._kube_spot import RayletStarter
-    from ._preemption import Preemption
+    from ._preemption import HeadLoss, Preemption
 
 __all__ = ["DEFAULT_TOKEN", "KubeFake", "KubeFaults", "KubeRequest", "KubeTimings", "schema_validator"]
 
@@ -124,6 +126,10 @@ class KubeFake:
             returns a handle with ``kill()``; with it, every RayCluster
             worker pod is backed by such a raylet (Ready once it runs, killed with the pod),
             and :meth:`preempt` takes them away as Spot does.
+        ray_heads: the real Ray heads behind the head pod (``kill()``, ``start()``: see
+            :mod:`rl_lustre.testing._kube_headloss`), for :meth:`lose_head`.
+        programs: run the pods of the on-cluster package's programs (the keeper, the
+            teardown Job) as real processes here (see :mod:`rl_lustre.testing._kube_programs`).
     """
 
     _serving: ClassVar[weakref.WeakSet[KubeFake]] = weakref.WeakSet()
@@ -139,8 +145,15 @@ class KubeFake:
         timings: KubeTimings | None = None,
         watch_timeout: float = 300.0,
         raylets: RayletStarter | None = None,
+        ray_heads: RayHeads | None = None,
+        programs: bool = False,
     ) -> None:
         from ..kube.tokens import EMULATOR_TOKEN
+
+        self.ray_heads = ray_heads
+        self._programs_on = programs
+        self._programs: Programs | None = None
+        self._service: ServiceProxy | None = None
 
         self.tokens = {DEFAULT_TOKEN, EMULATOR_TOKEN} if tokens is None else set(tokens)
         self.validate = validate
@@ -166,6 +179,13 @@ class KubeFake:
         """Start serving (idempotent)."""
         if self._server.running:
             return self
+        if self._programs_on:
+            self._service = ServiceProxy(lambda: self.head_target)
+            host, port = self.endpoint.rsplit(":", 1)
+            self._programs = Programs(
+                self._store, api=(host, int(port)), ca_pem=self.ca_pem, token=DEFAULT_TOKEN, head=self._service
+            )
+            self._controllers.workloads.external = Programs.runs
         self._server.start()
         logger.debug("KubeFake serving on %s", self.url)
         KubeFake._serving.add(self)
@@ -178,6 +198,10 @@ class KubeFake:
         KubeFake._serving.discard(self)
         self._server.stop()
         self._controllers.spot.close()
+        if self._programs is not None:
+            self._programs.close()
+        if self._service is not None:
+            self._service.close()
         if self._controllers.spot.failures:
             self.controller_errors += [f"raylet behind pod {f}" for f in self._controllers.spot.failures]
         if self.controller_errors:
@@ -193,6 +217,8 @@ class KubeFake:
         while True:
             try:
                 self._controllers.step()
+                if self._programs is not None:
+                    self._programs.step(self._store_log)
             except Exception as exc:  # a bug in the fake must not pass silently
                 logger.exception("KubeFake controller pass failed")
                 self.controller_errors.append(f"{type(exc).__name__}: {exc}")
@@ -485,6 +511,18 @@ class KubeFake:
 
             preemption._bring_back(replacements)
         return preemption
+
+    def _store_log(self, pod: str, text: str, namespace: str) -> None:
+        self._controllers.workloads.logs[(namespace, pod)] = text
+
+    def lose_head(
+        self, raycluster: str, *, reason: str = "Killed", back_after: float | None = 1.0, namespace: str = "default"
+    ) -> HeadLoss:
+        """Lose the head of ``raycluster`` as GKE does, and bring a new one back as KubeRay does
+        (see :mod:`rl_lustre.testing._kube_headloss`); needs ``ray_heads``."""
+        from ._kube_headloss import lose_head
+
+        return lose_head(self, raycluster, reason=reason, back_after=back_after, namespace=namespace)
 
     def write_log(self, pod: str, text: str, namespace: str = "default") -> None:
         """Append ``text`` to what ``pods/<pod>/log`` returns, as the pod's container printing it."""

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from rl_lustre.testing import Preemption
+from rl_lustre.testing import HeadLoss, Preemption
 from rl_lustre.testing._kube_spot import IMPENDING_TERMINATION_TAINT, SHUTDOWN_MESSAGE
 
 logger = logging.getLogger("tests.helpers.kube_kubelet")
@@ -107,6 +107,12 @@ class KubeletSim:
         self._pools: dict[str, tuple[Any, str, str]] = {}
         self._baseline: set[str] = set()
         self.deleted_clusters: list[str] = []
+        # The Ray heads behind head pods (kill(), start_head(): see rl_lustre.testing._kube_headloss),
+        # and whether the pods of the on-cluster package's programs run (pod uid -> process, log).
+        self.ray_heads: Any = None
+        self.programs = False
+        self._programs: dict[str, tuple[Any, Any]] = {}
+        self._service: Any = None
 
     # -- what deleting the GKE cluster does --------------------------------------------------
     _SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
@@ -403,9 +409,179 @@ class KubeletSim:
             preemption._bring_back(replacements)
         return preemption
 
+    # -- the Ray head behind the head pod, lost and replaced ----------------------------------
+    def lose_head(
+        self, raycluster: str, *, reason: str = "Killed", back_after: float | None = 2.0, namespace: str = "default"
+    ) -> HeadLoss:
+        """The head pod of ``raycluster`` deleted as a user, a node drain or an eviction deletes
+        it: its Ray head's processes die with it (:attr:`ray_heads`), the real KubeRay operator
+        makes a new head pod, a new Ray head serves it after ``back_after`` seconds (its
+        PortForward follows), and the worker pods' raylets, which exit once the old GCS is
+        gone, restart and join the new head (the same call as :meth:`rl_lustre.testing.KubeFake.lose_head`)."""
+        from kubernetes import client
+
+        assert self.ray_heads is not None, "set ray_heads: the Ray heads behind the head pod"
+        core = client.CoreV1Api(self.api_client())
+        selector = f"ray.io/cluster={raycluster},ray.io/node-type=head"
+        [pod] = [
+            p
+            for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+            if not p.metadata.deletion_timestamp
+        ]
+        at = time.time()
+        self.ray_heads.kill()
+        core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+        logger.info("deleted head pod %s (%s)", pod.metadata.name, reason)
+        loss = HeadLoss(pod.metadata.name, reason, at, back_after)
+        if back_after is None:
+            return loss
+
+        def back() -> None:
+            assert self.ray_heads is not None
+            self.head_target = self.ray_heads.start_head()
+            host, port = self.head_target
+            custom = self._custom()
+            for item in custom.list_namespaced_custom_object(*KWOK, namespace, "portforwards")["items"]:
+                item["spec"]["forwards"] = [{"ports": [8265], "target": {"address": host, "port": port}}]
+                custom.replace_namespaced_custom_object(
+                    *KWOK, namespace, "portforwards", item["metadata"]["name"], item
+                )
+            self.restart_raylets()
+
+        loss._bring_back(back)
+        return loss
+
+    def restart_raylets(self) -> None:
+        """Every worker pod's raylet killed and started again (its container restarting)."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client())
+        pods = core.list_pod_for_all_namespaces(label_selector="ray.io/node-type=worker").items
+        for pod in pods:
+            if pod.status.phase != "Running" or pod.metadata.deletion_timestamp or self.raylets is None:
+                continue
+            self._release_raylet(pod.metadata.name)
+            with self._raylet_lock:
+                self._raylets[pod.metadata.name] = self._raylet_pool.submit(
+                    self.raylets, pod.metadata.name, str(pod.spec.node_name), operator_ray_start_resources(pod)
+                )
+
+    # -- pods that run the on-cluster package: the keeper, the teardown Job ------------------
+    def _run_programs(self) -> None:
+        """While :attr:`programs` is set: the keeper's pod (and the teardown Job's) get a real
+        process running the on-cluster package from the pod's ConfigMap, as its container would:
+        its service account's token from the TokenRequest API (so RBAC is the API server's), the
+        API server and its CA, and the head Service's address (a local port forwarding to the
+        current Ray head); killed with its pod."""
+        from kubernetes import client, watch
+
+        core = client.CoreV1Api(self.api_client())
+        while not self._stopping.is_set():
+            try:
+                for event in watch.Watch().stream(
+                    core.list_pod_for_all_namespaces, label_selector="rl-lustre-deployment", timeout_seconds=5
+                ):
+                    pod = event["object"]
+                    command = (pod.spec.containers[0].command or []) if pod.spec.containers else []
+                    if len(command) < 3 or not str(command[2]).startswith("rl_lustre_oncluster."):
+                        continue
+                    uid = pod.metadata.uid
+                    if event["type"] == "DELETED" or pod.metadata.deletion_timestamp:
+                        self._stop_program(uid)
+                    elif self.programs and uid not in self._programs and pod.spec.node_name:
+                        self._start_program(core, pod)
+            except Exception:  # the API server is going away, or a watch broke: look again
+                if self._stopping.wait(0.5):
+                    return
+
+    def _start_program(self, core: Any, pod: Any) -> None:
+        import base64
+        import os
+        import subprocess
+        import sys
+        import tempfile
+        from pathlib import Path
+
+        from rl_lustre.testing._kube_programs import ServiceProxy
+
+        ns, container = pod.metadata.namespace, pod.spec.containers[0]
+        home = Path(tempfile.mkdtemp(prefix="kube-plane-pod-"))
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
+        for e in container.env or []:
+            ref = e.value_from.secret_key_ref if e.value_from else None
+            if ref is not None:
+                secret = core.read_namespaced_secret(ref.name, ns)
+                if (secret.data or {}).get(ref.key):
+                    env[e.name] = base64.b64decode(secret.data[ref.key]).decode()
+            elif e.value is not None:
+                env[e.name] = e.value
+        mounts = {m.name: m.mount_path for m in container.volume_mounts or []}
+        for volume in pod.spec.volumes or []:
+            if volume.config_map is None or volume.name not in mounts:
+                continue
+            data = core.read_namespaced_config_map(volume.config_map.name, ns).data or {}
+            target = home / mounts[volume.name].lstrip("/")
+            for item in volume.config_map.items or []:
+                path = target / item.path
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(data.get(item.key, ""))
+            env["PYTHONPATH"] = str(target.parent)
+        if self._service is None:
+            self._service = ServiceProxy(lambda: self.head_target)
+        args = [*container.command[1:], *(container.args or [])]
+        args = [re.sub(r"http://\S+-head-svc\.\S+:8265", f"http://127.0.0.1:{self._service.port}", a) for a in args]
+        if pod.spec.automount_service_account_token is not False and pod.spec.service_account_name:
+            from kubernetes import client
+
+            token = core.create_namespaced_service_account_token(
+                pod.spec.service_account_name, ns, client.AuthenticationV1TokenRequest(spec={"audiences": []})
+            ).status.token
+            creds = home / "serviceaccount"
+            creds.mkdir()
+            (creds / "token").write_text(token)
+            (creds / "ca.crt").write_bytes(self.ca_pem)  # type: ignore[attr-defined]
+            env.update(KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(self.port))  # type: ignore[attr-defined]
+            args += ["--kube-credentials", str(creds)]
+        with open(home / "log", "ab") as out:
+            process = subprocess.Popen(
+                [sys.executable, *args], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=home
+            )
+        logger.info("pod %s/%s runs %s (pid %d)", ns, pod.metadata.name, args[1], process.pid)
+        self._programs[pod.metadata.uid] = (process, home / "log")
+
+    def _stop_program(self, uid: str) -> None:
+        import os
+        import signal
+        import subprocess
+
+        entry = self._programs.pop(uid, None)
+        if entry is None:
+            return
+        process = entry[0]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def program_logs(self) -> list[str]:
+        """What the programs run behind pods printed (the keeper's log, for assertions)."""
+        out = []
+        for _, log in self._programs.values():
+            with contextlib.suppress(OSError):
+                out.append(log.read_text(errors="replace"))
+        return out
+
     def close_kubelets(self) -> None:
         self.release_raylets()
         self._raylet_pool.shutdown(wait=True)
+        for uid in list(self._programs):
+            self._stop_program(uid)
+        if self._service is not None:
+            self._service.close()
 
 
 @contextlib.contextmanager

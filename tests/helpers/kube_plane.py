@@ -80,6 +80,8 @@ CONTROLLERS = (
     "node-lifecycle-controller",
     "taint-eviction-controller",
     "endpointslice-controller",
+    "deployment-controller",
+    "replicaset-controller",
     "root-ca-certificate-publisher-controller",
     "resourcequota-controller",
 )
@@ -412,6 +414,7 @@ class ControlPlane(KubeletSim):
                 self._forwarder = threading.Thread(target=self._forward_heads, name="kube-plane-forwards", daemon=True)
                 self._forwarder.start()
             threading.Thread(target=self._back_workers, name="kube-plane-raylets", daemon=True).start()
+            threading.Thread(target=self._run_programs, name="kube-plane-programs", daemon=True).start()
         except BaseException:
             self.stop()
             raise

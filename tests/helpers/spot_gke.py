@@ -34,17 +34,19 @@ from .specs import GKE
 
 @attrs.define
 class SpotHead:
-    """The module's Ray head, and the environment of the raylets that join it."""
+    """The module's Ray head, and the environment of the raylets that join it; the Ray heads
+    behind the head pod of a KubeFake or of the real plane (``kill``, ``start_head``)."""
 
     head: LocalHead
     env: dict[str, str]
+    raylets: list[LocalWorker] = attrs.Factory(list)
 
     def raylet(self, pod: str, name: str, resources: dict[str, int]) -> LocalWorker:
         """KubeFake's raylet behind worker pod ``pod``: named ``name``, declaring ``resources``
         (the pod's CPUs, GPUs and memory, as its ``ray start`` would)."""
         from rl_lustre.ray.workers import start_local_worker
 
-        return start_local_worker(
+        worker = start_local_worker(
             self.head,
             num_cpus=resources.get("CPU", 1),
             num_gpus=resources.get("GPU", 0),
@@ -52,6 +54,31 @@ class SpotHead:
             env=self.env,
             name=name,
         )
+        self.raylets.append(worker)
+        return worker
+
+    def kill(self) -> str:
+        """The head's processes killed at once, as its pod's deletion takes them (the raylets
+        behind worker pods are other pods: they stay)."""
+        from rl_lustre.ray.processes import kill_head_processes
+
+        head = self.head
+        kill_head_processes(head.temp_dir, spare_sessions={w.pid for w in self.raylets if w.alive()})
+        if head._process is not None:
+            head._process.wait()
+        return f"pid {head.pid}"
+
+    def start_head(self) -> tuple[str, int]:
+        """A new head in the old one's place (same token: the cluster's Secret holds it)."""
+        from rl_lustre.ray.head import start_local_head
+        from rl_lustre.ray.nodes import TOKEN_FILE
+        from rl_lustre.ray.workers import WORKERS_FILE
+
+        self.head = start_local_head(
+            self.head.temp_dir, num_cpus=0, num_gpus=0, env=self.env, auth="token", keep=(TOKEN_FILE, WORKERS_FILE)
+        )
+        host, port = self.head.dashboard_url.removeprefix("http://").rsplit(":", 1)
+        return host, int(port)
 
     @property
     def token(self) -> str:
@@ -84,10 +111,11 @@ def spot_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpotHead]:
         env=env,
         auth="token",
     )
+    spot = SpotHead(head, env)
     try:
-        yield SpotHead(head, env)
+        yield spot
     finally:
-        head.stop()
+        spot.head.stop()  # (the newest: a test may have lost the first)
 
 
 def spot_spec(name: str, root: Path, num_nodes: int) -> dict[str, Any]:
@@ -121,7 +149,10 @@ def spot_gke(
     host, port = head.head.dashboard_url.removeprefix("http://").rsplit(":", 1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_AUTH_TOKEN", head.token)
-        with KubeFake(head_target=(host, int(port)), raylets=head.raylet) as kube, FakeGCP(kube=kube) as gcp:
+        with (
+            KubeFake(head_target=(host, int(port)), raylets=head.raylet, ray_heads=head, programs=True) as kube,
+            FakeGCP(kube=kube) as gcp,
+        ):
             if gcp_setup is not None:
                 gcp_setup(gcp)
             cluster = Cluster(**spec)

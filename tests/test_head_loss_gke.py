@@ -1,0 +1,88 @@
+"""A run survives its Ray head on the GKE fakes (issue 31, point 6): the production GKE backend
+deploys the keeper as its own Deployment (least RBAC), the head pod goes as GKE and KubeRay
+make it go (an OOM kill restarting the container in place), a new real Ray head serves the pod,
+and the keeper, a real process of the on-cluster package, resubmits the runs in their queue
+order. ``down()`` stops the keeper first, marks what is left in flight, and leaves nothing."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from rl_lustre import Cluster, GRPOJob, naming
+from rl_lustre.oncluster.runview import RunView
+from rl_lustre.testing import FakeGKE, lose_head
+
+pytestmark = pytest.mark.slow
+
+GKE = {"name": "hlg", "project": "my-project", "region": "us-east1", "zone": "us-east1-b", "num_nodes": 1}
+JOB = {
+    "recipe": "grpo_math_1B",
+    "model": "Qwen/Qwen2.5-1.5B",
+    "num_prompts_per_step": 4,
+    "num_generations_per_prompt": 4,
+    "train_global_batch_size": 16,
+    "save_period": 2,
+    "keep_top_k": 2,
+}
+
+
+def test_on_the_gke_fakes_the_keeper_brings_back_the_runs_a_lost_head_took() -> None:
+    with FakeGKE(step_seconds=0.4) as gke:
+        cluster = gke.cluster(Cluster(**GKE))
+        main = gke.job(GRPOJob(name="main", max_num_steps=10, **JOB))
+        queued = gke.job(GRPOJob(name="queued", max_num_steps=2, **JOB))
+        kube = gke.kube
+        assert kube is not None
+        with cluster:
+            keeper = kube.get("Deployment", naming.keeper_name(cluster))
+            assert keeper is not None
+            assert keeper["status"]["availableReplicas"] == 1
+            assert keeper["spec"]["strategy"] == {"type": "Recreate"}
+            role = kube.get("Role", naming.keeper_name(cluster))
+            assert role is not None
+            assert role["rules"] == [
+                {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list", "watch"]}
+            ]
+            account = kube.get("ServiceAccount", naming.keeper_name(cluster))
+            assert account is not None
+            assert account["automountServiceAccountToken"] is False
+
+            run, behind = cluster.submit(main), cluster.submit(queued)
+            first = run.job_id
+            checkpoints = Path(main.checkpoint_dir(cluster))
+            deadline = time.monotonic() + 180
+            while not (checkpoints / "step_4").is_dir():
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert behind.status() == "QUEUED"
+            [head] = [p for p in kube.objects("Pod") if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
+
+            loss = lose_head(cluster, reason="OOMKilled", back_after=1.0)
+            loss.wait(timeout=180)
+            assert run.wait(timeout=300) == "SUCCEEDED"
+            assert run.job_id != first
+            [restart] = run.restarts()
+            assert restart.cause == "head-lost"
+            # The keeper read it from the head pod's status, through its own service account.
+            assert restart.nodes[0].reason == "OOMKilled"
+            assert restart.nodes[0].name == head["metadata"]["name"]
+            assert restart.resumed_from_step in (4, 6)
+            assert [c.step for c in run.checkpoints()] == [8, 10]
+            pod = kube.get("Pod", head["metadata"]["name"])
+            assert pod is not None
+            assert pod["status"]["containerStatuses"][0]["restartCount"] == 1
+
+            assert behind.wait(timeout=300) == "SUCCEEDED"
+            timeline = behind.timeline()
+            assert timeline is not None
+            assert timeline.admissions[0][0] >= (run.info().end_time or 0) - 1
+
+            # A third run is in flight when down() comes: it is stopped by teardown, not resubmitted later.
+            last = cluster.submit(gke.job(GRPOJob(name="last", max_num_steps=400, **JOB)))
+            while last.status() != "RUNNING":
+                time.sleep(0.2)
+        assert RunView(Path(cluster.mount_path) / "rl_lustre" / "runs" / last.run_id).stopped is not None
+        assert gke.leftovers() == {"gcp": [], "kube": []}
