@@ -128,8 +128,10 @@ class RunFollow:
         self.run_id = run_id or job_id
         self.run_dir = run_dir
         self.records = records
-        # Whether the handle moved to a resubmission (its log then begins with a replay).
+        # Whether the handle moved to a resubmission (its log then begins with a replay), and
+        # whether the run was last seen in flight.
         self.moved = False
+        self.alive = False
 
     def __repr__(self) -> str:
         return f"RunFollow({self.run_id!r}, current={self.current!r})"
@@ -145,8 +147,16 @@ class RunFollow:
                 raise
             return offline
         if found is not None:
+            self.alive = not found.terminal
             return found
-        return self._newer() or self.offline()
+        told = self._newer() or self.offline()
+        if told is None and self.alive:
+            # A head that does not know a run seen running is a new head; the keeper brings it back.
+            raise RayError(
+                f"the cluster's Ray head has no job {self.current!r} (a new head after a loss?): waiting for "
+                "its keeper to resubmit the run"
+            )
+        return told
 
     def logs(self, job_id: str) -> str:
         try:
@@ -230,5 +240,5 @@ class RunFollow:
             return None
         newest = max(mine, key=lambda j: (j.start_time or 0.0, j.submission_id))
         logger.info("run %s goes on as job %s (it was %s)", self.run_id, newest.submission_id, self.current)
-        self.current, self.moved = newest.submission_id, True
+        self.current, self.moved, self.alive = newest.submission_id, True, not newest.terminal
         return newest

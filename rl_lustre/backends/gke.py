@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ..kube.portforward import PortForward
     from ..nemo_rl.checkpoints import Checkpoint
     from ..nemo_rl.deadline import Deadline
+    from ..oncluster.runview import RunView
     from ..plan import Plan
     from ..prices import Prices
     from ..provision.context import Apis, Context
@@ -61,6 +62,8 @@ logger = logging.getLogger("rl_lustre.backends.gke")
 
 # Ray's dashboard and Jobs API on the head service.
 _LISTING_TIMEOUT = 300.0
+# How often a run's directory is read through the head (a helper job) while its head lost it.
+_VIEW_EVERY = 15.0
 
 
 def granted_deadline(lane: Any, arrived: float | None) -> Deadline | None:
@@ -142,6 +145,9 @@ class GKEBackend(submission.JobsBackend):
         self._forward: PortForward | None = None
         self._jobs: JobsClient | None = None
         self._timelines: TimelineCache | None = None
+        # Run directories read through the head (when), and the head losses read with them.
+        self._views: dict[str, tuple[float, RunView]] = {}
+        self._losses: list[dict[str, Any]] = []
         # When the GPU nodes' capacity ends (flex-start: their arrival plus max_run_duration);
         # set when up() is granted such a lane, None for capacity that does not end.
         self.granted_deadline: Deadline | None = None
@@ -366,6 +372,60 @@ class GKEBackend(submission.JobsBackend):
             return parse_listing(log)
         except ValueError as exc:
             raise RayError(f"listing the checkpoints in {checkpoint_dir} on the Ray head: {exc}") from exc
+
+    def run_view(self, run_dir: str) -> RunView | None:
+        """The run's directory: read here where this process sees the volume, else through a
+        helper job on the head (``rl-lustre-runview-<id>``, at most every 15 s per run), which
+        also brings the cluster's head losses; None when neither can be had."""
+        import time
+
+        from ..errors import RLLustreError
+        from ..oncluster.runview import RunView
+
+        if self.volume_here():
+            return super().run_view(run_dir)
+        cached = self._views.get(run_dir)
+        if cached is not None and time.monotonic() - cached[0] < _VIEW_EVERY:
+            return cached[1]
+        try:
+            data = self._remote_view(run_dir)
+        except RLLustreError as exc:
+            logger.debug("cannot read the run directory %s through the head: %s", run_dir, exc)
+            return None
+        view = RunView(run_dir, data=data["view"])
+        self._views[run_dir] = (time.monotonic(), view)
+        self._losses = list(data.get("losses") or [])
+        return view
+
+    def head_losses(self) -> list[dict[str, Any]]:
+        return super().head_losses() if self.volume_here() else list(self._losses)
+
+    def _remote_view(self, run_dir: str) -> dict[str, Any]:
+        import json
+        import shlex
+
+        from ..oncluster.runview import ANSWER
+        from ..recovery import PACKAGE, shipped_package
+
+        c = self.cluster
+        command = (
+            f"python -m {PACKAGE}.runview {shlex.quote(run_dir)} --mount {shlex.quote(c.mount_path)} "
+            f"--cluster {shlex.quote(c.name)}"
+        )
+        helper = f"rl-lustre-runview-{uuid.uuid4().hex[:12]}"
+        metadata = {"rl_lustre.cluster": c.name, "rl_lustre.helper": "run-view"}
+        info, log = self.jobs.run(
+            command,
+            submission_id=helper,
+            metadata=metadata,
+            timeout=_LISTING_TIMEOUT,
+            runtime_env={"py_modules": [shipped_package()]},
+        )
+        found = [line[len(ANSWER) :] for line in log.splitlines() if line.startswith(ANSWER)]
+        if info.status != "SUCCEEDED" or not found:
+            raise RayError(f"reading the run directory {run_dir} on the Ray head failed ({info.status})")
+        data: dict[str, Any] = json.loads(found[-1])
+        return data
 
     def goodput_evidence(self, since: float, until: float | None, *, prices: Prices | None = None) -> Evidence:
         """The goodput ledger's evidence: the GPU Nodes, worker Pods and Events, Ray's node

@@ -92,7 +92,7 @@ class RunHandles:
 
     def head_losses(self) -> list[dict[str, Any]]:
         """The head losses the cluster's keeper recorded, oldest first (none where the volume is not seen)."""
-        from ..oncluster.teardown import history
+        from ..oncluster.runview import history
 
         if not self.volume_here():
             return []

@@ -99,6 +99,7 @@ class LocalBackend(submission.JobsBackend):
         self._auth = auth
         self.head: LocalHead | None = None
         self._jobs: JobsClient | None = None
+        self._last_jobs: JobsClient | None = None
         self._timelines: TimelineCache | None = None
 
     def __repr__(self) -> str:
@@ -251,14 +252,18 @@ class LocalBackend(submission.JobsBackend):
 
     @property
     def jobs(self) -> JobsClient:
-        """The head's Jobs API."""
+        """The head's Jobs API. While a lost head's keeper waits for the next one, the client
+        of the last head (its calls fail as an outage does, and go to the next head once it is up)."""
         from ..ray.jobs import JobsClient
 
+        if not self._adopt() and self._last_jobs is not None and self.keeper() is not None:
+            return self._last_jobs
         head = self._head()
         if self._jobs is None:
             self._jobs = JobsClient(
                 head.dashboard_url, headers=head.headers(), gone=self._gone, relocate=self._relocate
             )
+        self._last_jobs = self._jobs
         return self._jobs
 
     def _relocate(self) -> tuple[str, dict[str, str]] | None:
@@ -286,7 +291,7 @@ class LocalBackend(submission.JobsBackend):
 
     def _last_was_lost(self) -> bool:
         """Whether the cluster's last head was lost (no head came after its loss)."""
-        from ..oncluster.teardown import history
+        from ..oncluster.runview import history
 
         marks = [r["event"] for r in history(self.cluster.mount_path, self.cluster.name) if r.get("event") != "down"]
         return (bool(marks) and marks[-1] == "lost") or (self._status() is not None and self._find() is None)

@@ -50,8 +50,7 @@ from .headpods import KubeHead, LocalHead, Loss
 from .records import RUN_ID, VERSION
 from .resubmit import order, resubmission, submit
 from .runrecords import Generation
-from .runview import RunView
-from .teardown import history
+from .runview import RunView, history
 
 __all__ = ["Keeper", "main"]
 

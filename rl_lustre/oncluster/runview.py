@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from . import rundir
 from .records import MARK, RESTART_MARK, RESUMED_MARK
 from .runrecords import OWNER, RESTART, RESUMED
 
-__all__ = ["RunView", "as_log", "read_journal_file", "segment", "view"]
+__all__ = ["ANSWER", "RunView", "as_log", "history", "main", "read_journal_file", "segment", "view"]
 
 
 def read_journal_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -93,13 +94,18 @@ class RunView:
         ended: the exit status of the last submission, once it recorded its end.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, data: dict[str, Any] | None = None) -> None:
         self.path = Path(path)
-        self.exists = (self.path / rundir.OWNERS).is_dir()
-        self.records = segment(read_journal_file(self.path))
-        self.submission = _json_file(self.path / rundir.SUBMISSION)
-        self.stopped = _json_file(self.path / rundir.STOPPED)
-        self.given_up = _json_file(self.path / rundir.GIVEN_UP)
+        self._log: str | None = None
+        if data is not None:  # read elsewhere (on the cluster: see main) and sent here
+            self.exists, self.records, self._log = bool(data["exists"]), list(data["records"]), str(data["log"])
+            self.submission, self.stopped, self.given_up = data["submission"], data["stopped"], data["given_up"]
+        else:
+            self.exists = (self.path / rundir.OWNERS).is_dir()
+            self.records = segment(read_journal_file(self.path))
+            self.submission = _json_file(self.path / rundir.SUBMISSION)
+            self.stopped = _json_file(self.path / rundir.STOPPED)
+            self.given_up = _json_file(self.path / rundir.GIVEN_UP)
         self.submissions = [
             str(r["submission"]) for r in self.records if r.get("event") == OWNER and r.get("submission")
         ]
@@ -109,6 +115,19 @@ class RunView:
                 self.ended = None
             elif record.get("event") == "end":
                 self.ended = int(record.get("status") or 0)
+
+    def to_json(self, *, log_lines: int = 400) -> dict[str, Any]:
+        """What :class:`RunView` ``(path, data=...)`` is made from elsewhere: the records, the
+        markers and the log's last ``log_lines`` lines."""
+        tail = self.log().splitlines(keepends=True)[-log_lines:]
+        return {
+            "exists": self.exists,
+            "records": self.records,
+            "submission": self.submission,
+            "stopped": self.stopped,
+            "given_up": self.given_up,
+            "log": "".join(tail),
+        }
 
     @property
     def current(self) -> str | None:
@@ -135,9 +154,10 @@ class RunView:
         """Whether the run held its nodes in the queue when its records stop (admitted, not released)."""
         held = False
         for record in self.records:
-            if record.get("event") == "granted":
+            event = record.get("event")
+            if event == "granted" or (event in ("queued", "waiting") and record.get("state") == "recovering"):
                 held = True
-            elif record.get("event") in ("released", OWNER):
+            elif event in ("released", OWNER):
                 held = False
         return held
 
@@ -153,6 +173,8 @@ class RunView:
 
     def log(self) -> str:
         """The run's log as its supervisors printed it (``driver.log.1`` then ``driver.log``)."""
+        if self._log is not None:
+            return self._log
         parts = []
         for name in (rundir.DRIVER_LOG_PREVIOUS, rundir.DRIVER_LOG):
             with contextlib.suppress(OSError):
@@ -160,9 +182,50 @@ class RunView:
         return "".join(parts)
 
 
+def history(mount_path: str, cluster: str) -> list[dict[str, Any]]:
+    """The keeper's records of the cluster's heads (``heads.jsonl``), oldest first."""
+    try:
+        text = (Path(rundir.keeper_dir(mount_path, cluster)) / rundir.HEADS).read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("event"), str):
+            out.append(record)
+    return out
+
+
 def view(path: str | os.PathLike[str]) -> RunView:
     """What the run's directory at ``path`` says now."""
     return RunView(path)
+
+
+# The line main prints its answer on (the helper job's log has Ray's lines too).
+ANSWER = "RL_LUSTRE_RUNVIEW "
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rl_lustre_oncluster.runview RUN_DIR --mount M --cluster C``: the run's
+    directory and the cluster's head losses, as one JSON line (for a client that does not see
+    the volume: it runs this as a helper job on the head)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m rl_lustre_oncluster.runview", allow_abbrev=False)
+    p.add_argument("run_dir")
+    p.add_argument("--mount", required=True)
+    p.add_argument("--cluster", required=True)
+    args = p.parse_args(argv)
+    losses = [r for r in history(args.mount, args.cluster) if r.get("event") == "lost"]
+    print(ANSWER + json.dumps({"view": RunView(args.run_dir).to_json(), "losses": losses}, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
 
 
 def _json_file(path: Path) -> dict[str, Any] | None:

@@ -27,28 +27,11 @@ from typing import Any
 from . import rundir
 from .records import VERSION
 from .runrecords import Generation, mark_stopped
-from .runview import RunView
+from .runview import RunView, history
 
-__all__ = ["history", "main", "teardown"]
+__all__ = ["main", "teardown"]
 
 _CLUSTER = "rl_lustre.cluster"
-
-
-def history(mount_path: str, cluster: str) -> list[dict[str, Any]]:
-    """The keeper's records of the cluster's heads (``heads.jsonl``), oldest first."""
-    try:
-        text = (Path(rundir.keeper_dir(mount_path, cluster)) / rundir.HEADS).read_text()
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("event"), str):
-            out.append(record)
-    return out
 
 
 def teardown(mount_path: str, cluster: str, *, lost: dict[str, Any] | None = None) -> list[str]:

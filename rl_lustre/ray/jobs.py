@@ -310,6 +310,7 @@ class JobsClient:
         submission_id: str,
         metadata: Mapping[str, str] | None = None,
         timeout: float = 120.0,
+        runtime_env: Mapping[str, Any] | None = None,
     ) -> tuple[JobInfo, str]:
         """Run a short command as a job, wait for its end, and forget it: ``(info, log)``.
 
@@ -326,7 +327,7 @@ class JobsClient:
             WaitTimeoutError: the command had not ended after ``timeout`` seconds.
             RayError: the cluster refused it.
         """
-        self.submit(entrypoint, submission_id=submission_id, metadata=metadata)
+        self.submit(entrypoint, submission_id=submission_id, metadata=metadata, runtime_env=runtime_env)
         deadline = time.monotonic() + timeout
         delay = 0.1
         try:

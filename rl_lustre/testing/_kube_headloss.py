@@ -116,8 +116,9 @@ def lose_head(fake: KubeFake, raycluster: str, *, reason: str, back_after: float
     loss = HeadLoss(name, reason, at, back_after)
     if back_after is not None:
 
-        def back() -> None:
+        def back() -> float:
             fake.head_target = heads.start_head()
+            ready = time.time()
 
             def restart_workers() -> None:
                 for worker in pods("worker"):
@@ -125,6 +126,7 @@ def lose_head(fake: KubeFake, raycluster: str, *, reason: str, back_after: float
                     store.update("Pod", namespace, worker["metadata"]["name"], _restarted("Error", 1))
 
             fake._on_loop(restart_workers)
+            return ready
 
         loss._bring_back(back)
     return loss

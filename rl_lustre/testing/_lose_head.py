@@ -88,12 +88,14 @@ def _lose_local(backend: object, reason: str, back_after: float | None) -> HeadL
     loss = HeadLoss(f"pid {head.pid}", reason, at, back_after)
     if back_after is not None:
 
-        def back() -> None:
+        def back() -> float:
             # The old worker nodes' raylets exit with their GCS gone; KubeRay restarts their pods.
             for worker in workers:
                 worker.kill()
             backend.start_head(keep=(WORKERS_FILE,))
+            ready = time.time()
             backend.start_workers(len(workers))
+            return ready
 
         loss._bring_back(back)
     return loss

@@ -81,7 +81,7 @@ class HeadLoss:
         reason: its termination reason, as its pod's status tells it (``Killed``, ``OOMKilled``, ``Evicted``).
         at: when it went (seconds since the epoch).
         back_after: seconds until the new head starts; None when none comes.
-        ready_at: when the new head (and the worker nodes restarted with it) was ready.
+        ready_at: when the new head was ready (its Jobs API answered; the worker nodes follow).
         error: why bringing the new head back failed, if it did.
     """
 
@@ -111,13 +111,16 @@ class HeadLoss:
             raise self.error
         return self.ready_at
 
-    def _bring_back(self, start: Callable[[], None]) -> None:
+    def _bring_back(self, start: Callable[[], float | None]) -> None:
+        """Run ``start`` after ``back_after`` seconds: it brings the head back and returns when the
+        new head was ready (None: when it returned)."""
+
         def run() -> None:
             assert self.back_after is not None
             time.sleep(self.back_after)
             try:
-                start()
-                self.ready_at = time.time()
+                ready = start()
+                self.ready_at = ready if ready is not None else time.time()
                 logger.info("the head that replaces %s is ready", self.head)
             except BaseException as exc:  # reported through wait()
                 self.error = exc

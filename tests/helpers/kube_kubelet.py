@@ -436,9 +436,10 @@ class KubeletSim:
         if back_after is None:
             return loss
 
-        def back() -> None:
+        def back() -> float:
             assert self.ray_heads is not None
             self.head_target = self.ray_heads.start_head()
+            ready = time.time()
             host, port = self.head_target
             custom = self._custom()
             for item in custom.list_namespaced_custom_object(*KWOK, namespace, "portforwards")["items"]:
@@ -447,6 +448,7 @@ class KubeletSim:
                     *KWOK, namespace, "portforwards", item["metadata"]["name"], item
                 )
             self.restart_raylets()
+            return ready
 
         loss._bring_back(back)
         return loss
