@@ -181,15 +181,12 @@ class RunFollow:
             # The head is away: the keeper, which reads the volume, must not bring the run back.
             return mark_stopped(view.path, "run.stop()")
 
-    def list(self) -> list[JobInfo]:
-        return self._jobs().list()
-
     def follow(self, job_id: str, *, outage_budget: OutageBudget | None = None) -> Iterator[str]:
         """The run's log as it comes, from the submission followed on to each resubmission."""
         while True:
             following = self.current
             # A resubmission's log begins with the records it replays: the follower has them.
-            replayed, skipping = not self.moved, False
+            replayed, skipping, last = not self.moved, False, None
             for line in self._jobs().follow(following, outage_budget=outage_budget):
                 if not replayed and line == REPLAY_BEGIN:
                     skipping = True
@@ -198,10 +195,27 @@ class RunFollow:
                     replayed = not skipping
                 else:
                     replayed = True
+                    last = line if line.strip() else last
                     yield line
             self.info(following)
             if self.current == following:
                 return
+            # What the lost head printed after its stream broke is in the run's directory.
+            yield from self._missed(following, last)
+
+    def _missed(self, submission: str, last: str | None) -> list[str]:
+        """The lines of ``submission`` after ``last`` in the run's log on the volume (none when it
+        cannot be read here, or ``last`` is not found)."""
+        from .oncluster.runview import submission_log
+
+        view = self.view()
+        if view is None or last is None:
+            return []
+        lines = submission_log(view.log(), submission)
+        for i in range(len(lines) - 1, -1, -1):
+            if lines[i] == last:
+                return lines[i + 1 :]
+        return []
 
     # -- the run's records ---------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import pytest
 from rl_lustre.oncluster import rundir
 from rl_lustre.oncluster.records import HEAD_LOST, read_journal
 from rl_lustre.oncluster.runrecords import Generation, RunWriter, current, mark_stopped
-from rl_lustre.oncluster.runview import RunView, as_log
+from rl_lustre.oncluster.runview import RunView, as_log, submission_log
 from rl_lustre.recovery import parse_restarts, shipped_package
 
 pytestmark = pytest.mark.oncluster
@@ -153,8 +153,8 @@ def test_the_supervisor_records_its_run_on_the_volume_as_it_runs(tmp_path: Path)
     assert view.ended == 0
     assert not view.in_flight
     assert view.last_step == 4
-    # The log on the volume is the job's log.
-    assert view.log() == out
+    # The log on the volume is the job's log (each submission's part headed by its id).
+    assert submission_log(view.log(), "rl-lustre-x-1") == out.splitlines()
     # What a resubmission needs: the supervisor's own command line, metadata, runtime env, the package.
     submission = view.submission
     assert submission is not None

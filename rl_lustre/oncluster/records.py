@@ -55,6 +55,7 @@ __all__ = [
     "RUN_DIR",
     "RUN_ID",
     "SEQ",
+    "SUBMISSION_LINE",
     "SUBMITTED_AT",
     "TOTAL_STEPS",
     "VERSION",
@@ -98,6 +99,8 @@ RESUMED_MARK = "RL_LUSTRE_RESUMED "
 # directory) between these two lines, so that its log tells the whole run (rl_lustre.oncluster.runhome).
 REPLAY_BEGIN = "rl_lustre supervisor: the run's records so far, from its directory on the volume:"
 REPLAY_END = "rl_lustre supervisor: (end of the records so far)"
+# In the run's driver.log on the volume (not in the job's log): where each submission's part begins.
+SUBMISSION_LINE = "rl_lustre supervisor: --- the log of submission "
 VERSION = 1
 # One write of a whole line at a time (the output copier writes from another thread).
 LOCK = threading.Lock()

@@ -88,7 +88,7 @@ def _runtime_env(env: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     out = dict(env)
     modules = out.get("py_modules")
     if isinstance(modules, list):
-        ours = str(packages / _package())
+        ours = str(packages / rundir.PACKAGE)
         kept = [m for m in modules if not (isinstance(m, str) and m.startswith("gcs://"))]
         out["py_modules"] = [ours, *kept] if len(kept) < len(modules) else kept
     working_dir = out.get("working_dir")
@@ -96,10 +96,6 @@ def _runtime_env(env: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         out["working_dir"] = str(packages / "working_dir")
         out.pop("excludes", None)  # applied when it was first uploaded
     return out
-
-
-def _package() -> str:
-    return __name__.rsplit(".", 1)[0]
 
 
 def order(view: RunView) -> tuple[Any, ...]:

@@ -53,6 +53,7 @@ __all__ = [
     "JOURNAL",
     "KEEPERS",
     "OWNERS",
+    "PACKAGE",
     "PACKAGES",
     "RUNS",
     "STOPPED",
@@ -63,6 +64,8 @@ __all__ = [
     "runs_dir",
 ]
 
+# The name this package has on the cluster (a job's py_modules, packages/ of a run's directory).
+PACKAGE = "rl_lustre_oncluster"
 # Under the volume's mount path.
 RUNS = "rl_lustre/runs"
 SUBMISSION = "submission.json"

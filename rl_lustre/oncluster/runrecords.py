@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from . import rundir
-from .records import HEAD_LOST, MARK, RESTART_MARK, RESUMED_MARK, VERSION
+from .records import HEAD_LOST, MARK, RESTART_MARK, RESUMED_MARK, SUBMISSION_LINE, VERSION
 
 __all__ = ["LOG_LIMIT", "OWNER", "RESTART", "RESUMED", "Generation", "RunWriter", "Tee", "current", "mark_stopped"]
 
@@ -148,7 +148,7 @@ class RunWriter:
         writer = cls(root, generation, err=err)
         writer.submission = submission
         python = sys.executable or "python"
-        entrypoint = shlex.join([python, "-m", f"{_package()}.supervisor", *argv])
+        entrypoint = shlex.join([python, "-m", f"{rundir.PACKAGE}.supervisor", *argv])
         if not resumes:
             for name in (rundir.STOPPED, rundir.GIVEN_UP):
                 with contextlib.suppress(FileNotFoundError):
@@ -168,6 +168,8 @@ class RunWriter:
         writer.journal(
             {"event": OWNER, "submission": submission, "generation": generation.n, "resumes": resumes}, at=time.time()
         )
+        with writer._lock:
+            writer._append_log(f"{SUBMISSION_LINE}{submission} ---\n".encode())
         writer._keep_packages(runtime_env, fresh=not resumes)
         return writer
 
@@ -261,7 +263,7 @@ class RunWriter:
         try:
             staging = Path(tempfile.mkdtemp(prefix=".packages-", dir=self.path))
             here = Path(__file__).resolve().parent
-            shutil.copytree(here, staging / _package(), ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(here, staging / rundir.PACKAGE, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
             if runtime_env.get("working_dir"):
                 shutil.copytree(os.getcwd(), staging / "working_dir", ignore=shutil.ignore_patterns("__pycache__"))
             old = self.path / f".packages-old-{os.getpid()}"
@@ -271,11 +273,6 @@ class RunWriter:
             shutil.rmtree(old, ignore_errors=True)
         except OSError as exc:
             self._say(f"cannot keep the job's packages in {target} ({exc}): a head loss cannot resubmit the run")
-
-
-def _package() -> str:
-    """This package's name where it runs (``rl_lustre_oncluster`` on the cluster)."""
-    return __name__.rsplit(".", 1)[0]
 
 
 def _size(path: Path) -> int:

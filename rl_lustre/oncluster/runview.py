@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from . import rundir
-from .records import MARK, RESTART_MARK, RESUMED_MARK
+from .records import MARK, RESTART_MARK, RESUMED_MARK, SUBMISSION_LINE
 from .runrecords import OWNER, RESTART, RESUMED
 
-__all__ = ["ANSWER", "RunView", "as_log", "history", "main", "read_journal_file", "segment", "view"]
+__all__ = ["ANSWER", "RunView", "as_log", "history", "main", "read_journal_file", "segment", "submission_log", "view"]
 
 
 def read_journal_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -197,6 +197,23 @@ def history(mount_path: str, cluster: str) -> list[dict[str, Any]]:
         if isinstance(record, dict) and isinstance(record.get("event"), str):
             out.append(record)
     return out
+
+
+def submission_log(log: str, submission: str) -> list[str]:
+    r"""The lines of ``submission``'s part of a run's ``driver.log`` (:meth:`RunView.log`).
+
+    Examples:
+        >>> log = SUBMISSION_LINE + "a ---\nstep 1\n" + SUBMISSION_LINE + "b ---\nstep 2\n"
+        >>> submission_log(log, "a"), submission_log(log, "b")
+        (['step 1'], ['step 2'])
+    """
+    lines, mine = [], False
+    for line in log.splitlines():
+        if line.startswith(SUBMISSION_LINE):
+            mine = line == f"{SUBMISSION_LINE}{submission} ---"
+        elif mine:
+            lines.append(line)
+    return lines
 
 
 def view(path: str | os.PathLike[str]) -> RunView:

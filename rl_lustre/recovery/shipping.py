@@ -19,11 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._command import number as _number
+from ..oncluster.rundir import PACKAGE
 
 __all__ = ["PACKAGE", "shipped_files", "shipped_package", "supervised"]
-
-# The name the on-cluster package has on the cluster.
-PACKAGE = "rl_lustre_oncluster"
 
 
 def supervised(

@@ -1,0 +1,143 @@
+"""The keeper's parts (issue 31, point 2): what it resubmits and in which order, and how it
+learns why a head went, from the head pods' status and events through its service account."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rl_lustre.oncluster.headpods import KubeHead
+from rl_lustre.oncluster.records import HEAD_LOST, PRIORITY, RUN_ID, SEQ, SUBMITTED_AT
+from rl_lustre.oncluster.resubmit import order, resubmission, submission_id
+from rl_lustre.oncluster.runrecords import RunWriter
+from rl_lustre.oncluster.runview import RunView
+
+
+def _run(root: Path, name: str, meta: dict[str, str], runtime_env: dict[str, Any], *records: str) -> RunView:
+    writer = RunWriter.open(
+        root / name,
+        submission=name,
+        metadata={RUN_ID: name, **meta},
+        runtime_env=runtime_env,
+        argv=["--nodes", "1", "--", "train"],
+    )
+    for line in records:
+        writer.feed(f"RL_LUSTRE_EVENT {line}\n".encode())
+    return RunView(root / name)
+
+
+@pytest.mark.oncluster
+def test_a_resubmission_is_the_recorded_one_with_the_lost_heads_packages_uploaded_again(tmp_path: Path) -> None:
+    env = {
+        "env_vars": {"HF_HOME": "/lustre/hf"},
+        "py_modules": ["gcs://_ray_pkg_0123.zip"],
+        "working_dir": "gcs://_ray_pkg_4567.zip",
+        "excludes": ["*.pyc"],
+    }
+    view = _run(tmp_path, "rl-lustre-a-1", {SUBMITTED_AT: "5.0", SEQ: "0"}, env)
+    lost = {"lost_at": 12.0, "head": "demo-head-x", "reason": "OOMKilled", "session": "s1"}
+    item = resubmission(view, "session-2", lost)
+    assert item is not None
+    assert item.entrypoint == (view.submission or {})["entrypoint"]
+    assert item.entrypoint.endswith("-m rl_lustre_oncluster.supervisor --nodes 1 -- train")
+    assert item.runtime_env == {
+        "env_vars": {"HF_HOME": "/lustre/hf"},
+        "py_modules": [str(tmp_path / "rl-lustre-a-1" / "packages" / "rl_lustre_oncluster")],
+        "working_dir": str(tmp_path / "rl-lustre-a-1" / "packages" / "working_dir"),
+    }
+    assert json.loads(item.metadata[HEAD_LOST]) == lost
+    assert (item.metadata[RUN_ID], item.metadata[SUBMITTED_AT], item.metadata[SEQ]) == ("rl-lustre-a-1", "5.0", "0")
+    # The same head gets the same id (a keeper restarted half-way cannot start the run twice); another head another.
+    assert item.submission_id == submission_id("rl-lustre-a-1", "session-2")
+    assert item.submission_id.startswith("rl-lustre-a-1-h")
+    assert submission_id("rl-lustre-a-1", "session-3") != item.submission_id
+    # The supervisor kept the package it ran from, whole, for exactly this.
+    assert (tmp_path / "rl-lustre-a-1" / "packages" / "rl_lustre_oncluster" / "keeper.py").is_file()
+
+
+@pytest.mark.oncluster
+def test_the_runs_go_back_in_their_queue_order_those_that_held_their_nodes_first(tmp_path: Path) -> None:
+    granted = '{"at": 1.0, "event": "granted", "need": 1}'
+    runs = [
+        _run(tmp_path, "late", {PRIORITY: "0", SUBMITTED_AT: "3.0", SEQ: "0"}, {}),
+        _run(tmp_path, "urgent", {PRIORITY: "5", SUBMITTED_AT: "9.0", SEQ: "0"}, {}),
+        _run(tmp_path, "holder", {PRIORITY: "0", SUBMITTED_AT: "8.0", SEQ: "0"}, {}, granted),
+        _run(tmp_path, "early-2", {PRIORITY: "0", SUBMITTED_AT: "1.0", SEQ: "1"}, {}),
+        _run(tmp_path, "early-1", {PRIORITY: "0", SUBMITTED_AT: "1.0", SEQ: "0"}, {}),
+    ]
+    assert [v.path.name for v in sorted(runs, key=order)] == ["holder", "urgent", "early-1", "early-2", "late"]
+
+
+def _head_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {"ray.io/cluster": "demo", "ray.io/node-type": "head"},
+        },
+        "spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.46.0"}]},
+    }
+
+
+def _running(o: dict[str, Any], restarts: int = 0, last: str | None = None) -> None:
+    status: dict[str, Any] = {"phase": "Running", "containerStatuses": [{"name": "ray-head", "restartCount": restarts}]}
+    if last is not None:
+        status["containerStatuses"][0]["lastState"] = {
+            "terminated": {"reason": last, "exitCode": 137, "finishedAt": "2026-01-01T00:00:05Z"}
+        }
+    o["status"] = status
+
+
+@pytest.mark.parametrize("how", ["OOMKilled", "Evicted", "deleted"])
+def test_the_keeper_tells_why_the_head_went_from_what_kubernetes_says_of_its_pod(how: str, tmp_path: Path) -> None:
+    from rl_lustre.testing import KubeFake
+    from rl_lustre.testing.kube import DEFAULT_TOKEN
+
+    with KubeFake() as fake:
+        fake._controllers.operator.reconcile = lambda: None  # type: ignore[method-assign]  # pods made by hand
+        creds = tmp_path / "serviceaccount"
+        creds.mkdir()
+        (creds / "token").write_text(DEFAULT_TOKEN)
+        (creds / "ca.crt").write_bytes(fake.ca_pem)
+        host, port = fake.endpoint.rsplit(":", 1)
+        saved = {k: os.environ.get(k) for k in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")}
+        os.environ.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port)
+        try:
+            store = fake._store
+            fake._on_loop(lambda: store.create(_head_pod("demo-head-a")))
+            fake._on_loop(lambda: store.update("Pod", "default", "demo-head-a", _running))
+            head = KubeHead("demo", "default", credentials=str(creds))
+            head.look()
+            head.healthy()
+            if how == "OOMKilled":
+                fake._on_loop(
+                    lambda: store.update("Pod", "default", "demo-head-a", lambda o: _running(o, 1, "OOMKilled"))
+                )
+            elif how == "Evicted":
+
+                def evicted(o: dict[str, Any]) -> None:
+                    o["status"] = {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}
+
+                fake._on_loop(lambda: store.update("Pod", "default", "demo-head-a", evicted))
+                head.look()
+                fake._on_loop(lambda: store.remove(store.get("Pod", "default", "demo-head-a")))
+            else:
+                pod = fake._on_loop(lambda: store.get("Pod", "default", "demo-head-a"))
+                fake._on_loop(lambda: fake._controllers.event(pod, "Killing", "Stopping container ray-head"))
+                fake._on_loop(lambda: store.remove(store.get("Pod", "default", "demo-head-a")))
+            fake._on_loop(lambda: store.create(_head_pod("demo-head-b")))
+            why = head.why()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    assert why["head"] == "demo-head-a"
+    assert why["reason"] == {"OOMKilled": "OOMKilled", "Evicted": "Evicted", "deleted": "Killing"}[how]
