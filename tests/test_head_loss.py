@@ -206,9 +206,13 @@ def test_a_head_that_keeps_dying_stops_the_resubmissions_and_says_why(cluster: C
     job = _named("hl-dies", max_num_steps=400)
     run = cluster.submit(job)
     _wait_done(job, cluster, 1)
-    for _ in range(3):
+    for number in (1, 2, 3):
         lose_head(cluster, reason="OOMKilled", back_after=0.5).wait(timeout=180)
-        time.sleep(2.0)
+        if number < 3:  # resubmitted after the first two losses
+            deadline = time.monotonic() + 180
+            while len(run.restarts()) < number:
+                assert time.monotonic() < deadline, f"the run was not resubmitted after loss {number}"
+                time.sleep(0.5)
     with pytest.raises(JobFailedError) as failed:
         run.wait(timeout=120)
     assert "lost 3 times in 30 minutes" in str(failed.value)

@@ -86,6 +86,8 @@ class Keeper:
         self.known: str | None = str(marks[-1]["session"]) if marks and marks[-1]["event"] == "head" else None
         self.losses = [r for r in records if r.get("event") == "lost"]
         self.down_since: float | None = None
+        # When the runs were last checked against the head's job table (monotonic).
+        self.reconciled: float | None = None
 
     # -- records -----------------------------------------------------------------------------
 
@@ -147,11 +149,14 @@ class Keeper:
                 self.lost(session)
             _say(f"the Ray head is {session}")
             self.record({"event": "head", "session": session})
-            self.known = session
+            self.known, self.reconciled = session, None
         self.down_since = None
         if self.platform is not None:
             self.platform.healthy()
-        self.reconcile(head[0], head[1], session)
+        # At once on a new head; then now and again, for runs a restarted keeper finds missing.
+        due = self.reconciled is None or time.monotonic() - self.reconciled >= self.args.reconcile_every
+        if due and self.reconcile(head[0], head[1], session):
+            self.reconciled = time.monotonic()
 
     def lost(self, new: str) -> None:
         why = self.platform.why() if self.platform is not None else Loss(head="the Ray head", reason="lost")
@@ -181,25 +186,28 @@ class Keeper:
                 found.append(view)
         return found
 
-    def reconcile(self, url: str, headers: dict[str, str], session: str) -> None:
-        """Resubmit the in-flight runs the head's job table lacks, in their queue order."""
+    def reconcile(self, url: str, headers: dict[str, str], session: str) -> bool:
+        """Resubmit the in-flight runs the head's job table lacks, in their queue order; False
+        when that could not be done now (the next look tries again)."""
         views = self.in_flight()
         if not views:
-            return
+            return True
         try:
             table = self._get(url, headers, "/api/jobs/")
         except (OSError, ValueError):
-            return
+            return False
         known = {
             str((j.get("metadata") or {}).get(RUN_ID) or j.get("submission_id")) for j in table if isinstance(j, dict)
         }
         missing = sorted((v for v in views if _run_id(v) not in known), key=order)
+        done = True
         for view in missing:
             if self.stopping.is_set() or self.generation.superseded():
-                return
-            self.resubmit(url, headers, session, view)
+                return False
+            done = self.resubmit(url, headers, session, view) and done
+        return done
 
-    def resubmit(self, url: str, headers: dict[str, str], session: str, view: RunView) -> None:
+    def resubmit(self, url: str, headers: dict[str, str], session: str, view: RunView) -> bool:
         run = _run_id(view)
         loss = self.losses[-1] if self.losses else {"reason": "lost", "head": "the Ray head"}
         lost = {k: loss.get(k) for k in ("lost_at", "head", "reason", "session")}
@@ -221,25 +229,26 @@ class Keeper:
             )
         if why is not None:
             self.give_up(view, f"not resubmitted after its Ray head was lost ({loss.get('reason')}): {why}", loss)
-            return
+            return True
         item = resubmission(view, session, lost)
         if item is None:
             self.give_up(view, "its directory has no submission.json: it cannot be resubmitted", loss)
-            return
+            return True
         try:
             sent = submit(url, headers, item)
         except Exception as exc:  # the new head may still be starting: the next look tries again
             _say(f"could not resubmit {run}: {type(exc).__name__}: {exc}")
-            return
+            return False
         self.record({"event": "resubmitted", "run": run, "submission": item.submission_id, "session": session})
         _say(f"resubmitted {run} as {item.submission_id}" + ("" if sent else " (already there)"))
         deadline = time.monotonic() + _TAKEOVER
         while time.monotonic() < deadline and not self.stopping.is_set():
             now = RunView(view.path)
             if now.current == item.submission_id or not now.in_flight:
-                return
+                return True
             self.stopping.wait(0.2)
         _say(f"{item.submission_id} has not taken its run over after {_TAKEOVER:g}s; going on")
+        return True
 
     def give_up(self, view: RunView, why: str, loss: dict[str, Any]) -> None:
         body = {
@@ -307,6 +316,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--poll", type=float, default=2.0)
     p.add_argument("--max-losses", type=int, default=3, help="head losses in --loss-window that end resubmitting")
     p.add_argument("--loss-window", type=float, default=1800.0)
+    p.add_argument(
+        "--reconcile-every",
+        type=float,
+        default=30.0,
+        help="seconds between looks for runs the head lacks (besides each new head)",
+    )
     return p
 
 
