@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from .errors import RayError
+from .errors import NotReadyError, RayError
 from .oncluster.records import REPLAY_BEGIN, REPLAY_END, RUN_ID
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ class RunFollow:
     def info(self, job_id: str) -> JobInfo | None:
         try:
             found = self._jobs().info(self.current)
-        except RayError:
+        except (RayError, NotReadyError):
             offline = self.offline()
             if offline is None:
                 raise
@@ -161,7 +161,7 @@ class RunFollow:
     def logs(self, job_id: str) -> str:
         try:
             return self._jobs().logs(self.current)
-        except RayError:
+        except (RayError, NotReadyError):
             if self._newer() is not None:
                 return self._jobs().logs(self.current)
             view = self.view()
@@ -172,7 +172,7 @@ class RunFollow:
     def stop(self, job_id: str) -> bool:
         try:
             return self._jobs().stop(self.current)
-        except RayError:
+        except (RayError, NotReadyError):
             view = self.view()
             if view is None or not view.in_flight:
                 raise
@@ -247,7 +247,7 @@ class RunFollow:
         """The run's newest submission on the head now, when it is not the one followed."""
         try:
             listing = self._jobs().list()
-        except RayError:
+        except (RayError, NotReadyError):
             return None
         mine = [j for j in listing if (j.metadata or {}).get(RUN_ID) == self.run_id and j.submission_id != self.current]
         if not mine:

@@ -253,3 +253,13 @@ def test_a_head_lost_for_good_leaves_nothing_behind_and_the_error_says_it_was_ki
     message = str(failed.value)
     assert "Killed" in message
     assert "down()" not in message
+    # Its story is still read from its records on the volume: status, log, queue, restarts, goodput.
+    assert run.status() == "FAILED"
+    assert "Loaded configuration from:" in run.logs()
+    queue = run.queue()
+    assert queue is not None
+    assert queue.state == "running"
+    assert run.restarts() == []
+    ledger = run.goodput()
+    assert ledger.seconds["training"] > 0
+    assert any("records on the volume" in note for note in ledger.notes)

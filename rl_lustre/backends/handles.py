@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..queueing.state import QueueState
     from ..ray.jobs import JobInfo, JobsClient
     from ..run import Run
+    from ..run_follow import RunFollow
     from ..spec import ClusterSpec
 
 __all__ = ["RunHandles", "run_id_of", "usd_per_hour"]
@@ -188,5 +189,20 @@ class RunHandles:
             follow=follow,
         )
         # The run's newest submission, whichever it is when asked.
-        run._goodput = lambda **kw: self.run_goodput(run.job_id, **kw)
+        run._goodput = functools.partial(self._goodput_of, run, follow)
         return run
+
+    def _goodput_of(self, run: Run, follow: RunFollow | None, *, prices: Prices | None = None) -> GoodputLedger:
+        """The run's ledger from the cluster's evidence; once no head has it, from the run's
+        records on the volume (:mod:`rl_lustre.backends.goodput_records`)."""
+        from ..errors import NotReadyError
+        from .goodput_records import records_goodput
+
+        try:
+            return self.run_goodput(run.job_id, prices=prices)
+        except (NotReadyError, RayError):
+            told = follow.offline() if follow is not None else None
+            view = follow.view() if follow is not None else None
+            if told is None or view is None:
+                raise
+            return records_goodput(view, told.status)
