@@ -162,6 +162,7 @@ STRICT = [
     "rl_lustre/testing/_fake_gke.py",
     "rl_lustre/testing/_kube_faults.py",
     "rl_lustre/testing/_kube_kinds.py",
+    "rl_lustre/testing/_lose_head.py",
     "rl_lustre/testing/_preempt.py",
     "rl_lustre/testing/_preemption.py",
     "rl_lustre/testing/_seeding.py",
