@@ -141,3 +141,46 @@ def test_the_keeper_tells_why_the_head_went_from_what_kubernetes_says_of_its_pod
                     os.environ[k] = v
     assert why["head"] == "demo-head-a"
     assert why["reason"] == {"OOMKilled": "OOMKilled", "Evicted": "Evicted", "deleted": "Killing"}[how]
+
+
+def test_the_keepers_objects_hold_the_whole_package_with_the_least_rbac_and_no_secret() -> None:
+    """Issue 31, point 2: the keeper's Deployment and what it needs, as Kubernetes' schemas accept them."""
+    from rl_lustre import Cluster, naming
+    from rl_lustre.kube.keeper import CONFIGMAP_LIMIT, keeper_manifests, teardown_job
+    from rl_lustre.recovery import shipped_package
+    from rl_lustre.testing import kube_schema_validator
+
+    cluster = Cluster(
+        name="demo", project="my-project", region="us-east1", zone="us-east1-b", secrets=["HF_TOKEN", "RAY_AUTH_TOKEN"]
+    )
+    manifests = keeper_manifests(cluster)
+    validate = kube_schema_validator()
+    for manifest in [*manifests, teardown_job(cluster)]:
+        validate(manifest)
+    account, role, binding, code, deployment = manifests
+    assert account["automountServiceAccountToken"] is False
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list", "watch"]}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": naming.keeper_name(cluster), "namespace": "default"}
+    ]
+    # The whole on-cluster package, well inside a ConfigMap's limit.
+    shipped = sorted(p.relative_to(shipped_package()).as_posix() for p in Path(shipped_package()).rglob("*.py"))
+    pod = deployment["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if "configMap" in v]
+    assert sorted(i["path"] for i in volume["configMap"]["items"]) == shipped
+    assert sum(len(k) + len(v.encode()) for k, v in code["data"].items()) < CONFIGMAP_LIMIT / 4
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["replicas"] == 1
+    assert pod["serviceAccountName"] == naming.keeper_name(cluster)
+    assert pod["automountServiceAccountToken"] is True
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-nodepool": naming.cpu_pool_name(cluster)}
+    [container] = pod["containers"]
+    assert container["command"][:3] == ["python", "-m", "rl_lustre_oncluster.keeper"]
+    # Ray's token from the Secret, and no other secret: the keeper needs none.
+    refs = [e["name"] for e in container["env"] if "valueFrom" in e]
+    assert refs == ["RAY_AUTH_TOKEN"]
+    assert all("value" not in e for e in container["env"] if e["name"] == "RAY_AUTH_TOKEN")
+    # The teardown Job needs no API access at all.
+    job_pod = teardown_job(cluster)["spec"]["template"]["spec"]
+    assert job_pod["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in job_pod
