@@ -86,8 +86,10 @@ class Keeper:
         self.known: str | None = str(marks[-1]["session"]) if marks and marks[-1]["event"] == "head" else None
         self.losses = [r for r in records if r.get("event") == "lost"]
         self.down_since: float | None = None
-        # When the runs were last checked against the head's job table (monotonic).
+        # When the runs were last checked against the head's job table (monotonic), and since
+        # when a local head's directory is missing.
         self.reconciled: float | None = None
+        self.missing_since: float | None = None
 
     # -- records -----------------------------------------------------------------------------
 
@@ -133,6 +135,16 @@ class Keeper:
             return None
 
     # -- one look ----------------------------------------------------------------------------
+
+    def gone_for_good(self) -> bool:
+        """A local head whose directory is gone was stopped, not lost (``down()`` or its ``stop()``):
+        nothing will come back (a lost one's successor starts in the same directory at once)."""
+        if not self.args.head_file or Path(self.args.head_file).parent.is_dir():
+            self.missing_since = None
+            return False
+        if self.missing_since is None:
+            self.missing_since = time.monotonic()
+        return time.monotonic() - self.missing_since >= 5.0
 
     def tick(self) -> None:
         if self.platform is not None:
@@ -274,6 +286,9 @@ class Keeper:
         while not self.stopping.is_set():
             if self.generation.superseded():
                 _say("a later keeper has begun; this one stops")
+                return 0
+            if self.gone_for_good():
+                _say("the local head was stopped (its directory is gone); this keeper stops")
                 return 0
             try:
                 self.tick()
