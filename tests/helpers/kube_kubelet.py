@@ -535,8 +535,12 @@ class KubeletSim:
         if pod.spec.automount_service_account_token is not False and pod.spec.service_account_name:
             from kubernetes import client
 
+            # The API server's audience is its service account issuer (kube_plane.ControlPlane).
+            request = client.AuthenticationV1TokenRequest(
+                spec=client.V1TokenRequestSpec(audiences=["https://kubernetes.default.svc.cluster.local"])
+            )
             token = core.create_namespaced_service_account_token(
-                pod.spec.service_account_name, ns, client.AuthenticationV1TokenRequest(spec={"audiences": []})
+                pod.spec.service_account_name, ns, request
             ).status.token
             creds = home / "serviceaccount"
             creds.mkdir()
