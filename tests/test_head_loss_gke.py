@@ -22,8 +22,8 @@ JOB = {
     "recipe": "grpo_math_1B",
     "model": "Qwen/Qwen2.5-1.5B",
     "num_prompts_per_step": 4,
-    "num_generations_per_prompt": 4,
-    "train_global_batch_size": 16,
+    "num_generations_per_prompt": 8,
+    "train_global_batch_size": 32,
     "save_period": 2,
     "keep_top_k": 2,
 }

@@ -18,8 +18,8 @@ every ``--poll`` seconds:
    queue on the new head is the old one's. Their supervisors resume from their newest
    checkpoints, as after a preemption.
 
-Bounds: a run whose ``max_restarts`` is used up (every cause counts), or that a head took
-down with it the ``--max-losses``-th time in ``--loss-window`` seconds, is not resubmitted:
+Bounds: a run whose ``max_restarts`` is used up (every cause counts), or whose head went
+down under it the ``--max-losses``-th time in ``--loss-window`` seconds, is not resubmitted:
 the keeper leaves ``given_up`` in its directory, saying why (and the head's last
 termination reason), which the run's handle reports.
 
@@ -226,7 +226,10 @@ class Keeper:
         lost["lost_at"] = lost.get("lost_at") or view.last_at or time.time()
         meta = (view.submission or {}).get("metadata") or {}
         limit = _int(meta.get(_MAX_RESTARTS), 3)
-        window = [x for x in self.losses if float(x.get("lost_at") or 0) >= time.time() - self.args.loss_window]
+        # This run's head losses in the window: those it recovered from, and this one.
+        since = time.time() - self.args.loss_window
+        earlier = [r for r in view.restarts if r.get("cause") == "head-lost" and float(r.get("lost_at") or 0) >= since]
+        window = [*earlier, lost]
         why = None
         if len(view.restarts) >= limit:
             why = (

@@ -48,7 +48,8 @@ def keeper_node(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResourc
         "volume": {"claim": naming.pvc_name(cluster), "mount_path": cluster.mount_path},
         "rbac": {"service_account": naming.keeper_name(cluster), "rules": keeper_rules()},
         "watches": {"head_service": cluster.head_service, "every_seconds": POLL_SECONDS},
-        "gives_up": f"after {MAX_LOSSES} head losses in {LOSS_WINDOW_SECONDS // 60} minutes, or max_restarts",
+        "gives_up": f"on a run whose head was lost {MAX_LOSSES} times in {LOSS_WINDOW_SECONDS // 60} minutes, "
+        "or whose max_restarts is used up",
     }
     return PlannedResource(
         key=KEEPER_KEY,
