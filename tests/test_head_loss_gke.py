@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
 
 from rl_lustre import Cluster, GRPOJob, naming
 from rl_lustre.oncluster.runview import RunView
@@ -86,3 +87,41 @@ def test_on_the_gke_fakes_the_keeper_brings_back_the_runs_a_lost_head_took() -> 
                 time.sleep(0.2)
         assert RunView(Path(cluster.mount_path) / "rl_lustre" / "runs" / last.run_id).stopped is not None
         assert gke.leftovers() == {"gcp": [], "kube": []}
+
+
+def test_on_the_gke_fakes_with_worker_raylets_a_head_lost_for_good_leaves_no_process(
+    spot_head: SpotHead, tmp_path: Path
+) -> None:
+    """Point 7 on the fakes: the head pod deleted and never back (the cluster torn down after
+    it): the worker pods' raylets and their agents go with the cluster, and the run's error
+    says its head was lost, not that down() stopped it."""
+    from rl_lustre.errors import JobFailedError, NotReadyError
+    from rl_lustre.ray.processes import marked_pids
+
+    spec = spot_spec("rl-hlg", tmp_path, num_nodes=1)
+    job = GRPOJob(
+        name="gone",
+        max_num_steps=40,
+        nemo_rl_dir=str(nemo_rl_dir(tmp_path, 0.5)),
+        **{**JOB, "num_generations_per_prompt": 8, "train_global_batch_size": 32},
+    )
+    try:
+        with spot_gke(spot_head, spec) as (cluster, _kube):
+            run = cluster.submit(job)
+            deadline = time.monotonic() + 180
+            while not (Path(job.checkpoint_dir(cluster)) / "step_2").is_dir():
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert spot_head.raylets
+            lose_head(cluster, reason="Evicted", back_after=None)
+            time.sleep(3.0)  # the keeper looks, finds no head
+        assert marked_pids(spot_head.head.temp_dir) == []
+        view = RunView(Path(cluster.mount_path) / "rl_lustre" / "runs" / run.run_id)
+        assert view.stopped is not None
+        assert view.stopped["by"] == "teardown"
+        with pytest.raises((JobFailedError, NotReadyError)) as failed:
+            run.wait(timeout=60)
+        assert "down()" not in str(failed.value)
+    finally:
+        if not spot_head.head.alive():
+            spot_head.start_head()  # the module's head, back for whatever runs next
