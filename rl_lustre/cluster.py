@@ -222,16 +222,17 @@ class Cluster(ClusterSpec):
         With ``fabric="rdma"``, first a GKENetworkParamSet and a Network per extra node
         network and the gIB NCCL installer DaemonSet; then the image pre-pull DaemonSet
         (``prepull_image``), the PersistentVolume, PersistentVolumeClaim, Secret (values
-        redacted), the model prefetch Job (``prefetch_models``) and the ``ray.io/v1``
-        RayCluster, last. Before the volume exists its IP is a placeholder.
+        redacted), the model prefetch Job (``prefetch_models``), the ``ray.io/v1``
+        RayCluster, and last the keeper's ServiceAccount, Role, RoleBinding, ConfigMap and
+        Deployment (docs/head-loss.md). Before the volume exists its IP is a placeholder.
 
         Examples:
             >>> from attrs import evolve
             >>> from rl_lustre import Cluster
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
-            >>> [m["kind"] for m in c.manifests()][-7:]
+            >>> [m["kind"] for m in c.manifests()][-12:-5]
             ['DaemonSet', 'DaemonSet', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'Job', 'RayCluster']
-            >>> [m["kind"] for m in evolve(c, fabric="tcp", prepull_image=False, prefetch_models=()).manifests()]
+            >>> [m["kind"] for m in evolve(c, fabric="tcp", prepull_image=False, prefetch_models=()).manifests()][:4]
             ['PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'RayCluster']
         """
         from .kube.manifests import deployment_manifests

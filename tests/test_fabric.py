@@ -8,6 +8,7 @@ The fault-at-each-step rollbacks of the fabric's Google Cloud steps are part of
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from google.cloud import compute_v1, container_v1
@@ -21,6 +22,7 @@ from rl_lustre.gcp.container_requests import cluster_request, node_pool_request
 from rl_lustre.kube.schema import validate_networking
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
+KEEPER_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment")  # applied after the RayCluster
 FABRIC_KINDS = ("networking.gke.io/v1/GKENetworkParamSet", "networking.gke.io/v1/Network", "apps/v1/DaemonSet")
 
 
@@ -58,6 +60,11 @@ def test_fabric_defaults_to_rdma_only_where_the_machine_has_rdma_nics() -> None:
         spec(maintenance_exclusion="NO_UPGRADES")
 
 
+def ray_cluster(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    (rc,) = [o for o in objs if o["kind"] == "RayCluster"]
+    return rc
+
+
 def test_tcp_plans_none_of_the_fabric() -> None:
     tcp, rdma = spec(fabric="tcp").plan(), spec().plan()
     added = set(rdma.keys()) - set(tcp.keys())
@@ -71,6 +78,7 @@ def test_tcp_plans_none_of_the_fabric() -> None:
         "PersistentVolumeClaim",
         "Secret",
         "RayCluster",
+        *KEEPER_KINDS,
     ]
 
 
@@ -123,7 +131,7 @@ def test_requests_carry_the_fabric() -> None:
 
 def test_worker_pods_use_the_fabric() -> None:
     objs = spec().manifests()
-    rc = objs[-1]
+    rc = ray_cluster(objs)
     assert rc["metadata"]["annotations"] == {"ray.io/overwrite-container-cmd": "true"}
     worker = rc["spec"]["workerGroupSpecs"][0]["template"]
     ifaces = json.loads(worker["metadata"]["annotations"]["networking.gke.io/interfaces"])
@@ -160,7 +168,7 @@ def test_the_gke_fakes_gpu_nodes_match_the_worker_pods_node_selector(fabric: str
         **node_labels(node_pool_request(c.plan(), "gpu-pool")),
         "cloud.google.com/gke-nodepool": c.plan().get("gpu-pool").name,
     }
-    worker = c.manifests()[-1]["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    worker = ray_cluster(c.manifests())["spec"]["workerGroupSpecs"][0]["template"]["spec"]
     assert worker["nodeSelector"].items() <= labels.items()
     assert (GKE_LOCAL_SSD_LABEL in labels) == (fabric == "rdma")
 

@@ -125,14 +125,17 @@ def deployment_manifests(cluster: ClusterSpec) -> list[dict[str, Any]]:
     :func:`build_manifests`'s objects and, where the cluster asks for them, the image
     pre-pull DaemonSet (:mod:`rl_lustre.kube.prepull`, applied once the node pools exist,
     before the PersistentVolume) and the model prefetch Job (:mod:`rl_lustre.kube.prefetch`,
-    once the claim and the Secret exist); the RayCluster comes last.
+    once the claim and the Secret exist); then the RayCluster, and after it the keeper's objects
+    (:func:`rl_lustre.kube.keeper.keeper_manifests`), the last.
 
     Examples:
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", fabric="tcp")
-        >>> [m["kind"] for m in deployment_manifests(c)]
-        ['DaemonSet', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'Job', 'RayCluster']
+        >>> [m["kind"] for m in deployment_manifests(c)]  # doctest: +NORMALIZE_WHITESPACE
+        ['DaemonSet', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'Job', 'RayCluster',
+         'ServiceAccount', 'Role', 'RoleBinding', 'ConfigMap', 'Deployment']
     """
+    from .keeper import keeper_manifests
     from .prefetch import prefetch_job
     from .prepull import prepull_daemonset
 
@@ -140,4 +143,4 @@ def deployment_manifests(cluster: ClusterSpec) -> list[dict[str, Any]]:
     ray_cluster, pv_at = core[-1], next(i for i, m in enumerate(core) if m["kind"] == "PersistentVolume")
     prepull = [prepull_daemonset(cluster)] if cluster.prepull_image else []
     prefetch = [prefetch_job(cluster)] if cluster.prefetch_models else []
-    return [*core[:pv_at], *prepull, *core[pv_at:-1], *prefetch, ray_cluster]
+    return [*core[:pv_at], *prepull, *core[pv_at:-1], *prefetch, ray_cluster, *keeper_manifests(cluster)]

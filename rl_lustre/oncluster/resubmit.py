@@ -52,7 +52,7 @@ def submission_id(run_id: str, session: str) -> str:
 
     Examples:
         >>> submission_id("rl-lustre-tiny-0a1b2c3d", "session_2025-01-01_00-00-00_000000_1")
-        'rl-lustre-tiny-0a1b2c3d-h7d4bd5a5'
+        'rl-lustre-tiny-0a1b2c3d-hadd7a466'
     """
     return f"{run_id}-h{hashlib.sha256(session.encode()).hexdigest()[:8]}"
 

@@ -9,12 +9,12 @@ independent branches concurrently and tearing down in reverse.
 :meth:`Plan.graph` draws the graph from the plan itself: each node under the dependency
 it waits for longest, ``+`` for the others it waits for, families such as the eight
 RoCE subnets folded into one line (:mod:`rl_lustre.plan.drawing`). The default GKE
-deployment (A4 nodes, the GPUDirect-RDMA fabric) has 47 nodes:
+deployment (A4 nodes, the GPUDirect-RDMA fabric) has 48 nodes:
 
     >>> from rl_lustre import Cluster
     >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
     >>> len(plan)
-    47
+    48
     >>> print(plan.graph())
     network
     ├─ subnet
@@ -35,6 +35,7 @@ deployment (A4 nodes, the GPUDirect-RDMA fabric) has 47 nodes:
        │     └─ pv  + gke-cluster
        │        └─ pvc
        │           ├─ raycluster  + secret, cpu-pool, gpu-pool, podnet-rdma-0..7, nccl-installer
+       │           │  └─ keeper
        │           └─ model-prefetch  + cpu-pool, secret
        └─ firewall-lustre
     gvnic-network

@@ -260,7 +260,7 @@ class Plan:
             >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
             ...                zone="us-east1-b").plan()
             >>> sorted(plan.downstream("lustre"))
-            ['model-prefetch', 'pv', 'pvc', 'raycluster']
+            ['keeper', 'model-prefetch', 'pv', 'pvc', 'raycluster']
         """
         self.get(key)
         return frozenset(r.key for r in self.resources if key in self.upstream(r.key))
@@ -319,7 +319,7 @@ class Plan:
             >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
             ...                zone="us-east1-b", fabric="tcp").plan()
             >>> sorted(plan.teardown_waves()[0])
-            ['image-prepull', 'model-prefetch', 'raycluster']
+            ['image-prepull', 'keeper', 'model-prefetch']
         """
         height: dict[str, int] = {}
         for r in reversed(self.resources):

@@ -27,7 +27,7 @@ def keeper_node(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResourc
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> node = keeper_node(c, {"action": "create", "labels": {}})
         >>> node.kind, node.name, node.depends_on, node.settings["rbac"]["rules"][0]["verbs"]
-        ('apps/v1/Deployment', 'demo-keeper', ('raycluster',), ['get', 'list', 'watch'])
+        ('apps/v1/Deployment', 'demo-keeper', ('raycluster',), ('get', 'list', 'watch'))
     """
     from ..kube.keeper import LOSS_WINDOW_SECONDS, MAX_LOSSES, POLL_SECONDS, keeper_rules
     from ..recovery.shipping import PACKAGE, shipped_files

@@ -7,7 +7,8 @@
 cluster goes (the volume may outlive it): the Deployment first, waiting until its pod is gone
 (nothing resubmits a run from then on), then the teardown Job
 (:func:`rl_lustre.kube.keeper.teardown_job`), then the rest. A teardown Job that fails is
-reported and teardown goes on.
+reported and teardown goes on. A GKE cluster whose Kubernetes API cannot be reached (its
+credentials unreadable) is reported the same way: the keeper goes with the cluster.
 """
 
 from __future__ import annotations
@@ -79,12 +80,24 @@ class KeeperDriver:
         return Done("created" if fresh else "adopted", note="resubmits the runs a lost Ray head takes with it")
 
     def delete(self, step: Step) -> Literal["deleted", "absent"]:
+        from ..errors import ConfigError
         from ..kube import apply
 
         gke = self.ctx.apis.clusters.get_or_none(GkeClusterDriver(self.ctx).path)
         if gke is None:
             return "absent"
-        api = self.ctx.kube_api(gke)
+        try:
+            api = self.ctx.kube_api(gke)
+        except ConfigError as exc:
+            step.record.note = "its cluster's Kubernetes API cannot be reached: it goes with the cluster"
+            logger.warning(
+                "could not stop the keeper %s/%s before the runs (%s): runs in flight may be resubmitted by a "
+                "later cluster of the same name on this volume",
+                self.namespace,
+                self.name,
+                exc,
+            )
+            return "absent"
         deployment = self.ctx.deployment
         gone = apply.delete_manifests(api, [self.deployment], deployment=deployment)
         if self._read(api, "RayCluster", self.ctx.cluster.name) is not None:
