@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 import pytest
+from helpers.preemption_job import checkpoint_tree
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.errors import JobFailedError, NotReadyError
@@ -59,15 +60,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield cluster
 
 
-def _tree(checkpoint_dir: str) -> dict[str, int]:
-    root = Path(checkpoint_dir)
-    return {
-        str(p.relative_to(root)): p.stat().st_size
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != "config.yaml"
-    }
-
-
 def _wait_done(job: GRPOJob, cluster: Cluster, step: int, *, timeout: float = 180) -> None:
     """Until the run's first attempt has finished ``step``."""
     metrics = Path(job.log_dir(cluster)) / "exp_001" / "rehearsal_metrics.jsonl"
@@ -91,7 +83,7 @@ def test_a_run_and_a_queued_one_survive_the_loss_of_their_head(cluster: Cluster,
     queued one keeps its place; the handles follow them across the loss."""
     steady = _named("hl-steady")
     assert cluster.submit(steady).wait(timeout=300) == "SUCCEEDED"
-    expected = _tree(steady.checkpoint_dir(cluster))
+    expected = checkpoint_tree(steady.checkpoint_dir(cluster))
 
     main, queued = _named("hl-main"), _named("hl-queued", max_num_steps=4)
     run = cluster.submit(main)
@@ -123,7 +115,7 @@ def test_a_run_and_a_queued_one_survive_the_loss_of_their_head(cluster: Cluster,
     # start-up, which stands for NeMo-RL's own, included here).
     back = restart.first_step_at - ready_at
     assert back < 120
-    assert _tree(main.checkpoint_dir(cluster)) == expected
+    assert checkpoint_tree(main.checkpoint_dir(cluster)) == expected
     preemption_report.append(
         f"local, head lost (OOMKilled) at step {restart.last_step}: new head ready "
         f"{ready_at - loss.at:.1f}s after the loss, training again {back:.1f}s after that, "

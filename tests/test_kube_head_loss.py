@@ -27,6 +27,7 @@ import attrs
 import pytest
 from helpers.kube_both import core, wait
 from helpers.kube_gke import IMAGE, World, world_on
+from helpers.preemption_job import checkpoint_tree
 from helpers.spot_gke import SpotHead, nemo_rl_dir
 
 from rl_lustre import GRPOJob, naming
@@ -73,11 +74,6 @@ def world(
         plane.ray_heads, plane.programs = None, False
 
 
-def _tree(checkpoint_dir: str) -> dict[str, int]:
-    root = Path(checkpoint_dir)
-    return {str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def _pods(world: World, name: str, kind: str) -> list[Any]:
     return (
         core(world.kube)
@@ -109,7 +105,7 @@ def test_the_head_pod_deleted_mid_run_the_keeper_resubmits_and_the_runs_end_as_w
 
         run = cluster.submit(steady)
         assert run.wait(timeout=300) == "SUCCEEDED"
-        expected = _tree(steady.checkpoint_dir(cluster))
+        expected = checkpoint_tree(steady.checkpoint_dir(cluster))
 
         run, behind = cluster.submit(main), cluster.submit(queued)
         wait(
@@ -132,7 +128,7 @@ def test_the_head_pod_deleted_mid_run_the_keeper_resubmits_and_the_runs_end_as_w
         assert ready_at is not None
         back = restart.first_step_at - ready_at
         assert back < 120
-        assert _tree(main.checkpoint_dir(cluster)) == expected
+        assert checkpoint_tree(main.checkpoint_dir(cluster)) == expected
         preemption_report.append(
             f"real plane, head pod deleted: new head ready {ready_at - loss.at:.1f}s after, "
             f"training again {back:.1f}s later, resumed from step_{restart.resumed_from_step}"

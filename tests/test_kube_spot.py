@@ -34,6 +34,7 @@ import attrs
 import pytest
 from helpers.kube_both import core, wait
 from helpers.kube_gke import IMAGE, World, world_on
+from helpers.preemption_job import checkpoint_tree
 from helpers.specs import GKE
 from helpers.spot_gke import SpotHead, nemo_rl_dir
 
@@ -79,16 +80,6 @@ def world(
     yield from world_on(request, spec, (host, int(port)), raylets=spot_head.raylet)
 
 
-def _tree(checkpoint_dir: str) -> dict[str, int]:
-    """Every file of the run's checkpoints, by path under the checkpoint directory, with its size."""
-    root = Path(checkpoint_dir)
-    return {
-        str(p.relative_to(root)): p.stat().st_size
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name not in ("config.yaml",)
-    }  # (its log_dir names the run)
-
-
 def _workers(world: World, name: str) -> list[Any]:
     return (
         core(world.kube)
@@ -117,7 +108,7 @@ def test_a_spot_node_taken_away_is_replaced_by_the_operator_and_the_run_resumes_
         run = cluster.submit(steady)
         assert run.wait(timeout=300) == "SUCCEEDED"
         assert run.restarts() == []
-        expected = _tree(steady.checkpoint_dir(cluster))
+        expected = checkpoint_tree(steady.checkpoint_dir(cluster))
         assert sorted({k.split("/", 1)[0] for k in expected}) == ["step_6", "step_9"]
 
         # Taken away once a checkpoint is saved.
@@ -146,7 +137,7 @@ def test_a_spot_node_taken_away_is_replaced_by_the_operator_and_the_run_resumes_
         assert restart.resumed_from_step == saved
         assert restart.first_step == saved + 1
         assert restart.seconds_lost is not None
-        assert _tree(spot.checkpoint_dir(cluster)) == expected
+        assert checkpoint_tree(spot.checkpoint_dir(cluster)) == expected
         print(
             f"\nSpot node taken away at step {restart.last_step}, resumed from step_{saved}: "
             f"replacement raylet up {replaced_after:.1f} s after the loss, "

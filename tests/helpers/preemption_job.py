@@ -43,3 +43,17 @@ def wait_done(job: GRPOJob, cluster: Cluster, step: int, *, attempt: int = 1, ti
 def attempts_in(log: str) -> int:
     """How many times NeMo-RL started in ``log`` (each attempt loads its configuration once)."""
     return log.count("Loaded configuration from:")
+
+
+def checkpoint_tree(checkpoint_dir: str) -> dict[str, int]:
+    """Every file of a run's checkpoints, by path under the checkpoint directory, with its size.
+
+    Each ``config.yaml`` is left out: it holds the run's own config, whose ``logger.log_dir``
+    names the run, and a resumed attempt's overrides, so it differs between two runs whose
+    checkpoints are otherwise the same."""
+    root = Path(checkpoint_dir)
+    return {
+        str(p.relative_to(root)): p.stat().st_size
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "config.yaml"
+    }
