@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from typing import Any
 
 import attrs
 import pytest
-from helpers.preemption_job import JOB_ARGS, STEP_SECONDS, wait_done
+from helpers.preemption_job import JOB_ARGS, STEP_SECONDS, two_worker_cluster, wait_done
 from helpers.spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
 
 from rl_lustre import Cluster, GRPOJob
@@ -33,17 +32,8 @@ JOB = GRPOJob(**{**JOB_ARGS, "name": "ledger-preempt", "overrides": {"grpo.val_p
 @pytest.fixture(scope="module")
 def workers_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Two real worker nodes of one GPU each."""
-    if not Path("/proc/self/environ").exists():
-        pytest.skip("the local backend reads the process table from /proc (Linux)")
-    cluster = Cluster.local(
-        f"rll-ledger-{os.getpid()}",
-        volume_dir=tmp_path_factory.mktemp("ledger-volume"),
-        num_nodes=2,
-        gpus_per_node=1,
-        worker_nodes=2,
-        rehearsal_step_seconds=STEP_SECONDS,
-    )
-    with cluster:
+    volume = tmp_path_factory.mktemp("ledger-volume")
+    with two_worker_cluster("rll-ledger", volume, step_seconds=STEP_SECONDS) as cluster:
         yield cluster
 
 

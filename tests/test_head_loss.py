@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 import pytest
-from helpers.preemption_job import checkpoint_tree
+from helpers.preemption_job import checkpoint_tree, two_worker_cluster
 
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.errors import JobFailedError, NotReadyError
@@ -46,17 +46,8 @@ JOB = GRPOJob(
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    if not Path("/proc/self/environ").exists():
-        pytest.skip("the local backend reads the process table from /proc (Linux)")
-    cluster = Cluster.local(
-        f"rll-hl-{os.getpid()}",
-        volume_dir=tmp_path_factory.mktemp("head-loss-volume"),
-        num_nodes=2,
-        gpus_per_node=1,
-        worker_nodes=2,
-        rehearsal_step_seconds=STEP_SECONDS,
-    )
-    with cluster:
+    volume = tmp_path_factory.mktemp("head-loss-volume")
+    with two_worker_cluster("rll-hl", volume, step_seconds=STEP_SECONDS) as cluster:
         yield cluster
 
 

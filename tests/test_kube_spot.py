@@ -36,26 +36,14 @@ from helpers.kube_both import core, wait
 from helpers.kube_gke import IMAGE, World, world_on
 from helpers.preemption_job import checkpoint_tree
 from helpers.specs import GKE
-from helpers.spot_gke import SpotHead, nemo_rl_dir
+from helpers.spot_gke import STEP_SECONDS, SpotHead, kube_job, nemo_rl_dir
 
-from rl_lustre import GRPOJob, naming
+from rl_lustre import naming
 from rl_lustre.errors import JobFailedError
 
 pytestmark = pytest.mark.kube
 
-STEP_SECONDS = 1.0
-JOB = GRPOJob(
-    name="spot",
-    recipe="grpo_math_1B",
-    model="Qwen/Qwen2.5-1.5B",
-    dataset="OpenMathInstruct-2",
-    num_prompts_per_step=4,
-    num_generations_per_prompt=8,
-    train_global_batch_size=32,
-    max_num_steps=9,
-    save_period=3,
-    keep_top_k=2,
-)
+JOB = kube_job("spot")
 
 
 @pytest.fixture(params=[pytest.param("real", marks=pytest.mark.kube)])

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 import pytest
-from helpers.preemption_job import JOB_ARGS, STEP, STEP_SECONDS, attempts_in, wait_done
+from helpers.preemption_job import JOB_ARGS, STEP, STEP_SECONDS, attempts_in, two_worker_cluster, wait_done
 from helpers.spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
 
 from rl_lustre import Cluster, GRPOJob
@@ -43,17 +43,8 @@ JOB = GRPOJob(**JOB_ARGS)
 @pytest.fixture(scope="module")
 def workers_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A local cluster with two real worker nodes of one GPU each, for this module."""
-    if not Path("/proc/self/environ").exists():
-        pytest.skip("the local backend reads the process table from /proc (Linux)")
-    cluster = Cluster.local(
-        f"rll-preempt-{os.getpid()}",
-        volume_dir=tmp_path_factory.mktemp("preempt-volume"),
-        num_nodes=2,
-        gpus_per_node=1,
-        worker_nodes=2,
-        rehearsal_step_seconds=STEP_SECONDS,
-    )
-    with cluster:
+    volume = tmp_path_factory.mktemp("preempt-volume")
+    with two_worker_cluster("rll-preempt", volume, step_seconds=STEP_SECONDS) as cluster:
         yield cluster
 
 

@@ -5,10 +5,15 @@ and the attempts its log shows."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from rl_lustre import Cluster, GRPOJob
 
@@ -57,3 +62,22 @@ def checkpoint_tree(checkpoint_dir: str) -> dict[str, int]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.name != "config.yaml"
     }
+
+
+@contextmanager
+def two_worker_cluster(prefix: str, volume_dir: Path, *, step_seconds: float = STEP_SECONDS) -> Iterator[Cluster]:
+    """A local cluster with two real worker nodes of one GPU each, up for the block; its name
+    is ``prefix`` and this process's id (skipped where there is no /proc: the local backend
+    reads the process table from it)."""
+    if not Path("/proc/self/environ").exists():
+        pytest.skip("the local backend reads the process table from /proc (Linux)")
+    cluster = Cluster.local(
+        f"{prefix}-{os.getpid()}",
+        volume_dir=volume_dir,
+        num_nodes=2,
+        gpus_per_node=1,
+        worker_nodes=2,
+        rehearsal_step_seconds=step_seconds,
+    )
+    with cluster:
+        yield cluster

@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 import pytest
 
-from rl_lustre import Cluster
+from rl_lustre import Cluster, GRPOJob
 from rl_lustre.ray.head import LocalHead
 from rl_lustre.ray.workers import LocalWorker
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP, KubeFake
@@ -159,3 +159,23 @@ def spot_gke(
             cluster.use_backend(GKEBackend(cluster, backoff=FAST_BACKOFF, retry=FAST_RETRY))
             with cluster:
                 yield cluster, kube
+
+
+STEP_SECONDS = 1.0  # a rehearsal step of the jobs below, on the real control plane's raylets
+
+
+def kube_job(name: str) -> GRPOJob:
+    """The 9-step job the real-plane recovery tests run: a checkpoint every 3 steps, the last two kept,
+    sized for one 8-GPU worker node."""
+    return GRPOJob(
+        name=name,
+        recipe="grpo_math_1B",
+        model="Qwen/Qwen2.5-1.5B",
+        dataset="OpenMathInstruct-2",
+        num_prompts_per_step=4,
+        num_generations_per_prompt=8,
+        train_global_batch_size=32,
+        max_num_steps=9,
+        save_period=3,
+        keep_top_k=2,
+    )
