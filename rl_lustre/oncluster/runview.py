@@ -27,8 +27,13 @@ __all__ = ["ANSWER", "RunView", "as_log", "history", "main", "read_journal_file"
 
 def read_journal_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every record of the run's ``journal.jsonl`` (the run's directory), in order; torn lines left out."""
+    return _records(Path(path) / rundir.JOURNAL)
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    """The event records of a JSON-lines file, in order; torn lines left out, none when it is unreadable."""
     try:
-        text = (Path(path) / rundir.JOURNAL).read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return []
     out = []
@@ -184,19 +189,7 @@ class RunView:
 
 def history(mount_path: str, cluster: str) -> list[dict[str, Any]]:
     """The keeper's records of the cluster's heads (``heads.jsonl``), oldest first."""
-    try:
-        text = (Path(rundir.keeper_dir(mount_path, cluster)) / rundir.HEADS).read_text()
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("event"), str):
-            out.append(record)
-    return out
+    return _records(Path(rundir.keeper_dir(mount_path, cluster)) / rundir.HEADS)
 
 
 def submission_log(log: str, submission: str) -> list[str]:
