@@ -19,6 +19,7 @@ from typing import Any
 from . import lifetimes
 from .queue.claims import Claim, Store, queue_root
 from .records import SEQ, SUBMITTED_AT
+from .watchdog import DEFAULT_FLOOR, DEFAULT_STARTUP
 
 __all__ = ["PREFIX", "claim_of", "job_config", "parser", "store_of"]
 
@@ -126,7 +127,24 @@ def parser() -> argparse.ArgumentParser:
         help="seconds before a capacity's end by which NeMo-RL must have saved",
     )
     p.add_argument("--poll", type=float, default=1.0)
-    p.add_argument("--hang-grace", type=float, default=60.0)
+    p.add_argument(
+        "--hang-grace", type=float, default=60.0, help="kill an attempt still running this long after a lost node"
+    )
+    p.add_argument(
+        "--hang-timeout",
+        type=float,
+        default=None,
+        help="a stall: no progress for this long (default: adaptive, see oncluster/watchdog.py)",
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=DEFAULT_STARTUP,
+        help="the silence allowed until an attempt's first step is done",
+    )
+    p.add_argument("--hang-floor", type=float, default=DEFAULT_FLOOR, help="the adaptive hang timeout's minimum")
+    p.add_argument("--kube-raycluster", default="", help="the RayCluster whose pods' events a bundle holds")
+    p.add_argument("--kube-namespace", default="", help="its namespace (default: the head pod's)")
     p.add_argument("--settle", type=float, default=3.0, help="seconds to look for lost nodes after the command failed")
     p.add_argument(
         "--siblings", type=float, default=5.0, help="seconds to look on for more lost nodes after one was found lost"

@@ -42,6 +42,16 @@ SETUP_DONE = "SETUP COMPLETE"
 RESULTS_LINE = re.compile(r"📊 Training Results:")
 # The loop's last line: max_num_steps reached, or checkpoint_must_save_by's timeout.
 END_LINE = re.compile(r"(Max number of steps|Timeout) has been reached, stopping training early")
+# Inside a step, the progress line that opens each of its phases ("▶ Generating responses for
+# batch of size 256...", "▶ Training policy...", ...), and the timers printed after it.
+PHASE_LINE = re.compile(r"▶ \S.*")
+STEP_TIME_LINE = re.compile(r"• Total step time: ([0-9.]+)s")
+VALIDATION_TIME_LINE = re.compile(r"• Total validation time: ([0-9.]+)s")
+# What PyTorch's NCCL watchdog (ProcessGroupNCCL) logs, on a rank's stderr, before it ends a
+# process whose collective ran past its timeout: "[Rank 3] Watchdog caught collective
+# operation timeout: WorkNCCL(SeqNum=64214, OpType=ALLGATHER, ...) ran for 600000 milliseconds
+# before timing out."
+NCCL_TIMEOUT_LINE = re.compile(r"Watchdog caught collective operation timeout")
 
 # The prefixes of a checkpoint directory's name, followed by the step number.
 COMPLETE = "step_"  # a complete checkpoint: the only kind NeMo-RL resumes from

@@ -73,6 +73,14 @@ class StateApi:
             raise ValueError(f"unexpected answer from {self.url}/api/v0/{resource}: {str(body)[:200]}")
         return result
 
+    def text(self, path: str, *, timeout: float | None = None, **params: str) -> str:
+        """The body of a GET of ``path`` (``/worker/traceback``, ``/api/v0/logs/file``, ...) as
+        text; ``urllib.error.HTTPError`` when the dashboard answers with an error."""
+        query = urllib.parse.urlencode(params)
+        request = urllib.request.Request(f"{self.url}{path}?{query}", headers=self._headers)
+        with urllib.request.urlopen(request, timeout=self.timeout if timeout is None else timeout) as response:
+            return response.read().decode(errors="replace")
+
     def __repr__(self) -> str:
         return f"StateApi({self.url!r})"
 

@@ -24,9 +24,17 @@ One attempt
     the head) that was alive at the start of the attempt, or joined during it, and is
     now dead or gone, is *lost*, with the reason Ray gives; it is this run's loss if it
     is one of the nodes its placement groups hold (or, before those are known, any
-    worker node). When one of this run's nodes is lost and the command has not ended
-    ``--hang-grace`` seconds later (a collective that waits for ever on a dead peer),
-    the attempt is killed. Another job's lost node changes nothing here.
+    worker node). Another job's lost node changes nothing here.
+
+Hangs (:mod:`.hangs`)
+    A watchdog follows the attempt's progress (:mod:`.watchdog`). No progress for the job's
+    ``--hang-timeout`` (adaptive by default; ``--startup-timeout`` until the first step is
+    done) is a stall: the evidence is written to the run's directory first (a diagnostics
+    bundle), then the attempt is killed and rerun from the newest checkpoint like a
+    preempted one (``cause="hung"``); a second stall at the same step ends the run. An
+    attempt ended by NeMo-RL's NCCL watchdog is a hang too. The watchdog also kills an
+    attempt still running ``--hang-grace`` seconds after one of its nodes was lost (a
+    collective that waits for ever on a dead peer): that is a preemption.
 
 After an attempt
     exit 0: the run succeeded. A failure with none of its nodes lost is the run's own
@@ -81,6 +89,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import lifetimes, records
+from .hangs import HangWatch
 from .jobargs import PREFIX, claim_of, job_config, parser, store_of
 from .nemo_formats import checkpoint_name, checkpoint_step, save_by_text
 from .procs import orphan_watcher
@@ -89,7 +98,7 @@ from .raystate import StateApi, read_view
 from .records import DASHBOARD, RESTART_MARK, RESUMED_MARK, TOTAL_STEPS
 from .runhome import RunHome
 from .stamps import Stamper
-from .watch import NodeWatch, describe
+from .watch import NodeWatch, clock, describe, describe_restarts
 
 __all__ = ["PREFIX", "RESTART_MARK", "RESUMED_MARK", "main"]
 
@@ -109,10 +118,6 @@ def _record(mark: str, record: dict[str, Any]) -> None:
     with records.LOCK:
         sys.stdout.write(mark + json.dumps(record, sort_keys=True) + "\n")
         sys.stdout.flush()
-
-
-def _stamp(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 10)} UTC"
 
 
 class Supervisor:
@@ -137,6 +142,7 @@ class Supervisor:
         # The run's directory on the volume (rundir.py), where its records go; None without one.
         self.run_dir: str | None = args.run_dir or None
         self.home = RunHome.open(self.run_dir, meta)
+        self.hangs = HangWatch(args, submission_id=self.submission_id, dashboard=meta.get(DASHBOARD), say=_say)
         self.stopping = threading.Event()
         self.child: subprocess.Popen[bytes] | None = None
         # After a head loss, the run goes on from its records: restarts and attempts so far.
@@ -164,7 +170,9 @@ class Supervisor:
             with records.LOCK:
                 out.write(raw)
                 out.flush()
-            record = stamper.feed(raw.decode(errors="replace"))
+            text = raw.decode(errors="replace")
+            record = stamper.feed(text)
+            self.hangs.feed(text, record, at)
             if record is None:
                 continue
             records.write({**record, "attempt": self.attempts}, at=at)
@@ -210,7 +218,7 @@ class Supervisor:
             }
         )
         _say(
-            f"the capacity this attempt may run on ends at {_stamp(found.end)} ({found.why}): NeMo-RL saves "
+            f"the capacity this attempt may run on ends at {clock(found.end)} ({found.why}): NeMo-RL saves "
             f"within {value} (DD:HH:MM:SS), {args.save_margin:g}s before that"
         )
         if left <= 0:
@@ -236,6 +244,7 @@ class Supervisor:
             start_new_session=True,
         )
         orphans = orphan_watcher(self.child.pid)
+        self.hangs.start(self.attempts, self.child.pid)
         if watch is not None:
             watch.session = self.child.pid
         assert self.child.stdout is not None
@@ -249,20 +258,22 @@ class Supervisor:
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                if watch is None:
+                if killed or self.stopping.is_set():
                     continue
-                watch.look()
-                first = watch.first_attributed_loss()
-                if (
-                    first is not None
-                    and not killed
-                    and not self.stopping.is_set()
-                    and time.time() - first >= self.args.hang_grace
-                ):
-                    _say(
-                        f"the command is still running {self.args.hang_grace:g}s after losing one of its "
-                        "nodes; killing it"
-                    )
+                if watch is not None:
+                    watch.look()
+                    if self.hangs.lost_node_overdue(watch.first_attributed_loss(), time.time()):
+                        _say(
+                            f"the command is still running {self.args.hang_grace:g}s after losing one of its "
+                            "nodes; killing it"
+                        )
+                        self._signal_child(signal.SIGKILL)
+                        killed = True
+                        continue
+                stall = None if watch is not None and watch.own_losses() else self.hangs.check(time.time())
+                if stall is not None:
+                    _say(f"the run is stalled: {stall.describe()}; keeping the evidence, then stopping it")
+                    self.hangs.collect(stall)
                     self._signal_child(signal.SIGKILL)
                     killed = True
         finally:
@@ -347,6 +358,8 @@ class Supervisor:
             self.member.recovering()
             return self.member.wait(self.stopping, timeout=self.args.capacity_timeout)
         need, gpus = self.args.nodes, self.args.gpus_per_node
+        if need <= 0:  # no GPU node to wait for (a rerun after a hang)
+            return 0.0
         start = time.monotonic()
         said = -1
         while not self.stopping.is_set():
@@ -366,14 +379,7 @@ class Supervisor:
         return None
 
     def _describe_restarts(self) -> str:
-        return (
-            "; ".join(
-                f"#{r['restart']} at {_stamp(r['lost_at'])}: lost {', '.join(describe(n) for n in r['nodes'])}, "
-                f"resumed from step {r['resume_step'] if r['resume_step'] is not None else 0}"
-                for r in self.restarts
-            )
-            or "none"
-        )
+        return describe_restarts(self.restarts)
 
     def run(self) -> int:
         """Wait in the queue, run, recover; returns the exit status. The claim is given back at the end.
@@ -386,6 +392,7 @@ class Supervisor:
             else "no worker nodes to watch"
         )
         _say(f"running the command with recovery from lost nodes (max_restarts={args.max_restarts}; {watching})")
+        _say(f"watching its progress: {self.hangs.describe()}")
         records.write(
             {
                 "event": "start",
@@ -444,7 +451,8 @@ class Supervisor:
                 status, lost, cause = 1, ended, "capacity-ended"
             else:
                 status = code if code > 0 else 128 - code
-                if not lost:
+                hung = None if lost else self.hangs.ended_stalled(time.time())
+                if not lost and hung is None:
                     _say(
                         f"the command failed with exit code {status} while every worker node was alive: not "
                         "restarted (the run failed for a reason of its own)"
@@ -453,9 +461,15 @@ class Supervisor:
                         "restarted (the run failed for a reason of its own)"
                     )
                     return status, "failed"
-                names = ", ".join(f"{describe(n)} ({n['reason']})" for n in lost)
-                _say(f"the command exited with code {status} after losing worker node(s): {names}")
-                cause = "preempted"
+                if hung is not None:
+                    cause, again = "hung", self.hangs.stalled_again(self.restarts)
+                    if again is not None:
+                        _say(again)
+                        return status, "failed"
+                else:
+                    names = ", ".join(f"{describe(n)} ({n['reason']})" for n in lost)
+                    _say(f"the command exited with code {status} after losing worker node(s): {names}")
+                    cause = "preempted"
             if len(self.restarts) >= args.max_restarts:
                 if args.max_restarts == 0:
                     _say("recovery is off (max_restarts=0): not restarted")
@@ -466,7 +480,9 @@ class Supervisor:
                     )
                 return status, "failed"
             number = len(self.restarts) + 1
-            lost_at = min((n["dead_at"] or n["detected_at"]) for n in lost)
+            lost_at = (
+                min((n["dead_at"] or n["detected_at"]) for n in lost) if lost else self.hangs.stopped_at or time.time()
+            )
             resume = self._newest_checkpoint()
             record = {
                 "restart": number,
@@ -477,6 +493,7 @@ class Supervisor:
                 "exit_code": status,
                 "last_step": self.last_step,
                 "resume_step": resume,
+                **(self.hangs.restart_fields() if cause == "hung" else {}),
             }
             self.restarts.append(record)
             _say(
@@ -527,7 +544,7 @@ class Supervisor:
             return [lifetimes.ended(name) for name in deadline.nodes or [""]]
         _say(
             f"NeMo-RL stopped at the deadline of the capacity it ran on ({saved} is the newest save; that "
-            f"capacity ends at {_stamp(deadline.end)}): waiting for {', '.join(deadline.nodes) or 'its end'} "
+            f"capacity ends at {clock(deadline.end)}): waiting for {', '.join(deadline.nodes) or 'its end'} "
             "to go, then for capacity to go on"
         )
         gone, outlived = lifetimes.await_gone(

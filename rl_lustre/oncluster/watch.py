@@ -21,7 +21,7 @@ from typing import Any
 from .procs import session_of
 from .raystate import NodeView, StateApi, attempt_nodes, read_view
 
-__all__ = ["ATTRIBUTE_EVERY", "NodeWatch"]
+__all__ = ["ATTRIBUTE_EVERY", "NodeWatch", "clock", "describe", "describe_restarts"]
 
 ATTRIBUTE_EVERY = 10.0
 
@@ -166,3 +166,25 @@ def describe(n: dict[str, Any]) -> str:
     """A node, for a line of the log: ``<id prefix> (<name or address>)``."""
     where = n.get("name") or n.get("address") or "?"
     return f"{str(n.get('node_id', ''))[:8]} ({where})"
+
+
+def clock(t: float) -> str:
+    """A time of day on the head's clock, for a line of the log: ``HH:MM:SS.d UTC``."""
+    return time.strftime("%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 10)} UTC"
+
+
+def describe_restarts(restarts: list[dict[str, Any]]) -> str:
+    """A run's restarts so far, for a line of the log (``none`` without any)."""
+    return (
+        "; ".join(
+            f"#{r['restart']} at {clock(r['lost_at'])}: "
+            + (
+                f"stalled at step {r['step']} (evidence: {r['bundle']})"
+                if r.get("cause") == "hung"
+                else f"lost {', '.join(describe(n) for n in r['nodes'])}"
+            )
+            + f", resumed from step {r['resume_step'] if r['resume_step'] is not None else 0}"
+            for r in restarts
+        )
+        or "none"
+    )

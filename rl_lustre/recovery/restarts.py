@@ -45,9 +45,12 @@ class Restart:
         number: 1 for the first recovery of the run, 2 for the second, ...
         cause: why: ``preempted`` (worker nodes were lost: a Spot preemption, a node
             repair), ``capacity-ended`` (NeMo-RL saved and stopped at the end of the
-            capacity it ran on, such as a flex-start node's run duration).
+            capacity it ran on, such as a flex-start node's run duration), ``hung`` (the
+            run made no progress for its hang timeout, or NeMo-RL's NCCL watchdog ended it:
+            see ``step``, ``silence`` and ``bundle``).
         lost_at: when the nodes were lost (seconds since the epoch): when Ray declared
-            the first of them dead, a few seconds after the VM went away.
+            the first of them dead, a few seconds after the VM went away; for ``hung``,
+            when the stalled attempt was stopped.
         nodes: the worker nodes lost.
         resumed_from_step: the newest complete checkpoint (``step_N``) the rerun resumed
             from; None when there was none and the rerun started over.
@@ -58,6 +61,11 @@ class Restart:
             preemption cost in wall-clock time, waiting for GPUs included; None until then.
         capacity_seconds: of those, the seconds spent waiting for the GPUs to come back.
         first_step_at: when the rerun printed its first step header (the head's clock).
+        step: for ``hung``, the step the run stalled at.
+        silence: for ``hung``, the seconds it had made no progress when it was found stalled.
+        bundle: for ``hung``, the diagnostics bundle kept before it was stopped (a directory
+            in the run's directory on the volume; see :meth:`rl_lustre.Run.diagnostics`).
+        last_progress_at: for ``hung``, when its last progress was seen.
     """
 
     number: int
@@ -71,6 +79,10 @@ class Restart:
     seconds_lost: float | None = None
     capacity_seconds: float | None = None
     first_step_at: float | None = None
+    step: int | None = None
+    silence: float | None = None
+    bundle: str | None = None
+    last_progress_at: float | None = None
 
     @property
     def when(self) -> _dt.datetime:
@@ -118,6 +130,10 @@ def parse_restarts(log: str) -> list[Restart]:
                 last_step=int(r.get("last_step") or 0),
                 exit_code=int(r.get("exit_code") or 0),
                 cause=str(r.get("cause") or "preempted"),
+                step=None if r.get("step") is None else int(r["step"]),
+                silence=None if r.get("silence") is None else float(r["silence"]),
+                bundle=None if r.get("bundle") is None else str(r["bundle"]),
+                last_progress_at=None if r.get("last_progress_at") is None else float(r["last_progress_at"]),
             )
         elif line.startswith(RESUMED_MARK):
             r = _json(line[len(RESUMED_MARK) :])
