@@ -30,7 +30,8 @@ if _typing.TYPE_CHECKING:
     from .cost import Cost, CostItem
     from .gcp.lustre import TransferResult
     from .goodput.attribute import Segment
-    from .goodput.ledger import GoodputLedger, LostDetail, NodeUsage, Unattributed
+    from .goodput.ledger import GoodputLedger, NodeUsage, Unattributed
+    from .goodput.recoveries import LostDetail
     from .job import GRPOJob
     from .metrics import ClusterMetrics, Series, VolumeMetrics
     from .nemo_rl.checkpoints import Checkpoint
@@ -41,6 +42,7 @@ if _typing.TYPE_CHECKING:
     from .prices import Prices
     from .queueing.state import QueueState, Timeline
     from .ray.jobs import JobInfo
+    from .recovery.diagnostics import Diagnostics
     from .recovery.restarts import LostNode, Restart
     from .run import Progress, Run
     from .shared import WarmStartExport, find_warm_start
@@ -77,8 +79,9 @@ _HOMES = {
     "CostItem": ".cost",
     "GoodputLedger": ".goodput.ledger",
     "JobInfo": ".ray.jobs",
-    "LostDetail": ".goodput.ledger",
+    "LostDetail": ".goodput.recoveries",
     "LostNode": ".recovery.restarts",
+    "Diagnostics": ".recovery.diagnostics",
     "MachinePrice": ".catalog",
     "NodeUsage": ".goodput.ledger",
     "Outcome": ".sweep_result",
@@ -112,6 +115,7 @@ __all__ = [
     "ClusterMetrics",
     "Cost",
     "CostItem",
+    "Diagnostics",
     "GRPOJob",
     "GoodputLedger",
     "JobInfo",

@@ -95,6 +95,18 @@ class GRPOJob(JobSpec):
         capacity_timeout: seconds to wait, after a loss, for the GPU nodes to be back
             before giving up (the run then ends FAILED). Only that wait: the wait in
             the cluster's queue before a job first starts has no limit.
+        hang_timeout: seconds a running attempt may go without progress (a step, phase,
+            save or validation line of NeMo-RL's, a checkpoint written) before it is
+            declared stalled: its evidence is kept in the run's directory (a diagnostics
+            bundle: every process's stack, Ray's state, the logs, the NCCL flight
+            recorder), then it is rerun from the newest checkpoint, as a restart within
+            ``max_restarts`` (``cause="hung"``); a second stall at the same step ends the
+            run FAILED. None (the default) adapts: 3 x the longest step, save or validation
+            seen so far in the run, at least 600 s. A job waiting in the queue or for
+            capacity is never stalled. See docs/hangs.md.
+        startup_timeout: seconds an attempt may take, silent, until its first step is done
+            (model loading, vLLM's start-up, compilation, the first step); at least
+            ``hang_timeout``. Default 3600.
         num_nodes: the GPU nodes this job takes: NeMo-RL's ``cluster.num_nodes``. None
             (the default) takes the whole cluster. Jobs smaller than the cluster run side
             by side; a job waits in the cluster's queue until its nodes are free (see

@@ -177,6 +177,11 @@ def teardown_job_name(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-teardown"
 
 
+def head_account_name(cluster: ClusterSpec) -> str:
+    """The Ray head pod's service account, and its Role and RoleBinding (read pods and events)."""
+    return f"{cluster.name}-ray-head"
+
+
 def network_path(project: str, network: str) -> str:
     """``projects/P/global/networks/NAME``: a VPC network's full resource name."""
     return f"projects/{project}/global/networks/{network}"

@@ -40,6 +40,9 @@ __all__ = [
     "GPU_STANDBY_KEY",
     "GVNIC_NETWORK_KEY",
     "GVNIC_SUBNET_KEY",
+    "HEAD_ACCOUNT_KEY",
+    "HEAD_BINDING_KEY",
+    "HEAD_ROLE_KEY",
     "IMAGE_PREPULL_KEY",
     "KEEPER_KEY",
     "LUSTRE_KEY",
@@ -96,6 +99,10 @@ SECRET_KEY = "secret"
 RAYCLUSTER_KEY = "raycluster"
 # The keeper's Deployment (and its ServiceAccount, Role, RoleBinding, ConfigMap): rl_lustre.kube.keeper.
 KEEPER_KEY = "keeper"
+# The Ray head's service account, and the Role and RoleBinding that let it read its pods' events.
+HEAD_ACCOUNT_KEY = "head-account"
+HEAD_ROLE_KEY = "head-role"
+HEAD_BINDING_KEY = "head-role-binding"
 IMAGE_PREPULL_KEY = "image-prepull"
 MODEL_PREFETCH_KEY = "model-prefetch"
 

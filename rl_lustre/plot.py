@@ -44,6 +44,7 @@ CATEGORY_COLORS = {
     "checkpoint": "tab:blue",
     "validation": "tab:cyan",
     "lost": "tab:red",
+    "hung": "tab:pink",
     "idle": "tab:orange",
     "unattributed": "lightgray",
 }
@@ -175,7 +176,7 @@ def figure(data: RunData) -> Figure:
     Every line and bar carries a label (``"reward"``, ``"loss"``, ``"save seconds"``,
     ``"write MB/s"``, ``"Lustre read MB/s"``, ``"Lustre write MB/s"``, ``"GPU utilisation %"``,
     and each non-zero category of the ledger: ``"capacity"``, ``"startup"``, ``"training"``,
-    ``"checkpoint"``, ``"validation"``, ``"lost"``, ``"idle"``, ``"unattributed"``, its width
+    ``"checkpoint"``, ``"validation"``, ``"lost"``, ``"hung"``, ``"idle"``, ``"unattributed"``, its width
     the category's node-hours).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg

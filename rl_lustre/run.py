@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .nemo_rl.logs import CheckpointSave, LogParser, StepRecord
     from .queueing.state import QueueState, Timeline
     from .ray.jobs import JobInfo, JobsClient
-    from .recovery import Restart
+    from .recovery import Diagnostics, Restart
     from .run_follow import RunFollow
 
 __all__ = ["Progress", "Run"]
@@ -331,6 +331,21 @@ class Run(RunAccounts):
         from .recovery import parse_restarts
 
         return parse_restarts(self._jobs.logs(self.job_id))
+
+    def diagnostics(self) -> list[Diagnostics]:
+        """The evidence kept each time the run stalled, oldest first: where its bundle is on the
+        volume and a summary of who was where (see :class:`~rl_lustre.recovery.Diagnostics`).
+
+        Examples:
+            >>> print(run.diagnostics()[-1])  # doctest: +SKIP
+            2026-03-02 04:11:37 UTC: attempt 1 stalled at step 143 (step; no progress for 612s)
+              7 of 8 processes in all_reduce (torch/distributed/distributed_c10d.py) (step 143): ...
+              VllmWorker pid 4242 on node gke-rl-gpu-pool-1a2b-x7k2: in __next__ (torch/utils/data/dataloader.py)
+              evidence: /lustre/rl_lustre/runs/rl-lustre-qwen-1a2b3c4d/diagnostics/20260302T041137Z-attempt1-step143
+        """
+        from .recovery import parse_diagnostics
+
+        return parse_diagnostics(self._jobs.logs(self.job_id))
 
     def checkpoints(self) -> list[Checkpoint]:
         """The run's complete checkpoints (``step_N``), oldest first, with size and write time.

@@ -110,8 +110,9 @@ def validate_all(manifests: list[dict[str, Any]], raycluster_schema: Any) -> Non
 def test_manifests_validate(variant: dict[str, Any], raycluster_schema: Any) -> None:
     manifests = build_manifests(gke(**variant))
     kinds = [m["kind"] for m in manifests]
-    assert kinds[-4:] == ["PersistentVolume", "PersistentVolumeClaim", "Secret", "RayCluster"]
-    assert len(kinds) == (4 + 9 + 9 + 1 if variant.get("fabric") == "rdma" else 4)
+    core = ["PersistentVolume", "PersistentVolumeClaim", "Secret", "ServiceAccount", "Role", "RoleBinding"]
+    assert kinds[-7:] == [*core, "RayCluster"]
+    assert len(kinds) == (7 + 9 + 9 + 1 if variant.get("fabric") == "rdma" else 7)
     validate_all(manifests, raycluster_schema)
 
 

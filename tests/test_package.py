@@ -40,6 +40,7 @@ PUBLIC = {
     "ClusterMetrics",
     "Cost",
     "CostItem",
+    "Diagnostics",
     "GoodputLedger",
     "JobInfo",
     "LostDetail",

@@ -40,6 +40,9 @@ KINDS = {
     "pv": "v1/PersistentVolume",
     "pvc": "v1/PersistentVolumeClaim",
     "secret": "v1/Secret",
+    "head-account": "v1/ServiceAccount",
+    "head-role": "rbac.authorization.k8s.io/v1/Role",
+    "head-role-binding": "rbac.authorization.k8s.io/v1/RoleBinding",
     "raycluster": "ray.io/v1/RayCluster",
     "keeper": "apps/v1/Deployment",
     "image-prepull": "apps/v1/DaemonSet",
@@ -152,7 +155,8 @@ def test_dependencies_match_the_architecture(plan: Plan) -> None:
     assert set(plan.get("pv").depends_on) == {"lustre", "gke-cluster"}
     assert plan.get("pvc").depends_on == ("pv",)
     assert plan.get("secret").depends_on == ("gke-cluster",)
-    assert set(plan.get("raycluster").depends_on) == {"pvc", "secret", "cpu-pool", "gpu-pool"}
+    assert set(plan.get("raycluster").depends_on) == {"pvc", "secret", "cpu-pool", "gpu-pool", "head-role-binding"}
+    assert plan.get("head-role-binding").depends_on == ("head-account", "head-role")
     assert plan.upstream("raycluster") == set(KINDS) - {"raycluster", "keeper", "image-prepull", "model-prefetch"}
     # The keeper comes after the RayCluster, so down() stops it before the runs (issue 31).
     assert plan.get("keeper").depends_on == ("raycluster",)
@@ -165,7 +169,14 @@ def test_dependencies_match_the_architecture(plan: Plan) -> None:
     assert off.get("gpu-pool").depends_on == ("gke-cluster", "node-sa")
     assert "preload" not in off.get("gpu-pool").settings
     assert plan.get("model-prefetch").depends_on == ("pvc", "cpu-pool", "secret")
-    assert sorted(plan.dependents("gke-cluster")) == ["cpu-pool", "gpu-pool", "pv", "secret"]
+    assert sorted(plan.dependents("gke-cluster")) == [
+        "cpu-pool",
+        "gpu-pool",
+        "head-account",
+        "head-role",
+        "pv",
+        "secret",
+    ]
     assert sorted(plan.dependents("node-sa")) == ["cpu-pool", "gke-cluster", "gpu-pool"]
 
 
@@ -338,7 +349,7 @@ def test_to_dict_is_json_and_complete(plan: Plan) -> None:
     assert by_key["gpu-pool"]["settings"]["taints"] == [
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
     ]
-    assert set(by_key["raycluster"]["depends_on"]) == {"pvc", "secret", "cpu-pool", "gpu-pool"}
+    assert set(by_key["raycluster"]["depends_on"]) == {"pvc", "secret", "cpu-pool", "gpu-pool", "head-role-binding"}
     assert d["totals"]["gpus"] == 64
     assert [set(w) for w in d["waves"]] == [set(w) for w in plan.waves()]
 

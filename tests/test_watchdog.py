@@ -137,12 +137,26 @@ Python v3.12.3 (/usr/bin/python3.12)
 Thread 502 (idle): "MainThread"
     main_loop (ray/_private/worker.py:946)
     <module> (ray/_private/workers/default_worker.py:297)
+Thread 540 (idle): "rehearsal-flight-recorder"
+    StandInRecorder._watch (rl_lustre/rehearsal/flight_recorder.py:84)
+    Thread.run (threading.py:982)
+"""
+THREADED_DUMP = """Process 503: ray::VllmWorker
+Python v3.12.3 (/usr/bin/python3.12)
+
+Thread 503 (idle): "MainThread"
+    main_loop (ray/_private/worker.py:946)
+Thread 560 (active): "ThreadPoolExecutor-0_0"
+    generate (vllm/engine/llm_engine.py:1200)
+    actor_method_executor (ray/_private/function_manager.py:696)
 """
 
 
 def test_where_a_process_is_is_its_innermost_frame_that_is_not_plumbing() -> None:
     assert where(parse_dump(DUMP)) == "all_reduce (rl_lustre/rehearsal/placement.py)"
+    # A helper thread's frames say nothing of where a process is; a thread running a Ray task does.
     assert where(parse_dump(IDLE_DUMP)) == IDLE
+    assert where(parse_dump(THREADED_DUMP)) == "generate (vllm/engine/llm_engine.py)"
     assert parse_dump("Error: Failed to find python version from target process") == []
 
 

@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .. import naming
 from .._warnings import warn_caller
 from ..errors import SUBMIT_FRESH, ConfigError, NothingToDoWarning, RayError, nothing_to_do_advice
 from ..oncluster import rundir
+from ..oncluster.nccl import recorder_env
 from ..oncluster.records import (
     CHECKPOINT_DIR,
     DASHBOARD,
@@ -144,6 +146,8 @@ def prepare(
         entrypoint = _entrypoint(cluster, job, resolved, fresh, now, run_dir=run_dir)
     runtime_env = {
         **resolved.runtime_env,
+        # PyTorch's NCCL flight recorder, dumping into the run's directory (oncluster.nccl).
+        "env_vars": {**resolved.runtime_env.get("env_vars", {}), **recorder_env(run_dir, base_id)},
         "py_modules": [*resolved.runtime_env.get("py_modules", []), shipped_package()],
     }
     steps = resolved.value("grpo.max_num_steps")
@@ -242,8 +246,10 @@ def _supervised(
     so it looks faster and for less long; one without worker nodes has none to lose.
     """
     assert cluster.gpus_per_node is not None
+    kube: dict[str, Any] = {}
     if cluster.backend == "gke":
         python, poll, settle, siblings, watch = "python", 2.0, 30.0, 5.0, True
+        kube = {"kube_raycluster": naming.raycluster_name(cluster), "kube_namespace": cluster.namespace}
     else:
         python, poll, settle, siblings, watch = sys.executable, 0.5, 3.0, 1.5, bool(cluster.worker_nodes)
     return supervised(
@@ -262,6 +268,9 @@ def _supervised(
         priority=job.priority,
         backfill_window=job.backfill_window,
         watch=watch,
+        hang_timeout=job.hang_timeout,
+        startup_timeout=job.startup_timeout,
+        **kube,
         **ends,
     )
 

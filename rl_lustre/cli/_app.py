@@ -26,6 +26,7 @@ VERBS: dict[str, str] = {
     "stop": "rl_lustre.cli.jobs:stop",
     "queue": "rl_lustre.cli.jobs:queue",
     "goodput": "rl_lustre.cli.goodput:goodput",
+    "diagnose": "rl_lustre.cli.diagnose:diagnose",
 }
 
 

@@ -23,6 +23,7 @@ Examples:
 from __future__ import annotations
 
 from .attribute import CATEGORIES, Segment
-from .ledger import GoodputLedger, LostDetail, NodeUsage, Unattributed
+from .ledger import GoodputLedger, NodeUsage, Unattributed
+from .recoveries import LostDetail
 
 __all__ = ["CATEGORIES", "GoodputLedger", "LostDetail", "NodeUsage", "Segment", "Unattributed"]

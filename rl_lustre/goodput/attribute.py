@@ -16,9 +16,10 @@ Who owns an instant of a node
     else is the cluster's.
 
 A run's instant
-    1. inside a recovery (the loss to the rerun's first step): ``lost``;
+    1. inside a recovery (the loss to the rerun's first step): ``lost``; a hung run's
+       silence, from its last progress until it was stopped: ``hung``;
     2. the work of an interrupted attempt after the checkpoint the rerun resumed from, up
-       to the loss: ``lost``;
+       to the loss (a hung run's: up to its last progress): ``lost``;
     3. the node not Ready yet: ``capacity``;
     4. queued: ``idle`` when the cluster had the nodes it needs, else ``capacity``;
     5. the initial validation: ``validation``;
@@ -50,7 +51,7 @@ from .timeline import Attempt, Evidence, Interval, NodeSpan, Recovery, RunTimeli
 
 __all__ = ["CATEGORIES", "Hold", "Segment", "attribute", "derive_holds"]
 
-CATEGORIES = ("capacity", "startup", "training", "checkpoint", "validation", "lost", "idle", "unattributed")
+CATEGORIES = ("capacity", "startup", "training", "checkpoint", "validation", "lost", "hung", "idle", "unattributed")
 
 # Why seconds are unattributed: fixed wordings, so that they group.
 NO_JOURNAL = (
@@ -214,13 +215,18 @@ class _Run:
         self.starts = [s[0] for s in self.steps]
         self.recovery: list[tuple[float, float, Recovery]] = []
         self.redone: list[tuple[float, float, Recovery]] = []
+        self.hung: list[tuple[float, float, Recovery]] = []
         for i, rec in enumerate(r.recoveries):
             nxt = r.recoveries[i + 1].lost_at if i + 1 < len(r.recoveries) else self.end
             stop = rec.resumed_at if rec.resumed_at is not None else nxt
             self.recovery.append((rec.lost_at, max(rec.lost_at, stop), rec))
+            # A hung run's silence is its own category; its work before that, since the
+            # checkpoint resumed from, is lost like a preempted run's.
+            if rec.silence > 0:
+                self.hung.append((rec.redone_until, rec.lost_at, rec))
             frm = self._lost_from(rec)
-            if frm is not None and frm < rec.lost_at:
-                self.redone.append((frm, rec.lost_at, rec))
+            if frm is not None and frm < rec.redone_until:
+                self.redone.append((frm, rec.redone_until, rec))
         first = r.attempts[0] if r.attempts else None
         self.first = first
         # Start-up ends at the first step; without one, the run never got past it.
@@ -257,7 +263,7 @@ class _Run:
                     out |= {min(max(lo, start), end), min(max(hi, start), end)}
         for lo, hi, rec in self.recovery:
             out |= {lo, hi, *(t for t in (rec.capacity_wait_at, rec.capacity_back_at) if t is not None)}
-        for lo, hi, _ in self.redone:
+        for lo, hi, _ in self.redone + self.hung:
             out |= {lo, hi}
         if self.startup_end != math.inf:
             out.add(self.startup_end)
@@ -276,6 +282,9 @@ class _Run:
                 else:
                     part = "restart"  # the rerun's start, up to its first step
                 return "lost", None, f"{part}:{rec.number}"
+        for lo, hi, rec in self.hung:
+            if lo <= t < hi:
+                return "hung", None, f"hung:{rec.number}"
         for lo, hi, rec in self.redone:
             if lo <= t < hi:
                 return "lost", None, f"redone:{rec.number}"

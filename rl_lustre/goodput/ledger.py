@@ -20,9 +20,10 @@ import attrs
 from .._public import public
 from ..errors import ConfigError
 from .attribute import CATEGORIES, Segment, attribute
+from .recoveries import LostDetail, recovery_details
 from .timeline import Evidence, Interval, NodeSpan, RunTimeline
 
-__all__ = ["GoodputLedger", "LostDetail", "NodeUsage", "Unattributed", "build"]
+__all__ = ["GoodputLedger", "NodeUsage", "Unattributed", "build"]
 
 LOCAL_NOTE = "a local deployment has no cloud cost"
 NOTHING_BILLED = "nothing was billed in this window"
@@ -53,37 +54,6 @@ class NodeUsage:
     usd: Mapping[str, float]
 
 
-@public("rl_lustre")
-@attrs.frozen
-class LostDetail:
-    """What one recovery cost.
-
-    Attributes:
-        number: the recovery (1, 2, ...).
-        lost_at: when the nodes were lost.
-        resume_step: the checkpoint resumed from (None: started over).
-        steps_redone: the interrupted attempt's steps after it, run again.
-        redone_wall: seconds of that work (its end to the loss).
-        recovery_wall: the loss to the rerun's first step (the supervisor's ``seconds_lost``);
-            None until the rerun has printed one.
-        capacity_wall: of those, the seconds waited for GPUs (``capacity_seconds``).
-        redone_node_seconds: node-seconds of the redone work.
-        recovery_node_seconds: node-seconds from the loss to the rerun's first step.
-        nodes_lost: the nodes lost.
-    """
-
-    number: int
-    lost_at: float
-    resume_step: int | None
-    steps_redone: int
-    redone_wall: float
-    recovery_wall: float | None
-    capacity_wall: float | None
-    redone_node_seconds: float
-    recovery_node_seconds: float
-    nodes_lost: tuple[str, ...]
-
-
 def _zero() -> dict[str, float]:
     return dict.fromkeys(CATEGORIES, 0.0)
 
@@ -92,7 +62,7 @@ def _zero() -> dict[str, float]:
 @attrs.frozen
 class GoodputLedger:
     """Billed GPU-node-seconds by cause: ``capacity``, ``startup``, ``training``,
-    ``checkpoint``, ``validation``, ``lost``, ``idle`` and ``unattributed``.
+    ``checkpoint``, ``validation``, ``lost``, ``hung``, ``idle`` and ``unattributed``.
 
     Get one from :meth:`Run.goodput <rl_lustre.Run.goodput>`, ``cluster.goodput()``
     or ``SweepResult.goodput()``.
@@ -312,7 +282,8 @@ class GoodputLedger:
             back = (
                 f"first step again after {r.recovery_wall:.1f} s" if r.recovery_wall is not None else "not resumed yet"
             )
-            lines.append(f"  lost: restart {r.number} at {_when(r.lost_at)[11:]} {redone}, {waited}, {back}")
+            what, silent = ("hung", f"silent {r.hung_wall:.1f} s, ") if r.cause == "hung" else ("lost", "")
+            lines.append(f"  {what}: restart {r.number} at {_when(r.lost_at)[11:]} {silent}{redone}, {waited}, {back}")
         for u in self.why:
             lines.append(f"  unattributed {u.seconds:.1f} node-s: {u.why}")
         lines += [f"  note: {n}" for n in self.notes]
@@ -439,41 +410,6 @@ def _from_segments(
     )
 
 
-def _restarts(r: RunTimeline, segments: Iterable[Segment]) -> tuple[LostDetail, ...]:
-    node_seconds: dict[str, float] = defaultdict(float)
-    for s in segments:
-        if s.category == "lost" and s.tag is not None:
-            node_seconds[s.tag] += s.seconds
-    out = []
-    steps_of = {a.number: a.steps for a in r.attempts}
-    for rec in r.recoveries:
-        steps = [s for s in steps_of.get(rec.ended_attempt, ()) if s.step > (rec.resume_step or 0)]
-        redone_from = None
-        kept = [s for s in steps_of.get(rec.ended_attempt, ()) if s.step == rec.resume_step and s.end is not None]
-        if kept:
-            redone_from = kept[-1].end
-        elif steps:
-            redone_from = steps[0].start
-        n = rec.number
-        out.append(
-            LostDetail(
-                number=n,
-                lost_at=rec.lost_at,
-                resume_step=rec.resume_step,
-                steps_redone=len(steps),
-                redone_wall=max(0.0, rec.lost_at - redone_from) if redone_from is not None else 0.0,
-                recovery_wall=None if rec.resumed_at is None else rec.resumed_at - rec.lost_at,
-                capacity_wall=rec.capacity_seconds,
-                redone_node_seconds=node_seconds[f"redone:{n}"],
-                recovery_node_seconds=math.fsum(
-                    v for k, v in node_seconds.items() if k.endswith(f":{n}") and not k.startswith("redone")
-                ),
-                nodes_lost=rec.nodes_lost,
-            )
-        )
-    return tuple(out)
-
-
 def _run_details(r: RunTimeline) -> dict[str, Any]:
     untimed = math.fsum(
         max(0.0, s.end - s.start - s.total_seconds)
@@ -555,7 +491,7 @@ def build(
             spans,
             complete=r.ended_at is not None,
             notes=notes,
-            restarts=_restarts(r, own),
+            restarts=recovery_details(r, own),
             details=_run_details(r),
             status=r.status,
             prices_as_of=prices_as_of,

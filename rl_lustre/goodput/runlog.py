@@ -144,6 +144,8 @@ def run_timeline(
                 capacity_seconds=r.capacity_seconds,
                 resumed_at=resumed,
                 nodes_lost=tuple(n.name or n.address or n.node_id for n in r.nodes),
+                cause=r.cause,
+                hung_from=r.last_progress_at if r.cause == "hung" else None,
             )
         )
     notes = []

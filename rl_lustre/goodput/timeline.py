@@ -133,6 +133,8 @@ class Recovery:
         capacity_seconds: the seconds it waited, as the supervisor counted them.
         resumed_at: the rerun's first step header; None: not (yet) resumed.
         nodes_lost: the lost nodes' names (or addresses).
+        cause: the restart's cause (``preempted``, ``hung``, ...).
+        hung_from: for a hung run, its last progress (``lost_at`` is when it was stopped).
     """
 
     number: int
@@ -144,6 +146,18 @@ class Recovery:
     capacity_seconds: float | None = None
     resumed_at: float | None = None
     nodes_lost: tuple[str, ...] = ()
+    cause: str = "preempted"
+    hung_from: float | None = None
+
+    @property
+    def redone_until(self) -> float:
+        """The end of the work the rerun redoes: the loss, or a hung run's last progress."""
+        return self.hung_from if self.hung_from is not None and self.hung_from < self.lost_at else self.lost_at
+
+    @property
+    def silence(self) -> float:
+        """A hung run's silence, its last progress to its stop (``hung``); 0 for any other cause."""
+        return self.lost_at - self.redone_until
 
 
 @attrs.frozen

@@ -377,6 +377,9 @@ KINDS: dict[str, Kind] = {
         Kind("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings"),
         Kind("Deployment", "apps/v1", "deployments"),
         Kind("ProvisioningRequest", "autoscaling.x-k8s.io/v1", "provisioningrequests"),
+        Kind("ServiceAccount", "v1", "serviceaccounts", core="service_account"),
+        Kind("Role", "rbac.authorization.k8s.io/v1", "roles"),
+        Kind("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings"),
     ]
 }
 

@@ -3,7 +3,8 @@
 :func:`build_manifests` puts them together: the fabric's objects with ``fabric="rdma"``
 (:mod:`rl_lustre.kube.fabric`), the PersistentVolume and PersistentVolumeClaim of the
 Lustre volume (:mod:`rl_lustre.kube.persistent_volume`), the Secret for the job secrets
-(:mod:`rl_lustre.kube.secret`) and the ``ray.io/v1`` RayCluster
+(:mod:`rl_lustre.kube.secret`), the Ray head's read-only access to its pods and their
+events (:mod:`rl_lustre.kube.head_access`) and the ``ray.io/v1`` RayCluster
 (:mod:`rl_lustre.kube.raycluster`), every one labelled by :func:`deployment_labels`. It
 makes no remote call and imports no Kubernetes client.
 
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..plankeys import PV_KEY, PVC_KEY, RAYCLUSTER_KEY, SECRET_KEY
+from .head_access import head_access_manifests
 from .labels import deployment_labels
 from .persistent_volume import pv_manifest, pvc_manifest
 from .raycluster import raycluster_manifest
@@ -49,7 +51,8 @@ def build_manifests(
 
     With ``fabric="rdma"`` first the fabric's objects (see
     :func:`rl_lustre.kube.fabric.fabric_manifests`), then the PersistentVolume (Lustre
-    CSI driver), PersistentVolumeClaim, Secret and ``ray.io/v1`` RayCluster. Before the
+    CSI driver), PersistentVolumeClaim, Secret, the head's ServiceAccount, Role and RoleBinding
+    (:mod:`rl_lustre.kube.head_access`) and ``ray.io/v1`` RayCluster. Before the
     Lustre instance exists its IP is
     :data:`~rl_lustre.kube.persistent_volume.PLACEHOLDER_IP` and the PersistentVolume
     carries :data:`~rl_lustre.kube.persistent_volume.PENDING_ANNOTATION`.
@@ -59,7 +62,7 @@ def build_manifests(
         >>> from rl_lustre.kube.manifests import build_manifests
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
         ...             fabric="tcp")
-        >>> pv, pvc, secret, ray = build_manifests(c, secret_values={"HF_TOKEN": "hf_x"})
+        >>> pv, pvc, secret, *head_access, ray = build_manifests(c, secret_values={"HF_TOKEN": "hf_x"})
         >>> pv["spec"]["csi"]["volumeHandle"], secret["stringData"]
         ('my-project/us-east1-b/demo-lustre', {'HF_TOKEN': '<redacted>'})
 
@@ -95,8 +98,9 @@ def keyed_manifests(
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
         ...             fabric="tcp", secrets=("HF_TOKEN",))
-        >>> {key: m["kind"] for key, m in keyed_manifests(c).items()}
-        {'pv': 'PersistentVolume', 'pvc': 'PersistentVolumeClaim', 'secret': 'Secret', 'raycluster': 'RayCluster'}
+        >>> {key: m["kind"] for key, m in keyed_manifests(c).items()}  # doctest: +NORMALIZE_WHITESPACE
+        {'pv': 'PersistentVolume', 'pvc': 'PersistentVolumeClaim', 'secret': 'Secret', 'head-account': 'ServiceAccount',
+         'head-role': 'Role', 'head-role-binding': 'RoleBinding', 'raycluster': 'RayCluster'}
     """
     if cluster.backend != "gke":
         raise ConfigError(
@@ -115,6 +119,7 @@ def keyed_manifests(
         PV_KEY: pv_manifest(cluster, labels),
         PVC_KEY: pvc_manifest(cluster, labels),
         SECRET_KEY: secret_manifest(cluster, labels, secret_values, redact),
+        **head_access_manifests(cluster, labels),
         RAYCLUSTER_KEY: ray_cluster,
     }
 
@@ -132,8 +137,8 @@ def deployment_manifests(cluster: ClusterSpec) -> list[dict[str, Any]]:
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", fabric="tcp")
         >>> [m["kind"] for m in deployment_manifests(c)]  # doctest: +NORMALIZE_WHITESPACE
-        ['DaemonSet', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'Job', 'RayCluster',
-         'ServiceAccount', 'Role', 'RoleBinding', 'ConfigMap', 'Deployment']
+        ['DaemonSet', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'ServiceAccount', 'Role', 'RoleBinding',
+         'Job', 'RayCluster', 'ServiceAccount', 'Role', 'RoleBinding', 'ConfigMap', 'Deployment']
     """
     from .keeper import keeper_manifests
     from .prefetch import prefetch_job

@@ -10,7 +10,8 @@ One head group and one worker group (``gpu-workers``, ``num_nodes`` replicas fix
 - every pod mounts the Lustre claim at ``mount_path`` and a memory-backed ``/dev/shm``;
   secrets reach the pods through ``secretKeyRef``, never the job's runtime env;
   ``rayVersion`` is the Ray inside the image. Naming :data:`RAY_AUTH_TOKEN` among the
-  cluster's secrets turns Ray token auth on (Ray 2.52.0 or newer).
+  cluster's secrets turns Ray token auth on (Ray 2.52.0 or newer);
+- every container may ``ptrace`` (``SYS_PTRACE``): py-spy takes a stalled run's stacks.
 
 :func:`raycluster_manifest` checks the result against KubeRay's CRD schema
 (:mod:`rl_lustre.kube.schema`).
@@ -47,6 +48,14 @@ RAY_AUTH_TOKEN = "RAY_AUTH_TOKEN"
 _RAY_TOKEN_AUTH_SINCE = (2, 52, 0)
 
 _SHM_VOLUME = "dshm"
+
+
+# py-spy reads another process's memory (ptrace): the diagnostics bundle of a stalled run takes
+# every process's Python stack that way, through Ray's dashboard agent (oncluster/evidence.py).
+# Kubernetes drops SYS_PTRACE from containers by default; KubeRay's own guide adds it back.
+def _ptrace() -> dict[str, Any]:
+    return {"capabilities": {"add": ["SYS_PTRACE"]}}
+
 
 # GiB of memory per vCPU of Compute Engine's predefined shapes; n1 is the odd one out.
 _MEM_PER_VCPU = {"standard": 4.0, "highmem": 8.0, "highcpu": 1.0}
@@ -95,6 +104,9 @@ def _env(cluster: ClusterSpec) -> list[dict[str, Any]]:
         {"name": "HF_HOME", "value": f"{cluster.mount_path}/{HF_HOME_DIR}"},
         {"name": "GLOO_SOCKET_IFNAME", "value": "eth0"},
         {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
+        # The dashboard's stack traces (py-spy), which a stalled run's bundle takes: on by
+        # default up to Ray 2.5x, off from then on unless this is set.
+        {"name": "RAY_DASHBOARD_ENABLE_PROFILING", "value": "1"},
     ]
     if RAY_AUTH_TOKEN in cluster.secrets:
         env.append({"name": "RAY_AUTH_MODE", "value": "token"})
@@ -210,9 +222,12 @@ def _head_group(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]:
             "env": _env(cluster),
             "resources": _head_resources(cluster),
             "volumeMounts": _volume_mounts(cluster),
+            "securityContext": _ptrace(),
         }
     ]
     pod["volumes"] = _volumes(cluster)
+    # Reads the pods' events for a stalled run's diagnostics (kube.head_access).
+    pod["serviceAccountName"] = naming.head_account_name(cluster)
     return {
         "rayStartParams": {
             "dashboard-host": "0.0.0.0",
@@ -239,6 +254,7 @@ def _worker_group(cluster: ClusterSpec, labels: dict[str, str]) -> tuple[dict[st
                 "env": _env(cluster),
                 "resources": _worker_resources(cluster),
                 "volumeMounts": _volume_mounts(cluster),
+                "securityContext": _ptrace(),
                 # vLLM's per-worker compile caches onto the volume (see nemo_rl.caches).
                 "lifecycle": {
                     "postStart": {

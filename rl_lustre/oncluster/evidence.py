@@ -184,6 +184,7 @@ def collect(request: dict[str, Any]) -> dict[str, Any]:
     places = []
     for node, ps in processes.items():
         node_name = names.get(node, node) or node
+        label = f"{node_name} (the head)" if node == (head_id or "head") else node_name
         for p in ps:
             pid = int(p["pid"])
             own = node == (head_id or "head") and pid == driver_pid
@@ -198,7 +199,7 @@ def collect(request: dict[str, Any]) -> dict[str, Any]:
                 Place(
                     role=str(role),
                     pid=pid,
-                    node=node_name,
+                    node=label,
                     at=where(parse_dump(text)) if ok else None,
                     state=str(p.get("state") or ""),
                     error="" if ok else text[:300],
@@ -212,7 +213,7 @@ def collect(request: dict[str, Any]) -> dict[str, Any]:
         from .kubeevents import in_cluster, pod_events
 
         if in_cluster():
-            events = bundle.attempt("kubernetes-events", lambda: pod_events(kube["raycluster"], kube.get("namespace")))
+            events = bundle.attempt("kubernetes-events", lambda: pod_events(kube["cluster"], kube.get("namespace")))
             bundle.json(f"{d.KUBERNETES}/events.json", events if events is not None else {})
         else:
             bundle.errors["kubernetes-events"] = "not in a Kubernetes pod: no in-cluster credentials"

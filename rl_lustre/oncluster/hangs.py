@@ -238,7 +238,7 @@ class HangWatch:
             "stall": stalled,
             "headline": headline,
             "nccl": {"stem": pipe_stem(os.path.basename(self.run_dir)), "prefix": dump_prefix(self.run_dir)},
-            "kube": {"raycluster": self.args.kube_raycluster, "namespace": self.args.kube_namespace or None}
+            "kube": {"cluster": self.args.kube_raycluster, "namespace": self.args.kube_namespace or None}
             if self.args.kube_raycluster
             else None,
         }

@@ -93,7 +93,7 @@ def pod_events(
 
     return {
         "namespace": namespace,
-        "raycluster": raycluster,
+        "ray_cluster": raycluster,
         "pods": [
             {
                 "name": (p.get("metadata") or {}).get("name"),

@@ -69,6 +69,8 @@ _PLUMBING = (
     "ray/runtime_env/",
 )
 IDLE = "idle (waiting for work)"
+# The frame of Ray's that runs a task or actor method, in whichever thread runs it.
+_RAY_TASK = "function_manager.py"
 # /proc's one-letter process states that say a process cannot run.
 _STOPPED = {"T": "STOPPED (SIGSTOP)", "t": "STOPPED (being traced)", "Z": "a zombie", "D": "in uninterruptible I/O"}
 
@@ -130,10 +132,12 @@ def _point(thread: Thread) -> str | None:
 
 
 def where(threads: Sequence[Thread]) -> str:
-    """Where a process is: its main thread's innermost frame that is not plumbing, else any
-    other thread's, else :data:`IDLE`."""
-    ordered = sorted(threads, key=lambda t: t.name != "MainThread")
-    for thread in ordered:
+    """Where a process is: its main thread's innermost frame that is not plumbing, else that of
+    a thread running a Ray task (a threaded actor's), else :data:`IDLE`. Other threads (a
+    garbage collector's, a watchdog's) say nothing of where the process is."""
+    main = [t for t in threads if t.name == "MainThread"] or list(threads[:1])
+    tasks = [t for t in threads if t not in main and any(_RAY_TASK in f.file for f in t.frames)]
+    for thread in main + tasks:
         point = _point(thread)
         if point is not None:
             return point

@@ -9,12 +9,12 @@ independent branches concurrently and tearing down in reverse.
 :meth:`Plan.graph` draws the graph from the plan itself: each node under the dependency
 it waits for longest, ``+`` for the others it waits for, families such as the eight
 RoCE subnets folded into one line (:mod:`rl_lustre.plan.drawing`). The default GKE
-deployment (A4 nodes, the GPUDirect-RDMA fabric) has 48 nodes:
+deployment (A4 nodes, the GPUDirect-RDMA fabric) has 51 nodes:
 
     >>> from rl_lustre import Cluster
     >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
     >>> len(plan)
-    48
+    51
     >>> print(plan.graph())
     network
     ├─ subnet
@@ -28,13 +28,16 @@ deployment (A4 nodes, the GPUDirect-RDMA fabric) has 48 nodes:
     │     ├─ cpu-pool  + node-sa
     │     │  └─ image-prepull
     │     ├─ gpu-pool  + node-sa, gvnic-subnet, rdma-subnet-0..7, preload-image
-    │     └─ secret
+    │     ├─ secret
+    │     ├─ head-account
+    │     │  └─ head-role-binding  + head-role
+    │     └─ head-role
     └─ psa-range
        ├─ psa-peering
        │  └─ lustre  + firewall-lustre
        │     └─ pv  + gke-cluster
        │        └─ pvc
-       │           ├─ raycluster  + secret, cpu-pool, gpu-pool, podnet-rdma-0..7, nccl-installer
+       │           ├─ raycluster  + secret, cpu-pool, gpu-pool, head-role-binding, podnet-rdma-0..7, nccl-installer
        │           │  └─ keeper
        │           └─ model-prefetch  + cpu-pool, secret
        └─ firewall-lustre

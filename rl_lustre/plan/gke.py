@@ -16,7 +16,7 @@ from ..plankeys import CPU_POOL_KEY, GKE_CLUSTER_KEY, SUBNET_KEY
 from .fabric import fabric_nodes
 from .graph import Plan, PlannedResource
 from .keeper import keeper_node
-from .kube_objects import ray_cluster, secret, volume_claim_nodes
+from .kube_objects import head_access_nodes, ray_cluster, secret, volume_claim_nodes
 from .lustre import lustre_instance
 from .network import cluster_subnet, ip_allocation, psa_nodes, vpc_nodes
 from .nodepools import cpu_pool, gpu_pool, node_account, node_account_keys, standby_pool
@@ -47,7 +47,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         >>> plan = gke_plan(ClusterSpec(name="demo", project="my-project", region="us-east1",
         ...                             zone="us-east1-b", fabric="tcp"))
         >>> len(plan), plan.keys()[:6]
-        (18, ['network', 'subnet', 'psa-range', 'psa-peering', 'firewall-lustre', 'lustre'])
+        (21, ['network', 'subnet', 'psa-range', 'psa-peering', 'firewall-lustre', 'lustre'])
     """
     assert cluster.project is not None
     assert cluster.region is not None
@@ -67,6 +67,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         *_present(standby_pool(cluster, created)),
         *volume_claim_nodes(cluster, created),
         *_present(secret(cluster, created)),
+        *head_access_nodes(cluster, created),
         ray_cluster(cluster, created),
         keeper_node(cluster, created),
         *startup_nodes(cluster),

@@ -14,10 +14,14 @@ from typing import TYPE_CHECKING, Any
 from .. import naming
 from ..catalog import GKE_ACCELERATOR_LABEL, GPU_RESOURCE, LUSTRE_CSI_DRIVER
 from ..kube.fabric import worker_fabric_summary
+from ..kube.head_access import RULES
 from ..plankeys import (
     CPU_POOL_KEY,
     GKE_CLUSTER_KEY,
     GPU_POOL_KEY,
+    HEAD_ACCOUNT_KEY,
+    HEAD_BINDING_KEY,
+    HEAD_ROLE_KEY,
     LUSTRE_KEY,
     PV_KEY,
     PVC_KEY,
@@ -30,7 +34,7 @@ from .graph import PlannedResource
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
-__all__ = ["ray_cluster", "secret", "volume_claim_nodes"]
+__all__ = ["head_access_nodes", "ray_cluster", "secret", "volume_claim_nodes"]
 
 
 def volume_claim_nodes(cluster: ClusterSpec, created: dict[str, Any]) -> list[PlannedResource]:
@@ -114,6 +118,47 @@ def secret(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource | N
     )
 
 
+def head_access_nodes(cluster: ClusterSpec, created: dict[str, Any]) -> list[PlannedResource]:
+    """The Ray head's service account, and its Role (get and list pods and events in the
+    namespace) and RoleBinding: what a stalled run's diagnostics read with
+    (:mod:`rl_lustre.kube.head_access`).
+
+    Examples:
+        >>> from rl_lustre.spec import ClusterSpec
+        >>> spec = ClusterSpec(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
+        >>> account, role, binding = head_access_nodes(spec, {"action": "create"})
+        >>> account.key, role.depends_on, binding.key, binding.depends_on
+        ('head-account', ('gke-cluster',), 'head-role-binding', ('head-account', 'head-role'))
+    """
+    name, namespace = naming.head_account_name(cluster), cluster.namespace
+    return [
+        PlannedResource(
+            key=HEAD_ACCOUNT_KEY,
+            kind="v1/ServiceAccount",
+            name=name,
+            depends_on=(GKE_CLUSTER_KEY,),
+            settings={"namespace": namespace, "for": "the Ray head pod"},
+            **created,
+        ),
+        PlannedResource(
+            key=HEAD_ROLE_KEY,
+            kind="rbac.authorization.k8s.io/v1/Role",
+            name=name,
+            depends_on=(GKE_CLUSTER_KEY,),
+            settings={"namespace": namespace, "rules": [dict(r) for r in RULES]},
+            **created,
+        ),
+        PlannedResource(
+            key=HEAD_BINDING_KEY,
+            kind="rbac.authorization.k8s.io/v1/RoleBinding",
+            name=name,
+            depends_on=(HEAD_ACCOUNT_KEY, HEAD_ROLE_KEY),
+            settings={"namespace": namespace, "role": name, "service_account": name},
+            **created,
+        ),
+    ]
+
+
 def ray_cluster(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
     """The ``raycluster`` node (``created``: its action and labels): the Ray head on the CPU
     pool (or the GPU pool with ``head_on_gpu_pool``), the workers on the GPU pool, the
@@ -128,7 +173,7 @@ def ray_cluster(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResourc
         ...                    fabric="tcp")
         >>> node = ray_cluster(spec, {"action": "create"})
         >>> node.depends_on, node.settings["head"]["node_pool"]
-        (('pvc', 'secret', 'cpu-pool', 'gpu-pool'), 'ray-head-pool')
+        (('pvc', 'secret', 'cpu-pool', 'gpu-pool', 'head-role-binding'), 'ray-head-pool')
     """
     head_pool = naming.gpu_pool_name(cluster) if cluster.head_on_gpu_pool else naming.cpu_pool_name(cluster)
     secrets = (SECRET_KEY,) if cluster.secrets else ()
@@ -136,7 +181,7 @@ def ray_cluster(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResourc
         key=RAYCLUSTER_KEY,
         kind="ray.io/v1/RayCluster",
         name=naming.raycluster_name(cluster),
-        depends_on=(PVC_KEY, *secrets, CPU_POOL_KEY, GPU_POOL_KEY, *ray_dependency_keys(cluster)),
+        depends_on=(PVC_KEY, *secrets, CPU_POOL_KEY, GPU_POOL_KEY, HEAD_BINDING_KEY, *ray_dependency_keys(cluster)),
         settings={
             "namespace": cluster.namespace,
             "image": cluster.image,

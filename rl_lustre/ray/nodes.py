@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -103,6 +104,10 @@ def node_env(temp_dir: Path, env: Mapping[str, str] | None, mode: AuthMode) -> d
             # the head's own drivers re-run that uv command, and refuse every job ("Your
             # <clone>/pyproject.toml is not in the working_dir"). Jobs here name their Python.
             "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+            # The dashboard's stack traces (py-spy, which ships with ray[default] beside this
+            # Python): a stalled run's diagnostics bundle takes them (oncluster/evidence.py).
+            "RAY_DASHBOARD_ENABLE_PROFILING": "1",
+            "PATH": os.pathsep.join(p for p in (out.get("PATH"), os.path.dirname(sys.executable)) if p),
         }
     )
     if mode == "token":

@@ -9,12 +9,24 @@ nodes were lost. This package is the client's side:
   :func:`shipped_package` is the directory Ray uploads as the job's ``py_modules``
   (:mod:`.shipping`);
 - :func:`parse_restarts` reads the supervisor's records back from the job's log, for
-  :meth:`rl_lustre.run.Run.restarts` (:mod:`.restarts`).
+  :meth:`rl_lustre.run.Run.restarts` (:mod:`.restarts`), and :func:`parse_diagnostics` the
+  diagnostics bundles it kept when the run stalled, for :meth:`rl_lustre.run.Run.diagnostics`
+  (:mod:`.diagnostics`).
 """
 
 from __future__ import annotations
 
+from .diagnostics import Diagnostics, parse_diagnostics
 from .restarts import LostNode, Restart, parse_restarts
 from .shipping import PACKAGE, shipped_package, supervised
 
-__all__ = ["PACKAGE", "LostNode", "Restart", "parse_restarts", "shipped_package", "supervised"]
+__all__ = [
+    "PACKAGE",
+    "Diagnostics",
+    "LostNode",
+    "Restart",
+    "parse_diagnostics",
+    "parse_restarts",
+    "shipped_package",
+    "supervised",
+]

@@ -46,6 +46,10 @@ def supervised(
     lifetimes: Sequence[tuple[str, float]] = (),
     save_margin: float | None = None,
     run_dir: str | None = None,
+    hang_timeout: float | None = None,
+    startup_timeout: float | None = None,
+    kube_raycluster: str | None = None,
+    kube_namespace: str | None = None,
 ) -> str:
     """The Ray job's entrypoint: the supervisor, running ``command``.
 
@@ -55,7 +59,10 @@ def supervised(
     capacity that ends (``capacity_end``, seconds since the epoch; ``lifetimes``: node-name
     prefixes and how long such nodes live) it tells NeMo-RL, before each attempt, to save
     ``save_margin`` seconds before the end (see :mod:`rl_lustre.oncluster.lifetimes`). The
-    run's records go to ``run_dir`` on the volume (:mod:`rl_lustre.oncluster.rundir`).
+    run's records go to ``run_dir`` on the volume (:mod:`rl_lustre.oncluster.rundir`). Its
+    watchdog (:mod:`rl_lustre.oncluster.hangs`) declares a stall after ``hang_timeout`` seconds
+    without progress (None: adaptive), ``startup_timeout`` until an attempt's first step is
+    done; a diagnostics bundle then holds the Kubernetes events of ``kube_raycluster``'s pods.
 
     Examples:
         >>> supervised("cd /opt/nemo-rl && uv run python x.py", python="python", max_restarts=3, nodes=8,
@@ -94,6 +101,14 @@ def supervised(
         parts += ["--checkpoint-dir", shlex.quote(checkpoint_dir)]
     if run_dir:
         parts += ["--run-dir", shlex.quote(run_dir)]
+    if hang_timeout is not None:
+        parts += ["--hang-timeout", _number(hang_timeout)]
+    if startup_timeout is not None:
+        parts += ["--startup-timeout", _number(startup_timeout)]
+    if kube_raycluster:
+        parts += ["--kube-raycluster", shlex.quote(kube_raycluster)]
+        if kube_namespace:
+            parts += ["--kube-namespace", shlex.quote(kube_namespace)]
     if capacity_end is not None or lifetimes:
         assert save_margin is not None, "a capacity that ends needs the save margin"
         if capacity_end is not None:

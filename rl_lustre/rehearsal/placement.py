@@ -8,11 +8,18 @@ that traceback and exit status 1.
 
 :class:`NodeWorkers` does the same at rehearsal scale: one actor per node, in the
 first bundle of that node's group (one CPU and the bundle's GPU, as Ray resources;
-nothing runs on a GPU), called once per step.
+nothing runs on a GPU), called once per step. Inside a step the workers meet the way
+NeMo-RL's ranks meet in a collective: each calls :meth:`_NodeWorker.all_reduce`, which
+returns only once every worker of the step has arrived (at a rendezvous actor, in the
+first bundle). So one worker that stops -- a stuck rank, or one stopped with SIGSTOP by
+:func:`rl_lustre.testing.freeze` -- stalls them all and the driver with them, with every
+node alive, as a hung collective stalls a real run. Each worker keeps a stand-in of
+PyTorch's NCCL flight recorder (:mod:`.flight_recorder`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -35,8 +42,13 @@ class NodeWorkers:
             if unified
             else [(g, 0) for g in groups]
         )
+        first = PlacementGroupSchedulingStrategy(places[0][0], places[0][1])
+        self.rendezvous = (
+            ray.remote(num_cpus=0, max_restarts=0)(_Rendezvous).options(scheduling_strategy=first).remote(len(places))
+        )
         self.actors: list[Any] = [
-            worker.options(scheduling_strategy=PlacementGroupSchedulingStrategy(g, i)).remote() for g, i in places
+            worker.options(scheduling_strategy=PlacementGroupSchedulingStrategy(g, i)).remote(rank, self.rendezvous)
+            for rank, (g, i) in enumerate(places)
         ]
         self.nodes: list[str] = ray.get([a.node.remote() for a in self.actors])
 
@@ -45,12 +57,48 @@ class NodeWorkers:
         self._ray.get([a.step.remote(k) for a in self.actors])
 
 
+class _Rendezvous:
+    """Where the workers of a step meet: :meth:`arrive` returns once all of them have."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+        self.arrived: dict[int, set[int]] = {}
+        self.done: dict[int, asyncio.Event] = {}
+
+    async def arrive(self, k: int, rank: int) -> int:
+        self.arrived.setdefault(k, set()).add(rank)
+        done = self.done.setdefault(k, asyncio.Event())
+        if len(self.arrived[k]) >= self.world:
+            done.set()
+            self.done.pop(k - 2, None)
+            self.arrived.pop(k - 2, None)
+        await done.wait()
+        return len(self.arrived[k])
+
+
 class _NodeWorker:
+    def __init__(self, rank: int, rendezvous: Any) -> None:
+        from .flight_recorder import StandInRecorder
+
+        self.rank = rank
+        self.rendezvous = rendezvous
+        self.recorder = StandInRecorder(rank)
+
     def node(self) -> str:
         import ray
 
         ctx = ray.get_runtime_context()
         return f"{ctx.get_node_id()[:8]} ({os.uname().nodename}, pid {os.getpid()})"
 
+    def all_reduce(self, k: int) -> int:
+        """Meet every other worker of step ``k``, as ranks meet in a collective."""
+        import ray
+
+        entry = self.recorder.started("all_reduce", k)
+        world = ray.get(self.rendezvous.arrive.remote(k, self.rank))
+        self.recorder.completed(entry)
+        return int(world)
+
     def step(self, k: int) -> int:
+        self.all_reduce(k)
         return k

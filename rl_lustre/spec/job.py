@@ -246,6 +246,10 @@ class JobSpec:
     )
     max_restarts: int = attrs.field(default=3, validator=v.integer(min=0, max=100))
     capacity_timeout: float = attrs.field(default=1800.0, validator=v.number(gt=0, le=7 * 24 * 3600))
+    hang_timeout: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(v.number(gt=0, le=7 * 24 * 3600))
+    )
+    startup_timeout: float = attrs.field(default=3600.0, validator=v.number(gt=0, le=7 * 24 * 3600))
     num_nodes: int | None = attrs.field(default=None, validator=v.integer(min=1, max=1000, optional=True))
     priority: int = attrs.field(default=0, validator=v.integer(min=-1000, max=1000))
     backfill_window: float = attrs.field(default=3600.0, validator=v.number(ge=0, le=7 * 24 * 3600))

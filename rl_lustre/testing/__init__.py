@@ -21,7 +21,9 @@ run your own GKE script end to end (``submit()`` and ``wait()`` included) on thi
 
 :func:`preempt` takes worker nodes of a running local or fake-GKE deployment away, as a
 Spot preemption does, and brings replacements back; :func:`lose_head` takes its Ray head away,
-as a pod deletion or an OOM kill does, and brings a new one back as KubeRay would.
+as a pod deletion or an OOM kill does, and brings a new one back as KubeRay would;
+:func:`freeze` stops a job's workers on worker nodes with SIGSTOP, as a stuck rank stops, with
+every node alive.
 
 The kinds ``KubeFake`` serves are one table: :func:`register_kind` adds one
 (``register_kind(KindInfo("ReplicaSet", "apps/v1", "replicasets", ...))``), and routing,
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from ._core import DEFAULT_LATENCY, FakeError, Faults, RequestRecord, project_number
     from ._fake import FakeGCP
     from ._fake_gke import FakeGKE
+    from ._freeze import Freeze, freeze
     from ._kube_faults import KubeFaults, KubeTimings
     from ._kube_kinds import KindInfo, pod_merge_keys, register_kind
     from ._lose_head import lose_head
@@ -64,6 +67,7 @@ _HOMES = {
     "FakeGKE": ("._fake_gke", "FakeGKE"),
     "Faults": ("._core", "Faults"),
     "HeadLoss": ("._preemption", "HeadLoss"),
+    "Freeze": ("._freeze", "Freeze"),
     "KindInfo": ("._kube_kinds", "KindInfo"),
     "KubeFake": (".kube", "KubeFake"),
     "KubeFaults": ("._kube_faults", "KubeFaults"),
@@ -76,6 +80,7 @@ _HOMES = {
     "preempt": ("._preempt", "preempt"),
     "project_number": ("._core", "project_number"),
     "register_kind": ("._kube_kinds", "register_kind"),
+    "freeze": ("._freeze", "freeze"),
 }
 
 __all__ = [
@@ -88,12 +93,14 @@ __all__ = [
     "FakeGKE",
     "Faults",
     "HeadLoss",
+    "Freeze",
     "KindInfo",
     "KubeFake",
     "KubeFaults",
     "KubeTimings",
     "Preemption",
     "RequestRecord",
+    "freeze",
     "kube_schema_validator",
     "lose_head",
     "pod_merge_keys",

@@ -147,6 +147,9 @@ for _info in (
     ),
     KindInfo("PersistentVolumeClaim", "v1", "persistentvolumeclaims", True, ("pvc",), status=True),
     KindInfo("Secret", "v1", "secrets", True, field_selectors=frozenset({"type"})),
+    KindInfo("ServiceAccount", "v1", "serviceaccounts", True, ("sa",)),
+    KindInfo("Role", "rbac.authorization.k8s.io/v1", "roles", True),
+    KindInfo("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings", True),
     KindInfo(
         "Pod",
         "v1",
