@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-BENCHMARKS = ("provisioning", "startup", "submit", "sweep", "capacity")
+BENCHMARKS = ("provisioning", "startup", "submit", "sweep", "capacity", "hang")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ pytest_plugins = [
     "helpers.kube_plane",
     "helpers.kube_both",
     "helpers.spot_gke",
+    "helpers.hang_cluster",
 ]
 
 # Upstream reference data, vendored as data only (provenance and licences in its README).

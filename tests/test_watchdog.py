@@ -53,6 +53,22 @@ def test_the_default_adapts_to_the_longest_step_save_or_validation_seen() -> Non
     assert (stall.phase, stall.step, stall.since) == ("step", 3, 115.0)
 
 
+def test_the_runs_first_save_and_first_validation_have_the_start_up_allowance() -> None:
+    r = Run(hang_timeout=5.0, startup_timeout=30.0)
+    r.step(0.0, 1, 1.0)
+    r.step(1.0, 2, 1.0)
+    r.say(2.0, formats.step_header(3, 10), "▶ Starting validation at step 3...")
+    assert r.w.stall(now=20.0) is None  # nothing has timed a validation yet
+    r.say(20.0, "    • Total validation time: 18.00s")
+    r.say(21.0, formats.step_header(4, 10), formats.save_line(4))
+    assert r.w.allowance() == (30.0, "startup_timeout=30s (the run's first save)")
+    r.say(22.0, "📊 Training Results:")  # the save is timed: from now on the job's timeout holds
+    r.say(23.0, formats.step_header(5, 10), formats.save_line(5))
+    assert r.w.allowance()[0] == 5.0
+    r.say(24.0, formats.step_header(6, 10), "▶ Starting validation at step 6...")
+    assert r.w.allowance()[0] == 5.0
+
+
 def test_a_fixed_hang_timeout_and_the_first_steps_own_allowance() -> None:
     r = Run(hang_timeout=5.0, startup_timeout=30.0)
     r.say(1.0, " " * 18 + formats.SETUP_DONE)

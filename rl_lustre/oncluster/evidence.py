@@ -409,6 +409,8 @@ def command(verb: str, request_path: str) -> tuple[list[str], dict[str, str]]:
     and its environment: this one, with the package importable (shipped as a top-level
     package, it is found where this process found it)."""
     env = dict(os.environ)
+    # Its Ray connection is a job of its own, not another driver of the run's submission.
+    env.pop("RAY_JOB_CONFIG_JSON_ENV_VAR", None)
     if __package__ and "." not in __package__:
         parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (parent, env.get("PYTHONPATH")) if p)

@@ -93,8 +93,9 @@ class HangWatch:
         )
         self.run_dir: str | None = args.run_dir or None
         self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL)
-        # Seconds between reads of the checkpoint directory (a walk of the save in progress).
-        self.look_every = max(args.poll, 2.0)
+        # Seconds between reads of the checkpoint directory (a walk of the save in progress);
+        # it is read again before any stall is declared.
+        self.look_every = max(args.poll, 10.0)
         self.attempt = 0
         self.session = 0
         self.started_at = 0.0
@@ -136,11 +137,16 @@ class HangWatch:
         """The attempt's stall, the first time it is found (None otherwise)."""
         if self.stall is not None:
             return None
-        if self.args.checkpoint_dir and now >= self._next_look:
-            self.watchdog.look(self.args.checkpoint_dir, now=now)
+        directory = self.args.checkpoint_dir
+        if directory and now >= self._next_look:
+            self.watchdog.look(directory, now=now)
             self._next_look = now + self.look_every
-        self.stall = self.watchdog.stall(now=now)
-        return self.stall
+        stall = self.watchdog.stall(now=now)
+        if stall is not None and directory:  # a save may have written since the last look
+            self.watchdog.look(directory, now=now)
+            stall = self.watchdog.stall(now=now)
+        self.stall = stall
+        return stall
 
     def lost_node_overdue(self, first_loss: float | None, now: float) -> bool:
         """Whether the attempt still runs ``--hang-grace`` seconds after it lost one of its nodes."""

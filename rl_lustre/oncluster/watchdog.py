@@ -27,7 +27,9 @@ How long a silence may last (the allowance)
     - then ``hang_timeout`` when the job sets one; by default it adapts: ``factor`` x the
       longest step, save or validation seen so far in the run (every attempt; an
       attempt's first step, slow by nature, is left out), and never less than ``floor``.
-      A slow generation step, a long save or a validation pass is never a stall.
+      A slow generation step, a long save or a validation pass is never a stall;
+    - the run's first save and first validation, which nothing has timed yet, have the
+      start-up allowance too.
 
 A save that never completes counts: while a ``tmp_step_N`` stays without growing, its
 silence grows like any other, and the stall says so. Only a running attempt is watched:
@@ -288,8 +290,11 @@ class Watchdog:
             steady = max(self.floor, self.factor * longest)
             seen = f"{self.factor:g} x the longest step, save or validation seen ({longest:.3g}s)"
             why = f"{seen}, at least {self.floor:g}s" if longest else f"nothing timed yet: at least {self.floor:g}s"
-        if not self.first_done and self.phase != "finishing" and self.startup_timeout > steady:
-            return self.startup_timeout, f"startup_timeout={self.startup_timeout:g}s (the first step is not done)"
+        if self.startup_timeout > steady:
+            if not self.first_done and self.phase != "finishing":
+                return self.startup_timeout, f"startup_timeout={self.startup_timeout:g}s (the first step is not done)"
+            if self.phase in ("save", "validation") and self.phase not in self.longest:
+                return self.startup_timeout, f"startup_timeout={self.startup_timeout:g}s (the run's first {self.phase})"
         return steady, why
 
     def stall(self, *, now: float | None = None) -> Stall | None:
