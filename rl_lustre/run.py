@@ -334,7 +334,7 @@ class Run(RunAccounts):
 
     def diagnostics(self) -> list[Diagnostics]:
         """The evidence kept each time the run stalled, oldest first: where its bundle is on the
-        volume and a summary of who was where (see :class:`~rl_lustre.recovery.Diagnostics`).
+        volume and a summary of who was where (see :class:`~rl_lustre.Diagnostics`).
 
         Examples:
             >>> print(run.diagnostics()[-1])  # doctest: +SKIP
