@@ -13,6 +13,7 @@ import pytest
 from rl_lustre import Cluster, GRPOJob
 from rl_lustre.backends.submission import prepare
 from rl_lustre.errors import ConfigError
+from rl_lustre.kube.keeper import keeper_manifests
 from rl_lustre.kube.manifests import build_manifests
 from rl_lustre.oncluster.jobargs import parser
 from rl_lustre.oncluster.kubeevents import pod_events
@@ -94,6 +95,14 @@ def test_the_rayclusters_containers_may_ptrace_and_the_head_reads_only_pods_and_
     binding = objs["RoleBinding"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hang-gke-ray-head", "namespace": "default"}]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hang-gke-ray-head"}
+    # The keeper's account and Role (issue 31) are others, of another name: neither grants the other's rights.
+    rbac = ("ServiceAccount", "Role", "RoleBinding")
+    head = {(m["kind"], m["metadata"]["name"]) for m in build_manifests(cluster) if m["kind"] in rbac}
+    keeper = {(m["kind"], m["metadata"]["name"]) for m in keeper_manifests(cluster) if m["kind"] in rbac}
+    assert len(head) == len(keeper) == 3
+    assert not head & keeper
+    planned = cluster.plan().keys()
+    assert {"head-account", "head-role", "head-role-binding", "keeper"} <= set(planned)
 
 
 def test_the_head_reads_its_pods_events_through_the_kubernetes_api() -> None:

@@ -24,8 +24,10 @@ import pytest
 from helpers import scripted_nemo
 
 from rl_lustre.oncluster import diagnostics as d
+from rl_lustre.oncluster import rundir
 from rl_lustre.oncluster.nccl import recorder_env
-from rl_lustre.oncluster.records import read_journal
+from rl_lustre.oncluster.records import HEAD_LOST, read_journal
+from rl_lustre.oncluster.runview import RunView
 from rl_lustre.recovery import parse_restarts, shipped_package
 
 # The on-cluster package's tests: nox -s tests-oncluster runs them on the image's Python and Ray too.
@@ -34,43 +36,49 @@ pytestmark = pytest.mark.oncluster
 HANG_TIMEOUT = 2.0
 
 
-def _supervise(tmp: Path, plan: Path, *options: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _argv(tmp: Path, plan: Path, *options: str) -> list[str]:
     root = os.path.dirname(shipped_package())
-    run_dir = tmp / "rl_lustre" / "runs" / "rl-lustre-hang-0a1b2c3d"
-    env = {
+    return [
+        sys.executable,
+        "-I",
+        "-c",
+        f"import sys, runpy; sys.path.insert(0, {root!r}); "
+        "runpy.run_module('rl_lustre_oncluster.supervisor', run_name='__main__', alter_sys=True)",
+        "--nodes",
+        "0",
+        "--poll",
+        "0.2",
+        "--checkpoint-dir",
+        str(tmp / "ckpt"),
+        "--run-dir",
+        str(_run_dir(tmp)),
+        *options,
+        "--",
+        f"{sys.executable} {scripted_nemo.__file__} {plan}",
+    ]
+
+
+def _env(tmp: Path, metadata: dict[str, str] | None = None) -> dict[str, str]:
+    return {
         **os.environ,
         # No Ray here: the evidence of Ray's side is missing, and named so.
         "RAY_DASHBOARD_ADDRESS": "http://127.0.0.1:9",
-        **recorder_env(str(run_dir), run_dir.name),
+        **recorder_env(str(_run_dir(tmp)), _run_dir(tmp).name),
+        # What Ray tells the entrypoint about its submission (a resubmission after a head loss says so).
+        "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"metadata": metadata or {}}),
     }
-    return subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-c",
-            f"import sys, runpy; sys.path.insert(0, {root!r}); "
-            "runpy.run_module('rl_lustre_oncluster.supervisor', run_name='__main__', alter_sys=True)",
-            "--nodes",
-            "0",
-            "--poll",
-            "0.2",
-            "--checkpoint-dir",
-            str(tmp / "ckpt"),
-            "--run-dir",
-            str(run_dir),
-            *options,
-            "--",
-            f"{sys.executable} {scripted_nemo.__file__} {plan}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+
+
+def _run_dir(tmp: Path) -> Path:
+    return tmp / "rl_lustre" / "runs" / "rl-lustre-hang-0a1b2c3d"
+
+
+def _supervise(tmp: Path, plan: Path, *options: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_argv(tmp, plan, *options), capture_output=True, text=True, timeout=timeout, env=_env(tmp))
 
 
 def _bundles(tmp: Path) -> list[Path]:
-    found = d.list_bundles(str(tmp / "rl_lustre" / "runs" / "rl-lustre-hang-0a1b2c3d" / "diagnostics"))
+    found = d.list_bundles(str(_run_dir(tmp) / rundir.DIAGNOSTICS))
     return [Path(b["path"]) for b in found]
 
 
@@ -152,6 +160,45 @@ def test_a_slow_first_step_within_its_allowance_is_not_a_stall(
     assert bool(parse_restarts(out.stdout)) == stalls
     assert bool(_bundles(tmp_path)) == stalls
     assert time.monotonic() - started < 60
+
+
+def test_a_hung_restart_and_a_head_lost_one_draw_on_one_max_restarts(tmp_path: Path) -> None:
+    # Attempt 1 stalls at step 3 (restart 1: hung); the head is lost during attempt 2's long step 5
+    # (restart 2: head-lost); attempt 3, on the new head, stalls at step 7: max_restarts=2 is used up.
+    plan = scripted_nemo.plan(
+        tmp_path,
+        steps=8,
+        a1={"stall": "step", "at": 3},
+        a2={"slow_step": 5, "seconds": 60.0},
+        a3={"stall": "step", "at": 7},
+    )
+    options = ("--hang-timeout", "5", "--startup-timeout", "8", "--max-restarts", "2")
+    env = _env(tmp_path, {"job_submission_id": "rl-lustre-hang-0a1b2c3d"})
+    head = subprocess.Popen(_argv(tmp_path, plan, *options), stdout=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while RunView(_run_dir(tmp_path)).attempts < 2 or not (tmp_path / "ckpt" / "step_4").is_dir():
+            assert time.monotonic() < deadline
+            assert head.poll() is None
+            time.sleep(0.05)
+    finally:
+        head.kill()  # the head goes, its supervisor with it (the command follows it: procs.orphan_watcher)
+        head.wait()
+    lost = {"lost_at": time.time(), "head": "demo-head-abcde", "reason": "OOMKilled", "session": "s1"}
+    metadata = {HEAD_LOST: json.dumps(lost), "job_submission_id": "rl-lustre-hang-0a1b2c3d-h1"}
+    out = subprocess.run(
+        _argv(tmp_path, plan, *options), capture_output=True, text=True, timeout=120, env=_env(tmp_path, metadata)
+    )
+    assert out.returncode != 0, out.stdout[-3000:]
+    restarts = RunView(_run_dir(tmp_path)).restarts
+    assert [(r["restart"], r["cause"]) for r in restarts] == [(1, "hung"), (2, "head-lost")]
+    first, second = _bundles(tmp_path)
+    assert restarts[0]["bundle"] == str(first)
+    [used_up] = [line for line in out.stdout.splitlines() if "max_restarts=2 is used up: not restarted" in line]
+    assert "stalled at step 3" in used_up
+    assert "demo-head-abcde" in used_up
+    assert f"The stall's evidence: {second}" in used_up
+    assert "stalled at step 7" in (second / d.SUMMARY).read_text()
 
 
 def test_an_attempt_ended_by_nccls_watchdog_is_a_hang_with_its_flight_recorder_dump(tmp_path: Path) -> None:

@@ -471,12 +471,13 @@ class Supervisor:
                     _say(f"the command exited with code {status} after losing worker node(s): {names}")
                     cause = "preempted"
             if len(self.restarts) >= args.max_restarts:
+                kept = f". The stall's evidence: {self.hangs.bundle or 'not kept'}" if cause == "hung" else ""
                 if args.max_restarts == 0:
-                    _say("recovery is off (max_restarts=0): not restarted")
+                    _say(f"recovery is off (max_restarts=0): not restarted{kept}")
                 else:
                     _say(
                         f"max_restarts={args.max_restarts} is used up: not restarted. Restarts: "
-                        f"{self._describe_restarts()}"
+                        f"{self._describe_restarts()}{kept}"
                     )
                 return status, "failed"
             number = len(self.restarts) + 1
