@@ -321,6 +321,17 @@ GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
 GKE_LOCAL_SSD_LABEL = "cloud.google.com/gke-ephemeral-storage-local-ssd"
+# A node's ComputeClass: the label (and, on node pools made by hand, the NoSchedule taint) that
+# makes a pool join the class, and what a pod's nodeSelector names to select it (GKE's "About
+# custom ComputeClasses"). GKE's labels of flex-start nodes, and the annotation with the time
+# GKE will end a node whose run is bounded (flex-start's max_run_duration).
+COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
+GKE_FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
+GKE_PROVISIONING_LABEL = "cloud.google.com/gke-provisioning"
+GKE_TERMINATION_ANNOTATION = "node.gke.io/machine-termination-datetime"
+# Ours, on every GPU node: the kind of capacity its pool has (reservation, spot, flex-start,
+# on-demand), which is what a node-hour costs.
+CAPACITY_KIND_LABEL = "rl-lustre/capacity"
 # NVIDIA's device plugin resource, and the key of the taint GKE puts on GPU nodes.
 GPU_RESOURCE = "nvidia.com/gpu"
 # The Ray head's ports by the names KubeRay gives them (the dashboard serves the Jobs API).

@@ -132,6 +132,17 @@ def gpu_standby_pool_name(cluster: ClusterSpec) -> str:
     return "gpu-standby"
 
 
+def gpu_queued_pool_name(cluster: ClusterSpec, pool: str) -> str:
+    """The queued flex-start pool beside the class pool ``pool`` of a flex-start lane: its nodes
+    come only through a ProvisioningRequest (``gpu-flex-c-q``)."""
+    return f"{pool}-q"
+
+
+def compute_class_name(cluster: ClusterSpec) -> str:
+    """The GKE ComputeClass of the deployment's GPU pools (cluster-scoped: one per deployment)."""
+    return f"{cluster.name}-gpus"
+
+
 def provisioning_request_name(cluster: ClusterSpec, pool: str) -> str:
     """The ProvisioningRequest (and its PodTemplate) of a queued flex-start pool."""
     return f"{cluster.name}-{pool}"

@@ -1,5 +1,5 @@
-"""The KubeRay ``RayCluster`` CRD schema, shipped with the package, and the check every
-RayCluster passes before it is sent.
+"""The schemas shipped with the package (KubeRay's ``RayCluster`` CRD, GKE's networking objects
+and ``ComputeClass``), and the check every such object passes before it is sent.
 
 The schema is KubeRay's own ``openAPIV3Schema`` for ``ray.io/v1`` (descriptions removed;
 provenance and licence in ``crds/NOTICE``). :func:`validate_raycluster` applies it the
@@ -28,12 +28,15 @@ from typing import Any
 from ..errors import ConfigError
 
 __all__ = [
+    "COMPUTE_CLASS_FILE",
     "CRD_FILE",
     "NETWORKING_API",
     "NETWORKING_FILE",
+    "compute_class_crd",
     "forbid_unknown_fields",
     "raycluster_crd",
     "raycluster_schema",
+    "validate_compute_class",
     "validate_networking",
     "validate_raycluster",
 ]
@@ -41,6 +44,7 @@ __all__ = [
 CRD_FILE = Path(__file__).with_name("crds") / "ray.io_rayclusters.v1.json"
 NETWORKING_FILE = Path(__file__).with_name("crds") / "networking.gke.io_v1.json"
 NETWORKING_API = "networking.gke.io/v1"
+COMPUTE_CLASS_FILE = Path(__file__).with_name("crds") / "cloud.google.com_computeclasses.v1.json"
 
 _SUBSCHEMA_MAPS = ("properties", "patternProperties")
 _SUBSCHEMAS = ("items", "additionalProperties", "not")
@@ -192,3 +196,69 @@ def validate_networking(obj: Mapping[str, Any]) -> None:
             error.instance if error.absolute_path else None,
             f"must match the {NETWORKING_API} schema: {error.message}",
         )
+
+
+@functools.lru_cache(maxsize=1)
+def compute_class_crd() -> dict[str, Any]:
+    """The vendored ``ComputeClass`` CRD version (``cloud.google.com/v1``), written from Google's
+    field reference (provenance in ``crds/NOTICE``): ``group``, ``kind``, ``plural``,
+    ``singular``, ``scope``, ``version``, ``subresources`` and ``openAPIV3Schema``.
+
+    Examples:
+        >>> crd = compute_class_crd()
+        >>> crd["group"], crd["kind"], crd["scope"]
+        ('cloud.google.com', 'ComputeClass', 'Cluster')
+        >>> crd["openAPIV3Schema"]["properties"]["spec"]["properties"]["whenUnsatisfiable"]["enum"]
+        ['ScaleUpAnyway', 'DoNotScaleUp']
+    """
+    data: dict[str, Any] = json.loads(COMPUTE_CLASS_FILE.read_text())
+    return data
+
+
+@functools.lru_cache(maxsize=1)
+def _compute_class_validator() -> Any:
+    import jsonschema
+
+    schema = forbid_unknown_fields(compute_class_crd()["openAPIV3Schema"])
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def validate_compute_class(obj: Mapping[str, Any]) -> None:
+    """Check a ``cloud.google.com/v1`` ComputeClass against the vendored schema (no remote call):
+    an unknown field, a wrong type, a value out of range or not among those allowed is an error.
+
+    Examples:
+        >>> validate_compute_class({"apiVersion": "cloud.google.com/v1", "kind": "ComputeClass",
+        ...     "metadata": {"name": "c"}, "spec": {"priorities": [{"nodepools": ["gpu-pool"]}],
+        ...     "whenUnsatisfiable": "DoNotScaleUp", "autoscalingPolicy": {"consolidationDelayMinutes": 0}}})
+        ... # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        rl_lustre.errors.ConfigError: ComputeClass.spec.autoscalingPolicy.consolidationDelayMinutes=0: ...
+
+    Raises:
+        ConfigError: naming the first offending field (a dotted path under the object), its
+            value and the rule the schema states.
+    """
+    if obj.get("apiVersion") != "cloud.google.com/v1" or obj.get("kind") != "ComputeClass":
+        raise ConfigError(
+            "manifest", "kind", f"{obj.get('apiVersion')}/{obj.get('kind')}", "must be cloud.google.com/v1/ComputeClass"
+        )
+    errors = list(_compute_class_validator().iter_errors(copy.deepcopy(dict(obj))))
+    if not errors:
+        return
+    error = min(
+        errors,
+        key=lambda e: (e.validator != "additionalProperties", len(e.absolute_path), [str(p) for p in e.absolute_path]),
+    )
+    path = ".".join(str(p) for p in error.absolute_path) or "<root>"
+    if error.validator == "additionalProperties":
+        allowed = set((error.schema or {}).get("properties") or {})
+        unknown = sorted(k for k in error.instance if k not in allowed)
+        value: Any = unknown[0] if len(unknown) == 1 else unknown
+        rule = f"not a field of the ComputeClass reference here (known: {', '.join(sorted(allowed))})"
+    else:
+        value = error.instance
+        cited = str((error.schema or {}).get("description") or "").split(" (", 1)[0]
+        rule = f"the ComputeClass reference requires it: {error.message}" + (f" ({cited})" if cited else "")
+    raise ConfigError("ComputeClass", path, value, rule)
