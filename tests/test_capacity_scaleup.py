@@ -79,7 +79,7 @@ def test_unqueued_flex_start_waits_for_its_nodes_and_a_timeout_is_a_failed_attem
     c = Cluster(**BASE, capacity=(flex, "on-demand"))  # type: ignore[arg-type]
     with KubeFake() as kube, FakeGCP(kube=kube) as gcp:
         # The autoscaler has asked for the nodes (no FailedScaleUp), and they never come.
-        kube.autoscaling = lambda pool, count, asked_at: ("granted", "", [])
+        kube.autoscaling = lambda pool, count, asked_at: ("wait", "Waiting for resources.", [])
         b = _backend(c)
         with caplog.at_level(logging.DEBUG):
             report = b.up(check=False)
@@ -102,7 +102,7 @@ def test_unqueued_flex_start_granted_after_a_delay_is_waited_for(caplog: pytest.
         grant, asked = kube.autoscaling, time.monotonic()
         # The scale-up is in flight for a second (no FailedScaleUp), then the nodes come.
         kube.autoscaling = lambda pool, count, at: (
-            grant(pool, count, at) if time.monotonic() - asked > 1.0 else ("granted", "", [])
+            grant(pool, count, at) if time.monotonic() - asked > 1.0 else ("wait", "Waiting for resources.", [])
         )
         b = _backend(c)
         with caplog.at_level(logging.DEBUG):

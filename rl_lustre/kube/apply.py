@@ -58,6 +58,7 @@ _DELETE_ORDER = (
     "Job",
     "DaemonSet",
     "RayCluster",
+    "ComputeClass",
     "Secret",
     "PersistentVolumeClaim",
     "PersistentVolume",
@@ -68,8 +69,9 @@ _DELETE_ORDER = (
     "Role",
     "ServiceAccount",
 )
-# Kinds a cluster may lack (no KubeRay add-on, no multi-networking): none of ours then.
-_OPTIONAL_KINDS = frozenset({"RayCluster", "GKENetworkParamSet", "Network"})
+# Kinds a cluster may lack (no KubeRay add-on, no multi-networking, a GKE older than
+# ComputeClasses): none of ours then.
+_OPTIONAL_KINDS = frozenset({"RayCluster", "GKENetworkParamSet", "Network", "ComputeClass"})
 _WATCH_CHUNK = 60.0
 _OWNS_PODS = frozenset({"RayCluster", "Job", "DaemonSet", "Deployment"})
 
@@ -176,12 +178,14 @@ def apply_manifests(
         KubernetesError: the API refused a request, or an immutable field of an
             adopted object differs from the manifest.
     """
-    from .schema import NETWORKING_API, validate_networking
+    from .schema import NETWORKING_API, validate_compute_class, validate_networking
 
     targets = [_target(m, namespace) for m in manifests]
     for manifest, (kind, _, name) in zip(manifests, targets, strict=True):
         if manifest.get("apiVersion") == NETWORKING_API:
             validate_networking(manifest)
+        if kind == "ComputeClass":
+            validate_compute_class(manifest)
         annotations = (manifest.get("metadata") or {}).get("annotations") or {}
         if kind == "PersistentVolume" and _PENDING_ANNOTATION in annotations:
             raise NotReadyError(

@@ -370,16 +370,14 @@ KINDS: dict[str, Kind] = {
         Kind("GKENetworkParamSet", "networking.gke.io/v1", "gkenetworkparamsets", namespaced=False),
         Kind("Network", "networking.gke.io/v1", "networks", namespaced=False),
         Kind("PodTemplate", "v1", "podtemplates", core="pod_template"),
-        # The keeper's (rl_lustre.kube.keeper).
+        # The keeper's (rl_lustre.kube.keeper) and the head's (rl_lustre.kube.head_access).
         Kind("ServiceAccount", "v1", "serviceaccounts", core="service_account"),
         Kind("ConfigMap", "v1", "configmaps", core="config_map"),
         Kind("Role", "rbac.authorization.k8s.io/v1", "roles"),
         Kind("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings"),
         Kind("Deployment", "apps/v1", "deployments"),
         Kind("ProvisioningRequest", "autoscaling.x-k8s.io/v1", "provisioningrequests"),
-        Kind("ServiceAccount", "v1", "serviceaccounts", core="service_account"),
-        Kind("Role", "rbac.authorization.k8s.io/v1", "roles"),
-        Kind("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings"),
+        Kind("ComputeClass", "cloud.google.com/v1", "computeclasses", namespaced=False),
     ]
 }
 

@@ -49,6 +49,10 @@ DEFAULT_LATENCY: dict[str, float] = {
     "gke.delete_cluster": 0.05,
     "gke.create_node_pool": 0.06,
     "gke.delete_node_pool": 0.04,
+    # The cluster autoscaler's scale-up of a pool: until its new VMs are nodes, and until a
+    # stock-out is known (Compute refuses the VMs well before one would have booted).
+    "gke.scale_up": 0.02,
+    "gke.scale_up_stockout": 0.01,
     # Until then a new service account is unknown to the project IAM policy (IAM is
     # eventually consistent): a grant to it is refused as a member that does not exist.
     "iam.create_service_account": 0.0,

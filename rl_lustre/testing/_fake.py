@@ -149,7 +149,7 @@ class FakeGCP(Seeding):
         self._gke = GkeFake(self._core, self._stock)
         if kube is not None:
             kube.provisioning = self._flex_decider
-            kube.autoscaling = self._flex_decider
+            kube.autoscaling = self._scale_up_decider
         self._monitoring = MonitoringFake(self._core)
         self._lustre.register(self._grpc)
         self._gke.register(self._grpc)
@@ -288,6 +288,23 @@ class FakeGCP(Seeding):
         finally:
             self._core.lock.release()
         return state, message, nodes
+
+    def _scale_up_decider(self, pool: str, count: int, asked_at: float) -> tuple[str, str, list[Any]]:
+        """How the cluster autoscaler's scale-up of ``pool`` to ``count`` nodes is answered (the
+        KubeFake asks; the nodes are its own to make)."""
+        if not self._core.lock.acquire(timeout=0.01):  # as in _flex_decider: never block here
+            return "busy", "", []
+        try:
+            found = [(name, p) for name, c in self._core.clusters.items() for p in c.node_pools if p.name == pool]
+            if not found:
+                return "failed", f"node pool {pool} not found", []
+            cluster, node_pool = found[0]
+            zone = node_pool.locations[0] if node_pool.locations else ""
+            project = cluster.split("/")[1]
+            state, message = self._stock.scale_up(node_pool, project, zone, asked_at, self._core.now(), count)
+        finally:
+            self._core.lock.release()
+        return state, message, []
 
     @property
     def quotas(self) -> QuotasFake:

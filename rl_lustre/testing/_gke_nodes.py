@@ -26,18 +26,23 @@ So an ``a4-highgpu-8g`` node (224 vCPUs, 3,968 GiB, 8 B200s, 32 x 375 GB local S
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..catalog import (
     GKE_ACCELERATOR_LABEL,
+    GKE_FLEX_START_LABEL,
     GKE_LOCAL_SSD_LABEL,
     GKE_NODEPOOL_LABEL,
+    GKE_PROVISIONING_LABEL,
     GKE_SPOT_LABEL,
     GPU_MACHINE_TYPES,
     GPU_RESOURCE,
 )
 
-__all__ = ["allocatable", "gke_node", "machine_shape", "pool_nodes"]
+if TYPE_CHECKING:
+    from ._kube_node_groups import NodeGroup
+
+__all__ = ["allocatable", "gke_node", "machine_shape", "node_group", "pool_nodes"]
 
 GIB = 2**30
 _BOOT_DISK_GIB = 100  # GKE's default boot disk
@@ -184,9 +189,12 @@ def gke_node(pool: Any, *, cluster: str, zone: str, index: int, project: str = "
     }
     if config.spot:
         labels[GKE_SPOT_LABEL] = "true"
-        labels["cloud.google.com/gke-provisioning"] = "spot"
+        labels[GKE_PROVISIONING_LABEL] = "spot"
+    elif config.flex_start:
+        labels[GKE_FLEX_START_LABEL] = "true"
+        labels[GKE_PROVISIONING_LABEL] = "flex-start"
     else:
-        labels["cloud.google.com/gke-provisioning"] = "standard"
+        labels[GKE_PROVISIONING_LABEL] = "standard"
     if local_ssds:
         labels[GKE_LOCAL_SSD_LABEL] = "true"
     taints = [{"key": t.key, "value": t.value, "effect": _TAINT_EFFECTS[int(t.effect)]} for t in config.taints]
@@ -233,3 +241,36 @@ def pool_nodes(pool: Any, *, count: int | None = None, start: int = 0) -> list[d
     zone = pool.locations[0] if pool.locations else location
     n = pool.initial_node_count if count is None else count
     return [gke_node(pool, cluster=cluster, zone=zone, index=i, project=project) for i in range(start, start + n)]
+
+
+def node_group(pool: Any) -> NodeGroup:
+    """``pool`` (a ``container_v1.NodePool`` as :func:`pool_nodes` takes it) as the cluster
+    autoscaler's node group: its VMs' Nodes, its autoscaling bounds, whether it is queued, how
+    long a flex-start node runs (``config.max_run_duration``).
+
+    Examples:
+        >>> import datetime
+        >>> from google.cloud import container_v1
+        >>> pool = container_v1.NodePool(name="gpu-flex-b", locations=["us-east1-b"],
+        ...     config=container_v1.NodeConfig(machine_type="n2-standard-16", flex_start=True,
+        ...                                    max_run_duration=datetime.timedelta(hours=6)),
+        ...     autoscaling=container_v1.NodePoolAutoscaling(enabled=True, total_max_node_count=2))
+        >>> group = node_group(pool)
+        >>> group.autoscaled, group.maximum, group.lifetime, group.make(3)["metadata"]["name"][-4:]
+        (True, 2, 21600.0, '0003')
+    """
+    from ._kube_node_groups import NodeGroup
+
+    a = pool.autoscaling
+    run = pool.config.max_run_duration
+    lifetime = run.total_seconds() if run else None
+    return NodeGroup(
+        name=pool.name,
+        zone=pool.locations[0] if pool.locations else "",
+        make=lambda index: pool_nodes(pool, count=1, start=index)[0],
+        minimum=int(a.total_min_node_count or a.min_node_count) if a.enabled else 0,
+        maximum=int(a.total_max_node_count or a.max_node_count) if a.enabled else 0,
+        autoscaled=bool(a.enabled),
+        queued=bool(pool.queued_provisioning.enabled),
+        lifetime=lifetime if lifetime else None,
+    )

@@ -4,9 +4,10 @@ They are level-triggered like the real ones: each pass looks at the store and mo
 every object one step towards where it should be, so a fault knob changed mid-test
 takes effect on the next pass. In pass order: Spot nodes coming back, the garbage
 collector (``_kube_gc``), the PV binder (``_kube_binder``), the KubeRay operator
-(``_kube_operator``), the node, DaemonSet and Job controllers (``_kube_workloads``), the
-Deployment and ReplicaSet controllers (``_kube_apps``), the scheduler and kubelet
-(``_kube_kubelet``), the RayCluster status.
+(``_kube_operator``), ProvisioningRequests (``_kube_provisioning``), the node pools and the
+cluster autoscaler (``_kube_node_groups``, ``_kube_autoscaler``), the node, DaemonSet and
+Job controllers (``_kube_workloads``), the Deployment and ReplicaSet controllers
+(``_kube_apps``), the scheduler and kubelet (``_kube_kubelet``), the RayCluster status.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ class Controllers(Controller):
         self.binder = VolumeBinder(store, faults, timings, self.memory)
         self.operator = KubeRayOperator(store, faults, timings, self.memory)
         self.provisioning = ProvisioningRequests(store, register=self.workloads.register_node)
-        self.autoscaler = Autoscaler(store, faults, timings, self.memory)
+        self.autoscaler = Autoscaler(store, faults, timings, self.memory, spot=self.spot)
         self.kubelet = Kubelet(store, faults, timings, self.memory, self.spot, self.workloads)
+        self.kubelet.has_pools = lambda: bool(self.autoscaler.groups)
         # Node pools whose preempted nodes come back (as new nodes) with the capacity.
         self._replace_nodes: list[tuple[str, dict[str, str]]] = []
 
@@ -57,6 +59,7 @@ class Controllers(Controller):
         self.workloads.reset()
         self.spot.back_at = None
         self._replace_nodes.clear()
+        self.autoscaler.groups.clear()
 
     def step(self) -> None:
         if self._replace_nodes and not self.spot.gpu_capacity_gone():
@@ -77,7 +80,8 @@ class Controllers(Controller):
         """Preempt the Spot nodes of ``pods``; see :mod:`rl_lustre.testing._kube_spot`."""
         for pod in pods:
             node = self.store.get("Node", None, (pod.get("spec") or {}).get("nodeName") or "")
-            if node is not None:
+            # A pool FakeGCP registered re-creates its VMs itself (_kube_node_groups).
+            if node is not None and labels_of(node).get(GKE_NODEPOOL_LABEL) not in self.autoscaler.groups:
                 labels = {
                     k: v for k, v in labels_of(node).items() if k not in ("kubernetes.io/hostname", GKE_NODEPOOL_LABEL)
                 }

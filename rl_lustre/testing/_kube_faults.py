@@ -99,6 +99,9 @@ class KubeTimings:
     # first failure, doubling after each further one, at most 60 times it (the real
     # controller: 10 s, 20 s, 40 s, ... up to 10 minutes).
     job_backoff: float = 0.05
+    # A minute of the cluster autoscaler's clocks (its backoff, a ComputeClass's consolidation
+    # delay, a flex-start node's run): wall seconds per simulated minute.
+    minute: float = 60.0
 
     def pull_time(self, image: str) -> float:
         """How long pulling ``image`` onto a node takes."""

@@ -13,8 +13,8 @@ know is, by the request's ``fieldValidation`` parameter:
   "spec.x"``), ``422 Invalid`` on a patch.
 
 The schemas: the Kubernetes OpenAPI definitions ``kubernetes-validate`` ships (for the
-built-in kinds), the RayCluster CRD the package vendors, the ``networking.gke.io`` schemas
-it ships; ``metadata`` is ``ObjectMeta`` for every kind. Fields under a schema that keeps
+built-in kinds), the RayCluster and ComputeClass CRDs the package vendors, the
+``networking.gke.io`` schemas it ships; ``metadata`` is ``ObjectMeta`` for every kind. Fields under a schema that keeps
 unknown fields (``x-kubernetes-preserve-unknown-fields``, maps) are known. A kind without a
 schema here keeps every field.
 """
@@ -58,6 +58,10 @@ def _schema(kind: str) -> dict[str, Any] | None:
         from ..kube.schema import raycluster_crd
 
         return dict(raycluster_crd()["openAPIV3Schema"])
+    if info.api_version == "cloud.google.com/v1" and kind == "ComputeClass":
+        from ..kube.schema import compute_class_crd
+
+        return dict(compute_class_crd()["openAPIV3Schema"])
     if info.api_version == "networking.gke.io/v1":
         from ..kube.schema import _networking_schemas
 

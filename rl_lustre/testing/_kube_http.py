@@ -261,6 +261,15 @@ class ApiHandler:
 
         def run(obj: Obj) -> None:
             check_fields(obj, field_validation, patch=patch, warnings=warnings)
+            if info.kind == "ComputeClass":
+                # The CRD's schema holds on every write (types, values, ranges), as on GKE.
+                from ..kube.schema import validate_compute_class
+
+                try:
+                    validate_compute_class(obj)
+                except Exception as exc:
+                    self.fake.rejected.append(f"{info.kind} {name}: {exc}")
+                    raise ApiError(422, "Invalid", f'{info.kind}.cloud.google.com "{name}" is invalid: {exc}') from exc
             if check is None:
                 return
             try:

@@ -11,7 +11,9 @@ raylet (``_kube_spot``) goes Ready once that raylet runs.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
+from ..catalog import COMPUTE_CLASS_LABEL
 from ._kube_controller import (
     Controller,
     Memory,
@@ -42,6 +44,7 @@ class Kubelet(Controller):
         super().__init__(store, faults, timings, memory)
         self.spot = spot
         self.workloads = workloads
+        self.has_pools: Callable[[], bool] = lambda: False
         self._ips = 0
 
     def step(self) -> None:
@@ -64,6 +67,9 @@ class Kubelet(Controller):
             picked, why = (None, "") if blocked is not None else self.workloads.pick_node(pod)
             if blocked is None and why:
                 blocked = why, None  # Nodes are there, and none fits (the scheduler's own words)
+            if blocked is None and picked is None and self.has_pools():
+                # A cluster of node pools (FakeGCP's): no Node yet is no Node, not one to invent.
+                blocked = "no nodes available to schedule pods", None
             if blocked is not None:
                 message, autoscaler = blocked
                 self._set_status(
@@ -141,7 +147,10 @@ class Kubelet(Controller):
                     "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. no new claims to "
                     "deallocate, preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
                 ), None
-        if wants_gpu(pod) and self.spot.gpu_capacity_gone() and not self._other_gpu_node(pod):
+        # Without pools of FakeGCP's, Spot capacity is one switch; with them, the autoscaler and
+        # the pools' instance groups decide what nodes there are (_kube_autoscaler).
+        selects_class = COMPUTE_CLASS_LABEL in ((pod.get("spec") or {}).get("nodeSelector") or {})
+        if wants_gpu(pod) and not selects_class and self.spot.gpu_capacity_gone() and not self._other_gpu_node(pod):
             return UNSCHEDULABLE_MESSAGES["spot-stockout"], AUTOSCALER_EVENTS.get("spot-stockout")
         fault = self.faults.unschedulable
         if fault is not None and wants_gpu(pod):

@@ -190,27 +190,35 @@ class SpotCapacity:
         self.back_at = time.monotonic() + (math.inf if back_after is None else back_after)
         for pod in pods:
             node_name = (pod.get("spec") or {}).get("nodeName") or ""
-            node = self.store.get("Node", None, node_name)
-            if node is not None:
-                self._taint(node)
-                event(
-                    node,
-                    "PreemptionNotice",
-                    f"Node {node_name} is a Spot VM that Compute Engine is reclaiming",
-                    warning=True,
-                    component="node-controller",
-                )
+            self.end_nodes(
+                [pod],
+                event,
+                node=self.store.get("Node", None, node_name),
+                reason="PreemptionNotice",
+                message=f"Node {node_name} is a Spot VM that Compute Engine is reclaiming",
+            )
+
+    def end_nodes(
+        self, pods: list[Obj], event: Callable[..., None], *, node: Obj | None, reason: str, message: str
+    ) -> None:
+        """End ``node`` as GKE ends a VM (a preemption, a flex-start run's end): its taint and
+        NotReady, ``reason``/``message`` on it, ``pods`` terminated, the Node gone."""
+        node_name = node["metadata"]["name"] if node is not None else ""
+        if node is not None:
+            self._taint(node)
+            event(node, reason, message, warning=True, component="node-controller")
+        for pod in pods:
             self._terminated(pod)
             event(pod, "TerminationByKubelet", SHUTDOWN_MESSAGE, warning=True, component="kubelet")
             self.release(pod["metadata"]["name"])
-            if node is not None:
-                event(
-                    node,
-                    "RemovingNode",
-                    f"Node {node_name} event: Removing Node {node_name} from Controller",
-                    component="node-controller",
-                )
-                self.store.remove(self.store.get("Node", None, node_name) or node)
+        if node is not None:
+            event(
+                node,
+                "RemovingNode",
+                f"Node {node_name} event: Removing Node {node_name} from Controller",
+                component="node-controller",
+            )
+            self.store.remove(self.store.get("Node", None, node_name) or node)
 
     def _taint(self, node: Obj) -> None:
         stamp = now_rfc3339()

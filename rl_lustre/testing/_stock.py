@@ -14,6 +14,9 @@ here). Tests and the capacity benchmark take it away:
   or another project, which shares it); a pool consuming it takes nodes from it, and
   gives them back when deleted; asking for more than is free fails as Compute does.
 
+The cluster autoscaler's scale-ups of a pool (and its instance group's re-creation of lost
+VMs) are answered by :meth:`Stock.scale_up` from the same capacity.
+
 Seconds are the fake's (multiplied by its ``time_scale``, as latencies are). Every
 decision is recorded in :attr:`Stock.events` with the fake's monotonic time it took
 effect, so the capacity benchmark measures how long ``up()`` took to react.
@@ -74,6 +77,9 @@ class Stock:
         self._flex: dict[str, _Flex] = {}
         self._reservations: dict[str, _Reservation] = {}
         self.events: list[StockEvent] = []
+        # Scale-ups already recorded (pool, asked at): one event per ask, however often asked.
+        self._refused: set[tuple[str, float]] = set()
+        self._granted: set[tuple[str, float]] = set()
 
     def reset(self) -> None:
         with self.core.lock:
@@ -81,6 +87,8 @@ class Stock:
             self._flex.clear()
             self._reservations.clear()
             self.events.clear()
+            self._refused.clear()
+            self._granted.clear()
 
     def out(self, kind: str, *, zone: str = _ANY, after: float = 0.0, until: float | None = None) -> None:
         """``kind`` has no capacity in ``zone`` (``"*"``: every zone) from ``after`` seconds from
@@ -165,6 +173,41 @@ class Stock:
         found.held[name] = found.held.get(name, 0) + count
         self._record(at, "reservation", zone, "granted", name)
         return None
+
+    def scale_up(self, pool: Any, project: str, zone: str, asked_at: float, now: float, count: int) -> tuple[str, str]:
+        """``("wait" | "granted" | "failed", message)`` for the cluster autoscaler's scale-up of
+        ``pool`` to ``count`` nodes asked at ``asked_at`` (or its instance group's re-creation of
+        lost VMs): flex-start as :meth:`flex_decision`; Spot and on-demand granted
+        ``gke.scale_up`` after the ask, or refused ``gke.scale_up_stockout`` after it when the
+        kind is out in the zone then; a reservation's pool holds ``count`` of its nodes."""
+        config, name = pool.config, pool.name
+        if config.flex_start:
+            return self.flex_decision(zone, asked_at, now, name)
+        affinity = config.reservation_affinity
+        if affinity.consume_reservation_type == type(affinity).Type.SPECIFIC_RESERVATION:
+            if now < asked_at + self.core.delay("gke.scale_up"):
+                return "wait", "scale-up under way"
+            held = sum(r.held.get(name, 0) for r in self._reservations.values())
+            problem = self._reserve(list(affinity.values), max(0, count - held), project, zone, now, name)
+            return ("failed", problem) if problem else ("granted", "")
+        kind = "spot" if config.spot else "on-demand"
+        if self.is_out(kind, zone, asked_at):
+            if now < asked_at + self.core.delay("gke.scale_up_stockout"):
+                return "wait", "scale-up under way"
+            if (name, asked_at) not in self._refused:
+                self._refused.add((name, asked_at))
+                self._record(asked_at + self.core.delay("gke.scale_up_stockout"), kind, zone, "stockout", name)
+            return (
+                "failed",
+                f"Node scale up in zones {zone} associated with this pod failed: GCE out of resources. "
+                "Pod is at risk of not being scheduled.",
+            )
+        if now < asked_at + self.core.delay("gke.scale_up"):
+            return "wait", "scale-up under way"
+        if (name, asked_at) not in self._granted:
+            self._granted.add((name, asked_at))
+            self._record(now, kind, zone, "granted", name)
+        return "granted", ""
 
     def node_pool_deleted(self, name: str) -> None:
         """A pool's reserved nodes go back to their reservation."""

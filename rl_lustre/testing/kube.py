@@ -342,20 +342,14 @@ class KubeFake:
         """Register the Nodes of a RUNNING GKE node pool (a ``container_v1.NodePool`` whose
         ``self_link`` names its cluster), shaped as GKE registers them
         (:func:`rl_lustre.testing._gke_nodes.gke_node`: labels, the GPU taint, capacity and
-        allocatable), Ready, with their ``RegisteredNode`` and ``NodeReady`` Events; returns
-        their names."""
-        from ._gke_nodes import pool_nodes
+        allocatable), Ready, with their ``RegisteredNode`` and ``NodeReady`` Events, and the
+        pool itself as the cluster autoscaler's node group
+        (:mod:`rl_lustre.testing._kube_node_groups`); returns the Nodes' names."""
+        from ._gke_nodes import node_group, pool_nodes
 
         nodes = pool_nodes(pool)
-        self._on_loop(lambda: [self._controllers.workloads.register_node(node) for node in nodes])
-        if pool.autoscaling.enabled and not pool.queued_provisioning.enabled:
-            sample = pool_nodes(pool, count=1)[0]["metadata"]["labels"]
-            zone = pool.locations[0] if pool.locations else ""
-            self._on_loop(
-                lambda: self._controllers.autoscaler.register(
-                    pool.name, dict(sample), pool.autoscaling.total_max_node_count, zone
-                )
-            )
+        group = node_group(pool)
+        self._on_loop(lambda: self._controllers.autoscaler.register(group, nodes))
         return [node["metadata"]["name"] for node in nodes]
 
     @property
