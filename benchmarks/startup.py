@@ -337,6 +337,9 @@ def _order(name: str, unit: float, *, replacement: bool = False, **switches: Any
         image_pulls={cluster.image: minutes(IMAGE_GB, PULL_MB_S) * unit},
         job_start=JOB_START_MIN * unit,
         preloaded_pull=PRELOADED_PULL_MIN * unit,
+        # The cluster autoscaler's clocks (a Spot VM's re-creation, a ComputeClass's
+        # consolidation delay) run in the same simulated minutes.
+        minute=unit,
     )
     latency = {
         **CREATE_MINUTES,

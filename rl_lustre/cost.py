@@ -379,7 +379,7 @@ def _preload_items(plan: Plan, prices: Prices) -> tuple[list[CostItem], list[str
         s = gpu.settings
         items.append(
             secondary_disks_item(
-                "secondary-disks", gpu.name, s["node_count"], size, boot_disk_type(s["machine_type"]), prices
+                "secondary-disks", gpu.name, s["nodes"], size, boot_disk_type(s["machine_type"]), prices
             )
         )
     return items, [

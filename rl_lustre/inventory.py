@@ -445,7 +445,13 @@ def _gke(apis: Apis, project: str) -> Iterable[FoundResource]:
                 created=_timestamp(c.create_time),
                 details={
                     "machine_type": pool.config.machine_type,
-                    "node_count": pool.initial_node_count,
+                    # A pool that autoscales (the ComputeClass's, from 0) is priced at the most it
+                    # runs, as the plan prices it: its size now is its instance groups', not the pool's.
+                    "node_count": (
+                        pool.autoscaling.total_max_node_count or pool.autoscaling.max_node_count
+                        if pool.autoscaling.enabled
+                        else pool.initial_node_count
+                    ),
                     "provisioning": _provisioning(pool),
                     "service_account": pool.config.service_account,
                     **(

@@ -33,11 +33,11 @@ Examples:
 from __future__ import annotations
 
 __all__ = [
+    "COMPUTE_CLASS_KEY",
     "CPU_POOL_KEY",
     "FIREWALL_LUSTRE_KEY",
     "GKE_CLUSTER_KEY",
     "GPU_POOL_KEY",
-    "GPU_STANDBY_KEY",
     "GVNIC_NETWORK_KEY",
     "GVNIC_SUBNET_KEY",
     "HEAD_ACCOUNT_KEY",
@@ -83,7 +83,6 @@ NODE_SA_KEY = "node-sa"
 GKE_CLUSTER_KEY = "gke-cluster"
 CPU_POOL_KEY = "cpu-pool"
 GPU_POOL_KEY = "gpu-pool"
-GPU_STANDBY_KEY = "gpu-standby"
 PRELOAD_IMAGE_KEY = "preload-image"
 
 # -- GKE: the GPUDirect-RDMA fabric (fabric="rdma") ----------------------------------------
@@ -103,6 +102,7 @@ KEEPER_KEY = "keeper"
 HEAD_ACCOUNT_KEY = "head-account"
 HEAD_ROLE_KEY = "head-role"
 HEAD_BINDING_KEY = "head-role-binding"
+COMPUTE_CLASS_KEY = "compute-class"
 IMAGE_PREPULL_KEY = "image-prepull"
 MODEL_PREFETCH_KEY = "model-prefetch"
 

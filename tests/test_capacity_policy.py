@@ -79,47 +79,62 @@ def test_each_kind_gets_googles_node_pool_settings() -> None:
             "on-demand",
         ),
     )
-    resv, spot, queued, flex, on_demand = _requests(c)
+    resv, spot, flex_of_queued, flex, on_demand = _requests(c)
+    lanes = capacity_lanes(c)
+    queued = node_pool_request(c.plan(), "gpu-pool", node=gpu_pool(c, {"action": "create"}, lanes[2], queued=True))
     affinity = container_v1.ReservationAffinity.Type
-    # Reservation: SPECIFIC with the key and the shared reservation's path.
+    auto = container_v1.NodePoolAutoscaling.LocationPolicy.ANY
+    # Reservation: SPECIFIC with the key and the shared reservation's path; its nodes held.
     assert resv.config.reservation_affinity.consume_reservation_type == affinity.SPECIFIC_RESERVATION
     assert resv.config.reservation_affinity.key == "compute.googleapis.com/reservation-name"
     assert list(resv.config.reservation_affinity.values) == ["projects/other-proj/reservations/r1"]
     assert not resv.config.spot
     assert resv.initial_node_count == 8
-    # Spot.
+    assert "autoscaling" not in _set_fields(resv)
+    # Spot and on-demand: from 0 to num_nodes, the autoscaler's to fill for the workers.
     assert spot.config.spot
-    assert spot.initial_node_count == 8
     assert spot.config.reservation_affinity.consume_reservation_type == affinity.NO_RESERVATION
-    # Flex-start: from 0, autoscaling ANY, no auto-repair, no reservation; queued or its own max_run_duration.
-    for pool in (queued, flex):
+    assert not on_demand.config.spot
+    assert not on_demand.config.flex_start
+    for pool in (spot, on_demand):
+        assert pool.initial_node_count == 0
+        assert (pool.autoscaling.enabled, pool.autoscaling.total_min_node_count) == (True, 0)
+        assert (pool.autoscaling.total_max_node_count, pool.autoscaling.location_policy) == (8, auto)
+        assert pool.management.auto_repair is True
+    # Flex-start: from 0, autoscaling ANY, no auto-repair, no reservation, its max_run_duration;
+    # a queued kind's rule is the autoscaler's flex-start too, with a queued pool beside it.
+    for pool in (flex_of_queued, flex, queued):
         assert pool.config.flex_start
         assert not pool.config.spot
         assert pool.initial_node_count == 0
         assert pool.autoscaling.enabled
         assert pool.autoscaling.total_min_node_count == 0
         assert pool.autoscaling.total_max_node_count == 8
-        assert pool.autoscaling.location_policy == container_v1.NodePoolAutoscaling.LocationPolicy.ANY
+        assert pool.autoscaling.location_policy == auto
         assert pool.management.auto_repair is False
         assert pool.config.reservation_affinity.consume_reservation_type == affinity.NO_RESERVATION
         assert {"flex_start", "reservation_affinity"} <= _set_fields(pool.config)
         assert {"autoscaling", "management"} <= _set_fields(pool)
+    assert queued.name == "gpu-flex-b-q"
     assert queued.queued_provisioning.enabled
     assert "queued_provisioning" in _set_fields(queued)
     assert "max_run_duration" not in _set_fields(queued.config)
+    assert not flex_of_queued.queued_provisioning.enabled
+    assert flex_of_queued.config.max_run_duration.total_seconds() == 7 * 86400
     assert not flex.queued_provisioning.enabled
     assert flex.config.max_run_duration.total_seconds() == 86400
-    # On-demand: none of the above.
-    assert not on_demand.config.spot
-    assert not on_demand.config.flex_start
-    assert on_demand.initial_node_count == 8
-    assert "autoscaling" not in _set_fields(on_demand)
-    # Every lane's pool carries the same GPU node settings (GPUs, taint, gVNIC).
-    for pool in (resv, spot, queued, flex, on_demand):
+    # Every pool carries the same GPU node settings (GPUs, taint, gVNIC), and joins the class
+    # by its label and taint, with the label of its kind.
+    kinds = ["reservation", "spot", "flex-start", "flex-start", "on-demand", "flex-start"]
+    for pool, kind in zip((resv, spot, flex_of_queued, flex, on_demand, queued), kinds, strict=True):
         assert pool.config.accelerators[0].accelerator_count == 8
         assert pool.config.gvnic.enabled
-        assert [t.key for t in pool.config.taints] == ["nvidia.com/gpu"]
-    assert len({p.name for p in (resv, spot, queued, flex, on_demand)}) == 5
+        assert [(t.key, t.value) for t in pool.config.taints] == [
+            ("nvidia.com/gpu", "present"),
+            ("cloud.google.com/compute-class", "demo-gpus"),
+        ]
+        assert dict(pool.config.labels) == {"cloud.google.com/compute-class": "demo-gpus", "rl-lustre/capacity": kind}
+    assert len({p.name for p in (resv, spot, flex_of_queued, flex, on_demand, queued)}) == 6
 
 
 def test_fallback_pools_get_the_preload_disk() -> None:
@@ -140,14 +155,27 @@ def test_fallback_pools_get_the_preload_disk() -> None:
 
 def test_plan_shows_the_policy() -> None:
     c = Cluster(**GKE, capacity=("spot", "flex-start"), capacity_zones="region")
-    policy = c.plan().get("gpu-pool").settings["capacity_policy"]
-    assert policy["try_in_order"][:2] == (
-        "spot in us-east1-b (pool gpu-pool)",
-        "flex-start (queued, 7d) in us-east1-b (pool gpu-flex-b)",
-    )
-    assert "region's other zones" in policy["try_in_order"][2]
-    assert "capacity_policy: {try_in_order: [spot in us-east1-b" in " ".join(str(c.plan()).split())
-    assert "capacity_policy" not in Cluster(**GKE).plan().get("gpu-pool").settings
+    plan = c.plan()
+    gpu = plan.get("gpu-pool").settings
+    assert list(gpu["pools"][:2]) == [
+        "gpu-pool: spot in us-east1-b, 0 to 8 nodes (rule 0)",
+        "gpu-flex-b: flex-start (queued, 7d) in us-east1-b, 0 to 8 nodes (rule 1); at up() all at once through "
+        "a ProvisioningRequest on gpu-flex-b-q",
+    ]
+    assert "region's other zones" in gpu["pools"][2]
+    assert "ComputeClass demo-gpus" in gpu["capacity_policy"]["decided_by"]
+    cc = plan.get("compute-class").settings
+    assert list(cc["priorities"]) == [
+        "gpu-pool: spot in us-east1-b",
+        "gpu-flex-b: flex-start (queued, 7d) in us-east1-b",
+    ]
+    assert cc["when_unsatisfiable"].startswith("DoNotScaleUp")
+    assert cc["active_migration"].startswith("off")
+    assert "ProvisioningRequest" in cc["queued_flex_start"]
+    assert "added at up()" in cc["zones"]
+    text = " ".join(str(plan).split())
+    assert "cloud.google.com/v1/ComputeClass" in text
+    assert "pools: [gpu-pool: spot in us-east1-b" in text
 
 
 @pytest.mark.parametrize("zones", ["region", ("us-east1-b", "us-east1-c")])

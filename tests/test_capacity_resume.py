@@ -1,10 +1,11 @@
-"""After a preemption whose Spot capacity never comes back, a run resumes on the capacity
-policy's flex-start standby pool (issue 21, point 3), end to end on the GKE fakes: the
-production GKE backend, KubeFake backing every worker pod (the standby pool's too) with a
+"""After a preemption whose Spot capacity never comes back, a run resumes on the next kind of
+the capacity policy, flex-start, which the deployment's ComputeClass brings (issues 21 and
+34, point 2), end to end on the GKE fakes: the production GKE backend, KubeFake's cluster
+autoscaler following the class, every worker pod (the flex-start pool's too) backed by a
 real raylet, and the recovery supervisor on a real Ray head.
 
-Without the standby pool (``capacity=("spot",)``) the same loss ends the run FAILED once
-the job's ``capacity_timeout`` has passed.
+With nothing after Spot in the policy (``capacity=("spot",)``) the same loss ends the run
+FAILED once the job's ``capacity_timeout`` has passed.
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ def _job(name: str, tmp_path: Path, capacity_timeout: float) -> GRPOJob:
     )
 
 
-def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_flex_start_standby_pool(
+FLEX_POOL = "gpu-flex-b"  # the class's flex-start rule in the cluster's zone
+
+
+def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_flex_start_by_the_class(
     spot_head: SpotHead, tmp_path: Path, preemption_report: list[str]
 ) -> None:
     spec = {**spot_spec("rl-standby", tmp_path, num_nodes=2), "capacity": ("spot", "flex-start")}
@@ -59,11 +63,15 @@ def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_
         fakes.append(gcp)
 
     with spot_gke(spot_head, spec, flex_start_in_seconds) as (cluster, kube):
-        assert [r.key for r in cluster.plan() if r.key.startswith("gpu-")] == ["gpu-pool", "gpu-standby"]
+        assert [r.key for r in cluster.plan() if r.key.startswith("gpu-")] == ["gpu-pool"]
+        assert [r["nodepools"] for r in kube.objects("ComputeClass")[0]["spec"]["priorities"]][:2] == [
+            ["gpu-pool"],
+            [FLEX_POOL],
+        ]
         pools = {n["metadata"]["name"]: n["metadata"]["labels"] for n in kube.objects("Node")}
         spot_nodes = {name for name, labels in pools.items() if labels.get(GKE_NODEPOOL_LABEL) == "gpu-pool"}
         assert len(spot_nodes) == 2
-        assert not [n for n, labels in pools.items() if labels.get(GKE_NODEPOOL_LABEL) == "gpu-standby"]
+        assert not [n for n, labels in pools.items() if labels.get(GKE_NODEPOOL_LABEL) == FLEX_POOL]
 
         run = cluster.submit(job)
         wait_done(job, cluster, 5)
@@ -72,7 +80,7 @@ def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_
         assert run.wait(timeout=300) == "SUCCEEDED"
 
         nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in kube.objects("Node")}
-        standby = {name for name, labels in nodes.items() if labels.get(GKE_NODEPOOL_LABEL) == "gpu-standby"}
+        standby = {name for name, labels in nodes.items() if labels.get(GKE_NODEPOOL_LABEL) == FLEX_POOL}
         assert len(standby) == 2
         assert not any(GKE_SPOT_LABEL in nodes[n] for n in standby)
         assert not spot_nodes & set(nodes), "the Spot nodes were preempted for good"
@@ -105,9 +113,7 @@ def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_
             if n["metadata"]["name"] in standby
         ]
         assert all(t is not None and t <= back["at"] for t in came), (came, back)
-        assert {e.pool for e in fakes[0].stock.events if e.kind == "flex-start" and e.what == "granted"} == {
-            "gpu-standby"
-        }
+        assert {e.pool for e in fakes[0].stock.events if e.kind == "flex-start" and e.what == "granted"} == {FLEX_POOL}
         # The rerun on the standby nodes was told to save before they go (point 4): their
         # max_run_duration after they came, never later (the supervisor counts from earlier).
         deadlines = {r["attempt"]: r for r in journal if r["event"] == "deadline"}
@@ -129,13 +135,13 @@ def test_on_the_gke_fakes_a_run_whose_spot_nodes_never_come_back_resumes_on_the_
         assert {kinds[n] for n in spot_nodes} == {"spot"}
         assert {kinds[n] for n in standby} == {"flex-start"}
         preemption_report.append(
-            f"fake GKE, 2 Spot nodes lost for good, resumed on the flex-start standby pool: lost "
+            f"fake GKE, 2 Spot nodes lost for good, resumed on flex-start by the ComputeClass: lost "
             f"{restart.seconds_lost:.1f}s (waited {restart.capacity_seconds:.1f}s for capacity)"
         )
         assert gone.wait(timeout=1) == []
 
 
-def test_on_the_gke_fakes_without_a_standby_pool_the_same_loss_fails_after_capacity_timeout(
+def test_on_the_gke_fakes_with_nothing_after_spot_the_same_loss_fails_after_capacity_timeout(
     spot_head: SpotHead, tmp_path: Path
 ) -> None:
     spec = {**spot_spec("rl-nostandby", tmp_path, num_nodes=2), "capacity": ("spot",)}

@@ -102,8 +102,8 @@ def test_the_plan_is_built_once_per_spec_and_again_for_an_evolved_one(gke_plans:
 
     bigger = attrs.evolve(cluster, num_nodes=4)
     assert bigger.plan() is not plan
-    assert bigger.plan().get("gpu-pool").settings["node_count"] == 4
-    assert plan.get("gpu-pool").settings["node_count"] == 1
+    assert bigger.plan().get("gpu-pool").settings["nodes"] == 4
+    assert plan.get("gpu-pool").settings["nodes"] == 1
     assert gke_plans == ["once", "once"]
 
     # A pickled spec carries no plan: the copy builds its own, equal to the original's.

@@ -74,6 +74,7 @@ def test_tcp_plans_none_of_the_fabric() -> None:
     assert "additional_node_networks" not in tcp.get("gpu-pool").settings
     assert node_pool_request(tcp, "gpu-pool").network_config.additional_node_network_configs == []
     assert [m["kind"] for m in spec(fabric="tcp").manifests()] == [
+        "ComputeClass",
         "PersistentVolume",
         "PersistentVolumeClaim",
         "Secret",
@@ -89,6 +90,7 @@ def test_the_plan_shows_the_fabric_and_keeps_it_off_the_lustre_branch() -> None:
         "node-sa",
         "gvnic-subnet",
         *(f"rdma-subnet-{i}" for i in range(8)),
+        "compute-class",
     )
     fabric = {r.key for r in plan if r.key.startswith(("gvnic-", "rdma-", "netparams-", "podnet-", "nccl-"))}
     assert not fabric & plan.upstream("lustre")
@@ -164,8 +166,10 @@ def test_the_gke_fakes_gpu_nodes_match_the_worker_pods_node_selector(fabric: str
     from rl_lustre.testing._gke import node_labels
 
     c = spec(fabric=fabric)
+    request = node_pool_request(c.plan(), "gpu-pool")
     labels = {
-        **node_labels(node_pool_request(c.plan(), "gpu-pool")),
+        **node_labels(request),
+        **request.config.labels,  # the pool's own node labels: the ComputeClass's among them
         "cloud.google.com/gke-nodepool": c.plan().get("gpu-pool").name,
     }
     worker = ray_cluster(c.manifests())["spec"]["workerGroupSpecs"][0]["template"]["spec"]
@@ -230,8 +234,8 @@ def test_the_fakes_reject_malformed_fabric_requests_loudly(gcp: FakeGCP) -> None
 def test_up_creates_the_fabric_everywhere_and_down_removes_it_in_dependency_order() -> None:
     from rl_lustre.testing.kube import KubeFake, schema_validator
 
-    with KubeFake(validate=schema_validator()) as kube, FakeGCP(kube_endpoint=None) as gcp:
-        gcp.kube_endpoint, gcp.kube_ca_pem = kube.endpoint, kube.ca_pem.decode()
+    # FakeGCP gives KubeFake its node pools: the ComputeClass's GPU nodes come by the fake autoscaler.
+    with KubeFake(validate=schema_validator()) as kube, FakeGCP(kube=kube) as gcp:
         cluster = spec(secrets=())
         b = backend(cluster)
         report = b.up()

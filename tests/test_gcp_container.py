@@ -113,21 +113,28 @@ def test_control_plane_is_never_silently_public() -> None:
     assert [b.cidr_block for b in man.cidr_blocks] == ["0.0.0.0/0"]
 
 
+def cfg_labels(pool: container_v1.NodePool) -> dict[str, str]:
+    return dict(pool.config.labels)
+
+
 def test_gpu_pool_request() -> None:
     pool = gpu_pool()
     cfg = pool.config
-    assert (pool.name, pool.initial_node_count, list(pool.locations)) == ("gpu-pool", 8, ["us-east1-b"])
+    assert (pool.name, pool.initial_node_count, list(pool.locations)) == ("gpu-pool", 0, ["us-east1-b"])
+    # A pool of the ComputeClass: empty until the cluster autoscaler brings nodes, at most num_nodes.
+    scaling = pool.autoscaling
+    assert (scaling.enabled, scaling.total_min_node_count, scaling.total_max_node_count) == (True, 0, 8)
+    assert cfg_labels(pool) == {"cloud.google.com/compute-class": "demo-gpus", "rl-lustre/capacity": "spot"}
     assert (cfg.machine_type, cfg.spot, cfg.gvnic.enabled) == ("a4-highgpu-8g", True, True)
     [acc] = cfg.accelerators
     assert (acc.accelerator_type, acc.accelerator_count) == ("nvidia-b200", 8)
     latest = container_v1.GPUDriverInstallationConfig.GPUDriverVersion.LATEST
     assert acc.gpu_driver_installation_config.gpu_driver_version == latest
-    [taint] = cfg.taints
-    assert (taint.key, taint.value, taint.effect) == (
-        "nvidia.com/gpu",
-        "present",
-        container_v1.NodeTaint.Effect.NO_SCHEDULE,
-    )
+    no_schedule = container_v1.NodeTaint.Effect.NO_SCHEDULE
+    assert [(t.key, t.value, t.effect) for t in cfg.taints] == [
+        ("nvidia.com/gpu", "present", no_schedule),
+        ("cloud.google.com/compute-class", "demo-gpus", no_schedule),  # only pods of the class land there
+    ]
     assert cfg.disk_type == "hyperdisk-balanced"  # A4 boots only from Hyperdisk
     assert cfg.resource_labels["rl-lustre-deployment"] == "demo"
 

@@ -66,7 +66,8 @@ def test_the_prepull_daemonset_and_a_running_prefetch_job_are_adopted_as_they_ru
     from rl_lustre.kube.prefetch import job_state, prefetch_job
     from rl_lustre.kube.prepull import daemonset_progress, prepull_daemonset, prepull_node_count
 
-    cluster = _cluster(name="ka", prefetch_models=("Qwen/Qwen2.5-0.5B",))
+    # The nodes are SPEC's deployment's (its ComputeClass's GPU nodes): the same deployment.
+    cluster = _cluster(prefetch_models=("Qwen/Qwen2.5-0.5B",))
     api = kube.api_client()
     core = kube_both.core(kube)
     ds = prepull_daemonset(cluster)

@@ -54,7 +54,11 @@ def make_cluster(**changes: object) -> Cluster:
 
 
 def manifests(cluster: Cluster | None = None, hf_token: str = "hf_first_value") -> list[dict]:
-    return build_manifests(cluster or make_cluster(), secret_values={"HF_TOKEN": hf_token}, redact=False)
+    """The deployment's objects but its ComputeClass: how objects are applied, adopted and deleted
+    is this module's; the class (applied the same way) is test_capacity_fallback's and
+    test_computeclass's."""
+    built = build_manifests(cluster or make_cluster(), secret_values={"HF_TOKEN": hf_token}, redact=False)
+    return [m for m in built if m["kind"] != "ComputeClass"]
 
 
 def raycluster_reads(fake: KubeFake) -> tuple[int, int]:

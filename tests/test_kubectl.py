@@ -91,7 +91,8 @@ def test_kubectl_applies_waits_forwards_and_deletes(fake: KubeFake, kubectl, man
     assert {"pods", "persistentvolumes", "rayclusters.ray.io", "daemonsets.apps", "jobs.batch"} <= set(resources)
 
     created = kubectl("apply", "-f", str(manifest_file)).stdout
-    assert created.split("\n")[:4] == [
+    assert created.split("\n")[:5] == [
+        f"computeclass.cloud.google.com/{NAME}-gpus created",
         f"persistentvolume/{NAME}-lustre-pv created",
         f"persistentvolumeclaim/{NAME}-lustre-pvc created",
         f"secret/{NAME}-job-secrets created",
@@ -101,6 +102,9 @@ def test_kubectl_applies_waits_forwards_and_deletes(fake: KubeFake, kubectl, man
     assert any("fieldValidation=Strict" in r.query for r in fake.requests if r.method == "POST")
     again = kubectl("apply", "-f", str(manifest_file)).stdout
     assert f"raycluster.ray.io/{NAME} unchanged" in again
+    assert f"computeclass.cloud.google.com/{NAME}-gpus unchanged" in again
+    # The capacity policy, as a user checks it (docs/getting-gpus.md).
+    assert kubectl("get", "computeclass", "-o", "name").stdout.split() == [f"computeclass.cloud.google.com/{NAME}-gpus"]
     # A second apply patches built-in kinds with strategic merge patches.
     patches = {r.path.rsplit("/", 2)[-2] for r in fake.requests if r.method == "PATCH"}
     assert patches <= {"persistentvolumes", "secrets"}

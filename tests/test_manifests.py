@@ -63,11 +63,13 @@ def raycluster_schema() -> Any:
 def validate_all(manifests: list[dict[str, Any]], raycluster_schema: Any) -> None:
     """Core objects strictly against Kubernetes' schemas; the RayCluster against the CRD,
     and its pod templates as strict core Pods (the CRD embeds PodSpec loosely)."""
-    from rl_lustre.kube.schema import validate_networking
+    from rl_lustre.kube.schema import validate_compute_class, validate_networking
 
     for m in manifests:
         if m["apiVersion"] == "networking.gke.io/v1":
             validate_networking(m)
+        elif m["kind"] == "ComputeClass":
+            validate_compute_class(m)
         elif m["apiVersion"] == "ray.io/v1":
             raycluster_schema.validate(m)
             groups = [head_of(m), *m["spec"]["workerGroupSpecs"]]
@@ -112,7 +114,8 @@ def test_manifests_validate(variant: dict[str, Any], raycluster_schema: Any) -> 
     kinds = [m["kind"] for m in manifests]
     core = ["PersistentVolume", "PersistentVolumeClaim", "Secret", "ServiceAccount", "Role", "RoleBinding"]
     assert kinds[-7:] == [*core, "RayCluster"]
-    assert len(kinds) == (7 + 9 + 9 + 1 if variant.get("fabric") == "rdma" else 7)
+    assert len(kinds) == (8 + 9 + 9 + 1 if variant.get("fabric") == "rdma" else 8)
+    assert kinds[-8] == "ComputeClass"
     validate_all(manifests, raycluster_schema)
 
 
@@ -321,17 +324,24 @@ def test_head_on_gpu_pool_uses_reference_placement() -> None:
     assert parse_quantity(head_req["memory"]) + parse_quantity(machine.worker_memory) <= machine.memory_gib * 1024**3
 
 
-def test_workers_on_spot_gpu_pool() -> None:
+def test_workers_on_the_gpu_nodes_of_the_compute_class() -> None:
     cluster = gke()
     group = workers_of(by_kind(build_manifests(cluster))["RayCluster"])
     assert group["groupName"] == "gpu-workers"
     assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == cluster.num_nodes == 8
     spec = group["template"]["spec"]
+    # Whichever pool (kind, zone) the nodes come from: never one pool's name, nor Spot's label.
     assert spec["nodeSelector"] == {
+        "cloud.google.com/compute-class": "ray-a4-gpu-spot-gpus",
         "cloud.google.com/gke-accelerator": "nvidia-b200",
-        "cloud.google.com/gke-spot": "true",
     }
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert {
+        "key": "cloud.google.com/compute-class",
+        "operator": "Equal",
+        "value": "ray-a4-gpu-spot-gpus",
+        "effect": "NoSchedule",
+    } in spec["tolerations"]
     c = container(group)
     assert c["name"] == "ray-worker"
     machine = GPU_MACHINE_TYPES["a4-highgpu-8g"]
@@ -349,7 +359,10 @@ def test_workers_on_spot_gpu_pool() -> None:
 def test_reservation_workers_do_not_ask_for_spot() -> None:
     cluster = gke(spot=False, reservation="a4-reservation", machine_type="a3-highgpu-4g", num_nodes=3)
     group = workers_of(by_kind(build_manifests(cluster))["RayCluster"])
-    assert group["template"]["spec"]["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+    assert group["template"]["spec"]["nodeSelector"] == {
+        "cloud.google.com/compute-class": "ray-a4-gpu-spot-gpus",
+        "cloud.google.com/gke-accelerator": "nvidia-h100-80gb",
+    }
     assert group["replicas"] == 3
     assert container(group)["resources"]["limits"]["nvidia.com/gpu"] == "4"
 
@@ -410,16 +423,26 @@ def test_manifests_are_plain_json_and_fresh_each_call() -> None:
     cluster = gke()
     first = cluster.manifests()
     assert json.loads(json.dumps(first)) == first
-    first[-1]["spec"]["workerGroupSpecs"][0]["replicas"] = 99
+    # The RayCluster (the keeper's objects come after it).
+    ray_at = next(i for i, m in enumerate(first) if m["kind"] == "RayCluster")
+    first[ray_at]["spec"]["workerGroupSpecs"][0]["replicas"] = 99
     first[0]["metadata"]["labels"]["x"] = "y"
     second = cluster.manifests()
-    assert second[-1]["kind"] == "RayCluster"
-    assert second[-1]["spec"]["workerGroupSpecs"][0]["replicas"] == 8
+    assert second[ray_at]["kind"] == "RayCluster"
+    assert second[ray_at]["spec"]["workerGroupSpecs"][0]["replicas"] == 8
     assert "x" not in second[0]["metadata"]["labels"]
     assert second == attrs.evolve(cluster).manifests()
-    # build_manifests has the core objects, in the same order; manifests() adds the start-up ones.
+    # build_manifests has the core objects, in the same order; manifests() adds the start-up
+    # ones, and the keeper's after the RayCluster.
     core = build_manifests(cluster)
-    assert [m for m in second if m["kind"] not in ("DaemonSet", "Job")] == core
+    assert [m for m in second[: ray_at + 1] if m["kind"] not in ("DaemonSet", "Job")] == core
+    assert [m["kind"] for m in second[ray_at + 1 :]] == [
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "Deployment",
+    ]
 
 
 def test_a_raycluster_the_crd_rejects_is_a_config_error_before_anything_is_sent(

@@ -51,7 +51,7 @@ def test_the_plan_makes_the_account_before_the_cluster_and_every_pool_runs_as_it
     assert list(node.settings["project_roles"]) == [NODE_ROLE]
     assert node.labels["rl-lustre-deployment"] == "demo"
     pools = [r.key for r in plan if r.kind == "container.v1.NodePool"]
-    assert pools == ["cpu-pool", "gpu-pool", "gpu-standby"]
+    assert pools == ["cpu-pool", "gpu-pool"]  # gpu-pool: every GPU pool of the ComputeClass
     for key in ["gke-cluster", *pools]:
         assert "node-sa" in plan.get(key).depends_on, key
     for key in pools:

@@ -35,6 +35,7 @@ KINDS = {
     "firewall-lustre": "compute.v1.Firewall",
     "gke-cluster": "container.v1.Cluster",
     "cpu-pool": "container.v1.NodePool",
+    "compute-class": "cloud.google.com/v1/ComputeClass",
     "gpu-pool": "container.v1.NodePool",
     "lustre": "lustre.v1.Instance",
     "pv": "v1/PersistentVolume",
@@ -148,8 +149,10 @@ def test_dependencies_match_the_architecture(plan: Plan) -> None:
     assert plan.get("node-sa").depends_on == ()
     assert plan.get("gke-cluster").depends_on == ("subnet", "node-sa")
     assert plan.get("cpu-pool").depends_on == ("gke-cluster", "node-sa")
-    # The GPU nodes boot with the preload image, built on a VM in the deployment's subnet.
-    assert plan.get("gpu-pool").depends_on == ("gke-cluster", "node-sa", "preload-image")
+    # The GPU nodes boot with the preload image, built on a VM in the deployment's subnet;
+    # they come by the capacity policy's ComputeClass, applied first.
+    assert plan.get("compute-class").depends_on == ("gke-cluster",)
+    assert plan.get("gpu-pool").depends_on == ("gke-cluster", "node-sa", "preload-image", "compute-class")
     assert plan.get("preload-image").depends_on == ("subnet",)
     # The PV needs the API server and the instance's address, not the node pools.
     assert set(plan.get("pv").depends_on) == {"lustre", "gke-cluster"}
@@ -162,14 +165,19 @@ def test_dependencies_match_the_architecture(plan: Plan) -> None:
     assert plan.get("keeper").depends_on == ("raycluster",)
     # The GPU nodes boot with the image preloaded: only the head's CPU node pre-pulls it.
     assert plan.get("image-prepull").depends_on == ("cpu-pool",)
-    assert list(plan.get("image-prepull").settings["node_pools"]) == ["ray-head-pool"]
+    assert list(plan.get("image-prepull").settings["runs_on"]) == ["ray-head-pool"]
     off = Cluster(**REFERENCE, preload_image=False).plan()
     assert "preload-image" not in off
     assert off.get("image-prepull").depends_on == ("cpu-pool", "gpu-pool")
-    assert off.get("gpu-pool").depends_on == ("gke-cluster", "node-sa")
+    assert off.get("gpu-pool").depends_on == ("gke-cluster", "node-sa", "compute-class")
+    assert list(off.get("image-prepull").settings["runs_on"]) == [
+        "the GPU nodes of ComputeClass ray-a4-gpu-spot-gpus",
+        "ray-head-pool",
+    ]
     assert "preload" not in off.get("gpu-pool").settings
     assert plan.get("model-prefetch").depends_on == ("pvc", "cpu-pool", "secret")
     assert sorted(plan.dependents("gke-cluster")) == [
+        "compute-class",
         "cpu-pool",
         "gpu-pool",
         "head-account",
@@ -200,13 +208,20 @@ def test_waves_put_the_lustre_and_gke_chains_side_by_side(plan: Plan) -> None:
         assert wave_of[r.key] == 1 + max((wave_of[d] for d in r.depends_on), default=-1)
     assert wave_of["psa-range"] == wave_of["subnet"]
     assert wave_of["psa-peering"] == wave_of["gke-cluster"]
-    assert wave_of["lustre"] == wave_of["gpu-pool"] == wave_of["cpu-pool"]
+    assert wave_of["lustre"] == wave_of["compute-class"] == wave_of["cpu-pool"] == wave_of["gpu-pool"] - 1
     assert wave_of["lustre"] < wave_of["pv"] < wave_of["pvc"] < wave_of["raycluster"] == len(waves) - 2
     assert wave_of["keeper"] == len(waves) - 1
-    # The start-up work overlaps: the image pull with Lustre's creation (it starts once the
-    # GPU pool is there), the model download with the RayCluster.
-    assert wave_of["image-prepull"] == wave_of["gpu-pool"] + 1 < wave_of["pvc"]
+    # The start-up work overlaps: the image pull with Lustre's creation (on the head's CPU
+    # node here, the GPU nodes booting with the image preloaded), the model download with
+    # the RayCluster.
+    assert wave_of["image-prepull"] == wave_of["cpu-pool"] + 1 < wave_of["pvc"]
     assert wave_of["model-prefetch"] == wave_of["raycluster"]
+    # Without the preload image it waits for the GPU nodes too: a wave after the ComputeClass,
+    # which takes seconds, where Lustre takes its twenty minutes.
+    off = Cluster(**REFERENCE, preload_image=False).plan()
+    wave_off = {k: i for i, w in enumerate(off.waves()) for k in w}
+    assert wave_off["image-prepull"] == wave_off["gpu-pool"] + 1 <= wave_off["pvc"]
+    assert "lustre" not in off.upstream("image-prepull")
 
 
 def test_teardown_order_deletes_dependents_first(plan: Plan) -> None:
@@ -347,7 +362,8 @@ def test_to_dict_is_json_and_complete(plan: Plan) -> None:
     assert [r["key"] for r in d["resources"]] == plan.keys()
     by_key = {r["key"]: r for r in d["resources"]}
     assert by_key["gpu-pool"]["settings"]["taints"] == [
-        {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"},
+        {"key": "cloud.google.com/compute-class", "value": "ray-a4-gpu-spot-gpus", "effect": "NO_SCHEDULE"},
     ]
     assert set(by_key["raycluster"]["depends_on"]) == {"pvc", "secret", "cpu-pool", "gpu-pool", "head-role-binding"}
     assert d["totals"]["gpus"] == 64
@@ -383,7 +399,15 @@ def test_key_settings_of_the_reference_deployment(plan: Plan) -> None:
     assert "Ray head" in cpu["hosts"]
 
     gpu = plan.get("gpu-pool").settings
-    assert (gpu["machine_type"], gpu["node_count"], gpu["spot"], gpu["gvnic"]) == ("a4-highgpu-8g", 8, True, True)
+    assert (gpu["machine_type"], gpu["nodes"], gpu["spot"], gpu["gvnic"]) == ("a4-highgpu-8g", 8, True, True)
+    # Spot autoscaled from 0: nodes come when the workers ask, and go when they do not.
+    assert gpu["node_count"] == 0
+    assert dict(gpu["autoscaling"]) == {
+        "enabled": True,
+        "total_min_node_count": 0,
+        "total_max_node_count": 8,
+        "location_policy": "ANY",
+    }
     assert dict(gpu["accelerator"]) == {"type": "nvidia-b200", "count": 8, "gpu_driver_version": "LATEST"}
     assert gpu["reservation_affinity"]["consume_reservation_type"] == "NO_RESERVATION"
 
@@ -405,7 +429,7 @@ def test_key_settings_of_the_reference_deployment(plan: Plan) -> None:
     ray = plan.get("raycluster").settings
     assert ray["ray_version"] == "2.46.0"
     assert ray["head"]["node_pool"] == plan.get("cpu-pool").name
-    assert ray["workers"]["node_pool"] == plan.get("gpu-pool").name
+    assert ray["workers"]["compute_class"] == plan.get("compute-class").name
     assert ray["workers"]["replicas"] == 8
     assert ray["volume"]["mount_path"] == "/lustre"
 
@@ -455,7 +479,10 @@ def test_reservation_and_head_on_gpu_pool() -> None:
     assert gpu["spot"] is False
     assert gpu["reservation_affinity"]["consume_reservation_type"] == "SPECIFIC_RESERVATION"
     assert list(gpu["reservation_affinity"]["values"]) == ["a4-res"]
-    assert p.get("raycluster").settings["head"]["node_pool"] == p.get("gpu-pool").name
+    assert p.get("raycluster").settings["head"]["node_pool"] == "a GPU node of ComputeClass ray-a4-gpu-spot-gpus"
+    # A reservation's nodes are paid whether used or not: held, not autoscaled.
+    assert gpu["node_count"] == 2
+    assert "autoscaling" not in gpu
     assert "Ray head" in gpu["hosts"]
     assert "Ray head" not in p.get("cpu-pool").settings["hosts"]
     assert p.totals()["gpus"] == 16
@@ -474,7 +501,7 @@ def test_plan_follows_evolve() -> None:
     smaller = attrs.evolve(base, name="small-run", num_nodes=2)
     p = smaller.plan()
     assert p.cluster_name == "small-run"
-    assert p.get("gpu-pool").settings["node_count"] == 2
+    assert p.get("gpu-pool").settings["nodes"] == 2
     assert p.get("lustre").name == "small-run-lustre"
     # Built once per spec: the same object every time, not merely an equal one ...
     assert base.plan() is base.plan()

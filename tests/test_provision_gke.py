@@ -157,7 +157,9 @@ def test_up_creates_exactly_the_plans_create_nodes_and_down_from_a_fresh_process
     # A new process knows nothing but the spec: it finds everything by name and labels.
     before = len(gcp.requests)
     down = backend(spec(authorized_networks=["203.0.113.7/32"], preload_image=True)).down()
-    assert sorted(down.keys("deleted")) == sorted(gcp_nodes)
+    # And the ComputeClass, a Kubernetes object the GPU pools wait for: it goes with the cluster.
+    assert sorted(down.keys("deleted")) == sorted([*gcp_nodes, "compute-class"])
+    assert "with gke-cluster" in down.get("compute-class").note
     assert down.get("preload-image").outcome == "kept"
     assert existing(gcp) == {"compute.images": [image]}
     # Node pools went with their cluster: no DeleteNodePool was sent.
@@ -165,7 +167,7 @@ def test_up_creates_exactly_the_plans_create_nodes_and_down_from_a_fresh_process
 
     again = len(gcp.requests)
     second = backend(cluster).down()
-    assert second.keys("absent") == gcp_nodes
+    assert second.keys("absent") == [r.key for r in plan if r.key in gcp_nodes or r.key == "compute-class"]
     assert not [r.method for r in gcp.requests[again:] if "delete" in r.method.lower()]
 
 
@@ -480,8 +482,8 @@ def test_a_signal_mid_up_rolls_back_to_nothing(sig: signal.Signals) -> None:
 def test_with_the_kubernetes_part_up_applies_the_objects_and_waits_for_the_raycluster() -> None:
     from rl_lustre.testing.kube import KubeFake
 
-    with KubeFake() as kube, FakeGCP(kube_endpoint=None) as gcp:
-        gcp.kube_endpoint, gcp.kube_ca_pem = kube.endpoint, kube.ca_pem.decode()
+    # FakeGCP gives KubeFake its node pools: the ComputeClass's GPU nodes come by the fake autoscaler.
+    with KubeFake() as kube, FakeGCP(kube=kube) as gcp:
         # The image pre-pull and model prefetch nodes have their own tests (test_startup.py).
         cluster = spec(secrets=("HF_TOKEN",), prefetch_models=(), prepull_image=False)
         os.environ["HF_TOKEN"] = "hf_test_value_123"

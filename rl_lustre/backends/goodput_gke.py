@@ -19,9 +19,14 @@ billed to      its ``RemovingNode`` Event                       its ``deletionTi
                                                                 is gone, its raylet's end
 =============  ===============================================  =========================================
 
-A node's price is its node pool's: the pool's capacity kind
-(:func:`rl_lustre.gcp.pool_provisioning.pool_provisioning`) at ``Prices.machine_rate`` for its
-instance type. Cluster time while a GPU worker pod waited unschedulable is ``pending``.
+The GPU nodes are those of the deployment's ComputeClass (the label every GPU pool's nodes
+carry, ``cloud.google.com/compute-class``), whichever pool they came from, and those of the
+pools an older deployment named. A node's price is that of its kind of capacity at
+``Prices.machine_rate`` for the machine type: the kind its labels say (``rl-lustre/capacity``,
+which every pool of the class puts on its nodes; else GKE's ``cloud.google.com/gke-spot`` and
+``cloud.google.com/gke-flex-start``), else its node pool's
+(:func:`rl_lustre.gcp.pool_provisioning.pool_provisioning`). Cluster time while a GPU worker
+pod waited unschedulable is ``pending``.
 Kubernetes keeps Events one hour and drops Nodes and Pods with their VMs: past that, what
 is no longer known is said in ``notes`` and never guessed. :func:`gke_node_spans` is the
 pure part (dicts in the API server's shape in, spans out); :func:`gke_evidence` reads them.
@@ -36,7 +41,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..catalog import GKE_NODEPOOL_LABEL
+from ..catalog import (
+    CAPACITY_KIND_LABEL,
+    COMPUTE_CLASS_LABEL,
+    GKE_FLEX_START_LABEL,
+    GKE_NODEPOOL_LABEL,
+    GKE_SPOT_LABEL,
+)
 from ..goodput.timeline import Evidence, Interval, NodeSpan
 from ..kube.readiness import seconds
 from ..ray.state import RayNode, node_table
@@ -93,9 +104,14 @@ def gke_node_spans(
     ray: Sequence[RayNode],
     pools: Mapping[str, PoolPrice],
     now: float,
+    *,
+    compute_class: str | None = None,
+    kinds: Mapping[str, PoolPrice] | None = None,
 ) -> tuple[list[NodeSpan], list[Interval], list[str], dict[str, Any]]:
-    """The GPU nodes (of ``pools``), the intervals GPU worker pods waited unschedulable,
-    notes, and the capacity events, from what the Kubernetes and Ray APIs return."""
+    """The GPU nodes (of ``compute_class``, or of ``pools``), the intervals GPU worker pods
+    waited unschedulable, notes, and the capacity events, from what the Kubernetes and Ray
+    APIs return. ``kinds``: the price of a node by the kind of capacity its labels say
+    (``spot``, ``on-demand``, ``flex-start``, ``reservation``)."""
     found: dict[str, _Incarnation] = {}
     for n in nodes:
         meta = n.get("metadata") or {}
@@ -123,10 +139,10 @@ def gke_node_spans(
     by_name: dict[str, int] = defaultdict(int)
     pod_ready = _pod_ready_by_node(pods)
     for inc in sorted(found.values(), key=lambda i: (i.created or i.registered or now, i.uid)):
-        pool = inc.labels.get(GKE_NODEPOOL_LABEL) or _pool_in_name(inc.name, pools)
-        if pool is None or pool not in pools:
-            continue  # not a GPU node
-        span = _span(inc, pools[pool], ray, pod_ready.get(inc.name), now, notes)
+        price = _node_price(inc, pools, compute_class, kinds or {})
+        if price is None:
+            continue  # not a GPU node of this deployment
+        span = _span(inc, price, ray, pod_ready.get(inc.name), now, notes)
         if span is None:
             continue
         by_name[inc.name] += 1
@@ -273,6 +289,48 @@ def _capacity_events(events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"capacity_evidence": seen} if seen else {}
 
 
+def on_demand_notes(spans: Sequence[NodeSpan], first_kind: str) -> list[str]:
+    """A loud note when GPU nodes ran on on-demand capacity though the policy starts with
+    another kind: the ComputeClass fell back to its costliest rule.
+
+    Examples:
+        >>> from rl_lustre.goodput.timeline import NodeSpan
+        >>> span = NodeSpan(key="gke-demo-gpu-ondemand-b-1", kind="on-demand", usd_per_hour=101.15, gpus=8,
+        ...                 billed_from=0.0, ready_at=60.0, worker_at=90.0, billed_to=None, first_seen=0.0)
+        >>> on_demand_notes([span], "spot")  # doctest: +ELLIPSIS
+        ['ON-DEMAND FALLBACK: 1 GPU node(s) ran on on-demand capacity, the costliest kind ...']
+        >>> on_demand_notes([span], "on-demand")
+        []
+    """
+    nodes = sorted({s.key for s in spans if s.kind == "on-demand"})
+    if not nodes or first_kind == "on-demand":
+        return []
+    return [
+        f"ON-DEMAND FALLBACK: {len(nodes)} GPU node(s) ran on on-demand capacity, the costliest kind of the "
+        f"policy, which starts with {first_kind}: {', '.join(nodes)}"
+    ]
+
+
+def _node_price(
+    inc: _Incarnation, pools: Mapping[str, PoolPrice], compute_class: str | None, kinds: Mapping[str, PoolPrice]
+) -> PoolPrice | None:
+    """What a node costs, by its kind of capacity (see the module's doc); None: not ours."""
+    pool = inc.labels.get(GKE_NODEPOOL_LABEL) or _pool_in_name(inc.name, pools)
+    ours = bool(compute_class) and inc.labels.get(COMPUTE_CLASS_LABEL) == compute_class
+    if not ours and (pool is None or pool not in pools):
+        return None
+    kind = inc.labels.get(CAPACITY_KIND_LABEL)
+    if kind is None and inc.labels.get(GKE_SPOT_LABEL) == "true":
+        kind = "spot"
+    elif kind is None and inc.labels.get(GKE_FLEX_START_LABEL) == "true":
+        kind = "flex-start"
+    if kind is not None and kind in kinds:
+        return kinds[kind]
+    if pool is not None and pool in pools:
+        return pools[pool]
+    return PoolPrice(kind or "unknown", None, 0, "its kind of capacity is not known: not priced")
+
+
 def _pool_in_name(name: str, pools: Mapping[str, PoolPrice]) -> str | None:
     """The pool a node belonged to, from its name (GKE's node names hold their pool's)."""
     hits = [p for p in pools if f"-{p}-" in f"-{name}-"]
@@ -320,8 +378,9 @@ def gke_evidence(
     """Everything the ledger needs about ``backend``'s deployment over ``[since, until)``."""
     from .. import naming
     from ..kube.client import ResourceClient, translate_errors
-    from ..plan.nodepools import has_standby_pool
+    from ..plan.capacity import PROVISIONING
     from ..prices import Prices
+    from ..spec.lanes import capacity_lanes
 
     cluster = backend.cluster
     api = backend._kube_api()
@@ -338,21 +397,23 @@ def gke_evidence(
     jobs = backend.jobs
     ray = node_table(jobs.address, jobs.headers)
     live = backend.live_node_pools()
+    gpus = int(cluster.gpus_per_node or 0)
+    # The plan's pools (priced as the plan has them once their pool is gone), and an older
+    # version's standby pool beside Spot.
     fallback = {
-        naming.gpu_pool_name(cluster): (
-            cluster.machine_type,
-            _plan_provisioning(cluster),
-            int(cluster.gpus_per_node or 0),
-        )
+        lane.pool_name: (cluster.machine_type, PROVISIONING[lane.kind], gpus) for lane in capacity_lanes(cluster)
     }
-    if has_standby_pool(cluster):
-        fallback[naming.gpu_standby_pool_name(cluster)] = (
-            cluster.machine_type,
-            "flex-start",
-            int(cluster.gpus_per_node or 0),
-        )
-    pools = pool_prices(live, fallback, prices or Prices(), cluster.region)
-    spans, pending, notes, details = gke_node_spans(nodes, pods, events, ray, pools, now)
+    fallback.setdefault(naming.gpu_standby_pool_name(cluster), (cluster.machine_type, "flex-start", gpus))
+    chosen = prices or Prices()
+    pools = pool_prices(live, fallback, chosen, cluster.region)
+    by_kind = pool_prices(
+        None, {k: (cluster.machine_type, p, gpus) for k, p in PROVISIONING.items()}, chosen, cluster.region
+    )
+    kinds = {k: attrs.evolve(v, note="") for k, v in by_kind.items()}
+    spans, pending, notes, details = gke_node_spans(
+        nodes, pods, events, ray, pools, now, compute_class=naming.compute_class_name(cluster), kinds=kinds
+    )
+    notes += on_demand_notes(spans, cluster.capacity[0].kind if cluster.capacity else "spot")
     notes += [
         "VM boot before a node registers with Kubernetes is billed but not visible (typically about a minute "
         "per node): not counted",
@@ -368,9 +429,3 @@ def gke_evidence(
         notes=tuple(notes),
         details=details,
     )
-
-
-def _plan_provisioning(cluster: Any) -> str:
-    if getattr(cluster, "spot", False):
-        return "Spot"
-    return "reserved" if getattr(cluster, "reservation", None) else "on-demand"

@@ -119,6 +119,8 @@ def node_pool_request(
             key=ra.get("key", ""),
             values=list(ra.get("values", ())),
         )
+    if s.get("labels"):
+        config.labels = dict(s["labels"])
     if s.get("taints"):
         config.taints = [
             container_v1.NodeTaint(

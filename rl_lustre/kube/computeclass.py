@@ -9,7 +9,7 @@ of the policy that has capacity then. What the object says, and why:
 
 - ``priorities``: one rule per GPU node pool of the policy, in the policy's order (each kind in
   every candidate zone, the cluster's zone first, before the next kind:
-  :func:`rl_lustre.plan.capacity.capacity_lanes`), each ``nodepools: [<pool>]``: one pool per
+  :func:`rl_lustre.spec.lanes.capacity_lanes`), each ``nodepools: [<pool>]``: one pool per
   rule, because GKE puts no order among the pools of one rule. The pools are made by ``up()``
   (they carry what a pool GKE would create lacks: the RDMA NICs, the preload disk, the node
   account) with the node label and ``NoSchedule`` taint
@@ -62,8 +62,8 @@ from ..catalog import CAPACITY_KIND_LABEL, COMPUTE_CLASS_LABEL, GPU_RESOURCE
 from .labels import deployment_labels
 
 if TYPE_CHECKING:
-    from ..plan.capacity import Lane
     from ..spec import ClusterSpec
+    from ..spec.lanes import Lane
 
 __all__ = [
     "ACTIVE_MIGRATION",
@@ -100,7 +100,7 @@ def compute_class_rules(
         >>> compute_class_rules(c, kinds=[1])
         [{'nodepools': ['gpu-flex-b'], 'capacityCheckWaitTimeSeconds': 1800}]
     """
-    from ..plan.capacity import capacity_lanes
+    from ..spec.lanes import capacity_lanes
 
     rules: list[dict[str, Any]] = []
     for lane in capacity_lanes(cluster, zones):
@@ -160,7 +160,7 @@ def pool_labels(cluster: ClusterSpec, lane: Lane) -> dict[str, str]:
 
     Examples:
         >>> from rl_lustre import Cluster
-        >>> from rl_lustre.plan.capacity import capacity_lanes
+        >>> from rl_lustre.spec.lanes import capacity_lanes
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", fabric="tcp")
         >>> pool_labels(c, capacity_lanes(c)[0])
         {'cloud.google.com/compute-class': 'demo-gpus', 'rl-lustre/capacity': 'spot'}

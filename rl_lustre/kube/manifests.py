@@ -1,7 +1,8 @@
 """The Kubernetes objects a GKE deployment applies, as plain dicts, in apply order.
 
 :func:`build_manifests` puts them together: the fabric's objects with ``fabric="rdma"``
-(:mod:`rl_lustre.kube.fabric`), the PersistentVolume and PersistentVolumeClaim of the
+(:mod:`rl_lustre.kube.fabric`), the capacity policy's ComputeClass
+(:mod:`rl_lustre.kube.computeclass`), the PersistentVolume and PersistentVolumeClaim of the
 Lustre volume (:mod:`rl_lustre.kube.persistent_volume`), the Secret for the job secrets
 (:mod:`rl_lustre.kube.secret`), the Ray head's read-only access to its pods and their
 events (:mod:`rl_lustre.kube.head_access`) and the ``ray.io/v1`` RayCluster
@@ -14,7 +15,9 @@ Where it departs from the reference workflow, on purpose:
   job driver (``Cluster.head_on_gpu_pool=True`` restores the reference placement);
 - ``rayVersion`` is the Ray inside the image, not a free-standing number;
 - secrets reach the pods through ``secretKeyRef``, never the job's runtime env;
-- the PersistentVolume is ``Retain``: deleting it never deletes checkpoints.
+- the PersistentVolume is ``Retain``: deleting it never deletes checkpoints;
+- the workers select the GPU nodes by the deployment's ComputeClass, not by one pool: GKE's
+  cluster autoscaler brings them from the capacity policy's pools in order, every time.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..plankeys import PV_KEY, PVC_KEY, RAYCLUSTER_KEY, SECRET_KEY
+from ..plankeys import COMPUTE_CLASS_KEY, PV_KEY, PVC_KEY, RAYCLUSTER_KEY, SECRET_KEY
+from .computeclass import compute_class_manifest
 from .head_access import head_access_manifests
 from .labels import deployment_labels
 from .persistent_volume import pv_manifest, pvc_manifest
@@ -50,8 +54,9 @@ def build_manifests(
     """The Kubernetes objects of a GKE deployment, in apply order.
 
     With ``fabric="rdma"`` first the fabric's objects (see
-    :func:`rl_lustre.kube.fabric.fabric_manifests`), then the PersistentVolume (Lustre
-    CSI driver), PersistentVolumeClaim, Secret, the head's ServiceAccount, Role and RoleBinding
+    :func:`rl_lustre.kube.fabric.fabric_manifests`), then the capacity policy's ComputeClass
+    (:mod:`rl_lustre.kube.computeclass`), the PersistentVolume (Lustre CSI driver),
+    PersistentVolumeClaim, Secret, the head's ServiceAccount, Role and RoleBinding
     (:mod:`rl_lustre.kube.head_access`) and ``ray.io/v1`` RayCluster. Before the
     Lustre instance exists its IP is
     :data:`~rl_lustre.kube.persistent_volume.PLACEHOLDER_IP` and the PersistentVolume
@@ -62,7 +67,7 @@ def build_manifests(
         >>> from rl_lustre.kube.manifests import build_manifests
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
         ...             fabric="tcp")
-        >>> pv, pvc, secret, *head_access, ray = build_manifests(c, secret_values={"HF_TOKEN": "hf_x"})
+        >>> gpus, pv, pvc, secret, *head_access, ray = build_manifests(c, secret_values={"HF_TOKEN": "hf_x"})
         >>> pv["spec"]["csi"]["volumeHandle"], secret["stringData"]
         ('my-project/us-east1-b/demo-lustre', {'HF_TOKEN': '<redacted>'})
 
@@ -98,9 +103,8 @@ def keyed_manifests(
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
         ...             fabric="tcp", secrets=("HF_TOKEN",))
-        >>> {key: m["kind"] for key, m in keyed_manifests(c).items()}  # doctest: +NORMALIZE_WHITESPACE
-        {'pv': 'PersistentVolume', 'pvc': 'PersistentVolumeClaim', 'secret': 'Secret', 'head-account': 'ServiceAccount',
-         'head-role': 'Role', 'head-role-binding': 'RoleBinding', 'raycluster': 'RayCluster'}
+        {'compute-class': 'ComputeClass', 'pv': 'PersistentVolume', 'pvc': 'PersistentVolumeClaim', 'secret': 'Secret',
+         'head-account': 'ServiceAccount', 'head-role': 'Role', 'head-role-binding': 'RoleBinding', 'raycluster': 'RayCluster'}
     """
     if cluster.backend != "gke":
         raise ConfigError(
@@ -116,6 +120,7 @@ def keyed_manifests(
     ray_cluster = raycluster_manifest(cluster, labels)
     return {
         **fabric_manifests_by_key(cluster, labels),
+        COMPUTE_CLASS_KEY: compute_class_manifest(cluster, labels),
         PV_KEY: pv_manifest(cluster, labels),
         PVC_KEY: pvc_manifest(cluster, labels),
         SECRET_KEY: secret_manifest(cluster, labels, secret_values, redact),
@@ -137,8 +142,8 @@ def deployment_manifests(cluster: ClusterSpec) -> list[dict[str, Any]]:
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", fabric="tcp")
         >>> [m["kind"] for m in deployment_manifests(c)]  # doctest: +NORMALIZE_WHITESPACE
-        ['DaemonSet', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'ServiceAccount', 'Role', 'RoleBinding',
-         'Job', 'RayCluster', 'ServiceAccount', 'Role', 'RoleBinding', 'ConfigMap', 'Deployment']
+        ['ComputeClass', 'DaemonSet', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'ServiceAccount', 'Role',
+         'RoleBinding', 'Job', 'RayCluster', 'ServiceAccount', 'Role', 'RoleBinding', 'ConfigMap', 'Deployment']
     """
     from .keeper import keeper_manifests
     from .prefetch import prefetch_job

@@ -1,9 +1,10 @@
 """The image pre-pull DaemonSet, as a plain dict, and how to read its progress.
 
-:func:`prepull_daemonset` is an ``apps/v1`` DaemonSet on the GPU pool (and the CPU pool,
-where the Ray head and the prefetch Job need the same image) whose only container is the
-job image doing nothing (``sleep infinity``, a few MiB, no GPU): each node pulls the
-multi-GB image as soon as the GPU pool exists, while Lustre is still being created. Its
+:func:`prepull_daemonset` is an ``apps/v1`` DaemonSet on the GPU nodes of the deployment's
+ComputeClass, whichever pool they came from (and the CPU pool, where the Ray head and the
+prefetch Job need the same image), whose only container is the job image doing nothing
+(``sleep infinity``, a few MiB, no GPU): each node pulls the multi-GB image as soon as it
+joins, while Lustre is still being created. Its
 pod on a node is Ready once the image is there (:func:`daemonset_progress`). It is
 removed once the RayCluster's workers run (they hold the image from then on).
 
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
-from ..catalog import GKE_NODEPOOL_LABEL, GPU_RESOURCE
+from ..catalog import COMPUTE_CLASS_LABEL, GKE_NODEPOOL_LABEL
 from .labels import deployment_labels
 
 if TYPE_CHECKING:
@@ -38,14 +39,32 @@ def prepull_daemonset(cluster: ClusterSpec) -> dict[str, Any]:
         >>> pod = ds["spec"]["template"]["spec"]
         >>> pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         ... # doctest: +NORMALIZE_WHITESPACE
-        [{'matchExpressions': [{'key': 'cloud.google.com/gke-nodepool', 'operator': 'In',
-                                'values': ['gpu-pool', 'ray-head-pool']}]}]
+        [{'matchExpressions': [{'key': 'cloud.google.com/compute-class', 'operator': 'In', 'values': ['demo-gpus']}]},
+         {'matchExpressions': [{'key': 'cloud.google.com/gke-nodepool', 'operator': 'In',
+                                'values': ['ray-head-pool']}]}]
         >>> pod["containers"][0]["image"]
         'nvcr.io/nvidia/nemo-rl:v0.4.0'
     """
+    from .computeclass import pod_tolerations
+
+    compute_class_name = naming.compute_class_name(cluster)
     labels = deployment_labels(cluster)
     name = naming.prepull_name(cluster)
     selector = {_PREPULL_LABEL: name}
+    # Terms are ORed: the class's GPU nodes (every GPU pool's), and the CPU pool by name.
+    terms = []
+    if not cluster.preload_image:
+        terms.append(
+            {"matchExpressions": [{"key": COMPUTE_CLASS_LABEL, "operator": "In", "values": [compute_class_name]}]}
+        )
+    if not cluster.head_on_gpu_pool:
+        terms.append(
+            {
+                "matchExpressions": [
+                    {"key": GKE_NODEPOOL_LABEL, "operator": "In", "values": [naming.cpu_pool_name(cluster)]}
+                ]
+            }
+        )
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -56,23 +75,9 @@ def prepull_daemonset(cluster: ClusterSpec) -> dict[str, Any]:
                 "metadata": {"labels": {**labels, **selector}},
                 "spec": {
                     "affinity": {
-                        "nodeAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": {
-                                "nodeSelectorTerms": [
-                                    {
-                                        "matchExpressions": [
-                                            {
-                                                "key": GKE_NODEPOOL_LABEL,
-                                                "operator": "In",
-                                                "values": prepull_pools(cluster),
-                                            }
-                                        ]
-                                    }
-                                ]
-                            }
-                        }
+                        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
                     },
-                    "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+                    "tolerations": pod_tolerations(cluster),
                     "terminationGracePeriodSeconds": 0,
                     "containers": [
                         {
@@ -91,10 +96,11 @@ def prepull_daemonset(cluster: ClusterSpec) -> dict[str, Any]:
 
 
 def prepull_pools(cluster: ClusterSpec) -> list[str]:
-    """The node pools whose nodes pre-pull the image: the GPU pool unless its nodes boot
-    with the image preloaded (``Cluster.preload_image``), and the CPU pool when the Ray
-    head runs there (it is created with the cluster and does not wait for a preload image)."""
-    pools = [] if cluster.preload_image else [naming.gpu_pool_name(cluster)]
+    """The nodes that pre-pull the image: the GPU nodes of the deployment's ComputeClass
+    (whichever pool they are in) unless they boot with the image preloaded
+    (``Cluster.preload_image``), and the CPU pool when the Ray head runs there (it is created
+    with the cluster and does not wait for a preload image)."""
+    pools = [] if cluster.preload_image else [f"the GPU nodes of ComputeClass {naming.compute_class_name(cluster)}"]
     if not cluster.head_on_gpu_pool:
         pools.append(naming.cpu_pool_name(cluster))
     return pools

@@ -5,8 +5,9 @@ One head group and one worker group (``gpu-workers``, ``num_nodes`` replicas fix
 - the head runs on the on-demand CPU pool, so a Spot preemption cannot kill the job
   driver (``Cluster.head_on_gpu_pool=True`` restores the reference placement), with
   ``num-cpus``/``num-gpus`` 0 and resources sized from its machine;
-- workers run on the (Spot) GPU pool, selected by accelerator and Spot label with the GPU
-  taint tolerated, their CPU and memory pinned from the machine catalogue;
+- workers run on the GPU nodes of the deployment's ComputeClass (its label and the
+  accelerator's; the class's and the GPU taint tolerated), whichever pool GKE's cluster
+  autoscaler brought them from, their CPU and memory pinned from the machine catalogue;
 - every pod mounts the Lustre claim at ``mount_path`` and a memory-backed ``/dev/shm``;
   secrets reach the pods through ``secretKeyRef``, never the job's runtime env;
   ``rayVersion`` is the Ray inside the image. Naming :data:`RAY_AUTH_TOKEN` among the
@@ -26,7 +27,6 @@ from .. import naming
 from ..catalog import (
     GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
-    GKE_SPOT_LABEL,
     GPU_MACHINE_TYPES,
     GPU_RESOURCE,
     HF_HOME_DIR,
@@ -129,15 +129,17 @@ def _env(cluster: ClusterSpec) -> list[dict[str, Any]]:
 
 
 def _gpu_node_selector(cluster: ClusterSpec) -> dict[str, str]:
+    """The GPU nodes of the deployment's ComputeClass, whichever pool (kind, zone) they are in."""
+    from .computeclass import pod_selector
+
     assert cluster.accelerator_type is not None
-    selector = {GKE_ACCELERATOR_LABEL: cluster.accelerator_type}
-    if cluster.capacity and all(c.kind == "spot" for c in cluster.capacity):
-        # Only Spot nodes can come; a policy with other kinds selects by GPU alone.
-        selector[GKE_SPOT_LABEL] = "true"
-    return selector
+    return {**pod_selector(cluster), GKE_ACCELERATOR_LABEL: cluster.accelerator_type}
 
 
-_GPU_TOLERATIONS = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+def _gpu_tolerations(cluster: ClusterSpec) -> list[dict[str, str]]:
+    from .computeclass import pod_tolerations
+
+    return pod_tolerations(cluster)
 
 
 def _machine_capacity(machine_type: str) -> tuple[float, float] | None:
@@ -211,7 +213,7 @@ def _head_group(cluster: ClusterSpec, labels: dict[str, str]) -> dict[str, Any]:
     pod: dict[str, Any] = {}
     if cluster.head_on_gpu_pool:
         pod["nodeSelector"] = _gpu_node_selector(cluster)
-        pod["tolerations"] = [dict(t) for t in _GPU_TOLERATIONS]
+        pod["tolerations"] = _gpu_tolerations(cluster)
     else:
         pod["nodeSelector"] = {GKE_NODEPOOL_LABEL: naming.cpu_pool_name(cluster)}
     pod["containers"] = [
@@ -246,7 +248,7 @@ def _worker_group(cluster: ClusterSpec, labels: dict[str, str]) -> tuple[dict[st
 
     pod: dict[str, Any] = {
         "nodeSelector": _gpu_node_selector(cluster),
-        "tolerations": [dict(t) for t in _GPU_TOLERATIONS],
+        "tolerations": _gpu_tolerations(cluster),
         "containers": [
             {
                 "name": "ray-worker",

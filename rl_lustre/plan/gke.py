@@ -16,10 +16,10 @@ from ..plankeys import CPU_POOL_KEY, GKE_CLUSTER_KEY, SUBNET_KEY
 from .fabric import fabric_nodes
 from .graph import Plan, PlannedResource
 from .keeper import keeper_node
-from .kube_objects import head_access_nodes, ray_cluster, secret, volume_claim_nodes
+from .kube_objects import compute_class, head_access_nodes, ray_cluster, secret, volume_claim_nodes
 from .lustre import lustre_instance
 from .network import cluster_subnet, ip_allocation, psa_nodes, vpc_nodes
-from .nodepools import cpu_pool, gpu_pool, node_account, node_account_keys, standby_pool
+from .nodepools import cpu_pool, gpu_pool, node_account, node_account_keys
 from .preload import preload_nodes
 from .startup import startup_nodes
 from .warmstart import warmstart_nodes
@@ -63,8 +63,8 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         *preload_nodes(cluster),
         *_present(node_account(cluster, created)),
         cpu_pool(cluster, created),
+        compute_class(cluster, created),
         gpu_pool(cluster, created),
-        *_present(standby_pool(cluster, created)),
         *volume_claim_nodes(cluster, created),
         *_present(secret(cluster, created)),
         *head_access_nodes(cluster, created),

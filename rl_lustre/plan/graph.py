@@ -396,8 +396,8 @@ class Plan:
         }
         if GPU_POOL_KEY in self:
             pool = self.get(GPU_POOL_KEY).settings
-            out["gpu_nodes"] = pool["node_count"]
-            out["gpus"] = pool["node_count"] * pool["accelerator"]["count"]
+            out["gpu_nodes"] = pool["nodes"]
+            out["gpus"] = pool["nodes"] * pool["accelerator"]["count"]
         elif RAY_HEAD_KEY in self:
             head = self.get(RAY_HEAD_KEY).settings
             out["gpu_nodes"] = head["num_nodes"]
@@ -491,7 +491,7 @@ def _headline(plan: Plan, cost: Cost) -> list[str]:
     if GPU_POOL_KEY in plan:
         pool = plan.get(GPU_POOL_KEY).settings
         facts.append(
-            f"{t['gpus']} GPUs ({pool['node_count']} {pool['provisioning']} {pool['machine_type']} nodes "
+            f"{t['gpus']} GPUs ({pool['nodes']} {pool['provisioning']} {pool['machine_type']} nodes "
             f"x {pool['accelerator']['count']} {pool['accelerator']['type']})"
         )
     elif "gpus" in t:

@@ -1,5 +1,5 @@
-"""The Kubernetes objects of a GKE plan: the volume's PersistentVolume and claim, the
-Secret with the job secrets, and the RayCluster.
+"""The Kubernetes objects of a GKE plan: the capacity policy's ComputeClass, the volume's
+PersistentVolume and claim, the Secret with the job secrets, and the RayCluster.
 
 Each node shows what the object is (:mod:`rl_lustre.kube.manifests` builds the object
 itself, keyed by the same plan key) and waits for what it needs: the PersistentVolume
@@ -12,10 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
-from ..catalog import GKE_ACCELERATOR_LABEL, GPU_RESOURCE, LUSTRE_CSI_DRIVER
+from ..catalog import COMPUTE_CLASS_LABEL, GKE_ACCELERATOR_LABEL, GPU_RESOURCE, LUSTRE_CSI_DRIVER
+from ..kube.computeclass import pod_selector
 from ..kube.fabric import worker_fabric_summary
 from ..kube.head_access import RULES
 from ..plankeys import (
+    COMPUTE_CLASS_KEY,
     CPU_POOL_KEY,
     GKE_CLUSTER_KEY,
     GPU_POOL_KEY,
@@ -34,7 +36,61 @@ from .graph import PlannedResource
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
-__all__ = ["head_access_nodes", "ray_cluster", "secret", "volume_claim_nodes"]
+__all__ = ["compute_class", "head_access_nodes", "ray_cluster", "secret", "volume_claim_nodes"]
+
+
+def compute_class(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource:
+    """The ``compute-class`` node (``created``: its action and labels): the capacity policy as a
+    GKE ComputeClass (:mod:`rl_lustre.kube.computeclass`), the order in which GKE's cluster
+    autoscaler brings GPU nodes each time the Ray workers need them, and what rl_lustre
+    decided in it.
+
+    Examples:
+        >>> from rl_lustre.spec import ClusterSpec
+        >>> spec = ClusterSpec(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
+        ...                    capacity=("spot", "on-demand"), fabric="tcp")
+        >>> node = compute_class(spec, {"action": "create"})
+        >>> node.kind, node.name
+        ('cloud.google.com/v1/ComputeClass', 'demo-gpus')
+        >>> node.settings["priorities"]
+        ['gpu-pool: spot in us-east1-b', 'gpu-ondemand-b: on-demand in us-east1-b']
+    """
+    from ..kube.computeclass import ACTIVE_MIGRATION, CONSOLIDATION_DELAY_MINUTES, WHEN_UNSATISFIABLE
+    from .capacity import capacity_lanes
+
+    lanes = capacity_lanes(cluster)
+    queued = [la for la in lanes if la.queued]
+    settings: dict[str, Any] = {
+        "scope": "cluster",
+        "priorities": [f"{la.pool_name}: {la.label}" for la in lanes],
+        "when_unsatisfiable": f"{WHEN_UNSATISFIABLE}: a node of the cluster's default configuration (ScaleUpAnyway) "
+        "has no GPU; the workers wait Pending, bounded by up()'s waits and the run's capacity_timeout",
+        "active_migration": f"{'on' if ACTIVE_MIGRATION else 'off'}: moving one worker of a run's gang restarts the "
+        "whole run from its checkpoint; a run stays on the nodes it has",
+        "consolidation_delay_minutes": f"{CONSOLIDATION_DELAY_MINUTES}: a GPU node no pod uses (a Spot VM brought back "
+        "while the run is elsewhere) is removed after a minute, not the autoscaler's ten",
+        "node_pool_auto_creation": "off: only the deployment's own pools (RDMA NICs, preload disk, node account)",
+        "wait": "flex-start: GKE's capacityCheckWaitTimeSeconds, how long it waits for flex-start before the next "
+        "rule; other kinds fall back at once on a stock-out; every kind's wait adds to how long up() waits for the "
+        "GPU nodes before on_no_capacity",
+        "selected_by": "the Ray workers (and the image pre-pull) by nodeSelector cloud.google.com/compute-class",
+    }
+    if queued:
+        settings["queued_flex_start"] = (
+            "no rule: GKE's autoscaler does not scale a queued pool for pending pods. up() asks for all nodes at "
+            "once through a ProvisioningRequest once the rules before it have no capacity; afterwards (a lost node) "
+            "the rule of the flex-start kind is the autoscaler's flex-start, node by node"
+        )
+    if cluster.capacity_zones == "region":
+        settings["zones"] = "the rules of the region's other zones are added at up(), once they are found"
+    return PlannedResource(
+        key=COMPUTE_CLASS_KEY,
+        kind="cloud.google.com/v1/ComputeClass",
+        name=naming.compute_class_name(cluster),
+        depends_on=(GKE_CLUSTER_KEY,),
+        settings=settings,
+        **created,
+    )
 
 
 def volume_claim_nodes(cluster: ClusterSpec, created: dict[str, Any]) -> list[PlannedResource]:
@@ -175,7 +231,11 @@ def ray_cluster(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResourc
         >>> node.depends_on, node.settings["head"]["node_pool"]
         (('pvc', 'secret', 'cpu-pool', 'gpu-pool', 'head-role-binding'), 'ray-head-pool')
     """
-    head_pool = naming.gpu_pool_name(cluster) if cluster.head_on_gpu_pool else naming.cpu_pool_name(cluster)
+    head_pool = (
+        f"a GPU node of ComputeClass {naming.compute_class_name(cluster)}"
+        if cluster.head_on_gpu_pool
+        else naming.cpu_pool_name(cluster)
+    )
     secrets = (SECRET_KEY,) if cluster.secrets else ()
     return PlannedResource(
         key=RAYCLUSTER_KEY,
@@ -190,9 +250,9 @@ def ray_cluster(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResourc
             "workers": {
                 "replicas": cluster.num_nodes,
                 "gpus_per_worker": cluster.gpus_per_node,
-                "node_pool": naming.gpu_pool_name(cluster),
-                "node_selector": {GKE_ACCELERATOR_LABEL: cluster.accelerator_type},
-                "tolerations": [GPU_RESOURCE],
+                "compute_class": naming.compute_class_name(cluster),
+                "node_selector": {**pod_selector(cluster), GKE_ACCELERATOR_LABEL: cluster.accelerator_type},
+                "tolerations": [COMPUTE_CLASS_LABEL, GPU_RESOURCE],
             },
             "volume": {"claim": naming.pvc_name(cluster), "mount_path": cluster.mount_path},
             "shm": "memory-backed emptyDir at /dev/shm",

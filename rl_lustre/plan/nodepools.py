@@ -1,5 +1,5 @@
-"""The GKE node pools of a deployment, as plan nodes: the CPU pool and the (Spot) GPU pool,
-and the service account their nodes run as.
+"""The GKE node pools of a deployment, as plan nodes: the CPU pool and the GPU pools, and the
+service account their nodes run as.
 
 - ``node-sa``: unless ``node_service_account`` names the user's own, an IAM service account
   made for the deployment (``rl-<name>-nodes``, :func:`rl_lustre.naming.node_service_account_id`)
@@ -9,23 +9,26 @@ and the service account their nodes run as.
 - ``cpu-pool``: one on-demand node of ``head_machine_type``, created with the GKE
   cluster as its initial pool; it hosts the system pods and the Ray head (unless
   ``head_on_gpu_pool``).
-- ``gpu-pool``: ``num_nodes`` nodes of ``machine_type`` with their GPUs and driver, Spot,
-  reserved or on-demand, the GPU taint, gVNIC, surge-free upgrades, the local SSDs as
-  ephemeral storage, the extra NICs of the RDMA fabric (:mod:`rl_lustre.plan.fabric`) and
-  the preload image as a secondary boot disk (:mod:`rl_lustre.plan.preload`); it hosts the
-  Ray workers.
+- ``gpu-pool``: the GPU pools of the capacity policy, one per kind and zone
+  (:mod:`rl_lustre.plan.capacity`), each a rule of the deployment's ComputeClass
+  (:mod:`rl_lustre.kube.computeclass`): nodes of ``machine_type`` with their GPUs and driver,
+  Spot, reserved, flex-start or on-demand, the GPU taint and the class's label and taint,
+  gVNIC, surge-free upgrades, the local SSDs as ephemeral storage, the extra NICs of the
+  RDMA fabric (:mod:`rl_lustre.plan.fabric`) and the preload image as a secondary boot disk
+  (:mod:`rl_lustre.plan.preload`); they host the Ray workers, up to ``num_nodes`` in all.
 
 :func:`rl_lustre.gcp.container_requests.node_pool_request` turns either node into the GKE request.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
 from ..catalog import GPU_MACHINE_TYPES, GPU_RESOURCE
-from ..plankeys import CPU_POOL_KEY, GKE_CLUSTER_KEY, GPU_POOL_KEY, GPU_STANDBY_KEY, NODE_SA_KEY
-from .capacity import Lane, capacity_lanes, lane_pool_settings
+from ..plankeys import COMPUTE_CLASS_KEY, CPU_POOL_KEY, GKE_CLUSTER_KEY, GPU_POOL_KEY, NODE_SA_KEY
+from .capacity import Lane, capacity_lanes, lane_pool_settings, queued_pool_settings
 from .fabric import extra_networks, fabric_nodes, gpu_pool_subnet_keys
 from .graph import PlannedResource
 from .preload import gpu_node_preload, preload_keys
@@ -209,81 +212,65 @@ def gpu_pool_depends_on(cluster: ClusterSpec) -> tuple[str, ...]:
     return (GKE_CLUSTER_KEY, *node_account_keys(cluster), *gpu_pool_subnet_keys(cluster), *preload_keys(cluster))
 
 
-def gpu_pool(cluster: ClusterSpec, created: dict[str, Any], lane: Lane | None = None) -> PlannedResource:
-    """The ``gpu-pool`` node (``created``: its action and labels): the first lane of the
-    capacity policy, or ``lane``'s pool (a fallback ``up()`` asks for when that one does not come)."""
-    lanes = capacity_lanes(cluster)
-    lane = lane or lanes[0]
+def gpu_pool(
+    cluster: ClusterSpec,
+    created: dict[str, Any],
+    lane: Lane | None = None,
+    *,
+    zones: Sequence[str] | None = None,
+    queued: bool = False,
+) -> PlannedResource:
+    """The ``gpu-pool`` node (``created``: its action and labels): every GPU pool of the capacity
+    policy, one per kind and zone (:func:`~rl_lustre.spec.lanes.capacity_lanes` over
+    ``zones``), each a rule of the deployment's ComputeClass; its settings are the first pool's,
+    and list the others. With ``lane``, that lane's pool alone (``queued``: its queued
+    flex-start pool), as ``up()`` creates it."""
+    lanes = capacity_lanes(cluster, zones)
+    first = lane or lanes[0]
+    kind = queued_pool_settings(cluster, first) if queued else lane_pool_settings(cluster, first)
+    name = kind.pop("name", first.pool_name)
+    taint = kind.pop("class_taint")
     pool_settings: dict[str, Any] = {
         **gpu_node_settings(cluster),
-        **lane_pool_settings(cluster, lane),
+        **kind,
+        "taints": [GPU_TAINT, taint],
+        # The nodes the deployment runs (node_count is what the pool starts with).
+        "nodes": cluster.num_nodes,
         # One node at a time, never a surge node: a spare A4 is rarely to be had.
         "upgrade_settings": {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1},
         "hosts": ["Ray workers", *(["Ray head"] if cluster.head_on_gpu_pool else [])],
     }
-    if lane.index == 0 and (len(lanes) > 1 or cluster.capacity_zones == "region"):
+    if lane is None:
         more = (
-            []
-            if cluster.capacity_zones != "region"
-            else [
+            [
                 "then the same kinds in the region's other zones that offer the machine type and Managed Lustre "
                 "(found at up())"
             ]
+            if cluster.capacity_zones == "region"
+            else []
         )
+        pool_settings["pools"] = [_pool_line(cluster, la) for la in lanes] + more
         pool_settings["capacity_policy"] = {
-            "try_in_order": [f"{la.label} (pool {la.pool_name})" for la in lanes] + more,
+            "decided_by": f"GKE's cluster autoscaler, by ComputeClass {naming.compute_class_name(cluster)}, "
+            "each time nodes are needed (up(), a lost node, a flex-start node's end)",
             "on_no_capacity": cluster.on_no_capacity,
         }
     return PlannedResource(
         key=GPU_POOL_KEY,
         kind="container.v1.NodePool",
-        name=lane.pool_name,
-        depends_on=gpu_pool_depends_on(cluster),
+        name=name,
+        depends_on=(*gpu_pool_depends_on(cluster), COMPUTE_CLASS_KEY),
         settings=pool_settings,
         **created,
     )
 
 
-def has_standby_pool(cluster: ClusterSpec) -> bool:
-    """Whether the plan has the flex-start standby pool beside the Spot pool: the capacity
-    policy starts with Spot and lists flex-start after it (see :func:`standby_pool`)."""
-    return (
-        bool(cluster.capacity)
-        and cluster.capacity[0].kind == "spot"
-        and any(c.kind == "flex-start" for c in cluster.capacity)
+def _pool_line(cluster: ClusterSpec, lane: Lane) -> str:
+    """``gpu-spot-c: spot in us-east1-c, 0 to 8 nodes (rule 1)``."""
+    size = f"{cluster.num_nodes} nodes held" if lane.kind == "reservation" else f"0 to {cluster.num_nodes} nodes"
+    queued = (
+        f"; at up() all at once through a ProvisioningRequest on {naming.gpu_queued_pool_name(cluster, lane.pool_name)}"
+        if lane.queued
+        else ""
     )
-
-
-def standby_pool(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource | None:
-    """The replacement pool beside a Spot GPU pool, when the capacity policy lists flex-start
-    after Spot: flex-start without queued provisioning, autoscaled from 0 (it costs nothing
-    while empty). When preempted Spot nodes do not come back, the cluster autoscaler scales
-    it up for the Ray workers left pending (they select GPU nodes by accelerator, not by
-    pool), so the run's supervisor resumes instead of waiting out ``capacity_timeout``."""
-    if not has_standby_pool(cluster):
-        return None
-    flex = next(c for c in cluster.capacity if c.kind == "flex-start")
-    from ..spec.capacity import Capacity
-
-    assert cluster.zone is not None
-    lane = Lane(
-        -1,
-        Capacity("flex-start", queued=False, max_run_duration=flex.max_run_duration, wait=flex.wait),
-        cluster.zone,
-        naming.gpu_standby_pool_name(cluster),
-    )
-    settings: dict[str, Any] = {
-        **gpu_node_settings(cluster),
-        **lane_pool_settings(cluster, lane),
-        "upgrade_settings": {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1},
-        "hosts": ["Ray workers the Spot pool lost and cannot take back (scaled up by the cluster autoscaler)"],
-        "role": "replacement after a preemption; empty (no cost) until Spot nodes are lost",
-    }
-    return PlannedResource(
-        key=GPU_STANDBY_KEY,
-        kind="container.v1.NodePool",
-        name=lane.pool_name,
-        depends_on=gpu_pool_depends_on(cluster),
-        settings=settings,
-        **created,
-    )
+    return f"{lane.pool_name}: {lane.label}, {size} (rule {lane.index}){queued}"

@@ -74,7 +74,7 @@ def startup_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
                 settings={
                     "namespace": cluster.namespace,
                     "image": cluster.image,
-                    "node_pools": prepull_pools(cluster),
+                    "runs_on": prepull_pools(cluster),
                     "nodes": prepull_node_count(cluster),
                     **why,
                     "pod": "the image itself running 'sleep infinity': no GPU, 1m CPU and 8Mi requested",

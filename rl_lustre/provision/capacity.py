@@ -1,28 +1,42 @@
-"""Getting the GPU nodes: the capacity policy's lanes tried in order (``gpu-pool``'s driver).
+"""Getting the GPU nodes (``gpu-pool``'s driver): every GPU pool of the capacity policy, then
+the first nodes from the deployment's ComputeClass.
 
-:class:`CapacityPoolDriver` asks for the first lane's pool (:func:`rl_lustre.plan.capacity.
-capacity_lanes`). A lane ends without nodes when
+Which capacity comes is GKE's decision: the ComputeClass (:mod:`rl_lustre.kube.computeclass`)
+orders the policy's pools, and the cluster autoscaler tries them in that order each time
+nodes are needed, falling back at once on a stock-out. :class:`CapacityPoolDriver` only
 
-- the pool's operation fails with a stock-out, a quota or a reservation problem (GKE's
-  ``GCE_STOCKOUT``, Compute's ``ZONE_RESOURCE_POOL_EXHAUSTED``, "Specified reservation ...
-  does not have available resources"), classified by :mod:`rl_lustre.gcp.stockouts`;
-- flex-start without queued provisioning (a pool autoscaled from 0): the cluster
-  autoscaler's ``FailedScaleUp`` on the pods that ask for its nodes, or not all nodes
-  Ready within the lane's ``wait`` (:mod:`rl_lustre.provision.scaleup`);
-- queued flex-start: its ProvisioningRequest turns ``Failed``, ``CapacityRevoked`` or
-  ``BookingExpired`` (:func:`rl_lustre.kube.capacity_signals.provisioning_request_state`),
-  or is not ``Provisioned`` within the lane's ``wait``.
+1. creates every pool of the policy, in parallel (each kind in each candidate zone: Spot,
+   on-demand and flex-start from 0 nodes, a reservation's held; adopting the ones an
+   earlier ``up()`` made, and bringing a pool made before the ComputeClass, a fixed-size
+   Spot pool, to the new shape in place, :mod:`rl_lustre.provision.pool_upgrade`); a
+   reservation pool that cannot get its nodes is a failed attempt, and is deleted;
+2. with the Kubernetes part, asks for the first nodes with capacity probes that select
+   the class (:mod:`rl_lustre.provision.scaleup`), so that the nodes come while Managed
+   Lustre is still being created, and waits for them.
 
-Then the lane's pool (and request) is deleted in the background and the next lane is
-asked for at once: the reaction to a signal is one poll of the wait that saw it. Each
-lane is an :class:`Attempt`; progress lines (the ``rl_lustre.provision.capacity`` log and
-the live view's row) say what is awaited, since when, what was tried and what is next.
-When every lane is spent the driver raises :class:`~rl_lustre.errors.CapacityExhaustedError`
-with every attempt; the executor keeps what ``ClusterSpec.on_no_capacity`` says.
+What stays on this side, because a ComputeClass cannot do it:
 
-The Lustre volume never moves: a lane in another zone of the region reaches the zonal
-instance across zones (inter-zone traffic is billed, and adds latency); the attempt and
-the progress line say so. Any other failure is a failure of the step, as before.
+- **queued flex-start**: a pool with queued provisioning gets nodes only for a
+  ProvisioningRequest, never from the autoscaler for a pending pod (GKE's "Run a
+  large-scale workload with flex-start with queued provisioning"). ``up()`` applies the
+  class with the rules before a queued flex-start kind (:func:`rl_lustre.spec.lanes.class_stages`);
+  when they have no capacity it asks for every node at once through a request in each zone
+  of that kind, in order, each for at most the kind's ``wait`` (``Failed``,
+  ``CapacityRevoked`` or ``BookingExpired`` end it at once), and adds the rules after it
+  only if the request does not deliver; once the nodes are there the whole class is applied;
+- **giving up**: the class has no deadline; with ``whenUnsatisfiable: DoNotScaleUp`` the
+  pods wait for ever. ``up()`` waits at most the sum of the waits of the kinds the class
+  tries (the lanes of the stage), and ends sooner when the probes' events say the
+  autoscaler has nothing left to try (every rule in backoff after a failed scale-up, or
+  none can take the pod). Then it raises :class:`~rl_lustre.errors.CapacityExhaustedError`
+  with every attempt, and the executor keeps what ``ClusterSpec.on_no_capacity`` says;
+- **the pools themselves**, in the zones ``capacity_zones`` allows (a class's ``nodepools``
+  rules name pools that must exist; the region's zones are found at ``up()``).
+
+Each stage is an :class:`Attempt`; progress lines (the ``rl_lustre.provision.capacity`` log and
+the live view's row) say what is awaited, since when, what was tried and what is next. The
+Lustre volume never moves: a pool in another zone of the region reaches the zonal instance
+across zones (inter-zone traffic is billed, and adds latency); the plan's pools say so.
 """
 
 from __future__ import annotations
@@ -37,33 +51,34 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from ..errors import CapacityExhaustedError, GCPError
-from ..plankeys import GKE_CLUSTER_KEY, GPU_POOL_KEY
+from ..plankeys import GKE_CLUSTER_KEY, GPU_POOL_KEY, RAYCLUSTER_KEY
 from .context import Context
 from .step import Done, Step
 
 if TYPE_CHECKING:
     from ..kube.capacity_signals import Signal
-    from ..plan.capacity import Lane
+    from ..spec.lanes import Lane
 
-__all__ = ["Attempt", "CapacityPoolDriver", "capacity_signal"]
+__all__ = ["Attempt", "CapacityPoolDriver", "capacity_signal", "zones_for"]
 
 logger = logging.getLogger("rl_lustre.provision.capacity")
 
 
 @attrs.define
 class Attempt:
-    """One lane tried: when, and how it ended.
+    """One thing tried for the GPU nodes: when, and how it ended.
 
     Attributes:
-        index: the lane's place in the order.
-        label: ``spot in us-east1-c``.
-        kind: the capacity kind.
-        zone: the zone.
-        pool: the GKE node pool asked for.
+        index: its place in the order.
+        label: ``ComputeClass demo-gpus: spot in us-east1-b, spot in us-east1-c`` or
+            ``flex-start (queued, 7d) in us-east1-b``.
+        kind: the capacity kind (``class`` for the ComputeClass's rules).
+        zone: the zone (the cluster's, for the class).
+        pool: the GKE node pool asked for (the class's first, for the class).
         started: when it was asked for (``time.time()``).
         ended: when it ended (None while it runs).
         outcome: ``running``, ``granted``, ``stockout``, ``quota``, ``reservation``,
-            ``timeout``, ``revoked``, ``expired``, ``skipped``.
+            ``backoff``, ``misconfigured``, ``timeout``, ``revoked``, ``expired``, ``skipped``.
         reason: what Google or Kubernetes said, in one line.
         signal: the classified signal, when there was one.
     """
@@ -102,12 +117,13 @@ def capacity_signal(exc: BaseException, lane: Lane) -> Signal | None:
 
 
 class CapacityPoolDriver:
-    """The GPU pool, from the first lane of the capacity policy that delivers (see the module's doc).
+    """Every GPU pool of the capacity policy, then the first nodes (see the module's doc).
 
     Args:
         ctx: the deployment's context (``ctx.capacity_zones``: the candidate zones;
-            ``ctx.time_scale``: wall seconds per second of the lanes' waits).
-        kube: whether the Kubernetes part runs (queued flex-start needs it).
+            ``ctx.time_scale``: wall seconds per second of the policy's waits).
+        kube: whether the Kubernetes part runs (the nodes come for pods; without it only
+            the pools are made).
     """
 
     deleted_with: str | None = GKE_CLUSTER_KEY
@@ -123,12 +139,12 @@ class CapacityPoolDriver:
         self._deleting: list[concurrent.futures.Future[Any]] = []
 
     def lanes(self) -> tuple[Lane, ...]:
-        from ..plan.capacity import capacity_lanes
+        from ..spec.lanes import capacity_lanes
 
         return capacity_lanes(self.ctx.cluster, self.ctx.capacity_zones)
 
-    def _path(self, lane: Lane) -> str:
-        return f"{self.cluster}/nodePools/{lane.pool_name}"
+    def _path(self, pool: str) -> str:
+        return f"{self.cluster}/nodePools/{pool}"
 
     def _say(self, text: str) -> None:
         from ..gcp._wait import report_progress
@@ -136,199 +152,244 @@ class CapacityPoolDriver:
         logger.info("GPU capacity: %s", text)
         report_progress("GPU capacity", text)
 
-    def ensure(self, step: Step) -> Done:
-        from .gcp_drivers import NodePoolDriver
-
-        lanes = self.lanes()
-        pools = self.ctx.apis.pools
-        for lane in lanes:  # one an earlier up() got: adopt it, whichever lane it was
-            found = pools.get_or_none(self._path(lane))
-            if found is not None and type(found).Status(found.status).name == "RUNNING":
-                node = self._node(lane)
-                done = NodePoolDriver(self.ctx, GPU_POOL_KEY).adopt(step, node)
-                self.ctx.capacity_lane = lane
-                return done
-        preload = NodePoolDriver(self.ctx, GPU_POOL_KEY).preload_path(step)
-        t0 = time.time()
-        try:
-            for i, lane in enumerate(lanes):
-                step.check()
-                attempt = Attempt(lane.index, lane.label, lane.kind, lane.zone, lane.pool_name, time.time())
-                self.attempts.append(attempt)
-                nxt = f"next: {lanes[i + 1].label}" if i + 1 < len(lanes) else "nothing after it"
-                tried = "; ".join(f"{a.label}: {a.outcome}" for a in self.attempts[:-1]) or "nothing yet"
-                where = (
-                    ""
-                    if lane.zone == self.ctx.cluster.zone
-                    else (
-                        f"; the volume stays in {self.ctx.cluster.zone} and is reached across zones "
-                        "(inter-zone traffic is billed)"
-                    )
-                )
-                self._say(
-                    f"asking for {lane.label} (pool {lane.pool_name}, {self.ctx.cluster.num_nodes} nodes), "
-                    f"waiting since {time.strftime('%H:%M:%S', time.localtime(t0))}; tried: {tried}; {nxt}{where}"
-                )
-                value = self._try(step, lane, attempt, preload)
-                if value is not None:
-                    attempt.end("granted", f"{self.ctx.cluster.num_nodes} nodes")
-                    self.ctx.capacity_lane, self.ctx.capacity_granted_at = lane, attempt.ended
-                    self._say(f"got {lane.label} after {len(self.attempts)} attempt(s)")
-                    return Done(
-                        "created",
-                        value,
-                        note=f"{lane.label}"
-                        + (f", after {len(self.attempts) - 1} stock-out(s)" if len(self.attempts) > 1 else ""),
-                    )
-                self._say(f"{lane.label}: {attempt.outcome} ({attempt.reason}); {nxt}")
-        finally:
-            self._settle()
-        summary = "\n".join(
-            [
-                f"no GPU capacity from any of the {len(lanes)} lane(s) of the policy:",
-                *[f"  {a.line()}" for a in self.attempts],
-            ]
-        )
-        raise CapacityExhaustedError(summary, list(self.attempts))
-
-    def _node(self, lane: Lane) -> Any:
+    def _node(self, lane: Lane, *, queued: bool = False) -> Any:
         from ..plan.nodepools import gpu_pool
 
         base = self.ctx.plan.get(GPU_POOL_KEY)
-        return gpu_pool(self.ctx.cluster, {"action": base.action, "labels": dict(base.labels)}, lane)
+        created = {"action": base.action, "labels": dict(base.labels)}
+        return gpu_pool(self.ctx.cluster, created, lane, zones=self.ctx.capacity_zones, queued=queued)
 
-    def _try(self, step: Step, lane: Lane, attempt: Attempt, preload: str | None) -> Any:
-        """The pool of ``lane`` with its nodes, or None (``attempt`` says why)."""
-        from ..gcp.container_requests import node_pool_request
+    def ensure(self, step: Step) -> Done:
+        from .gcp_drivers import NodePoolDriver
+        from .pool_upgrade import retire_standby
 
-        if lane.capacity.queued and not self.kube:
-            attempt.end("skipped", "queued flex-start needs the Kubernetes part (a ProvisioningRequest)")
-            return None
-        if _autoscaled(lane) and not self.kube:
-            attempt.end(
-                "skipped",
-                "flex-start without queued provisioning needs the Kubernetes part (pods for the "
-                "cluster autoscaler to scale the pool up for)",
-            )
-            return None
-        request = node_pool_request(self.ctx.plan, GPU_POOL_KEY, preload_image=preload, node=self._node(lane))
-        step.requesting()
+        lanes = self.lanes()
+        preload = NodePoolDriver(self.ctx, GPU_POOL_KEY).preload_path(step)
+        api = self.ctx.kube_api(step.records[GKE_CLUSTER_KEY].value) if self.kube else None
+        notes = retire_standby(self.ctx, self.cluster, api=api)
         try:
-            pool = self.ctx.apis.pools.create(request, cluster=self.cluster, deployment=self.ctx.deployment).resource
-        except GCPError as exc:
+            made, usable = self._pools(step, lanes, preload)
+            notes += made
+            if not self.kube:
+                first = self.ctx.apis.pools.get_or_none(self._path(lanes[0].pool_name))
+                return Done(
+                    "created" if step.record.requested else "adopted",
+                    first,
+                    note="; ".join([*notes, "the cluster autoscaler brings nodes when pods ask for them"]),
+                )
+            delivered = self._first_nodes(step, lanes, usable)
+        finally:
+            self._settle()
+        if delivered.kind == "on-demand" and self.ctx.cluster.capacity[0].kind != "on-demand":
+            logger.warning(
+                "GPU capacity: ON-DEMAND FALLBACK: the GPU nodes are on-demand, the costliest kind of the policy "
+                "(%s came first and had none)",
+                self.ctx.cluster.capacity[0].label,
+            )
+        return Done(
+            "created" if step.record.requested else "adopted",
+            self.ctx.apis.pools.get_or_none(self._path(delivered.pool_name)),
+            note="; ".join([delivered.label, *notes])
+            + (f", after {len(self.attempts) - 1} attempt(s) without capacity" if len(self.attempts) > 1 else ""),
+        )
+
+    # the pools
+
+    def _pools(self, step: Step, lanes: tuple[Lane, ...], preload: str | None) -> tuple[list[str], list[Lane]]:
+        """Create (in parallel) or adopt every pool of the class; returns notes and the lanes
+        whose pool is there."""
+        from .pool_upgrade import bring_to_shape
+
+        pools = self.ctx.apis.pools
+        todo, notes = [], []
+        for lane in lanes:
+            found = pools.get_or_none(self._path(lane.pool_name))
+            if found is None:
+                todo.append(lane)
+                continue
+            note = bring_to_shape(self.ctx, self._path(lane.pool_name), found, self._node(lane))
+            if note:
+                notes.append(note)
+        if todo:
+            step.requesting()
+            self._say(f"creating {len(todo)} GPU node pool(s): {', '.join(la.pool_name for la in todo)}")
+        failed: dict[str, BaseException] = {}
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(todo)), "rl-lustre-gpu-pools") as ex:
+            # One copy of this thread's context per pool (the progress display lives there).
+            futures = {
+                la.pool_name: ex.submit(contextvars.copy_context().run, self._create, lane=la, preload=preload)
+                for la in todo
+            }
+            for name, fut in futures.items():
+                exc = fut.exception()
+                if exc is not None:
+                    failed[name] = exc
+        step.check()
+        usable = []
+        for lane in lanes:
+            exc = failed.get(lane.pool_name)
+            if exc is None:
+                usable.append(lane)
+                continue
             signal = capacity_signal(exc, lane)
             if signal is None:
-                raise
+                raise exc
+            attempt = Attempt(len(self.attempts), lane.label, lane.kind, lane.zone, lane.pool_name, time.time())
             attempt.end(signal.kind, signal.short(400), signal)
-            self._drop(lane)
-            return None
-        if lane.capacity.queued and not self._queue(step, lane, attempt):
-            self._drop(lane)
-            return None
-        if _autoscaled(lane):
-            from .scaleup import wait_for_scale_up
+            self.attempts.append(attempt)
+            self._say(f"{lane.label}: {attempt.outcome} ({attempt.reason}); its pool is dropped from the class")
+            self._drop(lane.pool_name)
+        if not usable:
+            raise self._exhausted(lanes)
+        return notes, usable
 
-            if not wait_for_scale_up(self.ctx, step, lane, attempt):
-                self._drop(lane)
-                return None
-        return pool
+    def _create(self, *, lane: Lane, preload: str | None) -> Any:
+        from ..gcp.container_requests import node_pool_request
 
-    def _queue(self, step: Step, lane: Lane, attempt: Attempt) -> bool:
-        """Ask for every node of ``lane`` through a ProvisioningRequest; True once Provisioned."""
-        from ..gcp._wait import wait_for
-        from ..kube.capacity_signals import provisioning_request_state
-        from ..kube.client import ResourceClient
-        from ..kube.provisioning_request import (
-            consume_in_raycluster,
-            pod_template,
-            provisioning_request,
-            worker_resources,
-        )
-        from ..plankeys import RAYCLUSTER_KEY
+        request = node_pool_request(self.ctx.plan, GPU_POOL_KEY, preload_image=preload, node=self._node(lane))
+        return self.ctx.apis.pools.create(request, cluster=self.cluster, deployment=self.ctx.deployment).resource
 
+    # the first nodes
+
+    def _first_nodes(self, step: Step, lanes: tuple[Lane, ...], usable: list[Lane]) -> Lane:
+        """The first ``num_nodes`` nodes, from the class's stages (and queued requests)."""
+        from .. import naming
+        from ..kube.computeclass import compute_class_manifest
+        from ..kube.labels import deployment_labels
+        from ..kube.provisioning_request import worker_resources
+        from ..spec.lanes import class_stages
+        from .scaleup import class_nodes, release_probes, top_up_probes, wait_for_nodes
+
+        spec = self.ctx.cluster
         api = self.ctx.kube_api(step.records[GKE_CLUSTER_KEY].value)
-        ns = self.ctx.cluster.namespace
-        raycluster = self.ctx.manifest(RAYCLUSTER_KEY)
-        template = pod_template(self.ctx.cluster, lane, worker_resources(raycluster))
-        pr = provisioning_request(self.ctx.cluster, lane)
-        ResourceClient(api, "PodTemplate", ns).create(template)
-        requests = ResourceClient(api, "ProvisioningRequest", ns)
-        requests.create(pr)
-        name = pr["metadata"]["name"]
-        since = time.strftime("%H:%M:%S")
-        seen: dict[str, Any] = {}
-
-        def poll() -> str:
-            found = requests.get(name) or {}
-            state, signal, message = provisioning_request_state(found)
-            seen.update(state=state, signal=signal, message=message)
-            return state
-
-        def describe(state: str) -> str:
-            return f"ProvisioningRequest {name} {state} since {since}: {seen.get('message') or 'queued'}"
-
-        timeout = lane.capacity.wait * self.ctx.time_scale
+        zones = self.ctx.capacity_zones
+        labels = deployment_labels(spec)
+        if len(class_nodes(api, spec)) >= spec.num_nodes:  # an earlier up()'s nodes (and workers)
+            self._apply_class(api, compute_class_manifest(spec, labels, zones))
+            return self._delivered(api, lanes)
+        resources = worker_resources(self.ctx.manifest(RAYCLUSTER_KEY))
+        have = {la.pool_name for la in usable}
+        kind_of = {la.pool_name: spec.capacity.index(la.capacity) for la in lanes}
+        t0 = time.strftime("%H:%M:%S")
+        tried: set[int] = set()
         try:
-            wait_for(
-                f"{lane.label}: all {self.ctx.cluster.num_nodes} nodes at once (queued provisioning)",
-                poll,
-                done=lambda s: s not in ("pending", "accepted"),
-                describe=describe,
-                timeout=timeout,
-                backoff=self.ctx.backoff,
-            )
-        except Exception as exc:
-            from ..errors import WaitTimeoutError
+            for kinds, queued in class_stages(spec):
+                step.check()
+                new = [la for la in lanes if kind_of[la.pool_name] in kinds and kind_of[la.pool_name] not in tried]
+                rules = [la for la in lanes if kind_of[la.pool_name] in kinds and la.pool_name in have]
+                tried.update(kinds)
+                self._apply_class(api, compute_class_manifest(spec, labels, zones, kinds=kinds))
+                # Probes for the nodes still missing, once the class has this stage's rules.
+                top_up_probes(api, spec, resources)
+                if new and rules:
+                    what = ", ".join(la.label for la in rules)
+                    attempt = Attempt(
+                        len(self.attempts),
+                        f"ComputeClass {naming.compute_class_name(spec)}: {what}",
+                        "class",
+                        spec.zone or "",
+                        rules[0].pool_name,
+                        time.time(),
+                    )
+                    self.attempts.append(attempt)
+                    after = [la for la in lanes if kind_of[la.pool_name] == queued]
+                    nxt = f"then {after[0].label}" if after else "nothing after it"
+                    self._say(
+                        f"asking the cluster autoscaler for {spec.num_nodes} nodes from {what}, waiting since {t0}; "
+                        f"{nxt}"
+                    )
+                    budget = sum(la.capacity.wait for la in new)
+                    if wait_for_nodes(self.ctx, step, attempt, budget, what=what):
+                        attempt.end("granted", f"{spec.num_nodes} nodes")
+                        break
+                    self._say(f"the ComputeClass's rules have no capacity: {attempt.outcome} ({attempt.reason})")
+                if queued is not None and self._queued(step, api, lanes, queued, resources):
+                    break
+            else:
+                raise self._exhausted(lanes)
+        except BaseException:
+            release_probes(api, spec)
+            raise
+        self._apply_class(api, compute_class_manifest(spec, labels, zones))
+        delivered = self._delivered(api, lanes)
+        self.ctx.capacity_lane, self.ctx.capacity_granted_at = delivered, time.time()
+        self._say(f"got {spec.num_nodes} nodes: {delivered.label}, after {len(self.attempts)} attempt(s)")
+        return delivered
 
-            if not isinstance(exc, WaitTimeoutError):
-                raise
-            attempt.end(
-                "timeout",
-                f"not provisioned within its wait of {lane.capacity.wait:g}s ({seen.get('message') or 'queued'})",
-            )
-            return False
-        if seen.get("state") != "provisioned":
-            signal = seen.get("signal")
-            attempt.end(
-                signal.kind if signal is not None else str(seen.get("state")),
-                signal.short() if signal is not None else str(seen.get("message")),
-                signal,
-            )
-            return False
-        with self.ctx._lock:
-            consume_in_raycluster(raycluster, self.ctx.cluster, lane)
-        return True
+    def _apply_class(self, api: Any, manifest: dict[str, Any]) -> None:
+        from ..kube import apply
 
-    def _drop(self, lane: Lane) -> None:
-        """Delete ``lane``'s pool (and request) in the background; :meth:`_settle` waits for it."""
+        apply.apply_manifests(api, [manifest], deployment=self.ctx.deployment)
+
+    def _delivered(self, api: Any, lanes: tuple[Lane, ...]) -> Lane:
+        """The lane most of the class's nodes came from (the first in the order on a tie)."""
+        from ..catalog import GKE_NODEPOOL_LABEL
+        from ..naming import gpu_queued_pool_name
+        from .scaleup import class_nodes
+
+        counts: dict[str, int] = {}
+        for node in class_nodes(api, self.ctx.cluster):
+            pool = node["metadata"]["labels"].get(GKE_NODEPOOL_LABEL, "")
+            counts[pool] = counts.get(pool, 0) + 1
+        scored = [
+            (counts.get(la.pool_name, 0) + counts.get(gpu_queued_pool_name(self.ctx.cluster, la.pool_name), 0), la)
+            for la in lanes
+        ]
+        best = max(n for n, _ in scored)
+        return next(la for n, la in scored if n == best)
+
+    def _queued(self, step: Step, api: Any, lanes: tuple[Lane, ...], kind: int, resources: dict[str, Any]) -> bool:
+        """Ask for the nodes the class did not bring through a ProvisioningRequest in each
+        zone of the queued flex-start kind ``kind``, in order; True once they are there."""
+        from .queued import ask_queued
+
+        for lane in (la for la in lanes if self.ctx.cluster.capacity.index(la.capacity) == kind):
+            step.check()
+            attempt = Attempt(len(self.attempts), lane.label, lane.kind, lane.zone, lane.pool_name, time.time())
+            self.attempts.append(attempt)
+            self._say(f"asking for {lane.label}: every node at once through a ProvisioningRequest")
+            if ask_queued(self, step, api, lane, attempt, resources):
+                attempt.end("granted", "the request's nodes")
+                return True
+            self._say(f"{lane.label}: {attempt.outcome} ({attempt.reason})")
+            self._drop_queued(lane)
+        return False
+
+    def _exhausted(self, lanes: tuple[Lane, ...]) -> CapacityExhaustedError:
+        summary = "\n".join(
+            [
+                f"no GPU capacity from the {len(lanes)} pool(s) of the policy:",
+                *[f"  {a.line()}" for a in self.attempts],
+            ]
+        )
+        return CapacityExhaustedError(summary, list(self.attempts))
+
+    # dropping and deleting
+
+    def _drop(self, pool: str) -> None:
+        """Delete ``pool`` in the background; :meth:`_settle` waits for it."""
         run = contextvars.copy_context().run
-        pool = concurrent.futures.ThreadPoolExecutor(1, "rl-lustre-capacity-drop")
-        self._deleting.append(pool.submit(run, self._delete_lane, lane))
-        pool.shutdown(wait=False)
+        ex = concurrent.futures.ThreadPoolExecutor(1, "rl-lustre-capacity-drop")
+        self._deleting.append(ex.submit(run, self._delete_pool, pool))
+        ex.shutdown(wait=False)
 
-    def _delete_lane(self, lane: Lane) -> None:
+    def _drop_queued(self, lane: Lane) -> None:
+        from ..naming import gpu_queued_pool_name
+        from .queued import delete_request
+
+        if self.kube:
+            delete_request(self.ctx, lane)
+        self._drop(gpu_queued_pool_name(self.ctx.cluster, lane.pool_name))
+
+    def _delete_pool(self, pool: str) -> bool:
         from ..gcp._ownership import check_owned
 
-        if lane.capacity.queued and self.kube:
-            self._delete_request(lane)
-        found = self.ctx.apis.pools.get_or_none(self._path(lane))
+        found = self.ctx.apis.pools.get_or_none(self._path(pool))
         if found is None:
-            return
-        check_owned("GKE node pool", self._path(lane), found.config.resource_labels, self.ctx.deployment)
+            return False
+        check_owned("GKE node pool", self._path(pool), found.config.resource_labels, self.ctx.deployment)
         self._wait_idle()
-        self.ctx.apis.pools.delete(self._path(lane), deployment=self.ctx.deployment)
-
-    def _delete_request(self, lane: Lane) -> None:
-        from .. import naming
-        from ..kube.client import ResourceClient
-
-        gke = self.ctx.apis.clusters.get_or_none(self.cluster)
-        if gke is None:
-            return
-        api = self.ctx.kube_api(gke)
-        name = naming.provisioning_request_name(self.ctx.cluster, lane.pool_name)
-        for kind in ("ProvisioningRequest", "PodTemplate"):
-            ResourceClient(api, kind, self.ctx.cluster.namespace).delete(name)
+        return bool(self.ctx.apis.pools.delete(self._path(pool), deployment=self.ctx.deployment))
 
     def _wait_idle(self) -> None:
         from .gcp_drivers import _cluster_busy
@@ -341,7 +402,7 @@ class CapacityPoolDriver:
             )
 
     def _settle(self) -> None:
-        """Wait for the failed lanes' pools to be gone (nothing of a lane is left behind)."""
+        """Wait for the dropped pools to be gone (nothing of a failed attempt is left behind)."""
         errors = []
         for fut in self._deleting:
             try:
@@ -353,25 +414,27 @@ class CapacityPoolDriver:
             raise errors[0]
 
     def delete(self, step: Step) -> Literal["deleted", "absent"]:
-        """Delete whichever lane's pool exists (every one of them, on a rollback)."""
-        from ..gcp._ownership import check_owned
+        """Delete every GPU pool of the deployment (the class's, the queued ones, one of an older
+        version's standby pool), and the capacity probes when the GKE cluster stays."""
+        from ..naming import gpu_queued_pool_name, gpu_standby_pool_name
+        from .queued import delete_request
+        from .scaleup import release_probes
 
-        pools = self.ctx.apis.pools
+        gke = self.ctx.apis.clusters.get_or_none(self.cluster)
+        if gke is not None and self.kube:
+            api = self.ctx.kube_api(gke)
+            release_probes(api, self.ctx.cluster)
+            for lane in self.lanes():
+                if lane.queued:
+                    delete_request(self.ctx, lane)
         outcome: Literal["deleted", "absent"] = "absent"
-        for lane in self.lanes():
-            found = pools.get_or_none(self._path(lane))
-            if found is None:
-                continue
-            check_owned("GKE node pool", self._path(lane), found.config.resource_labels, self.ctx.deployment)
-            self._wait_idle()
-            if pools.delete(self._path(lane), deployment=self.ctx.deployment):
+        names = [la.pool_name for la in self.lanes()]
+        names += [gpu_queued_pool_name(self.ctx.cluster, la.pool_name) for la in self.lanes() if la.queued]
+        names.append(gpu_standby_pool_name(self.ctx.cluster))
+        for name in names:
+            if self._delete_pool(name):
                 outcome = "deleted"
         return outcome
-
-
-def _autoscaled(lane: Lane) -> bool:
-    """A pool created with 0 nodes that the cluster autoscaler fills: flex-start, not queued."""
-    return lane.kind == "flex-start" and not lane.capacity.queued
 
 
 def zones_for(ctx: Context, finder: Callable[[Any], tuple[str, ...]] | None) -> tuple[str, ...]:

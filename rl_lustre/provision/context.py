@@ -23,7 +23,6 @@ if TYPE_CHECKING:
         Ensured,
         Firewalls,
         GkeClusters,
-        GkeNodePools,
         GlobalAddresses,
         LustreInstances,
         Networks,
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
     )
     from ..gcp.iam import ProjectIam, ServiceAccounts
     from ..gcp.images import Disks, Images, Instances
+    from ..gcp.pool_updates import GkeNodePoolUpdates
     from ..gcp.storage import BucketObjects
     from ..plan import Plan
     from ..spec import ClusterSpec
@@ -63,7 +63,7 @@ class Apis:
     psa: PsaConnections
     lustre: LustreInstances
     clusters: GkeClusters
-    pools: GkeNodePools
+    pools: GkeNodePoolUpdates
     images: Images
     disks: Disks
     instances: Instances
@@ -82,6 +82,7 @@ class Apis:
         from .. import gcp
         from ..gcp.iam import ProjectIam, ServiceAccounts
         from ..gcp.images import Disks, Images, Instances
+        from ..gcp.pool_updates import GkeNodePoolUpdates
         from ..gcp.storage import BucketObjects
 
         kw: dict[str, Any] = {"backoff": backoff, "retry": retry}
@@ -93,7 +94,7 @@ class Apis:
             psa=gcp.PsaConnections(**kw),
             lustre=gcp.LustreInstances(**kw),
             clusters=gcp.GkeClusters(**kw),
-            pools=gcp.GkeNodePools(**kw),
+            pools=GkeNodePoolUpdates(**kw),
             images=Images(**kw),
             disks=Disks(**kw),
             instances=Instances(**kw),
@@ -186,14 +187,15 @@ class Context:
         """The Kubernetes object of the plan node ``key``, from :meth:`manifests`.
 
         The PersistentVolume names the Lustre instance's address, which is known only once
-        the instance is ready: one built before then is built again, once.
+        the instance is ready: one built before then is built again, once. The ComputeClass
+        names the pools of the zones ``up()`` found (:attr:`capacity_zones`).
 
         Raises:
             NotFoundError: the node has no Kubernetes object.
         """
         from ..kube.manifests import deployment_labels
         from ..kube.persistent_volume import PENDING_ANNOTATION, pv_manifest
-        from ..plankeys import PV_KEY
+        from ..plankeys import COMPUTE_CLASS_KEY, PV_KEY
 
         manifests = self.manifests()
         with self._lock:
@@ -202,6 +204,18 @@ class Context:
                 raise NotFoundError(f"plan node {key!r} has no Kubernetes object")
             if key == PV_KEY and PENDING_ANNOTATION in (found["metadata"].get("annotations") or {}):
                 found = manifests[key] = pv_manifest(self.cluster, deployment_labels(self.cluster))
+            if key == COMPUTE_CLASS_KEY and self.capacity_zones is not None:
+                from ..kube.computeclass import compute_class_manifest
+                from ..spec.lanes import class_stages
+
+                # The pools of the zones found at up(); the rules of the first stage (the rules
+                # after a queued flex-start kind join once its request has answered).
+                found = compute_class_manifest(
+                    self.cluster,
+                    deployment_labels(self.cluster),
+                    self.capacity_zones,
+                    kinds=class_stages(self.cluster)[0][0],
+                )
             return found
 
     def kube_api(self, gke_cluster: Any) -> Any:

@@ -15,9 +15,10 @@ psa-peering       :class:`PeeringDriver`: adds our range to the network's connec
 lustre            :class:`LustreDriver`; the mount point goes to the ``LustreVolume``
 gke-cluster       :class:`GkeClusterDriver`, created with the CPU pool as its only pool
 cpu-pool          :class:`NodePoolDriver`: came with the cluster, or created / adopted
-gpu-pool          :class:`~rl_lustre.provision.capacity.CapacityPoolDriver`: the capacity policy's
-                  lanes in order, each pool with the preload image as its secondary boot disk
-gpu-standby       :class:`NodePoolDriver`: the flex-start replacement pool beside a Spot pool
+gpu-pool          :class:`~rl_lustre.provision.capacity.CapacityPoolDriver`: every GPU pool of the
+                  capacity policy (each with the preload image as its secondary boot disk), then
+                  the first nodes from the ComputeClass's rules
+compute-class     :class:`KubeObjectDriver`: the capacity policy as a GKE ComputeClass
 node-sa           :class:`NodeAccountDriver`: the nodes' service account and its project roles
                   (absent when ``node_service_account`` names the user's own)
 preload-image     :class:`PreloadImageDriver`: found by digest, or built once; kept by ``down()``
@@ -54,7 +55,6 @@ from ..plankeys import (
     FIREWALL_LUSTRE_KEY,
     GKE_CLUSTER_KEY,
     GPU_POOL_KEY,
-    GPU_STANDBY_KEY,
     KEEPER_KEY,
     LUSTRE_KEY,
     NODE_SA_KEY,
@@ -142,13 +142,17 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
     }
     if PRELOAD_IMAGE_KEY in plan:
         drivers[PRELOAD_IMAGE_KEY] = PreloadImageDriver(ctx)
-    if GPU_STANDBY_KEY in plan:
-        drivers[GPU_STANDBY_KEY] = NodePoolDriver(ctx, GPU_STANDBY_KEY)
     if NODE_SA_KEY in plan:
         drivers[NODE_SA_KEY] = NodeAccountDriver(ctx)
+    waited_by_google = {d for node in plan if node.key not in kube_keys(plan) for d in node.depends_on}
     for key in kube_keys(plan):
         drivers[key] = (
-            KubeObjectDriver(ctx, key) if kube else SkippedDriver("Kubernetes part switched off (gcp_only=True)")
+            KubeObjectDriver(ctx, key)
+            if kube
+            else SkippedDriver(
+                "Kubernetes part switched off (gcp_only=True)",
+                deleted_with=GKE_CLUSTER_KEY if key in waited_by_google else None,
+            )
         )
     if KEEPER_KEY in plan:
         drivers[KEEPER_KEY] = (

@@ -67,6 +67,13 @@ class KubeObjectDriver:
         found = ResourceClient(api, manifest["kind"], meta.get("namespace")).get(meta["name"])
         if found is None:
             step.requesting()
+        if self.key == RAYCLUSTER_KEY:
+            from .scaleup import release_probes
+
+            # Its workers take the GPU nodes the capacity probes held (provision/scaleup.py):
+            # the probes go first, so no worker waits Pending for the autoscaler to act on
+            # (it would bring nodes of the class's next rule for it).
+            release_probes(api, self.ctx.cluster, wait=30.0)
         applied = apply.apply_manifests(api, [manifest], deployment=self.ctx.deployment)[0]
         if self.key in _KUBE_WAITED:
             step.check()
@@ -92,11 +99,14 @@ class SkippedDriver:
         Done(outcome='skipped', value=None, note='Kubernetes part switched off')
     """
 
-    deleted_with: str | None = None
     interruptible = True
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, deleted_with: str | None = None) -> None:
         self.reason = reason
+        # A skipped node a Google Cloud node waits for (the ComputeClass the GPU pools join)
+        # rides with the GKE cluster on teardown, as the object would, so that neither waits
+        # for the other.
+        self.deleted_with = deleted_with
 
     def ensure(self, step: Step | None) -> Done:
         return Done("skipped", note=self.reason)

@@ -49,6 +49,7 @@ DEFAULT_LATENCY: dict[str, float] = {
     "gke.delete_cluster": 0.05,
     "gke.create_node_pool": 0.06,
     "gke.delete_node_pool": 0.04,
+    "gke.update_node_pool": 0.02,
     # The cluster autoscaler's scale-up of a pool: until its new VMs are nodes, and until a
     # stock-out is known (Compute refuses the VMs well before one would have booted).
     "gke.scale_up": 0.02,
@@ -328,6 +329,8 @@ class Core:
         # its name once it is deleted: the Kubernetes side registers / drops its nodes.
         self.on_node_pool_ready: Callable[[Any], object] | None = None
         self.on_node_pool_deleted: Callable[[str], None] | None = None
+        # Called with a node pool changed in place (its nodes' labels and taints, its autoscaling).
+        self.on_node_pool_updated: Callable[[Any], object] | None = None
 
     def now(self) -> float:
         return time.monotonic()

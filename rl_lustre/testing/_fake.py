@@ -143,6 +143,8 @@ class FakeGCP(Seeding):
 
             self._core.on_node_pool_ready = pool_ready
             self._core.on_node_pool_deleted = kube.node_pool_deleted
+            if hasattr(kube, "node_pool_updated"):
+                self._core.on_node_pool_updated = kube.node_pool_updated
         self._grpc = GrpcServer(self._core)
         self._lustre = LustreFake(self._core)
         self._stock = Stock(self._core)

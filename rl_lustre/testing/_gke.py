@@ -85,6 +85,9 @@ class GkeFake:
             ("ListOperations", self.list_operations, t.ListOperationsRequest, t.ListOperationsResponse),
         ]:
             server.add(SERVICE, method, f"gke.{method}", fn, req, resp)
+        from ._gke_updates import register_updates
+
+        register_updates(self, server, SERVICE)
 
     def _start_op(self, location_path: str, op_type: Any, target: str) -> container_v1.Operation:
         m = _PARENT.fullmatch(location_path)

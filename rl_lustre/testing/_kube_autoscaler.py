@@ -25,7 +25,9 @@ one node per pod, from the node pools FakeGCP registered (:mod:`rl_lustre.testin
   creates a node of the cluster's default configuration (an ``e2-standard-2``, no GPU,
   labelled with the class), when the pod fits one;
 - **any other pod that wants a GPU** gets nodes from an autoscaled pool whose nodes fit it,
-  as before ComputeClasses (the flex-start standby pool of older deployments).
+  as before ComputeClasses (the flex-start standby pool of older deployments);
+- **a pod that consumes a ProvisioningRequest** (its ``autoscaling.x-k8s.io/consume-provisioning-request``
+  annotation) is left to the request (:mod:`rl_lustre.testing._kube_provisioning`).
 
 Minutes are the fake's: ``KubeTimings.minute`` wall seconds each.
 """
@@ -49,6 +51,7 @@ register_kind(KindInfo("ComputeClass", "cloud.google.com/v1", "computeclasses", 
 BACKOFF_MINUTES = (5.0, 10.0, 20.0, 30.0)
 MAX_NODE_PROVISION_MINUTES = 15.0
 DEFAULT_WHEN_UNSATISFIABLE = "DoNotScaleUp"
+_CONSUMES = "autoscaling.x-k8s.io/consume-provisioning-request"
 # The node GKE creates with whenUnsatisfiable: ScaleUpAnyway (the cluster's default configuration).
 _DEFAULT_NODE = {"cpu": "1930m", "memory": "5929036Ki", "ephemeral-storage": "47060071478", "pods": "110"}
 
@@ -140,32 +143,36 @@ class Autoscaler(NodeGroups):
         left = list(pods)
         why: list[str] = []
         now = time.monotonic()
-        for index, rule in enumerate(spec.get("priorities") or []):
+        for rule in spec.get("priorities") or []:
             if not left:
                 return
             names = rule.get("nodepools") or []
             if not names:
-                why.append(f"rule {index}: only nodepools rules (node pool auto-creation is off)")
+                why.append("node group(s) of other rules not simulated (node pool auto-creation is off)")
                 continue
             for name in sorted(names):
                 group = self.groups.get(name)
                 if group is None:
-                    why.append(f"rule {index}: node pool {name} not found")
+                    why.append("node group(s) not found")
                     continue
                 if not _joins(group, cls):
-                    why.append(f"rule {index}: node pool {name} lacks the {COMPUTE_CLASS_LABEL}={cls} label and taint")
+                    why.append("node(s) didn't match Pod's node affinity/selector")
                     continue
                 if group.queued or place(left[0], [group.template], [])[0] is None:
-                    why.append(f"rule {index}: node pool {name} cannot take the pod")
+                    why.append(
+                        "not ready for scale-up"
+                        if group.queued
+                        else "node(s) didn't match Pod's node affinity/selector"
+                    )
                     continue
                 if now < group.backoff_until:
-                    why.append(f"rule {index}: node pool {name} is backing off after a failed scale-up")
+                    why.append("in backoff after failed scale-up")
                     continue
                 if group.error:
                     # Its instance group cannot re-create a lost VM: a failed scale-up of this pool.
                     self._failed(left, group, group.error)
                     self._back_off(group)
-                    why.append(f"rule {index}: node pool {name}: {group.error}")
+                    why.append("in backoff after failed scale-up")
                     continue
                 room = group.maximum - group.target if group.autoscaled else 0
                 upcoming = group.target - len(self.nodes_of(name))
@@ -173,14 +180,14 @@ class Autoscaler(NodeGroups):
                     if upcoming > 0:  # its instance group is re-creating VMs: they are for these pods
                         left = left[upcoming:]
                         continue
-                    why.append(f"rule {index}: node pool {name} is at its maximum size")
+                    why.append("max node group size reached")
                     continue
                 state, message, covered = self._ask(group, left, room)
                 if state == "busy":
                     return
                 if state == "failed":
                     self._failed(left, group, message)
-                    why.append(f"rule {index}: node pool {name}: {message or 'GCE out of resources'}")
+                    why.append("in backoff after failed scale-up")
                     continue
                 if state == "wait":
                     limit = rule.get("capacityCheckWaitTimeSeconds")
@@ -228,12 +235,16 @@ class Autoscaler(NodeGroups):
                         component="cluster-autoscaler",
                     )
                 return
-            why = [*why, "the default configuration (e2-standard-2) cannot take the pod either"]
+            why = [*why, "node(s) of the default configuration (e2-standard-2) had Insufficient resources"]
+        counts: dict[str, int] = {}
+        for reason in why:
+            counts[reason] = counts.get(reason, 0) + 1
+        said = ", ".join(f"{n} {reason}" for reason, n in counts.items()) or "no rules"
         for pod in pods:
             self.event(
                 pod,
                 "NotTriggerScaleUp",
-                f"pod didn't trigger scale-up: no rule of ComputeClass {cls} can be met ({how}): " + "; ".join(why),
+                f"pod didn't trigger scale-up: {said} (no rule of ComputeClass {cls} can be met; {how})",
                 component="cluster-autoscaler",
             )
 
@@ -292,5 +303,7 @@ def _joins(group: NodeGroup, cls: str) -> bool:
 def _unschedulable(pod: Obj) -> bool:
     if (pod.get("spec") or {}).get("nodeName") or pod["metadata"].get("deletionTimestamp"):
         return False
+    if _CONSUMES in (pod["metadata"].get("annotations") or {}):
+        return False  # the ProvisioningRequest's to bring nodes for, not the scale-up loop's
     conds = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conds)

@@ -127,6 +127,28 @@ class NodeGroups(Controller):
         for node in nodes:
             self.join(group, node)
 
+    def update(self, group: NodeGroup) -> None:
+        """A pool changed in place: its template and bounds (its VMs and target stay)."""
+        old = self.groups.get(group.name)
+        if old is None:
+            return
+        old.make, old.minimum, old.maximum, old.autoscaled = group.make, group.minimum, group.maximum, group.autoscaled
+
+    def pool_updated(self, group: NodeGroup, template: Obj) -> None:
+        """A pool changed in place (its nodes' labels and taints, its autoscaling): its running
+        Nodes get the labels and taints of ``template`` (a Node of the pool as it is now), as
+        GKE applies them, and its node group the new bounds."""
+        labels = {k: v for k, v in template["metadata"]["labels"].items() if k != "kubernetes.io/hostname"}
+        taints = list(template["spec"].get("taints") or [])
+        self.update(group)
+
+        def change(o: Obj) -> None:
+            o["metadata"]["labels"] = {**o["metadata"].get("labels", {}), **labels}
+            o.setdefault("spec", {})["taints"] = list(taints)
+
+        for node in self.nodes_of(group.name):
+            self.store.update("Node", None, node["metadata"]["name"], change)
+
     def forget(self, name: str) -> None:
         self.groups.pop(name, None)
 

@@ -2,7 +2,7 @@
 
 :func:`schema_validator` is the ``validate`` callable a test hands the fake (public as
 ``rl_lustre.testing.kube_schema_validator``): the real Kubernetes schemas for core
-objects, KubeRay's CRD for RayClusters, the shipped ``networking.gke.io`` schemas.
+objects, KubeRay's CRD for RayClusters, the shipped ``networking.gke.io`` and ComputeClass schemas.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def schema_validator(
     unknown fields forbidden, as the API server prunes and rejects them: the schema
     shipped in :mod:`rl_lustre.kube.schema`, or the CRD YAML at ``crd_path``.
     ``networking.gke.io/v1`` objects go through the schemas shipped in
-    ``rl_lustre/kube/crds`` (:func:`rl_lustre.kube.schema.validate_networking`).
+    ``rl_lustre/kube/crds`` (:func:`rl_lustre.kube.schema.validate_networking`), ComputeClasses
+    through the one written from GKE's reference (:func:`rl_lustre.kube.schema.validate_compute_class`).
 
     Examples:
         >>> check = schema_validator()
@@ -54,6 +55,11 @@ def schema_validator(
             return
         if obj.get("apiVersion") == "ray.io/v1":
             ray_validator.validate(obj)
+            return
+        if obj.get("apiVersion") == "cloud.google.com/v1" and obj.get("kind") == "ComputeClass":
+            from ..kube.schema import validate_compute_class
+
+            validate_compute_class(obj)
             return
         kubernetes_validate.validate(obj, kubernetes_version, strict=True)
 

@@ -37,8 +37,9 @@ _ANY = "*"
 
 @attrs.frozen
 class StockEvent:
-    """A capacity decision: ``what`` (``"stockout"``, ``"granted"``, ``"failed"``, ``"reserved"``,
-    ``"reservation-full"``) for ``kind`` in ``zone`` at fake time ``at`` (``time.monotonic()``)."""
+    """A capacity decision: ``what`` (``"asked"``: a scale-up of ``pool`` asked for, ``"stockout"``,
+    ``"granted"``, ``"failed"``, ``"reserved"``, ``"reservation-full"``) for ``kind`` in ``zone``
+    at fake time ``at`` (``time.monotonic()``)."""
 
     at: float
     kind: str
@@ -80,6 +81,7 @@ class Stock:
         # Scale-ups already recorded (pool, asked at): one event per ask, however often asked.
         self._refused: set[tuple[str, float]] = set()
         self._granted: set[tuple[str, float]] = set()
+        self._asked: set[tuple[str, float]] = set()
 
     def reset(self) -> None:
         with self.core.lock:
@@ -89,6 +91,7 @@ class Stock:
             self.events.clear()
             self._refused.clear()
             self._granted.clear()
+            self._asked.clear()
 
     def out(self, kind: str, *, zone: str = _ANY, after: float = 0.0, until: float | None = None) -> None:
         """``kind`` has no capacity in ``zone`` (``"*"``: every zone) from ``after`` seconds from
@@ -136,8 +139,8 @@ class Stock:
     def node_pool_problem(self, pool: Any, project: str, zone: str, at: float, name: str) -> str | None:
         """Why GKE cannot give ``pool`` its nodes at fake time ``at`` (the operation's message), or None."""
         config = pool.config
-        if config.flex_start or not config.accelerators:
-            return None
+        if config.flex_start or not config.accelerators or pool.initial_node_count == 0:
+            return None  # no VM asked for yet: the cluster autoscaler's scale-ups ask (scale_up)
         affinity = config.reservation_affinity
         if affinity.consume_reservation_type == type(affinity).Type.SPECIFIC_RESERVATION:
             return self._reserve(list(affinity.values), pool.initial_node_count, project, zone, at, name)
@@ -181,6 +184,10 @@ class Stock:
         ``gke.scale_up`` after the ask, or refused ``gke.scale_up_stockout`` after it when the
         kind is out in the zone then; a reservation's pool holds ``count`` of its nodes."""
         config, name = pool.config, pool.name
+        if (name, asked_at) not in self._asked:
+            self._asked.add((name, asked_at))
+            kind = "flex-start" if config.flex_start else "spot" if config.spot else "on-demand"
+            self._record(asked_at, kind, zone, "asked", name)
         if config.flex_start:
             return self.flex_decision(zone, asked_at, now, name)
         affinity = config.reservation_affinity

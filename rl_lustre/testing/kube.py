@@ -352,6 +352,14 @@ class KubeFake:
         self._on_loop(lambda: self._controllers.autoscaler.register(group, nodes))
         return [node["metadata"]["name"] for node in nodes]
 
+    def node_pool_updated(self, pool: container_v1.NodePool) -> None:
+        """A pool changed in place: its Nodes get its labels and taints, its node group the new
+        bounds (:meth:`rl_lustre.testing._kube_node_groups.NodeGroups.pool_updated`)."""
+        from ._gke_nodes import node_group, pool_nodes
+
+        group, template = node_group(pool), pool_nodes(pool, count=1)[0]
+        self._on_loop(lambda: self._controllers.autoscaler.pool_updated(group, template))
+
     @property
     def autoscaling(self) -> Decider | None:
         """How the autoscaler's scale-ups of autoscaled pools are answered (same shape as

@@ -62,7 +62,13 @@ def pool_requests(spec: dict[str, Any]) -> dict[str, Any]:
     from rl_lustre.gcp.container_requests import node_pool_request
 
     plan = Cluster(**spec).plan()
-    return {key: node_pool_request(plan, key) for key in ("cpu-pool", "gpu-pool")}
+    pools = {key: node_pool_request(plan, key) for key in ("cpu-pool", "gpu-pool")}
+    # The GPU pool starts empty (0..num_nodes, a rule of the ComputeClass): its nodes here are
+    # those the cluster autoscaler brought for the workers by the end of up().
+    gpu = pools["gpu-pool"]
+    if gpu.autoscaling.enabled:
+        gpu.initial_node_count = gpu.autoscaling.total_max_node_count
+    return pools
 
 
 def register_nodes(kube: Any, spec: dict[str, Any]) -> None:
