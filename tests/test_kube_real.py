@@ -51,6 +51,41 @@ def test_the_api_server_is_kubernetes_of_a_gke_regular_minor_with_token_auth(kub
     assert [v.name for v in crds["rayclusters.ray.io"].spec.versions if v.storage] == ["v1"]
     for name in ("gkenetworkparamsets.networking.gke.io", "networks.networking.gke.io"):
         assert crds[name].spec.scope == "Cluster"
+    assert crds["computeclasses.cloud.google.com"].spec.scope == "Cluster"
+
+
+@pytest.mark.kube
+def test_the_real_api_server_takes_our_compute_class_and_holds_it_to_the_vendored_schema(
+    kube_plane: ControlPlane,
+) -> None:
+    """Our ComputeClass, applied as up() applies it, is accepted by the real API server with the
+    CRD made from the vendored schema; a class that breaks the schema is refused there too."""
+    from kubernetes import client
+
+    from rl_lustre.kube.apply import apply_manifests, delete_manifests
+    from rl_lustre.kube.computeclass import compute_class_manifest
+    from rl_lustre.kube.manifests import build_manifests
+
+    cluster = Cluster(**{**SPEC, "name": "kcc", "capacity": ("spot", "flex-start", "on-demand")})
+    [cc] = [m for m in build_manifests(cluster) if m["kind"] == "ComputeClass"]
+    assert cc == compute_class_manifest(cluster)
+    api = kube_plane.api_client()
+    custom = client.CustomObjectsApi(api)
+    try:
+        [applied] = apply_manifests(api, [cc], deployment=cluster.name)
+        assert (applied.kind, applied.action) == ("ComputeClass", "created")
+        stored = custom.get_cluster_custom_object("cloud.google.com", "v1", "computeclasses", "kcc-gpus")
+        assert stored["spec"] == cc["spec"]  # nothing pruned: every field is in the schema
+        [again] = apply_manifests(api, [cc], deployment=cluster.name)
+        assert again.action == "unchanged"
+        bad = {**cc, "metadata": {"name": "kcc-bad"}, "spec": {**cc["spec"], "whenUnsatisfiable": "Maybe"}}
+        with pytest.raises(client.ApiException) as refused:
+            custom.create_cluster_custom_object("cloud.google.com", "v1", "computeclasses", bad)
+        assert refused.value.status == 422
+        assert "whenUnsatisfiable" in refused.value.body
+    finally:
+        delete_manifests(api, [cc], deployment=cluster.name, timeout=30)
+    assert not custom.list_cluster_custom_object("cloud.google.com", "v1", "computeclasses")["items"]
 
 
 @pytest.mark.kube

@@ -17,8 +17,8 @@
   time), pod logs come from files (kwok ``Logs`` objects), and port-forwards to a head pod's
   dashboard port reach a real local Ray head (kwok ``PortForward`` objects);
 - the KubeRay operator, with the CRDs from its module;
-- the GKE networking CRDs (``networking.gke.io/v1``), written from the schemas
-  ``rl_lustre/kube/crds`` vendors.
+- the GKE networking CRDs (``networking.gke.io/v1``) and GKE's ComputeClass CRD
+  (``cloud.google.com/v1``), written from the schemas ``rl_lustre/kube/crds`` vendors.
 
 Everything listens on 127.0.0.1 on free ports. Each component runs in a process group of
 its own; :meth:`ControlPlane.stop` (also at interpreter exit) ends them, and a watchdog
@@ -170,6 +170,36 @@ class Component:
     def check(self) -> None:
         if self.proc.poll() is not None:
             raise ControlPlaneError(f"{self.name} exited with {self.proc.returncode}:\n{_tail(self.log)}")
+
+
+def compute_class_crd() -> dict[str, Any]:
+    """The ComputeClass CRD (``cloud.google.com/v1``, cluster-scoped), made from the schema
+    ``rl_lustre/kube/crds`` vendors: the CRD itself ships only inside GKE (``crds/NOTICE``)."""
+    v = json.loads((REPO / "rl_lustre" / "kube" / "crds" / "cloud.google.com_computeclasses.v1.json").read_text())
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{v['plural']}.{v['group']}"},
+        "spec": {
+            "group": v["group"],
+            "scope": v["scope"],
+            "names": {
+                "kind": v["kind"],
+                "listKind": f"{v['kind']}List",
+                "plural": v["plural"],
+                "singular": v["singular"],
+            },
+            "versions": [
+                {
+                    "name": v["version"],
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": v["openAPIV3Schema"]},
+                    "subresources": v.get("subresources") or {},
+                }
+            ],
+        },
+    }
 
 
 def networking_crds(schemas: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -546,6 +576,7 @@ class ControlPlane(KubeletSim):
             if doc
         ]
         crds += networking_crds(schemas)
+        crds.append(compute_class_crd())
         ext = client.ApiextensionsV1Api(self.api_client())
         for crd in crds:
             ext.create_custom_resource_definition(crd)
