@@ -233,10 +233,10 @@ class Cluster(ClusterSpec):
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
             >>> [m["kind"] for m in c.manifests()][-10:-5]
             ['ServiceAccount', 'Role', 'RoleBinding', 'Job', 'RayCluster']
-            >>> [m["kind"] for m in evolve(c, fabric="tcp", prepull_image=False, prefetch_models=()).manifests()][:7]
+            >>> [m["kind"] for m in evolve(c, fabric="tcp", prepull_image=False, prefetch_models=()).manifests()][:8]
             ... # doctest: +NORMALIZE_WHITESPACE
-            ['PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'ServiceAccount', 'Role', 'RoleBinding',
-             'RayCluster']
+            ['ComputeClass', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'ServiceAccount', 'Role',
+             'RoleBinding', 'RayCluster']
         """
         from .kube.manifests import deployment_manifests
 

@@ -103,8 +103,10 @@ def keyed_manifests(
         >>> from rl_lustre import Cluster
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b",
         ...             fabric="tcp", secrets=("HF_TOKEN",))
+        >>> {key: m["kind"] for key, m in keyed_manifests(c).items()}  # doctest: +NORMALIZE_WHITESPACE
         {'compute-class': 'ComputeClass', 'pv': 'PersistentVolume', 'pvc': 'PersistentVolumeClaim', 'secret': 'Secret',
-         'head-account': 'ServiceAccount', 'head-role': 'Role', 'head-role-binding': 'RoleBinding', 'raycluster': 'RayCluster'}
+         'head-account': 'ServiceAccount', 'head-role': 'Role', 'head-role-binding': 'RoleBinding',
+         'raycluster': 'RayCluster'}
     """
     if cluster.backend != "gke":
         raise ConfigError(

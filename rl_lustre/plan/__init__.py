@@ -9,12 +9,12 @@ independent branches concurrently and tearing down in reverse.
 :meth:`Plan.graph` draws the graph from the plan itself: each node under the dependency
 it waits for longest, ``+`` for the others it waits for, families such as the eight
 RoCE subnets folded into one line (:mod:`rl_lustre.plan.drawing`). The default GKE
-deployment (A4 nodes, the GPUDirect-RDMA fabric) has 51 nodes:
+deployment (A4 nodes, the GPUDirect-RDMA fabric) has 52 nodes:
 
     >>> from rl_lustre import Cluster
     >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
     >>> len(plan)
-    51
+    52
     >>> print(plan.graph())
     network
     ├─ subnet
@@ -27,7 +27,8 @@ deployment (A4 nodes, the GPUDirect-RDMA fabric) has 51 nodes:
     │     ├─ nccl-installer
     │     ├─ cpu-pool  + node-sa
     │     │  └─ image-prepull
-    │     ├─ gpu-pool  + node-sa, gvnic-subnet, rdma-subnet-0..7, preload-image
+    │     ├─ compute-class
+    │     │  └─ gpu-pool  + gke-cluster, node-sa, gvnic-subnet, rdma-subnet-0..7, preload-image
     │     ├─ secret
     │     ├─ head-account
     │     │  └─ head-role-binding  + head-role

@@ -163,9 +163,9 @@ class Plan:
         >>> plan = Cluster(name="demo", project="my-project", region="us-east1",
         ...                zone="us-east1-b", fabric="tcp").plan()
         >>> plan.get("gpu-pool").depends_on
-        ('gke-cluster', 'node-sa', 'preload-image')
+        ('gke-cluster', 'node-sa', 'preload-image', 'compute-class')
         >>> sorted(plan.dependents("gke-cluster"))
-        ['cpu-pool', 'gpu-pool', 'head-account', 'head-role', 'pv', 'secret']
+        ['compute-class', 'cpu-pool', 'gpu-pool', 'head-account', 'head-role', 'pv', 'secret']
         >>> "lustre" in plan.upstream("raycluster"), "gke-cluster" in plan.upstream("lustre")
         (True, False)
 

@@ -53,7 +53,7 @@ def compute_class(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResou
         >>> node.kind, node.name
         ('cloud.google.com/v1/ComputeClass', 'demo-gpus')
         >>> node.settings["priorities"]
-        ['gpu-pool: spot in us-east1-b', 'gpu-ondemand-b: on-demand in us-east1-b']
+        ('gpu-pool: spot in us-east1-b', 'gpu-ondemand-b: on-demand in us-east1-b')
     """
     from ..kube.computeclass import ACTIVE_MIGRATION, CONSOLIDATION_DELAY_MINUTES, WHEN_UNSATISFIABLE
     from .capacity import capacity_lanes
