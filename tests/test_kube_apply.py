@@ -54,11 +54,11 @@ def make_cluster(**changes: object) -> Cluster:
 
 
 def manifests(cluster: Cluster | None = None, hf_token: str = "hf_first_value") -> list[dict]:
-    """The deployment's objects but its ComputeClass: how objects are applied, adopted and deleted
-    is this module's; the class (applied the same way) is test_capacity_fallback's and
-    test_computeclass's."""
+    """The deployment's objects but its ComputeClass and the head's access (ServiceAccount, Role,
+    RoleBinding): how objects are applied, adopted and deleted is this module's; those (applied
+    the same way) are test_capacity_fallback's, test_computeclass's and test_hang_client's."""
     built = build_manifests(cluster or make_cluster(), secret_values={"HF_TOKEN": hf_token}, redact=False)
-    return [m for m in built if m["kind"] != "ComputeClass"]
+    return [m for m in built if m["kind"] not in ("ComputeClass", "ServiceAccount", "Role", "RoleBinding")]
 
 
 def raycluster_reads(fake: KubeFake) -> tuple[int, int]:
