@@ -14,7 +14,8 @@ the run's newest submission whatever id it is asked about:
   stopped, given up by the keeper (why, and the head's last termination reason), or ended;
   its log is the volume's copy;
 - a log followed across the loss goes on with the resubmission's log, after the records it
-  replays from the volume (which the follower already had).
+  replays from the volume (which the follower already had); a follower whose stream ended
+  before the keeper resubmitted the run waits for the resubmission, as through an outage.
 """
 
 from __future__ import annotations
@@ -197,11 +198,32 @@ class RunFollow:
                     replayed = True
                     last = line if line.strip() else last
                     yield line
-            self.info(following)
+            self._onto_next(following, outage_budget)
             if self.current == following:
                 return
             # What the lost head printed after its stream broke is in the run's directory.
             yield from self._missed(following, last)
+
+    def _onto_next(self, following: str, outage_budget: OutageBudget | None) -> None:
+        """Once the stream of ``following`` ended: move the handle onto the run's resubmission.
+
+        A stream also ends when a new head, up after a loss, does not know ``following``; the
+        keeper may resubmit the run only a little later. While the run is in flight by its records
+        (or a new head does not know it yet), this waits for the resubmission, as an outage,
+        within ``outage_budget``; it returns once the handle moved, or the run ended.
+        """
+        from .outages import Outage, OutageBudget
+
+        outage = Outage(outage_budget or OutageBudget(), f"following run {self.run_id} onto its resubmission")
+        while True:
+            try:
+                info = self.info(following)
+            except RayError as exc:  # the head is away, or a new one does not know the run yet
+                outage.failed(exc)
+                continue
+            if self.current != following or info is None or not info.from_records or info.terminal:
+                return
+            outage.failed(RayError(f"run {self.run_id} is not on the cluster's Ray head yet: {info.message}"))
 
     def _missed(self, submission: str, last: str | None) -> list[str]:
         """The lines of ``submission`` after ``last`` in the run's log on the volume (none when it
