@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers.spot_gke import SpotHead, nemo_rl_dir, spot_gke, spot_spec
 
-from rl_lustre import Cluster, GRPOJob, naming
+from rl_lustre import Cluster, GRPOJob, Run, naming
 from rl_lustre.oncluster.runview import RunView
 from rl_lustre.testing import FakeGKE, lose_head
 
@@ -28,6 +28,24 @@ JOB = {
     "save_period": 2,
     "keep_top_k": 2,
 }
+
+
+def _saved(run: Run, checkpoint: Path, *, timeout: float) -> None:
+    """Until the run saved ``checkpoint``: a guard against a hung run, not a speed target. It
+    fails at once when the run ended, and at ``timeout`` with the run's status and log tail
+    (what a loaded machine's slow start-up and a stuck run look like tell apart there)."""
+    deadline = time.monotonic() + timeout
+    checked = time.monotonic()
+    while not checkpoint.is_dir():
+        now = time.monotonic()
+        if now >= deadline or now - checked > 5.0:
+            checked, status = now, run.status()
+            if now >= deadline or status in ("SUCCEEDED", "FAILED", "STOPPED"):
+                tail = "\n".join(run.logs().splitlines()[-30:])
+                raise AssertionError(
+                    f"no {checkpoint.name} after {now - deadline + timeout:.0f}s: run {status}:\n{tail}"
+                )
+        time.sleep(0.05)
 
 
 def test_on_the_gke_fakes_the_keeper_brings_back_the_runs_a_lost_head_took() -> None:
@@ -53,11 +71,7 @@ def test_on_the_gke_fakes_the_keeper_brings_back_the_runs_a_lost_head_took() -> 
 
             run, behind = cluster.submit(main), cluster.submit(queued)
             first = run.job_id
-            checkpoints = Path(main.checkpoint_dir(cluster))
-            deadline = time.monotonic() + 180
-            while not (checkpoints / "step_4").is_dir():
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            _saved(run, Path(main.checkpoint_dir(cluster)) / "step_4", timeout=180)
             assert behind.status() == "QUEUED"
             [head] = [p for p in kube.objects("Pod") if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
 
@@ -108,20 +122,20 @@ def test_on_the_gke_fakes_with_worker_raylets_a_head_lost_for_good_leaves_no_pro
     try:
         with spot_gke(spot_head, spec) as (cluster, _kube):
             run = cluster.submit(job)
-            deadline = time.monotonic() + 180
-            while not (Path(job.checkpoint_dir(cluster)) / "step_2").is_dir():
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            _saved(run, Path(job.checkpoint_dir(cluster)) / "step_2", timeout=180)
             assert spot_head.raylets
             lose_head(cluster, reason="Evicted", back_after=None)
             time.sleep(3.0)  # the keeper looks, finds no head
-        assert marked_pids(spot_head.head.temp_dir) == []
-        view = RunView(Path(cluster.mount_path) / "rl_lustre" / "runs" / run.run_id)
-        assert view.stopped is not None
-        assert view.stopped["by"] == "teardown"
-        with pytest.raises((JobFailedError, NotReadyError)) as failed:
-            run.wait(timeout=60)
-        assert "down()" not in str(failed.value)
+            # Down here, not at the block's end: the run is asked about while the fakes still answer
+            # (a torn-down cluster's Google APIs) and $RAY_AUTH_TOKEN is still set, as in the user's process.
+            cluster.down()
+            assert marked_pids(spot_head.head.temp_dir) == []
+            view = RunView(Path(cluster.mount_path) / "rl_lustre" / "runs" / run.run_id)
+            assert view.stopped is not None
+            assert view.stopped["by"] == "teardown"
+            with pytest.raises((JobFailedError, NotReadyError)) as failed:
+                run.wait(timeout=60)
+            assert "down()" not in str(failed.value)
     finally:
         if not spot_head.head.alive():
             spot_head.start_head()  # the module's head, back for whatever runs next
