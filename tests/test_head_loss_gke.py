@@ -129,13 +129,14 @@ def test_on_the_gke_fakes_with_worker_raylets_a_head_lost_for_good_leaves_no_pro
             # Down here, not at the block's end: the run is asked about while the fakes still answer
             # (a torn-down cluster's Google APIs) and $RAY_AUTH_TOKEN is still set, as in the user's process.
             cluster.down()
-            assert marked_pids(spot_head.head.temp_dir) == []
             view = RunView(Path(cluster.mount_path) / "rl_lustre" / "runs" / run.run_id)
             assert view.stopped is not None
             assert view.stopped["by"] == "teardown"
             with pytest.raises((JobFailedError, NotReadyError)) as failed:
                 run.wait(timeout=60)
             assert "down()" not in str(failed.value)
+        # The worker pods' raylets go with the fakes' pods (KubeFake stops them on leaving).
+        assert marked_pids(spot_head.head.temp_dir) == []
     finally:
         if not spot_head.head.alive():
             spot_head.start_head()  # the module's head, back for whatever runs next
