@@ -278,6 +278,26 @@ RESERVED_LABELS = (LABEL_MANAGED_BY, LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_DIGEST,
 WARM_DATA_DIR = "volume"
 WARM_MANIFEST = "rl-lustre-manifest.json"
 WARM_FORMAT = "rl-lustre-warm-start/v1"
+# Results (Cluster.results, rl_lustre.plan.results): each run under gs://BUCKET/PREFIX/<run id>/,
+# its manifest (written once the export is verified) beside its files; the Lustre instance's
+# label saying that down() kept it because its runs' results exist nowhere else.
+RESULTS_MANIFEST = "rl-lustre-results.json"
+RESULTS_FORMAT = "rl-lustre-results/v1"
+LABEL_RESULTS = "rl-lustre-results"
+RESULTS_NOT_EXPORTED = "not-exported"
+# Managed Lustre reads and writes Cloud Storage as its service agent ("Transfer data to and
+# from Cloud Storage", cloud.google.com/managed-lustre/docs/transfer-data: it needs
+# roles/storage.objectUser on the bucket), named after the project's number as Google's
+# service agents are. These bucket roles let a principal create objects.
+LUSTRE_SERVICE_AGENT = "service-{number}@gcp-sa-lustre.iam.gserviceaccount.com"
+STORAGE_WRITER_ROLES = (
+    "roles/storage.objectUser",
+    "roles/storage.objectAdmin",
+    "roles/storage.objectCreator",
+    "roles/storage.admin",
+    "roles/storage.legacyBucketWriter",
+    "roles/storage.legacyBucketOwner",
+)
 
 # The preload disk image: a GKE secondary boot disk (mode CONTAINER_IMAGE_CACHE) holding the
 # cluster's image unpacked. GKE supports it from these versions ("Use secondary boot disks to

@@ -97,6 +97,78 @@ class TransferResult:
     objects_failed: int = 0
 
 
+@attrs.frozen
+class TransferStatus:
+    """A transfer as its operation shows it now.
+
+    Attributes:
+        operation: the operation's name.
+        kind: ``"export"`` or ``"import"``.
+        target: the instance it runs on.
+        done: whether it has finished.
+        objects_found: objects it found to consider so far.
+        bytes_found: their bytes.
+        objects_copied: objects copied so far.
+        bytes_copied: bytes copied so far.
+        objects_skipped: objects already there with the same content.
+        objects_failed: objects that failed to copy.
+        error: the error it finished with (``""``: none).
+        source: what it reads (the Lustre path of an export).
+        destination: where it writes (the ``gs://`` URI of an export).
+    """
+
+    operation: str
+    kind: str
+    target: str
+    done: bool
+    objects_found: int = 0
+    bytes_found: int = 0
+    objects_copied: int = 0
+    bytes_copied: int = 0
+    objects_skipped: int = 0
+    objects_failed: int = 0
+    error: str = ""
+    source: str = ""
+    destination: str = ""
+
+
+def gcs_dir(uri: str) -> str:
+    """``uri`` as a transfer names a place in a bucket: a path inside one ends with ``/``.
+
+    Examples:
+        >>> gcs_dir("gs://b/run-1"), gcs_dir("gs://b/run-1/"), gcs_dir("gs://b")
+        ('gs://b/run-1/', 'gs://b/run-1/', 'gs://b')
+    """
+    path = uri.removeprefix("gs://").partition("/")[2]
+    return uri if not path or path.endswith("/") else uri + "/"
+
+
+def _status(op: Any) -> TransferStatus:
+    """A transfer's status from its ``operations_pb2.Operation`` (export or import metadata)."""
+    error = op.error.message if op.HasField("error") and op.error.code else ""
+    for kind, metadata_type in (("export", lustre_v1.ExportDataMetadata), ("import", lustre_v1.ImportDataMetadata)):
+        if not op.metadata.type_url.endswith(metadata_type.meta.full_name):
+            continue
+        meta = metadata_type.deserialize(op.metadata.value)
+        t, c = meta.operation_metadata, meta.operation_metadata.counters
+        return TransferStatus(
+            op.name,
+            kind,
+            meta.target,
+            bool(op.done),
+            c.found_objects_count,
+            c.bytes_found_count,
+            c.objects_copied_count,
+            c.bytes_copied_count,
+            c.objects_skipped_count,
+            c.objects_failed_count,
+            error,
+            t.source_lustre_path.path if kind == "export" else t.source_gcs_path.uri,
+            t.destination_gcs_path.uri if kind == "export" else t.destination_lustre_path.path,
+        )
+    return TransferStatus(op.name, "other", "", bool(op.done), error=error)
+
+
 def _split(name: str) -> re.Match[str]:
     m = _NAME.fullmatch(name)
     if m is None:
@@ -348,7 +420,7 @@ class LustreInstances(StatefulResource):
             LustreInstances().import_data(name, "gs://my-bucket/models", "/models")
             # TransferResult(operation='...', objects_copied=12, ...)
         """
-        request = {"name": name, "gcs_path": {"uri": gcs_uri}, "lustre_path": {"path": lustre_path}}
+        request = {"name": name, "gcs_path": {"uri": gcs_dir(gcs_uri)}, "lustre_path": {"path": lustre_path}}
         log.info("importing %s into %s %s at %s", gcs_uri, KIND, name, lustre_path)
         op = self._call(f"import {gcs_uri} into", name, self.client.import_data, request=request, retry=None)
         return self._transfer(
@@ -364,18 +436,88 @@ class LustreInstances(StatefulResource):
         timeout: float = TRANSFER_TIMEOUT,
         progress: ProgressCallback | None = None,
     ) -> TransferResult:
-        """Copy ``lustre_path`` of the instance to ``gs://bucket/prefix`` (ExportData).
+        """Copy ``lustre_path`` of the instance to ``gs://bucket/prefix`` (ExportData) and wait.
 
         Example::
 
             LustreInstances().export_data(name, "/checkpoints", "gs://my-bucket/ckpt")
             # TransferResult(operation='...', objects_copied=4, ...)
         """
-        request = {"name": name, "lustre_path": {"path": lustre_path}, "gcs_path": {"uri": gcs_uri}}
+        op_name = self.start_export(name, lustre_path, gcs_uri)
+        return self._transfer(
+            op_name, f"export of {name} to {gcs_uri}", name, timeout, progress, lustre_v1.ExportDataMetadata
+        )
+
+    def start_export(self, name: str, lustre_path: str, gcs_uri: str, *, request_id: str = "") -> str:
+        """Start ExportData of ``lustre_path`` to ``gcs_uri``; returns the operation's name.
+
+        The directory's contents go under the prefix (``/a/b`` to ``gs://k/p/`` makes
+        ``p/<files under b>``). ``request_id`` (a UUID) makes a retried request the same one.
+
+        Example::
+
+            op = LustreInstances().start_export(name, "/checkpoints/run-1", "gs://my-bucket/run-1/")
+            LustreInstances().transfer_status(op).bytes_copied
+        """
+        request = {"name": name, "lustre_path": {"path": lustre_path}, "gcs_path": {"uri": gcs_dir(gcs_uri)}}
+        if request_id:
+            request["request_id"] = request_id
         log.info("exporting %s of %s %s to %s", lustre_path, KIND, name, gcs_uri)
         op = self._call(f"export to {gcs_uri} from", name, self.client.export_data, request=request, retry=None)
-        return self._transfer(
-            op.operation.name, f"export of {name} to {gcs_uri}", name, timeout, progress, lustre_v1.ExportDataMetadata
+        return str(op.operation.name)
+
+    def transfer_status(self, op_name: str, *, resource: str = "") -> TransferStatus:
+        """Where transfer ``op_name`` stands: done or not, its counters so far, its error.
+
+        Example::
+
+            s = LustreInstances().transfer_status(op)
+            s.done, s.bytes_copied, s.error
+        """
+        op = self._call(
+            f"poll the operation {op_name} of",
+            resource or op_name,
+            self.client.get_operation,
+            request={"name": op_name},
+            retry=None,
+        )
+        return _status(op)
+
+    def running_transfers(self, name: str) -> builtins.list[TransferStatus]:
+        """The transfers of instance ``name`` that have not finished (one at most: the
+        service runs one per instance at a time), e.g. an export a client interrupted.
+
+        Example::
+
+            [t.operation for t in LustreInstances().running_transfers(name)]
+        """
+        parent = name.rsplit("/instances/", 1)[0]
+
+        def fetch() -> builtins.list[Any]:
+            return builtins.list(self.client.list_operations(request={"name": parent}, retry=None).operations)
+
+        found = []
+        for op in self._call("list the operations of", name, fetch):
+            if op.done or not op.metadata.value:
+                continue
+            status = _status(op)
+            if status.target == name and status.kind in ("import", "export"):
+                found.append(status)
+        return found
+
+    def set_labels(self, name: str, labels: Mapping[str, str], *, timeout: float = 600.0) -> None:
+        """Replace the instance's labels with ``labels`` (UpdateInstance, ``labels`` only).
+
+        Example::
+
+            LustreInstances().set_labels(name, {**instance.labels, "rl-lustre-results": "not-exported"})
+        """
+        body = lustre_v1.Instance(name=name, labels=dict(labels))
+        request = {"instance": body, "update_mask": {"paths": ["labels"]}}
+        log.info("labelling %s %s: %s", KIND, name, dict(labels))
+        op = self._call("update the labels of", name, self.client.update_instance, request=request, retry=None)
+        self.wait_operation(
+            op.operation.name, f"the labels of {KIND} {name}", timeout=timeout, action="update", resource=name
         )
 
     def _transfer(

@@ -1,8 +1,9 @@
-"""Cloud Storage objects of a bucket that is not ours (the warm-start bucket), over the
-JSON API (``storage.googleapis.com/storage/v1``) with an authorised ``requests`` session.
+"""Cloud Storage objects of a bucket that is not ours (the warm-start and results buckets),
+over the JSON API (``storage.googleapis.com/storage/v1``) with an authorised ``requests`` session.
 
-Only what a warm start needs: see that the bucket is there, list objects under a prefix
-(name, size, generation), read and write a small JSON object (the manifest), delete an
+What warm starts and results need: see that the bucket is there and who may write to it
+(its IAM policy), list objects under a prefix (name, size, generation; or the "directories"
+below it), read an object's content, write a small object (a manifest, a record), delete an
 object. The bucket itself is never created, changed or deleted.
 
 Example::
@@ -14,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 from typing import Any
@@ -103,6 +105,72 @@ class BucketObjects:
             if not token:
                 return sorted(out, key=lambda o: o.name)
 
+    def list_dirs(self, bucket: str, prefix: str) -> builtins.list[str]:
+        """The "directories" right under ``prefix`` (the common prefixes of the names below
+        it, up to the next ``/``), all pages, sorted.
+
+        Example::
+
+            BucketObjects().list_dirs("my-bucket", "results/")  # ['results/run-1/', 'results/run-2/']
+        """
+        out: set[str] = set()
+        token: str | None = None
+        while True:
+            params = {"prefix": prefix, "delimiter": "/", "fields": "prefixes,nextPageToken"}
+            if token:
+                params["pageToken"] = token
+            page = self._request(
+                "list objects of", f"gs://{bucket}/{prefix}", "GET", f"/storage/v1/b/{quote(bucket)}/o", params=params
+            ).json()
+            out.update(page.get("prefixes") or [])
+            token = page.get("nextPageToken")
+            if not token:
+                return sorted(out)
+
+    def read_bytes(self, bucket: str, name: str) -> bytes | None:
+        """The content of object ``name``, or None when there is none.
+
+        Example::
+
+            BucketObjects().read_bytes("my-bucket", "results/run-1/driver.log")
+        """
+        try:
+            response = self._request(
+                "read",
+                f"gs://{bucket}/{name}",
+                "GET",
+                f"/storage/v1/b/{quote(bucket)}/o/{quote(name, safe='')}",
+                params={"alt": "media"},
+            )
+        except NotFoundError:
+            return None
+        return bytes(response.content)
+
+    def write_bytes(self, bucket: str, name: str, data: bytes, content_type: str = "application/octet-stream") -> None:
+        """Write ``data`` as object ``name`` (a simple media upload, for small objects)."""
+        self._request(
+            "write",
+            f"gs://{bucket}/{name}",
+            "POST",
+            f"/upload/storage/v1/b/{quote(bucket)}/o",
+            params={"uploadType": "media", "name": name},
+            data=data,
+            headers={"Content-Type": content_type},
+        )
+
+    def policy(self, bucket: str) -> dict[str, builtins.list[str]]:
+        """The bucket's IAM policy: role -> members.
+
+        Raises:
+            NotFoundError: no such bucket.
+            PermissionDeniedError: this caller may not read the policy
+                (``storage.buckets.getIamPolicy``).
+        """
+        found = self._request(
+            "read the IAM policy of", f"bucket gs://{bucket}", "GET", f"/storage/v1/b/{quote(bucket)}/iam"
+        ).json()
+        return {b["role"]: list(b.get("members") or []) for b in found.get("bindings") or [] if "role" in b}
+
     def read_json(self, bucket: str, name: str) -> Any | None:
         """The JSON content of object ``name``, or None when there is none."""
         try:
@@ -119,16 +187,7 @@ class BucketObjects:
 
     def write_json(self, bucket: str, name: str, data: Any) -> None:
         """Write ``data`` as the JSON object ``name`` (a simple media upload)."""
-        body = json.dumps(data, indent=1, sort_keys=True).encode()
-        self._request(
-            "write",
-            f"gs://{bucket}/{name}",
-            "POST",
-            f"/upload/storage/v1/b/{quote(bucket)}/o",
-            params={"uploadType": "media", "name": name},
-            data=body,
-            headers={"Content-Type": "application/json"},
-        )
+        self.write_bytes(bucket, name, json.dumps(data, indent=1, sort_keys=True).encode(), "application/json")
 
     def delete(self, bucket: str, name: str) -> bool:
         """Delete object ``name``; False when it was not there."""

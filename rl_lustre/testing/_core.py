@@ -17,6 +17,7 @@ import attrs
 import grpc
 
 from .._public import public
+from ._files import Files
 
 # Seconds each remote change takes before the time scale is applied. Small, so that
 # tests are fast; the provisioning benchmark passes realistic proportions.
@@ -35,6 +36,8 @@ DEFAULT_LATENCY: dict[str, float] = {
     "lustre.delete": 0.05,
     "lustre.import_data": 0.05,
     "lustre.export_data": 0.05,
+    # A transfer's copying, per GB moved (after its latency above): 0 copies at once.
+    "lustre.transfer_per_gb": 0.0,
     "compute.create_instance": 0.03,
     "compute.delete_instance": 0.02,
     "compute.delete_disk": 0.02,
@@ -313,11 +316,13 @@ class Core:
         self.instances: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.contents: dict[str, dict[str, Any]] = {}
         self.lustre: dict[str, Any] = {}
-        # What each Lustre instance holds (path relative to its root -> bytes), and Cloud
-        # Storage buckets (name -> object name -> object): ImportData and ExportData copy
-        # between them.
-        self.lustre_files: dict[str, dict[str, int]] = {}
+        # What each Lustre instance holds (a directory) and what Cloud Storage objects hold
+        # (a file each), on this machine; buckets (name -> object name -> object):
+        # ImportData and ExportData copy between them.
+        self.files = Files()
         self.buckets: dict[str, dict[str, dict[str, Any]]] = {}
+        # Bucket IAM policies (role -> members), for those a test gave one.
+        self.bucket_policies: dict[str, dict[str, list[str]]] = {}
         self.clusters: dict[str, Any] = {}
         # IAM service accounts by e-mail: GKE refuses node pools that run as one not there.
         self.service_accounts: dict[str, Any] = {}

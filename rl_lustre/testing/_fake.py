@@ -397,6 +397,7 @@ class FakeGCP(Seeding):
         self._grpc.stop()
         self._rest.stop()
         self._registry.stop()
+        self._core.files.cleanup()
 
     def __enter__(self) -> FakeGCP:
         return self.start()

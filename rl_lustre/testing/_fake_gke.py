@@ -210,7 +210,12 @@ class FakeGKE:
                 "FakeGKE's Ray head runs without token auth; leave RAY_AUTH_TOKEN out of "
                 "the secrets of the cluster you test on it",
             )
-        return attrs.evolve(cluster, mount_path=str(self.mount_path))  # (raises if not running)
+        fake = attrs.evolve(cluster, mount_path=str(self.mount_path))  # (raises if not running)
+        if fake.volume is not None and self.gcp is not None:
+            # The Lustre instance is the directory the pods mount: what jobs write there is
+            # what the instance holds, exports and loses when it is deleted.
+            self.gcp.volume_dir(fake.volume.resource_name(), self.mount_path)
+        return fake
 
     def job(self, job: J) -> J:
         """``job`` as it runs on these fakes: NeMo-RL from the rehearsal :attr:`image`."""

@@ -21,7 +21,7 @@ from ..catalog import LUSTRE_TIERS
 from ._core import Core, FakeError
 from ._filters import label_filter
 from ._grpc import GrpcServer
-from ._storage import put_object
+from ._transfer import Transfer
 
 LUSTRE = "google.cloud.lustre.v1.Lustre"
 OPERATIONS = "google.longrunning.Operations"
@@ -51,8 +51,9 @@ class LustreFake:
         self.core = core
         self.ops: dict[str, operations_pb2.Operation] = {}
         self._ips: dict[str, int] = {}
-        # Transfer operations, by name: the instance they run on.
+        # Transfer operations, by name: the instance they run on; and by request id.
         self._transfers: dict[str, str] = {}
+        self._requests: dict[str, str] = {}
 
     def register(self, server: GrpcServer) -> None:
         add = server.add
@@ -86,6 +87,14 @@ class LustreFake:
             "lustre.DeleteInstance",
             self.delete_instance,
             lustre_v1.DeleteInstanceRequest,
+            operations_pb2.Operation,
+        )
+        add(
+            LUSTRE,
+            "UpdateInstance",
+            "lustre.UpdateInstance",
+            self.update_instance,
+            lustre_v1.UpdateInstanceRequest,
             operations_pb2.Operation,
         )
         add(
@@ -237,6 +246,7 @@ class LustreFake:
                 self._finish(op, error=fault)
                 return
             inst.state = State.ACTIVE
+            self.core.files.instance_dir(name)
             inst.mount_point = f"{self._mount_ip(inst.network)}@tcp:/{inst.filesystem}"
             inst.update_time = _now()
             self._finish(op, response=inst)
@@ -278,7 +288,7 @@ class LustreFake:
                 return
             if self.core.lustre.get(name) is inst:
                 del self.core.lustre[name]
-                self.core.lustre_files.pop(name, None)
+                self.core.files.wipe(name)
             self._finish(op, response=empty_pb2.Empty())
 
         self.core.schedule(self.core.delay("lustre.delete"), finish)
@@ -295,6 +305,12 @@ class LustreFake:
             raise FakeError(
                 grpc.StatusCode.INVALID_ARGUMENT, f"gcs_path.uri {request.gcs_path.uri!r} is not gs://BUCKET/..."
             )
+        if m[2] and m[2] != "/" and not m[2].endswith("/"):
+            # The real API: "If a path inside the bucket is specified, it must end with a forward slash".
+            raise FakeError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"gcs_path.uri {request.gcs_path.uri!r}: a path inside the bucket must end with '/'",
+            )
         if not request.lustre_path.path.startswith("/"):
             raise FakeError(
                 grpc.StatusCode.INVALID_ARGUMENT, f"lustre_path.path {request.lustre_path.path!r} is not absolute"
@@ -307,10 +323,13 @@ class LustreFake:
         if busy:
             # The real service: one transfer per instance at a time.
             raise FakeError(grpc.StatusCode.ABORTED, "unable to queue the operation")
-        bucket, prefix = m[1], (m[2] or "").lstrip("/")
+        if request.request_id and request.request_id in self._requests:
+            # The same request again (a retry): the operation it started.
+            return self.ops[self._requests[request.request_id]]
+        bucket, prefix = m[1], (m[2] or "").strip("/")
         directory = request.lustre_path.path.strip("/")
-        counters = lustre_v1.TransferCounters()
         parent = request.name.rsplit("/instances/", 1)[0]
+        counters = lustre_v1.TransferCounters()
         if kind == "import":
             transfer = lustre_v1.TransferOperationMetadata(
                 source_gcs_path=request.gcs_path,
@@ -318,10 +337,6 @@ class LustreFake:
                 counters=counters,
                 transfer_type=lustre_v1.TransferType.IMPORT,
             )
-            metadata: Any = lustre_v1.ImportDataMetadata(
-                operation_metadata=transfer, create_time=_now(), target=request.name, api_version="v1"
-            )
-            response: Any = lustre_v1.ImportDataResponse()
             method, latency = "lustre.ImportData", "lustre.import_data"
         else:
             transfer = lustre_v1.TransferOperationMetadata(
@@ -330,87 +345,47 @@ class LustreFake:
                 counters=counters,
                 transfer_type=lustre_v1.TransferType.EXPORT,
             )
-            metadata = lustre_v1.ExportDataMetadata(
-                operation_metadata=transfer, create_time=_now(), target=request.name, verb="export", api_version="v1"
-            )
-            response = lustre_v1.ExportDataResponse()
             method, latency = "lustre.ExportData", "lustre.export_data"
-        op = self._start_op(parent, kind, request.name, metadata)
+        op = self._start_op(parent, kind, request.name, self._transfer_metadata(kind, request.name, transfer))
         self._transfers[op.name] = request.name
+        if request.request_id:
+            self._requests[request.request_id] = op.name
         fault = self.core.operation_fault(method)
+        Transfer(self, op, inst, kind, bucket, prefix, directory, transfer, fault).schedule(self.core.delay(latency))
+        return op
 
-        def finish() -> None:
-            if self.core.lustre.get(request.name) is not inst:
-                self._finish(op, error=FakeError(grpc.StatusCode.ABORTED, f"instance {request.name} was deleted"))
-                return
-            files = self.core.lustre_files.setdefault(request.name, {})
-            objects = self.core.buckets.get(bucket)
-            if objects is None:
-                self._finish(op, error=FakeError(grpc.StatusCode.NOT_FOUND, f"bucket {bucket} does not exist"))
-                return
-            if kind == "import":
-                todo = {
-                    (f"{directory}/" if directory else "") + n[len(prefix) :].lstrip("/"): o["size"]
-                    for n, o in sorted(objects.items())
-                    if n.startswith(prefix) and not n.endswith("/")
-                }
-                have = files
-            else:
-                under = f"{directory}/" if directory else ""
-                todo = {
-                    (prefix.rstrip("/") + "/" if prefix else "") + p[len(under) :]: size
-                    for p, size in sorted(files.items())
-                    if p.startswith(under)
-                }
-                if not todo:
-                    self._finish(
-                        op,
-                        error=FakeError(
-                            grpc.StatusCode.NOT_FOUND, f"lustre_path {request.lustre_path.path} does not exist"
-                        ),
-                    )
-                    return
-                have = {n: o["size"] for n, o in objects.items()}
-            # A fault stops half-way: what was copied stays copied, as on the real service.
-            items = list(todo.items())
-            stop = len(items) // 2 if fault is not None else len(items)
-            c = counters
-            for dest, size in items[:stop]:
-                c.found_objects_count += 1
-                c.bytes_found_count += size
-                if have.get(dest) == size:
-                    c.objects_skipped_count += 1
-                    continue
-                if kind == "import":
-                    files[dest] = size
-                else:
-                    put_object(self.core, bucket, dest, size)
-                c.objects_copied_count += 1
-                c.bytes_copied_count += size
-            transfer.counters = c
-            if kind == "import":
-                op.metadata.CopyFrom(
-                    _pack(
-                        lustre_v1.ImportDataMetadata(
-                            operation_metadata=transfer, create_time=_now(), target=request.name, api_version="v1"
-                        )
-                    )
-                )
-            else:
-                op.metadata.CopyFrom(
-                    _pack(
-                        lustre_v1.ExportDataMetadata(
-                            operation_metadata=transfer,
-                            create_time=_now(),
-                            target=request.name,
-                            verb="export",
-                            api_version="v1",
-                        )
-                    )
-                )
-            self._finish(op, response=response, error=fault)
+    def _transfer_metadata(self, kind: str, name: str, transfer: Any) -> Any:
+        if kind == "import":
+            return lustre_v1.ImportDataMetadata(
+                operation_metadata=transfer, create_time=_now(), target=name, api_version="v1"
+            )
+        return lustre_v1.ExportDataMetadata(
+            operation_metadata=transfer, create_time=_now(), target=name, verb="export", api_version="v1"
+        )
 
-        self.core.schedule(self.core.delay(latency), finish)
+    def update_instance(self, request: lustre_v1.UpdateInstanceRequest) -> operations_pb2.Operation:
+        name = request.instance.name
+        inst = self._instance(name)
+        paths = list(request.update_mask.paths)
+        if not paths:
+            raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, "update_mask must name the fields to change")
+        for path in paths:
+            if path == "labels":
+                inst.labels.clear()
+                inst.labels.update(dict(request.instance.labels))
+            elif path == "description":
+                inst.description = request.instance.description
+            else:
+                raise FakeError(grpc.StatusCode.INVALID_ARGUMENT, f"rl_lustre.testing: updating {path!r} is not served")
+        inst.update_time = _now()
+        parent = name.rsplit("/instances/", 1)[0]
+        op = self._start_op(
+            parent,
+            "update",
+            name,
+            lustre_v1.OperationMetadata(create_time=_now(), target=name, verb="update", api_version="v1"),
+        )
+        self._finish(op, response=inst)
         return op
 
     def import_data(self, request: lustre_v1.ImportDataRequest) -> operations_pb2.Operation:

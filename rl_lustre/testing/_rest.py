@@ -17,7 +17,10 @@ from urllib.parse import parse_qs, urlsplit
 from ._compute import ComputeFake, Handler
 from ._core import Core, FakeError, RequestRecord
 from ._servicenetworking import ServiceNetworkingFake
-from ._storage import StorageFake
+from ._storage import Media, StorageFake
+
+# Methods whose request body is not JSON (a media upload): the handler gets ``(bytes, content type)``.
+_RAW_BODY = frozenset({"storage.objects.insert"})
 
 
 class RestFake:
@@ -59,10 +62,15 @@ class RestFake:
             def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                status, payload = fake.dispatch(self.command, self.path, raw)
-                body = json.dumps(payload).encode()
+                status, payload = fake.dispatch(
+                    self.command, self.path, raw, self.headers.get("Content-Type") or "application/octet-stream"
+                )
+                if isinstance(payload, Media):
+                    body, content_type = payload.data, payload.content_type
+                else:
+                    body, content_type = json.dumps(payload).encode(), "application/json; charset=UTF-8"
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -85,7 +93,9 @@ class RestFake:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def dispatch(self, verb: str, raw_path: str, raw_body: bytes) -> tuple[int, Any]:
+    def dispatch(
+        self, verb: str, raw_path: str, raw_body: bytes, content_type: str = "application/json"
+    ) -> tuple[int, Any]:
         url = urlsplit(raw_path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         for route_verb, pattern, method, fn in self._routes:
@@ -93,7 +103,10 @@ class RestFake:
             if m is None or route_verb != verb:
                 continue
             try:
-                body = json.loads(raw_body) if raw_body else {}
+                if method in _RAW_BODY:
+                    body: Any = (raw_body, content_type)
+                else:
+                    body = json.loads(raw_body) if raw_body else {}
                 params = m.groupdict()
 
                 def run(fn: Handler = fn, params: dict[str, str] = params, body: Any = body) -> Any:

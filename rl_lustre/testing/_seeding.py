@@ -8,8 +8,10 @@ a Lustre instance (and reading the last two back).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..gcp._ownership import describe_ownership
@@ -52,23 +54,35 @@ class Seeding:
             self._core.contents[path] = {"images": list(holds)}
         return path
 
-    def seed_bucket(self, bucket: str, objects: Mapping[str, int] | None = None) -> None:
+    def seed_bucket(
+        self,
+        bucket: str,
+        objects: Mapping[str, int | bytes] | None = None,
+        *,
+        iam: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         """Make a Cloud Storage bucket exist (a user's: rl_lustre never creates one), holding
-        ``objects`` (name -> bytes).
+        ``objects`` (name -> bytes, or a number of zero bytes).
+
+        ``iam`` is the bucket's policy (role -> members, ``"serviceAccount:..."``); by default
+        anyone signed in may read and write it, Managed Lustre's service agents included. With
+        a policy, a transfer whose service agent it does not let write (export) or read
+        (import) fails with PERMISSION_DENIED, as on Google Cloud.
 
         Examples:
             >>> from rl_lustre.testing import FakeGCP
             >>> with FakeGCP() as gcp:
-            ...     gcp.seed_bucket("my-bucket", {"a/b.bin": 3})
-            ...     gcp.bucket_objects("my-bucket")
-            {'a/b.bin': 3}
+            ...     gcp.seed_bucket("my-bucket", {"a/b.bin": 3, "a/c.txt": b"hi"})
+            ...     gcp.bucket_objects("my-bucket"), gcp.bucket_content("my-bucket", "a/c.txt")
+            ({'a/b.bin': 3, 'a/c.txt': 2}, b'hi')
         """
-        from ._storage import put_object
+        from ._storage import put_object, seed_policy
 
         with self._core.lock:
             self._core.buckets.setdefault(bucket, {})
-            for name, size in (objects or {}).items():
-                put_object(self._core, bucket, name, size)
+            seed_policy(self._core, bucket, iam)
+            for name, data in (objects or {}).items():
+                put_object(self._core, bucket, name, data)
 
     def bucket_objects(self, bucket: str) -> dict[str, int]:
         """The objects of ``bucket`` (name -> bytes); KeyError when there is no such bucket."""
@@ -76,21 +90,39 @@ class Seeding:
             return {n: o["size"] for n, o in sorted(self._core.buckets[bucket].items())}
 
     def bucket_content(self, bucket: str, name: str) -> Any:
-        """What a media upload wrote to object ``name`` (the JSON data), or None."""
+        """What object ``name`` holds: its JSON data when it was written as JSON (a manifest),
+        else its bytes; None when there is no such object."""
+        import json
+
         with self._core.lock:
             obj = self._core.buckets[bucket].get(name)
-            return None if obj is None else obj["content"]
+            if obj is None:
+                return None
+            data = obj["blob"].read_bytes()
+            return json.loads(data) if obj["content_type"].startswith("application/json") else data
 
-    def seed_files(self, instance: str, files: Mapping[str, int]) -> None:
-        """Put ``files`` (path relative to the volume's root -> bytes) on the Lustre instance
-        ``instance`` (its full name), as a job or the prefetch writing them would."""
+    def seed_files(self, instance: str, files: Mapping[str, int | bytes]) -> None:
+        """Put ``files`` (path relative to the volume's root -> bytes, or a number of zero
+        bytes) on the Lustre instance ``instance`` (its full name), as a job or the prefetch
+        writing them would."""
         with self._core.lock:
-            self._core.lustre_files.setdefault(instance, {}).update({p.strip("/"): int(n) for p, n in files.items()})
+            for path, data in files.items():
+                self._core.files.write(instance, path, data)
 
     def files(self, instance: str) -> dict[str, int]:
         """What the Lustre instance ``instance`` holds (path -> bytes)."""
+        from ._files import relative_files
+
         with self._core.lock:
-            return dict(sorted(self._core.lustre_files.get(instance, {}).items()))
+            return relative_files(self._core.files.instance_dir(instance))
+
+    def volume_dir(self, instance: str, path: str | os.PathLike[str] | None = None) -> Path:
+        """The directory that holds the files of Lustre instance ``instance`` (its full name):
+        what a pod mounting it sees. With ``path``, that directory from now on (FakeGKE
+        points its clusters' volumes at the directory its pods mount)."""
+        if path is not None:
+            self._core.files.mount(instance, Path(path))
+        return self._core.files.instance_dir(instance)
 
     def seed_network(
         self,
