@@ -4,13 +4,14 @@ Starts a local cluster (a real Ray head on 127.0.0.1 and a directory as the volu
 submits the reference workflow's job with fewer steps, shows progress, prints a table
 of the checkpoints it wrote and where its GPU-node-hours went (the goodput ledger: start-up,
 training, checkpoint stalls, validation, idle; and what they would cost on A4 Spot nodes),
-draws a PNG of the run and tears everything down.
+draws a PNG of the run and tears everything down: the run's records, logs and
+checkpoints are copied to ``--results`` first, and read back from there.
 
 Without a NeMo-RL installation the job runs in *rehearsal* mode: NeMo-RL's command
 line, config rules, log lines and checkpoint layout at a small fraction of the real
 checkpoint size. It rehearses orchestration and storage; it does not train a model.
 
-    uv run examples/quickstart.py [--steps 8] [--volume-dir DIR] [--nemo-rl PATH] [--plot FILE.png]
+    uv run examples/quickstart.py [--steps 8] [--volume-dir DIR] [--results DIR] [--nemo-rl PATH] [--plot FILE.png]
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=8, help="training steps (the reference runs 20)")
     parser.add_argument("--volume-dir", default=".rl_lustre/quickstart/volume", help="the directory that plays Lustre")
+    parser.add_argument(
+        "--results", default=".rl_lustre/quickstart/results", help="where down() copies every run (Cluster.results)"
+    )
     parser.add_argument("--nemo-rl", default=None, help="a NeMo-RL checkout: run the real entrypoint instead")
     parser.add_argument("--scale", type=float, default=2e-5, help="rehearsal checkpoint size / real size")
     parser.add_argument("--plot", default=".rl_lustre/quickstart/run.png", help="where to write the run's PNG")
@@ -38,6 +42,7 @@ def main() -> None:
     cluster = rl_lustre.Cluster.local(
         "quickstart",
         volume_dir=args.volume_dir,
+        results=args.results,
         nemo_rl_path=args.nemo_rl,
         num_nodes=8,
         gpus_per_node=8,
@@ -75,7 +80,12 @@ def main() -> None:
     if last:
         print("last step: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(last.items())))
     print(f"plot of the run: {picture}")
-    print(f"done in {time.monotonic() - started:.1f}s; checkpoints are in {Path(job.checkpoint_dir(cluster))}")
+    # The cluster is gone; the run is not: read back from its results, with no cluster.
+    kept = rl_lustre.Run.from_results(f"{Path(args.results).absolute()}/{run.run_id}")
+    print(f"{kept.run_id}: {kept.status()}, {kept.progress}, checkpoints kept at:")
+    for c in kept.checkpoints():
+        print(f"  {c.uri} ({c.size_bytes / 1e6:.1f} MB)")
+    print(f"done in {time.monotonic() - started:.1f}s")
 
 
 def _print_table(checkpoints: list[rl_lustre.Checkpoint]) -> None:

@@ -17,6 +17,10 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+# Which files may hold a credential: one rule for both sides of the wire (the seal of a
+# run's results applies it on the cluster).
+from .oncluster.secretpaths import secret_path as secret_path
+
 REDACTED = "<redacted>"
 
 # (what it is, pattern). Searched anywhere in a string, so a token pasted inside a URL
@@ -146,35 +150,3 @@ def env_references(value: Any) -> list[str]:
         (['HF_TOKEN'], ['HOME'])
     """
     return [m.group(1) for s in _strings(value) for m in ENV_INTERPOLATION.finditer(s)]
-
-
-# Files that hold credentials by their name or place: huggingface_hub's token files
-# ($HF_HOME/token, $HF_HOME/stored_tokens), anything under a directory named for secrets
-# or credentials, private keys, netrc and .env files. A copy of the volume to Cloud Storage
-# (the warm-start export) must never carry one.
-_SECRET_FILE = re.compile(
-    r"token|stored_tokens|\.netrc|_netrc|\.git-credentials|\.env|id_(?:rsa|dsa|ecdsa|ed25519)"
-    r"|.*\.(?:pem|key|p12|pfx|jks)|credentials(?:\.json)?|application_default_credentials\.json",
-    re.IGNORECASE,
-)
-_SECRET_DIR = re.compile(r"\.?(?:secrets?|credentials?|\.ssh|\.gnupg|\.aws|\.kube|gcloud)", re.IGNORECASE)
-
-
-def secret_path(path: str) -> str | None:
-    """Why the file at ``path`` (a ``/``-separated path) may hold a secret, or None.
-
-    Examples:
-        >>> secret_path("huggingface_cache/token")
-        "a credentials file ('token')"
-        >>> secret_path("huggingface_cache/hub/secrets/x.bin")
-        "under a secrets directory ('secrets')"
-        >>> secret_path("huggingface_cache/hub/models--Qwen--Qwen2.5-72B-Instruct/blobs/0a1b") is None
-        True
-    """
-    parts = [p for p in str(path).split("/") if p]
-    for part in parts[:-1]:
-        if _SECRET_DIR.fullmatch(part):
-            return f"under a secrets directory ({part!r})"
-    if parts and _SECRET_FILE.fullmatch(parts[-1]):
-        return f"a credentials file ({parts[-1]!r})"
-    return None

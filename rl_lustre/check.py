@@ -18,7 +18,9 @@ only after Managed Lustre had been creating for many minutes:
   ``<GPU>_GPUS``); a reservation holds its own capacity (counted when it was made) and is
   looked up instead;
 - Managed Lustre's capacity quota in the zone for the volume's tier (Cloud Quotas);
-- the reservations the project sees for the machine type, each with its free VMs.
+- the reservations the project sees for the machine type, each with its free VMs;
+- the buckets of ``results`` and ``warm_start``: each exists, and Managed Lustre's service
+  agent may write to it (the bucket's IAM policy, or a role on the project), as its exports need.
 
 ``Cluster.up()`` runs it first on GKE and creates nothing when it finds a problem;
 ``cluster.check()`` and ``rl-lustre check TARGET`` run it on their own.
@@ -114,9 +116,87 @@ def check_cluster(
             )
         )
     items.extend(quota_items(cluster, cap, quotas or CloudQuotas(), zones, zone_exists=exists))
+    items.extend(bucket_items(cluster))
     report = CheckReport(cluster.name, tuple(items))
     logger.info("online check of %r: %s", cluster.name, "ok" if report.ok else f"{len(report.problems)} problem(s)")
     return report
+
+
+# Project roles that carry storage.objects.create on every bucket of the project.
+_PROJECT_WRITERS = ("roles/owner", "roles/editor")
+
+
+def bucket_items(cluster: ClusterSpec) -> list[CheckItem]:
+    """Whether the buckets the cluster exports to (``results``, ``warm_start``) exist and let
+    Managed Lustre's service agent write (``roles/storage.objectUser`` on the bucket, or a
+    role that writes objects, on the bucket or the project)."""
+    from .catalog import LUSTRE_SERVICE_AGENT, STORAGE_WRITER_ROLES
+    from .errors import GCPError, NotFoundError
+    from .gcp.compute import Projects
+    from .gcp.iam import ProjectIam
+    from .gcp.storage import BucketObjects
+
+    buckets: dict[str, str] = {}
+    for field in ("results", "warm_start"):
+        value = getattr(cluster, field, None)
+        if value:
+            buckets.setdefault(value.removeprefix("gs://").split("/", 1)[0], f"{field}={value!r}")
+    if not buckets:
+        return []
+    project, storage = str(cluster.project), BucketObjects()
+    agent = LUSTRE_SERVICE_AGENT.format(number=Projects().number(project))
+    member = f"serviceAccount:{agent}"
+    grant = (
+        f"gcloud storage buckets add-iam-policy-binding gs://{{bucket}} --member={member} "
+        "--role=roles/storage.objectUser"
+    )
+    items = []
+    for bucket, why in buckets.items():
+        what = f"bucket gs://{bucket} ({why}) exists"
+        try:
+            storage.check_bucket(bucket)
+        except NotFoundError:
+            items.append(
+                CheckItem(
+                    what,
+                    "problem",
+                    "Cloud Storage has no such bucket (or this caller may not see it)",
+                    f"create it in {cluster.region}: gcloud storage buckets create gs://{bucket} "
+                    f"--location={cluster.region} (rl_lustre never creates or deletes it)",
+                )
+            )
+            continue
+        items.append(CheckItem(what, "ok"))
+        what = f"Managed Lustre's service agent may write to gs://{bucket}"
+        try:
+            policy = storage.policy(bucket)
+        except GCPError as exc:
+            items.append(
+                CheckItem(what, "unknown", f"its IAM policy could not be read ({exc})", grant.format(bucket=bucket))
+            )
+            continue
+        writers = {"allUsers", "allAuthenticatedUsers", member}
+        on_bucket = sorted(r for r, members in policy.items() if r in STORAGE_WRITER_ROLES and writers & set(members))
+        try:
+            on_project = [
+                r for r in ProjectIam().roles_of(project, member) if r in (*STORAGE_WRITER_ROLES, *_PROJECT_WRITERS)
+            ]
+        except GCPError:
+            on_project = []
+        if on_bucket or on_project:
+            held = ", ".join([*(f"{r} on the bucket" for r in on_bucket), *(f"{r} on the project" for r in on_project)])
+            items.append(CheckItem(what, "ok", f"{agent} holds {held}"))
+            continue
+        items.append(
+            CheckItem(
+                what,
+                "problem",
+                f"{agent} holds no role that writes objects there: its exports at down() would fail "
+                "(and the volume would be kept)",
+                grant.format(bucket=bucket),
+            )
+        )
+    return items
 
 
 def _candidate_zones(cluster: ClusterSpec, cap: Capacity) -> tuple[CheckItem, tuple[str, ...]]:

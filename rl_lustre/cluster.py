@@ -194,6 +194,12 @@ class Cluster(ClusterSpec):
             (huggingface_hub's ``token``, anything under a secrets directory) are never
             kept; ``PREFIX/rl-lustre-manifest.json`` lists every object with its size.
             None (default): no warm start. Needs a volume this deployment creates.
+        results: where every run's results go before ``down()`` deletes the volume:
+            ``"gs://BUCKET/PREFIX"`` (your bucket; Managed Lustre's service agent needs
+            ``roles/storage.objectUser`` on it, which :meth:`check` verifies), locally a
+            directory or ``file://`` URI; each run under ``<run id>/``, read back by
+            :meth:`Run.from_results <rl_lustre.Run.from_results>`. Not inside ``warm_start``'s
+            prefix. None (default): ``down()`` keeps a volume holding results (see :meth:`down`).
         keep: leave everything running at the end of a ``with`` block.
     """
 
@@ -311,28 +317,34 @@ class Cluster(ClusterSpec):
 
         return check_cluster(self)
 
-    def down(self, *, delete_preload_image: bool = False) -> None:
-        """Tear down what :meth:`up` created; what you own is never deleted. A no-op when nothing runs.
+    def down(self, *, delete_preload_image: bool = False, discard_results: bool = False) -> None:
+        """Tear down what :meth:`up` created, results first; what you own is never deleted.
+        A no-op when nothing runs.
 
-        On GKE that includes the Lustre instance ``up()`` created, and the checkpoints on
-        it: use ``LustreVolume(existing=True)`` for a volume that outlives the cluster, or
-        ``volume.export_data()`` first. Locally the volume directory is kept.
-
-        The preload disk image (``preload_image=True``) is kept: the next deployment of the
-        same image boots from it instead of building it again.
+        The runs still running are stopped (recorded as stopped by teardown), every run's
+        results (records, logs, complete checkpoints) are exported to :attr:`results` and
+        verified, and only then is the Lustre instance ``up()`` created deleted. With no
+        ``results``, or when the export fails or is interrupted, the volume is **kept** while
+        everything else goes (the GPUs stop billing), and a
+        :class:`~rl_lustre.errors.ResultsKeptWarning` names each run, its newest checkpoint,
+        the volume's cost per hour and the ways forward. Locally the volume directory always
+        stays. The preload disk image is kept for the next deployment of its image.
 
         Examples:
-            >>> Cluster.local("demo").down()  # doctest: +SKIP
+            >>> cluster.down(discard_results=True)  # doctest: +SKIP
 
         Args:
             delete_preload_image: delete the preload disk image too, unless a node pool in
                 the project still boots from it (another deployment's).
+            discard_results: delete the volume even though its runs' results were not
+                exported (the explicit word; nothing else deletes them).
         """
         from ._validate import need
 
         need("Cluster.down", "delete_preload_image", delete_preload_image, bool, "True or False")
+        need("Cluster.down", "discard_results", discard_results, bool, "True or False")
         atexit.unregister(self._down_at_exit)
-        self._backend().down(delete_preload_image=delete_preload_image)
+        self._backend().down(delete_preload_image=delete_preload_image, discard_results=discard_results)
         self._live.started = False
 
     def __enter__(self) -> Cluster:

@@ -11,7 +11,8 @@ Priced: the GPU node pool (Spot, flex-start, reserved or on-demand; :func:`lane_
 each lane of a capacity policy), the CPU pool of the Ray head,
 Managed Lustre by tier and GiB, GKE's cluster management fee, and the preload disk image
 (its storage, which outlives ``down()``, and the GPU nodes' secondary boot disks), and the
-warm-start export's Cloud Storage (``Cluster.warm_start``; also kept after ``down()``). Networking
+warm-start export's Cloud Storage (``Cluster.warm_start``; also kept after ``down()``) and the
+runs' results (``Cluster.results``: per run and month, shown but not in the hourly total). Networking
 resources (VPC, subnet, PSA range, firewall rule) and the nodes' service account carry no hourly charge of their own;
 traffic, boot disks and logging are not included.
 
@@ -56,6 +57,7 @@ __all__ = [
     "lane_item",
     "plan_cost",
     "preload_image_item",
+    "results_item",
     "secondary_disks_item",
     "warm_start_item",
 ]
@@ -410,6 +412,30 @@ def warm_start_item(key: str, name: str, gigabytes: float, prices: Prices) -> Co
     )
 
 
+def results_item(key: str, name: str, gigabytes_per_run: float, prices: Prices) -> CostItem:
+    """The Cloud Storage one run's results occupy (``Cluster.results``): shown per run and per
+    month, not in the hourly total (it starts at ``down()`` and lasts as long as you keep them).
+
+    Examples:
+        >>> item = results_item("results-export", "gs://b/rl", 2304.0, Prices())
+        >>> round(item.usd_per_hour * 730, 2), item.counted
+        (46.08, False)
+    """
+    t = prices.table
+    month = gigabytes_per_run * t.gcs_gb_month
+    return CostItem(
+        key=key,
+        name=name,
+        description=f"Cloud Storage Standard, {gigabytes_per_run:,.0f} GB per run kept (estimated)",
+        quantity=gigabytes_per_run,
+        unit="GB",
+        unit_usd_per_hour=t.gcs_gb_month / t.hours_per_month,
+        counted=False,
+        note=f"${month:,.2f}/month per run kept, from down() on (${t.gcs_gb_month:.3f}/GB-month); "
+        "transfers and operations not included",
+    )
+
+
 def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
     """What ``plan``'s deployment costs per hour once it is up.
 
@@ -474,5 +500,28 @@ def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
         notes.append(
             f"kept after down(): the warm-start export in your bucket, about "
             f"${(item.usd_per_hour or 0) * table.hours_per_month:,.2f}/month"
+        )
+    if "results-export" in plan:
+        node = plan.get("results-export")
+        item = results_item("results-export", node.name, node.settings["estimated_gb_per_run"], prices)
+        items.append(item)
+        hf = node.settings["hf_copy_gb"]
+        items.append(
+            CostItem(
+                key="model-export",
+                name=node.name,
+                description=f"Cloud Storage Standard, {hf:,.0f} GB per model exported in Hugging Face format",
+                quantity=hf,
+                unit="GB",
+                unit_usd_per_hour=table.gcs_gb_month / table.hours_per_month,
+                counted=False,
+                note=f"${hf * table.gcs_gb_month:,.2f}/month per run.export_model(..., format='hf') kept "
+                "(and as much on the volume while it is up)",
+            )
+        )
+        notes.append(
+            f"kept after down(): each run's results in your bucket, about "
+            f"${(item.usd_per_hour or 0) * table.hours_per_month:,.2f}/month per run "
+            f"({node.settings['estimated_for']}; not in the hourly total)"
         )
     return Cost(items=items, prices_as_of=table.as_of, sources=table.sources, notes=notes)

@@ -26,7 +26,8 @@ so callers may catch either (``except ValueError`` works for bad configuration):
     │   │   └── RegistryAuthError (PermissionError)
     │   ├── RayError
     │   │   └── JobFailedError             a job ended FAILED (a stopped one is not a failure)
-    │   └── TeardownError                  down() could not delete everything
+    │   ├── TeardownError                  down() could not delete everything
+    │   └── ExportError                    results could not be exported (the volume is kept)
     └── RollbackError                      provisioning failed; says what was cleaned up
         └── ProvisioningError              up() failed at a step (names it) and rolled back
             ├── NoCapacityError            no GPUs anywhere the policy allows: every attempt, what was kept
@@ -35,7 +36,8 @@ so callers may catch either (``except ValueError`` works for bad configuration):
 Warnings (``UserWarning``): :class:`NothingToDoWarning`: a submitted run found its
 checkpoint directory already at ``max_num_steps`` and ends SUCCEEDED without training;
 :class:`CapacityDeadlineWarning`: a run may not finish inside the lifetime of capacity
-that ends (flex-start's ``max_run_duration``).
+that ends (flex-start's ``max_run_duration``); :class:`ResultsKeptWarning`: ``down()`` kept
+the volume because the results on it exist nowhere else.
 
 Foreign exceptions (``google.*``, ``kubernetes.*``, ``ray.*``) are translated at the
 boundary and chained with ``raise ... from exc``; none reaches a caller unwrapped.
@@ -56,6 +58,7 @@ __all__ = [
     "CapacityExhaustedError",
     "ConfigError",
     "CredentialsError",
+    "ExportError",
     "GCPError",
     "ImageNotFoundError",
     "JobFailedError",
@@ -77,6 +80,7 @@ __all__ = [
     "RegistryAuthError",
     "RegistryError",
     "RemoteError",
+    "ResultsKeptWarning",
     "RollbackError",
     "StockoutError",
     "TeardownError",
@@ -430,6 +434,15 @@ class TeardownError(RemoteError):
         )
 
 
+class ExportError(RemoteError):
+    """Teardown could not export a run's results (a transfer failed or did not verify, or
+    the destination refused); the volume is kept. ``what`` names the transfer."""
+
+    def __init__(self, message: str, what: str = "") -> None:
+        super().__init__(message)
+        self.what = what
+
+
 def describe(value: Any) -> str:
     """``repr(value)``, naming each non-ASCII character of a string so look-alikes show.
 
@@ -491,3 +504,11 @@ class NothingToDoWarning(UserWarning):
     ``cluster.submit(job, fresh=True)`` to start over (the old checkpoints are moved
     aside, not deleted), or give the job another name.
     """
+
+
+class ResultsKeptWarning(UserWarning):
+    """``down()`` kept the volume because its runs' results exist nowhere else: no
+    ``results`` destination, or the export failed or was interrupted. The message names
+    each run, its newest checkpoint, what keeping the volume costs, and the ways forward
+    (a destination and ``down()`` again, keeping it on purpose, or
+    ``down(discard_results=True)``)."""

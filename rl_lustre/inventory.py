@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import naming
-from .catalog import LABEL_DEPLOYMENT
+from .catalog import LABEL_DEPLOYMENT, LABEL_RESULTS, RESULTS_NOT_EXPORTED
 from .errors import ConfigError, NotFoundError
 from .plankeys import (
     CPU_POOL_KEY,
@@ -151,9 +151,18 @@ class Deployment:
 
     @property
     def state(self) -> str:
-        """The GKE cluster's status, or ``"PARTIAL"`` without one."""
+        """The GKE cluster's status; without one ``"kept: results not exported"`` when
+        ``down()`` kept its volume for results that exist nowhere else, else ``"PARTIAL"``."""
         cluster = self.get(GKE_CLUSTER_KEY)
-        return cluster.state if cluster is not None else "PARTIAL"
+        if cluster is not None:
+            return cluster.state
+        return "kept: results not exported" if self.kept_for_results else "PARTIAL"
+
+    @property
+    def kept_for_results(self) -> bool:
+        """Whether ``down()`` kept its volume because its results were not exported."""
+        lustre = self.get(LUSTRE_KEY)
+        return lustre is not None and lustre.details.get("results") == RESULTS_NOT_EXPORTED
 
     @property
     def zone(self) -> str | None:
@@ -282,19 +291,29 @@ class Deployment:
         return None
 
     def down(
-        self, *, keys: Sequence[str] | None = None, apis: Apis | None = None, delete_preload_image: bool = False
+        self,
+        *,
+        keys: Sequence[str] | None = None,
+        apis: Apis | None = None,
+        delete_preload_image: bool = False,
+        results: str | None = None,
+        discard_results: bool = False,
     ) -> Report:
         """Delete the deployment (or only the plan nodes ``keys``) through its plan's executor;
         the preload disk image only with ``delete_preload_image`` (and while no pool uses it).
+        The whole deployment's teardown exports its runs to ``results`` first and keeps a
+        volume whose results were not exported, unless ``discard_results`` (as ``Cluster.down``).
 
         Raises:
             TeardownError: something could not be deleted; everything else was.
         """
+        import attrs
+
         from .backends.gke import GKEBackend
 
-        cluster = self.cluster()
+        cluster = self.cluster() if results is None else attrs.evolve(self.cluster(), results=results)
         backend = GKEBackend(cluster, apis=apis)
-        return backend.down(keys=keys, delete_preload_image=delete_preload_image)
+        return backend.down(keys=keys, delete_preload_image=delete_preload_image, discard_results=discard_results)
 
     def to_dict(self, prices: Prices | None = None) -> dict[str, Any]:
         """The deployment as JSON data, with its cost."""
@@ -376,6 +395,7 @@ def _lustre(apis: Apis, project: str) -> Iterable[FoundResource]:
                 "tier": i.per_unit_storage_throughput,
                 "network": _last(i.network),
                 "mount_point": i.mount_point,
+                "results": i.labels.get(LABEL_RESULTS),
             },
         )
 
@@ -546,13 +566,20 @@ class Collected:
 
 
 def collect_garbage(
-    project: str, *, delete: bool = False, older_than: float = 900.0, apis: Apis | None = None
+    project: str,
+    *,
+    delete: bool = False,
+    older_than: float = 900.0,
+    apis: Apis | None = None,
+    discard_results: bool = False,
 ) -> list[Collected]:
     """The partial deployments of ``project`` (labelled resources without their GKE cluster),
     and, with ``delete``, their deletion through the executor.
 
     Only deployments older than ``older_than`` seconds count, so that one whose
-    ``up()`` is under way right now (its cluster not requested yet) is left alone.
+    ``up()`` is under way right now (its cluster not requested yet) is left alone. A
+    volume ``down()`` kept for results not exported is never collected without
+    ``discard_results`` (the same explicit word as ``down(discard_results=True)``).
 
     Example::
 
@@ -570,6 +597,9 @@ def collect_garbage(
         age = d.age_seconds(now)
         if age is not None and age < older_than:
             logger.info("deployment %r is partial but only %.0fs old; it may be coming up: left alone", d.name, age)
+            continue
+        if d.kept_for_results and not discard_results:
+            logger.info("deployment %r: its volume was kept for results not exported; left alone", d.name)
             continue
         if not delete:
             out.append(Collected(d))

@@ -9,6 +9,7 @@ from the job's own log, parsed as NeMo-RL prints it.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from .outages import TRANSIENT, Outage, OutageBudget
 from .run_accounts import RunAccounts
 
 if TYPE_CHECKING:
+    from .backends.model_export import ModelExport
     from .goodput import GoodputLedger
     from .metrics import ClusterMetrics
     from .nemo_rl.checkpoints import Checkpoint
@@ -99,6 +101,7 @@ class Run(RunAccounts):
         goodput: computes the run's goodput ledger (see :meth:`goodput`).
         follow: follows the run across its Ray submissions (a head loss resubmits it under
             a new id; see :mod:`rl_lustre.run_follow`).
+        export_model: copies one checkpoint out (see :meth:`export_model`).
     """
 
     def __init__(
@@ -113,6 +116,7 @@ class Run(RunAccounts):
         outage_budget: OutageBudget | None = None,
         goodput: Callable[..., GoodputLedger] | None = None,
         follow: RunFollow | None = None,
+        export_model: Callable[..., ModelExport] | None = None,
     ) -> None:
         self._job_id = job_id
         self.outage_budget = outage_budget if outage_budget is not None else OutageBudget()
@@ -123,6 +127,7 @@ class Run(RunAccounts):
         self._usd_per_hour = usd_per_hour
         self._cluster_metrics = cluster_metrics
         self._goodput = goodput
+        self._export_model = export_model
         self._lock = threading.Lock()
         self._parser: LogParser | None = None
         self._fed, self._fed_id = 0, job_id
@@ -131,6 +136,51 @@ class Run(RunAccounts):
         # The last queue state read, and whether the run has been seen holding its nodes.
         self._queue: QueueState | None = None
         self._started = False
+        # Where the run was read from, for one read back with from_results() (None: a live run).
+        self.results_uri: str | None = None
+        self._run_id: str | None = None
+
+    @classmethod
+    def from_results(cls, uri: str) -> Run:
+        """A finished run, read back from where teardown exported it: no cluster needed.
+
+        ``uri`` is the run's place in ``Cluster.results``: ``gs://BUCKET/PREFIX/<run id>``
+        (or, for a local cluster, the run's directory). The handle answers as the live one
+        did: :meth:`status`, :attr:`progress`, :meth:`steps` and :meth:`metrics`,
+        :meth:`restarts`, :meth:`logs`, :meth:`checkpoints` (each with its ``uri`` in the
+        results and its size), :meth:`goodput` (the ledger as the cluster told it at
+        teardown, at its prices), :meth:`cost_so_far` and :meth:`plot`; it cannot be
+        stopped, and ``cluster_metrics()`` is None.
+
+        Examples:
+            >>> run = Run.from_results("gs://my-bucket/rl/rl-lustre-grpo-0a1b2c3d")  # doctest: +SKIP
+            >>> run.status(), run.progress, [(c.step, c.uri) for c in run.checkpoints()]  # doctest: +SKIP
+            ('SUCCEEDED', Progress(step=20, completed=20, total=20), [(18, 'gs://...'), (20, 'gs://...')])
+
+        Raises:
+            ConfigError: ``uri`` does not name a run's results (checked before any remote call).
+            NotFoundError: no finished export there (no manifest).
+        """
+        from .run_results import read_results
+
+        stored = read_results(uri)
+        rate, ledger, checkpoints = stored.usd_per_hour, stored.ledger, list(stored.checkpoints)
+
+        def goodput(*, prices: Any = None) -> GoodputLedger:
+            if ledger is None:
+                raise NotImplementedError(f"the results at {stored.uri} hold no goodput ledger")
+            return ledger
+
+        run = cls(
+            stored.jobs,  # type: ignore[arg-type]
+            stored.job_id,
+            total_steps=stored.total_steps,
+            list_checkpoints=lambda: list(checkpoints),
+            usd_per_hour=None if rate is None else (lambda: rate),
+            goodput=goodput,
+        )
+        run.results_uri, run._run_id = stored.uri, stored.run_id
+        return run
 
     @property
     def job_id(self) -> str:
@@ -140,7 +190,10 @@ class Run(RunAccounts):
 
     @property
     def run_id(self) -> str:
-        """The run's id: the same for all its Ray submissions (its first one's id)."""
+        """The run's id: the same for all its Ray submissions (its first one's id), the name of
+        its directory on the volume and in ``Cluster.results``."""
+        if self._run_id is not None:
+            return self._run_id
         return self._follow.run_id if self._follow is not None else self._job_id
 
     def __repr__(self) -> str:
@@ -462,6 +515,47 @@ class Run(RunAccounts):
                 raise WaitTimeoutError(f"job {self.job_id} to stop", timeout, info.status)
             time.sleep(0.2)
         return info.status
+
+    def export_model(
+        self,
+        dest: str,
+        *,
+        step: str | int = "final",
+        format: Literal["hf"] | None = None,
+        dry_run: bool = False,
+        timeout: float = 3600.0,
+    ) -> ModelExport:
+        """Copy one checkpoint of the run to ``dest`` while the cluster is up, in Hugging Face
+        format when asked (converted first with NeMo-RL's own converter for the policy's
+        backend, on a node with the memory the whole model needs).
+
+        Examples:
+            >>> run.export_model("gs://my-bucket/models/qwen-grpo", step="final", format="hf",
+            ...                  dry_run=True)  # doctest: +SKIP
+            >>> print(run.export_model("gs://my-bucket/models/qwen-grpo", format="hf"))  # doctest: +SKIP
+
+        Args:
+            dest: ``gs://BUCKET/PREFIX`` on GKE (your bucket), a directory locally.
+            step: ``"final"`` (the newest checkpoint), ``"best"`` (the one ``keep_top_k``
+                ranks first, by the job's ``checkpointing.metric_name``) or a step number.
+            format: None (the checkpoint as NeMo-RL saved it) or ``"hf"`` (Hugging Face:
+                ``config.json``, the weights, the tokenizer's files).
+            dry_run: say what would run (the converter's command, the memory it asks for,
+                what goes where) and run nothing.
+            timeout: seconds the conversion may take.
+
+        Raises:
+            ConfigError: a bad ``dest``, ``step`` or ``format``, or no such checkpoint.
+            RayError: the conversion failed (its log's last lines say why).
+            ExportError: the copy failed or did not verify.
+        """
+        _v.need("Run.export_model", "dry_run", dry_run, bool, "True or False")
+        if format not in (None, "hf"):
+            raise ConfigError("Run.export_model", "format", format, "must be None (as saved) or 'hf' (Hugging Face)")
+        if self._export_model is None:
+            raise NotImplementedError(f"{self.job_id}: a run read back from its results is exported already")
+        _check_seconds("Run.export_model", timeout=timeout, none_ok=False)
+        return self._export_model(dest, step=step, format=format, dry_run=dry_run, timeout=timeout)
 
     def _refresh(self) -> LogParser:
         """Feed the parser the part of the log it has not seen yet."""

@@ -79,6 +79,7 @@ class LustreSizing:
         checkpoints_kept: finished checkpoints kept (``keep_top_k``).
         headroom: capacity factor over what the checkpoints need.
         extra_gib: room added for other data (model cache, datasets, logs).
+        hf_copy_bytes: room added for checkpoints converted to Hugging Face format.
         target_write_seconds: the longest acceptable time to write one checkpoint.
         required_gib: the capacity the checkpoints, headroom and extra need.
         required_mbps: the aggregate throughput the write target needs.
@@ -96,6 +97,7 @@ class LustreSizing:
     checkpoints_kept: int
     headroom: float
     extra_gib: float
+    hf_copy_bytes: int
     target_write_seconds: float
     required_gib: float
     required_mbps: float
@@ -136,6 +138,8 @@ class LustreSizing:
         what = self.model if self.model is not None else "a model"
         kept = self.checkpoints_kept
         extra = f" + {self.extra_gib:,g} GiB extra" if self.extra_gib else ""
+        if self.hf_copy_bytes:
+            extra += f" + {_bytes(self.hf_copy_bytes)} of Hugging Face copies"
         others = ", ".join(f"{tier} → {cap:,} GiB" for tier, cap in self.options)
         return "\n".join(
             [
@@ -172,6 +176,7 @@ def size_lustre(
     bytes_per_param: float = CHECKPOINT_BYTES_PER_PARAM,
     headroom: float = DEFAULT_HEADROOM,
     extra_gib: float = 0,
+    hf_copies: int = 0,
 ) -> LustreSizing:
     """The smallest valid Managed Lustre capacity and tier for a model's checkpoints.
 
@@ -201,6 +206,10 @@ def size_lustre(
         bytes_per_param: bytes per parameter of one checkpoint.
         headroom: capacity factor over the checkpoints, at least 1.
         extra_gib: GiB for everything else on the volume (``HF_HOME``, datasets, logs).
+        hf_copies: checkpoints converted to Hugging Face format kept on the volume
+            (``run.export_model(..., format="hf")`` writes one there before copying it out):
+            each the model's weights, at the converters' larger size (4 B per parameter,
+            the DCP converter's; Megatron's writes bf16, 2 B), added to ``extra_gib``.
 
     Raises:
         ConfigError: neither ``model`` (with a size in its name) nor ``params`` is
@@ -236,13 +245,18 @@ def size_lustre(
     ):
         raise ConfigError(owner, "extra_gib", extra_gib, "must be a finite number of at least 0")
 
+    if not isinstance(hf_copies, int) or isinstance(hf_copies, bool) or hf_copies < 0:
+        raise ConfigError(owner, "hf_copies", hf_copies, "must be a whole number of at least 0")
+    from .nemo_rl.converters import HF_BYTES_PER_PARAM
+
+    hf_bytes = hf_copies * count * max(HF_BYTES_PER_PARAM.values())
     ckpt = checkpoint_bytes(count, bytes_per_param)
     need_gib, need_mbps = requirement(
         ckpt,
         checkpoints_kept=checkpoints_kept,
         target_write_seconds=target_write_seconds,
         headroom=headroom,
-        extra_gib=extra_gib,
+        extra_gib=extra_gib + hf_bytes / 1024**3,
     )
     options = tier_options(need_gib, need_mbps)
     if not options:
@@ -265,6 +279,7 @@ def size_lustre(
         checkpoints_kept=checkpoints_kept,
         headroom=headroom,
         extra_gib=extra_gib,
+        hf_copy_bytes=hf_bytes,
         target_write_seconds=target_write_seconds,
         required_gib=float(need_gib),
         required_mbps=float(need_mbps),

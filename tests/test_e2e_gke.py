@@ -128,8 +128,12 @@ def world(local_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         "secrets": ["HF_TOKEN", "RAY_AUTH_TOKEN"],
         # The registry fake holds the catalog's images (the NeMo-RL image), not this Ray one.
         "preload_image": False,
+        # Where the runs go at down() (the fake Lustre instance is the mount directory).
+        "results": "gs://e2e-results/rl",
     }
     with KubeFake(validate=validate, head_target=(host, int(port))) as kube, FakeGCP(kube=kube) as gcp:
+        gcp.seed_bucket("e2e-results")
+        gcp.volume_dir(Cluster(**spec).volume.resource_name(), tmp_path / "lustre")  # type: ignore[union-attr]
         yield World(gcp=gcp, kube=kube, spec=spec, image=_image(tmp_path / "nemo-rl"), head=head, validate=validate)
 
 
@@ -281,9 +285,11 @@ def test_a_grpo_job_runs_end_to_end_on_the_gke_backend(
         assert stored is not None
         assert set(stored.get("data") or stored.get("stringData") or {}) >= {"HF_TOKEN", "RAY_AUTH_TOKEN"}
 
-    # The with block tore everything down, and closed the port-forward.
+    # The with block exported the run, tore everything down, and closed the port-forward.
     assert world.leftovers() == {"gcp": [], "kube": []}
     assert backend._forward is None
+    exported = world.gcp.bucket_objects("e2e-results")
+    assert sorted({n.split("/")[3] for n in exported if "/checkpoints/" in n}) == ["step_4", "step_6"]
 
 
 def test_a_sweep_runs_on_the_gke_backend_each_job_in_its_own_directories(world: World) -> None:

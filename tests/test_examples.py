@@ -76,6 +76,8 @@ def test_quickstart_prints_the_ledger_after_the_checkpoint_table(tmp_path: Path)
             "2",
             "--volume-dir",
             str(tmp_path / "volume"),
+            "--results",
+            str(tmp_path / "results"),
             "--plot",
             str(tmp_path / "run.png"),
         ],
@@ -102,3 +104,6 @@ def test_quickstart_prints_the_ledger_after_the_checkpoint_table(tmp_path: Path)
     assert price is not None
     assert float(price.group(1).replace(",", "")) > 0
     assert (tmp_path / "run.png").stat().st_size > 20_000
+    # The run outlives the cluster: read back from the results, its checkpoints there.
+    assert re.search(r"^rl-lustre-quickstart-grpo-[0-9a-f]{8}: SUCCEEDED, step 2/2, checkpoints kept at:$", out, re.M)
+    assert f"  {tmp_path / 'results'}/rl-lustre-quickstart-grpo-" in out

@@ -235,7 +235,7 @@ class _RecordingBackend:
     def up(self, *, keep_on_failure: bool = False, check: bool = True) -> None:
         self.calls.append(f"up(keep_on_failure={keep_on_failure})")
 
-    def down(self, *, delete_preload_image: bool = False) -> None:
+    def down(self, *, delete_preload_image: bool = False, discard_results: bool = False) -> None:
         self.calls.append("down")
 
     def cleanup_hint(self) -> str:
@@ -305,7 +305,7 @@ def test_use_backend_does_not_swap_the_backend_of_a_cluster_that_is_up() -> None
 
 class _PartialBackend:
     def up(self, *, keep_on_failure: bool = False, check: bool = True) -> None: ...
-    def down(self, *, delete_preload_image: bool = False) -> None: ...
+    def down(self, *, delete_preload_image: bool = False, discard_results: bool = False) -> None: ...
     def describe(self) -> str:
         return "partial"
 

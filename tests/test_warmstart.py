@@ -14,7 +14,7 @@ from helpers.specs import PROJECT, SMALL
 from rl_lustre import Cluster
 from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.catalog import WARM_FORMAT
-from rl_lustre.errors import ConfigError, ProvisioningError
+from rl_lustre.errors import CapacityError, ConfigError, ProvisioningError
 from rl_lustre.shared import find_warm_start
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
@@ -188,25 +188,42 @@ def test_a_rollback_after_a_finished_export_takes_it_back() -> None:
 
 def test_a_missing_bucket_is_said_and_rolled_back(gcp: FakeGCP) -> None:
     c = spec(warm_start="gs://no-such-bucket/x")
-    with pytest.raises(ProvisioningError, match=r"no-such-bucket.*never creates or deletes it"):
+    # The check before up() asks first: nothing is created.
+    with pytest.raises(CapacityError, match=r"bucket gs://no-such-bucket \(warm_start=.*\) exists"):
         backend(c).up()
+    assert gcp.leaked() == []
+    with pytest.raises(ProvisioningError, match=r"no-such-bucket.*never creates or deletes it"):
+        backend(c).up(check=False)
     gcp.settle()
     assert gcp.leaked() == []
 
 
-def test_a_failed_export_at_down_still_deletes_the_volume_and_cleans_up(gcp: FakeGCP) -> None:
+def test_a_failed_export_at_down_cleans_up_and_keeps_the_volume_until_discarded(gcp: FakeGCP) -> None:
+    import warnings
+
+    from rl_lustre.errors import ResultsKeptWarning
+
     c = spec()
     first_deployment(gcp, c)
     before = gcp.bucket_objects(BUCKET)
     manifest = gcp.bucket_content(BUCKET, MANIFEST)
     gcp.seed_files(c.volume.resource_name(), CONVERTED)
     gcp.faults.fail_operation("lustre.ExportData", message="internal error", after=3)
-    report = backend(c).down()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        report = backend(c).down()
     assert "failed" in report.records["warm-export"].note
+    assert any("the warm-start export failed" in str(w.message) for w in seen if w.category is ResultsKeptWarning)
     gcp.settle()
-    assert gcp.leaked() == []
+    # The volume (and the network it needs) stays until its export verifies, or it is discarded.
+    assert [r for r in gcp.leaked() if r.startswith("lustre.")] == [
+        f"lustre.instances {c.volume.resource_name()}"  # type: ignore[union-attr]
+    ]
     assert gcp.bucket_objects(BUCKET) == before
     assert gcp.bucket_content(BUCKET, MANIFEST) == manifest
+    backend(c).down(discard_results=True)
+    gcp.settle()
+    assert gcp.leaked() == []
 
 
 def test_an_import_that_brought_every_model_whole_runs_no_prefetch_job(monkeypatch: pytest.MonkeyPatch) -> None:

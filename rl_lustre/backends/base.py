@@ -30,9 +30,11 @@ class Backend(Protocol):
         May return a report of what it did; ``Cluster.up()`` does not use it.
         """
 
-    def down(self, *, delete_preload_image: bool = False) -> object:
-        """Tear the deployment down; a no-op when nothing runs. What deployments share (the
-        preload disk image) is kept unless ``delete_preload_image``."""
+    def down(self, *, delete_preload_image: bool = False, discard_results: bool = False) -> object:
+        """Tear the deployment down, exporting the runs' results first; a no-op when nothing
+        runs. What deployments share (the preload disk image) is kept unless
+        ``delete_preload_image``; a volume whose results were not exported is kept unless
+        ``discard_results``."""
 
     def submit(self, job: JobSpec, *, fresh: bool = False) -> Run:
         """Submit ``job``, or attach to the same job when it is still running."""

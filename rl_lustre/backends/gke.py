@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import naming
 from ..catalog import DASHBOARD_PORT
-from ..errors import ConfigError, KubernetesError, NotReadyError, RayError
+from ..errors import SUBMIT_FRESH, ConfigError, KubernetesError, NotReadyError, RayError
 from ..provision.executor import Executor
 from ..provision.records import Report
 from ..provision.signals import cancel_on_signals
@@ -53,7 +53,8 @@ if TYPE_CHECKING:
     from ..provision.context import Apis, Context
     from ..provision.progress import Display
     from ..ray.jobs import JobsClient
-    from ..spec import ClusterSpec
+    from ..run import Run
+    from ..spec import ClusterSpec, JobSpec
     from .goodput import TimelineCache
 
 __all__ = ["GKEBackend"]
@@ -140,6 +141,9 @@ class GKEBackend(submission.JobsBackend):
         self._retry = retry
         self._display = display
         self.last_report: Report | None = None
+        # The message of the volume the last down() kept for its results (None: none kept).
+        self.last_kept: str | None = None
+        self._labelled = False
         self._kubeconfig: tuple[str | None, str | None] | None = None
         self._lock = threading.Lock()
         self._forward: PortForward | None = None
@@ -267,11 +271,19 @@ class GKEBackend(submission.JobsBackend):
         self.granted_deadline = granted_deadline(ctx.capacity_lane, ctx.capacity_granted_at)
         return report
 
-    def down(self, keys: Sequence[str] | None = None, *, delete_preload_image: bool = False) -> Report:
+    def down(
+        self, keys: Sequence[str] | None = None, *, delete_preload_image: bool = False, discard_results: bool = False
+    ) -> Report:
         """Delete every resource of the deployment (or only the plan nodes ``keys``) that
         carries our labels; keep the rest, and the preload disk image (shared by the
         deployments of its image) unless ``delete_preload_image`` (it stays while any node
         pool in the project still boots from it).
+
+        The whole deployment's teardown exports first (:mod:`rl_lustre.backends.teardown_gke`):
+        the runs are stopped and exported to ``results``, and the volume is deleted only
+        when no run's results exist on it alone (``discard_results`` deletes it anyway); a
+        kept volume's message is :attr:`last_kept`. With ``keys``, only those nodes are
+        deleted, as they are.
 
         Works from a fresh process (resources are found by name and labels) and is
         safe to call twice. Resources the plan only uses (your network, an existing
@@ -285,6 +297,16 @@ class GKEBackend(submission.JobsBackend):
         Raises:
             TeardownError: something could not be deleted; everything else was.
         """
+        if keys is None:
+            from .teardown_gke import gke_down
+
+            try:
+                report = gke_down(self, delete_preload_image=delete_preload_image, discard_results=discard_results)
+            except BaseException as exc:
+                self.last_report = getattr(exc, "report", None)
+                raise
+            self.last_report = report
+            return report
         self.disconnect()
         executor = self.executor()
         abandon = threading.Event()
@@ -300,6 +322,42 @@ class GKEBackend(submission.JobsBackend):
                 raise
         self.last_report = report
         return report
+
+    def submit_all(self, jobs: Sequence[JobSpec], *, fresh: bool = False, start_over: str = SUBMIT_FRESH) -> list[Run]:
+        """As :meth:`JobsBackend.submit_all`; first the volume this deployment created is
+        labelled as holding results (``rl-lustre-results=on-volume``), so that a teardown
+        that finds no cluster still knows not to delete it unexported."""
+        self._label_results_on_volume()
+        return super().submit_all(jobs, fresh=fresh, start_over=start_over)
+
+    def _label_results_on_volume(self) -> None:
+        plan = self.plan
+        if self._labelled or self.gcp_only or "lustre" not in plan or plan.get("lustre").action != "create":
+            return
+        from ..catalog import LABEL_RESULTS
+        from ..provision.results import RESULTS_ON_VOLUME, label_volume
+
+        assert self.cluster.volume is not None
+        lustre = self.context().apis.lustre
+        name = self.cluster.volume.resource_name()
+        try:
+            found = lustre.get_or_none(name)
+            if found is not None and LABEL_RESULTS not in found.labels:
+                label_volume(lustre, name, RESULTS_ON_VOLUME)
+            self._labelled = True
+        except Exception as exc:  # a label is a safeguard for teardowns without the cluster, not a reason to refuse
+            logger.warning("could not label the volume %s as holding results: %s", name, exc)
+
+    def results_mover(self, location: Any) -> Any:
+        """What copies a directory of the volume to ``location`` (a bucket): ExportData."""
+        from .teardown_gke import LustreMover
+
+        assert self.cluster.volume is not None
+        ctx = self.context()
+        throughput = ctx.plan.get("lustre").settings.get("aggregate_throughput_mbps") if "lustre" in ctx.plan else None
+        return LustreMover(
+            ctx.apis.lustre, self.cluster.volume.resource_name(), self.cluster.mount_path, location, throughput
+        )
 
     def use_kubeconfig(self, path: str | os.PathLike[str] | None = None, context: str | None = None) -> None:
         """Reach the RayCluster through a kubeconfig context instead of the GKE API.

@@ -173,6 +173,7 @@ class RunHandles:
         from ..metrics import cluster_metrics
         from ..run import Run
         from ..run_follow import RunFollow
+        from .model_export import export_for
 
         lister = None if checkpoint_dir is None else functools.partial(self.list_checkpoints, checkpoint_dir)
         cluster = self.cluster
@@ -187,6 +188,7 @@ class RunHandles:
             usd_per_hour=functools.partial(usd_per_hour, cluster),
             cluster_metrics=functools.partial(cluster_metrics, cluster) if cluster.backend == "gke" else None,
             follow=follow,
+            export_model=functools.partial(export_for, self, job_id),
         )
         # The run's newest submission, whichever it is when asked.
         run._goodput = functools.partial(self._goodput_of, run, follow)

@@ -118,7 +118,7 @@ class LocalBackend(submission.JobsBackend):
             self.start_workers()
             self.start_keeper()
         except BaseException:
-            self.down()
+            self._stop_head()
             raise
 
     def start_head(self, *, keep: tuple[str, ...] = ()) -> LocalHead:
@@ -179,14 +179,25 @@ class LocalBackend(submission.JobsBackend):
 
         return live_workers(self._head())
 
-    def down(self, *, delete_preload_image: bool = False) -> None:
-        """The keeper first (nothing is resubmitted from here on), then the runs marked
-        stopped by teardown, then the worker nodes and the head; what a lost head left
-        behind (worker nodes, their agents) goes too. The volume directory stays."""
-        # A local deployment has no preload image: delete_preload_image changes nothing.
-        from ..oncluster.teardown import teardown
-        from ..ray.keeper import status_path
-        from ..ray.processes import sweep
+    def down(self, *, delete_preload_image: bool = False, discard_results: bool = False) -> None:
+        """The keeper first (nothing is resubmitted from here on), then the runs, recorded as
+        stopped by teardown and sealed, then the worker nodes and the head (what a lost head
+        left behind goes too), then the runs' results copied to ``results`` (see
+        :mod:`rl_lustre.backends.teardown`). The volume directory is yours and stays:
+        ``discard_results`` changes nothing here, and a local deployment has no preload image
+        (``delete_preload_image`` neither)."""
+        from .teardown import local_down
+
+        local_down(self, discard_results=discard_results)
+
+    def results_mover(self, location: Any) -> Any:
+        """What copies a directory of the volume to ``location`` (a directory): file copies."""
+        from .export import DirectoryMover
+
+        return DirectoryMover(location.path)
+
+    def _stop_head(self) -> None:
+        """Stop what ``up()`` started (the keeper, the worker nodes, the head), nothing else."""
         from ..ray.workers import live_workers
 
         keeper = self.keeper()
@@ -194,20 +205,10 @@ class LocalBackend(submission.JobsBackend):
             keeper.stop()
         head = self.head if self.head is not None else self._find()
         self.head, self._jobs = None, None
-        status = status_path(self.temp_dir)
-        if Path(self.cluster.mount_path).is_dir():
-            stopped = teardown(self.cluster.mount_path, self.cluster.name, lost=None if head else self._status())
-            if stopped:
-                logger.info("marked %d run(s) stopped by teardown: %s", len(stopped), ", ".join(stopped))
         for worker in live_workers(self.temp_dir):
             worker.kill()
-        if head is None:
-            # A head lost for good leaves its worker nodes' processes: none may outlive the deployment.
-            sweep(self.temp_dir, settle=0)
-            logger.info("no local Ray head of %r is running", self.cluster.name)
-            return
-        status.unlink(missing_ok=True)
-        head.stop()
+        if head is not None:
+            head.stop()
 
     def _status(self) -> dict[str, Any] | None:
         """The last head's loss, as whatever ended it told (``lose_head``), if it was lost."""

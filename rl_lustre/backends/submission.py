@@ -31,12 +31,14 @@ import attrs
 from .. import naming
 from .._warnings import warn_caller
 from ..errors import SUBMIT_FRESH, ConfigError, NothingToDoWarning, RayError, nothing_to_do_advice
+from ..nemo_rl.converters import export_metadata
 from ..oncluster import rundir
 from ..oncluster.nccl import recorder_env
 from ..oncluster.records import (
     CHECKPOINT_DIR,
     DASHBOARD,
     JOB,
+    LOG_DIR,
     MODEL,
     NUM_NODES,
     PRIORITY,
@@ -166,6 +168,8 @@ def prepare(
         metadata[MODEL] = model
     if checkpoint_dir is not None:
         metadata[CHECKPOINT_DIR] = checkpoint_dir
+    metadata[LOG_DIR] = resolved.log_dir
+    metadata.update(export_metadata(job, resolved))
     if isinstance(steps, int):
         metadata[TOTAL_STEPS] = str(steps)
     check_no_secrets(cluster, entrypoint, runtime_env, metadata)

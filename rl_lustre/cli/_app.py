@@ -27,6 +27,7 @@ VERBS: dict[str, str] = {
     "queue": "rl_lustre.cli.jobs:queue",
     "goodput": "rl_lustre.cli.goodput:goodput",
     "diagnose": "rl_lustre.cli.diagnose:diagnose",
+    "results": "rl_lustre.cli.results:results",
 }
 
 

@@ -110,13 +110,38 @@ def up(target: str, as_json: bool, keep_on_failure: bool) -> None:
     help="Delete the preload disk image too (kept by default for the next deployment of the image; "
     "kept anyway while a node pool boots from it).",
 )
-def down(target: str, as_json: bool, project: str | None, zone: str | None, delete_preload_image: bool) -> None:
-    """Delete what `up` created for TARGET; what you own is never deleted.
+@click.option(
+    "--results",
+    metavar="gs://BUCKET/PREFIX",
+    default=None,
+    help="Export the runs' results there first (as Cluster.results; with TARGET, in place of the script's).",
+)
+@click.option(
+    "--discard-results",
+    is_flag=True,
+    help="Delete the volume even though its runs' results were not exported (they are lost).",
+)
+def down(
+    target: str,
+    as_json: bool,
+    project: str | None,
+    zone: str | None,
+    delete_preload_image: bool,
+    results: str | None,
+    discard_results: bool,
+) -> None:
+    """Delete what `up` created for TARGET, exporting the runs' results first; what you
+    own is never deleted.
 
     `down NAME --project P [--zone Z]` finds the deployment NAME by its labels, without
     the script, and deletes it the same way. The preload disk image, shared by the
-    deployments of its image, is kept unless --delete-preload-image.
+    deployments of its image, is kept unless --delete-preload-image. A volume whose runs'
+    results were not exported (no destination, or the export failed) is KEPT, with a
+    message saying what is on it: give --results (or results= in the script) and run
+    `down` again, or --discard-results.
     """
+    import attrs
+
     from ..errors import ConfigError
 
     if ":" in target:
@@ -128,12 +153,15 @@ def down(target: str, as_json: bool, project: str | None, zone: str | None, dele
                 "is for `down NAME` (found by its labels), not for a TARGET file",
             )
         cluster = load(target)
+        if results is not None:
+            cluster = attrs.evolve(cluster, results=results)
         if not as_json:
             from .._output import enable_output
 
             enable_output()
-        cluster.down(delete_preload_image=delete_preload_image)
+        cluster.down(delete_preload_image=delete_preload_image, discard_results=discard_results)
         report = _report(cluster)
+        kept = getattr(cluster._backend(), "last_kept", None)
     else:
         if project is None:
             raise ConfigError(
@@ -145,10 +173,31 @@ def down(target: str, as_json: bool, project: str | None, zone: str | None, dele
         from ..inventory import find_deployment
 
         deployment = find_deployment(target, project=project, zone=zone)
+        if results is not None:
+            from ..spec.cluster_storage import is_warm_start
+
+            if not is_warm_start(results):
+                raise ConfigError(
+                    "rl-lustre down", "--results", results, "must be 'gs://BUCKET' or 'gs://BUCKET/PREFIX'"
+                )
         if not as_json:
             from .._output import enable_output
 
             enable_output()
-        report = deployment.down(delete_preload_image=delete_preload_image)
-    data = {"target": target, "down": True, "report": None if report is None else report.to_dict()}
-    emit(data, as_json, lambda: "\n".join([*([str(report)] if report is not None else []), f"{target}: torn down."]))
+        report, kept = _down_found(deployment, delete_preload_image, results, discard_results)
+    data = {"target": target, "down": True, "kept": kept, "report": None if report is None else report.to_dict()}
+    done = f"{target}: torn down, but its volume is KEPT (see above)." if kept else f"{target}: torn down."
+    emit(data, as_json, lambda: "\n".join([*([str(report)] if report is not None else []), done]))
+
+
+def _down_found(deployment: Any, delete_preload_image: bool, results: str | None, discard: bool) -> tuple[Any, Any]:
+    """``down NAME``: the deployment found by its labels, through a backend of its own."""
+    import warnings
+
+    from ..errors import ResultsKeptWarning
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", ResultsKeptWarning)
+        report = deployment.down(delete_preload_image=delete_preload_image, results=results, discard_results=discard)
+    kept = [str(w.message) for w in seen if issubclass(w.category, ResultsKeptWarning)]
+    return report, (kept[0] if kept else None)

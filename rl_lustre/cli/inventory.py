@@ -175,8 +175,19 @@ def _shared_table(shared: Any, prices: Any) -> str:
     is_flag=True,
     help="Also the preload disk images no node pool boots from (kept by down() for the next deployment).",
 )
+@click.option(
+    "--discard-results",
+    is_flag=True,
+    help="Also the volumes down() kept because their runs' results were not exported (they are lost).",
+)
 def gc(
-    target: str | None, project: str | None, as_json: bool, yes: bool, older_than: float, preload_images: bool
+    target: str | None,
+    project: str | None,
+    as_json: bool,
+    yes: bool,
+    older_than: float,
+    preload_images: bool,
+    discard_results: bool,
 ) -> None:
     """List resources labelled as ours in a project (--project, or TARGET's) that no longer
     form a whole deployment (no GKE cluster: a Lustre instance or a network left after a
@@ -186,13 +197,14 @@ def gc(
 
     Nothing without our labels is ever touched; deletion goes through the deployment's
     plan, in reverse dependency order, as `down` does. An image a node pool boots from is
-    never deleted.
+    never deleted, nor a volume `down` kept for results not exported ("kept: results not
+    exported" in `ls`) without --discard-results.
     """
     from ..inventory import collect_garbage
     from ..shared import collect_shared
 
     project = _project("gc", target, project)
-    collected = collect_garbage(project, delete=yes, older_than=older_than * 60)
+    collected = collect_garbage(project, delete=yes, older_than=older_than * 60, discard_results=discard_results)
     shared = collect_shared(project, delete=yes, preload_images=preload_images)
     data = {"project": project, "deleted": yes, "partial": [c.to_dict() for c in collected], "shared": shared.to_dict()}
 

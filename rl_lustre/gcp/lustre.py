@@ -115,6 +115,8 @@ class TransferStatus:
         error: the error it finished with (``""``: none).
         source: what it reads (the Lustre path of an export).
         destination: where it writes (the ``gs://`` URI of an export).
+        bytes_skipped: the bytes of the objects skipped.
+        error_code: the error's ``google.rpc`` code (5: NOT_FOUND, a missing path); 0: none.
     """
 
     operation: str
@@ -130,6 +132,8 @@ class TransferStatus:
     error: str = ""
     source: str = ""
     destination: str = ""
+    bytes_skipped: int = 0
+    error_code: int = 0
 
 
 def gcs_dir(uri: str) -> str:
@@ -165,6 +169,8 @@ def _status(op: Any) -> TransferStatus:
             error,
             t.source_lustre_path.path if kind == "export" else t.source_gcs_path.uri,
             t.destination_gcs_path.uri if kind == "export" else t.destination_lustre_path.path,
+            c.bytes_skipped_count,
+            int(op.error.code) if error else 0,
         )
     return TransferStatus(op.name, "other", "", bool(op.done), error=error)
 

@@ -34,7 +34,7 @@ import attrs
 
 from .._public import public
 from ..oncluster import nemo_formats as formats
-from ..oncluster.nemo_formats import TRAINING_INFO, checkpoint_step
+from ..oncluster.nemo_formats import scan_checkpoints as _scan
 
 __all__ = ["LISTING_MARK", "Checkpoint", "latest_checkpoint", "list_checkpoints", "listing_command", "parse_listing"]
 
@@ -57,6 +57,8 @@ class Checkpoint:
             written (``training_info.json``) to the last; None when neither is known.
         save_seconds_from: where ``save_seconds`` comes from: ``"log"`` or ``"files"``.
         training_info: the parsed ``training_info.json`` (empty when absent or unreadable).
+        uri: where an exported copy lives (``gs://.../<run id>/checkpoints/step_N``), for a
+            run read back from its results (:meth:`rl_lustre.Run.from_results`); None otherwise.
     """
 
     step: int
@@ -66,6 +68,7 @@ class Checkpoint:
     save_seconds: float | None
     training_info: Mapping[str, Any] = attrs.field(factory=dict, repr=False, eq=False)
     save_seconds_from: Literal["log", "files"] | None = None
+    uri: str | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def mb_per_second(self) -> float | None:
@@ -92,6 +95,7 @@ class Checkpoint:
             "save_seconds_from": self.save_seconds_from,
             "mb_per_second": self.mb_per_second,
             "training_info": dict(self.training_info),
+            "uri": self.uri,
         }
 
 
@@ -140,9 +144,8 @@ def listing_command(checkpoint_dir: str, *, python: str = "python3") -> str:
     """
     script = "\n".join([
         inspect.getsource(formats),  # it starts with its ``from __future__`` import
-        inspect.getsource(_scan),
         "import json, sys",
-        f"print({LISTING_MARK!r} + json.dumps(_scan(sys.argv[1])), flush=True)",
+        f"print({LISTING_MARK!r} + json.dumps(scan_checkpoints(sys.argv[1])), flush=True)",
     ])  # fmt: skip
     return f"{shlex.quote(python)} -c {shlex.quote(script)} {shlex.quote(checkpoint_dir)}"
 
@@ -184,56 +187,3 @@ def _checkpoint(record: Mapping[str, Any]) -> Checkpoint:
         training_info=info if isinstance(info, dict) else {},
         save_seconds_from=None if seconds is None else "files",
     )
-
-
-def _scan(root: str) -> list[dict[str, Any]]:
-    """The ``step_N`` directories under ``root`` as plain records, oldest step first.
-
-    Runs here and, as the source of :func:`listing_command`'s script, on the Ray head:
-    it must use only the standard library and import what it needs itself, but for the
-    names of :mod:`rl_lustre.oncluster.nemo_formats`, whose source comes first in that script.
-    """
-    import json
-    import os
-
-    try:
-        entries = list(os.scandir(root))
-    except (FileNotFoundError, NotADirectoryError):
-        # Not there yet (nothing saved), or a file in its place: either way, no checkpoints.
-        return []
-    found = []
-    for entry in entries:
-        step = checkpoint_step(entry.name)
-        if step is None or not entry.is_dir(follow_symlinks=False):
-            continue
-        size = 0
-        try:
-            last_mtime = os.stat(entry.path).st_mtime
-            for dirpath, _dirnames, filenames in os.walk(entry.path):
-                for name in filenames:
-                    st = os.stat(os.path.join(dirpath, name), follow_symlinks=False)
-                    size += st.st_size
-                    last_mtime = max(last_mtime, st.st_mtime)
-        except FileNotFoundError:
-            # keep_top_k deleted it while we were looking; it is no longer a checkpoint.
-            continue
-        info_path = os.path.join(entry.path, TRAINING_INFO)
-        info = {}
-        save_seconds = None
-        try:
-            save_seconds = max(0.0, last_mtime - os.stat(info_path).st_mtime)
-            with open(info_path) as f:
-                loaded = json.load(f)
-            if isinstance(loaded, dict):
-                info = loaded
-        except (FileNotFoundError, ValueError):
-            pass
-        found.append({
-            "step": step,
-            "path": entry.path,
-            "size_bytes": size,
-            "finished_at": last_mtime,
-            "save_seconds": save_seconds,
-            "training_info": info,
-        })  # fmt: skip
-    return sorted(found, key=lambda record: record["step"])

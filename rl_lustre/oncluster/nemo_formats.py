@@ -26,6 +26,8 @@ into ``tmp_step_N``, renames it ``step_N`` once complete, and passes a ``step_N`
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from typing import Any
 
@@ -116,3 +118,63 @@ def checkpoint_step(name: str, prefix: str = COMPLETE) -> int | None:
         return None
     digits = name[len(prefix) :]
     return int(digits) if digits.isascii() and digits.isdigit() else None
+
+
+def scan_checkpoints(root: str) -> list[dict[str, Any]]:
+    """The ``step_N`` directories under ``root`` as plain records, oldest step first: step,
+    path, size_bytes, finished_at (the last file's time), save_seconds (from
+    ``training_info.json``'s time to the last file's), training_info.
+
+    The one scanner of checkpoint directories: the client's listing
+    (:func:`rl_lustre.nemo_rl.checkpoints.list_checkpoints`), the listing command on the Ray
+    head (which pastes this module's source) and the seal of a run (:mod:`.seal`) use it.
+
+    Examples:
+        >>> import tempfile
+        >>> root = tempfile.mkdtemp()
+        >>> for name in ("step_2", "tmp_step_4"):
+        ...     os.mkdir(os.path.join(root, name))
+        >>> [r["step"] for r in scan_checkpoints(root)]
+        [2]
+    """
+    try:
+        entries = list(os.scandir(root))
+    except (FileNotFoundError, NotADirectoryError):
+        # Not there yet (nothing saved), or a file in its place: either way, no checkpoints.
+        return []
+    found = []
+    for entry in entries:
+        step = checkpoint_step(entry.name)
+        if step is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        size = 0
+        try:
+            last_mtime = os.stat(entry.path).st_mtime
+            for dirpath, _dirnames, filenames in os.walk(entry.path):
+                for name in filenames:
+                    st = os.stat(os.path.join(dirpath, name), follow_symlinks=False)
+                    size += st.st_size
+                    last_mtime = max(last_mtime, st.st_mtime)
+        except FileNotFoundError:
+            # keep_top_k deleted it while we were looking; it is no longer a checkpoint.
+            continue
+        info_path = os.path.join(entry.path, TRAINING_INFO)
+        info = {}
+        save_seconds = None
+        try:
+            save_seconds = max(0.0, last_mtime - os.stat(info_path).st_mtime)
+            with open(info_path) as f:
+                loaded = json.load(f)
+            if isinstance(loaded, dict):
+                info = loaded
+        except (FileNotFoundError, ValueError):
+            pass
+        found.append({
+            "step": step,
+            "path": entry.path,
+            "size_bytes": size,
+            "finished_at": last_mtime,
+            "save_seconds": save_seconds,
+            "training_info": info,
+        })  # fmt: skip
+    return sorted(found, key=lambda record: record["step"])

@@ -41,10 +41,14 @@ __all__ = [
     "DASHBOARD",
     "HEAD_LOST",
     "JOB",
+    "LOG_DIR",
     "MARK",
+    "METRIC",
     "MODEL",
+    "NEMO_RL_DIR",
     "NOTHING_TO_DO_NOTE",
     "NUM_NODES",
+    "POLICY_BACKEND",
     "PRIORITY",
     "RECIPE",
     "REHEARSAL_NOTE",
@@ -65,6 +69,14 @@ __all__ = [
 
 # The job's metadata keys.
 CHECKPOINT_DIR = "rl_lustre.checkpoint_dir"
+# NeMo-RL's logger.log_dir in force (exported with the run's results).
+LOG_DIR = "rl_lustre.log_dir"
+# What run.export_model() needs of the job: where NeMo-RL is in the image, the policy's
+# backend ("megatron" or "dtensor": its checkpoint layout and converter), and the metric
+# keep_top_k ranks checkpoints by ("<name>" or "-<name>" when lower is better; absent: none).
+NEMO_RL_DIR = "rl_lustre.nemo_rl_dir"
+POLICY_BACKEND = "rl_lustre.policy_backend"
+METRIC = "rl_lustre.checkpoint_metric"
 TOTAL_STEPS = "rl_lustre.total_steps"
 MODEL = "rl_lustre.model"
 RECIPE = "rl_lustre.recipe"

@@ -16,6 +16,9 @@ after a head loss or a preemption is the same run) and a directory on the volume
         packages/           what the job uploaded (the on-cluster package, its working_dir),
                             for a resubmission after the head that held them was lost
         diagnostics/        evidence bundles, one directory each (hangs)
+        summary.json        written by teardown: the run's status, attempts and goodput ledger
+        export.json         written by teardown: what of the run is exported, and where
+                            (rl_lustre.oncluster.seal)
 
 The cluster's keeper (oncluster/keeper.py), which resubmits the runs a lost head took with
 it, keeps its own records beside them::
@@ -48,6 +51,7 @@ __all__ = [
     "DIAGNOSTICS",
     "DRIVER_LOG",
     "DRIVER_LOG_PREVIOUS",
+    "EXPORT",
     "GIVEN_UP",
     "HEADS",
     "JOURNAL",
@@ -58,6 +62,7 @@ __all__ = [
     "RUNS",
     "STOPPED",
     "SUBMISSION",
+    "SUMMARY",
     "check_run_id",
     "keeper_dir",
     "run_dir",
@@ -77,6 +82,8 @@ DRIVER_LOG_PREVIOUS = "driver.log.1"
 GIVEN_UP = "given_up"
 OWNERS = "owners"
 PACKAGES = "packages"
+SUMMARY = "summary.json"
+EXPORT = "export.json"
 # Under the volume's mount path: the keepers' records, one directory per cluster.
 KEEPERS = "rl_lustre/keeper"
 HEADS = "heads.jsonl"

@@ -21,6 +21,7 @@ from .lustre import lustre_instance
 from .network import cluster_subnet, ip_allocation, psa_nodes, vpc_nodes
 from .nodepools import cpu_pool, gpu_pool, node_account, node_account_keys
 from .preload import preload_nodes
+from .results import results_nodes
 from .startup import startup_nodes
 from .warmstart import warmstart_nodes
 
@@ -72,6 +73,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         keeper_node(cluster, created),
         *startup_nodes(cluster),
         *warmstart_nodes(cluster, prefetch=bool(cluster.prefetch_models)),
+        *results_nodes(cluster),
     ]
     return Plan(
         cluster_name=cluster.name,

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from ..catalog import ownership_labels
 from ..plankeys import RAY_HEAD_KEY, VOLUME_DIR_KEY
 from .graph import Plan, PlannedResource
+from .results import results_nodes
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
@@ -48,4 +49,5 @@ def local_plan(cluster: ClusterSpec) -> Plan:
             labels=ownership_labels(cluster.name),
         ),
     ]
+    resources += results_nodes(cluster)
     return Plan(cluster_name=cluster.name, backend="local", resources=resources)

@@ -75,6 +75,7 @@ from .keeper import KeeperDriver
 from .kube_drivers import KubeObjectDriver, SkippedDriver, kube_keys
 from .node_account import NodeAccountDriver
 from .preload import PreloadImageDriver
+from .results import results_drivers
 from .startup import startup_drivers
 from .step import Driver, Step
 from .warmstart import warmstart_drivers
@@ -161,4 +162,5 @@ def gke_drivers(ctx: Context, *, kube: bool = True) -> dict[str, Driver]:
     # The start-up nodes have drivers of their own.
     drivers.update(startup_drivers(ctx, kube=kube))
     drivers.update(warmstart_drivers(ctx))
+    drivers.update(results_drivers(ctx))
     return drivers

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["cancel_on_signals"]
@@ -16,15 +16,16 @@ logger = logging.getLogger("rl_lustre.provision")
 
 
 @contextlib.contextmanager
-def cancel_on_signals(*stages: tuple[threading.Event | None, str]) -> Iterator[list[int]]:
+def cancel_on_signals(*stages: tuple[threading.Event | None, str | Callable[[], str]]) -> Iterator[list[int]]:
     """While the block runs in the main thread, the n-th SIGINT or SIGTERM sets the
     event of ``stages[n-1]`` and logs its message, instead of raising
     KeyboardInterrupt; the previous handlers are restored afterwards.
 
     Setting an event rather than raising at an arbitrary bytecode keeps the executor's
     bookkeeping whole, so a rollback knows exactly what exists. Stages let a clean-up
-    survive one impatient Ctrl-C and still be abandoned by a later one. Signals beyond
-    the last stage are logged. Outside the main thread, handlers cannot be installed
+    survive one impatient Ctrl-C and still be abandoned by a later one. A message may be a
+    function, called when its signal arrives (to say what giving up would leave). Signals
+    beyond the last stage are logged. Outside the main thread, handlers cannot be installed
     and nothing changes.
 
     Examples:
@@ -52,7 +53,8 @@ def cancel_on_signals(*stages: tuple[threading.Event | None, str]) -> Iterator[l
         event, message = stages[n - 1] if n <= len(stages) else (None, "ignored: already abandoning")
         if event is not None:
             event.set()
-        logger.warning("%s received: %s", signal.Signals(signum).name, message)
+        text = message() if callable(message) else message
+        logger.warning("%s received: %s", signal.Signals(signum).name, text)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

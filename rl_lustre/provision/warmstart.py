@@ -10,9 +10,10 @@ directory at a time (Managed Lustre runs one transfer per instance at a time); a
 whose path looks like a credential is deleted at once; then the manifest is written. A
 failed export deletes the objects it added (those not there before it started) and leaves
 the manifest as it was; a rollback of ``up()`` does the same for a finished one and puts
-the previous manifest back. At ``down()``, before the volume goes, it exports again with
-the converted checkpoints and compile caches (incremental: only new or changed files
-travel); a failure there is logged and cleaned up, and never keeps the volume alive.
+the previous manifest back. At ``down()``, before the volume goes, the teardown exports
+again with the converted checkpoints and compile caches (incremental: only new or changed
+files travel; :meth:`WarmExportDriver.export_at_down`), after the runs' results; a failure
+there is cleaned up and keeps the volume, as a failed export of results does.
 """
 
 from __future__ import annotations
@@ -256,26 +257,36 @@ class WarmExportDriver:
                 storage.write_json(warm.bucket, warm.manifest, before)
             step.record.note = f"removed the {len(added)} object(s) this up() exported; manifest as before"
             return "deleted"
-        # down(): once more, with what the jobs made, before the volume goes.
+        # down(): the teardown runs export_at_down() among its exports, before the volume goes.
+        step.record.note = "exported by the teardown before the volume is deleted"
+        return "skipped"
+
+    def export_at_down(self) -> dict[str, Any] | None:
+        """Export once more, with what the jobs made (converted checkpoints, compile caches),
+        before the volume goes; incremental. None when the volume is not there.
+
+        Raises:
+            RLLustreError: the export failed; the objects it added were removed again and the
+                manifest is as it was (the teardown then keeps the volume).
+        """
+        warm, storage = _warm(self.ctx), self.ctx.apis.storage
         if self.ctx.apis.lustre.get_or_none(_instance(self.ctx)) is None:
-            return "absent"
+            return None
         before = read_manifest(storage, warm)
         snapshot = self._snapshot()
         try:
             manifest = self._export(warm_paths(self.ctx.cluster)[1], [], before, missing_ok=True)
-        except Exception as exc:
+        except Exception:
             added = self._undo(snapshot)
-            step.record.note = (
-                f"the export at down() failed, the volume is deleted anyway (the caches are "
-                f"recomputed next time); removed the {len(added)} object(s) it added: {exc}"
-            )
-            log.warning("warm start: %s", step.record.note)
-            return "skipped"
-        step.record.note = (
-            f"exported {len(manifest['objects'])} object(s), {_gb(manifest['total_bytes'])}, to "
-            f"{warm.uri} (kept: the next deployment imports them)"
+            log.warning("warm start: the export at down() failed; removed the %d object(s) it added", len(added))
+            raise
+        log.info(
+            "warm start: exported %d object(s), %s, to %s (kept: the next deployment imports them)",
+            len(manifest["objects"]),
+            _gb(manifest["total_bytes"]),
+            warm.uri,
         )
-        return "deleted"
+        return manifest
 
 
 def warmstart_drivers(ctx: Context) -> dict[str, Any]:

@@ -244,19 +244,23 @@ class JobsClient:
         submission_id: str,
         runtime_env: Mapping[str, Any] | None = None,
         metadata: Mapping[str, str] | None = None,
+        entrypoint_memory: int | None = None,
     ) -> str:
-        """Submit ``entrypoint``; returns the submission id.
+        """Submit ``entrypoint``; returns the submission id. With ``entrypoint_memory``
+        (bytes), Ray runs the entrypoint on a node with that much memory free.
 
         Raises:
             RayError: the cluster refused, including when ``submission_id`` is taken.
         """
         sdk = self._sdk()
+        more: dict[str, Any] = {} if entrypoint_memory is None else {"entrypoint_memory": int(entrypoint_memory)}
         with self._calls(f"submit job {submission_id}"):
             return sdk.submit_job(
                 entrypoint=entrypoint,
                 submission_id=submission_id,
                 runtime_env=dict(runtime_env or {}),
                 metadata=dict(metadata or {}),
+                **more,
             )
 
     def info(self, submission_id: str) -> JobInfo | None:

@@ -34,7 +34,14 @@ from .capacity import (
     Capacity,
     check_capacity,
 )
-from .cluster_storage import check_volume, local_mount, settle_mount_path, warm_start_value
+from .cluster_storage import (
+    check_results,
+    check_volume,
+    local_mount,
+    results_value,
+    settle_mount_path,
+    warm_start_value,
+)
 from .volume import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE, VolumeSpec
 
 __all__ = ["CLUSTER_NAME_RULE", "DEFAULT_SECRETS", "HF_REPO_ID_RULE", "MAINTENANCE_EXCLUSIONS", "ClusterSpec"]
@@ -228,6 +235,7 @@ class ClusterSpec:
     )
     preload_image: bool | str = attrs.field(init=False)
     warm_start: str | None = attrs.field(default=None, validator=warm_start_value)
+    results: str | None = attrs.field(default=None, validator=results_value)
     keep: bool = attrs.field(default=False, validator=v.boolean)
     backend: Literal["gke", "local"] = attrs.field(default="gke", validator=v.one_of(["gke", "local"]))
     nemo_rl_path: str | None = attrs.field(
@@ -256,6 +264,7 @@ class ClusterSpec:
             self._check_local()
         if len(set(self.secrets)) != len(self.secrets):
             v.fail(self, "secrets", self.secrets, "names must be unique")
+        check_results(self)
 
     def _check_gke(self) -> None:
         missing = [f for f in ("project", "region", "zone") if getattr(self, f) is None]

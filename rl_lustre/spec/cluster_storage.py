@@ -1,6 +1,7 @@
 """Where a ``ClusterSpec``'s files live: its volume (the default one and its size, and the
 rules a volume follows beside its cluster), the path the volume is mounted at (``/lustre``
-on GKE, a directory of this machine locally) and the warm start from Cloud Storage."""
+on GKE, a directory of this machine locally), the warm start from Cloud Storage and where
+the runs' results go (``results``)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MOUNT_PATH",
+    "RESULTS_RULE",
     "WARM_START_RULE",
+    "check_results",
     "check_volume",
     "default_local_root",
     "default_volume_size",
     "is_warm_start",
     "local_mount",
+    "results_path",
+    "results_value",
     "settle_mount_path",
     "warm_start_value",
 ]
@@ -84,6 +89,72 @@ def warm_start_value(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     """The validator of ``ClusterSpec.warm_start``: None or :data:`WARM_START_RULE`."""
     if value is not None and not is_warm_start(value):
         v.fail(inst, "warm_start", value, WARM_START_RULE)
+
+
+RESULTS_RULE = (
+    "must say where the runs' results go: 'gs://BUCKET' or 'gs://BUCKET/PREFIX' on GKE (Managed Lustre "
+    "exports to Cloud Storage), a directory path or a 'file://' URI on a local cluster"
+)
+
+
+def results_value(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    """The validator of ``ClusterSpec.results`` before the backend is known: None or text
+    without control characters (the backend's rule is checked by :func:`check_results`)."""
+    if value is None:
+        return
+    if not isinstance(value, str) or not value.strip() or v.control_char(value) is not None:
+        v.fail(inst, "results", value, RESULTS_RULE)
+
+
+def results_path(value: str) -> str:
+    """A local ``results`` value (a path or a ``file://`` URI) as an absolute, normalised path.
+
+    Examples:
+        >>> results_path("file:///data/rl-results/"), results_path("/data/x/../rl")
+        ('/data/rl-results', '/data/rl')
+    """
+    raw = value[len("file://") :] if value.startswith("file://") else value
+    return posixpath.normpath(str(Path(raw).expanduser().absolute()))
+
+
+def _inside(inner: str, outer: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+def check_results(spec: ClusterSpec) -> None:
+    """Check ``spec.results`` against its backend: a bucket URI on GKE, a directory locally;
+    never inside (or around) the warm-start prefix, nor, locally, the volume directory."""
+    value = spec.results
+    if value is None:
+        return
+    if spec.backend == "gke":
+        if not value.startswith("gs://"):
+            v.fail(spec, "results", value, RESULTS_RULE)
+        if not is_warm_start(value):
+            v.fail(spec, "results", value, WARM_START_RULE)
+        warm = spec.warm_start
+        if warm is not None and (_inside(value, warm) or _inside(warm, value)):
+            v.fail(
+                spec,
+                "results",
+                value,
+                f"must not be inside warm_start {warm!r} (nor hold it): the two would write over each other; "
+                "the same bucket is fine, under another prefix (e.g. 'gs://BUCKET/results')",
+            )
+        return
+    if "://" in value.removeprefix("file://"):
+        v.fail(spec, "results", value, RESULTS_RULE)
+    path = results_path(value)
+    if path == "/" or any(ch.isspace() for ch in path) or ":" in path:
+        v.fail(spec, "results", value, "must be a directory other than '/', without whitespace or ':' in its path")
+    if _inside(path, spec.mount_path) or _inside(spec.mount_path, path):
+        v.fail(
+            spec,
+            "results",
+            value,
+            f"must be outside the volume directory {spec.mount_path!r} (and not hold it): the results are "
+            "copied out of it",
+        )
 
 
 @functools.lru_cache(maxsize=1)

@@ -5,12 +5,15 @@ a :class:`~rl_lustre.testing.KubeFake` (the GKE cluster's Kubernetes API, valida
 receives and playing KubeRay) whose head service forwards to a real local Ray head, and a
 rehearsal *image*: a directory laid out as NeMo-RL is in its container image, whose
 ``examples/run_grpo_math.py`` hands NeMo-RL's command line to the rehearsal driver
-(:mod:`rl_lustre.rehearsal`), and the image's ``uv run python`` on the head's ``PATH``.
+(:mod:`rl_lustre.rehearsal`) and whose ``examples/converters/*.py`` hand the converters'
+to the rehearsal's converter (:mod:`rl_lustre.rehearsal.converter`), and the image's
+``uv run [--extra X] python`` on the head's ``PATH``.
 Everything is removed again on exit.
 
 Only two things about your specs change, through :meth:`FakeGKE.cluster` and
 :meth:`FakeGKE.job`: the volume's mount path becomes a directory here (the "pods" run on
-this machine) and the job's ``nemo_rl_dir`` becomes the rehearsal image. The rest of your
+this machine; it *is* the fake Lustre instance's files, which ``down()`` exports) and the
+job's ``nemo_rl_dir`` becomes the rehearsal image. The rest of your
 script (``up()``, ``submit()``, ``wait()``, ``checkpoints()``, ``run_sweep``, ``down()``)
 runs unchanged, on the GKE backend.
 """
@@ -53,15 +56,31 @@ from rl_lustre.rehearsal import main
 sys.exit(main(["--step-seconds", {step_seconds!r}, "--checkpoint-scale", {scale!r}, *sys.argv[1:]]))
 """
 
+# The image's examples/converters/*.py: NeMo-RL's converters' command lines, handed to the
+# rehearsal's converter, which writes their output layout and converts nothing.
+_CONVERTER = """\
+# The rehearsal image's examples/converters/{name} (rl_lustre.testing.FakeGKE): NeMo-RL's
+# converter's command line, handed to the rehearsal's, which converts nothing.
+import sys
+
+from rl_lustre.rehearsal.converter import main
+
+sys.exit(main(["--backend", {backend!r}, "--checkpoint-scale", {scale!r}, *sys.argv[1:]]))
+"""
+
 # The image's uv and python, as the GKE entrypoint uses them (cd <nemo_rl_dir> && uv run python ...).
 _UV = """\
 #!/bin/sh
-# The rehearsal image's uv (rl_lustre.testing.FakeGKE): only 'uv run python ARGS...'.
-if [ "$1" = run ] && [ "$2" = python ]; then
-  shift 2
-  exec {python} "$@"
+# The rehearsal image's uv (rl_lustre.testing.FakeGKE): only 'uv run [--extra X] python ARGS...'.
+if [ "$1" = run ]; then
+  shift
+  while [ "$1" = --extra ]; do shift 2; done
+  if [ "$1" = python ]; then
+    shift
+    exec {python} "$@"
+  fi
 fi
-echo "the rehearsal image's uv runs only 'uv run python ...', not: uv $*" >&2
+echo "the rehearsal image's uv runs only 'uv run [--extra X] python ...', not: uv $*" >&2
 exit 2
 """
 _PYTHON = """\
@@ -79,12 +98,13 @@ class FakeGKE:
     credentials and nothing sent off this machine::
 
         with FakeGKE() as gke:
+            gke.gcp.seed_bucket("my-results")      # my_cluster has results="gs://my-results/..."
             cluster = gke.cluster(my_cluster)      # the volume mounted at a directory here
             job = gke.job(my_job)                  # NeMo-RL from the rehearsal image
             with cluster:
                 run = cluster.submit(job)
                 assert run.wait() == "SUCCEEDED"
-            assert gke.leftovers() == {"gcp": [], "kube": []}
+            assert gke.leftovers() == {"gcp": [], "kube": []}   # the run's results are in the bucket
 
     The Ray head is one node of ``gpus_per_node`` GPUs, with Ray's token auth off (so a
     cluster that lists ``RAY_AUTH_TOKEN`` among its secrets is refused by :meth:`cluster`);
@@ -169,6 +189,11 @@ class FakeGKE:
         )
         for recipe in RECIPES.glob("*.yaml"):
             shutil.copy(recipe, examples / "configs" / recipe.name)
+        (examples / "converters").mkdir()
+        for name, backend in (("convert_dcp_to_hf.py", "dtensor"), ("convert_megatron_to_hf.py", "megatron")):
+            (examples / "converters" / name).write_text(
+                _CONVERTER.format(name=name, backend=backend, scale=str(self.checkpoint_scale))
+            )
         tools.mkdir(parents=True)
         python = shlex.quote(sys.executable)
         for name, text in (("uv", _UV), ("python", _PYTHON)):

@@ -149,10 +149,9 @@ class Transfer:
 
     def _publish(self) -> None:
         """The operation's metadata, with the counters as they are now."""
-        from ._lustre import _pack
-
         self.transfer.counters = self.counters
-        self.op.metadata.CopyFrom(_pack(self.lustre._transfer_metadata(self.kind, self.name, self.transfer)))
+        metadata = self.lustre._transfer_metadata(self.kind, self.name, self.transfer)
+        self.op.metadata.Pack(type(metadata).pb(metadata))
 
     def _end(self) -> None:
         if self.op.done or self._gone():
