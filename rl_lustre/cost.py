@@ -42,6 +42,7 @@ from .plankeys import (
     LUSTRE_KEY,
     NODE_SA_KEY,
     PRELOAD_IMAGE_KEY,
+    RESULTS_EXPORT_KEY,
     WARM_EXPORT_KEY,
 )
 from .prices import Prices, Provisioning
@@ -501,9 +502,9 @@ def plan_cost(plan: Plan, prices: Prices | None = None) -> Cost:
             f"kept after down(): the warm-start export in your bucket, about "
             f"${(item.usd_per_hour or 0) * table.hours_per_month:,.2f}/month"
         )
-    if "results-export" in plan:
-        node = plan.get("results-export")
-        item = results_item("results-export", node.name, node.settings["estimated_gb_per_run"], prices)
+    if RESULTS_EXPORT_KEY in plan:
+        node = plan.get(RESULTS_EXPORT_KEY)
+        item = results_item(RESULTS_EXPORT_KEY, node.name, node.settings["estimated_gb_per_run"], prices)
         items.append(item)
         hf = node.settings["hf_copy_gb"]
         items.append(

@@ -58,6 +58,7 @@ __all__ = [
     "RAYCLUSTER_KEY",
     "RAY_HEAD_KEY",
     "RDMA_NETWORK_KEY",
+    "RESULTS_EXPORT_KEY",
     "SECRET_KEY",
     "SUBNET_KEY",
     "VOLUME_DIR_KEY",
@@ -77,6 +78,8 @@ FIREWALL_LUSTRE_KEY = "firewall-lustre"
 LUSTRE_KEY = "lustre"
 WARM_IMPORT_KEY = "warm-import"
 WARM_EXPORT_KEY = "warm-export"
+# Where the runs' results go at down() (Cluster.results): a bucket, used, never created.
+RESULTS_EXPORT_KEY = "results-export"
 
 # -- GKE: the cluster, its nodes' account, its node pools and the preloaded image ----------
 NODE_SA_KEY = "node-sa"

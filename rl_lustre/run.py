@@ -34,7 +34,7 @@ from .outages import TRANSIENT, Outage, OutageBudget
 from .run_accounts import RunAccounts
 
 if TYPE_CHECKING:
-    from .backends.model_export import ModelExport
+    from .backends.export import ModelExport
     from .goodput import GoodputLedger
     from .metrics import ClusterMetrics
     from .nemo_rl.checkpoints import Checkpoint

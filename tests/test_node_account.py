@@ -241,7 +241,8 @@ def test_the_users_own_account_is_used_as_it_is(gcp: FakeGCP) -> None:
 
 
 def test_ls_finds_the_account_and_gc_collects_one_left_behind(gcp: FakeGCP) -> None:
-    from rl_lustre.inventory import collect_garbage, find_deployments
+    from rl_lustre.garbage import collect_garbage
+    from rl_lustre.inventory import find_deployments
     from rl_lustre.provision.context import Apis
 
     apis = Apis.from_env(backoff=FAST_BACKOFF, retry=FAST_RETRY)
@@ -273,7 +274,8 @@ def test_a_fault_in_downs_unbinding_or_deletion_leaves_what_gc_finds_and_removes
     gcp: FakeGCP, method: str, code: grpc.StatusCode
 ) -> None:
     from rl_lustre.errors import TeardownError
-    from rl_lustre.inventory import collect_garbage, find_deployments
+    from rl_lustre.garbage import collect_garbage
+    from rl_lustre.inventory import find_deployments
     from rl_lustre.provision.context import Apis
 
     gcp.iam.bind(PROJECT, NODE_ROLE, "user:bob@example.com")
@@ -314,7 +316,8 @@ def test_a_concurrent_policy_change_during_down_is_read_again_and_kept(gcp: Fake
 def test_gc_leaves_a_young_account_alone_as_it_does_other_young_resources(gcp: FakeGCP) -> None:
     # What an up() under way shows before its cluster is requested (here: only the account,
     # as with your own network and an existing volume while the grant waits for IAM).
-    from rl_lustre.inventory import collect_garbage, find_deployments
+    from rl_lustre.garbage import collect_garbage
+    from rl_lustre.inventory import find_deployments
     from rl_lustre.provision.context import Apis
 
     apis = Apis.from_env(backoff=FAST_BACKOFF, retry=FAST_RETRY)

@@ -29,8 +29,9 @@ from rl_lustre.backends.gke import GKEBackend
 from rl_lustre.catalog import LABEL_RESULTS, RESULTS_MANIFEST
 from rl_lustre.cli._app import cli
 from rl_lustre.errors import ResultsKeptWarning
+from rl_lustre.garbage import collect_garbage
 from rl_lustre.gcp import Backoff, RetryPolicy
-from rl_lustre.inventory import collect_garbage, find_deployments
+from rl_lustre.inventory import find_deployments
 from rl_lustre.oncluster import rundir
 from rl_lustre.oncluster.seal import seal_runs
 from rl_lustre.testing import FakeGCP
@@ -75,9 +76,10 @@ def gcp() -> Iterator[FakeGCP]:
         yield fake
 
 
-def deployment_with_a_run(gcp: FakeGCP, mount: Path, **kw: object) -> Cluster:
+def deployment_with_a_run(gcp: FakeGCP, mount: Path, *, sealed: bool = True, **kw: object) -> Cluster:
     """Up (Google Cloud side), a run's files on the volume, labelled and sealed as a
-    submit and the teardown's helper job on the head leave them."""
+    submit and the teardown's helper job on the head leave them (a down() whose cluster
+    was reachable; ``sealed=False``: jobs ran, and no down() saw them)."""
     c = spec(mount, **kw)
     name = c.volume.resource_name()  # type: ignore[union-attr]
     gcp.volume_dir(name, mount)
@@ -101,7 +103,9 @@ def deployment_with_a_run(gcp: FakeGCP, mount: Path, **kw: object) -> Cluster:
     lustre = backend(c).context().apis.lustre
     instance = lustre.get_or_none(name)
     assert instance is not None
-    lustre.set_labels(name, {**instance.labels, LABEL_RESULTS: "on-volume"})
+    lustre.set_labels(name, {**instance.labels, LABEL_RESULTS: "sealed" if sealed else "on-volume"})
+    if not sealed:
+        return c
     attempt = {"submission_id": RUN, "status": "SUCCEEDED", "start_time": 0.0, "end_time": 36.0}
     summary = {"run_id": RUN, "status": "SUCCEEDED", "total_steps": 6, "usd_per_hour": 100.0, "attempts": [attempt]}
     record = {"run_id": RUN, "run_dir": str(run_dir), "checkpoint_dir": str(ckpt),
@@ -251,3 +255,18 @@ def test_ctrl_c_twice_during_the_export_keeps_the_volume_and_the_next_down_waits
         gcp.settle()
         assert gcp.leaked() == []
         assert any(n.endswith(RESULTS_MANIFEST) for n in gcp.bucket_objects("results"))
+
+
+def test_runs_never_sealed_keep_the_volume_even_with_a_destination(gcp: FakeGCP, tmp_path: Path) -> None:
+    c = deployment_with_a_run(gcp, tmp_path / "lustre", sealed=False, results="gs://results/rl")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        backend(c).down()
+    gcp.settle()
+    message = kept_warning(seen)
+    assert "never sealed for export" in message
+    assert "up() again and down() seals and exports them" in message
+    assert sorted(gcp.leaked()) == STORAGE
+    backend(c).down(discard_results=True)
+    gcp.settle()
+    assert gcp.leaked() == []

@@ -46,7 +46,16 @@ from ..oncluster.seal import CHECKPOINTS, EXPORT_FORMAT
 from ..oncluster.secretpaths import secret_path
 from ..results_store import ResultsStore
 
-__all__ = ["DirectoryMover", "ExportPlan", "Exported", "Mover", "Transfer", "TransferState", "export_runs"]
+__all__ = [
+    "DirectoryMover",
+    "ExportPlan",
+    "Exported",
+    "ModelExport",
+    "Mover",
+    "Transfer",
+    "TransferState",
+    "export_runs",
+]
 
 logger = logging.getLogger("rl_lustre.export")
 
@@ -187,6 +196,46 @@ class DirectoryMover:
             c.error = str(exc)
         finally:
             c.done = True
+
+
+@attrs.frozen
+class ModelExport:
+    """What :meth:`rl_lustre.Run.export_model` did, or (``dry_run``) would do.
+
+    Attributes:
+        run_id: the run.
+        step: the checkpoint's step.
+        format: ``"checkpoint"`` (as NeMo-RL saved it) or ``"hf"`` (Hugging Face).
+        source: what is copied: the ``step_N`` directory, or its conversion, on the volume.
+        destination: where it goes.
+        command: the converter's command (``"hf"`` only).
+        memory_bytes: the memory the converter's node needs (``"hf"`` only).
+        dry_run: nothing ran.
+        files: files copied or there already.
+        bytes: their bytes.
+    """
+
+    run_id: str
+    step: int
+    format: str
+    source: str
+    destination: str
+    command: str | None = None
+    memory_bytes: int | None = None
+    dry_run: bool = False
+    files: int | None = None
+    bytes: int | None = None
+
+    def __str__(self) -> str:
+        verb = "would copy" if self.dry_run else "copied"
+        lines = [
+            f"{self.run_id} {checkpoint_name(self.step)} ({self.format}): {verb} {self.source} -> {self.destination}"
+        ]
+        if self.command is not None:
+            lines.append(f"  convert ({(self.memory_bytes or 0) / 1e9:,.0f} GB of memory): {self.command}")
+        if self.files is not None:
+            lines.append(f"  {self.files} file(s), {(self.bytes or 0) / 1e9:,.3f} GB")
+        return "\n".join(lines)
 
 
 @attrs.frozen

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from .. import naming
 from ..catalog import DASHBOARD_PORT
 from ..errors import SUBMIT_FRESH, ConfigError, KubernetesError, NotReadyError, RayError
+from ..plankeys import LUSTRE_KEY
 from ..provision.executor import Executor
 from ..provision.records import Report
 from ..provision.signals import cancel_on_signals
@@ -332,7 +333,7 @@ class GKEBackend(submission.JobsBackend):
 
     def _label_results_on_volume(self) -> None:
         plan = self.plan
-        if self._labelled or self.gcp_only or "lustre" not in plan or plan.get("lustre").action != "create":
+        if self._labelled or self.gcp_only or LUSTRE_KEY not in plan or plan.get(LUSTRE_KEY).action != "create":
             return
         from ..catalog import LABEL_RESULTS
         from ..provision.results import RESULTS_ON_VOLUME, label_volume
@@ -354,7 +355,8 @@ class GKEBackend(submission.JobsBackend):
 
         assert self.cluster.volume is not None
         ctx = self.context()
-        throughput = ctx.plan.get("lustre").settings.get("aggregate_throughput_mbps") if "lustre" in ctx.plan else None
+        node = ctx.plan.get(LUSTRE_KEY) if LUSTRE_KEY in ctx.plan else None
+        throughput = node.settings.get("aggregate_throughput_mbps") if node is not None else None
         return LustreMover(
             ctx.apis.lustre, self.cluster.volume.resource_name(), self.cluster.mount_path, location, throughput
         )

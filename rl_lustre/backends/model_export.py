@@ -29,57 +29,18 @@ import attrs
 from ..errors import ConfigError, RayError, WaitTimeoutError
 from ..oncluster.nemo_formats import checkpoint_name
 from ..oncluster.records import CHECKPOINT_DIR, METRIC, MODEL, NEMO_RL_DIR, POLICY_BACKEND, RUN_ID
+from .export import ModelExport
 
 if TYPE_CHECKING:
     from ..nemo_rl.checkpoints import Checkpoint
     from .export import Mover
     from .submission import JobsBackend
 
-__all__ = ["ModelExport", "export_model", "pick_checkpoint"]
+__all__ = ["export_for", "export_model", "pick_checkpoint"]
 
 logger = logging.getLogger("rl_lustre.export")
 # Under the volume's mount path: conversions to Hugging Face format.
 MODELS = "rl_lustre/models"
-
-
-@attrs.frozen
-class ModelExport:
-    """What :meth:`rl_lustre.Run.export_model` did, or (``dry_run``) would do.
-
-    Attributes:
-        run_id: the run.
-        step: the checkpoint's step.
-        format: ``"checkpoint"`` (as NeMo-RL saved it) or ``"hf"`` (Hugging Face).
-        source: what is copied: the ``step_N`` directory, or its conversion, on the volume.
-        destination: where it goes.
-        command: the converter's command (``"hf"`` only).
-        memory_bytes: the memory the converter's node needs (``"hf"`` only).
-        dry_run: nothing ran.
-        files: files copied or there already.
-        bytes: their bytes.
-    """
-
-    run_id: str
-    step: int
-    format: str
-    source: str
-    destination: str
-    command: str | None = None
-    memory_bytes: int | None = None
-    dry_run: bool = False
-    files: int | None = None
-    bytes: int | None = None
-
-    def __str__(self) -> str:
-        verb = "would copy" if self.dry_run else "copied"
-        lines = [
-            f"{self.run_id} {checkpoint_name(self.step)} ({self.format}): {verb} {self.source} -> {self.destination}"
-        ]
-        if self.command is not None:
-            lines.append(f"  convert ({(self.memory_bytes or 0) / 1e9:,.0f} GB of memory): {self.command}")
-        if self.files is not None:
-            lines.append(f"  {self.files} file(s), {(self.bytes or 0) / 1e9:,.3f} GB")
-        return "\n".join(lines)
 
 
 def pick_checkpoint(checkpoints: list[Checkpoint], step: str | int, metric: str | None) -> Checkpoint:

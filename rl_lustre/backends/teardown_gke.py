@@ -33,9 +33,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..catalog import LABEL_RESULTS, RESULTS_NOT_EXPORTED
-from ..errors import ExportError, KubernetesError, NotReadyError, RayError, TeardownError
+from ..errors import ExportError, RayError, RLLustreError, TeardownError
+from ..plankeys import LUSTRE_KEY, RESULTS_EXPORT_KEY, WARM_EXPORT_KEY
 from ..provision.executor import storage_keys
 from ..provision.records import NodeRecord, Report
+from ..provision.results import RESULTS_ON_VOLUME, RESULTS_SEALED, label_volume
 from ..provision.signals import cancel_on_signals
 from .export import Transfer, TransferState
 from .teardown import RunOnCluster, kept_message, runs_on_cluster, stop_runs, summaries, warn_kept
@@ -210,14 +212,13 @@ def _record(ctx: Context, key: str, outcome: str, note: str) -> NodeRecord | Non
 
 def gke_down(backend: GKEBackend, *, delete_preload_image: bool = False, discard_results: bool = False) -> Report:
     """Tear the GKE deployment down, results first (see the module)."""
-    from ..plan.results import RESULTS_KEY, results_location
-    from ..plan.warmstart import EXPORT_KEY
+    from ..plan.results import results_location
 
     cluster = backend.cluster
     ctx = backend.context()
     plan, lustre = ctx.plan, ctx.apis.lustre
-    instance_name = cluster.volume.resource_name() if cluster.volume is not None and "lustre" in plan else None
-    ours = instance_name is not None and plan.get("lustre").action == "create"
+    instance_name = cluster.volume.resource_name() if cluster.volume is not None and LUSTRE_KEY in plan else None
+    ours = instance_name is not None and plan.get(LUSTRE_KEY).action == "create"
     instance = lustre.get_or_none(instance_name) if instance_name else None
     sealed: list[dict[str, Any]] | None = None
     unsealed = ""
@@ -225,11 +226,14 @@ def gke_down(backend: GKEBackend, *, delete_preload_image: bool = False, discard
         try:
             jobs = backend.jobs
             runs = runs_on_cluster(jobs)
-        except (NotReadyError, KubernetesError, RayError) as exc:
+        except RLLustreError as exc:
             logger.info("teardown: the RayCluster is not reachable (%s): the runs were sealed before, if any", exc)
         else:
             try:
                 sealed = _seal_on_head(backend, jobs, runs, str(instance.uid))
+                if sealed:
+                    label_volume(lustre, str(instance_name), RESULTS_SEALED)
+                    instance = lustre.get_or_none(str(instance_name)) or instance
             except Exception as exc:  # the rest still goes (the GPUs stop billing); the volume stays
                 unsealed = f"its runs could not be sealed for export ({type(exc).__name__}: {exc})"
                 logger.warning("teardown: %s", unsealed)
@@ -237,7 +241,7 @@ def gke_down(backend: GKEBackend, *, delete_preload_image: bool = False, discard
 
     executor = backend.executor(ctx)
     storage = storage_keys(plan)
-    first = [n.key for n in plan if n.key not in storage and n.key not in (RESULTS_KEY, EXPORT_KEY)]
+    first = [n.key for n in plan if n.key not in storage and n.key not in (RESULTS_EXPORT_KEY, WARM_EXPORT_KEY)]
     abandon = threading.Event()
     stages = (
         (None, "down() keeps going so that nothing is left half-deleted; one more signal abandons it"),
@@ -256,6 +260,12 @@ def gke_down(backend: GKEBackend, *, delete_preload_image: bool = False, discard
 
     labels = dict(instance.labels) if instance is not None else {}
     holds = bool(sealed) if sealed is not None else labels.get(LABEL_RESULTS) is not None
+    if sealed is None and labels.get(LABEL_RESULTS) == RESULTS_ON_VOLUME and not unsealed:
+        # Jobs ran, and no down() sealed their runs: what to export is not known without the cluster.
+        unsealed = (
+            "jobs ran on it and their runs were never sealed for export (the RayCluster was not reachable "
+            "at down()); up() again and down() seals and exports them"
+        )
     where = results_location(cluster)
     reason: str | None = unsealed or None
     exported, extra = None, []
@@ -268,17 +278,17 @@ def gke_down(backend: GKEBackend, *, delete_preload_image: bool = False, discard
             if reason is None
             else f"not exported: {reason}"
         )
-        extra.append(_record(ctx, RESULTS_KEY, "kept", note))
+        extra.append(_record(ctx, RESULTS_EXPORT_KEY, "kept", note))
     elif instance is not None and holds and ours and not discard_results:
         reason = "no results destination is set (Cluster.results)"
-    if instance is not None and EXPORT_KEY in plan and (reason is None or discard_results):
+    if instance is not None and WARM_EXPORT_KEY in plan and (reason is None or discard_results):
         from ..provision.warmstart import WarmExportDriver
 
         try:
             WarmExportDriver(ctx).export_at_down()
-            extra.append(_record(ctx, EXPORT_KEY, "kept", "exported the caches to the warm start (kept)"))
+            extra.append(_record(ctx, WARM_EXPORT_KEY, "kept", "exported the caches to the warm start (kept)"))
         except Exception as exc:
-            extra.append(_record(ctx, EXPORT_KEY, "kept", f"the export at down() failed: {exc}"))
+            extra.append(_record(ctx, WARM_EXPORT_KEY, "kept", f"the export at down() failed: {exc}"))
             if not discard_results:
                 reason = f"the warm-start export failed ({exc})"
     if not ours and instance is not None and reason is not None:
@@ -287,11 +297,9 @@ def gke_down(backend: GKEBackend, *, delete_preload_image: bool = False, discard
             "as a volume this deployment did not create always does"
         )
     if ours and instance is not None and reason is not None and not discard_results:
-        from ..provision.results import label_volume
-
         label_volume(lustre, str(instance_name), RESULTS_NOT_EXPORTED)
-        rate = plan.cost().get("lustre").usd_per_hour if "lustre" in plan else None
-        message = kept_message(cluster, reason, sealed, volume=plan.get("lustre").name, usd_per_hour=rate)
+        rate = plan.cost().get(LUSTRE_KEY).usd_per_hour if LUSTRE_KEY in plan else None
+        message = kept_message(cluster, reason, sealed, volume=plan.get(LUSTRE_KEY).name, usd_per_hour=rate)
         warn_kept(message)
         for key in storage:
             rec = before.records.get(key)
@@ -327,7 +335,7 @@ def _export(
     from .teardown import _echo
 
     cluster = backend.cluster
-    lustre_node = ctx.plan.get("lustre")
+    lustre_node = ctx.plan.get(LUSTRE_KEY)
     mover = LustreMover(
         ctx.apis.lustre,
         instance.name,

@@ -200,7 +200,7 @@ def gc(
     never deleted, nor a volume `down` kept for results not exported ("kept: results not
     exported" in `ls`) without --discard-results.
     """
-    from ..inventory import collect_garbage
+    from ..garbage import collect_garbage
     from ..shared import collect_shared
 
     project = _project("gc", target, project)

@@ -33,14 +33,13 @@ from typing import TYPE_CHECKING, Any
 from .._sizing import checkpoint_bytes, parse_param_count
 from ..catalog import REFERENCE_MODEL, RESULTS_FORMAT, RESULTS_MANIFEST
 from ..oncluster.seal import CHECKPOINTS, LOGS
+from ..plankeys import RESULTS_EXPORT_KEY
 from .graph import PlannedResource
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
-__all__ = ["RESULTS_KEY", "ResultsLocation", "estimated_gb_per_run", "results_location", "results_nodes"]
-
-RESULTS_KEY = "results-export"
+__all__ = ["ResultsLocation", "estimated_gb_per_run", "results_location", "results_nodes"]
 
 
 class ResultsLocation:
@@ -166,7 +165,7 @@ def results_nodes(cluster: ClusterSpec) -> list[PlannedResource]:
         )
     return [
         PlannedResource(
-            key=RESULTS_KEY,
+            key=RESULTS_EXPORT_KEY,
             kind="lustre.v1.ExportData" if gke else "local.Copy",
             name=where.uri,
             action="use",

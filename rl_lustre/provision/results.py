@@ -6,8 +6,10 @@ volume carries.
   never created or deleted), so that a wrong name fails before the GPUs come, not at the
   end; ``down()`` leaves the node to the teardown (:mod:`rl_lustre.backends.teardown`).
 - The instance's label ``rl-lustre-results``: ``on-volume`` once a job was submitted (so a
-  teardown without the cluster still knows results may be on it), ``not-exported`` when
-  ``down()`` kept it for them (``rl-lustre ls`` says so; ``gc`` leaves it alone).
+  teardown without the cluster still knows results may be on it), ``sealed`` once a
+  ``down()`` sealed its runs (a later one exports them without the cluster),
+  ``not-exported`` when ``down()`` kept it for them (``rl-lustre ls`` says so; ``gc`` leaves
+  it alone).
 """
 
 from __future__ import annotations
@@ -17,18 +19,28 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..catalog import LABEL_RESULTS, RESULTS_NOT_EXPORTED
 from ..errors import NotFoundError
-from ..plan.results import RESULTS_KEY, results_location
+from ..plan.results import results_location
+from ..plankeys import RESULTS_EXPORT_KEY
 from .context import Context
 from .step import Done, Step
 
 if TYPE_CHECKING:
     from ..gcp.lustre import LustreInstances
 
-__all__ = ["RESULTS_ON_VOLUME", "ResultsBucketDriver", "kept_for_results", "label_volume", "results_drivers"]
+__all__ = [
+    "RESULTS_ON_VOLUME",
+    "RESULTS_SEALED",
+    "ResultsBucketDriver",
+    "kept_for_results",
+    "label_volume",
+    "results_drivers",
+]
 
 log = logging.getLogger("rl_lustre.provision")
-# The label's value once a job was submitted: results may be on the volume.
+# The label's values: once a job was submitted (results may be on the volume), and once a
+# down() sealed its runs (their lists of what to export travel with their records).
 RESULTS_ON_VOLUME = "on-volume"
+RESULTS_SEALED = "sealed"
 
 
 class ResultsBucketDriver:
@@ -59,7 +71,7 @@ class ResultsBucketDriver:
 
 def results_drivers(ctx: Context) -> dict[str, Any]:
     """The driver of the ``results-export`` node (none without ``results``)."""
-    return {RESULTS_KEY: ResultsBucketDriver(ctx)} if RESULTS_KEY in ctx.plan else {}
+    return {RESULTS_EXPORT_KEY: ResultsBucketDriver(ctx)} if RESULTS_EXPORT_KEY in ctx.plan else {}
 
 
 def label_volume(lustre: LustreInstances, instance: str, value: str | None) -> bool:
