@@ -163,3 +163,35 @@ def test_which_checkpoint_final_best_or_a_step() -> None:
         with pytest.raises(ConfigError, match=rule) as err:
             pick_checkpoint(cs, bad, metric)
         assert err.value.field == "step"
+
+
+@pytest.mark.parametrize(
+    ("uri", "rule"),
+    [
+        ("s3://bucket/rl/rl-lustre-x-0a1b2c3d", "must be 'gs://...' or a path"),
+        ("gs://bucket-only", "must name a run under a bucket"),
+        ("gs://bucket/rl/..", "must end with the run's id"),
+        ("", "must be a run's results"),
+    ],
+)
+def test_reading_a_run_back_refuses_what_is_not_a_runs_place(uri: str, rule: str) -> None:
+    from rl_lustre import Run
+
+    with pytest.raises(ConfigError, match=rule) as err:
+        Run.from_results(uri)
+    assert err.value.field == "uri"
+
+
+def test_a_run_whose_export_did_not_finish_is_not_read_back(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from rl_lustre import Run
+    from rl_lustre.cli._app import cli
+    from rl_lustre.errors import NotFoundError
+
+    (tmp_path / "rl-lustre-half-0a1b2c3d").mkdir()
+    (tmp_path / "rl-lustre-half-0a1b2c3d" / "export.json").write_text("{}")
+    with pytest.raises(NotFoundError, match="the export did not finish"):
+        Run.from_results(f"file://{tmp_path}/rl-lustre-half-0a1b2c3d")
+    out = CliRunner().invoke(cli, ["results", "ls", str(tmp_path)], catch_exceptions=False).output
+    assert "rl-lustre-half-0a1b2c3d  INCOMPLETE" in out
