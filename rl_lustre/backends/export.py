@@ -435,8 +435,14 @@ def export_runs(
         files = sum(int(u.get("files") or 0) for r in runs for u in r.get("units") or [])
         echo(estimate_text(total, files, len(runs), rate) + f" more to {store.uri} ({mover.describe()})")
     for run in runs:
+        sealed_at = str(run.get("mount") or mount)
+
+        def path(p: str, sealed_at: str = sealed_at) -> str:
+            # The volume as the seal saw it mounted, as this teardown sees it.
+            return volume_path(posixpath.join(mount, posixpath.relpath(p, sealed_at)))
+
         out.runs.append(
-            _export_run(store, mover, run, deployment, abandon=abandon, poll=poll, echo=echo, path=volume_path, out=out)
+            _export_run(store, mover, run, deployment, abandon=abandon, poll=poll, echo=echo, path=path, out=out)
         )
     return out
 

@@ -242,6 +242,7 @@ def seal_runs(
             "run_id": run_id,
             "volume_id": volume_id,
             "sealed_at": round(time.time() if now is None else now, 3),
+            "mount": mount,
             "run_dir": run_dir,
             "checkpoint_dir": checkpoint_dir,
             "log_dir": log_dir,
