@@ -49,6 +49,9 @@ logger = logging.getLogger("rl_lustre.teardown")
 
 # How long a run is given to stop before teardown seals what it left.
 STOP_TIMEOUT = 120.0
+# How long teardown spends on the runs' goodput ledgers, all runs together (each reads the
+# cluster's evidence): past it, the remaining summaries say so instead.
+GOODPUT_BUDGET = 120.0
 
 
 @attrs.define
@@ -131,11 +134,14 @@ def summaries(
 
     rate = usd_per_hour(cluster) if cluster.backend == "gke" else 0.0
     out = []
+    budget = time.monotonic() + GOODPUT_BUDGET
     for r in runs:
         m = r.metadata
         ledger: dict[str, Any] | None = None
         error = None
-        if goodput is not None:
+        if goodput is not None and time.monotonic() > budget:
+            error = f"not computed: teardown spends at most {GOODPUT_BUDGET:.0f} s on the runs' ledgers"
+        elif goodput is not None:
             try:
                 ledger = goodput(r.last.submission_id).to_dict(segments=True)
             except Exception as exc:  # the ledger is a bonus: its evidence may be gone
