@@ -195,11 +195,10 @@ class Cluster(ClusterSpec):
             kept; ``PREFIX/rl-lustre-manifest.json`` lists every object with its size.
             None (default): no warm start. Needs a volume this deployment creates.
         results: where every run's results go before ``down()`` deletes the volume:
-            ``"gs://BUCKET/PREFIX"`` (your bucket; Managed Lustre's service agent needs
-            ``roles/storage.objectUser`` on it, which :meth:`check` verifies), locally a
-            directory or ``file://`` URI; each run under ``<run id>/``, read back by
+            ``"gs://BUCKET/PREFIX"`` (Lustre's service agent writes it: :meth:`check`), locally
+            a directory or ``file://`` URI; each run under ``<run id>/``, read back by
             :meth:`Run.from_results <rl_lustre.Run.from_results>`. Not inside ``warm_start``'s
-            prefix. None (default): ``down()`` keeps a volume holding results (see :meth:`down`).
+            prefix. None (default): ``down()`` keeps a volume holding results.
         keep: leave everything running at the end of a ``with`` block.
     """
 
@@ -319,25 +318,19 @@ class Cluster(ClusterSpec):
 
     def down(self, *, delete_preload_image: bool = False, discard_results: bool = False) -> None:
         """Tear down what :meth:`up` created, results first; what you own is never deleted.
-        A no-op when nothing runs.
 
-        The runs still running are stopped (recorded as stopped by teardown), every run's
-        results (records, logs, complete checkpoints) are exported to :attr:`results` and
-        verified, and only then is the Lustre instance ``up()`` created deleted. With no
-        ``results``, or when the export fails or is interrupted, the volume is **kept** while
-        everything else goes (the GPUs stop billing), and a
-        :class:`~rl_lustre.errors.ResultsKeptWarning` names each run, its newest checkpoint,
-        the volume's cost per hour and the ways forward. Locally the volume directory always
-        stays. The preload disk image is kept for the next deployment of its image.
+        The keeper stops, then the runs (recorded as stopped by teardown); every run's results
+        are exported to :attr:`results` and verified before the Lustre instance ``up()``
+        created is deleted. Without ``results``, or when the export fails, the volume is
+        **kept** while all else goes, with a :class:`~rl_lustre.errors.ResultsKeptWarning`
+        (see docs/operations.md). A local volume directory and the preload image always stay.
 
         Examples:
             >>> cluster.down(discard_results=True)  # doctest: +SKIP
 
         Args:
-            delete_preload_image: delete the preload disk image too, unless a node pool in
-                the project still boots from it (another deployment's).
-            discard_results: delete the volume even though its runs' results were not
-                exported (the explicit word; nothing else deletes them).
+            delete_preload_image: delete the preload image too, unless a node pool still boots from it.
+            discard_results: delete the volume though its runs' results were not exported.
         """
         from ._validate import need
 

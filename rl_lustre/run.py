@@ -9,7 +9,6 @@ from the job's own log, parsed as NeMo-RL prints it.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -178,6 +177,7 @@ class Run(RunAccounts):
             list_checkpoints=lambda: list(checkpoints),
             usd_per_hour=None if rate is None else (lambda: rate),
             goodput=goodput,
+            follow=stored.follow,
         )
         run.results_uri, run._run_id = stored.uri, stored.run_id
         return run

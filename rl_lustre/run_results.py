@@ -5,13 +5,17 @@ Teardown exported the run to ``<results>/<run id>/`` (:mod:`rl_lustre.plan.resul
 records (the driver log, the summary with its attempts and goodput ledger), its complete
 checkpoints and NeMo-RL's logs, and, once verified, the manifest. From those alone:
 
-- the run's status, steps and metrics, restarts and logs come from its driver log, parsed
-  as the live run's are;
+- the run's status, submissions, steps and metrics, restarts and logs from its records (the
+  run's directory as the supervisor wrote it on the volume), read by the one reader of them,
+  :class:`~rl_lustre.oncluster.runview.RunView`, and told as a run whose head is gone is told
+  (:func:`rl_lustre.run_follow.story`); its log is parsed as the live run's is;
 - its checkpoints from the manifest, each with its URI in the results and its size;
-- its goodput ledger and cost from the summary (as the cluster told them at teardown).
+- its goodput ledger and cost from the summary (as the cluster told them at teardown), else
+  from its records (:func:`~rl_lustre.goodput.records.records_goodput`).
 
 :class:`StoredJobs` plays the cluster's Jobs API for the :class:`~rl_lustre.Run` handle, read
-only: one job per attempt, none to submit or stop.
+only (none to submit or stop); :class:`StoredRecords` is the run's directory read from the
+results, for :class:`~rl_lustre.run_follow.RunFollow`.
 
 Example::
 
@@ -32,46 +36,87 @@ import attrs
 from .catalog import RESULTS_FORMAT, RESULTS_MANIFEST
 from .errors import ConfigError, NotFoundError
 from .oncluster import rundir
+from .oncluster.records import TOTAL_STEPS
+from .run_follow import RunFollow, story
 
 if TYPE_CHECKING:
     from .gcp.storage import BucketObjects
     from .goodput import GoodputLedger
     from .nemo_rl.checkpoints import Checkpoint
+    from .oncluster.runview import RunView
     from .outages import OutageBudget
     from .ray.jobs import JobInfo
     from .results_store import ResultsStore
 
-__all__ = ["ResultsEntry", "StoredJobs", "StoredRun", "list_results", "read_results"]
+__all__ = ["ResultsEntry", "StoredJobs", "StoredRecords", "StoredRun", "list_results", "read_results", "stored_view"]
 
 logger = logging.getLogger("rl_lustre.run_results")
 
 
 class StoredJobs:
-    """The Jobs API of a run read from its results: its attempts, its driver log."""
+    """The Jobs API of a run read from its results: no head knows it; its log is its records'."""
 
-    def __init__(self, attempts: Sequence[JobInfo], log: str, uri: str) -> None:
-        self._attempts = {a.submission_id: a for a in attempts}
+    def __init__(self, log: str, uri: str, attempts: Sequence[JobInfo] = ()) -> None:
         self._log = log
         self.address = uri
+        # Only for a run whose directory holds no journal: the attempts teardown summarised.
+        self._attempts = {a.submission_id: a for a in attempts}
 
     def __repr__(self) -> str:
         return f"StoredJobs({self.address!r})"
 
     def info(self, submission_id: str) -> JobInfo | None:
+        # No head: the run's records tell (RunFollow.offline).
         return self._attempts.get(submission_id)
 
     def list(self) -> list[JobInfo]:
         return list(self._attempts.values())
 
     def logs(self, submission_id: str) -> str:
-        # The driver log holds every attempt's output, in order.
-        return self._log if submission_id in self._attempts else ""
+        # The run's log holds every submission's output, in order.
+        return self._log
 
     def follow(self, submission_id: str, *, outage_budget: OutageBudget | None = None) -> Iterator[str]:
-        yield from self.logs(submission_id).splitlines()
+        yield from self._log.splitlines()
 
     def stop(self, submission_id: str) -> bool:
         return False
+
+
+class StoredRecords:
+    """The run's directory as exported (a :class:`~rl_lustre.run_follow.RunRecordsAccess`):
+    read by :class:`~rl_lustre.oncluster.runview.RunView`, with no cluster up."""
+
+    def __init__(self, view: RunView) -> None:
+        self._view = view
+
+    def run_view(self, run_dir: str) -> RunView | None:
+        return self._view
+
+    def head_losses(self) -> list[dict[str, Any]]:
+        return []
+
+    def cluster_up(self) -> bool | None:
+        return False
+
+
+def stored_view(store: ResultsStore, run_id: str) -> RunView:
+    """The run's directory as exported to ``store``, read as on the volume (one reader)."""
+    from .oncluster.runview import RunView, read_journal, segment
+
+    def text(name: str) -> str:
+        return (store.read(f"{run_id}/{name}") or b"").decode("utf-8", errors="replace")
+
+    records = read_journal(text(rundir.JOURNAL))
+    data = {
+        "exists": bool(records),
+        "records": segment(records),
+        "submission": _json(store, f"{run_id}/{rundir.SUBMISSION}"),
+        "stopped": _json(store, f"{run_id}/{rundir.STOPPED}"),
+        "given_up": _json(store, f"{run_id}/{rundir.GIVEN_UP}"),
+        "log": text(rundir.DRIVER_LOG_PREVIOUS) + text(rundir.DRIVER_LOG),
+    }
+    return RunView(store.uri_of(run_id), data=data)
 
 
 @attrs.frozen
@@ -83,6 +128,8 @@ class StoredRun:
         run_id: the run's id.
         job_id: its last attempt's Ray submission id.
         jobs: the read-only Jobs API over its records.
+        follow: the run as its records tell it (status, submissions, log), as a run whose
+            head is gone is told.
         total_steps: ``max_num_steps``, when known.
         checkpoints: its exported checkpoints, oldest first, each with its ``uri``.
         usd_per_hour: what its deployment cost per hour, when known.
@@ -95,6 +142,7 @@ class StoredRun:
     run_id: str
     job_id: str
     jobs: StoredJobs
+    follow: RunFollow
     total_steps: int | None
     checkpoints: tuple[Checkpoint, ...]
     usd_per_hour: float | None
@@ -196,22 +244,35 @@ def read_results(uri: str, *, storage: BucketObjects | None = None) -> StoredRun
             "there, or the export did not finish: down() again finishes it while the volume is kept)"
         )
     summary = _json(store, f"{run_id}/{rundir.SUMMARY}") or {}
-    log = (store.read(f"{run_id}/{rundir.DRIVER_LOG}") or b"").decode("utf-8", errors="replace")
-    attempts = _attempts(summary, run_id)
+    view = stored_view(store, run_id)
+    meta = (view.submission or {}).get("metadata") or {}
+    attempts = [] if view.exists else _attempts(summary, run_id)
+    jobs = StoredJobs(view.log(), run_uri, attempts)
+    job_id = view.current or (attempts[-1].submission_id if attempts else run_id)
+    follow = RunFollow(lambda: jobs, job_id, run_id=run_id, run_dir=run_uri, records=StoredRecords(view))  # type: ignore[arg-type,return-value]
     ledger = None
     if isinstance(summary.get("goodput"), dict):
         try:
             ledger = ledger_from_dict(summary["goodput"])
         except ValueError as exc:
             logger.warning("the goodput ledger of %s does not read back: %s", run_uri, exc)
+    if ledger is None and view.exists:
+        from .goodput.records import records_goodput
+
+        told = follow.info(job_id)
+        try:
+            ledger = records_goodput(view, told.status if told is not None else "UNKNOWN")
+        except ValueError as exc:
+            logger.info("no goodput ledger for %s: %s", run_uri, exc)
     rate = summary.get("usd_per_hour")
-    total = summary.get("total_steps")
+    total = str(meta.get(TOTAL_STEPS, summary.get("total_steps") or ""))
     return StoredRun(
         uri=run_uri,
         run_id=run_id,
-        job_id=attempts[-1].submission_id,
-        jobs=StoredJobs(attempts, log, run_uri),
-        total_steps=total if isinstance(total, int) else None,
+        job_id=job_id,
+        jobs=jobs,
+        follow=follow,
+        total_steps=int(total) if total.isdigit() else None,
         checkpoints=_checkpoints(store, manifest),
         usd_per_hour=float(rate) if isinstance(rate, (int, float)) and rate else None,
         ledger=ledger,
@@ -281,16 +342,18 @@ def list_results(where: str, *, storage: BucketObjects | None = None) -> list[Re
         summary = _json(store, f"{run_id}/{rundir.SUMMARY}") or {}
         if manifest is None and not summary and _json(store, f"{run_id}/{rundir.EXPORT}") is None:
             continue  # not a run's results
+        view = stored_view(store, run_id)
         parser = LogParser()
-        for line in (store.read(f"{run_id}/{rundir.DRIVER_LOG}") or b"").decode("utf-8", "replace").splitlines():
+        for line in view.log().splitlines():
             parser.feed(line)
+        told = story(view, [], up=False).status if view.exists else summary.get("status")
         checkpoints = (manifest or {}).get("checkpoints") or []
         newest = checkpoints[-1] if checkpoints else None
         out.append(
             ResultsEntry(
                 run_id=run_id,
                 uri=store.uri_of(run_id),
-                state=str(summary.get("status") or "UNKNOWN") if manifest is not None else "INCOMPLETE",
+                state=str(told or "UNKNOWN") if manifest is not None else "INCOMPLETE",
                 steps=max(parser.completed_steps, (parser.current_step or 1) - 1) if parser.current_step else None,
                 total_steps=summary.get("total_steps") if isinstance(summary.get("total_steps"), int) else None,
                 newest=None if newest is None else int(newest["step"]),

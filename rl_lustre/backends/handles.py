@@ -188,17 +188,18 @@ class RunHandles:
             usd_per_hour=functools.partial(usd_per_hour, cluster),
             cluster_metrics=functools.partial(cluster_metrics, cluster) if cluster.backend == "gke" else None,
             follow=follow,
-            export_model=functools.partial(export_for, self, job_id),
         )
+        # One checkpoint of the run out (its newest submission's, whichever it is when asked).
+        run._export_model = lambda dest, **kw: export_for(self, run.job_id, dest, **kw)  # type: ignore[arg-type]
         # The run's newest submission, whichever it is when asked.
         run._goodput = functools.partial(self._goodput_of, run, follow)
         return run
 
     def _goodput_of(self, run: Run, follow: RunFollow | None, *, prices: Prices | None = None) -> GoodputLedger:
         """The run's ledger from the cluster's evidence; once no head has it, from the run's
-        records on the volume (:mod:`rl_lustre.backends.goodput_records`)."""
+        records on the volume (:mod:`rl_lustre.goodput.records`)."""
         from ..errors import NotReadyError
-        from .goodput_records import records_goodput
+        from ..goodput.records import records_goodput
 
         try:
             return self.run_goodput(run.job_id, prices=prices)

@@ -3,8 +3,10 @@
 ``down()`` (and the end of a ``with cluster:`` block, on success, on an exception, on
 Ctrl-C), on either backend:
 
-1. stops what still runs: every run is recorded as stopped by teardown (its ``stopped``
-   marker, so nothing resubmits it), then stopped through the Jobs API;
+1. stops what still runs: the keeper first (nothing resubmits a run from then on), then every
+   run is recorded as stopped by teardown (its ``stopped`` marker,
+   :func:`rl_lustre.oncluster.runrecords.mark_stopped`: no later keeper brings it back) and
+   stopped through the Jobs API;
 2. writes each run's summary (status, attempts, goodput ledger) while the cluster can still
    tell, and seals the runs on the volume (:mod:`rl_lustre.oncluster.seal`): what is
    exported, what is withheld (a save cut short, anything like a credential);
@@ -130,7 +132,7 @@ def summaries(
 ) -> list[dict[str, Any]]:
     """Each run's seal record with its summary: status, attempts, the goodput ledger (as the
     cluster tells it now: after teardown it cannot), what the deployment cost per hour."""
-    from .submission import usd_per_hour
+    from .handles import usd_per_hour
 
     rate = usd_per_hour(cluster) if cluster.backend == "gke" else 0.0
     out = []

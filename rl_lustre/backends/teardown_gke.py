@@ -1,5 +1,7 @@
 """The GKE teardown (see :mod:`rl_lustre.backends.teardown` for the whole story):
 
+0. the keeper first (plan node ``keeper``: its Deployment, then its teardown Job, which marks
+   the runs in flight stopped by teardown): nothing resubmits a run from then on;
 1. with the RayCluster reachable: the runs are stopped (recorded as stopped by teardown),
    summarised and sealed on the volume by helper jobs on the head
    (``python -m rl_lustre_oncluster.seal``: ``rl-lustre-stop-<id>``, ``rl-lustre-seal-<id>``);
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..catalog import LABEL_RESULTS, RESULTS_NOT_EXPORTED
 from ..errors import ExportError, RayError, RLLustreError, TeardownError
-from ..plankeys import LUSTRE_KEY, RESULTS_EXPORT_KEY, WARM_EXPORT_KEY
+from ..plankeys import KEEPER_KEY, LUSTRE_KEY, RESULTS_EXPORT_KEY, WARM_EXPORT_KEY
 from ..provision.executor import storage_keys
 from ..provision.records import NodeRecord, Report
 from ..provision.results import RESULTS_ON_VOLUME, RESULTS_SEALED, label_volume
@@ -222,7 +224,24 @@ def gke_down(backend: GKEBackend, *, delete_preload_image: bool = False, discard
     instance = lustre.get_or_none(instance_name) if instance_name else None
     sealed: list[dict[str, Any]] | None = None
     unsealed = ""
-    if instance is not None and not backend.gcp_only:
+    executor = backend.executor(ctx)
+    abandon = threading.Event()
+    stages = (
+        (None, "down() keeps going so that nothing is left half-deleted; one more signal abandons it"),
+        (abandon, "abandoning down(); run it again later to remove what is left"),
+    )
+    keeper: Report | None = None
+    if KEEPER_KEY in plan and not backend.gcp_only:
+        # The keeper first: from here on nothing resubmits a run (its teardown Job marks the
+        # runs in flight stopped by teardown, oncluster/teardown.py), then the runs are stopped.
+        with cancel_on_signals(*stages):
+            try:
+                keeper = executor.down([KEEPER_KEY], abandon=abandon)
+            except TeardownError as exc:
+                keeper = exc.report
+                logger.warning("teardown: the keeper could not be stopped first (%s); the runs' stopped markers "
+                               "keep it from resubmitting them", exc)  # fmt: skip
+    if instance is not None and not backend.gcp_only and not abandon.is_set():
         try:
             jobs = backend.jobs
             runs = runs_on_cluster(jobs)
@@ -239,20 +258,15 @@ def gke_down(backend: GKEBackend, *, delete_preload_image: bool = False, discard
                 logger.warning("teardown: %s", unsealed)
     backend.disconnect()
 
-    executor = backend.executor(ctx)
     storage = storage_keys(plan)
-    first = [n.key for n in plan if n.key not in storage and n.key not in (RESULTS_EXPORT_KEY, WARM_EXPORT_KEY)]
-    abandon = threading.Event()
-    stages = (
-        (None, "down() keeps going so that nothing is left half-deleted; one more signal abandons it"),
-        (abandon, "abandoning down(); run it again later to remove what is left"),
-    )
+    skip = {RESULTS_EXPORT_KEY, WARM_EXPORT_KEY, *(keeper.keys("deleted", "absent") if keeper is not None else ())}
+    first = [n.key for n in plan if n.key not in storage and n.key not in skip]
     left: TeardownError | None = None
     with cancel_on_signals(*stages):
         try:
-            before = executor.down(first, abandon=abandon, cache=delete_preload_image)
+            before = _merge("down", keeper, executor.down(first, abandon=abandon, cache=delete_preload_image))
         except TeardownError as exc:
-            before, left = exc.report, exc
+            before, left = _merge("down", keeper, exc.report), exc
     if abandon.is_set():
         if left is not None:
             raise left

@@ -22,7 +22,18 @@ from . import rundir
 from .records import MARK, RESTART_MARK, RESUMED_MARK, SUBMISSION_LINE
 from .runrecords import OWNER, RESTART, RESUMED
 
-__all__ = ["ANSWER", "RunView", "as_log", "history", "main", "read_journal_file", "segment", "submission_log", "view"]
+__all__ = [
+    "ANSWER",
+    "RunView",
+    "as_log",
+    "history",
+    "main",
+    "read_journal",
+    "read_journal_file",
+    "segment",
+    "submission_log",
+    "view",
+]
 
 
 def read_journal_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -36,6 +47,11 @@ def _records(path: Path) -> list[dict[str, Any]]:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return []
+    return read_journal(text)
+
+
+def read_journal(text: str) -> list[dict[str, Any]]:
+    """The records of a ``journal.jsonl``'s text (wherever it was read), in order; torn lines left out."""
     out = []
     for line in text.splitlines():
         try:

@@ -56,8 +56,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import rundir
-from .runrecords import mark_stopped
 from .nemo_formats import COMPLETE, SAVING, checkpoint_step, scan_checkpoints
+from .runrecords import mark_stopped
 from .secretpaths import secret_path
 
 __all__ = [

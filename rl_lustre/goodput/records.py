@@ -13,14 +13,14 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..goodput.ledger import build
-from ..goodput.runlog import run_timeline
-from ..goodput.timeline import Evidence, NodeSpan
 from ..oncluster.records import JOB
+from .ledger import build
+from .runlog import run_timeline
+from .timeline import Evidence, NodeSpan
 
 if TYPE_CHECKING:
-    from ..goodput import GoodputLedger
     from ..oncluster.runview import RunView
+    from . import GoodputLedger
 
 __all__ = ["records_goodput"]
 
