@@ -87,14 +87,16 @@ class StoredRecords:
     """The run's directory as exported (a :class:`~rl_lustre.run_follow.RunRecordsAccess`):
     read by :class:`~rl_lustre.oncluster.runview.RunView`, with no cluster up."""
 
-    def __init__(self, view: RunView) -> None:
+    def __init__(self, view: RunView, losses: Sequence[dict[str, Any]] = ()) -> None:
         self._view = view
+        self._losses = list(losses)
 
     def run_view(self, run_dir: str) -> RunView | None:
         return self._view
 
     def head_losses(self) -> list[dict[str, Any]]:
-        return []
+        """The cluster's head losses as its keeper recorded them, listed by the seal."""
+        return list(self._losses)
 
     def cluster_up(self) -> bool | None:
         return False
@@ -249,7 +251,9 @@ def read_results(uri: str, *, storage: BucketObjects | None = None) -> StoredRun
     attempts = [] if view.exists else _attempts(summary, run_id)
     jobs = StoredJobs(view.log(), run_uri, attempts)
     job_id = view.current or (attempts[-1].submission_id if attempts else run_id)
-    follow = RunFollow(lambda: jobs, job_id, run_id=run_id, run_dir=run_uri, records=StoredRecords(view))  # type: ignore[arg-type,return-value]
+    losses = (_json(store, f"{run_id}/{rundir.EXPORT}") or {}).get("head_losses") or []
+    records = StoredRecords(view, losses)
+    follow = RunFollow(lambda: jobs, job_id, run_id=run_id, run_dir=run_uri, records=records)  # type: ignore[arg-type,return-value]
     ledger = None
     if isinstance(summary.get("goodput"), dict):
         try:
@@ -346,7 +350,8 @@ def list_results(where: str, *, storage: BucketObjects | None = None) -> list[Re
         parser = LogParser()
         for line in view.log().splitlines():
             parser.feed(line)
-        told = story(view, [], up=False).status if view.exists else summary.get("status")
+        losses = (_json(store, f"{run_id}/{rundir.EXPORT}") or {}).get("head_losses") or []
+        told = story(view, losses, up=False).status if view.exists else summary.get("status")
         checkpoints = (manifest or {}).get("checkpoints") or []
         newest = checkpoints[-1] if checkpoints else None
         out.append(

@@ -299,12 +299,16 @@ def local_down(backend: LocalBackend, *, discard_results: bool = False) -> None:
             records = summaries(cluster, runs, stopped, lambda job_id: backend.run_goodput(job_id))
             sealed = seal_runs(
                 cluster.mount_path, records, volume_id=cluster.mount_path, logs_of=jobs.logs,
-                secret_values=secret_values(cluster),
+                secret_values=secret_values(cluster), cluster=cluster.name,
             )  # fmt: skip
         elif volume_here:
             # The head is gone: the runs' directories on the volume are all there is to seal.
             sealed = seal_runs(
-                cluster.mount_path, [], volume_id=cluster.mount_path, secret_values=secret_values(cluster)
+                cluster.mount_path,
+                [],
+                volume_id=cluster.mount_path,
+                secret_values=secret_values(cluster),
+                cluster=cluster.name,
             )
     finally:
         for worker in live_workers(backend.temp_dir):

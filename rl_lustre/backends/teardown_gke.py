@@ -169,6 +169,7 @@ def _seal_on_head(
     stopped = stop_runs(jobs, runs, mark)
     records = summaries(cluster, runs, stopped, lambda job_id: backend.run_goodput(job_id))
     args = ["--mount", cluster.mount_path, "--volume-id", volume_id, "--records", "records.json"]
+    args += ["--cluster", cluster.name]
     dashboard = backend.dashboard_on_head()
     if dashboard:
         args += ["--dashboard", dashboard]

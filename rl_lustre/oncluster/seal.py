@@ -58,6 +58,7 @@ from typing import Any
 from . import rundir
 from .nemo_formats import COMPLETE, SAVING, checkpoint_step, scan_checkpoints
 from .runrecords import mark_stopped
+from .runview import RunView, history
 from .secretpaths import secret_path
 
 __all__ = [
@@ -158,17 +159,6 @@ def _checkpoints(checkpoint_dir: str) -> tuple[list[dict[str, Any]], list[dict[s
     return units, withheld
 
 
-def _submitted(run_dir: str) -> dict[str, Any]:
-    """The metadata a run's :data:`~.rundir.SUBMISSION` record holds, when it holds any."""
-    try:
-        with open(os.path.join(run_dir, rundir.SUBMISSION), encoding="utf-8") as f:
-            found = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    meta = found.get("metadata") if isinstance(found, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
 def _runs(mount: str, given: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs the client named, and those whose directories are on the volume besides."""
     from .records import CHECKPOINT_DIR, LOG_DIR
@@ -178,7 +168,7 @@ def _runs(mount: str, given: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     for name in sorted(os.listdir(root)) if os.path.isdir(root) else ():
         if name in runs or not os.path.isdir(os.path.join(root, name)):
             continue
-        meta = _submitted(os.path.join(root, name))
+        meta = (RunView(os.path.join(root, name)).submission or {}).get("metadata") or {}
         runs[name] = {
             "run_id": name,
             "run_dir": os.path.join(root, name),
@@ -196,6 +186,7 @@ def seal_runs(
     logs_of: Callable[[str], str | None] | None = None,
     secret_values: Sequence[str] = (),
     now: float | None = None,
+    cluster: str | None = None,
 ) -> list[dict[str, Any]]:
     """Seal every run (see the module): returns, per run, what the client reports.
 
@@ -208,8 +199,11 @@ def seal_runs(
         logs_of: a Ray submission id -> its log (for a run without a driver log).
         secret_values: the cluster's secrets' values: a file holding one is withheld.
         now: the time written as ``sealed_at``.
+        cluster: the cluster's name: the head losses its keeper recorded go into each list
+            (``head_losses``), so that a run read back from its results is told as it was.
     """
     values = [v.encode() for v in secret_values if len(v) >= _MIN_SECRET]
+    losses = [r for r in history(mount, cluster) if r.get("event") == "lost"] if cluster else []
     out = []
     for run in _runs(mount, runs):
         run_id, run_dir = rundir.check_run_id(run["run_id"]), run["run_dir"]
@@ -248,6 +242,7 @@ def seal_runs(
             "log_dir": log_dir,
             "units": units,
             "withheld": withheld,
+            "head_losses": losses,
         }
         _write_json(os.path.join(run_dir, rundir.EXPORT), record)
         records = _files(run_dir)
@@ -301,6 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seal = verbs.add_parser("seal", help="seal the runs for export")
     seal.add_argument("--mount", required=True)
     seal.add_argument("--volume-id", required=True)
+    seal.add_argument("--cluster", default=None, help="the cluster's name (its keeper's head losses)")
     seal.add_argument("--records", required=True, help="a JSON file: {'runs': [...]}")
     seal.add_argument("--dashboard", default=None)
     seal.add_argument("--logs", default=None, help="a directory of the attempts' logs, <submission id>.log")
@@ -316,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.mount,
         given,
         volume_id=args.volume_id,
+        cluster=args.cluster,
         logs_of=_dashboard_logs(args.dashboard, args.logs),
         secret_values=[os.environ.get(name, "") for name in args.secret],
     )
