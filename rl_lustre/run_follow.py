@@ -77,9 +77,11 @@ def story(view: RunView, losses: list[dict[str, Any]], up: bool | None) -> Story
     """
     if view.given_up is not None:
         return Story("FAILED", str(view.given_up.get("why") or "the keeper gave it up"))
+    if view.ended == 0:
+        return Story("SUCCEEDED", "it ended with exit status 0")
     if view.ended is not None:
-        if view.ended == 0:
-            return Story("SUCCEEDED", "it ended with exit status 0")
+        if view.stopped is not None:  # its supervisor, stopped, ended with a status of its own
+            return Story("STOPPED", f"it was stopped ({view.stopped.get('by')})")
         return Story("FAILED", f"its supervisor ended with exit status {view.ended}")
     last = view.last_at or 0.0
     mine = [x for x in losses if float(x.get("lost_at") or 0) >= last - _SLACK]

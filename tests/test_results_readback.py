@@ -63,6 +63,18 @@ def test_a_run_resubmitted_after_a_head_loss_reads_back_with_both_submissions(tm
     assert log.index("the first head's output") < log.index("the second head's output")
 
 
+def test_a_run_stopped_reads_back_stopped_though_its_supervisor_ended_nonzero(tmp_path: Path) -> None:
+    # A stopped supervisor records its end with a status of its own (1, or 143 on SIGTERM).
+    mount = tmp_path / "vol"
+    path = supervised(mount, lost=False)
+    assert mark_stopped(path, "teardown")
+    with open(path / rundir.JOURNAL, "a") as f:
+        f.write(json.dumps({"event": "end", "status": 1, "at": time.time()}) + "\n")
+    seal_runs(str(mount), [], volume_id="v", cluster=CLUSTER)
+    info = Run.from_results(exported(mount, tmp_path / "results")).info()
+    assert (info.status, info.message) == ("STOPPED", "it was stopped (teardown)")
+
+
 @pytest.mark.parametrize("lost", [True, False])
 def test_a_run_torn_down_after_its_head_was_lost_says_so(tmp_path: Path, lost: bool) -> None:
     mount = tmp_path / "vol"
