@@ -278,8 +278,7 @@ def local_down(backend: LocalBackend, *, discard_results: bool = False) -> None:
     keeper = backend.keeper()
     if keeper is not None:
         keeper.stop()  # first: nothing resubmits a run from here on
-    head = backend.head if backend.head is not None else backend._find()
-    backend.head, backend._jobs = None, None
+    head = backend.head if backend.head is not None and backend.head.alive() else backend._find()
     sealed: list[dict[str, Any]] | None = None
     volume_here = Path(cluster.mount_path).is_dir()
     if volume_here:
@@ -311,6 +310,8 @@ def local_down(backend: LocalBackend, *, discard_results: bool = False) -> None:
                 cluster=cluster.name,
             )
     finally:
+        # (Reading the runs' ledgers above may have adopted the head again: forget it only now.)
+        backend.head, backend._jobs = None, None
         for worker in live_workers(backend.temp_dir):
             worker.kill()
         if head is None:
