@@ -50,7 +50,9 @@ def _saved(run: Run, checkpoint: Path, *, timeout: float) -> None:
 
 def test_on_the_gke_fakes_the_keeper_brings_back_the_runs_a_lost_head_took() -> None:
     with FakeGKE(step_seconds=0.4) as gke:
-        cluster = gke.cluster(Cluster(**GKE))
+        assert gke.gcp is not None
+        gke.gcp.seed_bucket("hlg-results")
+        cluster = gke.cluster(Cluster(**GKE, results="gs://hlg-results/rl"))
         main = gke.job(GRPOJob(name="main", max_num_steps=10, **JOB))
         queued = gke.job(GRPOJob(name="queued", max_num_steps=2, **JOB))
         kube = gke.kube
@@ -99,7 +101,12 @@ def test_on_the_gke_fakes_the_keeper_brings_back_the_runs_a_lost_head_took() -> 
             last = cluster.submit(gke.job(GRPOJob(name="last", max_num_steps=400, **JOB)))
             while last.status() != "RUNNING":
                 time.sleep(0.2)
-        assert RunView(Path(cluster.mount_path) / "rl_lustre" / "runs" / last.run_id).stopped is not None
+        stopped = RunView(Path(cluster.mount_path) / "rl_lustre" / "runs" / last.run_id).stopped
+        assert stopped is not None
+        assert stopped["by"] == "teardown"
+        # Issue 32: every run's directory went to the bucket before the volume went.
+        exported = {n.split("/")[1] for n in gke.gcp.bucket_objects("hlg-results") if n.endswith("/journal.jsonl")}
+        assert exported == {run.run_id, behind.run_id, last.run_id}
         assert gke.leftovers() == {"gcp": [], "kube": []}
 
 

@@ -109,6 +109,9 @@ def test_results_outlive_the_deployment_and_the_model_comes_out() -> None:
         manifest = gke.gcp.bucket_content("my-results", f"rl/{run.run_id}/{RESULTS_MANIFEST}")
         assert manifest["checkpoints"]
         assert rl_lustre.Run.from_results(f"gs://my-results/rl/{run.run_id}").status() == "STOPPED"
+        # Recorded stopped by teardown (the keeper gone first): no later keeper brings it back.
+        marker = gke.gcp.bucket_content("my-results", f"rl/{run.run_id}/stopped")
+        assert (marker if isinstance(marker, dict) else json.loads(marker))["by"] == "teardown"
 
         # No destination: the volume is kept, and said so; the explicit word deletes it.
         keeping = attrs.evolve(cluster, results=None)

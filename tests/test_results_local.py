@@ -20,6 +20,7 @@ from rl_lustre.catalog import RESULTS_MANIFEST
 from rl_lustre.errors import ResultsKeptWarning
 from rl_lustre.nemo_rl.converters import hf_layout
 from rl_lustre.oncluster import rundir
+from rl_lustre.oncluster.runview import history
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +29,8 @@ import json, sys
 from rl_lustre import Run
 run = Run.from_results(sys.argv[1])
 ledger = run.goodput()
+if len(sys.argv) > 2:
+    run.plot(sys.argv[2])
 print(json.dumps({
     "status": run.status(),
     "steps": [s.step for s in run.steps()],
@@ -43,10 +46,10 @@ def job(name: str, steps: int = 4) -> GRPOJob:
     return GRPOJob(name=name, recipe="grpo_math_1B", max_num_steps=steps, save_period=2)
 
 
-def read_back(uri: str) -> dict[str, object]:
+def read_back(uri: str, *plot: str) -> dict[str, object]:
     """The run read from its results by a fresh interpreter: no cluster, no state of ours."""
     out = subprocess.run(
-        [sys.executable, "-c", READ_BACK, uri], capture_output=True, text=True, timeout=120, env=dict(os.environ)
+        [sys.executable, "-c", READ_BACK, uri, *plot], capture_output=True, text=True, timeout=120, env=dict(os.environ)
     )
     assert out.returncode == 0, out.stderr
     return dict(json.loads(out.stdout.splitlines()[-1]))
@@ -83,9 +86,12 @@ def test_results_leave_with_the_block_and_read_back_the_same(tmp_path: Path) -> 
     where = results / run_id
     manifest = json.loads((where / RESULTS_MANIFEST).read_text())
     assert [c["step"] for c in manifest["checkpoints"]] == [c[0] for c in live["checkpoints"]]  # type: ignore[index]
-    for name in (rundir.SUMMARY, rundir.EXPORT, rundir.DRIVER_LOG):
+    # The run's directory as the supervisor laid it out (issue 31), with teardown's two files.
+    for name in (rundir.SUBMISSION, rundir.JOURNAL, rundir.DRIVER_LOG, rundir.SUMMARY, rundir.EXPORT):
         assert (where / name).is_file(), name
-    stored = read_back(str(where))
+    assert not list(where.rglob("tmp_step_*")), "a save cut short is never exported"
+    stored = read_back(str(where), str(tmp_path / "read-back.png"))
+    assert (tmp_path / "read-back.png").stat().st_size > 5_000
     uris = [c.pop() for c in stored["checkpoints"]]  # type: ignore[attr-defined]
     assert uris == [str(where / "checkpoints" / f"step_{c[0]}") for c in live["checkpoints"]]  # type: ignore[index]
     assert stored == live
@@ -109,6 +115,10 @@ def test_results_leave_with_the_block_and_read_back_the_same(tmp_path: Path) -> 
     summary = json.loads((stopped / rundir.SUMMARY).read_text())
     assert (summary["status"], summary["stopped_by"]) == ("STOPPED", "teardown")
     assert json.loads((tmp_path / "vol" / rundir.RUNS / run.job_id / rundir.STOPPED).read_text())["by"] == "teardown"
+    # The keeper went first; then teardown marked the run in flight, and ended the keeper's history.
+    [*_, down] = history(str(tmp_path / "vol"), "res-local")
+    assert (down["event"], down["stopped"]) == ("down", [run.run_id])
+    assert json.loads((stopped / rundir.STOPPED).read_text())["by"] == "teardown"
     steps = sorted(p.name for p in (stopped / "checkpoints").iterdir())
     assert steps
     assert all(s.startswith("step_") for s in steps)
