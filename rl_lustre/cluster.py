@@ -194,11 +194,9 @@ class Cluster(ClusterSpec):
             (huggingface_hub's ``token``, anything under a secrets directory) are never
             kept; ``PREFIX/rl-lustre-manifest.json`` lists every object with its size.
             None (default): no warm start. Needs a volume this deployment creates.
-        results: where every run's results go before ``down()`` deletes the volume:
-            ``"gs://BUCKET/PREFIX"`` (Lustre's service agent writes it: :meth:`check`), locally
-            a directory or ``file://`` URI; each run under ``<run id>/``, read back by
-            :meth:`Run.from_results <rl_lustre.Run.from_results>`. Not inside ``warm_start``'s
-            prefix. None (default): ``down()`` keeps a volume holding results.
+        results: where runs' results go before ``down()`` deletes the volume: ``"gs://BUCKET/PREFIX"``
+            (locally a directory), not inside ``warm_start``'s; each run under ``<run id>/``, read back by
+            :meth:`Run.from_results <rl_lustre.Run.from_results>`. None: ``down()`` keeps a volume holding results.
         keep: leave everything running at the end of a ``with`` block.
     """
 
@@ -319,11 +317,10 @@ class Cluster(ClusterSpec):
     def down(self, *, delete_preload_image: bool = False, discard_results: bool = False) -> None:
         """Tear down what :meth:`up` created, results first; what you own is never deleted.
 
-        The keeper stops, then the runs (recorded as stopped by teardown); every run's results
-        are exported to :attr:`results` and verified before the Lustre instance ``up()``
-        created is deleted. Without ``results``, or when the export fails, the volume is
-        **kept** while all else goes, with a :class:`~rl_lustre.errors.ResultsKeptWarning`
-        (see docs/operations.md). A local volume directory and the preload image always stay.
+        The keeper stops, then the runs (stopped by teardown); their results are exported to :attr:`results`
+        and verified before the Lustre instance ``up()`` created is deleted. Without ``results``, or when the
+        export fails, the volume is **kept** while all else goes (:class:`~rl_lustre.errors.ResultsKeptWarning`,
+        docs/operations.md). A local volume directory and the preload image stay.
 
         Examples:
             >>> cluster.down(discard_results=True)  # doctest: +SKIP
