@@ -41,6 +41,8 @@ __all__ = ["export_for", "export_model", "pick_checkpoint"]
 logger = logging.getLogger("rl_lustre.export")
 # Under the volume's mount path: conversions to Hugging Face format.
 MODELS = "rl_lustre/models"
+# What the cluster-side existence test prints before its exit status.
+_EXISTS_MARK = "rl-lustre-test-d="
 
 
 def pick_checkpoint(checkpoints: list[Checkpoint], step: str | int, metric: str | None) -> Checkpoint:
@@ -173,9 +175,15 @@ def _exists(backend: JobsBackend, path: str) -> bool:
         return os.path.isdir(path)
     import shlex
 
+    # Ray's job log starts with the entrypoint itself ("Running entrypoint for job ...: <command>"):
+    # only a line the command printed, whole, answers (never a word the command also contains).
     helper = f"rl-lustre-ls-{uuid.uuid4().hex[:12]}"
-    _, log = backend.jobs.run(f"test -d {shlex.quote(path)} && echo EXISTS || echo MISSING", submission_id=helper)
-    return "EXISTS" in log
+    _, log = backend.jobs.run(f"test -d {shlex.quote(path)}; echo {_EXISTS_MARK}$?", submission_id=helper)
+    answers = [line[len(_EXISTS_MARK) :] for line in log.splitlines() if line.startswith(_EXISTS_MARK)]
+    if not answers or answers[-1].strip() not in ("0", "1"):
+        tail = "\n".join(f"  | {line}" for line in log.splitlines()[-10:])
+        raise RayError(f"could not tell whether {path} exists on the cluster (job {helper}):\n{tail}")
+    return answers[-1].strip() == "0"
 
 
 def export_for(

@@ -221,6 +221,7 @@ def start_local_head(
     auth: AuthMode | None = None,
     timeout: float = 90.0,
     keep: tuple[str, ...] = (),
+    memory: int | None = None,
 ) -> LocalHead:
     """Start ``ray start --head --block`` and wait until its Jobs API answers.
 
@@ -245,6 +246,8 @@ def start_local_head(
         timeout: seconds to wait for the Jobs API.
         keep: files of ``temp_dir`` kept across its clearing (what outlives one head of a
             deployment: its worker nodes' records, ``workers.json``).
+        memory: bytes of Ray's ``memory`` resource the head offers to tasks and jobs that
+            ask for memory; None lets Ray count them (from this machine's free memory).
 
     Raises:
         RayError: the head exited during start-up, or refused our token.
@@ -256,7 +259,9 @@ def start_local_head(
         raise RayError(f"a local Ray head is already running in {temp_dir} (pid {existing.pid})")
     head = retry_overloaded(
         "the local Ray head",
-        lambda: _start_head_once(temp_dir, env, mode, num_cpus=num_cpus, num_gpus=num_gpus, timeout=timeout, keep=keep),
+        lambda: _start_head_once(
+            temp_dir, env, mode, num_cpus=num_cpus, num_gpus=num_gpus, memory=memory, timeout=timeout, keep=keep
+        ),
     )
     logger.info("local Ray head is up at %s", head.dashboard_url)
     return head
@@ -271,8 +276,9 @@ def _start_head_once(
     num_gpus: int | None,
     timeout: float,
     keep: tuple[str, ...] = (),
+    memory: int | None = None,
 ) -> LocalHead:
-    head = _launch_head(temp_dir, env, mode, num_cpus=num_cpus, num_gpus=num_gpus, keep=keep)
+    head = _launch_head(temp_dir, env, mode, num_cpus=num_cpus, num_gpus=num_gpus, memory=memory, keep=keep)
     try:
         _wait_ready(head, timeout)
         head._write_state()
@@ -296,6 +302,7 @@ def _launch_head(
     num_cpus: int | None,
     num_gpus: int | None,
     keep: tuple[str, ...] = (),
+    memory: int | None = None,
 ) -> LocalHead:
     """Clear ``temp_dir`` (but the files ``keep``), write a fresh token and spawn ``ray start --head --block`` there."""
     kept = {}
@@ -344,6 +351,8 @@ def _launch_head(
         command += ["--num-cpus", str(num_cpus)]
     if num_gpus is not None:
         command += ["--num-gpus", str(num_gpus)]
+    if memory is not None:
+        command += ["--memory", str(memory)]
     launched_at = time.time()
     with open(temp_dir / _LOG_FILE, "wb") as log:
         process = subprocess.Popen(

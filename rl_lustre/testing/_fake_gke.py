@@ -89,6 +89,28 @@ _PYTHON = """\
 exec {python} "$@"
 """
 
+# The GPU node FakeGKE's Ray head plays (its GPUs and CPUs are declared, as is its memory).
+_NODE_MACHINE = "a4-highgpu-8g"
+
+
+def node_memory() -> int:
+    """Bytes of Ray's ``memory`` resource on the node FakeGKE's head plays: the memory a Ray
+    worker pod of an A4 node asks for (the plan's ``worker_memory``), which KubeRay hands to
+    Ray as the node's memory. Logical, like its GPUs: a job that asks for the memory of a
+    real node (a checkpoint's conversion, :meth:`rl_lustre.Run.export_model`) is scheduled
+    as on GKE; nothing is allocated.
+
+    Examples:
+        >>> node_memory() // 2**30
+        1000
+    """
+    from ..catalog import GPU_MACHINE_TYPES
+
+    quantity = GPU_MACHINE_TYPES[_NODE_MACHINE].worker_memory
+    if not quantity.endswith("Gi") or not quantity[:-2].isdigit():
+        raise ValueError(f"{_NODE_MACHINE}'s worker_memory {quantity!r} is not a whole number of Gi")
+    return int(quantity[:-2]) * 2**30
+
 
 @public("rl_lustre.testing")
 class FakeGKE:
@@ -106,7 +128,8 @@ class FakeGKE:
                 assert run.wait() == "SUCCEEDED"
             assert gke.leftovers() == {"gcp": [], "kube": []}   # the run's results are in the bucket
 
-    The Ray head is one node of ``gpus_per_node`` GPUs, with Ray's token auth off (so a
+    The Ray head is one node of ``gpus_per_node`` GPUs and an A4 worker pod's memory
+    (:func:`node_memory`), with Ray's token auth off (so a
     cluster that lists ``RAY_AUTH_TOKEN`` among its secrets is refused by :meth:`cluster`);
     jobs run the rehearsal driver, which rehearses orchestration and checkpoint storage
     but does not train. Entering it sets the emulator variables of :class:`FakeGCP`
@@ -280,7 +303,13 @@ class FakeGKE:
             env["PATH"] = os.pathsep.join([str(tools), env.get("PATH", "")])
             spec = ClusterSpec.local("fake-gke-head", volume_dir=self.root / "head", gpus_per_node=self.gpus_per_node)
             num_cpus, num_gpus = rehearsal_resources(spec)
-            self._head_args = {"num_cpus": num_cpus, "num_gpus": num_gpus, "env": env, "auth": "disabled"}
+            self._head_args = {
+                "num_cpus": num_cpus,
+                "num_gpus": num_gpus,
+                "memory": node_memory(),
+                "env": env,
+                "auth": "disabled",
+            }
             self.head = start_local_head(self.root / "ray", **self._head_args)
             host, port = self.head.dashboard_url.removeprefix("http://").rsplit(":", 1)
             self.kube = KubeFake(
