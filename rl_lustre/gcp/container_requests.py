@@ -19,7 +19,7 @@ Examples:
     ['203.0.113.7/32']
     >>> pool = node_pool_request(plan, "gpu-pool", preload_image="projects/my-project/global/images/rlp-x")
     >>> pool.config.accelerators[0].accelerator_type, pool.config.spot, pool.initial_node_count
-    ('nvidia-b200', True, 8)
+    ('nvidia-b200', True, 0)
     >>> pool.config.secondary_boot_disks[0].disk_image, pool.config.gcfs_config.enabled, pool.config.image_type
     ('projects/my-project/global/images/rlp-x', True, 'COS_CONTAINERD')
 """

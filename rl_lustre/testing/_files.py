@@ -32,7 +32,7 @@ def copy_sparse(src: Path, dst: Path) -> int:
         >>> d = Path(tempfile.mkdtemp())
         >>> with open(d / "a", "wb") as f:
         ...     _ = f.write(b"head")
-        ...     f.truncate(1 << 30)
+        ...     _ = f.truncate(1 << 30)
         >>> copy_sparse(d / "a", d / "b"), (d / "b").read_bytes()[:4]
         (1073741824, b'head')
     """
