@@ -79,10 +79,6 @@ def story(view: RunView, losses: list[dict[str, Any]], up: bool | None) -> Story
         return Story("FAILED", str(view.given_up.get("why") or "the keeper gave it up"))
     if view.ended == 0:
         return Story("SUCCEEDED", "it ended with exit status 0")
-    if view.ended is not None:
-        if view.stopped is not None:  # its supervisor, stopped, ended with a status of its own
-            return Story("STOPPED", f"it was stopped ({view.stopped.get('by')})")
-        return Story("FAILED", f"its supervisor ended with exit status {view.ended}")
     last = view.last_at or 0.0
     mine = [x for x in losses if float(x.get("lost_at") or 0) >= last - _SLACK]
     loss = mine[-1] if mine else None
@@ -92,9 +88,13 @@ def story(view: RunView, losses: list[dict[str, Any]], up: bool | None) -> Story
         else "its Ray head was lost"
     )
     if view.stopped is not None:
+        # Torn down after its head was lost, before the keeper brought it back: the loss ended it,
+        # whether or not its supervisor recorded an end as the head went.
         if view.stopped.get("by") == "teardown" and loss is not None:
             return Story("FAILED", f"{lost}, and the cluster was torn down before the run was resubmitted")
         return Story("STOPPED", f"it was stopped ({view.stopped.get('by')})")
+    if view.ended is not None:
+        return Story("FAILED", f"its supervisor ended with exit status {view.ended}")
     if up is False:
         return Story("FAILED", f"{lost}, and the cluster is down: nothing will resubmit it")
     return Story("RUNNING", f"{lost}; its keeper resubmits it once the next head is up")

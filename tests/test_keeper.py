@@ -163,12 +163,13 @@ def test_the_keepers_objects_hold_the_whole_package_with_the_least_rbac_and_no_s
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": naming.keeper_name(cluster), "namespace": "default"}
     ]
-    # The whole on-cluster package, well inside a ConfigMap's limit.
+    # The whole on-cluster package, well inside a ConfigMap's limit (about 280 KB with the watchdog
+    # and the seal: at half the limit, a package twice today's size would need another carrier).
     shipped = sorted(p.relative_to(shipped_package()).as_posix() for p in Path(shipped_package()).rglob("*.py"))
     pod = deployment["spec"]["template"]["spec"]
     [volume] = [v for v in pod["volumes"] if "configMap" in v]
     assert sorted(i["path"] for i in volume["configMap"]["items"]) == shipped
-    assert sum(len(k) + len(v.encode()) for k, v in code["data"].items()) < CONFIGMAP_LIMIT / 4
+    assert sum(len(k) + len(v.encode()) for k, v in code["data"].items()) < CONFIGMAP_LIMIT / 2
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert deployment["spec"]["replicas"] == 1
     assert pod["serviceAccountName"] == naming.keeper_name(cluster)

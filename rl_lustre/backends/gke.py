@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import naming
 from ..catalog import DASHBOARD_PORT
-from ..errors import SUBMIT_FRESH, ConfigError, KubernetesError, NotReadyError, RayError
+from ..errors import ConfigError, KubernetesError, NotReadyError, RayError
 from ..plankeys import LUSTRE_KEY
 from ..provision.executor import Executor
 from ..provision.records import Report
@@ -54,8 +54,7 @@ if TYPE_CHECKING:
     from ..provision.context import Apis, Context
     from ..provision.progress import Display
     from ..ray.jobs import JobsClient
-    from ..run import Run
-    from ..spec import ClusterSpec, JobSpec
+    from ..spec import ClusterSpec
     from .goodput import TimelineCache
 
 __all__ = ["GKEBackend"]
@@ -324,12 +323,11 @@ class GKEBackend(submission.JobsBackend):
         self.last_report = report
         return report
 
-    def submit_all(self, jobs: Sequence[JobSpec], *, fresh: bool = False, start_over: str = SUBMIT_FRESH) -> list[Run]:
-        """As :meth:`JobsBackend.submit_all`; first the volume this deployment created is
+    def before_submitting(self) -> None:
+        """Once the jobs passed their offline checks, the volume this deployment created is
         labelled as holding results (``rl-lustre-results=on-volume``), so that a teardown
         that finds no cluster still knows not to delete it unexported."""
         self._label_results_on_volume()
-        return super().submit_all(jobs, fresh=fresh, start_over=start_over)
 
     def _label_results_on_volume(self) -> None:
         plan = self.plan

@@ -463,6 +463,10 @@ class JobsBackend(RunHandles):
     def submit(self, job: JobSpec, *, fresh: bool = False) -> Run:
         return self.submit_all([job], fresh=fresh)[0]
 
+    def before_submitting(self) -> None:
+        """Called once every job is prepared (offline checks passed) and the cluster's Jobs API
+        found, before anything is submitted; nothing here."""
+
     def capacity_deadline(self) -> Deadline | None:
         """When the capacity the jobs run on ends (flex-start nodes), or None: it does not."""
         return None
@@ -485,6 +489,8 @@ class JobsBackend(RunHandles):
         if not fresh and self.cheap_listing:
             self._warn_if_nothing_to_do(jobs, prepared, start_over)
         client = self.jobs
+        if prepared:
+            self.before_submitting()
         known = client.list() if prepared else []
         dashboard = self.dashboard_on_head()
         runs = []
