@@ -184,7 +184,7 @@ def test_a_keeper_restarted_half_way_through_resubmitting_starts_no_run_twice(cl
     os.kill(keeper.pid, 9)
     backend.start_keeper()
     for run in runs:
-        assert run.wait(timeout=300) == "SUCCEEDED"
+        assert run.wait(timeout=150) == "SUCCEEDED"
     jobs = backend.jobs.list()
     for run in runs:
         mine = [j.submission_id for j in jobs if j.metadata.get("rl_lustre.run_id") == run.run_id]
