@@ -674,7 +674,13 @@ class ControlPlane(KubeletSim):
         existing = {n.metadata.name for n in core.list_node().items}
         names = []
         index = 0
-        for _ in range(pool.initial_node_count if count is None else count):
+        if count is None:
+            count = pool.initial_node_count
+            if count == 0 and pool.autoscaling.enabled and pool.name == "gpu-pool":
+                # The real plane runs no cluster autoscaler: the ComputeClass's first pool (Spot, from 0)
+                # gets at once the nodes the autoscaler would bring for the RayCluster's workers.
+                count = pool.autoscaling.total_max_node_count or pool.autoscaling.max_node_count
+        for _ in range(count):
             while (node := gke_node(pool, cluster=cluster, zone=zone, index=index))["metadata"]["name"] in existing:
                 index += 1
             core.create_node(node)
