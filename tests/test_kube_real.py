@@ -102,7 +102,11 @@ def test_nodes_carry_what_gke_gives_a4_spot_and_cpu_nodes_and_the_scheduler_hold
         assert labels["cloud.google.com/gke-spot"] == "true"
         assert labels["cloud.google.com/gke-nodepool"] == naming.gpu_pool_name(Cluster(**SPEC))
         assert labels["node.kubernetes.io/instance-type"] == "a4-highgpu-8g"
-        assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [("nvidia.com/gpu", "present", "NoSchedule")]
+        # GKE's GPU taint, and the ComputeClass's: the pool joins the class (issue 34).
+        assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [
+            ("nvidia.com/gpu", "present", "NoSchedule"),
+            ("cloud.google.com/compute-class", naming.compute_class_name(Cluster(**SPEC)), "NoSchedule"),
+        ]
         assert node.status.allocatable["nvidia.com/gpu"] == "8"
         assert node.status.allocatable["cpu"] == "223370m"
     assert "cloud.google.com/gke-spot" not in cpu.metadata.labels
@@ -116,7 +120,10 @@ def test_nodes_carry_what_gke_gives_a4_spot_and_cpu_nodes_and_the_scheduler_hold
             "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-b200"},
         }
         if tolerate:
-            spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+            spec["tolerations"] = [
+                {"key": key, "operator": "Exists", "effect": "NoSchedule"}
+                for key in ("nvidia.com/gpu", "cloud.google.com/compute-class")
+            ]
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
     def scheduled(name: str) -> Any:
