@@ -292,31 +292,31 @@ def test_a_grpo_job_runs_end_to_end_on_the_gke_backend(
     assert sorted({n.split("/")[3] for n in exported if "/checkpoints/" in n}) == ["step_4", "step_6"]
 
 
-@pytest.mark.xfail(
-    reason="open (issue 32): on 2026-12-06 the teardown after this sweep kept the volume: 'the records of "
-    "rl-lustre-e2e-grpo-... did not arrive in gs://e2e-results/rl' (a run of the module's other test, on the "
-    "same fake volume); not yet diagnosed",
-    strict=False,
-)
 def test_a_sweep_runs_on_the_gke_backend_each_job_in_its_own_directories(world: World) -> None:
     base = attrs.evolve(BASE_JOB, max_num_steps=3, nemo_rl_dir=str(world.image))
     jobs = [attrs.evolve(base, name=f"gke-sweep-k{k}", keep_top_k=k) for k in (1, 2)]
     cluster = world.cluster()
     with cluster:
         result = rl_lustre.run_sweep(cluster, jobs, timeout=90, poll=0.3)
+        by_name = {o.name: o for o in result}
+        assert result.ok, str(result)
+        # Saves at step 2 and the last step (3); keep_top_k decides how many stay on the volume.
+        assert by_name["gke-sweep-k1"].checkpoints == (3,)
+        assert by_name["gke-sweep-k2"].checkpoints == (2, 3)
+        assert {(o.steps, o.total) for o in result} == {(3, 3)}
+        for job in jobs:
+            checkpoint_dir, log_dir = Path(job.checkpoint_dir(cluster)), Path(job.log_dir(cluster))
+            assert sorted(p.name for p in checkpoint_dir.iterdir()) == [
+                f"step_{s}" for s in by_name[job.name].checkpoints
+            ]
+            assert [p.name for p in log_dir.iterdir()] == ["exp_001"]
+        assert len({job.checkpoint_dir(cluster) for job in jobs}) == len(jobs)
+    # Teardown exported both runs (each under its own id, only what keep_top_k left) and deleted the volume.
     assert world.leftovers() == {"gcp": [], "kube": []}
-
-    by_name = {o.name: o for o in result}
-    assert result.ok, str(result)
-    # Saves at step 2 and the last step (3); keep_top_k decides how many stay.
-    assert by_name["gke-sweep-k1"].checkpoints == (3,)
-    assert by_name["gke-sweep-k2"].checkpoints == (2, 3)
-    assert {(o.steps, o.total) for o in result} == {(3, 3)}
-    for job in jobs:
-        checkpoint_dir, log_dir = Path(job.checkpoint_dir(cluster)), Path(job.log_dir(cluster))
-        assert sorted(p.name for p in checkpoint_dir.iterdir()) == [f"step_{s}" for s in by_name[job.name].checkpoints]
-        assert [p.name for p in log_dir.iterdir()] == ["exp_001"]
-    assert len({job.checkpoint_dir(cluster) for job in jobs}) == len(jobs)
+    exported = world.gcp.bucket_objects("e2e-results")
+    for outcome in result:
+        steps = {n.split("/")[3] for n in exported if n.startswith(f"rl/{outcome.job_id}/checkpoints/")}
+        assert sorted(steps) == [f"step_{s}" for s in outcome.checkpoints], outcome.name
 
 
 def test_a_raycluster_we_did_not_create_is_reached_through_a_kubeconfig(

@@ -125,3 +125,16 @@ def test_stop_markers_keep_a_users_stop_and_the_command_line_prints_its_record(
 def test_a_run_id_that_could_escape_its_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="run id"):
         seal_runs(str(tmp_path), [{"run_id": "../x", "run_dir": str(tmp_path / "x")}], volume_id="v")
+
+
+def test_a_run_the_head_knows_on_another_volume_is_left_to_that_volume(tmp_path: Path) -> None:
+    # A head outlives volumes (a RayCluster reused, an attached cluster): a run whose directory was
+    # on another volume is not sealed here, and nothing is written where its directory was.
+    mount = volume(tmp_path)
+    elsewhere = tmp_path / "other-lustre"
+    foreign = {**run(elsewhere), "run_id": "rl-lustre-gone-33334444"}
+    foreign["run_dir"] = str(elsewhere / rundir.RUNS / "rl-lustre-gone-33334444")
+    sealed = seal_runs(str(mount), [run(mount), foreign], volume_id="v")
+    assert [s["run_id"] for s in sealed] == ["rl-lustre-run-1-0a1b2c3d"]
+    assert not elsewhere.exists()
+    assert not (mount / rundir.RUNS / "rl-lustre-gone-33334444").exists()

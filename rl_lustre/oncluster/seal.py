@@ -159,11 +159,25 @@ def _checkpoints(checkpoint_dir: str) -> tuple[list[dict[str, Any]], list[dict[s
     return units, withheld
 
 
+def _on_volume(mount: str, run_dir: Any) -> bool:
+    """Whether a run's directory lies on the volume mounted at ``mount`` (a head can know runs
+    whose directories were on another volume: those are that volume's to seal, never this one's).
+
+    >>> _on_volume("/mnt/lustre", "/mnt/lustre/rl_lustre/runs/r1"), _on_volume("/mnt/lustre", "/mnt/other/r1")
+    (True, False)
+    """
+    if not isinstance(run_dir, str) or not run_dir:
+        return False
+    top = os.path.normpath(mount)
+    return os.path.normpath(run_dir).startswith(top.rstrip(os.sep) + os.sep)
+
+
 def _runs(mount: str, given: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The runs the client named, and those whose directories are on the volume besides."""
+    """The runs the client named whose directories are on this volume, and those whose
+    directories are on it besides."""
     from .records import CHECKPOINT_DIR, LOG_DIR
 
-    runs = {r["run_id"]: dict(r) for r in given}
+    runs = {r["run_id"]: dict(r) for r in given if _on_volume(mount, r.get("run_dir"))}
     root = os.path.join(mount, rundir.RUNS)
     for name in sorted(os.listdir(root)) if os.path.isdir(root) else ():
         if name in runs or not os.path.isdir(os.path.join(root, name)):
