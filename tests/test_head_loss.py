@@ -160,12 +160,6 @@ def test_a_head_lost_while_saving_resumes_from_the_save_before(cluster: Cluster)
     assert not [p.name for p in root.iterdir() if not p.name.startswith("step_")]
 
 
-@pytest.mark.xfail(
-    reason="open defect (issue 31): after the keeper is killed mid-resubmission and restarted, the queued "
-    "second run sits RUNNING at step 0 until its 300 s wait ends (seen twice on 2026-12-06, on an idle "
-    "machine too); root cause not found",
-    strict=False,
-)
 def test_a_keeper_restarted_half_way_through_resubmitting_starts_no_run_twice(cluster: Cluster) -> None:
     backend = cluster._backend()
     first, second = _named("hl-k1", max_num_steps=6), _named("hl-k2", max_num_steps=4)
@@ -182,7 +176,13 @@ def test_a_keeper_restarted_half_way_through_resubmitting_starts_no_run_twice(cl
     keeper = backend.keeper()
     assert keeper is not None
     os.kill(keeper.pid, 9)
-    backend.start_keeper()
+    # SIGKILL is delivered asynchronously: a keeper started while the old one still lives would
+    # find it running and start nothing (one keeper per head).
+    deadline = time.monotonic() + 30
+    while keeper.alive():
+        assert time.monotonic() < deadline, "the killed keeper did not die"
+        time.sleep(0.05)
+    assert backend.start_keeper().pid != keeper.pid
     for run in runs:
         assert run.wait(timeout=150) == "SUCCEEDED"
     jobs = backend.jobs.list()
