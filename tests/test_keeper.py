@@ -185,3 +185,31 @@ def test_the_keepers_objects_hold_the_whole_package_with_the_least_rbac_and_no_s
     job_pod = teardown_job(cluster)["spec"]["template"]["spec"]
     assert job_pod["automountServiceAccountToken"] is False
     assert "serviceAccountName" not in job_pod
+
+
+def test_a_keeper_that_cannot_read_the_head_pods_says_so_once_and_when_it_can_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without its pods the keeper cannot tell why a head went (it says "lost"): the log must show
+    why it could not read them (an empty CA, a wrong port), once, not at every look."""
+    from rl_lustre.testing import KubeFake
+    from rl_lustre.testing.kube import DEFAULT_TOKEN
+
+    with KubeFake() as fake:
+        creds = tmp_path / "serviceaccount"
+        creds.mkdir()
+        (creds / "token").write_text(DEFAULT_TOKEN)
+        (creds / "ca.crt").write_bytes(b"")
+        host, port = fake.endpoint.rsplit(":", 1)
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+        said: list[str] = []
+        head = KubeHead("demo", "default", credentials=str(creds), say=said.append)
+        head.look()
+        head.look()
+        assert len(said) == 1
+        assert said[0].startswith("cannot read the head pods (a lost head's reason will be unknown): SSLError")
+        (creds / "ca.crt").write_bytes(fake.ca_pem)
+        head.look()
+        assert said[1:] == ["reading the head pods again"]
+        assert head.failed is None

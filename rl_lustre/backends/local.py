@@ -294,7 +294,11 @@ class LocalBackend(submission.JobsBackend):
         """Whether the cluster's last head was lost (no head came after its loss)."""
         from ..oncluster.runview import history
 
-        marks = [r["event"] for r in history(self.cluster.mount_path, self.cluster.name) if r.get("event") != "down"]
+        marks = [
+            r["event"]
+            for r in history(self.cluster.mount_path, self.cluster.name)
+            if r.get("event") in ("head", "lost")
+        ]
         return (bool(marks) and marks[-1] == "lost") or (self._status() is not None and self._find() is None)
 
     def describe(self) -> str:

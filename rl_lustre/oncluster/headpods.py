@@ -23,6 +23,7 @@ import os
 import ssl
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,18 @@ class LocalHead:
 class KubeHead:
     """The head pods of RayCluster ``raycluster`` in ``namespace``, followed by :meth:`look`."""
 
-    def __init__(self, raycluster: str, namespace: str, *, credentials: str = SERVICE_ACCOUNT) -> None:
+    def __init__(
+        self,
+        raycluster: str,
+        namespace: str,
+        *,
+        credentials: str = SERVICE_ACCOUNT,
+        say: Callable[[str], None] = lambda _: None,
+    ) -> None:
         self.raycluster = raycluster
+        self.say = say
+        # The last failure to read the pods (said once, not at every look).
+        self.failed: str | None = None
         self.namespace = namespace
         self.credentials = Path(credentials)
         host = os.environ.get("KUBERNETES_SERVICE_HOST", "kubernetes.default.svc")
@@ -94,8 +105,15 @@ class KubeHead:
                 f"/api/v1/namespaces/{self.namespace}/pods",
                 labelSelector=f"ray.io/cluster={self.raycluster},ray.io/node-type=head",
             ).get("items", [])
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+            if failure != self.failed:
+                self.say(f"cannot read the head pods (a lost head's reason will be unknown): {failure}")
+            self.failed = failure
             return
+        if self.failed is not None:
+            self.say("reading the head pods again")
+            self.failed = None
         self.present = set()
         for pod in pods:
             uid = str((pod.get("metadata") or {}).get("uid") or "")

@@ -76,7 +76,7 @@ class Keeper:
         self.stopping = threading.Event()
         self.platform: KubeHead | LocalHead | None = None
         if args.raycluster:
-            self.platform = KubeHead(args.raycluster, args.namespace, credentials=args.kube_credentials)
+            self.platform = KubeHead(args.raycluster, args.namespace, credentials=args.kube_credentials, say=_say)
         elif args.head_status:
             self.platform = LocalHead(args.head_status)
         self.generation = Generation.claim(self.root, {"role": "the keeper", "cluster": args.cluster})
@@ -86,6 +86,8 @@ class Keeper:
         self.known: str | None = str(marks[-1]["session"]) if marks and marks[-1]["event"] == "head" else None
         self.losses = [r for r in records if r.get("event") == "lost"]
         self.down_since: float | None = None
+        # What the last "unanswered" record said (head, reason), while the head does not answer.
+        self.silent: tuple[Any, Any] | None = None
         # When the runs were last checked against the head's job table (monotonic), and since
         # when a local head's directory is missing.
         self.reconciled: float | None = None
@@ -155,7 +157,11 @@ class Keeper:
             if self.down_since is None:
                 self.down_since = time.time()
                 _say("the Ray head does not answer; waiting for it")
+            self.unanswered()
             return
+        if self.silent is not None and session == self.known:
+            self.record({"event": "answered", "session": session})
+        self.silent = None
         if session != self.known:
             if self.known is not None:
                 self.lost(session)
@@ -169,6 +175,20 @@ class Keeper:
         due = self.reconciled is None or time.monotonic() - self.reconciled >= self.args.reconcile_every
         if due and self.reconcile(head[0], head[1], session):
             self.reconciled = time.monotonic()
+
+    def unanswered(self) -> None:
+        """Record that the head the keeper knew does not answer, and why as far as known now
+        (again when that changes): if no head comes back before the cluster is torn down,
+        teardown records this as the head's loss (:func:`.teardown.teardown`)."""
+        if self.known is None:
+            return
+        why = self.platform.why() if self.platform is not None else Loss(head="the Ray head", reason="lost")
+        told = (why.get("head"), why.get("reason"))
+        if told == self.silent:
+            return
+        self.silent = told
+        at = why.get("at") or self.down_since or time.time()
+        self.record({"event": "unanswered", "session": self.known, "head": told[0], "reason": told[1], "lost_at": at})
 
     def lost(self, new: str) -> None:
         why = self.platform.why() if self.platform is not None else Loss(head="the Ray head", reason="lost")

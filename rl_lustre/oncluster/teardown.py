@@ -9,7 +9,8 @@ the same volume resubmits it; and the keeper's history gets a ``down`` record (u
 its own, :class:`~.runrecords.Generation`: a keeper still running writes nothing more), so
 that the next keeper takes the next head for a new cluster, not for a lost head. A head
 found lost for good (``lost``: why, from where it ran) is recorded first, if its keeper had
-not recorded it.
+not recorded it: told by ``down()`` (a local head's status), or read from the keeper's last
+record that the head did not answer.
 
 Standard library only (part of the on-cluster package).
 """
@@ -53,6 +54,8 @@ def teardown(mount_path: str, cluster: str, *, lost: dict[str, Any] | None = Non
         return marked
     Generation.claim(root, {"role": "teardown"})
     records = history(mount_path, cluster)
+    if lost is None:
+        lost = _unanswered(records)
     known = {round(float(r.get("lost_at") or 0), 3) for r in records if r.get("event") == "lost"}
     with open(root / rundir.HEADS, "a") as f:
         if lost is not None and round(float(lost.get("lost_at") or 0), 3) not in known:
@@ -61,6 +64,24 @@ def teardown(mount_path: str, cluster: str, *, lost: dict[str, Any] | None = Non
             )
         f.write(json.dumps({"v": VERSION, "at": round(time.time(), 3), "event": "down", "stopped": marked}) + "\n")
     return marked
+
+
+def _unanswered(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The head's loss as its keeper last saw it, when the last thing it recorded of the cluster's
+    heads is that one did not answer (and no head came after).
+
+    Examples:
+        >>> seen = [{"event": "head", "session": "s1"}, {"event": "unanswered", "session": "s1",
+        ...     "head": "demo-head-x", "reason": "Evicted", "lost_at": 5.0}]
+        >>> _unanswered(seen)
+        {'session': 's1', 'head': 'demo-head-x', 'reason': 'Evicted', 'lost_at': 5.0}
+        >>> _unanswered(seen + [{"event": "answered", "session": "s1"}]) is None
+        True
+    """
+    marks = [r for r in records if r.get("event") in ("head", "answered", "unanswered", "lost", "down")]
+    if not marks or marks[-1].get("event") != "unanswered":
+        return None
+    return {k: marks[-1].get(k) for k in ("session", "head", "reason", "lost_at")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -180,13 +180,15 @@ class KubeFake:
         if self._server.running:
             return self
         if self._programs_on:
+            self._controllers.workloads.external = Programs.runs
+        self._server.start()
+        if self._programs_on:
+            # After the server started: its port and CA are what the pods' credentials carry.
             self._service = ServiceProxy(lambda: self.head_target)
             host, port = self.endpoint.rsplit(":", 1)
             self._programs = Programs(
                 self._store, api=(host, int(port)), ca_pem=self.ca_pem, token=DEFAULT_TOKEN, head=self._service
             )
-            self._controllers.workloads.external = Programs.runs
-        self._server.start()
         logger.debug("KubeFake serving on %s", self.url)
         KubeFake._serving.add(self)
         return self
