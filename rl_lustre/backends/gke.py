@@ -67,20 +67,25 @@ _LISTING_TIMEOUT = 300.0
 _VIEW_EVERY = 15.0
 
 
-def granted_deadline(lane: Any, arrived: float | None) -> Deadline | None:
-    """When the nodes of the lane that delivered them go: flex-start nodes live
-    ``max_run_duration`` from their arrival; other capacity does not end (None).
+def granted_deadline(lane: Any, arrived: float | None, ends_at: float | None = None) -> Deadline | None:
+    """When the nodes of the lane that delivered them go: when GKE says (``ends_at``: the
+    earliest termination time on the nodes, :func:`rl_lustre.kube.readiness.termination_end`),
+    else, computed, flex-start nodes live ``max_run_duration`` from their arrival; other
+    capacity does not end (None).
 
     Examples:
         >>> from rl_lustre import Capacity
         >>> from types import SimpleNamespace
-        >>> granted_deadline(SimpleNamespace(capacity=Capacity("flex-start", max_run_duration=3600)), 100.0).end
-        3700.0
+        >>> flex = SimpleNamespace(capacity=Capacity("flex-start", max_run_duration=3600))
+        >>> granted_deadline(flex, 100.0).end, granted_deadline(flex, 100.0, ends_at=3500.0).end
+        (3700.0, 3500.0)
         >>> granted_deadline(SimpleNamespace(capacity=Capacity("spot")), 100.0) is None
         True
     """
     from ..nemo_rl.deadline import Deadline
 
+    if ends_at is not None:
+        return Deadline(end=ends_at)
     capacity = getattr(lane, "capacity", None)
     if capacity is None or arrived is None or capacity.kind != "flex-start" or not capacity.max_run_duration:
         return None
@@ -268,7 +273,7 @@ class GKEBackend(submission.JobsBackend):
                 self.last_report = getattr(exc, "report", None)
                 raise
         self.last_report = report
-        self.granted_deadline = granted_deadline(ctx.capacity_lane, ctx.capacity_granted_at)
+        self.granted_deadline = granted_deadline(ctx.capacity_lane, ctx.capacity_granted_at, ctx.capacity_ends_at)
         return report
 
     def down(
