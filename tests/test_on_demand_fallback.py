@@ -5,8 +5,10 @@ whose policy lists on-demand after another kind carry the on-demand pools' node-
 
 from __future__ import annotations
 
+import json
 import shlex
 
+import pytest
 from helpers.specs import SMALL
 
 from rl_lustre import Cluster, GRPOJob
@@ -72,21 +74,27 @@ def test_a_policy_without_an_on_demand_fallback_tells_nothing() -> None:
     assert supervisor_args(sub.entrypoint).on_demand == []  # type: ignore[attr-defined]
 
 
+RECORD = (
+    MARK + '{"at": 1.0, "attempt": 2, "event": "on_demand", "nodes": ["gke-demo-gpu-ondemand-b-1a2b-x7k2"], '
+    '"note": "the policy starts with spot; an on-demand a4-highgpu-8g node costs $64.15/h more", "v": 1}\n'
+)
+
+
+class Jobs:
+    """The Jobs API of one running job whose log the test writes."""
+
+    def __init__(self) -> None:
+        self.log = "rl_lustre supervisor: running the command\n"
+
+    def info(self, job_id: str) -> JobInfo:
+        return JobInfo(job_id, "RUNNING", metadata={"rl_lustre.job": "x"})
+
+    def logs(self, job_id: str) -> str:
+        return self.log
+
+
 def test_the_run_handle_shows_the_supervisors_on_demand_record() -> None:
-    record = (
-        MARK + '{"at": 1.0, "attempt": 2, "event": "on_demand", "nodes": ["gke-demo-gpu-ondemand-b-1a2b-x7k2"], '
-        '"note": "the policy starts with spot; an on-demand a4-highgpu-8g node costs $64.15/h more", "v": 1}\n'
-    )
-
-    class Jobs:
-        log = "rl_lustre supervisor: running the command\n"
-
-        def info(self, job_id: str) -> JobInfo:
-            return JobInfo(job_id, "RUNNING", metadata={"rl_lustre.job": "x"})
-
-        def logs(self, job_id: str) -> str:
-            return self.log
-
+    record = RECORD
     jobs = Jobs()
     run = Run(jobs, "rl-lustre-run-1-abc")  # type: ignore[arg-type]
     assert run.notes() == []
@@ -98,3 +106,18 @@ def test_the_run_handle_shows_the_supervisors_on_demand_record() -> None:
         "$64.15/h more)"
     )
     assert repr(run) == "Run(job_id='rl-lustre-run-1-abc', ON-DEMAND FALLBACK)"
+
+
+def test_cli_status_shows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from rl_lustre.cli import jobs as cli_jobs
+
+    jobs = Jobs()
+    jobs.log += RECORD
+    monkeypatch.setattr(cli_jobs, "_run", lambda target, job_id: Run(jobs, job_id))  # type: ignore[arg-type]
+    shown = CliRunner().invoke(cli_jobs.status, ["demo.toml", "rl-lustre-run-1-abc"])
+    assert shown.exit_code == 0, shown.output
+    assert "\n  ON-DEMAND FALLBACK: attempt 2 runs on 1 on-demand GPU node(s)" in shown.output
+    as_json = CliRunner().invoke(cli_jobs.status, ["demo.toml", "rl-lustre-run-1-abc", "--json"])
+    assert json.loads(as_json.output)["notes"][0].startswith("ON-DEMAND FALLBACK: attempt 2")
