@@ -28,6 +28,7 @@ from .errors import (
     WaitTimeoutError,
     nothing_to_do_advice,
 )
+from .oncluster.fallback import describe as describe_fallback
 from .oncluster.records import JOB, NOTHING_TO_DO_NOTE, REHEARSAL_NOTE
 from .outages import TRANSIENT, Outage, OutageBudget
 from .run_accounts import RunAccounts
@@ -210,8 +211,10 @@ class Run(RunAccounts):
         ``"rehearsal: ..."`` when it runs the rehearsal driver (no model is trained; its
         metrics are synthetic), and ``"nothing left to do: ..."`` when it ended SUCCEEDED
         without training a step (its checkpoint directory already reached
-        ``max_num_steps``; ``cluster.submit(job, fresh=True)`` starts over). The repr
-        shows their first words.
+        ``max_num_steps``; ``cluster.submit(job, fresh=True)`` starts over), and
+        ``"ON-DEMAND FALLBACK: ..."`` when an attempt ran on on-demand GPU nodes though the
+        capacity policy starts with another kind (its journal's ``on_demand`` record). The
+        repr shows their first words.
 
         Examples:
             >>> run.notes()  # doctest: +SKIP
@@ -228,6 +231,8 @@ class Run(RunAccounts):
             notes.append(REHEARSAL_NOTE)
         if self._idle is not None:
             notes.append(self._idle)
+        if self._parser is not None and self._parser.on_demand is not None:
+            notes.append(describe_fallback(self._parser.on_demand))
         return notes
 
     def _idle_note(self, parser: LogParser, info: JobInfo) -> str | None:

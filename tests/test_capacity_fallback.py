@@ -16,8 +16,9 @@ from helpers.specs import SMALL
 
 from rl_lustre import Capacity, Cluster
 from rl_lustre.backends.gke import GKEBackend
-from rl_lustre.catalog import COMPUTE_CLASS_LABEL, GKE_NODEPOOL_LABEL
+from rl_lustre.catalog import COMPUTE_CLASS_LABEL, GKE_NODEPOOL_LABEL, GKE_TERMINATION_ANNOTATION
 from rl_lustre.errors import ConfigError, NoCapacityError, ProvisioningError
+from rl_lustre.kube.readiness import termination_end
 from rl_lustre.provision.scaleup import PROBE_COMPONENT
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP, KubeFake
 from rl_lustre.testing.kube import KubeTimings
@@ -305,6 +306,11 @@ def test_flex_start_nodes_granted_give_every_job_a_save_by_deadline() -> None:
         deadline = b.capacity_deadline()
         assert deadline is not None
         assert before + 6 * 3600 <= deadline.end <= after + 6 * 3600
+        # Read from the nodes where GKE gives it (their termination annotation, whole seconds),
+        # not computed from when up() saw them arrive.
+        flex = [n for n in kube.objects("Node") if n["metadata"]["name"] in gpu_nodes(kube)]
+        assert all(GKE_TERMINATION_ANNOTATION in n["metadata"].get("annotations", {}) for n in flex)
+        assert deadline.end == termination_end(flex)
         sub = prepare(c, GRPOJob(name="run-1", recipe="grpo_math_1B", max_num_steps=4), deadline=deadline, now=after)
         left = deadline.end - SAVE_MARGIN_SECONDS - after
         assert f"{DEADLINE_KEY}={save_by_text(left)}" in sub.entrypoint
@@ -326,7 +332,7 @@ def test_flex_start_nodes_granted_give_every_job_a_save_by_deadline() -> None:
         )
         words = shlex.split(flagged.entrypoint)
         assert [w for w in words if w.startswith("--lifetime=")] == [f"--lifetime={p}={6 * 3600}" for p, _ in lifetimes]
-        assert words[words.index("--capacity-end") + 1] == str(round(deadline.end, 3))
+        assert float(words[words.index("--capacity-end") + 1]) == round(deadline.end, 3)
         assert words[words.index("--save-margin") + 1] == str(int(SAVE_MARGIN_SECONDS))
         assert flagged.base_id == sub.base_id
         b.down()

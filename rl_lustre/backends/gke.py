@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from ..ray.jobs import JobsClient
     from ..spec import ClusterSpec
     from .goodput import TimelineCache
+    from .granted import OnDemandFallback
 
 __all__ = ["GKEBackend"]
 
@@ -65,26 +66,6 @@ logger = logging.getLogger("rl_lustre.backends.gke")
 _LISTING_TIMEOUT = 300.0
 # How often a run's directory is read through the head (a helper job) while its head lost it.
 _VIEW_EVERY = 15.0
-
-
-def granted_deadline(lane: Any, arrived: float | None) -> Deadline | None:
-    """When the nodes of the lane that delivered them go: flex-start nodes live
-    ``max_run_duration`` from their arrival; other capacity does not end (None).
-
-    Examples:
-        >>> from rl_lustre import Capacity
-        >>> from types import SimpleNamespace
-        >>> granted_deadline(SimpleNamespace(capacity=Capacity("flex-start", max_run_duration=3600)), 100.0).end
-        3700.0
-        >>> granted_deadline(SimpleNamespace(capacity=Capacity("spot")), 100.0) is None
-        True
-    """
-    from ..nemo_rl.deadline import Deadline
-
-    capacity = getattr(lane, "capacity", None)
-    if capacity is None or arrived is None or capacity.kind != "flex-start" or not capacity.max_run_duration:
-        return None
-    return Deadline.after(arrived, float(capacity.max_run_duration))
 
 
 class GKEBackend(submission.JobsBackend):
@@ -174,6 +155,15 @@ class GKEBackend(submission.JobsBackend):
         # A queued lane's ProvisioningRequest carries its lane's max_run_duration: the shortest
         # of the policy's is a safe stand-in.
         return node_lifetimes(self.live_node_pools() or (), queued=min(flex))
+
+    def capacity_fallback(self) -> OnDemandFallback | None:
+        """The on-demand GPU pools' node-name prefixes when the capacity policy lists on-demand
+        after another kind (see :mod:`rl_lustre.backends.granted`). Asks GKE only then."""
+        if not any(c.kind == "on-demand" for c in self.cluster.capacity[1:]):
+            return None
+        from .granted import on_demand_fallback
+
+        return on_demand_fallback(self.cluster, self.live_node_pools() or ())
 
     def __repr__(self) -> str:
         return f"GKEBackend({self.cluster.name!r}, gcp_only={self.gcp_only})"
@@ -268,7 +258,9 @@ class GKEBackend(submission.JobsBackend):
                 self.last_report = getattr(exc, "report", None)
                 raise
         self.last_report = report
-        self.granted_deadline = granted_deadline(ctx.capacity_lane, ctx.capacity_granted_at)
+        from .granted import granted_deadline
+
+        self.granted_deadline = granted_deadline(ctx.capacity_lane, ctx.capacity_granted_at, ctx.capacity_ends_at)
         return report
 
     def down(

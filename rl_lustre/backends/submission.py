@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from ..ray.jobs import JobInfo, JobsClient
     from ..run import Run
     from ..spec import ClusterSpec, JobSpec
+    from .granted import OnDemandFallback
 
 __all__ = ["JobsBackend", "Submission", "check_no_secrets", "prepare", "recorded", "submit"]
 
@@ -103,6 +104,7 @@ def prepare(
     deadline: Deadline | None = None,
     lifetimes: Sequence[tuple[str, float]] = (),
     now: float | None = None,
+    fallback: OnDemandFallback | None = None,
 ) -> Submission:
     """Render and check ``job`` for ``cluster``; makes no remote call.
 
@@ -116,7 +118,8 @@ def prepare(
     supervisor works the value out again before each attempt (a rerun starts NeMo-RL's
     clock again), from ``deadline`` and from ``lifetimes``: node-name prefixes of pools
     whose nodes live a limited time (the flex-start standby pool a rerun may resume on;
-    :mod:`rl_lustre.oncluster.lifetimes`).
+    :mod:`rl_lustre.oncluster.lifetimes`). With ``fallback``, the supervisor records when the
+    run holds nodes of an on-demand fallback (:mod:`rl_lustre.oncluster.fallback`).
 
     Examples:
         >>> from rl_lustre import Cluster, GRPOJob
@@ -142,10 +145,11 @@ def prepare(
     ).hexdigest()[:8]
     base_id = f"rl-lustre-{job.name}-{digest}"
     run_dir = rundir.run_dir(cluster.mount_path, base_id)
+    told = fallback.options() if fallback is not None else {}
     if deadline is not None or lifetimes:
-        entrypoint = _with_deadline(cluster, job, resolved, deadline, lifetimes, now, fresh, run_dir)
+        entrypoint = _with_deadline(cluster, job, resolved, deadline, lifetimes, now, fresh, run_dir, **told)
     else:
-        entrypoint = _entrypoint(cluster, job, resolved, fresh, now, run_dir=run_dir)
+        entrypoint = _entrypoint(cluster, job, resolved, fresh, now, run_dir=run_dir, **told)
     runtime_env = {
         **resolved.runtime_env,
         # PyTorch's NCCL flight recorder, dumping into the run's directory (oncluster.nccl).
@@ -204,6 +208,7 @@ def _with_deadline(
     now: float,
     fresh: bool,
     run_dir: str,
+    **told: Any,
 ) -> str:
     """The job's entrypoint with NeMo-RL told to save before ``deadline`` and before nodes
     with a lifetime go (a job that sets the key keeps its own value), warning when that
@@ -228,7 +233,7 @@ def _with_deadline(
         else {}
     )
     entrypoint = _supervised(
-        cluster, job, resolved.num_nodes, command, resolved.checkpoint_dir, run_dir=run_dir, **ends
+        cluster, job, resolved.num_nodes, command, resolved.checkpoint_dir, run_dir=run_dir, **ends, **told
     )
     if fresh and resolved.checkpointing:
         entrypoint = fresh_entrypoint(entrypoint, resolved.checkpoint_dir, now=now)
@@ -471,6 +476,11 @@ class JobsBackend(RunHandles):
         """When the capacity the jobs run on ends (flex-start nodes), or None: it does not."""
         return None
 
+    def capacity_fallback(self) -> OnDemandFallback | None:
+        """The nodes a job may run on that are an on-demand fallback of the capacity policy
+        (see :mod:`rl_lustre.backends.granted`); none here."""
+        return None
+
     def capacity_lifetimes(self) -> tuple[tuple[str, float], ...]:
         """``(node-name prefix, seconds)`` of the nodes a job may run on that live a limited
         time (flex-start pools: see :func:`rl_lustre.gcp.pool_provisioning.node_lifetimes`); none here."""
@@ -484,8 +494,11 @@ class JobsBackend(RunHandles):
         reaches ``max_num_steps`` are reported first, in one :class:`NothingToDoWarning`
         that advises ``start_over`` (the call that starts them over).
         """
-        deadline, lifetimes = self.capacity_deadline(), self.capacity_lifetimes()
-        prepared = [prepare(self.cluster, job, fresh=fresh, deadline=deadline, lifetimes=lifetimes) for job in jobs]
+        deadline, lifetimes, told = self.capacity_deadline(), self.capacity_lifetimes(), self.capacity_fallback()
+        prepared = [
+            prepare(self.cluster, job, fresh=fresh, deadline=deadline, lifetimes=lifetimes, fallback=told)
+            for job in jobs
+        ]
         if not fresh and self.cheap_listing:
             self._warn_if_nothing_to_do(jobs, prepared, start_over)
         client = self.jobs

@@ -74,6 +74,7 @@ def status(target: str, job_id: str, as_json: bool) -> None:
     queue = run.queue() if not info.terminal else None
     progress = run.progress
     cost = run.cost_so_far()
+    notes = run.notes()  # an on-demand fallback, a rehearsal, nothing left to do
     data = {
         "job_id": job_id,
         "status": status,
@@ -83,6 +84,7 @@ def status(target: str, job_id: str, as_json: bool) -> None:
         "total_steps": progress.total,
         "cost_so_far_usd": cost,
         "queue": None if queue is None else queue_json(queue),
+        "notes": notes,
     }
     if status == "QUEUED" and queue is not None:
         text = f"{job_id}: QUEUED ({queue}; since {_clock(queue.since)})"
@@ -90,6 +92,7 @@ def status(target: str, job_id: str, as_json: bool) -> None:
         text = f"{job_id}: {status} ({progress})"
     if info.message:
         text += f"\n  {info.message}"
+    text += "".join(f"\n  {note}" for note in notes)
     if cost is not None:
         text += f"\n  deployment cost while it ran: ${cost:,.2f}"
     emit(data, as_json, text)

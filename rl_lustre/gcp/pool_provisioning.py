@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from google.cloud import container_v1
 
-__all__ = ["node_lifetimes", "pool_provisioning"]
+__all__ = ["node_lifetimes", "node_prefixes", "pool_provisioning"]
 
 
 def pool_provisioning(pool: container_v1.NodePool) -> str:
@@ -76,7 +76,27 @@ def node_lifetimes(
         seconds = duration.total_seconds() if duration else float(queued or 0.0) if pool.config.flex_start else 0.0
         if seconds <= 0:
             continue
-        for url in pool.instance_group_urls:
-            group = url.rstrip("/").rsplit("/", 1)[-1]
-            out.append((group.removesuffix("-grp") + "-", seconds))
+        out += [(prefix, seconds) for prefix in _prefixes(pool)]
     return tuple(out)
+
+
+def node_prefixes(pools: Iterable[container_v1.NodePool], provisioning: str) -> tuple[str, ...]:
+    """The node-name prefixes (as :func:`node_lifetimes` names them) of the GPU pools whose
+    nodes are of capacity kind ``provisioning`` (:func:`pool_provisioning`'s words).
+
+    Examples:
+        >>> url = "https://www.googleapis.com/compute/v1/projects/p/zones/us-east1-b/instanceGroupManagers/"
+        >>> gpus = container_v1.NodeConfig(accelerators=[container_v1.AcceleratorConfig(accelerator_count=8)])
+        >>> demand = container_v1.NodePool(name="gpu-ondemand-b", instance_group_urls=[url + "gke-c-gpu-ond-1a-grp"],
+        ...     config=gpus)
+        >>> cpu = container_v1.NodePool(name="ray-head-pool", instance_group_urls=[url + "gke-c-ray-head-pool-9f-grp"])
+        >>> node_prefixes([demand, cpu], "on-demand")
+        ('gke-c-gpu-ond-1a-',)
+    """
+    return tuple(p for pool in pools if pool.config.accelerators and pool_provisioning(pool) == provisioning
+                 for p in _prefixes(pool))  # fmt: skip
+
+
+def _prefixes(pool: container_v1.NodePool) -> list[str]:
+    """GKE names a pool's nodes after its instance groups: ``gke-C-P-1a2b3c4d-grp`` -> ``gke-C-P-1a2b3c4d-``."""
+    return [url.rstrip("/").rsplit("/", 1)[-1].removesuffix("-grp") + "-" for url in pool.instance_group_urls]

@@ -6,10 +6,10 @@ stamps as seconds. No remote call.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["claim_bound", "condition_true", "raycluster_ready", "seconds", "spec_worker_replicas"]
+__all__ = ["claim_bound", "condition_true", "raycluster_ready", "seconds", "spec_worker_replicas", "termination_end"]
 
 
 def seconds(stamp: Any) -> float | None:
@@ -26,6 +26,27 @@ def seconds(stamp: Any) -> float | None:
     except ValueError:
         return None
     return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+def termination_end(nodes: Iterable[Mapping[str, Any]]) -> float | None:
+    """The earliest time GKE says it ends one of ``nodes`` (its annotation
+    :data:`rl_lustre.catalog.GKE_TERMINATION_ANNOTATION`, which GKE puts on nodes whose run is
+    bounded: flex-start), as seconds since the epoch; None when no node says.
+
+    Examples:
+        >>> from rl_lustre.catalog import GKE_TERMINATION_ANNOTATION as END
+        >>> termination_end([{"metadata": {"annotations": {END: "2026-12-13T01:00:00Z"}}},
+        ...                  {"metadata": {"annotations": {END: "2026-12-12T01:00:00Z"}}}, {"metadata": {}}])
+        1797037200.0
+        >>> termination_end([{"metadata": {"annotations": {END: "soon"}}}]) is None
+        True
+    """
+    from ..catalog import GKE_TERMINATION_ANNOTATION
+
+    ends = [
+        seconds(((n.get("metadata") or {}).get("annotations") or {}).get(GKE_TERMINATION_ANNOTATION)) for n in nodes
+    ]
+    return min((t for t in ends if t is not None), default=None)
 
 
 def condition_true(obj: Mapping[str, Any], kind: str) -> bool:

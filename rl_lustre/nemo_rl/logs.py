@@ -46,12 +46,14 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 
 from .._public import public
+from ..oncluster.fallback import EVENT as FALLBACK_EVENT
 from ..oncluster.nemo_formats import END_LINE, EPOCH_HEADER, SAVE_LINE, STEP_HEADER
+from ..oncluster.records import MARK, read_journal
 
 __all__ = ["CheckpointSave", "LogParser", "ParsedLog", "StepRecord", "parse_log"]
 
@@ -217,6 +219,8 @@ class LogParser:
         self.saves: list[CheckpointSave] = []
         self.finished = False
         self.rehearsal = False
+        # The supervisor's newest on_demand journal record (rl_lustre.oncluster.fallback), if any.
+        self.on_demand: dict[str, Any] | None = None
         self.epoch = 1
         self.initial_validation: dict[str, float] = {}
         self._step: int | None = None
@@ -253,6 +257,8 @@ class LogParser:
         now = at if at is not None or self._clock is None else self._clock()
         line = line.rstrip("\r\n")
         text = line.strip()
+        if text.startswith(MARK) and f'"{FALLBACK_EVENT}"' in text:
+            self.on_demand = next(iter(read_journal(text)), self.on_demand)
         if _RAY_WORKER.match(text) or text.startswith(_SUPERVISOR):
             return []
         if text.startswith("rl_lustre rehearsal:"):

@@ -7,8 +7,9 @@ NeMo-RL, lives here:
 
 - :mod:`.supervisor` (``python -m rl_lustre_oncluster.supervisor``) and what it is told
   (:mod:`.jobargs`), how it watches Ray's nodes (:mod:`.watch`, :mod:`.raystate`), the
-  processes of an attempt (:mod:`.procs`), capacity that ends (:mod:`.lifetimes`) and the
-  time stamps of NeMo-RL's lines (:mod:`.stamps`);
+  processes of an attempt (:mod:`.procs`), capacity that ends (:mod:`.lifetimes`), an
+  on-demand fallback said (:mod:`.fallback`) and the time stamps of NeMo-RL's lines
+  (:mod:`.stamps`);
 - the cluster's queue (:mod:`.queue`);
 - the records a run leaves, which the client reads back (:mod:`.records`), and the
   NeMo-RL formats both sides read (:mod:`.nemo_formats`);

@@ -126,6 +126,14 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds before a capacity's end by which NeMo-RL must have saved",
     )
+    p.add_argument(
+        "--on-demand",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="nodes whose name starts with PREFIX are on-demand, a fallback of the capacity policy (fallback.py)",
+    )
+    p.add_argument("--fallback-note", default="", help="what running on them means (the policy's first choice, cost)")
     p.add_argument("--poll", type=float, default=1.0)
     p.add_argument(
         "--hang-grace", type=float, default=60.0, help="kill an attempt still running this long after a lost node"

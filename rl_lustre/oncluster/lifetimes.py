@@ -9,8 +9,9 @@ lost Spot ones) than the attempt before. So the supervisor does it, just before 
 attempt, from what the job was submitted with:
 
 ``--capacity-end T``
-    the end of the capacity ``up()`` was granted (its nodes' arrival plus their
-    ``max_run_duration``), in seconds since the epoch.
+    the end of the capacity ``up()`` was granted, in seconds since the epoch: the time GKE
+    put on its nodes (``node.gke.io/machine-termination-datetime``, read by the client from
+    the Kubernetes Nodes), else their arrival plus their ``max_run_duration``.
 ``--lifetime PREFIX=SECONDS`` (any number)
     nodes whose name starts with ``PREFIX`` live at most ``SECONDS``: a GPU pool of
     flex-start nodes (:func:`rl_lustre.gcp.pool_provisioning.node_lifetimes`: GKE names a pool's

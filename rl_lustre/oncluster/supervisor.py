@@ -51,7 +51,8 @@ Capacity that ends (``--capacity-end``, ``--lifetime``, ``--save-margin``)
     Before each attempt, NeMo-RL's ``checkpointing.checkpoint_must_save_by`` is set (or
     reset: a rerun starts NeMo-RL's clock again) from when the nodes it may run on go:
     the capacity ``up()`` was granted, or flex-start nodes such as the standby pool's that
-    replaced lost Spot ones (:mod:`.lifetimes`); a ``deadline`` journal line records it.
+    replaced lost Spot ones (:mod:`.lifetimes`); a ``deadline`` journal line records it. Held
+    nodes of an on-demand fallback (``--on-demand``) get an ``on_demand`` one (:mod:`.fallback`).
 
 Records
     Each recovery prints a line for people and one for programs:
@@ -88,7 +89,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from . import lifetimes, records
+from . import fallback, lifetimes, records
 from .hangs import HangWatch
 from .jobargs import PREFIX, claim_of, job_config, parser, store_of
 from .nemo_formats import checkpoint_name, checkpoint_step, save_by_text
@@ -159,6 +160,7 @@ class Supervisor:
         self.deadline: lifetimes.End | None = None
         self.timed_out = False
         self.outlived: set[str] = set()
+        self.on_demand = fallback.OnDemand(args.on_demand, args.fallback_note)  # :mod:`.fallback`
 
     # -- one attempt ----------------------------------------------------------------------
 
@@ -298,6 +300,7 @@ class Supervisor:
     def _held(self, nodes: list[dict[str, Any]]) -> None:
         records.write({"event": "held", "job": self.submission_id, "attempt": self.attempts, "nodes": nodes})
         _say(f"this run's placement groups hold {len(nodes)} node(s): {', '.join(describe(n) for n in nodes)}")
+        self.on_demand.held(self.attempts, nodes, say=_say)
 
     def _signal_child(self, sig: int) -> None:
         child = self.child

@@ -257,6 +257,7 @@ class CapacityPoolDriver:
         from ..kube.computeclass import compute_class_manifest
         from ..kube.labels import deployment_labels
         from ..kube.provisioning_request import worker_resources
+        from ..kube.readiness import termination_end
         from ..spec.lanes import class_stages
         from .scaleup import class_nodes, release_probes, top_up_probes, wait_for_nodes
 
@@ -313,6 +314,7 @@ class CapacityPoolDriver:
         self._apply_class(api, compute_class_manifest(spec, labels, zones))
         delivered = self._delivered(api, lanes)
         self.ctx.capacity_lane, self.ctx.capacity_granted_at = delivered, time.time()
+        self.ctx.capacity_ends_at = termination_end(class_nodes(api, self.ctx.cluster))
         self._say(f"got {spec.num_nodes} nodes: {delivered.label}, after {len(self.attempts)} attempt(s)")
         return delivered
 

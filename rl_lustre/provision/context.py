@@ -143,6 +143,8 @@ class Context:
         self.capacity_lane: Any = None
         # When the delivering lane's nodes arrived (time.time()): where capacity that ends starts counting.
         self.capacity_granted_at: float | None = None
+        # When GKE says the first of the class's nodes ends (its termination annotation), if it says.
+        self.capacity_ends_at: float | None = None
         self._manifests: dict[str, dict[str, Any]] | None = None
         self._lock = threading.Lock()
 

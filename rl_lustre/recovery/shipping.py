@@ -50,6 +50,8 @@ def supervised(
     startup_timeout: float | None = None,
     kube_raycluster: str | None = None,
     kube_namespace: str | None = None,
+    on_demand: Sequence[str] = (),
+    fallback_note: str = "",
 ) -> str:
     """The Ray job's entrypoint: the supervisor, running ``command``.
 
@@ -63,6 +65,8 @@ def supervised(
     watchdog (:mod:`rl_lustre.oncluster.hangs`) declares a stall after ``hang_timeout`` seconds
     without progress (None: adaptive), ``startup_timeout`` until an attempt's first step is
     done; a diagnostics bundle then holds the Kubernetes events of ``kube_raycluster``'s pods.
+    Nodes whose name starts with one of ``on_demand`` are an on-demand fallback, recorded when
+    the run holds them, with ``fallback_note`` (see :mod:`rl_lustre.oncluster.fallback`).
 
     Examples:
         >>> supervised("cd /opt/nemo-rl && uv run python x.py", python="python", max_restarts=3, nodes=8,
@@ -115,6 +119,9 @@ def supervised(
             parts += ["--capacity-end", _number(round(capacity_end, 3))]
         parts += [f"--lifetime={shlex.quote(f'{prefix}={_number(seconds)}')}" for prefix, seconds in lifetimes]
         parts += ["--save-margin", _number(save_margin)]
+    parts += [f"--on-demand={shlex.quote(prefix)}" for prefix in on_demand]
+    if on_demand and fallback_note:
+        parts += ["--fallback-note", shlex.quote(fallback_note)]
     return " ".join([*parts, "--", shlex.quote(command)])
 
 

@@ -18,7 +18,9 @@ ProvisioningRequest) and, for flex-start, how long its nodes run. Each pass
   long after it joined, as GKE ends flex-start VMs (GKE's "About flex-start provisioning"):
   its pods fail (reason ``Terminated``, a ``DisruptionTarget`` condition) and the Node goes,
   and the group's target with it. Its Node carries GKE's annotation
-  ``node.gke.io/machine-termination-datetime`` (the end, in real time) from the start;
+  ``node.gke.io/machine-termination-datetime`` (the end, in real time, RFC 3339) from the
+  start: the name GKE's cluster autoscaler reads the end of such a node from (no GKE page
+  documents it; see :data:`rl_lustre.catalog.GKE_TERMINATION_ANNOTATION`);
 - **consolidation**: in an autoscaled group, a Ready node no pod but DaemonSet pods uses is
   removed once it has been unneeded for its ComputeClass's
   ``autoscalingPolicy.consolidationDelayMinutes`` (GKE's ComputeClass reference), or the

@@ -9,16 +9,21 @@ default every request is granted at once) says ``wait``, ``granted`` (with the N
 register: ``Provisioned`` True), ``failed`` (``Failed`` True with the message) or ``busy``
 (no answer yet: nothing changes until the next pass), as the
 condition types of kubernetes/autoscaler's ``provisioningrequest`` API say. Deleting the
-request takes nothing else away (its nodes go with their pool).
+request takes nothing else away (its nodes go with their pool). A granted node of a request
+with ``parameters.maxRunDurationSeconds`` (GKE's "Run a large-scale workload with flex-start
+with queued provisioning": its nodes live that long) carries the time GKE ends it, as its
+flex-start nodes do (:data:`rl_lustre.catalog.GKE_TERMINATION_ANNOTATION`; see
+:mod:`rl_lustre.testing._kube_node_groups`).
 """
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Callable
 from typing import Any
 
-from ..catalog import GKE_NODEPOOL_LABEL
+from ..catalog import GKE_NODEPOOL_LABEL, GKE_TERMINATION_ANNOTATION
 from ._kube_kinds import KindInfo, register_kind
 from ._kube_store import Obj, Store, now_rfc3339
 
@@ -74,8 +79,13 @@ class ProvisioningRequests:
             if state == "busy":  # no answer yet (see _kube_autoscaler): asked again next pass
                 continue
             if state == "granted":
+                run = ((pr.get("spec") or {}).get("parameters") or {}).get("maxRunDurationSeconds")
                 for node in nodes:
                     if self.store.get("Node", None, node["metadata"]["name"]) is None:
+                        if run:
+                            end = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=float(run))
+                            stamp = end.isoformat(timespec="seconds").replace("+00:00", "Z")
+                            node["metadata"].setdefault("annotations", {})[GKE_TERMINATION_ANNOTATION] = stamp
                         self.register(node)
                 self._set(pr, "Provisioned", "Provisioned", message)
             elif state == "failed":
