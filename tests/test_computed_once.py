@@ -234,12 +234,6 @@ def gke_world(local_cluster: Cluster, monkeypatch: pytest.MonkeyPatch, tmp_path:
 
 # A deployment on the fakes plus the session's Ray head: the slow set (nox -s tests-slow).
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="open regression (issue 31): a GKE submit whose run directory is not yet on the volume reads it "
-    "through a helper Ray job on the head (SubmitterBase._lost_in_flight), about 745 calls against a bound "
-    "of 558; to fix by checking only after a head loss, or on the cluster",
-    strict=False,
-)
 def test_a_gke_submit_makes_a_third_of_the_package_calls_it_used_to(gke_world: Cluster) -> None:
     cluster = gke_world.use_backend(GKEBackend(gke_world, backoff=FAST_BACKOFF, retry=FAST_RETRY))
     first, first_calls = package_calls(lambda: cluster.submit(GRPOJob(name="once-a", **JOB)))

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from .. import naming
 from ..catalog import DASHBOARD_PORT
 from ..errors import ConfigError, KubernetesError, NotReadyError, RayError
+from ..kube.head_pod import HeadWatch
 from ..plankeys import LUSTRE_KEY
 from ..provision.executor import Executor
 from ..provision.records import Report
@@ -128,6 +129,7 @@ class GKEBackend(submission.JobsBackend):
         self._kubeconfig: tuple[str | None, str | None] | None = None
         self._lock = threading.Lock()
         self._forward: PortForward | None = None
+        self._head_watch = HeadWatch()
         self._jobs: JobsClient | None = None
         self._timelines: TimelineCache | None = None
         # Run directories read through the head (when), and the head losses read with them.
@@ -322,15 +324,20 @@ class GKEBackend(submission.JobsBackend):
         self._label_results_on_volume()
 
     def _label_results_on_volume(self) -> None:
-        plan = self.plan
-        if self._labelled or self.gcp_only or LUSTRE_KEY not in plan or plan.get(LUSTRE_KEY).action != "create":
+        # From the spec, not the plan (a submit builds none): a volume this deployment created.
+        volume = self.cluster.volume
+        if self._labelled or self.gcp_only or volume is None or volume.existing:
             return
+        from .. import gcp
         from ..catalog import LABEL_RESULTS
         from ..provision.results import RESULTS_ON_VOLUME, label_volume
 
-        assert self.cluster.volume is not None
-        lustre = self.context().apis.lustre
-        name = self.cluster.volume.resource_name()
+        lustre = (
+            self._apis.lustre
+            if self._apis is not None
+            else gcp.LustreInstances(backoff=self._backoff, retry=self._retry)
+        )
+        name = volume.resource_name()
         try:
             found = lustre.get_or_none(name)
             if found is not None and LABEL_RESULTS not in found.labels:
@@ -449,6 +456,13 @@ class GKEBackend(submission.JobsBackend):
 
     def head_losses(self) -> list[dict[str, Any]]:
         return super().head_losses() if self.volume_here() else list(self._losses)
+
+    def head_replaced(self) -> bool | None:
+        """From the head pod the port-forward goes to (:mod:`rl_lustre.kube.head_pod`), where
+        reading the volume takes a helper job on the head."""
+        if self.volume_here() or self._forward is None:
+            return None
+        return self._head_watch.replaced(self._forward, self.cluster.namespace, naming.raycluster_name(self.cluster))
 
     def _remote_view(self, run_dir: str) -> dict[str, Any]:
         import json

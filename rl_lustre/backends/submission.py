@@ -532,10 +532,17 @@ class JobsBackend(RunHandles):
         run_dir = p.metadata.get(RUN_DIR)
         if not run_dir or any((j.metadata or {}).get(RUN_ID, j.submission_id) == p.base_id for j in known):
             return None
+        if self.head_replaced() is False:
+            return None  # no head was lost: no run of this cluster can be in flight unknown to the head
         view = self.run_view(run_dir)
         if view is None or not view.in_flight or self.cluster_up() is False:
             return None
         return view.current or p.base_id
+
+    def head_replaced(self) -> bool | None:
+        """Whether the cluster's Ray head was lost since the cluster came up; None: not known
+        cheaply (the run's directory is read)."""
+        return None
 
     def dashboard_on_head(self) -> str | None:
         """The Ray dashboard's address as seen from the head, for the queue's supervisors; None: Ray's default."""

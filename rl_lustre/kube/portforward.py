@@ -115,6 +115,11 @@ class PortForward:
         return f"http://127.0.0.1:{self.local_port}"
 
     @property
+    def api(self) -> Any:
+        """The Kubernetes ``ApiClient`` it forwards through."""
+        return self._api
+
+    @property
     def pod(self) -> str | None:
         """The pod the next connection goes to, when known."""
         target = self._target
