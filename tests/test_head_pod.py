@@ -6,26 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from helpers.rayclusters import raycluster
+
 from rl_lustre.kube.client import ResourceClient
 from rl_lustre.kube.head_pod import read_head_replaced
 from rl_lustre.testing.kube import KubeFake
-
-
-def _raycluster(name: str) -> dict[str, Any]:
-    container = {
-        "name": "ray",
-        "image": "rayproject/ray:2.46.0",
-        "ports": [{"name": "dashboard", "containerPort": 8265}],
-    }
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "rayVersion": "2.46.0",
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container]}}},
-        },
-    }
 
 
 def _head(fake: KubeFake) -> dict[str, Any]:
@@ -41,7 +26,7 @@ def _head(fake: KubeFake) -> dict[str, Any]:
 def test_a_head_restarted_in_place_or_made_later_is_told_and_the_first_head_is_not() -> None:
     with KubeFake() as fake:
         api = fake.api_client()
-        ResourceClient(api, "RayCluster", "default").create(_raycluster("rc"))
+        ResourceClient(api, "RayCluster", "default").create(raycluster("rc", replicas=1))
         head = _head(fake)["metadata"]["name"]
         # KubeRay's first head pod, never restarted: no head was lost.
         assert read_head_replaced(api, "default", head, "rc") is False

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from helpers.rayclusters import raycluster
 from kubernetes.client.exceptions import ApiException
 
 from rl_lustre.kube.client import ResourceClient, WatchExpired
@@ -39,42 +40,6 @@ def secret(name: str, **labels: str) -> dict:
         "kind": "Secret",
         "metadata": {"name": name, "labels": labels},
         "stringData": {"KEY": "value"},
-    }
-
-
-def raycluster(name: str, replicas: int = 2, image: str = "rayproject/ray:2.46.0") -> dict:
-    container = {"name": "ray", "image": image, "ports": [{"name": "dashboard", "containerPort": 8265}]}
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "rayVersion": "2.46.0",
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container]}}},
-            "workerGroupSpecs": [
-                {
-                    "groupName": "gpu",
-                    "replicas": replicas,
-                    "minReplicas": replicas,
-                    "maxReplicas": replicas,
-                    "rayStartParams": {},
-                    "template": {
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "worker",
-                                    "image": image,
-                                    "resources": {
-                                        "limits": {"nvidia.com/gpu": "1"},
-                                        "requests": {"nvidia.com/gpu": "1"},
-                                    },
-                                }
-                            ]
-                        }
-                    },
-                }
-            ],
-        },
     }
 
 
