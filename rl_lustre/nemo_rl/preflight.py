@@ -127,10 +127,6 @@ def check_storage(flat: Mapping[str, Any], cluster: ClusterSpec) -> tuple[list[C
     return found.problems, found.warnings
 
 
-def _get(flat: Mapping[str, Any], key: str, default: Any = _MISSING) -> Any:
-    return flat.get(key, default)
-
-
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -143,6 +139,8 @@ def _check_secrets(job: JobSpec, cluster: ClusterSpec, overrides: Mapping[str, A
             "W&B logging needs WANDB_API_KEY among Cluster.secrets (it reaches the pods through the Kubernetes Secret)",
         )
     for key, value in overrides.items():
+        if "env_vars" not in key:  # the only keys that set one (see secret_names)
+            continue
         for name in secret_names(key, value):
             found.problem(
                 key.lstrip("+"),
@@ -211,11 +209,11 @@ def _check_converter(job: JobSpec, flat: Mapping[str, Any], found: _Findings) ->
     from .config import recipe_name
     from .models import converter_for
 
-    megatron = _get(flat, "policy.megatron_cfg.enabled") is True
+    megatron = flat.get("policy.megatron_cfg.enabled", _MISSING) is True
     if megatron and job.converter_type is None and converter_for(job.model) is None:
         found.warnings.append(
             f"cannot tell the model family of {job.model!r}; the recipe's "
-            f"policy.megatron_cfg.converter_type={_get(flat, 'policy.megatron_cfg.converter_type')!r} "
+            f"policy.megatron_cfg.converter_type={flat.get('policy.megatron_cfg.converter_type', _MISSING)!r} "
             "is kept (set GRPOJob.converter_type if that is wrong)"
         )
     if not megatron and job.converter_type is not None:
@@ -226,9 +224,9 @@ def _check_converter(job: JobSpec, flat: Mapping[str, Any], found: _Findings) ->
 
 
 def _check_batches(flat: Mapping[str, Any], found: _Findings) -> None:
-    prompts = _int(_get(flat, "grpo.num_prompts_per_step"))
-    gens = _int(_get(flat, "grpo.num_generations_per_prompt"))
-    gbs = _int(_get(flat, "policy.train_global_batch_size"))
+    prompts = _int(flat.get("grpo.num_prompts_per_step", _MISSING))
+    gens = _int(flat.get("grpo.num_generations_per_prompt", _MISSING))
+    gbs = _int(flat.get("policy.train_global_batch_size", _MISSING))
     if prompts is None or gens is None or gbs is None:
         return
     samples = prompts * gens
@@ -268,7 +266,7 @@ def _check_nodes(
             f"conflicts with num_nodes={job.num_nodes}; set the job's size once, with num_nodes",
         )
         return
-    nodes = _int(_get(flat, "cluster.num_nodes", None)) if flat is not None else None
+    nodes = _int(flat.get("cluster.num_nodes", None)) if flat is not None else None
     if nodes is None:
         nodes = _int(next((v for k, v in overrides.items() if k.lstrip("+") == "cluster.num_nodes"), None))
     if nodes is not None and nodes > cluster.num_nodes:
@@ -279,7 +277,7 @@ def _check_nodes(
             f"the job asks for {nodes} nodes but cluster {cluster.name!r} has {cluster.num_nodes} "
             f"(Cluster.num_nodes={cluster.num_nodes}); use at most {cluster.num_nodes}, or a larger cluster",
         )
-    gpn = _int(_get(flat, "cluster.gpus_per_node", None)) if flat is not None else None
+    gpn = _int(flat.get("cluster.gpus_per_node", None)) if flat is not None else None
     if gpn is not None and cluster.gpus_per_node is not None and 0 < gpn < cluster.gpus_per_node:
         found.warnings.append(
             f"the job uses {gpn} of each node's {cluster.gpus_per_node} GPUs (cluster.gpus_per_node={gpn}); "
@@ -288,8 +286,8 @@ def _check_nodes(
 
 
 def _check_parallelism(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Findings) -> None:
-    nodes = _int(_get(flat, "cluster.num_nodes"))
-    gpn = _int(_get(flat, "cluster.gpus_per_node"))
+    nodes = _int(flat.get("cluster.num_nodes", _MISSING))
+    gpn = _int(flat.get("cluster.gpus_per_node", _MISSING))
     if nodes is None or gpn is None or nodes <= 0 or gpn <= 0:
         return
     total = nodes * gpn
@@ -305,9 +303,9 @@ def _check_parallelism(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Fi
         )
 
     train, gen = total, total
-    if _get(flat, "policy.generation.colocated.enabled", True) is False:
-        gen_nodes = _int(_get(flat, "policy.generation.colocated.resources.num_nodes", None)) or 0
-        gen_gpn = _int(_get(flat, "policy.generation.colocated.resources.gpus_per_node", None)) or 0
+    if flat.get("policy.generation.colocated.enabled", True) is False:
+        gen_nodes = _int(flat.get("policy.generation.colocated.resources.num_nodes", None)) or 0
+        gen_gpn = _int(flat.get("policy.generation.colocated.resources.gpus_per_node", None)) or 0
         gen = gen_gpn if nodes == 1 else gen_nodes * gpn
         train = total - gen
         if gen <= 0 or train <= 0:
@@ -319,21 +317,21 @@ def _check_parallelism(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Fi
             )
             return
 
-    if _get(flat, "policy.megatron_cfg.enabled") is True:
+    if flat.get("policy.megatron_cfg.enabled", _MISSING) is True:
         prefix = "policy.megatron_cfg."
         tp_key, pp_key, cp_key = (
             prefix + "tensor_model_parallel_size",
             prefix + "pipeline_model_parallel_size",
             prefix + "context_parallel_size",
         )
-    elif _get(flat, "policy.dtensor_cfg.enabled") is True:
+    elif flat.get("policy.dtensor_cfg.enabled", _MISSING) is True:
         prefix = "policy.dtensor_cfg."
         tp_key, pp_key, cp_key = prefix + "tensor_parallel_size", "", prefix + "context_parallel_size"
     else:
         return
-    tp = _int(_get(flat, tp_key, 1)) or 1
-    pp = _int(_get(flat, pp_key, 1)) or 1
-    cp = _int(_get(flat, cp_key, 1)) or 1
+    tp = _int(flat.get(tp_key, 1)) or 1
+    pp = _int(flat.get(pp_key, 1)) or 1
+    cp = _int(flat.get(cp_key, 1)) or 1
     model_parallel = tp * pp * cp
     if train % model_parallel:
         found.problem(
@@ -344,8 +342,8 @@ def _check_parallelism(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Fi
         )
     else:
         dp = train // model_parallel
-        mbs = _int(_get(flat, "policy.train_micro_batch_size", 1)) or 1
-        gbs = _int(_get(flat, "policy.train_global_batch_size"))
+        mbs = _int(flat.get("policy.train_micro_batch_size", 1)) or 1
+        gbs = _int(flat.get("policy.train_global_batch_size", _MISSING))
         if gbs is not None and gbs % (dp * mbs):
             found.problem(
                 "policy.train_global_batch_size",
@@ -355,10 +353,10 @@ def _check_parallelism(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Fi
                 f"(tensor {tp} * pipeline {pp} * context {cp}))",
             )
 
-    if _get(flat, "policy.generation.backend") == "vllm":
+    if flat.get("policy.generation.backend", _MISSING) == "vllm":
         vkey = "policy.generation.vllm_cfg."
-        vtp = _int(_get(flat, vkey + "tensor_parallel_size", 1)) or 1
-        vpp = _int(_get(flat, vkey + "pipeline_parallel_size", 1)) or 1
+        vtp = _int(flat.get(vkey + "tensor_parallel_size", 1)) or 1
+        vpp = _int(flat.get(vkey + "pipeline_parallel_size", 1)) or 1
         if vtp > gpn:
             found.problem(
                 vkey + "tensor_parallel_size",
@@ -374,7 +372,7 @@ def _check_parallelism(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Fi
 
 
 def _check_metric(flat: Mapping[str, Any], found: _Findings) -> None:
-    metric = _get(flat, "checkpointing.metric_name")
+    metric = flat.get("checkpointing.metric_name", _MISSING)
     if metric is _MISSING or metric is None:
         return
     if not isinstance(metric, str) or not metric.startswith(("val:", "train:")) or metric in ("val:", "train:"):
@@ -385,7 +383,7 @@ def _check_metric(flat: Mapping[str, Any], found: _Findings) -> None:
             "like 'val:accuracy' (NeMo-RL 0.4.0 ranks checkpoints by a validation or "
             "training metric)",
         )
-    elif metric.startswith("val:") and not _get(flat, "grpo.val_period", 0):
+    elif metric.startswith("val:") and not flat.get("grpo.val_period", 0):
         found.warnings.append(
             f"checkpointing.metric_name={metric!r} ranks by a validation metric, but grpo.val_period "
             "is 0, so no validation runs"
@@ -393,7 +391,7 @@ def _check_metric(flat: Mapping[str, Any], found: _Findings) -> None:
 
 
 def _check_dataset(flat: Mapping[str, Any], key: str, exact: bool, found: _Findings) -> None:
-    name = _get(flat, key)
+    name = flat.get(key, _MISSING)
     if name is _MISSING or name in MATH_DATASETS:
         return
     if name in PREFERENCE_DATASETS:
@@ -406,7 +404,7 @@ def _check_dataset(flat: Mapping[str, Any], key: str, exact: bool, found: _Findi
         )
         return
     if name == "ResponseDataset":
-        if exact and _get(flat, "data.train_data_path") is _MISSING:
+        if exact and flat.get("data.train_data_path", _MISSING) is _MISSING:
             found.problem(
                 key,
                 name,
@@ -445,9 +443,9 @@ def _check_storage(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Findin
         parse_param_count,
     )
 
-    if _get(flat, "checkpointing.enabled") is not True:
+    if flat.get("checkpointing.enabled", _MISSING) is not True:
         return
-    model = _get(flat, "policy.model_name")
+    model = flat.get("policy.model_name", _MISSING)
     params = parse_param_count(model) if isinstance(model, str) else None
     if params is None:
         found.warnings.append(
@@ -455,9 +453,9 @@ def _check_storage(flat: Mapping[str, Any], cluster: ClusterSpec, found: _Findin
             "checkpoints fit the volume was skipped"
         )
         return
-    steps = _int(_get(flat, "grpo.max_num_steps")) or 1
-    period = _int(_get(flat, "checkpointing.save_period")) or 1
-    keep = _int(_get(flat, "checkpointing.keep_top_k", None))
+    steps = _int(flat.get("grpo.max_num_steps", _MISSING)) or 1
+    period = _int(flat.get("checkpointing.save_period", _MISSING)) or 1
+    keep = _int(flat.get("checkpointing.keep_top_k", None))
     saves = max(1, math.ceil(steps / period))
     kept = saves if keep is None else min(keep, saves)
     # Beyond the kept ones: the save being written (tmp_step_N) and a stale one left by

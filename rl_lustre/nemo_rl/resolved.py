@@ -371,7 +371,7 @@ def _render(
     args: list[str] = []
     error: ConfigError | None = None
     for key, value in overrides.items():
-        secret = secret_names(key, value)
+        secret = secret_names(key, value) if "env_vars" in key else []  # the only keys that set one
         seen = REDACTED if secret else value  # as preflight.shown_value shows it
         try:
             text = render_override(key, value)
