@@ -146,7 +146,8 @@ def test_a_run_and_a_queued_one_survive_the_loss_of_their_head(cluster: Cluster,
     follower.join(timeout=60)
     assert not follower.is_alive()
     steps = [int(m[1]) for m in STEP.finditer("\n".join(lines))]
-    assert steps[:3] == [1, 2, 3]
+    # Every step line up to the loss, but the last ones the lost head may not have sent.
+    assert steps[: at - 2] == list(range(1, at - 1))
     assert steps[-(25 - at) :] == list(range(at, 25))
 
     # Attached by the run id, or by the lost submission's id, from any process.
