@@ -22,7 +22,7 @@ import attrs
 import pytest
 from helpers.preemption_job import checkpoint_tree, two_worker_cluster
 
-from rl_lustre import Cluster, GRPOJob
+from rl_lustre import Cluster, GRPOJob, Run
 from rl_lustre.errors import JobFailedError, NotReadyError
 from rl_lustre.testing import lose_head
 
@@ -76,6 +76,21 @@ def _named(name: str, **changes: Any) -> GRPOJob:
     return attrs.evolve(JOB, name=f"{name}-{uuid.uuid4().hex[:6]}", **changes)
 
 
+def _queue_behind(cluster: Cluster, first: GRPOJob, second: GRPOJob) -> Run:
+    """Submit ``second`` once ``first`` holds the nodes, and wait until it is QUEUED behind it.
+
+    Submitted together, a supervisor slow to start on a loaded machine would join the queue
+    after the second's (best-effort FIFO), which would then run first."""
+    _wait_done(first, cluster, 1)
+    behind = cluster.submit(second)
+    deadline = time.monotonic() + 120
+    while (status := behind.status()) != "QUEUED":
+        assert status in ("PENDING", "RUNNING"), f"the second job is {status}"
+        assert time.monotonic() < deadline, "the second job did not queue in 120 s"
+        time.sleep(0.2)
+    return behind
+
+
 def test_a_run_and_a_queued_one_survive_the_loss_of_their_head(cluster: Cluster, preemption_report: list[str]) -> None:
     """The head killed mid-run (OOMKilled): the keeper resubmits both runs in their queue order;
     the first resumes from its newest checkpoint and ends as an uninterrupted run does, the
@@ -90,15 +105,7 @@ def test_a_run_and_a_queued_one_survive_the_loss_of_their_head(cluster: Cluster,
     lines: list[str] = []
     follower = threading.Thread(target=lambda: lines.extend(run.logs(follow=True)), daemon=True)
     follower.start()
-    # The second job once the first holds the nodes: a supervisor slow to start on a loaded
-    # machine would otherwise join the queue after the second (best-effort FIFO), which then runs first.
-    _wait_done(main, cluster, 1)
-    behind = cluster.submit(queued)
-    deadline = time.monotonic() + 120
-    while (status := behind.status()) != "QUEUED":
-        assert status in ("PENDING", "RUNNING"), f"the second job is {status}"
-        assert time.monotonic() < deadline, "the second job did not queue in 120 s"
-        time.sleep(0.2)
+    behind = _queue_behind(cluster, main, queued)
     # The head goes right after an odd step: the save of the step before is the newest.
     at = _done(main, cluster) + 1
     at += 1 - at % 2
@@ -182,9 +189,10 @@ def test_a_head_lost_while_saving_resumes_from_the_save_before(cluster: Cluster)
 
 def test_a_keeper_restarted_half_way_through_resubmitting_starts_no_run_twice(cluster: Cluster) -> None:
     backend = cluster._backend()
-    first, second = _named("hl-k1", max_num_steps=6), _named("hl-k2", max_num_steps=4)
-    runs = [cluster.submit(first), cluster.submit(second)]
-    _wait_done(first, cluster, 1)
+    first, second = _named("hl-k1", max_num_steps=16), _named("hl-k2", max_num_steps=4)
+    runs = [cluster.submit(first)]
+    runs.append(_queue_behind(cluster, first, second))
+    assert _done(first, cluster) < 14, "the first run neared its end before the second queued"
     heads = Path(cluster.mount_path) / "rl_lustre" / "keeper" / cluster.name / "heads.jsonl"
     seen = len(heads.read_text().splitlines())
     lose_head(cluster, back_after=0.5)
