@@ -157,6 +157,26 @@ def test_priorities_in_order_and_a_stockout_moves_on_at_once(kube: KubeFake) -> 
     assert any("gpu-flex-b 0->2" in m for m in events(kube, "TriggeredScaleUp"))
 
 
+def test_a_pod_that_comes_while_a_scale_up_is_in_flight_joins_it(kube: KubeFake) -> None:
+    """One pod asks, the group's VMs are still coming, a second pod arrives: the scale-up grows
+    to both (the autoscaler sizes it for every pending pod the group can take), and neither is
+    told that no rule can be met."""
+    capacity = Capacity()
+    capacity.waiting.add("gpu-ondemand-b")
+    kube.autoscaling = capacity
+    kube.node_pool_ready(pool("gpu-ondemand-b"))
+    kube.create(compute_class(["gpu-ondemand-b"]))
+    kube.create(worker("w-0"))
+    until(lambda: any("gpu-ondemand-b 0->1" in m for m in events(kube, "TriggeredScaleUp")))
+    kube.create(worker("w-1"))
+    until(lambda: ("gpu-ondemand-b", 2) in capacity.asked)
+    capacity.waiting.clear()
+    assert until(lambda: pool_of(kube, "w-0") and pool_of(kube, "w-1")) == "gpu-ondemand-b"
+    assert pool_of(kube, "w-1") == "gpu-ondemand-b"
+    assert len({kube.get("Pod", w)["spec"]["nodeName"] for w in ("w-0", "w-1")}) == 2
+    assert events(kube, "NotTriggerScaleUp") == []
+
+
 def test_a_pool_without_the_class_label_and_taint_is_not_the_classs(kube: KubeFake) -> None:
     kube.autoscaling = Capacity()
     kube.node_pool_ready(pool("gpu-bare", joins=False))

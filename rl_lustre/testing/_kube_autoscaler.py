@@ -87,6 +87,10 @@ class Autoscaler(NodeGroups):
         now = time.monotonic()
         if group.asked_at is None:
             group.asking, group.asked_at = min(room, len(pods)), now
+        else:
+            # Pods that came while a scale-up is in flight join it (the autoscaler sizes a
+            # scale-up for every pending pod the group can take), rather than being left out.
+            group.asking = max(group.asking, min(room, len(pods)))
         decide = self.decide or (lambda pool, count, at: ("granted", "", []))
         if group.spot and self.spot.gpu_capacity_gone():
             state, message = "failed", f"Node scale up in zones {group.zone} associated with this pod failed"
