@@ -103,7 +103,23 @@ def test_jobs_wait_their_turn_are_seen_queued_from_anywhere_and_leave_the_queue_
             timeout=180,
         )
         assert first.status() == "RUNNING"
-        _until("the second job to be seen queued", lambda: queued.status() == "QUEUED", timeout=180)
+        seen: list[str] = []
+
+        def second_queued() -> bool:
+            status = queued.status()
+            if not seen or seen[-1] != status:
+                seen.append(status)
+            return status == "QUEUED"
+
+        try:
+            _until("the second job to be seen queued", second_queued, timeout=180)
+        except AssertionError as exc:  # what the queue saw, to tell a slow start from a wrong admission
+            claims = {p.name: p.read_text() for p in _claims_dir(local_cluster).glob("*.json")}
+            try:
+                log = queued.logs(records=True)[-3000:]
+            except Exception as err:  # the diagnosis must not hide the failure
+                log = f"(unreadable: {err!r})"
+            raise AssertionError(f"{exc}: statuses {seen}; claims {claims}; its log:\n{log}") from None
         # Both queued jobs have joined once the second counts two in the queue behind the holder
         # (the second may join while the first is still queued: "2nd of 2" behind it, not yet holding).
         state = _until(
