@@ -50,9 +50,10 @@ After an attempt
 Capacity that ends (``--capacity-end``, ``--lifetime``, ``--save-margin``)
     Before each attempt, NeMo-RL's ``checkpointing.checkpoint_must_save_by`` is set (or
     reset: a rerun starts NeMo-RL's clock again) from when the nodes it may run on go:
-    the capacity ``up()`` was granted, or flex-start nodes such as the standby pool's that
-    replaced lost Spot ones (:mod:`.lifetimes`); a ``deadline`` journal line records it. Held
-    nodes of an on-demand fallback (``--on-demand``) get an ``on_demand`` one (:mod:`.fallback`).
+    the capacity ``up()`` was granted, or flex-start nodes a ComputeClass brought for lost Spot
+    ones (:mod:`.lifetimes`, their ends read from their Nodes: :mod:`.nodeends`); a
+    ``deadline`` journal line records it. Held nodes of an on-demand fallback (``--on-demand``)
+    get an ``on_demand`` one (:mod:`.fallback`).
 
 Records
     Each recovery prints a line for people and one for programs:
