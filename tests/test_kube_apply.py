@@ -24,6 +24,7 @@ from rl_lustre.kube.manifests import build_manifests
 from rl_lustre.testing.kube import KubeFake, KubeTimings, schema_validator
 
 DEPLOYMENT = "rl-demo"
+HEAD_ACCESS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +56,11 @@ def make_cluster(**changes: object) -> Cluster:
 
 def manifests(cluster: Cluster | None = None, hf_token: str = "hf_first_value") -> list[dict]:
     """The deployment's objects but its ComputeClass and the head's access (ServiceAccount, Role,
-    RoleBinding): how objects are applied, adopted and deleted is this module's; those (applied
-    the same way) are test_capacity_fallback's, test_computeclass's and test_hang_client's."""
+    RoleBinding, ClusterRole, ClusterRoleBinding): how objects are applied, adopted and deleted is
+    this module's; those (applied the same way) are test_capacity_fallback's, test_computeclass's
+    and, for the head's, :func:`head_access`'s tests below."""
     built = build_manifests(cluster or make_cluster(), secret_values={"HF_TOKEN": hf_token}, redact=False)
-    return [m for m in built if m["kind"] not in ("ComputeClass", "ServiceAccount", "Role", "RoleBinding")]
+    return [m for m in built if m["kind"] != "ComputeClass" and m["kind"] not in HEAD_ACCESS]
 
 
 def raycluster_reads(fake: KubeFake) -> tuple[int, int]:
@@ -418,8 +420,7 @@ def test_missing_kuberay_crd_is_explained_and_cleanup_still_works(fake: KubeFake
 
 def head_access(cluster: Cluster | None = None) -> list[dict]:
     """The head's ServiceAccount, Role, RoleBinding, ClusterRole and ClusterRoleBinding."""
-    kinds = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
-    return [m for m in build_manifests(cluster or make_cluster()) if m["kind"] in kinds]
+    return [m for m in build_manifests(cluster or make_cluster()) if m["kind"] in HEAD_ACCESS]
 
 
 def test_the_heads_cluster_role_is_applied_adopted_and_deleted_like_the_rest(fake: KubeFake, api) -> None:
