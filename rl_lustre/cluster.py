@@ -225,9 +225,8 @@ class Cluster(ClusterSpec):
         With ``fabric="rdma"``, first a GKENetworkParamSet and a Network per extra node
         network and the gIB NCCL installer DaemonSet; then the image pre-pull DaemonSet
         (``prepull_image``), the PersistentVolume, PersistentVolumeClaim, Secret (values
-        redacted), the Ray head's ServiceAccount, Role and RoleBinding (it reads its pods'
-        events) and ClusterRole and ClusterRoleBinding (it gets Nodes, for when a flex-start node
-        ends), the model prefetch Job (``prefetch_models``), the ``ray.io/v1`` RayCluster,
+        redacted), the Ray head's ServiceAccount, Role, RoleBinding, ClusterRole and binding (it
+        reads its pods' events, gets Nodes), the model prefetch Job, the ``ray.io/v1`` RayCluster,
         and last the keeper's ServiceAccount, Role, RoleBinding, ConfigMap and Deployment
         (docs/head-loss.md). Before the volume exists its IP is a placeholder.
 
