@@ -14,6 +14,7 @@ from types import MappingProxyType
 import attrs
 
 from ._public import public
+from .oncluster.nodeends import TERMINATION_ANNOTATION
 
 
 @attrs.frozen
@@ -344,16 +345,13 @@ GKE_LOCAL_SSD_LABEL = "cloud.google.com/gke-ephemeral-storage-local-ssd"
 # A node's ComputeClass: the label (and, on node pools made by hand, the NoSchedule taint) that
 # makes a pool join the class, and what a pod's nodeSelector names to select it (GKE's "About
 # custom ComputeClasses"). GKE's labels of flex-start nodes, and the annotation with the time
-# GKE will end a node whose run is bounded (flex-start's max_run_duration), RFC 3339 in UTC.
-# No GKE documentation page names that annotation (searched: "About flex-start provisioning",
-# ".../how-to/provisioningrequest", "Manage GKE node disruption for GPUs and TPUs"): the name
-# is the one GKE's cluster autoscaler reads (its constant InstanceTerminationAnnotationKey, "the
-# time of the termination configured for a node", beside the label
-# cloud.google.com/gke-max-run-duration-seconds). So it is preferred where present, never needed.
+# GKE will end a node whose run is bounded (flex-start's max_run_duration), RFC 3339 in UTC:
+# the supervisor on the Ray head reads it too, so its home is the on-cluster package (where
+# its source is cited: rl_lustre.oncluster.nodeends).
 COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
 GKE_FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
 GKE_PROVISIONING_LABEL = "cloud.google.com/gke-provisioning"
-GKE_TERMINATION_ANNOTATION = "node.gke.io/machine-termination-datetime"
+GKE_TERMINATION_ANNOTATION = TERMINATION_ANNOTATION
 # Ours, on every GPU node: the kind of capacity its pool has (reservation, spot, flex-start,
 # on-demand), which is what a node-hour costs.
 CAPACITY_KIND_LABEL = "rl-lustre/capacity"

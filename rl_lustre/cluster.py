@@ -225,8 +225,8 @@ class Cluster(ClusterSpec):
         With ``fabric="rdma"``, first a GKENetworkParamSet and a Network per extra node
         network and the gIB NCCL installer DaemonSet; then the image pre-pull DaemonSet
         (``prepull_image``), the PersistentVolume, PersistentVolumeClaim, Secret (values
-        redacted), the Ray head's ServiceAccount, Role and RoleBinding (it reads its pods'
-        events), the model prefetch Job (``prefetch_models``), the ``ray.io/v1`` RayCluster,
+        redacted), the Ray head's ServiceAccount, Role, RoleBinding, ClusterRole and binding (it
+        reads its pods' events, gets Nodes), the model prefetch Job, the ``ray.io/v1`` RayCluster,
         and last the keeper's ServiceAccount, Role, RoleBinding, ConfigMap and Deployment
         (docs/head-loss.md). Before the volume exists its IP is a placeholder.
 
@@ -234,12 +234,12 @@ class Cluster(ClusterSpec):
             >>> from attrs import evolve
             >>> from rl_lustre import Cluster
             >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
-            >>> [m["kind"] for m in c.manifests()][-10:-5]
-            ['ServiceAccount', 'Role', 'RoleBinding', 'Job', 'RayCluster']
-            >>> [m["kind"] for m in evolve(c, fabric="tcp", prepull_image=False, prefetch_models=()).manifests()][:8]
+            >>> [m["kind"] for m in c.manifests()][-12:-5]
+            ['ServiceAccount', 'Role', 'RoleBinding', 'ClusterRole', 'ClusterRoleBinding', 'Job', 'RayCluster']
+            >>> [m["kind"] for m in evolve(c, fabric="tcp", prepull_image=False, prefetch_models=()).manifests()][:10]
             ... # doctest: +NORMALIZE_WHITESPACE
             ['ComputeClass', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'ServiceAccount', 'Role',
-             'RoleBinding', 'RayCluster']
+             'RoleBinding', 'ClusterRole', 'ClusterRoleBinding', 'RayCluster']
         """
         from .kube.manifests import deployment_manifests
 

@@ -193,6 +193,22 @@ def head_account_name(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-ray-head"
 
 
+def head_nodes_role_name(cluster: ClusterSpec) -> str:
+    """The ClusterRole and ClusterRoleBinding that let the Ray head's service account get Nodes
+    (``<name>-ray-head.<namespace>``). Cluster-scoped, so the namespace is part of the name: two
+    deployments of one name in two namespaces of a cluster must not share them. Neither part
+    has a dot (DNS-1123 labels), so no two deployments give one name; at most 63 + 9 + 1 + 63
+    characters, well within the 253 of a Kubernetes object's name.
+
+    Examples:
+        >>> from rl_lustre.spec import ClusterSpec
+        >>> head_nodes_role_name(ClusterSpec(name="demo", project="my-project", region="us-east1",
+        ...                                  zone="us-east1-b", namespace="rl"))
+        'demo-ray-head.rl'
+    """
+    return f"{head_account_name(cluster)}.{cluster.namespace}"
+
+
 def network_path(project: str, network: str) -> str:
     """``projects/P/global/networks/NAME``: a VPC network's full resource name."""
     return f"projects/{project}/global/networks/{network}"

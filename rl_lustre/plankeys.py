@@ -42,6 +42,8 @@ __all__ = [
     "GVNIC_SUBNET_KEY",
     "HEAD_ACCOUNT_KEY",
     "HEAD_BINDING_KEY",
+    "HEAD_NODES_BINDING_KEY",
+    "HEAD_NODES_ROLE_KEY",
     "HEAD_ROLE_KEY",
     "IMAGE_PREPULL_KEY",
     "KEEPER_KEY",
@@ -105,6 +107,9 @@ KEEPER_KEY = "keeper"
 HEAD_ACCOUNT_KEY = "head-account"
 HEAD_ROLE_KEY = "head-role"
 HEAD_BINDING_KEY = "head-role-binding"
+# ... and the ClusterRole and ClusterRoleBinding that let it get Nodes (when a flex-start node ends).
+HEAD_NODES_ROLE_KEY = "head-nodes-role"
+HEAD_NODES_BINDING_KEY = "head-nodes-role-binding"
 COMPUTE_CLASS_KEY = "compute-class"
 IMAGE_PREPULL_KEY = "image-prepull"
 MODEL_PREFETCH_KEY = "model-prefetch"

@@ -22,7 +22,8 @@ from rl_lustre.gcp.container_requests import cluster_request, node_pool_request
 from rl_lustre.kube.schema import validate_networking
 from rl_lustre.testing import FAST_BACKOFF, FAST_RETRY, FakeGCP
 
-HEAD_ACCESS_KINDS = ("ServiceAccount", "Role", "RoleBinding")  # the Ray head reads its pods' events
+# The Ray head reads its pods' events (a Role) and its flex-start nodes' ends (a ClusterRole).
+HEAD_ACCESS_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 KEEPER_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment")  # applied after the RayCluster
 FABRIC_KINDS = ("networking.gke.io/v1/GKENetworkParamSet", "networking.gke.io/v1/Network", "apps/v1/DaemonSet")
 

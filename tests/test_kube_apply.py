@@ -24,6 +24,7 @@ from rl_lustre.kube.manifests import build_manifests
 from rl_lustre.testing.kube import KubeFake, KubeTimings, schema_validator
 
 DEPLOYMENT = "rl-demo"
+HEAD_ACCESS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +56,11 @@ def make_cluster(**changes: object) -> Cluster:
 
 def manifests(cluster: Cluster | None = None, hf_token: str = "hf_first_value") -> list[dict]:
     """The deployment's objects but its ComputeClass and the head's access (ServiceAccount, Role,
-    RoleBinding): how objects are applied, adopted and deleted is this module's; those (applied
-    the same way) are test_capacity_fallback's, test_computeclass's and test_hang_client's."""
+    RoleBinding, ClusterRole, ClusterRoleBinding): how objects are applied, adopted and deleted is
+    this module's; those (applied the same way) are test_capacity_fallback's, test_computeclass's
+    and, for the head's, :func:`head_access`'s tests below."""
     built = build_manifests(cluster or make_cluster(), secret_values={"HF_TOKEN": hf_token}, redact=False)
-    return [m for m in built if m["kind"] not in ("ComputeClass", "ServiceAccount", "Role", "RoleBinding")]
+    return [m for m in built if m["kind"] != "ComputeClass" and m["kind"] not in HEAD_ACCESS]
 
 
 def raycluster_reads(fake: KubeFake) -> tuple[int, int]:
@@ -414,3 +416,52 @@ def test_missing_kuberay_crd_is_explained_and_cleanup_still_works(fake: KubeFake
     assert {o["kind"] for o in fake.objects()} == {"PersistentVolume", "PersistentVolumeClaim", "Secret"}
     assert len(delete_deployment(api, DEPLOYMENT, timeout=20)) == 3
     assert fake.objects() == []
+
+
+def head_access(cluster: Cluster | None = None) -> list[dict]:
+    """The head's ServiceAccount, Role, RoleBinding, ClusterRole and ClusterRoleBinding."""
+    return [m for m in build_manifests(cluster or make_cluster()) if m["kind"] in HEAD_ACCESS]
+
+
+def test_the_heads_cluster_role_is_applied_adopted_and_deleted_like_the_rest(fake: KubeFake, api) -> None:
+    ms = head_access()
+    assert [a.action for a in apply_manifests(api, ms, deployment=DEPLOYMENT)] == ["created"] * 5
+    name = f"{DEPLOYMENT}-ray-head.default"
+    role = fake.get("ClusterRole", name, None)
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    assert fake.get("ClusterRoleBinding", name, None)["roleRef"]["name"] == name
+    assert {a.action for a in apply_manifests(api, ms, deployment=DEPLOYMENT)} == {"unchanged"}
+    # Rules widened by hand are set back to ours on the next up().
+    from kubernetes import client
+
+    wider = {"rules": [{"apiGroups": [""], "resources": ["*"], "verbs": ["*"]}]}
+    client.RbacAuthorizationV1Api(api).patch_cluster_role(name, wider)
+    actions = {a.kind: a.action for a in apply_manifests(api, ms, deployment=DEPLOYMENT)}
+    assert actions["ClusterRole"] == "adopted"
+    assert fake.get("ClusterRole", name, None)["rules"] == role["rules"]
+    # Another namespace's deployment of the same name has its own; deleting ours leaves it.
+    other = head_access(make_cluster(namespace="team-b"))
+    fake.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})
+    apply_manifests(api, other, deployment=DEPLOYMENT)
+    deleted = delete_manifests(api, ms, deployment=DEPLOYMENT, timeout=20)
+    assert deleted[:2] == [f"ClusterRoleBinding {name}", f"ClusterRole {name}"]
+    assert fake.get("ClusterRole", name, None) is None
+    assert fake.get("ClusterRole", f"{DEPLOYMENT}-ray-head.team-b", None) is not None
+
+
+def test_a_cluster_role_we_did_not_make_is_never_adopted_nor_deleted(fake: KubeFake, api) -> None:
+    name = f"{DEPLOYMENT}-ray-head.default"
+    theirs = fake.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": {"team": "other"}},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}],
+        }
+    )
+    with pytest.raises(OwnershipError, match=f"ClusterRole {name}"):
+        apply_manifests(api, head_access(), deployment=DEPLOYMENT)
+    assert fake.get("ClusterRoleBinding", name, None) is None, "nothing binds our account to their role"
+    assert f"ClusterRole {name}" not in delete_manifests(api, head_access(), deployment=DEPLOYMENT, timeout=20)
+    assert delete_deployment(api, DEPLOYMENT, timeout=20) == []
+    assert fake.get("ClusterRole", name, None) == theirs

@@ -89,6 +89,75 @@ def test_the_real_api_server_takes_our_compute_class_and_holds_it_to_the_vendore
 
 
 @pytest.mark.kube
+def test_the_heads_account_may_get_a_node_through_our_cluster_role_and_nothing_more(kube_plane: ControlPlane) -> None:
+    """The head's ClusterRole and ClusterRoleBinding, applied as up() applies them, are accepted
+    by the real API server, whose RBAC then lets the head's service account token (from the
+    TokenRequest API, as the kubelet mounts it) get a Node, and read a flex-start node's end as
+    the supervisor does; without the binding the same read is refused (403), and the account
+    may never list Nodes nor read Secrets."""
+    import urllib.error
+
+    from kubernetes import client
+
+    from rl_lustre.kube.apply import apply_manifests, delete_manifests
+    from rl_lustre.kube.manifests import build_manifests
+    from rl_lustre.oncluster.incluster import connect
+    from rl_lustre.oncluster.nodeends import TERMINATION_ANNOTATION, read_ends
+
+    cluster = Cluster(**{**SPEC, "name": "kheadrbac"})
+    rbac = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+    account, role, binding, nodes_role, nodes_binding = [m for m in build_manifests(cluster) if m["kind"] in rbac]
+    api = kube_plane.api_client()
+    core = client.CoreV1Api(api)
+    node = "gke-kheadrbac-gpu-flex-0a1b2c3d-x1y2"
+    core.create_node(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node, "annotations": {TERMINATION_ANNOTATION: "2026-12-12T01:00:00Z"}},
+        }
+    )
+    ca = kube_plane.ca_pem.decode()
+    try:
+        apply_manifests(api, [account, role, binding], deployment=cluster.name)
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=["https://kubernetes.default.svc.cluster.local"])
+        )
+        token = core.create_namespaced_service_account_token(
+            naming.head_account_name(cluster), cluster.namespace, request
+        ).status.token
+        refused = read_ends([node], api=kube_plane.url, token=token, ca_pem=ca)
+        assert refused.ends == {}
+        assert f"GET Node {node}: HTTP 403" in refused.failed
+        assert "may not get Nodes" in refused.failed
+
+        applied = apply_manifests(api, [nodes_role, nodes_binding], deployment=cluster.name)
+        assert [(a.kind, a.action) for a in applied] == [("ClusterRole", "created"), ("ClusterRoleBinding", "created")]
+        name = naming.head_nodes_role_name(cluster)
+        assert client.RbacAuthorizationV1Api(api).read_cluster_role(name).rules[0].resources == ["nodes"]
+        read = wait(
+            "the binding to take effect", lambda: read_ends([node], api=kube_plane.url, token=token, ca_pem=ca).ends, 15
+        )
+        assert read == {node: 1797037200.0}
+
+        kube = connect(api=kube_plane.url, token=token, ca_pem=ca, timeout=5)
+        for path in ("/api/v1/nodes", "/api/v1/namespaces/default/secrets", "/api/v1/secrets"):
+            with pytest.raises(urllib.error.HTTPError) as denied:
+                kube.get(path)
+            assert denied.value.code == 403, path
+        assert [a.action for a in apply_manifests(api, [nodes_role, nodes_binding], deployment=cluster.name)] == [
+            "unchanged",
+            "unchanged",
+        ]
+    finally:
+        gone = delete_manifests(
+            api, [account, role, binding, nodes_role, nodes_binding], deployment=cluster.name, timeout=30
+        )
+        core.delete_node(node)
+    assert f"ClusterRole {naming.head_nodes_role_name(cluster)}" in gone
+
+
+@pytest.mark.kube
 def test_nodes_carry_what_gke_gives_a4_spot_and_cpu_nodes_and_the_scheduler_holds_pods_to_it(
     kube_plane: ControlPlane, nodes: dict[str, list[str]]
 ) -> None:

@@ -91,7 +91,7 @@ def test_kubectl_applies_waits_forwards_and_deletes(fake: KubeFake, kubectl, man
     assert {"pods", "persistentvolumes", "rayclusters.ray.io", "daemonsets.apps", "jobs.batch"} <= set(resources)
 
     created = kubectl("apply", "-f", str(manifest_file)).stdout
-    assert created.split("\n")[:8] == [
+    assert created.split("\n")[:10] == [
         f"computeclass.cloud.google.com/{NAME}-gpus created",
         f"persistentvolume/{NAME}-lustre-pv created",
         f"persistentvolumeclaim/{NAME}-lustre-pvc created",
@@ -99,6 +99,8 @@ def test_kubectl_applies_waits_forwards_and_deletes(fake: KubeFake, kubectl, man
         f"serviceaccount/{NAME}-ray-head created",  # the head's read access to its pods' events
         f"role.rbac.authorization.k8s.io/{NAME}-ray-head created",
         f"rolebinding.rbac.authorization.k8s.io/{NAME}-ray-head created",
+        f"clusterrole.rbac.authorization.k8s.io/{NAME}-ray-head.default created",  # ... and get Nodes
+        f"clusterrolebinding.rbac.authorization.k8s.io/{NAME}-ray-head.default created",
         f"raycluster.ray.io/{NAME} created",
     ]
     # kubectl asked the server to validate (fieldValidation) and sent nothing the schemas reject.

@@ -329,6 +329,8 @@ FACTS: dict[str, tuple[str, str]] = {
     "training_info.json": ("oncluster/nemo_formats.py", "TRAINING_INFO"),
     "Saving checkpoint for": ("oncluster/nemo_formats.py", "SAVE_LINE / save_line"),
     " Step (": ("oncluster/nemo_formats.py", "STEP_HEADER"),
+    # Read by up() (kube/readiness.py) and by the supervisor on the head alike.
+    "node.gke.io/machine-termination-datetime": ("oncluster/nodeends.py", "TERMINATION_ANNOTATION"),
 }
 # Spelt as a whole string only (an f-string's piece after the cluster's name).
 WHOLE_FACTS: dict[str, tuple[str, str]] = {"-lustre": ("naming.py", "default_volume_name")}

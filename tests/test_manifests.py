@@ -113,10 +113,36 @@ def test_manifests_validate(variant: dict[str, Any], raycluster_schema: Any) -> 
     manifests = build_manifests(gke(**variant))
     kinds = [m["kind"] for m in manifests]
     core = ["PersistentVolume", "PersistentVolumeClaim", "Secret", "ServiceAccount", "Role", "RoleBinding"]
-    assert kinds[-7:] == [*core, "RayCluster"]
-    assert len(kinds) == (8 + 9 + 9 + 1 if variant.get("fabric") == "rdma" else 8)
-    assert kinds[-8] == "ComputeClass"
+    assert kinds[-9:] == [*core, "ClusterRole", "ClusterRoleBinding", "RayCluster"]
+    assert len(kinds) == (10 + 9 + 9 + 1 if variant.get("fabric") == "rdma" else 10)
+    assert kinds[-10] == "ComputeClass"
     validate_all(manifests, raycluster_schema)
+
+
+def test_the_head_may_get_nodes_through_a_cluster_role_of_its_deployment_and_namespace() -> None:
+    # Nodes are cluster-scoped: a ClusterRole, named after the namespace as well, so that two
+    # deployments of one name in two namespaces do not share (or delete) one another's.
+    objs = {ns: by_kind(build_manifests(gke(namespace=ns))) for ns in ("team-a", "team-b")}
+    role, binding = objs["team-a"]["ClusterRole"], objs["team-a"]["ClusterRoleBinding"]
+    assert role["metadata"]["name"] == binding["metadata"]["name"] == "ray-a4-gpu-spot-ray-head.team-a"
+    assert objs["team-b"]["ClusterRole"]["metadata"]["name"] == "ray-a4-gpu-spot-ray-head.team-b"
+    assert "namespace" not in role["metadata"]
+    assert "namespace" not in binding["metadata"]
+    # Read only, one resource, and not even a list: the supervisor knows its nodes' names.
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "ray-a4-gpu-spot-ray-head", "namespace": "team-a"}
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "ray-a4-gpu-spot-ray-head.team-a",
+    }
+    # The head pod runs as that account; our labels make the objects ours to adopt and delete.
+    rc = objs["team-a"]["RayCluster"]
+    assert head_of(rc)["template"]["spec"]["serviceAccountName"] == binding["subjects"][0]["name"]
+    for obj in (role, binding):
+        assert ownership_labels("ray-a4-gpu-spot").items() <= obj["metadata"]["labels"].items()
 
 
 def test_live_volume_and_unredacted_secret_validate(raycluster_schema: Any) -> None:

@@ -44,6 +44,8 @@ KINDS = {
     "head-account": "v1/ServiceAccount",
     "head-role": "rbac.authorization.k8s.io/v1/Role",
     "head-role-binding": "rbac.authorization.k8s.io/v1/RoleBinding",
+    "head-nodes-role": "rbac.authorization.k8s.io/v1/ClusterRole",
+    "head-nodes-role-binding": "rbac.authorization.k8s.io/v1/ClusterRoleBinding",
     "raycluster": "ray.io/v1/RayCluster",
     "keeper": "apps/v1/Deployment",
     "image-prepull": "apps/v1/DaemonSet",
@@ -158,8 +160,22 @@ def test_dependencies_match_the_architecture(plan: Plan) -> None:
     assert set(plan.get("pv").depends_on) == {"lustre", "gke-cluster"}
     assert plan.get("pvc").depends_on == ("pv",)
     assert plan.get("secret").depends_on == ("gke-cluster",)
-    assert set(plan.get("raycluster").depends_on) == {"pvc", "secret", "cpu-pool", "gpu-pool", "head-role-binding"}
+    assert set(plan.get("raycluster").depends_on) == {
+        "pvc",
+        "secret",
+        "cpu-pool",
+        "gpu-pool",
+        "head-role-binding",
+        "head-nodes-role-binding",
+    }
     assert plan.get("head-role-binding").depends_on == ("head-account", "head-role")
+    # Nodes are cluster-scoped: the head's right to get them is a ClusterRole of its own, bound to its account.
+    assert plan.get("head-nodes-role-binding").depends_on == ("head-account", "head-nodes-role")
+    assert (
+        plan.get("head-nodes-role").name
+        == plan.get("head-nodes-role-binding").name
+        == "ray-a4-gpu-spot-ray-head.default"
+    )
     assert plan.upstream("raycluster") == set(KINDS) - {"raycluster", "keeper", "image-prepull", "model-prefetch"}
     # The keeper comes after the RayCluster, so down() stops it before the runs (issue 31).
     assert plan.get("keeper").depends_on == ("raycluster",)
@@ -181,6 +197,7 @@ def test_dependencies_match_the_architecture(plan: Plan) -> None:
         "cpu-pool",
         "gpu-pool",
         "head-account",
+        "head-nodes-role",
         "head-role",
         "pv",
         "secret",
@@ -365,7 +382,17 @@ def test_to_dict_is_json_and_complete(plan: Plan) -> None:
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"},
         {"key": "cloud.google.com/compute-class", "value": "ray-a4-gpu-spot-gpus", "effect": "NO_SCHEDULE"},
     ]
-    assert set(by_key["raycluster"]["depends_on"]) == {"pvc", "secret", "cpu-pool", "gpu-pool", "head-role-binding"}
+    assert set(by_key["raycluster"]["depends_on"]) == {
+        "pvc",
+        "secret",
+        "cpu-pool",
+        "gpu-pool",
+        "head-role-binding",
+        "head-nodes-role-binding",
+    }
+    assert by_key["head-nodes-role"]["settings"]["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
+    ]
     assert d["totals"]["gpus"] == 64
     assert [set(w) for w in d["waves"]] == [set(w) for w in plan.waves()]
 

@@ -16,6 +16,7 @@ import http.server
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -26,10 +27,14 @@ from typing import Any
 
 import pytest
 
-from rl_lustre.oncluster.lifetimes import ARRIVAL_ALLOWANCE
+from rl_lustre.oncluster.lifetimes import ARRIVAL_ALLOWANCE, attempt_end
 from rl_lustre.oncluster.nemo_formats import DEADLINE_KEY, parse_save_by
+from rl_lustre.oncluster.nodeends import TERMINATION_ANNOTATION, read_ends, rfc3339, termination_time
+from rl_lustre.oncluster.raystate import NodeView
 from rl_lustre.oncluster.records import read_journal
 from rl_lustre.recovery import parse_restarts, shipped_package, supervised
+from rl_lustre.testing import KubeFake
+from rl_lustre.testing.kube import DEFAULT_TOKEN
 
 # The on-cluster package's tests: nox -s tests-oncluster runs them on the image's Python and Ray too.
 pytestmark = pytest.mark.oncluster
@@ -122,8 +127,18 @@ def state_api() -> Iterator[StateApi]:
     server.server_close()
 
 
-def _supervise(api: StateApi, tmp: Path, steps: int, max_restarts: int = 2, **ends: Any) -> subprocess.Popen[str]:
-    """The shipped supervisor around a rehearsal of ``steps`` steps of 0.4 s, saving every 4."""
+def _supervise(
+    api: StateApi,
+    tmp: Path,
+    steps: int,
+    max_restarts: int = 2,
+    *,
+    kube: KubeFake | None = None,
+    **ends: Any,
+) -> subprocess.Popen[str]:
+    """The shipped supervisor around a rehearsal of ``steps`` steps of 0.4 s, saving every 4;
+    with ``kube``, in a pod of that cluster: its API server and the head's credentials where
+    the supervisor is told to find them (``--kube-credentials``)."""
     command = (
         f"{sys.executable} -m rl_lustre.rehearsal --step-seconds 0.4 --checkpoint-scale 1e-6 "
         f"grpo.max_num_steps={steps} checkpointing.save_period=4 grpo.val_period=0 "
@@ -144,9 +159,34 @@ def _supervise(api: StateApi, tmp: Path, steps: int, max_restarts: int = 2, **en
     )
     root = os.path.dirname(shipped_package())
     env = {**os.environ, "RAY_DASHBOARD_ADDRESS": api.url, "PYTHONPATH": root}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    if kube is not None:
+        creds = _credentials(kube, tmp / "serviceaccount")
+        entrypoint = entrypoint.replace(" -- ", f" --kube-credentials {shlex.quote(str(creds))} -- ", 1)
+        host, port = kube.url.removeprefix("https://").rsplit(":", 1)
+        env.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port)
     return subprocess.Popen(
         ["/bin/sh", "-c", entrypoint], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+
+
+def _credentials(kube: KubeFake, where: Path, token: str = DEFAULT_TOKEN) -> Path:
+    """A pod's service account files, as the kubelet mounts them: token, CA, namespace."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "token").write_text(token)
+    (where / "ca.crt").write_bytes(kube.ca_pem)
+    (where / "namespace").write_text("default")
+    return where
+
+
+def _node(kube: KubeFake, name: str, end: str | None) -> None:
+    """A Kubernetes Node, with the end GKE puts on flex-start nodes if ``end``."""
+    annotations = {TERMINATION_ANNOTATION: end} if end else {}
+    kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}})
+
+
+def _stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def test_nodes_with_a_lifetime_make_nemo_rl_save_and_stop_and_the_run_goes_on_once_they_are_gone(
@@ -239,12 +279,129 @@ def test_an_end_granted_at_up_caps_the_nodes_own_and_is_counted_from_the_attempt
     assert deadline["end"] == pytest.approx(granted, abs=0.01)
     [value] = re.findall(re.escape(DEADLINE_KEY) + r"=([\d:]+)", OVERRIDES.findall(out)[0])
     assert 3600 - 60 - 30 <= parse_save_by(value) <= 3600 - 60
+    # Not in a pod: the nodes' ends are computed, and the supervisor says why, once.
+    assert deadline["read"] == []
+    assert out.count("is computed, not read from its Node: not in a Kubernetes pod") == 1
+
+
+def test_the_supervisor_reads_a_flex_start_nodes_end_from_its_kubernetes_node(
+    state_api: StateApi, tmp_path: Path
+) -> None:
+    # Two flex-start nodes a ComputeClass brought mid-run: GKE put its end on one Node (10 min
+    # from now, far sooner than the 24 h computed from the pool's lifetime); the other's Node
+    # is gone from Kubernetes (404): its end is computed.
+    now = time.time()
+    state_api.add(STANDBY + "aaaa", started=now)
+    state_api.add(STANDBY + "bbbb", started=now)
+    end = float(int(now) + 600)
+    with KubeFake() as kube:
+        _node(kube, STANDBY + "aaaa", _stamp(end))
+        proc = _supervise(state_api, tmp_path, 2, kube=kube, lifetimes=[(STANDBY, 86400.0)], save_margin=60.0)
+        out, _ = proc.communicate(timeout=120)
+        gets = [r.path for r in kube.requests if r.method == "GET" and r.path.startswith("/api/v1/nodes/")]
+    assert proc.returncode == 0, out
+    [deadline] = [r for r in read_journal(out) if r["event"] == "deadline"]
+    assert deadline["end"] == end
+    assert deadline["nodes"] == [STANDBY + "aaaa", STANDBY + "bbbb"]
+    assert deadline["read"] == [STANDBY + "aaaa"]
+    assert f"{STANDBY}aaaa (read from its Node), {STANDBY}bbbb (computed)" in deadline["why"]
+    assert f"{STANDBY}aaaa (read from its Node)" in out
+    assert "not read from its Node" not in out
+    [value] = re.findall(re.escape(DEADLINE_KEY) + r"=([\d:]+)", OVERRIDES.findall(out)[0])
+    assert 600 - 60 - 30 <= parse_save_by(value) <= 600 - 60
+    # One GET per node with a lifetime, by its name; no list of Nodes.
+    assert sorted(gets) == [f"/api/v1/nodes/{STANDBY}aaaa", f"/api/v1/nodes/{STANDBY}bbbb"]
+
+
+def test_the_ends_are_read_with_the_pods_token_and_a_failure_falls_back_saying_why(tmp_path: Path) -> None:
+    with KubeFake() as kube:
+        _node(kube, "flex-1", "2026-12-12T01:00:00Z")
+        _node(kube, "spot-1", None)
+        ca = kube.ca_pem.decode()
+        read = read_ends(["flex-1", "spot-1", "gone-1", "flex-1"], api=kube.url, token=DEFAULT_TOKEN, ca_pem=ca)
+        assert read.ends == {"flex-1": 1797037200.0}
+        assert read.failed == ""
+        # Through the pod's own files, as the supervisor reads them.
+        creds = _credentials(kube, tmp_path / "sa")
+        host, port = kube.url.removeprefix("https://").rsplit(":", 1)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("KUBERNETES_SERVICE_HOST", host)
+            mp.setenv("KUBERNETES_SERVICE_PORT", port)
+            assert read_ends(["flex-1"], credentials=str(creds)).ends == {"flex-1": 1797037200.0}
+            # A token the API server did not issue: refused, said, nothing read.
+            refused = read_ends(["flex-1"], credentials=str(_credentials(kube, tmp_path / "bad", "not-a-token")))
+        assert refused.ends == {}
+        assert "GET Node flex-1: HTTP 401" in refused.failed
+    # The API server gone: the reading stops at once with the reason, within its timeout.
+    started = time.monotonic()
+    down = read_ends(["flex-1", "flex-2"], api=kube.url, token=DEFAULT_TOKEN, ca_pem=ca, timeout=1.0)
+    assert time.monotonic() - started < 3.0
+    assert down.ends == {}
+    assert down.failed.startswith("GET Node flex-1: ")
+    # Not in a pod: nothing sent.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        assert read_ends(["flex-1"]).failed == "not in a Kubernetes pod (no in-cluster credentials)"
+    assert read_ends([]).failed == ""
+
+
+def test_gkes_end_of_a_node_is_parsed_as_rfc_3339_in_utc() -> None:
+    assert rfc3339("2026-12-12T01:00:00Z") == 1797037200.0
+    assert rfc3339("2026-12-12T02:00:00+01:00") == 1797037200.0
+    assert rfc3339("2026-12-12T01:00:00.5Z") == 1797037200.5
+    assert rfc3339("2026-12-12T01:00:00") == 1797037200.0
+    for bad in ("", "soon", "12/12/2026", None, 1797037200):
+        assert rfc3339(bad) is None
+    assert termination_time({"metadata": {"annotations": {TERMINATION_ANNOTATION: "2026-12-12T01:00:00Z"}}}) == (
+        1797037200.0
+    )
+    assert termination_time({"metadata": {"annotations": {"other": "2026-12-12T01:00:00Z"}}}) is None
+    assert termination_time({"metadata": {}}) is None
+
+
+def test_a_nodes_end_read_from_its_node_wins_over_the_computed_one_and_the_earliest_end_rules() -> None:
+    def node(name: str, started: float | None, *, alive: bool = True, gpus: float = 8) -> NodeView:
+        return NodeView(name[-4:], name, "", alive, False, gpus, 0, started_at=started)
+
+    asked: list[list[str]] = []
+
+    def read(given: dict[str, float]) -> Any:
+        def reader(names: list[str]) -> dict[str, float]:
+            asked.append(names)
+            return {n: t for n, t in given.items() if n in names}
+
+        return reader
+
+    life = [(STANDBY, 7200.0)]
+    nodes = [node(STANDBY + "aaaa", 5000.0), node(STANDBY + "bbbb", 5000.0), node(STANDBY + "cccc", 100.0, alive=False)]
+    nodes.append(node(SPOT + "eeee", 100.0))
+    computed = 5000.0 - ARRIVAL_ALLOWANCE + 7200.0
+    # Later than computed: GKE's word holds for that node; the other's computed end rules.
+    later = attempt_end(nodes, life, gpus_per_node=8, read=read({STANDBY + "aaaa": computed + 999.0}))
+    assert later is not None
+    assert (later.end, later.read) == (computed, [STANDBY + "aaaa"])
+    assert later.why == f"2 node(s) with a lifetime: {STANDBY}aaaa (read from its Node), {STANDBY}bbbb (computed)"
+    # Only the nodes that may carry the attempt are asked about: not the dead one, not Spot's.
+    assert asked == [[STANDBY + "aaaa", STANDBY + "bbbb"]]
+    # Sooner than computed (the pool's lifetime is only a bound): the read end rules.
+    sooner = attempt_end(nodes, life, gpus_per_node=8, read=read({STANDBY + "bbbb": 6000.0}), lost_at=100.0)
+    assert sooner is not None
+    assert (sooner.end, sooner.nodes, sooner.read) == (6000.0, [STANDBY + "aaaa", STANDBY + "bbbb"], [STANDBY + "bbbb"])
+    # A node with no start known is taken by its read end alone; the end granted at up() still caps.
+    unknown = attempt_end([node(STANDBY + "dddd", None)], life, gpus_per_node=8, read=read({STANDBY + "dddd": 9e9}))
+    assert unknown is not None
+    assert unknown.end == 9e9
+    assert attempt_end([node(STANDBY + "dddd", None)], life, gpus_per_node=8, read=read({})) is None
+    capped = attempt_end(nodes, life, gpus_per_node=8, capacity_end=1.0, read=read({STANDBY + "aaaa": 2.0}))
+    assert capped is not None
+    assert capped.end == 1.0
+    # Nothing with a lifetime: nothing asked.
+    asked.clear()
+    assert attempt_end([node(SPOT + "eeee", 1.0)], life, gpus_per_node=8, read=read({})) is None
+    assert asked == []
 
 
 def test_a_nodes_end_is_counted_from_the_earlier_of_its_start_less_the_allowance_and_the_loss_it_replaces() -> None:
-    from rl_lustre.oncluster.lifetimes import attempt_end
-    from rl_lustre.oncluster.raystate import NodeView
-
     def node(name: str, started: float | None, *, alive: bool = True, gpus: float = 8) -> NodeView:
         return NodeView(name[-4:], name, "", alive, False, gpus, 0, started_at=started)
 

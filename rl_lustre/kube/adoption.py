@@ -57,9 +57,11 @@ _TOP_FIELDS: dict[str, tuple[str, ...]] = {
     "ConfigMap": ("data",),
     "Role": ("rules",),
     "RoleBinding": ("subjects",),
+    "ClusterRole": ("rules",),
+    "ClusterRoleBinding": ("subjects",),
     "ServiceAccount": ("automountServiceAccountToken",),
 }
-_TOP_IMMUTABLE: dict[str, tuple[str, ...]] = {"RoleBinding": ("roleRef",)}
+_TOP_IMMUTABLE: dict[str, tuple[str, ...]] = {"RoleBinding": ("roleRef",), "ClusterRoleBinding": ("roleRef",)}
 
 
 def _subset(want: Any, have: Any) -> bool:

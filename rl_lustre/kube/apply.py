@@ -65,6 +65,8 @@ _DELETE_ORDER = (
     "Network",
     "GKENetworkParamSet",
     "ConfigMap",
+    "ClusterRoleBinding",
+    "ClusterRole",
     "RoleBinding",
     "Role",
     "ServiceAccount",

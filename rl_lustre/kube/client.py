@@ -375,6 +375,9 @@ KINDS: dict[str, Kind] = {
         Kind("ConfigMap", "v1", "configmaps", core="config_map"),
         Kind("Role", "rbac.authorization.k8s.io/v1", "roles"),
         Kind("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings"),
+        # The head's, to get Nodes (cluster-scoped: a Role cannot grant them).
+        Kind("ClusterRole", "rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False),
+        Kind("ClusterRoleBinding", "rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False),
         Kind("Deployment", "apps/v1", "deployments"),
         Kind("ProvisioningRequest", "autoscaling.x-k8s.io/v1", "provisioningrequests"),
         Kind("ComputeClass", "cloud.google.com/v1", "computeclasses", namespaced=False),

@@ -56,8 +56,8 @@ def build_manifests(
     With ``fabric="rdma"`` first the fabric's objects (see
     :func:`rl_lustre.kube.fabric.fabric_manifests`), then the capacity policy's ComputeClass
     (:mod:`rl_lustre.kube.computeclass`), the PersistentVolume (Lustre CSI driver),
-    PersistentVolumeClaim, Secret, the head's ServiceAccount, Role and RoleBinding
-    (:mod:`rl_lustre.kube.head_access`) and ``ray.io/v1`` RayCluster. Before the
+    PersistentVolumeClaim, Secret, the head's ServiceAccount, Role, RoleBinding, ClusterRole
+    and ClusterRoleBinding (:mod:`rl_lustre.kube.head_access`) and ``ray.io/v1`` RayCluster. Before the
     Lustre instance exists its IP is
     :data:`~rl_lustre.kube.persistent_volume.PLACEHOLDER_IP` and the PersistentVolume
     carries :data:`~rl_lustre.kube.persistent_volume.PENDING_ANNOTATION`.
@@ -106,7 +106,7 @@ def keyed_manifests(
         >>> {key: m["kind"] for key, m in keyed_manifests(c).items()}  # doctest: +NORMALIZE_WHITESPACE
         {'compute-class': 'ComputeClass', 'pv': 'PersistentVolume', 'pvc': 'PersistentVolumeClaim', 'secret': 'Secret',
          'head-account': 'ServiceAccount', 'head-role': 'Role', 'head-role-binding': 'RoleBinding',
-         'raycluster': 'RayCluster'}
+         'head-nodes-role': 'ClusterRole', 'head-nodes-role-binding': 'ClusterRoleBinding', 'raycluster': 'RayCluster'}
     """
     if cluster.backend != "gke":
         raise ConfigError(
@@ -145,7 +145,8 @@ def deployment_manifests(cluster: ClusterSpec) -> list[dict[str, Any]]:
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b", fabric="tcp")
         >>> [m["kind"] for m in deployment_manifests(c)]  # doctest: +NORMALIZE_WHITESPACE
         ['ComputeClass', 'DaemonSet', 'PersistentVolume', 'PersistentVolumeClaim', 'Secret', 'ServiceAccount', 'Role',
-         'RoleBinding', 'Job', 'RayCluster', 'ServiceAccount', 'Role', 'RoleBinding', 'ConfigMap', 'Deployment']
+         'RoleBinding', 'ClusterRole', 'ClusterRoleBinding', 'Job', 'RayCluster', 'ServiceAccount', 'Role',
+         'RoleBinding', 'ConfigMap', 'Deployment']
     """
     from .keeper import keeper_manifests
     from .prefetch import prefetch_job

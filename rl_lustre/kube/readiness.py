@@ -5,7 +5,6 @@ stamps as seconds. No remote call.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -13,25 +12,23 @@ __all__ = ["claim_bound", "condition_true", "raycluster_ready", "seconds", "spec
 
 
 def seconds(stamp: Any) -> float | None:
-    """An RFC 3339 time stamp of the Kubernetes API as seconds since the epoch.
+    """An RFC 3339 time stamp of the Kubernetes API as seconds since the epoch (read as the
+    supervisor reads a node's end: :func:`rl_lustre.oncluster.nodeends.rfc3339`).
 
     Examples:
         >>> seconds("2025-12-01T20:41:03Z"), seconds("2025-12-01T20:41:03.250000Z"), seconds(None)
         (1764621663.0, 1764621663.25, None)
     """
-    if not isinstance(stamp, str) or not stamp:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)).timestamp()
+    from ..oncluster.nodeends import rfc3339
+
+    return rfc3339(stamp)
 
 
 def termination_end(nodes: Iterable[Mapping[str, Any]]) -> float | None:
     """The earliest time GKE says it ends one of ``nodes`` (its annotation
     :data:`rl_lustre.catalog.GKE_TERMINATION_ANNOTATION`, which GKE puts on nodes whose run is
-    bounded: flex-start), as seconds since the epoch; None when no node says.
+    bounded: flex-start), as seconds since the epoch; None when no node says. Each node is read
+    as the supervisor reads it (:func:`rl_lustre.oncluster.nodeends.termination_time`).
 
     Examples:
         >>> from rl_lustre.catalog import GKE_TERMINATION_ANNOTATION as END
@@ -41,12 +38,9 @@ def termination_end(nodes: Iterable[Mapping[str, Any]]) -> float | None:
         >>> termination_end([{"metadata": {"annotations": {END: "soon"}}}]) is None
         True
     """
-    from ..catalog import GKE_TERMINATION_ANNOTATION
+    from ..oncluster.nodeends import termination_time
 
-    ends = [
-        seconds(((n.get("metadata") or {}).get("annotations") or {}).get(GKE_TERMINATION_ANNOTATION)) for n in nodes
-    ]
-    return min((t for t in ends if t is not None), default=None)
+    return min((t for t in map(termination_time, nodes) if t is not None), default=None)
 
 
 def condition_true(obj: Mapping[str, Any], kind: str) -> bool:

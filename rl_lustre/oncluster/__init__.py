@@ -7,7 +7,8 @@ NeMo-RL, lives here:
 
 - :mod:`.supervisor` (``python -m rl_lustre_oncluster.supervisor``) and what it is told
   (:mod:`.jobargs`), how it watches Ray's nodes (:mod:`.watch`, :mod:`.raystate`), the
-  processes of an attempt (:mod:`.procs`), capacity that ends (:mod:`.lifetimes`), an
+  processes of an attempt (:mod:`.procs`), capacity that ends (:mod:`.lifetimes`, and the
+  ends GKE puts on Nodes, read through the Kubernetes API: :mod:`.nodeends`, :mod:`.incluster`), an
   on-demand fallback said (:mod:`.fallback`) and the time stamps of NeMo-RL's lines
   (:mod:`.stamps`);
 - the cluster's queue (:mod:`.queue`);

@@ -12,7 +12,7 @@ Where the head runs decides where the answer is:
   pod deletion does (``rl_lustre.testing.lose_head``) leaves a status file saying why.
 
 Standard library only (part of the on-cluster package): plain HTTPS to the API server with
-the token and CA Kubernetes mounts into the pod.
+the token and CA Kubernetes mounts into the pod (:mod:`.incluster`).
 """
 
 from __future__ import annotations
@@ -20,17 +20,16 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import ssl
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .incluster import SERVICE_ACCOUNT_DIR, connect
+
 __all__ = ["SERVICE_ACCOUNT", "KubeHead", "LocalHead", "Loss"]
 
 # Where Kubernetes mounts a pod's service account credentials.
-SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_ACCOUNT = SERVICE_ACCOUNT_DIR
 # Event reasons that say why a pod went, most telling first.
 _REASONS = ("OOMKilling", "Evicted", "Preempting", "TerminationByKubelet", "NodeShutdown", "Killing")
 
@@ -90,12 +89,7 @@ class KubeHead:
         self.baseline: dict[str, int] = {}
 
     def _get(self, path: str, **query: str) -> dict[str, Any]:
-        token = (self.credentials / "token").read_text().strip()
-        context = ssl.create_default_context(cafile=str(self.credentials / "ca.crt"))
-        url = f"{self.url}{path}?{urllib.parse.urlencode(query)}" if query else f"{self.url}{path}"
-        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-        with urllib.request.urlopen(request, timeout=10, context=context) as response:
-            body = json.loads(response.read())
+        body = connect(api=self.url, credentials=str(self.credentials), timeout=10).get(path, **query)
         return body if isinstance(body, dict) else {}
 
     def look(self) -> None:

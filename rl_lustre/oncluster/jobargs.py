@@ -153,6 +153,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hang-floor", type=float, default=DEFAULT_FLOOR, help="the adaptive hang timeout's minimum")
     p.add_argument("--kube-raycluster", default="", help="the RayCluster whose pods' events a bundle holds")
     p.add_argument("--kube-namespace", default="", help="its namespace (default: the head pod's)")
+    p.add_argument("--kube-credentials", default="", help="the service account's token and CA (default: the pod's own)")
     p.add_argument("--settle", type=float, default=3.0, help="seconds to look for lost nodes after the command failed")
     p.add_argument(
         "--siblings", type=float, default=5.0, help="seconds to look on for more lost nodes after one was found lost"

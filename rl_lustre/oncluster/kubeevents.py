@@ -4,42 +4,26 @@ A stalled run's bundle holds what Kubernetes said about its pods (a node under m
 pressure, a container restarted, a volume that failed to mount, an impending Spot
 termination): the events of the RayCluster's pods and of the RayCluster itself.
 
-The head reads them with the standard in-cluster credentials: the API server at
-``$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``, the pod's service account token and
-CA under ``/var/run/secrets/kubernetes.io/serviceaccount``. That account is the head's own
-(``<cluster>-ray-head``, made by ``up()``: :mod:`rl_lustre.kube.head_access`), bound to a
-Role that may only ``get`` and ``list`` pods and events in the cluster's namespace -- read
-only, nothing else, nowhere else.
+The head reads them with the standard in-cluster credentials (:mod:`.incluster`). That
+account is the head's own (``<cluster>-ray-head``, made by ``up()``:
+:mod:`rl_lustre.kube.head_access`), bound to a Role that may only ``get`` and ``list`` pods
+and events in the cluster's namespace -- read only, nothing else (but the Nodes it may
+``get``, for :mod:`.nodeends`).
 
 Standard library only (part of the on-cluster package).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import ssl
 import urllib.parse
-import urllib.request
 from typing import Any
+
+from .incluster import SERVICE_ACCOUNT_DIR, connect, in_cluster, own_namespace
 
 __all__ = ["SERVICE_ACCOUNT_DIR", "in_cluster", "pod_events"]
 
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # KubeRay's label on every pod of a RayCluster.
 CLUSTER_LABEL = "ray.io/cluster"
-
-
-def in_cluster() -> bool:
-    """Whether this process runs in a Kubernetes pod with a service account token."""
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.isfile(
-        os.path.join(SERVICE_ACCOUNT_DIR, "token")
-    )
-
-
-def _read(path: str) -> str:
-    with open(path) as f:
-        return f.read().strip()
 
 
 def pod_events(
@@ -59,23 +43,11 @@ def pod_events(
         OSError: no credentials, or the API server could not be read (``HTTPError`` for a
             refusal, e.g. a service account without the Role).
     """
-    sa = SERVICE_ACCOUNT_DIR
-    if api is None:
-        host, port = os.environ.get("KUBERNETES_SERVICE_HOST", ""), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        if not host:
-            raise OSError("not in a Kubernetes pod: KUBERNETES_SERVICE_HOST is not set")
-        api = f"https://{f'[{host}]' if ':' in host else host}:{port}"
-    token = token if token is not None else _read(os.path.join(sa, "token"))
-    namespace = namespace or _read(os.path.join(sa, "namespace"))
-    context = ssl.create_default_context(cafile=None if ca_pem is not None else os.path.join(sa, "ca.crt"))
-    if ca_pem is not None:
-        context.load_verify_locations(cadata=ca_pem)
+    kube = connect(api=api, token=token, ca_pem=ca_pem, timeout=timeout)
+    namespace = namespace or own_namespace()
 
     def get(path: str, **params: str) -> list[dict[str, Any]]:
-        url = f"{api.rstrip('/')}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
-        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
-            items = json.loads(response.read()).get("items")
+        items = kube.get(path, **params).get("items")
         return items if isinstance(items, list) else []
 
     base = f"/api/v1/namespaces/{urllib.parse.quote(namespace)}"

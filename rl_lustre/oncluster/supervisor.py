@@ -50,9 +50,10 @@ After an attempt
 Capacity that ends (``--capacity-end``, ``--lifetime``, ``--save-margin``)
     Before each attempt, NeMo-RL's ``checkpointing.checkpoint_must_save_by`` is set (or
     reset: a rerun starts NeMo-RL's clock again) from when the nodes it may run on go:
-    the capacity ``up()`` was granted, or flex-start nodes such as the standby pool's that
-    replaced lost Spot ones (:mod:`.lifetimes`); a ``deadline`` journal line records it. Held
-    nodes of an on-demand fallback (``--on-demand``) get an ``on_demand`` one (:mod:`.fallback`).
+    the capacity ``up()`` was granted, or flex-start nodes a ComputeClass brought for lost Spot
+    ones (:mod:`.lifetimes`, their ends read from their Nodes: :mod:`.nodeends`); a
+    ``deadline`` journal line records it. Held nodes of an on-demand fallback (``--on-demand``)
+    get an ``on_demand`` one (:mod:`.fallback`).
 
 Records
     Each recovery prints a line for people and one for programs:
@@ -89,7 +90,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from . import fallback, lifetimes, records
+from . import fallback, lifetimes, nodeends, records
 from .hangs import HangWatch
 from .jobargs import PREFIX, claim_of, job_config, parser, store_of
 from .nemo_formats import checkpoint_name, checkpoint_step, save_by_text
@@ -203,22 +204,21 @@ class Supervisor:
             except Exception as exc:  # the end granted at up(), if any, still holds
                 _say(f"could not read Ray's node table to see which nodes end ({type(exc).__name__}: {exc})")
         lost_at = self.pending[1] if self.pending is not None else None
+        read = nodeends.reader(args.kube_credentials or None, _say)  # each node's end as GKE put it, if it did
         found = lifetimes.attempt_end(
-            nodes, args.lifetime, gpus_per_node=args.gpus_per_node, capacity_end=args.capacity_end, lost_at=lost_at
+            nodes,
+            args.lifetime,
+            gpus_per_node=args.gpus_per_node,
+            capacity_end=args.capacity_end,
+            lost_at=lost_at,
+            read=read,
         )
         if found is None:
             return self.command
         left = found.end - args.save_margin - time.time()
         value = save_by_text(left)
-        records.write(
-            {
-                "event": "deadline",
-                "attempt": self.attempts,
-                "end": round(found.end, 3),
-                "save_by": value,
-                "nodes": found.nodes,
-            }
-        )
+        record = {"attempt": self.attempts, "end": round(found.end, 3), "save_by": value, "nodes": found.nodes}
+        records.write({"event": "deadline", **record, "read": found.read, "why": found.why})
         _say(
             f"the capacity this attempt may run on ends at {clock(found.end)} ({found.why}): NeMo-RL saves "
             f"within {value} (DD:HH:MM:SS), {args.save_margin:g}s before that"

@@ -9,12 +9,12 @@ independent branches concurrently and tearing down in reverse.
 :meth:`Plan.graph` draws the graph from the plan itself: each node under the dependency
 it waits for longest, ``+`` for the others it waits for, families such as the eight
 RoCE subnets folded into one line (:mod:`rl_lustre.plan.drawing`). The default GKE
-deployment (A4 nodes, the GPUDirect-RDMA fabric) has 52 nodes:
+deployment (A4 nodes, the GPUDirect-RDMA fabric) has 54 nodes:
 
     >>> from rl_lustre import Cluster
     >>> plan = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b").plan()
     >>> len(plan)
-    52
+    54
     >>> print(plan.graph())
     network
     ├─ subnet
@@ -31,14 +31,17 @@ deployment (A4 nodes, the GPUDirect-RDMA fabric) has 52 nodes:
     │     │  └─ gpu-pool  + gke-cluster, node-sa, gvnic-subnet, rdma-subnet-0..7, preload-image
     │     ├─ secret
     │     ├─ head-account
-    │     │  └─ head-role-binding  + head-role
-    │     └─ head-role
+    │     │  ├─ head-role-binding  + head-role
+    │     │  └─ head-nodes-role-binding  + head-nodes-role
+    │     ├─ head-role
+    │     └─ head-nodes-role
     └─ psa-range
        ├─ psa-peering
        │  └─ lustre  + firewall-lustre
        │     └─ pv  + gke-cluster
        │        └─ pvc
-       │           ├─ raycluster  + secret, cpu-pool, gpu-pool, head-role-binding, podnet-rdma-0..7, nccl-installer
+       │           ├─ raycluster  + secret, cpu-pool, gpu-pool, head-role-binding, head-nodes-role-binding,
+       │           │  │      podnet-rdma-0..7, nccl-installer
        │           │  └─ keeper
        │           └─ model-prefetch  + cpu-pool, secret
        └─ firewall-lustre

@@ -48,7 +48,7 @@ def gke_plan(cluster: ClusterSpec) -> Plan:
         >>> plan = gke_plan(ClusterSpec(name="demo", project="my-project", region="us-east1",
         ...                             zone="us-east1-b", fabric="tcp"))
         >>> len(plan), plan.keys()[:6]
-        (22, ['network', 'subnet', 'psa-range', 'psa-peering', 'firewall-lustre', 'lustre'])
+        (24, ['network', 'subnet', 'psa-range', 'psa-peering', 'firewall-lustre', 'lustre'])
     """
     assert cluster.project is not None
     assert cluster.region is not None

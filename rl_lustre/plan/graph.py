@@ -165,7 +165,7 @@ class Plan:
         >>> plan.get("gpu-pool").depends_on
         ('gke-cluster', 'node-sa', 'preload-image', 'compute-class')
         >>> sorted(plan.dependents("gke-cluster"))
-        ['compute-class', 'cpu-pool', 'gpu-pool', 'head-account', 'head-role', 'pv', 'secret']
+        ['compute-class', 'cpu-pool', 'gpu-pool', 'head-account', 'head-nodes-role', 'head-role', 'pv', 'secret']
         >>> "lustre" in plan.upstream("raycluster"), "gke-cluster" in plan.upstream("lustre")
         (True, False)
 

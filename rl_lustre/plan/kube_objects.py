@@ -15,7 +15,7 @@ from .. import naming
 from ..catalog import COMPUTE_CLASS_LABEL, GKE_ACCELERATOR_LABEL, GPU_RESOURCE, LUSTRE_CSI_DRIVER
 from ..kube.computeclass import pod_selector
 from ..kube.fabric import worker_fabric_summary
-from ..kube.head_access import RULES
+from ..kube.head_access import NODE_RULES, RULES
 from ..plankeys import (
     COMPUTE_CLASS_KEY,
     CPU_POOL_KEY,
@@ -23,6 +23,8 @@ from ..plankeys import (
     GPU_POOL_KEY,
     HEAD_ACCOUNT_KEY,
     HEAD_BINDING_KEY,
+    HEAD_NODES_BINDING_KEY,
+    HEAD_NODES_ROLE_KEY,
     HEAD_ROLE_KEY,
     LUSTRE_KEY,
     PV_KEY,
@@ -175,18 +177,24 @@ def secret(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResource | N
 
 
 def head_access_nodes(cluster: ClusterSpec, created: dict[str, Any]) -> list[PlannedResource]:
-    """The Ray head's service account, and its Role (get and list pods and events in the
-    namespace) and RoleBinding: what a stalled run's diagnostics read with
-    (:mod:`rl_lustre.kube.head_access`).
+    """The Ray head's service account, its Role (get and list pods and events in the
+    namespace) and RoleBinding, what a stalled run's diagnostics read with, and its
+    ClusterRole (get Nodes) and ClusterRoleBinding, what the supervisor reads a flex-start
+    node's end with (:mod:`rl_lustre.kube.head_access`).
 
     Examples:
         >>> from rl_lustre.spec import ClusterSpec
         >>> spec = ClusterSpec(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
-        >>> account, role, binding = head_access_nodes(spec, {"action": "create"})
+        >>> account, role, binding, nodes_role, nodes_binding = head_access_nodes(spec, {"action": "create"})
         >>> account.key, role.depends_on, binding.key, binding.depends_on
         ('head-account', ('gke-cluster',), 'head-role-binding', ('head-account', 'head-role'))
+        >>> nodes_role.name, nodes_role.settings["rules"]
+        ('demo-ray-head.default', ({'apiGroups': ('',), 'resources': ('nodes',), 'verbs': ('get',)},))
+        >>> nodes_binding.depends_on
+        ('head-account', 'head-nodes-role')
     """
     name, namespace = naming.head_account_name(cluster), cluster.namespace
+    cluster_wide = naming.head_nodes_role_name(cluster)
     return [
         PlannedResource(
             key=HEAD_ACCOUNT_KEY,
@@ -212,6 +220,22 @@ def head_access_nodes(cluster: ClusterSpec, created: dict[str, Any]) -> list[Pla
             settings={"namespace": namespace, "role": name, "service_account": name},
             **created,
         ),
+        PlannedResource(
+            key=HEAD_NODES_ROLE_KEY,
+            kind="rbac.authorization.k8s.io/v1/ClusterRole",
+            name=cluster_wide,
+            depends_on=(GKE_CLUSTER_KEY,),
+            settings={"rules": [dict(r) for r in NODE_RULES], "why": "when a flex-start node ends, read from its Node"},
+            **created,
+        ),
+        PlannedResource(
+            key=HEAD_NODES_BINDING_KEY,
+            kind="rbac.authorization.k8s.io/v1/ClusterRoleBinding",
+            name=cluster_wide,
+            depends_on=(HEAD_ACCOUNT_KEY, HEAD_NODES_ROLE_KEY),
+            settings={"role": cluster_wide, "service_account": f"{namespace}/{name}"},
+            **created,
+        ),
     ]
 
 
@@ -229,7 +253,7 @@ def ray_cluster(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResourc
         ...                    fabric="tcp")
         >>> node = ray_cluster(spec, {"action": "create"})
         >>> node.depends_on, node.settings["head"]["node_pool"]
-        (('pvc', 'secret', 'cpu-pool', 'gpu-pool', 'head-role-binding'), 'ray-head-pool')
+        (('pvc', 'secret', 'cpu-pool', 'gpu-pool', 'head-role-binding', 'head-nodes-role-binding'), 'ray-head-pool')
     """
     head_pool = (
         f"a GPU node of ComputeClass {naming.compute_class_name(cluster)}"
@@ -241,7 +265,15 @@ def ray_cluster(cluster: ClusterSpec, created: dict[str, Any]) -> PlannedResourc
         key=RAYCLUSTER_KEY,
         kind="ray.io/v1/RayCluster",
         name=naming.raycluster_name(cluster),
-        depends_on=(PVC_KEY, *secrets, CPU_POOL_KEY, GPU_POOL_KEY, HEAD_BINDING_KEY, *ray_dependency_keys(cluster)),
+        depends_on=(
+            PVC_KEY,
+            *secrets,
+            CPU_POOL_KEY,
+            GPU_POOL_KEY,
+            HEAD_BINDING_KEY,
+            HEAD_NODES_BINDING_KEY,
+            *ray_dependency_keys(cluster),
+        ),
         settings={
             "namespace": cluster.namespace,
             "image": cluster.image,

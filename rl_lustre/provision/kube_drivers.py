@@ -29,7 +29,7 @@ def kube_keys(plan: Plan) -> tuple[str, ...]:
         >>> c = Cluster(name="demo", project="my-project", region="us-east1", zone="us-east1-b")
         >>> keys = kube_keys(c.plan())
         >>> keys[:3], keys[-1], len(keys)
-        (('netparams-gvnic-1', 'podnet-gvnic-1', 'netparams-rdma-0'), 'model-prefetch', 30)
+        (('netparams-gvnic-1', 'podnet-gvnic-1', 'netparams-rdma-0'), 'model-prefetch', 32)
     """
     return tuple(r.key for r in plan if not r.kind.startswith(_GOOGLE_KINDS))
 

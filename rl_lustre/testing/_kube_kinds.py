@@ -150,6 +150,9 @@ for _info in (
     KindInfo("ServiceAccount", "v1", "serviceaccounts", True, ("sa",)),
     KindInfo("Role", "rbac.authorization.k8s.io/v1", "roles", True),
     KindInfo("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings", True),
+    # The Ray head's, to get Nodes (rl_lustre.kube.head_access): stored as sent, like the Role.
+    KindInfo("ClusterRole", "rbac.authorization.k8s.io/v1", "clusterroles", False),
+    KindInfo("ClusterRoleBinding", "rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
     KindInfo(
         "Pod",
         "v1",
