@@ -19,6 +19,9 @@ from rl_lustre.catalog import LABEL_DEPLOYMENT, LABEL_MANAGED_BY
 from rl_lustre.errors import ConfigError, RLLustreError
 from rl_lustre.plan import Plan, PlanGraphError, PlannedResource
 
+# What the RayCluster waits for: its volume, its secret, its pools and the head's two bindings.
+RAYCLUSTER_NEEDS = {"pvc", "secret", "cpu-pool", "gpu-pool", "head-role-binding", "head-nodes-role-binding"}
+
 # The reference workflow's graph: one NIC (fabric="tcp"); the GPUDirect-RDMA fabric that
 # is the default on A4 adds its own nodes, tested in test_fabric.py.
 REFERENCE = {**specs.REFERENCE, "fabric": "tcp"}
@@ -160,14 +163,7 @@ def test_dependencies_match_the_architecture(plan: Plan) -> None:
     assert set(plan.get("pv").depends_on) == {"lustre", "gke-cluster"}
     assert plan.get("pvc").depends_on == ("pv",)
     assert plan.get("secret").depends_on == ("gke-cluster",)
-    assert set(plan.get("raycluster").depends_on) == {
-        "pvc",
-        "secret",
-        "cpu-pool",
-        "gpu-pool",
-        "head-role-binding",
-        "head-nodes-role-binding",
-    }
+    assert set(plan.get("raycluster").depends_on) == RAYCLUSTER_NEEDS
     assert plan.get("head-role-binding").depends_on == ("head-account", "head-role")
     # Nodes are cluster-scoped: the head's right to get them is a ClusterRole of its own, bound to its account.
     assert plan.get("head-nodes-role-binding").depends_on == ("head-account", "head-nodes-role")
@@ -382,14 +378,7 @@ def test_to_dict_is_json_and_complete(plan: Plan) -> None:
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"},
         {"key": "cloud.google.com/compute-class", "value": "ray-a4-gpu-spot-gpus", "effect": "NO_SCHEDULE"},
     ]
-    assert set(by_key["raycluster"]["depends_on"]) == {
-        "pvc",
-        "secret",
-        "cpu-pool",
-        "gpu-pool",
-        "head-role-binding",
-        "head-nodes-role-binding",
-    }
+    assert set(by_key["raycluster"]["depends_on"]) == RAYCLUSTER_NEEDS
     assert by_key["head-nodes-role"]["settings"]["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
     ]
