@@ -21,10 +21,11 @@ Examples:
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections.abc import Mapping
 from typing import Any
+
+from ..oncluster.nodeends import rfc3339
 
 __all__ = ["FIRST_POD_WITHIN", "HeadWatch", "head_replaced", "read_head_replaced"]
 
@@ -33,13 +34,7 @@ FIRST_POD_WITHIN = 120.0
 
 
 def _stamp(obj: Mapping[str, Any] | None) -> float | None:
-    value = ((obj or {}).get("metadata") or {}).get("creationTimestamp")
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    return rfc3339(((obj or {}).get("metadata") or {}).get("creationTimestamp"))
 
 
 def head_replaced(pod: Mapping[str, Any], raycluster: Mapping[str, Any] | None) -> bool | None:

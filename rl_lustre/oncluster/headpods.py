@@ -17,7 +17,6 @@ the token and CA Kubernetes mounts into the pod (:mod:`.incluster`).
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .incluster import SERVICE_ACCOUNT_DIR, connect
+from .nodeends import rfc3339
 
 __all__ = ["SERVICE_ACCOUNT", "KubeHead", "LocalHead", "Loss"]
 
@@ -167,20 +167,5 @@ def _terminated(pod: dict[str, Any], *, last: bool) -> tuple[str, float | None] 
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         state = (status.get("lastState" if last else "state") or {}).get("terminated")
         if state:
-            return str(state.get("reason") or f"exit code {state.get('exitCode')}"), _when(state.get("finishedAt"))
+            return str(state.get("reason") or f"exit code {state.get('exitCode')}"), rfc3339(state.get("finishedAt"))
     return None
-
-
-def _when(stamp: object) -> float | None:
-    """An RFC 3339 time as seconds since the epoch.
-
-    Examples:
-        >>> _when("1970-01-01T00:01:00Z")
-        60.0
-    """
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
