@@ -20,6 +20,7 @@ the run's newest submission whatever id it is asked about:
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -35,12 +36,14 @@ if TYPE_CHECKING:
     from .outages import OutageBudget
     from .ray.jobs import JobInfo, JobsClient
 
-__all__ = ["RunFollow", "RunRecordsAccess", "Story", "story"]
+__all__ = ["RunFollow", "RunRecordsAccess", "Story", "resume_point", "story"]
 
 logger = logging.getLogger("rl_lustre.run")
 
 # A loss counts as the run's when it came at most this long before the run's last record.
 _SLACK = 60.0
+# The lines a follower keeps to find where it stopped in the run's log on the volume.
+_WINDOW = 50
 
 
 class RunRecordsAccess(Protocol):
@@ -104,6 +107,34 @@ def _clock(at: object) -> str:
     if not isinstance(at, (int, float)):
         return "an unknown time"
     return time.strftime("%H:%M:%S UTC", time.gmtime(at))
+
+
+def resume_point(lines: list[str], recent: list[str]) -> int | None:
+    """Where a follower that had ``recent`` (the last non-empty lines it got, oldest first) goes
+    on in ``lines``: after the place the longest run of them ends; None if none is found.
+
+    The last line alone is not enough: a rehearsal's (or NeMo-RL's) timing lines repeat step
+    after step, and its last copy in the log may be steps after the one the follower had.
+
+    Examples:
+        >>> log = ["Step 1", "took 0.5s", "Step 2", "took 0.5s", "Step 3", "took 0.5s"]
+        >>> resume_point(log, ["Step 1", "took 0.5s"]), resume_point(log, ["Ray's own line", "Step 3"])
+        (2, 5)
+        >>> resume_point(log, ["nowhere"]) is None
+        True
+    """
+    best, length = None, 0
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i] != recent[-1]:
+            continue
+        n = 1
+        while n < len(recent) and n <= i and lines[i - n] == recent[-1 - n]:
+            n += 1
+        if n > length:
+            best, length = i + 1, n
+        if n == len(recent):
+            break
+    return best
 
 
 class RunFollow:
@@ -189,7 +220,8 @@ class RunFollow:
         while True:
             following = self.current
             # A resubmission's log begins with the records it replays: the follower has them.
-            replayed, skipping, last = not self.moved, False, None
+            replayed, skipping = not self.moved, False
+            recent: collections.deque[str] = collections.deque(maxlen=_WINDOW)
             for line in self._jobs().follow(following, outage_budget=outage_budget):
                 if not replayed and line == REPLAY_BEGIN:
                     skipping = True
@@ -198,13 +230,14 @@ class RunFollow:
                     replayed = not skipping
                 else:
                     replayed = True
-                    last = line if line.strip() else last
+                    if line.strip():
+                        recent.append(line)
                     yield line
             self._onto_next(following, outage_budget)
             if self.current == following:
                 return
             # What the lost head printed after its stream broke is in the run's directory.
-            yield from self._missed(following, last)
+            yield from self._missed(following, list(recent))
 
     def _onto_next(self, following: str, outage_budget: OutageBudget | None) -> None:
         """Once the stream of ``following`` ended: move the handle onto the run's resubmission.
@@ -227,19 +260,17 @@ class RunFollow:
                 return
             outage.failed(RayError(f"run {self.run_id} is not on the cluster's Ray head yet: {info.message}"))
 
-    def _missed(self, submission: str, last: str | None) -> list[str]:
-        """The lines of ``submission`` after ``last`` in the run's log on the volume (none when it
-        cannot be read here, or ``last`` is not found)."""
+    def _missed(self, submission: str, recent: list[str]) -> list[str]:
+        """The lines of ``submission`` in the run's log on the volume after the last ``recent``
+        ones the follower had (none when it cannot be read here, or they are not found)."""
         from .oncluster.runview import submission_log
 
         view = self.view()
-        if view is None or last is None:
+        if view is None or not recent:
             return []
         lines = submission_log(view.log(), submission)
-        for i in range(len(lines) - 1, -1, -1):
-            if lines[i] == last:
-                return lines[i + 1 :]
-        return []
+        at = resume_point(lines, recent)
+        return [] if at is None else lines[at:]
 
     # -- the run's records ---------------------------------------------------------------------
 

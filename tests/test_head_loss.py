@@ -154,7 +154,8 @@ def test_a_run_and_a_queued_one_survive_the_loss_of_their_head(cluster: Cluster,
     assert not follower.is_alive()
     steps = [int(m[1]) for m in STEP.finditer("\n".join(lines))]
     # Every step line up to the loss, but the last ones the lost head may not have sent.
-    assert steps[: at - 2] == list(range(1, at - 1))
+    told = [line for line in lines if "Step" in line or "rl_lustre" in line or "REPLAY" in line]
+    assert steps[: at - 2] == list(range(1, at - 1)), (at, steps, told[:80])
     assert steps[-(25 - at) :] == list(range(at, 25))
 
     # Attached by the run id, or by the lost submission's id, from any process.
