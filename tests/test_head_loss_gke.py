@@ -73,8 +73,16 @@ def test_on_the_gke_fakes_the_keeper_brings_back_the_runs_a_lost_head_took() -> 
             assert account is not None
             assert account["automountServiceAccountToken"] is False
 
-            run, behind = cluster.submit(main), cluster.submit(queued)
+            run = cluster.submit(main)
             first = run.job_id
+            # The second job once the first holds its nodes: submitted together, a supervisor slow to
+            # start on a busy machine joins the queue after the second's (best-effort FIFO by arrival).
+            deadline = time.monotonic() + 120
+            while (state := run.queue()) is None or state.state != "running":
+                assert time.monotonic() < deadline, f"the first run did not get its nodes: {run.status()}"
+                assert run.status() in ("PENDING", "QUEUED", "RUNNING"), f"the first run ended: {run.status()}"
+                time.sleep(0.2)
+            behind = cluster.submit(queued)
             # The queued job's supervisor starts (PENDING, then RUNNING until it joins the queue) and
             # queues behind the first run; on a busy machine that takes seconds: the run is long enough.
             deadline = time.monotonic() + 120
